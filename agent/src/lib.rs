@@ -1,0 +1,2 @@
+//! The Granary agent library: everything `granaryd` and `granary` do.
+#![deny(unsafe_op_in_unsafe_fn)]

@@ -1,0 +1,1 @@
+//! libgranary (in progress)

@@ -1,0 +1,350 @@
+//! Byte layouts of everything that lives in shared memory.
+//!
+//! Every type here is `#[repr(C)]` with explicit padding, and its size and
+//! field offsets are pinned by `const` assertions below and by the checked-in
+//! layout dump (`tests/layout_dump.rs`, `docs/shm-layout.md`). Any change to
+//! these types must bump [`LAYOUT_VERSION`].
+//!
+//! A session's *ring segment* is laid out as:
+//!
+//! ```text
+//! 0                     SegmentHeader (256 bytes)
+//! ready_offset          RingControl (256 bytes) + ready_capacity × BatchDescriptor (64 bytes)
+//! release_offset        RingControl (256 bytes) + release_capacity × ReleaseDescriptor (16 bytes)
+//! segment_size          (end, a multiple of 4096)
+//! ```
+//!
+//! The *arena* holds sample bytes and sample tables ([`SampleEntry`] arrays);
+//! batch descriptors point at tables by arena offset.
+
+use crate::sync::{AtomicU32, AtomicU64};
+
+/// Magic number at offset 0 of a ring segment: the ASCII bytes `GRNRYSEG`
+/// read as a little-endian u64.
+pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"GRNRYSEG");
+
+/// Version of every layout in this module. Attach rejects any other value.
+pub const LAYOUT_VERSION: u32 = 1;
+
+/// Producer and consumer words live on separate lines of this size (two
+/// 64-byte lines, so the adjacent-line prefetcher cannot couple them either).
+pub const LINE: usize = 128;
+
+/// Size of [`SegmentHeader`].
+pub const SEGMENT_HEADER_SIZE: usize = 256;
+
+/// Segment sizes are rounded up to this.
+pub const SEGMENT_ALIGN: usize = 4096;
+
+/// Largest ring capacity accepted (items); keeps every offset computation far
+/// from overflow.
+pub const MAX_RING_CAPACITY: u32 = 1 << 20;
+
+/// Session states stored in [`SegmentHeader::state`].
+pub mod state {
+    /// The session is serving.
+    pub const LIVE: u32 = 0;
+    /// The agent fenced the session after a violation; see `violation`.
+    pub const FENCED: u32 = 1;
+    /// The agent closed the session (shutdown or end of stream).
+    pub const CLOSED: u32 = 2;
+}
+
+/// Header at offset 0 of a session's ring segment.
+///
+/// Written by the agent once at creation; `magic`, `layout_version` and
+/// `instance_epoch` are stored last with release ordering. The loader can
+/// write this memory, so the agent never reads the geometry fields back: it
+/// keeps its own copy from creation. Only `state`, `violation` and
+/// `heartbeat_ms` change after creation, and only the agent writes them.
+#[repr(C)]
+pub struct SegmentHeader {
+    /// [`SEGMENT_MAGIC`], stored last.
+    pub magic: AtomicU64,
+    /// [`LAYOUT_VERSION`], stored just before `magic`.
+    pub layout_version: AtomicU32,
+    /// Size of this header in bytes ([`SEGMENT_HEADER_SIZE`]).
+    pub header_size: u32,
+    /// Random per-creation value, stored before version and magic; the
+    /// handshake reply repeats it so a loader can tell a fresh segment from a
+    /// recycled one.
+    pub instance_epoch: AtomicU64,
+    /// Process id of the creator (the agent).
+    pub creator_pid: u32,
+    /// Reserved flags, zero.
+    pub flags: u32,
+    /// Total size of the segment in bytes.
+    pub segment_size: u64,
+    /// Session id assigned by the agent.
+    pub session_id: u64,
+    /// Offset of the ready ring's [`RingControl`].
+    pub ready_offset: u64,
+    /// Ready ring capacity in items (power of two).
+    pub ready_capacity: u32,
+    /// Size of one ready item (`size_of::<BatchDescriptor>()`).
+    pub ready_item_size: u32,
+    /// Offset of the release ring's [`RingControl`].
+    pub release_offset: u64,
+    /// Release ring capacity in items (power of two).
+    pub release_capacity: u32,
+    /// Size of one release item (`size_of::<ReleaseDescriptor>()`).
+    pub release_item_size: u32,
+    /// Size of the arena the descriptors point into.
+    pub arena_size: u64,
+    /// One of [`state`]'s values.
+    pub state: AtomicU32,
+    /// When fenced: the [`crate::Violation::code`] that caused it.
+    pub violation: AtomicU32,
+    /// Agent liveness: milliseconds on the agent's monotonic clock, bumped periodically.
+    pub heartbeat_ms: AtomicU64,
+    /// Zero; room for later fields without moving the rings.
+    pub reserved: [u64; 19],
+}
+
+/// One cache-line pair written only by a ring's producer.
+#[repr(C, align(128))]
+pub struct ProducerLine {
+    /// Free-running count of items published (the producer's index).
+    pub tail: AtomicU64,
+    /// Futex word the consumer sleeps on; the producer bumps it to wake.
+    pub data_seq: AtomicU32,
+    /// Non-zero while the producer is (about to be) parked waiting for space.
+    pub producer_waiting: AtomicU32,
+}
+
+/// One cache-line pair written only by a ring's consumer.
+#[repr(C, align(128))]
+pub struct ConsumerLine {
+    /// Free-running count of items consumed (the consumer's index).
+    pub head: AtomicU64,
+    /// Futex word the producer sleeps on; the consumer bumps it to wake.
+    pub space_seq: AtomicU32,
+    /// Non-zero while the consumer is (about to be) parked waiting for data.
+    pub consumer_waiting: AtomicU32,
+}
+
+/// Control block at the start of each ring; the item array follows it.
+#[repr(C)]
+pub struct RingControl {
+    /// Words the producer writes.
+    pub producer: ProducerLine,
+    /// Words the consumer writes.
+    pub consumer: ConsumerLine,
+}
+
+/// Bit in [`BatchDescriptor::flags`]: the last batch of its epoch for this session.
+pub const BATCH_END_OF_EPOCH: u32 = 1 << 0;
+/// Bit in [`BatchDescriptor::flags`]: no batch follows; `sample_count` may be 0.
+pub const BATCH_END_OF_STREAM: u32 = 1 << 1;
+/// Every defined batch flag.
+pub const BATCH_FLAGS_ALL: u32 = BATCH_END_OF_EPOCH | BATCH_END_OF_STREAM;
+
+/// Ready-ring item: one batch the agent lends to the loader.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BatchDescriptor {
+    /// Session-wide sequence number: 0, 1, 2, ... in publication order.
+    pub seq: u64,
+    /// Lease token; the loader returns it unchanged in its release.
+    pub token: u64,
+    /// Arena offset of `sample_count` [`SampleEntry`] records (8-aligned).
+    pub table_offset: u64,
+    /// Index of this batch within its epoch for this rank.
+    pub batch_index: u64,
+    /// Sum of the samples' lengths.
+    pub total_bytes: u64,
+    /// Epoch number.
+    pub epoch: u32,
+    /// Number of samples in the table.
+    pub sample_count: u32,
+    /// 0, or a negative [`crate::ErrorCode`] that applies to the whole batch.
+    pub status: i32,
+    /// [`BATCH_END_OF_EPOCH`] | [`BATCH_END_OF_STREAM`].
+    pub flags: u32,
+    /// Zero.
+    pub reserved: u64,
+}
+
+/// Release-ring item: the loader hands a batch back.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReleaseDescriptor {
+    /// `seq` of the batch being returned.
+    pub seq: u64,
+    /// `token` of the batch being returned.
+    pub token: u64,
+}
+
+/// One sample in a batch's table (in the arena).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SampleEntry {
+    /// Stable sample id within the dataset.
+    pub sample_id: u64,
+    /// Arena offset of the sample's bytes.
+    pub offset: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// Class label (or -1 when the dataset has none).
+    pub label: i32,
+    /// CRC-32C (Castagnoli) of the sample's bytes.
+    pub crc32c: u32,
+    /// 0, or a negative [`crate::ErrorCode`] for this sample (then `length` is 0).
+    pub status: i32,
+}
+
+/// Plain-old-data items that may travel through a ring.
+///
+/// # Safety
+/// Implementors must be `#[repr(C)]`, contain no padding and no pointers, and
+/// every bit pattern must be a valid value: items are copied to and from
+/// memory another process can write.
+pub unsafe trait RingItem: Copy + Send + 'static {}
+
+// SAFETY: repr(C), five u64 + four 32-bit words, no padding (size asserted
+// below), every bit pattern valid.
+unsafe impl RingItem for BatchDescriptor {}
+// SAFETY: repr(C), two u64, no padding, every bit pattern valid.
+unsafe impl RingItem for ReleaseDescriptor {}
+// SAFETY: repr(C) 64-byte array of integers; used by the ring benchmark.
+unsafe impl RingItem for [u64; 8] {}
+// SAFETY: a plain integer.
+unsafe impl RingItem for u64 {}
+
+/// Bytes a ring with `capacity` items of `T` occupies (control block included).
+pub const fn ring_bytes<T>(capacity: u32) -> usize {
+    std::mem::size_of::<RingControl>() + capacity as usize * std::mem::size_of::<T>()
+}
+
+const fn round_up(v: usize, to: usize) -> usize {
+    v.div_ceil(to) * to
+}
+
+/// Geometry of a ring segment, computed by the creator from two capacities.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentGeometry {
+    /// Ready ring capacity (items).
+    pub ready_capacity: u32,
+    /// Release ring capacity (items).
+    pub release_capacity: u32,
+    /// Offset of the ready ring control block.
+    pub ready_offset: u64,
+    /// Offset of the release ring control block.
+    pub release_offset: u64,
+    /// Total segment size.
+    pub segment_size: u64,
+}
+
+impl SegmentGeometry {
+    /// Lays out a segment. Capacities must be powers of two in 2..=[`MAX_RING_CAPACITY`].
+    pub fn new(ready_capacity: u32, release_capacity: u32) -> Option<SegmentGeometry> {
+        let ok = |c: u32| c.is_power_of_two() && (2..=MAX_RING_CAPACITY).contains(&c);
+        if !ok(ready_capacity) || !ok(release_capacity) {
+            return None;
+        }
+        let ready_offset = SEGMENT_HEADER_SIZE;
+        let release_offset = round_up(
+            ready_offset + ring_bytes::<BatchDescriptor>(ready_capacity),
+            LINE,
+        );
+        let end = round_up(
+            release_offset + ring_bytes::<ReleaseDescriptor>(release_capacity),
+            SEGMENT_ALIGN,
+        );
+        Some(SegmentGeometry {
+            ready_capacity,
+            release_capacity,
+            ready_offset: ready_offset as u64,
+            release_offset: release_offset as u64,
+            segment_size: end as u64,
+        })
+    }
+}
+
+// ---- Pinned layouts (not under loom, whose atomics have other sizes) ------
+
+#[cfg(not(feature = "loom"))]
+mod pinned {
+    use super::*;
+    use std::mem::{align_of, offset_of, size_of};
+
+    const _: () = assert!(size_of::<SegmentHeader>() == SEGMENT_HEADER_SIZE);
+    const _: () = assert!(offset_of!(SegmentHeader, magic) == 0);
+    const _: () = assert!(offset_of!(SegmentHeader, layout_version) == 8);
+    const _: () = assert!(offset_of!(SegmentHeader, header_size) == 12);
+    const _: () = assert!(offset_of!(SegmentHeader, instance_epoch) == 16);
+    const _: () = assert!(offset_of!(SegmentHeader, creator_pid) == 24);
+    const _: () = assert!(offset_of!(SegmentHeader, flags) == 28);
+    const _: () = assert!(offset_of!(SegmentHeader, segment_size) == 32);
+    const _: () = assert!(offset_of!(SegmentHeader, session_id) == 40);
+    const _: () = assert!(offset_of!(SegmentHeader, ready_offset) == 48);
+    const _: () = assert!(offset_of!(SegmentHeader, ready_capacity) == 56);
+    const _: () = assert!(offset_of!(SegmentHeader, ready_item_size) == 60);
+    const _: () = assert!(offset_of!(SegmentHeader, release_offset) == 64);
+    const _: () = assert!(offset_of!(SegmentHeader, release_capacity) == 72);
+    const _: () = assert!(offset_of!(SegmentHeader, release_item_size) == 76);
+    const _: () = assert!(offset_of!(SegmentHeader, arena_size) == 80);
+    const _: () = assert!(offset_of!(SegmentHeader, state) == 88);
+    const _: () = assert!(offset_of!(SegmentHeader, violation) == 92);
+    const _: () = assert!(offset_of!(SegmentHeader, heartbeat_ms) == 96);
+    const _: () = assert!(offset_of!(SegmentHeader, reserved) == 104);
+
+    const _: () = assert!(size_of::<ProducerLine>() == LINE && align_of::<ProducerLine>() == LINE);
+    const _: () = assert!(size_of::<ConsumerLine>() == LINE && align_of::<ConsumerLine>() == LINE);
+    const _: () = assert!(offset_of!(ProducerLine, tail) == 0);
+    const _: () = assert!(offset_of!(ProducerLine, data_seq) == 8);
+    const _: () = assert!(offset_of!(ProducerLine, producer_waiting) == 12);
+    const _: () = assert!(offset_of!(ConsumerLine, head) == 0);
+    const _: () = assert!(offset_of!(ConsumerLine, space_seq) == 8);
+    const _: () = assert!(offset_of!(ConsumerLine, consumer_waiting) == 12);
+    const _: () = assert!(size_of::<RingControl>() == 2 * LINE);
+    const _: () = assert!(offset_of!(RingControl, consumer) == LINE);
+
+    const _: () = assert!(size_of::<BatchDescriptor>() == 64);
+    const _: () = assert!(offset_of!(BatchDescriptor, seq) == 0);
+    const _: () = assert!(offset_of!(BatchDescriptor, token) == 8);
+    const _: () = assert!(offset_of!(BatchDescriptor, table_offset) == 16);
+    const _: () = assert!(offset_of!(BatchDescriptor, batch_index) == 24);
+    const _: () = assert!(offset_of!(BatchDescriptor, total_bytes) == 32);
+    const _: () = assert!(offset_of!(BatchDescriptor, epoch) == 40);
+    const _: () = assert!(offset_of!(BatchDescriptor, sample_count) == 44);
+    const _: () = assert!(offset_of!(BatchDescriptor, status) == 48);
+    const _: () = assert!(offset_of!(BatchDescriptor, flags) == 52);
+    const _: () = assert!(offset_of!(BatchDescriptor, reserved) == 56);
+
+    const _: () = assert!(size_of::<ReleaseDescriptor>() == 16);
+    const _: () = assert!(offset_of!(ReleaseDescriptor, seq) == 0);
+    const _: () = assert!(offset_of!(ReleaseDescriptor, token) == 8);
+
+    const _: () = assert!(size_of::<SampleEntry>() == 32);
+    const _: () = assert!(offset_of!(SampleEntry, sample_id) == 0);
+    const _: () = assert!(offset_of!(SampleEntry, offset) == 8);
+    const _: () = assert!(offset_of!(SampleEntry, length) == 16);
+    const _: () = assert!(offset_of!(SampleEntry, label) == 20);
+    const _: () = assert!(offset_of!(SampleEntry, crc32c) == 24);
+    const _: () = assert!(offset_of!(SampleEntry, status) == 28);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometry_is_aligned_and_disjoint() {
+        let g = SegmentGeometry::new(256, 512).unwrap();
+        assert_eq!(g.ready_offset, SEGMENT_HEADER_SIZE as u64);
+        assert_eq!(g.release_offset % LINE as u64, 0);
+        assert!(g.release_offset >= g.ready_offset + ring_bytes::<BatchDescriptor>(256) as u64);
+        assert!(g.segment_size >= g.release_offset + ring_bytes::<ReleaseDescriptor>(512) as u64);
+        assert_eq!(g.segment_size % SEGMENT_ALIGN as u64, 0);
+    }
+
+    #[test]
+    fn geometry_rejects_bad_capacities() {
+        assert!(SegmentGeometry::new(0, 4).is_none());
+        assert!(SegmentGeometry::new(3, 4).is_none());
+        assert!(SegmentGeometry::new(4, 1).is_none());
+        assert!(SegmentGeometry::new(MAX_RING_CAPACITY * 2, 4).is_none());
+        assert!(SegmentGeometry::new(MAX_RING_CAPACITY, MAX_RING_CAPACITY).is_some());
+    }
+}
