@@ -199,7 +199,7 @@ pub struct SampleEntry {
 /// Implementors must be `#[repr(C)]`, contain no padding and no pointers, and
 /// every bit pattern must be a valid value: items are copied to and from
 /// memory another process can write.
-pub unsafe trait RingItem: Copy + Send + 'static {}
+pub unsafe trait RingItem: Copy + Default + Send + 'static {}
 
 // SAFETY: repr(C), five u64 + four 32-bit words, no padding (size asserted
 // below), every bit pattern valid.

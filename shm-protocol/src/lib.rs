@@ -14,6 +14,7 @@
 //! * [`segment`]: a session's ring segment: create (agent) and attach (loader).
 //! * [`arena`]: the sample arena: a sealed memfd, hugepages when available,
 //!   mapped read-only by loaders.
+//! * [`lease`]: the agent-private table of batches lent to a loader.
 //! * [`validate`]: every check applied to memory another process can write.
 //! * [`handshake`]: the session handshake as a sans-IO codec.
 //! * [`socket`]: `SOCK_SEQPACKET` Unix sockets with fd passing and peer credentials.
@@ -26,6 +27,9 @@
 pub mod error;
 pub mod futex;
 pub mod layout;
+pub mod lease;
+#[cfg(not(feature = "loom"))]
+pub mod memfd;
 pub mod region;
 pub mod ring;
 pub mod segment;

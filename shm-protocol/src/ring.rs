@@ -1,1 +1,823 @@
-//! (in progress)
+//! A single-producer / single-consumer ring over (shared) memory.
+//!
+//! Memory: a [`RingControl`] block followed by `capacity` items of `T`.
+//! `tail` (written by the producer) and `head` (written by the consumer) are
+//! free-running `u64` counters; the item for index `i` lives in slot
+//! `i & (capacity - 1)`. Full and empty are told apart without a wasted slot:
+//! empty is `head == tail`, full is `tail - head == capacity`.
+//!
+//! ## Memory ordering (the pairs, named on both halves)
+//!
+//! * **(A) publish/observe items.** The producer writes slots, then stores
+//!   `tail` with `Release`; the consumer loads `tail` with `Acquire` before
+//!   reading those slots. The consumer therefore sees every slot write that
+//!   happened before the `tail` it observed.
+//! * **(B) free/reuse slots.** The consumer copies items out, then stores
+//!   `head` with `Release`; the producer loads `head` with `Acquire` before
+//!   overwriting slots below it. The producer never overwrites a slot the
+//!   consumer is still reading.
+//! * Each side loads its *own* index only from its private copy (never from
+//!   shared memory, where the peer could have scribbled) and refreshes its
+//!   cached copy of the peer's index only when the cached value says
+//!   empty/full. That keeps cache-line traffic to one transfer per batch.
+//! * **(C) parking (Dekker).** A side that wants to sleep stores its
+//!   `*_waiting` flag, issues a `SeqCst` fence and re-checks the ring before
+//!   calling `futex_wait` on the peer-bumped sequence word. The other side,
+//!   after publishing its index, issues a `SeqCst` fence and loads the flag;
+//!   if set it bumps the sequence word and wakes. With both fences, at least
+//!   one side sees the other's store, so a wake-up is never lost. The
+//!   sequence word is loaded *before* the flag is set, so a bump between the
+//!   re-check and the futex call makes `futex_wait` return at once.
+//!
+//! ## Distrust
+//!
+//! The peer may be another process that writes anything into the control
+//! block or the slots. Every index read from shared memory is checked with
+//! wrapping arithmetic against our own private index before use (a
+//! [`Violation`] otherwise), items are copied out with volatile reads, and
+//! nothing in this module panics on what the peer wrote.
+
+use crate::error::{Violation, WaitError};
+use crate::futex;
+use crate::layout::{RingControl, RingItem};
+use crate::sync::{fence, spin_hint, AtomicU32, Ordering};
+use std::any::Any;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a blocking wait spins (re-checking the ring) before it parks on a futex.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+
+type KeepAlive = Arc<dyn Any + Send + Sync>;
+
+/// Where the item slots live.
+struct Slots<T> {
+    #[cfg(not(feature = "loom"))]
+    base: NonNull<T>,
+    #[cfg(feature = "loom")]
+    base: NonNull<loom::cell::UnsafeCell<T>>,
+}
+
+impl<T: RingItem> Slots<T> {
+    /// # Safety
+    /// `i` < capacity; the ring protocol gives the caller (the producer)
+    /// exclusive use of slot `i`.
+    #[inline]
+    unsafe fn write(&self, i: usize, v: T) {
+        #[cfg(not(feature = "loom"))]
+        // SAFETY: the caller guarantees `i` < capacity, so the slot lies in
+        // the mapped ring; volatile because another process maps the slot.
+        unsafe {
+            self.base.as_ptr().add(i).write_volatile(v)
+        }
+        #[cfg(feature = "loom")]
+        // SAFETY: as above; loom checks the exclusivity claim.
+        unsafe {
+            (*self.base.as_ptr().add(i)).with_mut(|p| p.write(v))
+        }
+    }
+
+    /// # Safety
+    /// `i` < capacity; slot `i` was published to the caller (the consumer).
+    #[inline]
+    unsafe fn read(&self, i: usize) -> T {
+        #[cfg(not(feature = "loom"))]
+        // SAFETY: `i` < capacity so the slot is in bounds; any bit pattern is a
+        // valid `T` (RingItem), so a torn or hostile write cannot create an
+        // invalid value; volatile because another process may write it.
+        unsafe {
+            self.base.as_ptr().add(i).read_volatile()
+        }
+        #[cfg(feature = "loom")]
+        // SAFETY: as above; loom checks that the producer is not writing it.
+        unsafe {
+            (*self.base.as_ptr().add(i)).with(|p| p.read())
+        }
+    }
+}
+
+/// The shared part of one ring end: where the control block and slots are.
+struct RawRing<T> {
+    ctrl: NonNull<RingControl>,
+    slots: Slots<T>,
+    capacity: u64,
+    name: &'static str,
+    _keep: KeepAlive,
+}
+
+impl<T> RawRing<T> {
+    #[inline]
+    fn ctrl(&self) -> &RingControl {
+        // SAFETY: `ctrl` points at a RingControl that `_keep` keeps alive
+        // (constructor contract); its fields are atomics, so shared access is
+        // sound even while another process writes them.
+        unsafe { self.ctrl.as_ref() }
+    }
+
+    #[inline]
+    fn mask(&self) -> u64 {
+        self.capacity - 1
+    }
+}
+
+/// The producing end of a ring (agent: ready ring; loader: release ring).
+pub struct Producer<T: RingItem> {
+    ring: RawRing<T>,
+    /// Next index to write (private, trusted).
+    tail: u64,
+    /// Last tail stored to shared memory.
+    published: u64,
+    /// Last validated head read from shared memory.
+    cached_head: u64,
+    spin: Duration,
+}
+
+/// The consuming end of a ring (loader: ready ring; agent: release ring).
+pub struct Consumer<T: RingItem> {
+    ring: RawRing<T>,
+    /// Next index to read (private, trusted).
+    head: u64,
+    /// Last head stored to shared memory.
+    published: u64,
+    /// Last validated tail read from shared memory.
+    cached_tail: u64,
+    spin: Duration,
+}
+
+// SAFETY: the ends hold raw pointers into memory kept alive by `_keep`
+// (Send + Sync); all shared accesses are atomics or volatile copies and each
+// end is used through `&mut self`, so moving an end to another thread is sound.
+unsafe impl<T: RingItem> Send for Producer<T> {}
+// SAFETY: as for Producer.
+unsafe impl<T: RingItem> Send for Consumer<T> {}
+
+/// Builds both ends of a ring over caller-provided memory.
+///
+/// # Safety
+/// * `base` is 128-byte aligned and valid for reads and writes of
+///   [`crate::layout::ring_bytes::<T>`]`(capacity)` bytes for as long as
+///   `keep` lives;
+/// * `capacity` is a power of two ≥ 2 and ≤ [`crate::layout::MAX_RING_CAPACITY`];
+/// * at most one [`Producer`] and one [`Consumer`] exist for the ring across
+///   all processes (the peer may break this; it then only hurts itself).
+#[cfg(not(feature = "loom"))]
+pub unsafe fn producer_from_raw<T: RingItem>(
+    base: NonNull<u8>,
+    capacity: u32,
+    name: &'static str,
+    keep: KeepAlive,
+) -> Producer<T> {
+    // SAFETY: forwarded contract.
+    let ring = unsafe { raw_from_base(base, capacity, name, keep) };
+    let tail = ring.ctrl().producer.tail.load(Ordering::Relaxed);
+    let head = ring.ctrl().consumer.head.load(Ordering::Acquire);
+    // A fresh ring has tail == head == 0; on attach we take the values as
+    // found but never let the peer's head exceed our tail.
+    let head = if tail.wrapping_sub(head) <= u64::from(capacity) {
+        head
+    } else {
+        tail
+    };
+    Producer {
+        ring,
+        tail,
+        published: tail,
+        cached_head: head,
+        spin: DEFAULT_SPIN,
+    }
+}
+
+/// Builds the consuming end of a ring over caller-provided memory.
+///
+/// # Safety
+/// Same contract as [`producer_from_raw`].
+#[cfg(not(feature = "loom"))]
+pub unsafe fn consumer_from_raw<T: RingItem>(
+    base: NonNull<u8>,
+    capacity: u32,
+    name: &'static str,
+    keep: KeepAlive,
+) -> Consumer<T> {
+    // SAFETY: forwarded contract.
+    let ring = unsafe { raw_from_base(base, capacity, name, keep) };
+    let head = ring.ctrl().consumer.head.load(Ordering::Relaxed);
+    Consumer {
+        ring,
+        head,
+        published: head,
+        cached_tail: head,
+        spin: DEFAULT_SPIN,
+    }
+}
+
+#[cfg(not(feature = "loom"))]
+unsafe fn raw_from_base<T: RingItem>(
+    base: NonNull<u8>,
+    capacity: u32,
+    name: &'static str,
+    keep: KeepAlive,
+) -> RawRing<T> {
+    debug_assert!(capacity.is_power_of_two() && capacity >= 2);
+    debug_assert_eq!(base.as_ptr() as usize % crate::layout::LINE, 0);
+    let ctrl = base.cast::<RingControl>();
+    // SAFETY: the slot array starts right after the control block, inside the
+    // `ring_bytes` the caller vouched for.
+    let slots = unsafe { base.add(std::mem::size_of::<RingControl>()) }.cast::<T>();
+    RawRing {
+        ctrl,
+        slots: Slots { base: slots },
+        capacity: u64::from(capacity),
+        name,
+        _keep: keep,
+    }
+}
+
+/// A ring in private heap memory (both ends in this process). Used by tests,
+/// Miri and loom; production rings live in a [`crate::segment`].
+pub fn heap_ring<T: RingItem>(capacity: u32, name: &'static str) -> (Producer<T>, Consumer<T>) {
+    assert!(
+        capacity.is_power_of_two() && (2..=crate::layout::MAX_RING_CAPACITY).contains(&capacity),
+        "ring capacity must be a power of two in 2..=MAX_RING_CAPACITY"
+    );
+    heap_ring_imp(capacity, name)
+}
+
+#[cfg(not(feature = "loom"))]
+fn heap_ring_imp<T: RingItem>(capacity: u32, name: &'static str) -> (Producer<T>, Consumer<T>) {
+    let region = Arc::new(crate::region::Region::heap(crate::layout::ring_bytes::<T>(
+        capacity,
+    )));
+    let base = NonNull::new(region.as_ptr()).expect("region base is non-null");
+    let keep: KeepAlive = region;
+    // SAFETY: the heap region is page-aligned, zeroed (a valid empty ring),
+    // exactly ring_bytes long and kept alive by `keep`; one end of each kind.
+    unsafe {
+        (
+            producer_from_raw(base, capacity, name, Arc::clone(&keep)),
+            consumer_from_raw(base, capacity, name, keep),
+        )
+    }
+}
+
+#[cfg(feature = "loom")]
+fn heap_ring_imp<T: RingItem>(capacity: u32, name: &'static str) -> (Producer<T>, Consumer<T>) {
+    use crate::layout::{ConsumerLine, ProducerLine};
+    use crate::sync::AtomicU64;
+    struct LoomRing<T> {
+        ctrl: RingControl,
+        cells: Box<[loom::cell::UnsafeCell<T>]>,
+    }
+    // SAFETY: the cells are only accessed under the ring protocol, which loom checks.
+    unsafe impl<T: Send> Sync for LoomRing<T> {}
+    // SAFETY: as above.
+    unsafe impl<T: Send> Send for LoomRing<T> {}
+    let ring = Arc::new(LoomRing {
+        ctrl: RingControl {
+            producer: ProducerLine {
+                tail: AtomicU64::new(0),
+                data_seq: AtomicU32::new(0),
+                producer_waiting: AtomicU32::new(0),
+            },
+            consumer: ConsumerLine {
+                head: AtomicU64::new(0),
+                space_seq: AtomicU32::new(0),
+                consumer_waiting: AtomicU32::new(0),
+            },
+        },
+        cells: (0..capacity)
+            .map(|_| loom::cell::UnsafeCell::new(T::default()))
+            .collect(),
+    });
+    let ctrl = NonNull::from(&ring.ctrl);
+    let cells = NonNull::new(ring.cells.as_ptr() as *mut loom::cell::UnsafeCell<T>).unwrap();
+    let keep: KeepAlive = ring;
+    let mk = |keep: KeepAlive| RawRing {
+        ctrl,
+        slots: Slots { base: cells },
+        capacity: u64::from(capacity),
+        name,
+        _keep: keep,
+    };
+    (
+        Producer {
+            ring: mk(Arc::clone(&keep)),
+            tail: 0,
+            published: 0,
+            cached_head: 0,
+            spin: Duration::ZERO,
+        },
+        Consumer {
+            ring: mk(keep),
+            head: 0,
+            published: 0,
+            cached_tail: 0,
+            spin: Duration::ZERO,
+        },
+    )
+}
+
+fn deadline_after(timeout: Option<Duration>) -> Option<Instant> {
+    timeout.map(|t| Instant::now().checked_add(t).unwrap_or_else(far_future))
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86_400 * 365)
+}
+
+/// Time left until `deadline`; `Some(ZERO)` once it has passed.
+fn remaining(deadline: Option<Instant>) -> Option<Duration> {
+    deadline.map(|d| d.saturating_duration_since(Instant::now()))
+}
+
+/// Parks on `seq` unless `ready()` turns true after announcing ourselves in
+/// `waiting` (protocol (C) in the module docs). Returns `ready()`'s last value.
+fn park<F>(
+    seq: &AtomicU32,
+    waiting: &AtomicU32,
+    deadline: Option<Instant>,
+    mut ready: F,
+) -> Result<bool, Violation>
+where
+    F: FnMut() -> Result<bool, Violation>,
+{
+    let observed = seq.load(Ordering::Acquire);
+    waiting.store(1, Ordering::Relaxed);
+    fence(Ordering::SeqCst);
+    let result = match ready() {
+        Ok(false) => {
+            let left = remaining(deadline);
+            if left != Some(Duration::ZERO) {
+                futex::wait(seq, observed, left);
+            }
+            ready()
+        }
+        other => other,
+    };
+    waiting.store(0, Ordering::Relaxed);
+    result
+}
+
+/// Spins for up to `spin` re-checking `ready`, then parks until the deadline.
+/// Returns `Ok(true)` when ready, `Ok(false)` on timeout.
+fn wait_until<F>(
+    spin: Duration,
+    seq: &AtomicU32,
+    waiting: &AtomicU32,
+    deadline: Option<Instant>,
+    mut ready: F,
+) -> Result<bool, Violation>
+where
+    F: FnMut() -> Result<bool, Violation>,
+{
+    if ready()? {
+        return Ok(true);
+    }
+    if !spin.is_zero() {
+        let spin_end = Instant::now() + spin;
+        let spin_end = deadline.map_or(spin_end, |d| d.min(spin_end));
+        loop {
+            for _ in 0..64 {
+                spin_hint();
+                if ready()? {
+                    return Ok(true);
+                }
+            }
+            if Instant::now() >= spin_end {
+                break;
+            }
+        }
+    }
+    loop {
+        if park(seq, waiting, deadline, &mut ready)? {
+            return Ok(true);
+        }
+        if remaining(deadline) == Some(Duration::ZERO) {
+            return Ok(false);
+        }
+    }
+}
+
+impl<T: RingItem> Producer<T> {
+    /// Capacity in items.
+    pub fn capacity(&self) -> usize {
+        self.ring.capacity as usize
+    }
+
+    /// Sets how long blocking waits spin before parking (zero: park at once).
+    pub fn set_spin(&mut self, spin: Duration) {
+        self.spin = spin;
+    }
+
+    /// Items written (staged or published) so far: the private tail.
+    pub fn tail(&self) -> u64 {
+        self.tail
+    }
+
+    /// Items written but not yet published.
+    pub fn staged(&self) -> usize {
+        (self.tail - self.published) as usize
+    }
+
+    /// Reloads the consumer's head (pair (B)) and checks it lies between our
+    /// last view of it and what we published.
+    fn refresh_head(&mut self) -> Result<(), Violation> {
+        let head = self.ring.ctrl().consumer.head.load(Ordering::Acquire); // (B) acquire
+        let advanced = head.wrapping_sub(self.cached_head);
+        let outstanding = self.published.wrapping_sub(self.cached_head);
+        if advanced > outstanding {
+            return Err(Violation::RingIndex {
+                ring: self.ring.name,
+                ours: self.published,
+                theirs: head,
+                capacity: self.ring.capacity,
+            });
+        }
+        self.cached_head = head;
+        Ok(())
+    }
+
+    /// Free slots, refreshing the consumer's head only if our cached view says full.
+    pub fn free(&mut self) -> Result<usize, Violation> {
+        if self.tail - self.cached_head == self.ring.capacity {
+            self.refresh_head()?;
+        }
+        Ok((self.ring.capacity - (self.tail - self.cached_head)) as usize)
+    }
+
+    /// Writes `item` into the next slot without publishing it. Returns
+    /// `Ok(false)` when the ring is full. Call [`Producer::publish`] to make
+    /// staged items visible (batched publication).
+    #[inline]
+    pub fn try_stage(&mut self, item: T) -> Result<bool, Violation> {
+        if self.tail - self.cached_head == self.ring.capacity {
+            self.refresh_head()?;
+            if self.tail - self.cached_head == self.ring.capacity {
+                return Ok(false);
+            }
+        }
+        let slot = (self.tail & self.ring.mask()) as usize;
+        // SAFETY: slot < capacity; indices in [cached_head, cached_head+capacity)
+        // are ours to write until published (pair (B) acquired above).
+        unsafe { self.ring.slots.write(slot, item) };
+        self.tail += 1;
+        Ok(true)
+    }
+
+    /// Publishes every staged item with one store, and wakes a parked consumer.
+    #[inline]
+    pub fn publish(&mut self) {
+        if self.tail == self.published {
+            return;
+        }
+        let ctrl = self.ring.ctrl();
+        ctrl.producer.tail.store(self.tail, Ordering::Release); // (A) release
+        self.published = self.tail;
+        fence(Ordering::SeqCst); // (C)
+        if ctrl.consumer.consumer_waiting.load(Ordering::Relaxed) != 0 {
+            ctrl.producer.data_seq.fetch_add(1, Ordering::Release);
+            futex::wake_all(&ctrl.producer.data_seq);
+        }
+    }
+
+    /// Stages and publishes one item; `Ok(false)` when full.
+    #[inline]
+    pub fn try_push(&mut self, item: T) -> Result<bool, Violation> {
+        let pushed = self.try_stage(item)?;
+        if pushed {
+            self.publish();
+        }
+        Ok(pushed)
+    }
+
+    /// Waits until at least one slot is free. `Ok(false)` on timeout.
+    /// Publishes staged items first so the consumer can make progress.
+    pub fn wait_for_space(&mut self, timeout: Option<Duration>) -> Result<bool, Violation> {
+        self.publish();
+        let deadline = deadline_after(timeout);
+        let spin = self.spin;
+        let ctrl = self.ring.ctrl;
+        // SAFETY: the control block outlives this call (kept alive by
+        // `self.ring`); it holds only atomics, so a shared reference beside
+        // `&mut self` aliases nothing the closure mutates.
+        let ctrl = unsafe { ctrl.as_ref() };
+        wait_until(
+            spin,
+            &ctrl.consumer.space_seq,
+            &ctrl.producer.producer_waiting,
+            deadline,
+            || {
+                self.refresh_head()?;
+                Ok(self.tail - self.cached_head < self.ring.capacity)
+            },
+        )
+    }
+
+    /// Pushes one item, waiting (spin, then park) for space up to `timeout`.
+    pub fn push_blocking(&mut self, item: T, timeout: Option<Duration>) -> Result<(), WaitError> {
+        let deadline = deadline_after(timeout);
+        loop {
+            if self.try_push(item)? {
+                return Ok(());
+            }
+            if !self.wait_for_space(remaining(deadline))? {
+                return Err(WaitError::Timeout);
+            }
+        }
+    }
+
+    /// Wakes the consumer even if it did not announce itself; used before
+    /// shutdown or fencing so a parked peer re-reads the segment state.
+    pub fn notify(&self) {
+        let ctrl = self.ring.ctrl();
+        ctrl.producer.data_seq.fetch_add(1, Ordering::Release);
+        futex::wake_all(&ctrl.producer.data_seq);
+    }
+}
+
+impl<T: RingItem> Consumer<T> {
+    /// Capacity in items.
+    pub fn capacity(&self) -> usize {
+        self.ring.capacity as usize
+    }
+
+    /// Sets how long blocking waits spin before parking (zero: park at once).
+    pub fn set_spin(&mut self, spin: Duration) {
+        self.spin = spin;
+    }
+
+    /// Items consumed so far: the private head.
+    pub fn head(&self) -> u64 {
+        self.head
+    }
+
+    /// Reloads the producer's tail (pair (A)) and checks it is at most one
+    /// capacity ahead of our head and did not move backwards.
+    fn refresh_tail(&mut self) -> Result<(), Violation> {
+        let tail = self.ring.ctrl().producer.tail.load(Ordering::Acquire); // (A) acquire
+        let available = tail.wrapping_sub(self.head);
+        let moved = tail.wrapping_sub(self.cached_tail);
+        if available > self.ring.capacity || moved > self.ring.capacity {
+            return Err(Violation::RingIndex {
+                ring: self.ring.name,
+                ours: self.head,
+                theirs: tail,
+                capacity: self.ring.capacity,
+            });
+        }
+        self.cached_tail = tail;
+        Ok(())
+    }
+
+    /// Items ready to read, refreshing the producer's tail if our view says empty.
+    pub fn available(&mut self) -> Result<usize, Violation> {
+        if self.head == self.cached_tail {
+            self.refresh_tail()?;
+        }
+        Ok((self.cached_tail - self.head) as usize)
+    }
+
+    /// Copies out the next item without publishing the freed slot. Call
+    /// [`Consumer::commit`] (or use [`Consumer::try_pop`]) to hand slots back.
+    #[inline]
+    pub fn try_take(&mut self) -> Result<Option<T>, Violation> {
+        if self.head == self.cached_tail {
+            self.refresh_tail()?;
+            if self.head == self.cached_tail {
+                return Ok(None);
+            }
+        }
+        let slot = (self.head & self.ring.mask()) as usize;
+        // SAFETY: slot < capacity and index `head` < cached_tail was published
+        // to us (pair (A) acquired in refresh_tail).
+        let item = unsafe { self.ring.slots.read(slot) };
+        self.head += 1;
+        Ok(Some(item))
+    }
+
+    /// Publishes our head (freeing every slot taken so far) and wakes a parked producer.
+    #[inline]
+    pub fn commit(&mut self) {
+        if self.head == self.published {
+            return;
+        }
+        let ctrl = self.ring.ctrl();
+        ctrl.consumer.head.store(self.head, Ordering::Release); // (B) release
+        self.published = self.head;
+        fence(Ordering::SeqCst); // (C)
+        if ctrl.producer.producer_waiting.load(Ordering::Relaxed) != 0 {
+            ctrl.consumer.space_seq.fetch_add(1, Ordering::Release);
+            futex::wake_all(&ctrl.consumer.space_seq);
+        }
+    }
+
+    /// Takes and commits one item.
+    #[inline]
+    pub fn try_pop(&mut self) -> Result<Option<T>, Violation> {
+        let item = self.try_take()?;
+        if item.is_some() {
+            self.commit();
+        }
+        Ok(item)
+    }
+
+    /// Takes up to `out.len()` items and commits them with one store.
+    pub fn pop_into(&mut self, out: &mut [T]) -> Result<usize, Violation> {
+        let mut n = 0;
+        while n < out.len() {
+            match self.try_take()? {
+                Some(item) => {
+                    out[n] = item;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        self.commit();
+        Ok(n)
+    }
+
+    /// Waits until at least one item is ready (spin, then park). `Ok(false)` on timeout.
+    /// Commits taken items first so the producer can make progress.
+    pub fn wait_for_data(&mut self, timeout: Option<Duration>) -> Result<bool, Violation> {
+        self.commit();
+        let deadline = deadline_after(timeout);
+        let spin = self.spin;
+        let ctrl = self.ring.ctrl;
+        // SAFETY: the control block outlives this call (kept alive by
+        // `self.ring`); it holds only atomics, so a shared reference beside
+        // `&mut self` aliases nothing the closure mutates.
+        let ctrl = unsafe { ctrl.as_ref() };
+        wait_until(
+            spin,
+            &ctrl.producer.data_seq,
+            &ctrl.consumer.consumer_waiting,
+            deadline,
+            || Ok(self.available()? > 0),
+        )
+    }
+
+    /// Pops one item, waiting (spin, then park) up to `timeout`.
+    pub fn pop_blocking(&mut self, timeout: Option<Duration>) -> Result<T, WaitError> {
+        let deadline = deadline_after(timeout);
+        loop {
+            if let Some(item) = self.try_pop()? {
+                return Ok(item);
+            }
+            if !self.wait_for_data(remaining(deadline))? {
+                return Err(WaitError::Timeout);
+            }
+        }
+    }
+
+    /// Wakes the producer even if it did not announce itself.
+    pub fn notify(&self) {
+        let ctrl = self.ring.ctrl();
+        ctrl.consumer.space_seq.fetch_add(1, Ordering::Release);
+        futex::wake_all(&ctrl.consumer.space_seq);
+    }
+}
+
+impl<T: RingItem> Drop for Consumer<T> {
+    fn drop(&mut self) {
+        self.commit();
+    }
+}
+
+impl<T: RingItem> Drop for Producer<T> {
+    fn drop(&mut self) {
+        self.publish();
+    }
+}
+
+#[cfg(all(test, not(feature = "loom")))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_pop_wrap_full_empty() {
+        let (mut p, mut c) = heap_ring::<u64>(4, "t");
+        assert_eq!(c.try_pop().unwrap(), None);
+        for round in 0..10u64 {
+            for i in 0..4 {
+                assert!(p.try_push(round * 4 + i).unwrap());
+            }
+            assert!(!p.try_push(99).unwrap(), "ring must be full");
+            for i in 0..4 {
+                assert_eq!(c.try_pop().unwrap(), Some(round * 4 + i));
+            }
+            assert_eq!(c.try_pop().unwrap(), None);
+        }
+    }
+
+    #[test]
+    fn staged_items_are_invisible_until_published() {
+        let (mut p, mut c) = heap_ring::<u64>(8, "t");
+        assert!(p.try_stage(1).unwrap());
+        assert!(p.try_stage(2).unwrap());
+        assert_eq!(p.staged(), 2);
+        assert_eq!(c.try_pop().unwrap(), None);
+        p.publish();
+        assert_eq!(c.try_pop().unwrap(), Some(1));
+        assert_eq!(c.try_pop().unwrap(), Some(2));
+    }
+
+    #[test]
+    fn taken_slots_are_not_free_until_committed() {
+        let (mut p, mut c) = heap_ring::<u64>(2, "t");
+        assert!(p.try_push(1).unwrap() && p.try_push(2).unwrap());
+        assert_eq!(c.try_take().unwrap(), Some(1));
+        assert!(!p.try_push(3).unwrap());
+        c.commit();
+        assert!(p.try_push(3).unwrap());
+    }
+
+    #[test]
+    fn hostile_tail_is_a_violation() {
+        let (p, mut c) = heap_ring::<u64>(4, "ready");
+        p.ring.ctrl().producer.tail.store(1000, Ordering::Release);
+        assert!(matches!(c.try_pop(), Err(Violation::RingIndex { ring: "ready", .. })));
+        p.ring.ctrl().producer.tail.store(u64::MAX, Ordering::Release);
+        assert!(c.try_pop().is_err());
+    }
+
+    #[test]
+    fn hostile_head_is_a_violation() {
+        let (mut p, c) = heap_ring::<u64>(4, "release");
+        for i in 0..4 {
+            assert!(p.try_push(i).unwrap());
+        }
+        // Head ahead of what was published.
+        c.ring.ctrl().consumer.head.store(9, Ordering::Release);
+        assert!(p.try_push(5).is_err());
+        // Head that moved backwards.
+        let (mut p, mut c) = heap_ring::<u64>(4, "release");
+        for i in 0..4 {
+            assert!(p.try_push(i).unwrap());
+        }
+        assert_eq!(c.try_pop().unwrap(), Some(0));
+        assert!(p.try_push(9).unwrap());
+        c.ring.ctrl().consumer.head.store(0, Ordering::Release);
+        assert!(p.try_push(10).is_err());
+    }
+
+    #[test]
+    fn blocking_pop_times_out_and_wakes() {
+        let (mut p, mut c) = heap_ring::<u64>(4, "t");
+        c.set_spin(Duration::ZERO);
+        let t = Instant::now();
+        assert_eq!(
+            c.pop_blocking(Some(Duration::from_millis(20))),
+            Err(WaitError::Timeout)
+        );
+        assert!(t.elapsed() >= Duration::from_millis(15));
+        let h = std::thread::spawn(move || c.pop_blocking(Some(Duration::from_secs(10))));
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(p.try_push(42).unwrap());
+        assert_eq!(h.join().unwrap(), Ok(42));
+    }
+
+    #[test]
+    fn blocking_push_waits_for_space() {
+        let (mut p, mut c) = heap_ring::<u64>(2, "t");
+        p.set_spin(Duration::ZERO);
+        assert!(p.try_push(1).unwrap() && p.try_push(2).unwrap());
+        assert_eq!(
+            p.push_blocking(3, Some(Duration::from_millis(10))),
+            Err(WaitError::Timeout)
+        );
+        let h = std::thread::spawn(move || {
+            p.push_blocking(3, Some(Duration::from_secs(10))).unwrap();
+            p
+        });
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(c.try_pop().unwrap(), Some(1));
+        let _p = h.join().unwrap();
+        assert_eq!(c.try_pop().unwrap(), Some(2));
+        assert_eq!(c.try_pop().unwrap(), Some(3));
+    }
+
+    #[test]
+    fn threads_move_many_items_in_order() {
+        let n: u64 = if cfg!(miri) { 500 } else { 200_000 };
+        let (mut p, mut c) = heap_ring::<[u64; 8]>(64, "t");
+        let h = std::thread::spawn(move || {
+            for i in 0..n {
+                p.push_blocking([i, !i, i * 3, 0, 0, 0, 0, i ^ 0x55], None).unwrap();
+            }
+        });
+        let mut buf = [[0u64; 8]; 16];
+        let mut next = 0;
+        while next < n {
+            let got = c.pop_into(&mut buf).unwrap();
+            if got == 0 {
+                c.wait_for_data(Some(Duration::from_secs(10))).unwrap();
+            }
+            for item in &buf[..got] {
+                assert_eq!(item, &[next, !next, next * 3, 0, 0, 0, 0, next ^ 0x55]);
+                next += 1;
+            }
+        }
+        h.join().unwrap();
+    }
+}

@@ -1,1 +1,381 @@
-//! (in progress)
+//! A session's ring segment: a small read-write memfd holding a
+//! [`SegmentHeader`], the ready ring (agent → loader) and the release ring
+//! (loader → agent).
+//!
+//! Bring-up: the agent creates the memfd with `memfd_create`, sizes and seals
+//! it against shrinking and growing, fills every field, and stores
+//! `instance_epoch`, `layout_version` and finally `magic` with release
+//! ordering. The loader maps the fd it received, loads `magic` with acquire
+//! ordering and rejects a wrong magic, version, epoch, or a segment shorter
+//! than its header claims (see [`crate::validate::HeaderSnapshot::validate`]).
+//!
+//! The agent never reads the geometry back from shared memory: it keeps the
+//! [`SegmentGeometry`] it created, because the loader can write the segment.
+
+use crate::error::{AttachError, Violation};
+use crate::layout::{
+    state, BatchDescriptor, ReleaseDescriptor, SegmentGeometry, SegmentHeader, LAYOUT_VERSION,
+    SEGMENT_HEADER_SIZE, SEGMENT_MAGIC,
+};
+use crate::region::Region;
+use crate::ring::{consumer_from_raw, producer_from_raw, Consumer, Producer};
+use crate::sync::Ordering;
+use crate::validate::HeaderSnapshot;
+use std::io;
+use std::mem::size_of;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::ptr::{addr_of_mut, NonNull};
+use std::sync::Arc;
+
+/// What the agent decides when it creates a segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentSpec {
+    /// Session id.
+    pub session_id: u64,
+    /// Ready ring capacity (power of two).
+    pub ready_capacity: u32,
+    /// Release ring capacity (power of two).
+    pub release_capacity: u32,
+    /// Size of the arena the descriptors will point into.
+    pub arena_size: u64,
+    /// Per-creation random value echoed in the handshake reply.
+    pub instance_epoch: u64,
+}
+
+/// The agent's side of a segment.
+pub struct AgentSegment {
+    region: Arc<Region>,
+    fd: Option<OwnedFd>,
+    geometry: SegmentGeometry,
+    spec: SegmentSpec,
+    endpoints_taken: bool,
+}
+
+fn header(region: &Region) -> &SegmentHeader {
+    // SAFETY: every region holding a segment is at least SEGMENT_HEADER_SIZE
+    // long (checked at creation and attach) and page aligned; the fields read
+    // through this reference after creation are atomics.
+    unsafe { &*(region.as_ptr() as *const SegmentHeader) }
+}
+
+impl AgentSegment {
+    /// Creates a segment in a sealed memfd (the fd is what the loader receives).
+    pub fn create_memfd(spec: SegmentSpec) -> io::Result<AgentSegment> {
+        let geometry = geometry_for(&spec)?;
+        let name = format!("granary-session-{}", spec.session_id);
+        let fd = crate::memfd::create(&name, geometry.segment_size, false)?;
+        crate::memfd::add_seals(
+            fd.as_fd(),
+            crate::memfd::SEAL_SHRINK | crate::memfd::SEAL_GROW | crate::memfd::SEAL_SEAL,
+        )?;
+        let region = Region::map_shared_rw(fd.as_fd(), geometry.segment_size as usize, true)?;
+        Ok(Self::init(Arc::new(region), Some(fd), geometry, spec))
+    }
+
+    /// Creates a segment in heap memory (tests, Miri).
+    pub fn create_heap(spec: SegmentSpec) -> io::Result<AgentSegment> {
+        let geometry = geometry_for(&spec)?;
+        let region = Region::heap(geometry.segment_size as usize);
+        Ok(Self::init(Arc::new(region), None, geometry, spec))
+    }
+
+    fn init(
+        region: Arc<Region>,
+        fd: Option<OwnedFd>,
+        geometry: SegmentGeometry,
+        spec: SegmentSpec,
+    ) -> AgentSegment {
+        let hdr = region.as_ptr() as *mut SegmentHeader;
+        // SAFETY: the region is fresh, zeroed, at least a header long, page
+        // aligned and not yet visible to any other process (its fd has not
+        // left this process), so plain writes cannot race.
+        unsafe {
+            addr_of_mut!((*hdr).header_size).write(SEGMENT_HEADER_SIZE as u32);
+            addr_of_mut!((*hdr).creator_pid).write(std::process::id());
+            addr_of_mut!((*hdr).flags).write(0);
+            addr_of_mut!((*hdr).segment_size).write(geometry.segment_size);
+            addr_of_mut!((*hdr).session_id).write(spec.session_id);
+            addr_of_mut!((*hdr).ready_offset).write(geometry.ready_offset);
+            addr_of_mut!((*hdr).ready_capacity).write(geometry.ready_capacity);
+            addr_of_mut!((*hdr).ready_item_size).write(size_of::<BatchDescriptor>() as u32);
+            addr_of_mut!((*hdr).release_offset).write(geometry.release_offset);
+            addr_of_mut!((*hdr).release_capacity).write(geometry.release_capacity);
+            addr_of_mut!((*hdr).release_item_size).write(size_of::<ReleaseDescriptor>() as u32);
+            addr_of_mut!((*hdr).arena_size).write(spec.arena_size);
+        }
+        let h = header(&region);
+        h.state.store(state::LIVE, Ordering::Relaxed);
+        // Published last, in this order; attach reads magic first (acquire).
+        h.instance_epoch.store(spec.instance_epoch, Ordering::Release);
+        h.layout_version.store(LAYOUT_VERSION, Ordering::Release);
+        h.magic.store(SEGMENT_MAGIC, Ordering::Release);
+        AgentSegment {
+            region,
+            fd,
+            geometry,
+            spec,
+            endpoints_taken: false,
+        }
+    }
+
+    /// The memfd to send to the loader (`None` for heap segments).
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.fd.as_ref().map(|f| f.as_fd())
+    }
+
+    /// The mapped region (heap segments hand this to [`LoaderSegment::attach_region`]).
+    pub fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    /// The geometry this segment was created with (trusted copy).
+    pub fn geometry(&self) -> SegmentGeometry {
+        self.geometry
+    }
+
+    /// The spec this segment was created with.
+    pub fn spec(&self) -> SegmentSpec {
+        self.spec
+    }
+
+    /// The agent's ring ends: producer of the ready ring, consumer of the
+    /// release ring. Returns `None` after the first call.
+    pub fn take_endpoints(
+        &mut self,
+    ) -> Option<(Producer<BatchDescriptor>, Consumer<ReleaseDescriptor>)> {
+        if self.endpoints_taken {
+            return None;
+        }
+        self.endpoints_taken = true;
+        let (ready, release) = ring_bases(&self.region, &self.geometry);
+        let keep: Arc<dyn std::any::Any + Send + Sync> = self.region.clone();
+        // SAFETY: bases come from the trusted geometry, lie inside the mapping
+        // kept alive by `keep`, are 128-aligned; this is the only agent-side
+        // producer/consumer pair (endpoints_taken).
+        unsafe {
+            Some((
+                producer_from_raw(ready, self.geometry.ready_capacity, "ready", keep.clone()),
+                consumer_from_raw(release, self.geometry.release_capacity, "release", keep),
+            ))
+        }
+    }
+
+    /// Marks the session fenced for `violation` and wakes a parked loader.
+    pub fn fence(&self, violation: &Violation) {
+        let h = header(&self.region);
+        h.violation.store(violation.code(), Ordering::Relaxed);
+        h.state.store(state::FENCED, Ordering::Release);
+        self.wake_loader();
+    }
+
+    /// Marks the session closed (agent shutdown) and wakes a parked loader.
+    pub fn close(&self) {
+        header(&self.region)
+            .state
+            .store(state::CLOSED, Ordering::Release);
+        self.wake_loader();
+    }
+
+    /// Records agent liveness for the loader.
+    pub fn heartbeat(&self, now_ms: u64) {
+        header(&self.region)
+            .heartbeat_ms
+            .store(now_ms, Ordering::Relaxed);
+    }
+
+    /// Bumps the ready ring's futex word and wakes a parked loader.
+    pub fn wake_loader(&self) {
+        let (ready, _) = ring_bases(&self.region, &self.geometry);
+        // SAFETY: the ready ring's control block lies at `ready` inside the
+        // live mapping; its fields are atomics.
+        let ctrl = unsafe { ready.cast::<crate::layout::RingControl>().as_ref() };
+        ctrl.producer.data_seq.fetch_add(1, Ordering::Release);
+        crate::futex::wake_all(&ctrl.producer.data_seq);
+    }
+}
+
+fn geometry_for(spec: &SegmentSpec) -> io::Result<SegmentGeometry> {
+    SegmentGeometry::new(spec.ready_capacity, spec.release_capacity).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "ring capacities must be powers of two in 2..=MAX_RING_CAPACITY",
+        )
+    })
+}
+
+fn ring_bases(region: &Region, g: &SegmentGeometry) -> (NonNull<u8>, NonNull<u8>) {
+    let base = region.as_ptr();
+    // Offsets come from a validated geometry and lie inside the region.
+    let ready = NonNull::new(base.wrapping_add(g.ready_offset as usize)).expect("non-null");
+    let release = NonNull::new(base.wrapping_add(g.release_offset as usize)).expect("non-null");
+    (ready, release)
+}
+
+/// The loader's side of a segment.
+pub struct LoaderSegment {
+    region: Arc<Region>,
+    snapshot: HeaderSnapshot,
+    geometry: SegmentGeometry,
+    endpoints_taken: bool,
+}
+
+impl LoaderSegment {
+    /// Maps a segment fd received from the agent and validates its header.
+    pub fn attach_fd(
+        fd: BorrowedFd<'_>,
+        expected_epoch: Option<u64>,
+    ) -> Result<LoaderSegment, AttachError> {
+        let len = crate::memfd::file_size(fd).map_err(AttachError::Os)?;
+        if len < SEGMENT_HEADER_SIZE as u64 {
+            return Err(AttachError::TooShort {
+                needed: SEGMENT_HEADER_SIZE as u64,
+                actual: len,
+            });
+        }
+        let len = usize::try_from(len).map_err(|_| AttachError::TooShort {
+            needed: u64::MAX,
+            actual: len,
+        })?;
+        let region = Region::map_shared_rw(fd, len, true).map_err(AttachError::Os)?;
+        Self::attach_region(Arc::new(region), expected_epoch)
+    }
+
+    /// Validates a segment already mapped (or heap-backed) in `region`.
+    pub fn attach_region(
+        region: Arc<Region>,
+        expected_epoch: Option<u64>,
+    ) -> Result<LoaderSegment, AttachError> {
+        if region.len() < SEGMENT_HEADER_SIZE {
+            return Err(AttachError::TooShort {
+                needed: SEGMENT_HEADER_SIZE as u64,
+                actual: region.len() as u64,
+            });
+        }
+        if region.as_ptr() as usize % 128 != 0 {
+            return Err(Violation::Misaligned {
+                what: "segment base",
+                offset: region.as_ptr() as u64,
+            }
+            .into());
+        }
+        // SAFETY: the region is at least a header long and 128-aligned.
+        let snapshot = unsafe { HeaderSnapshot::read(region.as_ptr() as *const SegmentHeader) };
+        let geometry = snapshot.validate(region.len() as u64, expected_epoch)?;
+        Ok(LoaderSegment {
+            region,
+            snapshot,
+            geometry,
+            endpoints_taken: false,
+        })
+    }
+
+    /// The header as read (once) at attach.
+    pub fn info(&self) -> &HeaderSnapshot {
+        &self.snapshot
+    }
+
+    /// The loader's ring ends: consumer of the ready ring, producer of the
+    /// release ring. Returns `None` after the first call.
+    pub fn take_endpoints(
+        &mut self,
+    ) -> Option<(Consumer<BatchDescriptor>, Producer<ReleaseDescriptor>)> {
+        if self.endpoints_taken {
+            return None;
+        }
+        self.endpoints_taken = true;
+        let (ready, release) = ring_bases(&self.region, &self.geometry);
+        let keep: Arc<dyn std::any::Any + Send + Sync> = self.region.clone();
+        // SAFETY: the geometry was validated to be exactly what the creator
+        // lays out for these capacities and to fit inside the mapping, which
+        // `keep` keeps alive; bases are 128-aligned; one pair per attach.
+        unsafe {
+            Some((
+                consumer_from_raw(ready, self.geometry.ready_capacity, "ready", keep.clone()),
+                producer_from_raw(release, self.geometry.release_capacity, "release", keep),
+            ))
+        }
+    }
+
+    /// The session state word ([`crate::layout::state`]).
+    pub fn state(&self) -> u32 {
+        header(&self.region).state.load(Ordering::Acquire)
+    }
+
+    /// The violation code recorded when the session was fenced.
+    pub fn violation(&self) -> u32 {
+        header(&self.region).violation.load(Ordering::Relaxed)
+    }
+
+    /// The agent's last heartbeat (ms on its monotonic clock).
+    pub fn heartbeat_ms(&self) -> u64 {
+        header(&self.region).heartbeat_ms.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> SegmentSpec {
+        SegmentSpec {
+            session_id: 9,
+            ready_capacity: 8,
+            release_capacity: 16,
+            arena_size: 1 << 20,
+            instance_epoch: 0xfeed,
+        }
+    }
+
+    #[test]
+    fn heap_segment_round_trip() {
+        let mut a = AgentSegment::create_heap(spec()).unwrap();
+        let mut l = LoaderSegment::attach_region(a.region().clone(), Some(0xfeed)).unwrap();
+        assert_eq!(l.info().session_id, 9);
+        assert_eq!(l.info().arena_size, 1 << 20);
+        let (mut ready_p, mut release_c) = a.take_endpoints().unwrap();
+        assert!(a.take_endpoints().is_none());
+        let (mut ready_c, mut release_p) = l.take_endpoints().unwrap();
+        let d = BatchDescriptor {
+            seq: 1,
+            token: 2,
+            ..Default::default()
+        };
+        assert!(ready_p.try_push(d).unwrap());
+        assert_eq!(ready_c.try_pop().unwrap(), Some(d));
+        let r = ReleaseDescriptor { seq: 1, token: 2 };
+        assert!(release_p.try_push(r).unwrap());
+        assert_eq!(release_c.try_pop().unwrap(), Some(r));
+        assert_eq!(l.state(), state::LIVE);
+        a.fence(&Violation::BadField {
+            field: "x",
+            value: 1,
+        });
+        assert_eq!(l.state(), state::FENCED);
+        assert_eq!(l.violation(), 3);
+    }
+
+    #[test]
+    fn attach_rejects_wrong_epoch_and_garbage() {
+        let a = AgentSegment::create_heap(spec()).unwrap();
+        assert!(matches!(
+            LoaderSegment::attach_region(a.region().clone(), Some(1)),
+            Err(AttachError::StaleEpoch { .. })
+        ));
+        let junk = Arc::new(Region::heap(4096));
+        assert!(matches!(
+            LoaderSegment::attach_region(junk, None),
+            Err(AttachError::BadMagic(0))
+        ));
+    }
+
+    #[cfg(not(miri))]
+    #[test]
+    fn memfd_segment_attach_through_fd() {
+        let a = AgentSegment::create_memfd(spec()).unwrap();
+        let l = LoaderSegment::attach_fd(a.fd().unwrap(), Some(0xfeed)).unwrap();
+        assert_eq!(l.info().segment_size, a.geometry().segment_size);
+        let seals = crate::memfd::seals(a.fd().unwrap()).unwrap();
+        assert_ne!(seals & crate::memfd::SEAL_SHRINK, 0);
+        assert_ne!(seals & crate::memfd::SEAL_GROW, 0);
+    }
+}
