@@ -1,2 +1,3 @@
 //! The Granary agent library: everything `granaryd` and `granary` do.
 #![deny(unsafe_op_in_unsafe_fn)]
+pub mod planner;
