@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Installs what the build, the tests and the benchmarks need, idempotently.
+#   scripts/setup.sh build    C compiler, python3 (quickstart)
+#   scripts/setup.sh test     + nextest, nightly Miri, cargo-fuzz, hugepages
+set -euo pipefail
+what="${1:-build}"
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+apt_install() {
+    local missing=()
+    for pkg in "$@"; do
+        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    log "apt-get install ${missing[*]}"
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+ensure_build() {
+    command -v cargo >/dev/null || { log "cargo not found: install Rust (rustup) first"; exit 1; }
+    command -v cc >/dev/null || apt_install gcc libc6-dev
+    command -v python3 >/dev/null || apt_install python3
+}
+
+ensure_test() {
+    ensure_build
+    if ! cargo nextest --version >/dev/null 2>&1; then
+        log "installing cargo-nextest"
+        cargo install cargo-nextest --locked --quiet
+    fi
+    if ! rustup toolchain list | grep -q '^nightly'; then
+        log "installing the nightly toolchain (Miri, fuzzing)"
+        rustup toolchain install nightly --profile minimal
+    fi
+    if ! rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^miri'; then
+        log "adding miri and rust-src to nightly"
+        rustup component add --toolchain nightly miri rust-src
+    fi
+    if ! command -v cargo-fuzz >/dev/null 2>&1; then
+        log "installing cargo-fuzz"
+        cargo install cargo-fuzz --locked --quiet
+    fi
+    reserve_hugepages 256
+}
+
+# Reserve 2 MiB hugepages so the hugetlb arena path is exercised for real.
+reserve_hugepages() {
+    local want="$1" f=/proc/sys/vm/nr_hugepages
+    [ -w "$f" ] || { log "cannot write $f: hugepage tests will take the fallback path"; return 0; }
+    local have
+    have=$(cat "$f")
+    if [ "$have" -lt "$want" ]; then
+        echo "$want" > "$f" 2>/dev/null || true
+    fi
+    log "hugepages: $(grep -E 'HugePages_(Total|Free)' /proc/meminfo | tr -s ' ' | tr '\n' ' ')"
+}
+
+case "$what" in
+    build) ensure_build ;;
+    test) ensure_test ;;
+    *) echo "usage: $0 build|test" >&2; exit 2 ;;
+esac
