@@ -1,1 +1,636 @@
-//! (in progress)
+//! The sample arena: one memfd the agent writes and loaders map read-only.
+//!
+//! The agent creates the arena with [`Arena::create`]: a memfd (on hugepages
+//! when they are available and asked for), sized, mapped shared and
+//! writable (optionally pre-faulted), then sealed with `F_SEAL_SHRINK`,
+//! `F_SEAL_GROW`, `F_SEAL_FUTURE_WRITE` and `F_SEAL_SEAL`. The agent's own
+//! writable mapping stays valid; from then on nobody, the agent included,
+//! can create a new writable shared mapping, `write(2)` to the file, or
+//! change its size. The fd sent to loaders ([`Arena::loader_fd`]) is a
+//! read-only re-open on top of that.
+//!
+//! A loader maps the received fd with [`ArenaView::map`], which refuses an
+//! fd of the wrong size or one that is not sealed.
+//!
+//! [`Arena::heap`] builds an arena on heap memory with the same interface,
+//! so the logic above it runs under Miri.
+//!
+//! The arena is shared memory: its bytes may change at any moment through
+//! another mapping, so this module never hands out references to them, only
+//! copies ([`Arena::read_at`], [`ArenaView::read_at`]) and raw pointers.
+
+use std::fmt;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+
+use nix::errno::Errno;
+use nix::fcntl::{fcntl, FcntlArg, OFlag, SealFlag};
+use nix::sys::memfd::{memfd_create, MFdFlags};
+use nix::sys::stat::{fstat, Mode};
+
+use crate::region::Region;
+
+/// Normal arenas are sized in multiples of this.
+pub const ARENA_ALIGN: u64 = 4096;
+
+/// Where the kernel takes hugepage reservations; named in error messages.
+pub const NR_HUGEPAGES_PATH: &str = "/proc/sys/vm/nr_hugepages";
+
+/// Seals a loader requires before it maps an arena.
+const REQUIRED_SEALS: SealFlag = SealFlag::F_SEAL_SHRINK
+    .union(SealFlag::F_SEAL_GROW)
+    .union(SealFlag::F_SEAL_FUTURE_WRITE);
+
+/// Whether the arena lives on hugepages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HugePages {
+    /// Normal pages.
+    Off,
+    /// Hugepages if the kernel has them reserved, otherwise normal pages
+    /// (see [`Arena::fallback_reason`]).
+    Try,
+    /// Hugepages or an error ([`ArenaError::HugePagesRequired`]).
+    Required,
+}
+
+/// How to create an [`Arena`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArenaOptions {
+    /// Requested size in bytes; rounded up to [`ARENA_ALIGN`] or to the
+    /// hugepage size.
+    pub size: u64,
+    /// Hugepage policy.
+    pub hugepages: HugePages,
+    /// Pre-fault every page at creation (`MAP_POPULATE`).
+    pub populate: bool,
+    /// memfd name, shown in `/proc/<pid>/fd` (at most 249 bytes, no NUL).
+    pub name: String,
+}
+
+impl ArenaOptions {
+    /// `size` bytes, hugepages if available, pre-faulted, named
+    /// `granary-arena`.
+    pub fn new(size: u64) -> ArenaOptions {
+        ArenaOptions {
+            size,
+            hugepages: HugePages::Try,
+            populate: true,
+            name: "granary-arena".into(),
+        }
+    }
+}
+
+/// Why an arena operation failed.
+#[derive(Debug)]
+pub enum ArenaError {
+    /// A system call failed.
+    Os {
+        /// The operation (`memfd_create`, `ftruncate`, `mmap`, ...).
+        op: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// Hugepages were required but could not be used; the text says why and
+    /// how to reserve them.
+    HugePagesRequired(String),
+    /// The arena fd's size is not the size the handshake announced.
+    SizeMismatch {
+        /// Size announced.
+        expected: u64,
+        /// Size of the file.
+        actual: u64,
+    },
+    /// The arena fd lacks the seals a loader requires.
+    NotSealed {
+        /// The seals found (`F_GET_SEALS`).
+        seals: i32,
+    },
+    /// A range lies outside the arena (or its end overflows).
+    OutOfBounds {
+        /// Start of the range.
+        offset: u64,
+        /// Length of the range.
+        len: u64,
+        /// Arena size.
+        size: u64,
+    },
+    /// The size is zero or too large for this machine's address space.
+    InvalidSize,
+}
+
+impl ArenaError {
+    fn os(op: &'static str, e: Errno) -> ArenaError {
+        ArenaError::Os {
+            op,
+            source: io::Error::from_raw_os_error(e as i32),
+        }
+    }
+}
+
+impl fmt::Display for ArenaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArenaError::Os { op, source } => write!(f, "arena {op} failed: {source}"),
+            ArenaError::HugePagesRequired(why) => {
+                write!(f, "hugepages are required for the arena but unavailable: {why}")
+            }
+            ArenaError::SizeMismatch { expected, actual } => write!(
+                f,
+                "arena fd is {actual} bytes, the agent announced {expected}"
+            ),
+            ArenaError::NotSealed { seals } => write!(
+                f,
+                "arena fd is not sealed against shrink, grow and future writes (seals {seals:#x}); the agent must seal it before sending"
+            ),
+            ArenaError::OutOfBounds { offset, len, size } => write!(
+                f,
+                "arena range offset {offset} length {len} lies outside 0..{size}"
+            ),
+            ArenaError::InvalidSize => {
+                f.write_str("arena size is zero or too large for this address space")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ArenaError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ArenaError::Os { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// The hugepage size the kernel uses for `MFD_HUGETLB` (the `Hugepagesize`
+/// line of `/proc/meminfo`), if known.
+pub fn hugepage_size() -> Option<u64> {
+    meminfo_value("Hugepagesize:")?.checked_mul(1024)
+}
+
+/// Free hugepages of the default size (`HugePages_Free` in `/proc/meminfo`).
+pub fn hugepages_free() -> Option<u64> {
+    meminfo_value("HugePages_Free:")
+}
+
+fn meminfo_value(key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+fn mib(bytes: u64) -> String {
+    if bytes % (1 << 20) == 0 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{} KiB", bytes.div_ceil(1024))
+    }
+}
+
+/// Checks that `offset..offset+len` lies inside `size` bytes.
+fn check_range(offset: u64, len: usize, size: u64) -> Result<usize, ArenaError> {
+    let len64 = u64::try_from(len).unwrap_or(u64::MAX);
+    let oob = ArenaError::OutOfBounds {
+        offset,
+        len: len64,
+        size,
+    };
+    match offset.checked_add(len64) {
+        Some(end) if end <= size => usize::try_from(offset).map_err(|_| oob),
+        _ => Err(oob),
+    }
+}
+
+/// Copies `len` bytes at `offset` out of `region` (of `size` bytes).
+fn copy_out(region: &Region, size: u64, offset: u64, len: usize) -> Result<Vec<u8>, ArenaError> {
+    let start = check_range(offset, len, size)?;
+    let mut out = vec![0u8; len];
+    let src = region.as_ptr().wrapping_add(start);
+    // SAFETY: `src..src+len` lies inside the region (start + len <= size ==
+    // region.len(), checked above), which stays mapped while borrowed;
+    // `out` is a distinct, freshly allocated buffer of len bytes. The source
+    // may change concurrently (another mapping); we only copy bytes, never
+    // form a reference to them.
+    unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), len) };
+    Ok(out)
+}
+
+/// The agent's side of the arena: writable, owns the memfd.
+#[derive(Debug)]
+pub struct Arena {
+    fd: Option<OwnedFd>,
+    region: Arc<Region>,
+    size: u64,
+    hugepage: bool,
+    fallback_reason: Option<String>,
+}
+
+impl Arena {
+    /// Creates, maps and seals an arena.
+    ///
+    /// With [`HugePages::Try`], any failure of the hugepage path (typically
+    /// `ENOMEM` at mmap because no hugepages are reserved) falls back to
+    /// normal pages and records why in [`Arena::fallback_reason`]. With
+    /// [`HugePages::Required`] the same failure is
+    /// [`ArenaError::HugePagesRequired`], whose text says how to reserve
+    /// hugepages.
+    pub fn create(opts: &ArenaOptions) -> Result<Arena, ArenaError> {
+        if opts.size == 0 {
+            return Err(ArenaError::InvalidSize);
+        }
+        match opts.hugepages {
+            HugePages::Off => Self::create_normal(opts, None),
+            HugePages::Try => match Self::create_huge(opts) {
+                Ok(a) => Ok(a),
+                Err(why) => {
+                    Self::create_normal(opts, Some(format!("{why}; using normal pages instead")))
+                }
+            },
+            HugePages::Required => Self::create_huge(opts).map_err(ArenaError::HugePagesRequired),
+        }
+    }
+
+    fn create_normal(opts: &ArenaOptions, fallback: Option<String>) -> Result<Arena, ArenaError> {
+        let size = opts
+            .size
+            .checked_next_multiple_of(ARENA_ALIGN)
+            .ok_or(ArenaError::InvalidSize)?;
+        let mut arena = Self::build(opts, size, false)?;
+        arena.fallback_reason = fallback;
+        Ok(arena)
+    }
+
+    /// The hugepage path; the error is a human-readable reason.
+    fn create_huge(opts: &ArenaOptions) -> Result<Arena, String> {
+        let hint = |pages: u64| {
+            format!(
+                "reserve at least {pages} more hugepages as root, e.g. `echo {pages} > {NR_HUGEPAGES_PATH}` (plus what other users need), or set vm.nr_hugepages in /etc/sysctl.d"
+            )
+        };
+        let Some(hp) = hugepage_size().filter(|&s| s > 0) else {
+            return Err(format!(
+                "the kernel reports no hugepage size in /proc/meminfo; {}",
+                hint(1)
+            ));
+        };
+        let Some(size) = opts.size.checked_next_multiple_of(hp) else {
+            return Err(format!(
+                "arena size {} overflows when rounded to hugepages",
+                opts.size
+            ));
+        };
+        let pages = size / hp;
+        Self::build(opts, size, true).map_err(|e| {
+            let free = hugepages_free()
+                .map(|f| format!("{f} free"))
+                .unwrap_or_else(|| "free count unknown".into());
+            format!(
+                "a {} hugetlb arena ({pages} pages of {}, {free}) could not be set up: {e}; {}",
+                mib(size),
+                mib(hp),
+                hint(pages)
+            )
+        })
+    }
+
+    fn build(opts: &ArenaOptions, size: u64, huge: bool) -> Result<Arena, ArenaError> {
+        let len = usize::try_from(size)
+            .ok()
+            .filter(|&l| l <= isize::MAX as usize)
+            .ok_or(ArenaError::InvalidSize)?;
+        let off = libc::off_t::try_from(size).map_err(|_| ArenaError::InvalidSize)?;
+        let mut flags = MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING;
+        if huge {
+            flags |= MFdFlags::MFD_HUGETLB;
+        }
+        let fd = memfd_create(opts.name.as_str(), flags)
+            .map_err(|e| ArenaError::os("memfd_create", e))?;
+        nix::unistd::ftruncate(&fd, off).map_err(|e| ArenaError::os("ftruncate", e))?;
+        let region = Region::map_shared_rw(fd.as_fd(), len, opts.populate)
+            .map_err(|source| ArenaError::Os { op: "mmap", source })?;
+        fcntl(
+            &fd,
+            FcntlArg::F_ADD_SEALS(REQUIRED_SEALS | SealFlag::F_SEAL_SEAL),
+        )
+        .map_err(|e| ArenaError::os("F_ADD_SEALS", e))?;
+        Ok(Arena {
+            fd: Some(fd),
+            region: Arc::new(region),
+            size,
+            hugepage: huge,
+            fallback_reason: None,
+        })
+    }
+
+    /// A heap-backed arena of `size` bytes (zeroed, no fd), so that logic
+    /// over the arena runs under Miri.
+    pub fn heap(size: u64) -> Result<Arena, ArenaError> {
+        let len = usize::try_from(size)
+            .ok()
+            .filter(|&l| l > 0 && l <= isize::MAX as usize - crate::region::HEAP_ALIGN)
+            .ok_or(ArenaError::InvalidSize)?;
+        Ok(Arena {
+            fd: None,
+            region: Arc::new(Region::heap(len)),
+            size,
+            hugepage: false,
+            fallback_reason: None,
+        })
+    }
+
+    /// Size in bytes (after rounding).
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Whether the arena lives on hugepages.
+    pub fn is_hugepage(&self) -> bool {
+        self.hugepage
+    }
+
+    /// Why [`HugePages::Try`] fell back to normal pages, if it did. The agent
+    /// logs this loudly.
+    pub fn fallback_reason(&self) -> Option<&str> {
+        self.fallback_reason.as_deref()
+    }
+
+    /// The agent's writable mapping.
+    pub fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    /// The memfd (read-write, sealed); `None` for a heap arena.
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.fd.as_ref().map(|f| f.as_fd())
+    }
+
+    /// A read-only, close-on-exec re-open of the memfd
+    /// (`/proc/self/fd/N`): the fd sent to loaders. Fails with `Unsupported`
+    /// for a heap arena.
+    pub fn loader_fd(&self) -> io::Result<OwnedFd> {
+        let fd = self
+            .fd
+            .as_ref()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::Unsupported, "a heap arena has no fd"))?;
+        let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        nix::fcntl::open(
+            path.as_str(),
+            OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io::Error::from_raw_os_error(e as i32))
+    }
+
+    /// Copies `bytes` into the arena at `offset`.
+    ///
+    /// Loaders may be reading any part of the arena at any time; the caller
+    /// publishes a range (through a ring) only after writing it, and never
+    /// writes a range from two threads at once.
+    pub fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), ArenaError> {
+        let start = check_range(offset, bytes.len(), self.size)?;
+        let dst = self.region.as_ptr().wrapping_add(start);
+        // SAFETY: `dst..dst+len` lies inside the region (start + len <= size
+        // == region.len(), checked above), which is writable (the agent's RW
+        // mapping or heap) and stays mapped while borrowed; `bytes` is
+        // ordinary memory of this process, disjoint from the region. Nobody
+        // holds references into the region (see the module docs), only raw
+        // pointers.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len()) };
+        Ok(())
+    }
+
+    /// Copies `len` bytes out of the arena at `offset`.
+    pub fn read_at(&self, offset: u64, len: usize) -> Result<Vec<u8>, ArenaError> {
+        copy_out(&self.region, self.size, offset, len)
+    }
+}
+
+/// A loader's read-only mapping of the arena.
+#[derive(Debug, Clone)]
+pub struct ArenaView {
+    region: Arc<Region>,
+    size: u64,
+}
+
+impl ArenaView {
+    /// Maps an arena fd received from the agent.
+    ///
+    /// The file must be exactly `expected_size` bytes (the size the
+    /// handshake announced) and carry at least the shrink, grow and
+    /// future-write seals, so that it can neither change size under the
+    /// loader (no `SIGBUS`) nor be written through a new mapping.
+    pub fn map(fd: OwnedFd, expected_size: u64) -> Result<ArenaView, ArenaError> {
+        // Seals first: once shrink and grow are sealed the size checked
+        // below cannot change any more.
+        let seals = match fcntl(&fd, FcntlArg::F_GET_SEALS) {
+            Ok(s) => s,
+            // Not a sealable file (not a memfd): no seals at all.
+            Err(Errno::EINVAL) => 0,
+            Err(e) => return Err(ArenaError::os("F_GET_SEALS", e)),
+        };
+        if !SealFlag::from_bits_retain(seals).contains(REQUIRED_SEALS) {
+            return Err(ArenaError::NotSealed { seals });
+        }
+        let st = fstat(&fd).map_err(|e| ArenaError::os("fstat", e))?;
+        let actual = u64::try_from(st.st_size).unwrap_or(0);
+        if actual != expected_size {
+            return Err(ArenaError::SizeMismatch {
+                expected: expected_size,
+                actual,
+            });
+        }
+        let len = usize::try_from(expected_size)
+            .ok()
+            .filter(|&l| l > 0 && l <= isize::MAX as usize)
+            .ok_or(ArenaError::InvalidSize)?;
+        let region = Region::map_shared_ro(fd.as_fd(), len, false)
+            .map_err(|source| ArenaError::Os { op: "mmap", source })?;
+        Ok(ArenaView {
+            region: Arc::new(region),
+            size: expected_size,
+        })
+    }
+
+    /// A view of an existing region (heap arenas, tests).
+    pub fn from_region(region: Arc<Region>) -> ArenaView {
+        let size = u64::try_from(region.len()).unwrap_or(u64::MAX);
+        ArenaView { region, size }
+    }
+
+    /// Base address of the mapping. Bytes behind it may change at any time;
+    /// read them through raw pointers or [`ArenaView::read_at`].
+    pub fn base(&self) -> *const u8 {
+        self.region.as_ptr()
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The mapping.
+    pub fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    /// Copies `len` bytes out of the arena at `offset`.
+    pub fn read_at(&self, offset: u64, len: usize) -> Result<Vec<u8>, ArenaError> {
+        copy_out(&self.region, self.size, offset, len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heap_arena_reads_back_and_checks_bounds() {
+        let a = Arena::heap(10_000).unwrap();
+        assert_eq!(a.size(), 10_000);
+        assert!(a.fd().is_none());
+        assert!(!a.is_hugepage());
+        assert!(a.fallback_reason().is_none());
+        assert_eq!(
+            a.loader_fd().unwrap_err().kind(),
+            io::ErrorKind::Unsupported
+        );
+        a.write_at(9_990, b"0123456789").unwrap();
+        assert_eq!(a.read_at(9_990, 10).unwrap(), b"0123456789");
+        assert_eq!(a.read_at(0, 4).unwrap(), [0, 0, 0, 0]);
+        assert_eq!(a.read_at(10_000, 0).unwrap(), b"");
+
+        let view = ArenaView::from_region(a.region().clone());
+        assert_eq!(view.size(), 10_000);
+        assert_eq!(view.base(), a.region().as_ptr().cast_const());
+        assert_eq!(view.read_at(9_995, 5).unwrap(), b"56789");
+
+        for (offset, len) in [
+            (9_991, 10),
+            (10_001, 0),
+            (u64::MAX, 1),
+            (u64::MAX - 3, 8),
+            (1, usize::MAX),
+        ] {
+            let e = a.read_at(offset, len).unwrap_err();
+            assert!(matches!(e, ArenaError::OutOfBounds { .. }), "{e}");
+            let e = view.read_at(offset, len).unwrap_err();
+            assert!(matches!(e, ArenaError::OutOfBounds { .. }), "{e}");
+        }
+        assert!(matches!(
+            a.write_at(9_991, b"0123456789"),
+            Err(ArenaError::OutOfBounds {
+                offset: 9_991,
+                len: 10,
+                size: 10_000
+            })
+        ));
+        assert!(matches!(
+            a.write_at(u64::MAX, b"x"),
+            Err(ArenaError::OutOfBounds { .. })
+        ));
+    }
+
+    #[test]
+    fn invalid_sizes() {
+        assert!(matches!(Arena::heap(0), Err(ArenaError::InvalidSize)));
+        assert!(matches!(
+            Arena::heap(u64::MAX),
+            Err(ArenaError::InvalidSize)
+        ));
+        let mut o = ArenaOptions::new(0);
+        o.hugepages = HugePages::Off;
+        assert!(matches!(Arena::create(&o), Err(ArenaError::InvalidSize)));
+        o.size = u64::MAX;
+        assert!(matches!(Arena::create(&o), Err(ArenaError::InvalidSize)));
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "needs memfd/socket syscalls")]
+    fn normal_arena_is_sealed_and_rounded() {
+        let mut o = ArenaOptions::new(5000);
+        o.hugepages = HugePages::Off;
+        o.populate = false;
+        let a = Arena::create(&o).unwrap();
+        assert_eq!(a.size(), 8192);
+        assert!(!a.is_hugepage());
+        assert!(a.fallback_reason().is_none());
+        let seals =
+            SealFlag::from_bits_retain(fcntl(a.fd().unwrap(), FcntlArg::F_GET_SEALS).unwrap());
+        assert!(seals.contains(REQUIRED_SEALS | SealFlag::F_SEAL_SEAL));
+        a.write_at(8000, b"tail").unwrap();
+        let view = ArenaView::map(a.loader_fd().unwrap(), 8192).unwrap();
+        assert_eq!(view.read_at(8000, 4).unwrap(), b"tail");
+        assert!(!view.region().is_writable());
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "needs memfd/socket syscalls")]
+    fn view_rejects_unsealed_and_wrong_size() {
+        let fd = memfd_create(
+            "unsealed",
+            MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+        )
+        .unwrap();
+        nix::unistd::ftruncate(&fd, 4096).unwrap();
+        let e = ArenaView::map(fd.try_clone().unwrap(), 4096).unwrap_err();
+        assert!(matches!(e, ArenaError::NotSealed { seals: 0 }), "{e}");
+        assert!(e.to_string().contains("must seal"));
+
+        // Shrink and grow alone are not enough: future writes must be sealed too.
+        fcntl(
+            &fd,
+            FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW),
+        )
+        .unwrap();
+        let e = ArenaView::map(fd.try_clone().unwrap(), 4096).unwrap_err();
+        assert!(matches!(e, ArenaError::NotSealed { .. }), "{e}");
+
+        fcntl(&fd, FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_FUTURE_WRITE)).unwrap();
+        let e = ArenaView::map(fd.try_clone().unwrap(), 8192).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ArenaError::SizeMismatch {
+                    expected: 8192,
+                    actual: 4096
+                }
+            ),
+            "{e}"
+        );
+        ArenaView::map(fd, 4096).unwrap();
+
+        // A memfd created without MFD_ALLOW_SEALING carries F_SEAL_SEAL only.
+        let fd = memfd_create("nosealing", MFdFlags::MFD_CLOEXEC).unwrap();
+        nix::unistd::ftruncate(&fd, 4096).unwrap();
+        let e = ArenaView::map(fd, 4096).unwrap_err();
+        assert!(matches!(e, ArenaError::NotSealed { .. }), "{e}");
+
+        // A regular file cannot be sealed at all.
+        let file = tempfile::tempfile().unwrap();
+        file.set_len(4096).unwrap();
+        let e = ArenaView::map(OwnedFd::from(file), 4096).unwrap_err();
+        assert!(matches!(e, ArenaError::NotSealed { .. }), "{e}");
+    }
+
+    #[test]
+    fn error_messages() {
+        let e = ArenaError::Os {
+            op: "mmap",
+            source: io::Error::from_raw_os_error(libc::ENOMEM),
+        };
+        assert!(e.to_string().starts_with("arena mmap failed: "));
+        assert!(std::error::Error::source(&e).is_some());
+        assert_eq!(
+            ArenaError::SizeMismatch {
+                expected: 1,
+                actual: 2
+            }
+            .to_string(),
+            "arena fd is 2 bytes, the agent announced 1"
+        );
+        assert!(ArenaError::InvalidSize.to_string().contains("zero"));
+    }
+}

@@ -1,1 +1,981 @@
-//! (in progress)
+//! The session handshake as a sans-IO codec: bytes in, messages out.
+//!
+//! Nothing here touches a socket or a clock. The loader encodes an
+//! [`OpenSession`] request, the agent decodes it, checks it with
+//! [`OpenSession::validate`] and answers with [`SessionOpened`] (whose frame
+//! travels together with the arena and segment fds over `SCM_RIGHTS`, see
+//! [`crate::socket`]) or with an [`ErrorReply`].
+//!
+//! # Wire format
+//!
+//! Every frame is an 8-byte header followed by a body:
+//!
+//! ```text
+//! offset 0  body_len  u32 LE   bytes after the header (≤ MAX_FRAME - 8)
+//! offset 4  kind      u16 LE   1 OpenSession, 2 SessionOpened, 3 CloseSession,
+//!                              4 SessionClosed, 5 Error
+//! offset 6  version   u16 LE   PROTOCOL_VERSION
+//! offset 8  body
+//! ```
+//!
+//! Body fields are written in declaration order with no padding: integers
+//! little-endian, strings as a u16 LE byte length followed by that many UTF-8
+//! bytes, bools as one byte `0` or `1` (any other value is an error), error
+//! codes as the i32 LE of [`ErrorCode`]. A body must be consumed exactly;
+//! extra bytes are an error.
+//!
+//! On a `SOCK_SEQPACKET` socket one datagram carries exactly one frame
+//! ([`decode_frame`]); on a byte stream, [`Decoder`] reassembles frames.
+
+use std::fmt;
+
+use crate::error::ErrorCode;
+use crate::layout::MAX_RING_CAPACITY;
+
+/// Version carried in every frame header. A peer speaking another version is
+/// answered with [`ErrorCode::Version`].
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// Largest frame (header and body) either side sends or accepts, in bytes.
+pub const MAX_FRAME: usize = 4096;
+
+/// Longest dataset name accepted by [`OpenSession::validate`], in bytes.
+pub const MAX_DATASET_NAME: usize = 255;
+
+/// Size of the frame header.
+pub const HEADER_LEN: usize = 8;
+
+/// Largest body a frame may carry.
+pub const MAX_BODY: usize = MAX_FRAME - HEADER_LEN;
+
+const KIND_OPEN_SESSION: u16 = 1;
+const KIND_SESSION_OPENED: u16 = 2;
+const KIND_CLOSE_SESSION: u16 = 3;
+const KIND_SESSION_CLOSED: u16 = 4;
+const KIND_ERROR: u16 = 5;
+
+/// Bytes of an [`OpenSession`] body besides the dataset name and its length:
+/// seed (8), five u32 (20), drop_last (1), three u32 (12).
+const OPEN_SESSION_FIXED: usize = 8 + 5 * 4 + 1 + 3 * 4;
+
+/// Bytes of an [`ErrorReply`] body besides the message: code (4) and the
+/// message length (2).
+const ERROR_FIXED: usize = 4 + 2;
+
+/// A loader's request to open a session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenSession {
+    /// Name of a dataset the agent serves (1..=[`MAX_DATASET_NAME`] bytes).
+    pub dataset: String,
+    /// Shuffle seed; the same seed, rank and world size give the same order.
+    pub seed: u64,
+    /// First epoch to deliver.
+    pub first_epoch: u32,
+    /// Number of epochs to deliver (≥ 1).
+    pub epoch_count: u32,
+    /// Samples per batch (≥ 1).
+    pub batch_size: u32,
+    /// This loader's rank, `< world_size`.
+    pub rank: u32,
+    /// Number of ranks sharing the dataset (≥ 1).
+    pub world_size: u32,
+    /// Drop the last, partial batch of each epoch.
+    pub drop_last: bool,
+    /// Capacity of the ready ring: 0 for the agent's default, otherwise a
+    /// power of two in `2..=MAX_RING_CAPACITY`.
+    pub ready_capacity: u32,
+    /// Capacity of the release ring: 0 for the agent's default, otherwise a
+    /// power of two in `2..=MAX_RING_CAPACITY`.
+    pub release_capacity: u32,
+    /// ABI version of the client library making the request.
+    pub client_abi: u32,
+}
+
+impl OpenSession {
+    /// Checks every field's domain. The error names the offending field and
+    /// carries [`ErrorCode::InvalidArgument`], ready to be sent back.
+    pub fn validate(&self) -> Result<(), ErrorReply> {
+        let invalid = |message: String| {
+            Err(ErrorReply {
+                code: ErrorCode::InvalidArgument,
+                message,
+            })
+        };
+        if self.dataset.is_empty() {
+            return invalid("dataset: name is empty".into());
+        }
+        if self.dataset.len() > MAX_DATASET_NAME {
+            return invalid(format!(
+                "dataset: name is {} bytes long, the limit is {MAX_DATASET_NAME}",
+                self.dataset.len()
+            ));
+        }
+        if self.batch_size == 0 {
+            return invalid("batch_size: must be at least 1".into());
+        }
+        if self.world_size == 0 {
+            return invalid("world_size: must be at least 1".into());
+        }
+        if self.rank >= self.world_size {
+            return invalid(format!(
+                "rank: {} is not below world_size {}",
+                self.rank, self.world_size
+            ));
+        }
+        if self.epoch_count == 0 {
+            return invalid("epoch_count: must be at least 1".into());
+        }
+        if self.first_epoch.checked_add(self.epoch_count).is_none() {
+            return invalid(format!(
+                "epoch_count: first_epoch {} + epoch_count {} overflows u32",
+                self.first_epoch, self.epoch_count
+            ));
+        }
+        for (field, cap) in [
+            ("ready_capacity", self.ready_capacity),
+            ("release_capacity", self.release_capacity),
+        ] {
+            if cap != 0 && !(cap.is_power_of_two() && (2..=MAX_RING_CAPACITY).contains(&cap)) {
+                return invalid(format!(
+                    "{field}: {cap} is neither 0 (agent default) nor a power of two in 2..={MAX_RING_CAPACITY}"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The agent's reply to a successful [`OpenSession`]. The frame travels with
+/// `fd_count` file descriptors: the arena, then the ring segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionOpened {
+    /// Identifier of the new session (for [`Message::CloseSession`]).
+    pub session_id: u64,
+    /// The agent instance's epoch; the segment header must carry the same.
+    pub instance_epoch: u64,
+    /// Size of the arena memfd in bytes.
+    pub arena_size: u64,
+    /// Size of the ring segment memfd in bytes.
+    pub segment_size: u64,
+    /// Samples this rank receives per epoch.
+    pub samples_per_epoch: u64,
+    /// Batches this rank receives per epoch.
+    pub batches_per_epoch: u64,
+    /// Number of fds attached to the frame (2: arena, segment).
+    pub fd_count: u8,
+}
+
+/// A typed refusal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ErrorReply {
+    /// Stable error code.
+    pub code: ErrorCode,
+    /// Human-readable detail. Cut (at a character boundary) to fit in one
+    /// frame when encoded.
+    pub message: String,
+}
+
+impl fmt::Display for ErrorReply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for ErrorReply {}
+
+/// Every message of the handshake.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message {
+    /// Loader → agent: open a session.
+    OpenSession(OpenSession),
+    /// Agent → loader: the session is open (fds attached).
+    SessionOpened(SessionOpened),
+    /// Loader → agent: close a session.
+    CloseSession {
+        /// The session to close.
+        session_id: u64,
+    },
+    /// Agent → loader: the session is closed.
+    SessionClosed {
+        /// The session that was closed.
+        session_id: u64,
+    },
+    /// Either direction: a typed refusal.
+    Error(ErrorReply),
+}
+
+impl Message {
+    fn kind(&self) -> u16 {
+        match self {
+            Message::OpenSession(_) => KIND_OPEN_SESSION,
+            Message::SessionOpened(_) => KIND_SESSION_OPENED,
+            Message::CloseSession { .. } => KIND_CLOSE_SESSION,
+            Message::SessionClosed { .. } => KIND_SESSION_CLOSED,
+            Message::Error(_) => KIND_ERROR,
+        }
+    }
+}
+
+/// Why bytes could not be decoded into a [`Message`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProtocolError {
+    /// The frame ends before its header or body is complete.
+    Truncated,
+    /// The header announces a body larger than [`MAX_FRAME`] allows (the
+    /// announced body length).
+    TooLarge(u32),
+    /// The header carries another protocol version.
+    BadVersion(u16),
+    /// The header carries an unknown message kind.
+    UnknownKind(u16),
+    /// A string is not valid UTF-8.
+    BadUtf8,
+    /// A bool byte is neither 0 nor 1.
+    BadBool(u8),
+    /// An error reply carries an unknown error code.
+    BadErrorCode(i32),
+    /// Bytes follow the end of the frame or of its body (how many).
+    TrailingBytes(usize),
+}
+
+impl ProtocolError {
+    /// The code to report to the peer: [`ErrorCode::Version`] for a version
+    /// mismatch, [`ErrorCode::Protocol`] for everything else.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ProtocolError::BadVersion(_) => ErrorCode::Version,
+            _ => ErrorCode::Protocol,
+        }
+    }
+}
+
+impl fmt::Display for ProtocolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProtocolError::Truncated => f.write_str("handshake frame is truncated"),
+            ProtocolError::TooLarge(n) => write!(
+                f,
+                "handshake frame announces a {n}-byte body, the limit is {MAX_BODY}"
+            ),
+            ProtocolError::BadVersion(v) => write!(
+                f,
+                "handshake protocol version {v}, this side speaks {PROTOCOL_VERSION}"
+            ),
+            ProtocolError::UnknownKind(k) => write!(f, "unknown handshake message kind {k}"),
+            ProtocolError::BadUtf8 => f.write_str("handshake string is not valid UTF-8"),
+            ProtocolError::BadBool(b) => {
+                write!(f, "handshake bool byte is {b}, expected 0 or 1")
+            }
+            ProtocolError::BadErrorCode(c) => write!(f, "unknown error code {c} in error reply"),
+            ProtocolError::TrailingBytes(n) => {
+                write!(f, "{n} unexpected bytes after the handshake message")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ProtocolError {}
+
+// ---------------------------------------------------------------------------
+// Encoding
+
+/// Appends `s` as a u16 length and its bytes, cut at a character boundary to
+/// at most `max` bytes (`max` ≤ u16::MAX).
+fn put_str(out: &mut Vec<u8>, s: &str, max: usize) {
+    let mut end = s.len().min(max).min(usize::from(u16::MAX));
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    let len = u16::try_from(end).unwrap_or(u16::MAX);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&s.as_bytes()[..usize::from(len)]);
+}
+
+/// Appends the encoded frame of `msg` to `out`.
+///
+/// Never fails and never panics. The one field that could exceed a frame, a
+/// string, is cut at a character boundary to fit: an [`ErrorReply`] message
+/// loses its tail, and an over-long dataset name is cut to the room left in
+/// the frame (thousands of bytes, far above [`MAX_DATASET_NAME`]), so it
+/// still arrives over-long and [`OpenSession::validate`] rejects it.
+pub fn encode(msg: &Message, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0; HEADER_LEN]);
+    match msg {
+        Message::OpenSession(o) => {
+            put_str(out, &o.dataset, MAX_BODY - 2 - OPEN_SESSION_FIXED);
+            out.extend_from_slice(&o.seed.to_le_bytes());
+            for v in [
+                o.first_epoch,
+                o.epoch_count,
+                o.batch_size,
+                o.rank,
+                o.world_size,
+            ] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            out.push(u8::from(o.drop_last));
+            for v in [o.ready_capacity, o.release_capacity, o.client_abi] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        Message::SessionOpened(s) => {
+            for v in [
+                s.session_id,
+                s.instance_epoch,
+                s.arena_size,
+                s.segment_size,
+                s.samples_per_epoch,
+                s.batches_per_epoch,
+            ] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            out.push(s.fd_count);
+        }
+        Message::CloseSession { session_id } | Message::SessionClosed { session_id } => {
+            out.extend_from_slice(&session_id.to_le_bytes());
+        }
+        Message::Error(e) => {
+            out.extend_from_slice(&e.code.as_i32().to_le_bytes());
+            put_str(out, &e.message, MAX_BODY - ERROR_FIXED);
+        }
+    }
+    let body_len = u32::try_from(out.len() - start - HEADER_LEN).unwrap_or(u32::MAX);
+    let header = &mut out[start..start + HEADER_LEN];
+    header[0..4].copy_from_slice(&body_len.to_le_bytes());
+    header[4..6].copy_from_slice(&msg.kind().to_le_bytes());
+    header[6..8].copy_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+}
+
+/// Encodes `msg` into a fresh vector.
+pub fn encode_to_vec(msg: &Message) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    encode(msg, &mut out);
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Decoding
+
+/// A parsed, checked frame header.
+struct Header {
+    body_len: usize,
+    kind: u16,
+}
+
+/// Parses and checks the header at the start of `bytes`; `Ok(None)` when
+/// fewer than [`HEADER_LEN`] bytes are present.
+fn parse_header(bytes: &[u8]) -> Result<Option<Header>, ProtocolError> {
+    let Some(h) = bytes.get(..HEADER_LEN) else {
+        return Ok(None);
+    };
+    let body_len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+    let kind = u16::from_le_bytes([h[4], h[5]]);
+    let version = u16::from_le_bytes([h[6], h[7]]);
+    if version != PROTOCOL_VERSION {
+        return Err(ProtocolError::BadVersion(version));
+    }
+    let body = usize::try_from(body_len).map_err(|_| ProtocolError::TooLarge(body_len))?;
+    if body > MAX_BODY {
+        return Err(ProtocolError::TooLarge(body_len));
+    }
+    if !(KIND_OPEN_SESSION..=KIND_ERROR).contains(&kind) {
+        return Err(ProtocolError::UnknownKind(kind));
+    }
+    Ok(Some(Header {
+        body_len: body,
+        kind,
+    }))
+}
+
+/// Reads fields off a body, front to back.
+struct Reader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], ProtocolError> {
+        let (head, tail) = self
+            .rest
+            .split_first_chunk::<N>()
+            .ok_or(ProtocolError::Truncated)?;
+        self.rest = tail;
+        Ok(*head)
+    }
+
+    fn u8(&mut self) -> Result<u8, ProtocolError> {
+        Ok(self.take::<1>()?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, ProtocolError> {
+        self.take().map(u16::from_le_bytes)
+    }
+
+    fn u32(&mut self) -> Result<u32, ProtocolError> {
+        self.take().map(u32::from_le_bytes)
+    }
+
+    fn i32(&mut self) -> Result<i32, ProtocolError> {
+        self.take().map(i32::from_le_bytes)
+    }
+
+    fn u64(&mut self) -> Result<u64, ProtocolError> {
+        self.take().map(u64::from_le_bytes)
+    }
+
+    fn bool(&mut self) -> Result<bool, ProtocolError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            b => Err(ProtocolError::BadBool(b)),
+        }
+    }
+
+    fn string(&mut self) -> Result<String, ProtocolError> {
+        let len = usize::from(self.u16()?);
+        if self.rest.len() < len {
+            return Err(ProtocolError::Truncated);
+        }
+        let (bytes, tail) = self.rest.split_at(len);
+        self.rest = tail;
+        std::str::from_utf8(bytes)
+            .map(str::to_owned)
+            .map_err(|_| ProtocolError::BadUtf8)
+    }
+
+    fn finish(self) -> Result<(), ProtocolError> {
+        if self.rest.is_empty() {
+            Ok(())
+        } else {
+            Err(ProtocolError::TrailingBytes(self.rest.len()))
+        }
+    }
+}
+
+fn decode_body(kind: u16, body: &[u8]) -> Result<Message, ProtocolError> {
+    let mut r = Reader { rest: body };
+    let msg = match kind {
+        KIND_OPEN_SESSION => Message::OpenSession(OpenSession {
+            dataset: r.string()?,
+            seed: r.u64()?,
+            first_epoch: r.u32()?,
+            epoch_count: r.u32()?,
+            batch_size: r.u32()?,
+            rank: r.u32()?,
+            world_size: r.u32()?,
+            drop_last: r.bool()?,
+            ready_capacity: r.u32()?,
+            release_capacity: r.u32()?,
+            client_abi: r.u32()?,
+        }),
+        KIND_SESSION_OPENED => Message::SessionOpened(SessionOpened {
+            session_id: r.u64()?,
+            instance_epoch: r.u64()?,
+            arena_size: r.u64()?,
+            segment_size: r.u64()?,
+            samples_per_epoch: r.u64()?,
+            batches_per_epoch: r.u64()?,
+            fd_count: r.u8()?,
+        }),
+        KIND_CLOSE_SESSION => Message::CloseSession {
+            session_id: r.u64()?,
+        },
+        KIND_SESSION_CLOSED => Message::SessionClosed {
+            session_id: r.u64()?,
+        },
+        KIND_ERROR => {
+            let raw = r.i32()?;
+            let code = ErrorCode::from_i32(raw).ok_or(ProtocolError::BadErrorCode(raw))?;
+            Message::Error(ErrorReply {
+                code,
+                message: r.string()?,
+            })
+        }
+        other => return Err(ProtocolError::UnknownKind(other)),
+    };
+    r.finish()?;
+    Ok(msg)
+}
+
+/// Decodes exactly one frame (one `SOCK_SEQPACKET` datagram). A short frame
+/// is [`ProtocolError::Truncated`]; bytes after the frame are
+/// [`ProtocolError::TrailingBytes`].
+pub fn decode_frame(frame: &[u8]) -> Result<Message, ProtocolError> {
+    let header = parse_header(frame)?.ok_or(ProtocolError::Truncated)?;
+    let body = &frame[HEADER_LEN..];
+    if body.len() < header.body_len {
+        return Err(ProtocolError::Truncated);
+    }
+    if body.len() > header.body_len {
+        return Err(ProtocolError::TrailingBytes(body.len() - header.body_len));
+    }
+    decode_body(header.kind, body)
+}
+
+/// Reassembles frames from a byte stream.
+///
+/// A header is checked as soon as its 8 bytes have arrived, so a peer cannot
+/// make the decoder wait for (or buffer) more than one [`MAX_FRAME`]-sized
+/// frame. Besides that partial frame, the decoder holds only the bytes fed
+/// since the last call to [`Decoder::next_message`] that returned
+/// `Ok(None)`. After an error the stream is out of sync: every later call
+/// returns the same error.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    buf: Vec<u8>,
+    start: usize,
+    failed: Option<ProtocolError>,
+}
+
+impl Decoder {
+    /// An empty decoder.
+    pub fn new() -> Decoder {
+        Decoder::default()
+    }
+
+    /// Appends bytes received from the stream.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        if self.failed.is_some() {
+            return;
+        }
+        if self.start > 0 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The next complete message, `Ok(None)` if more bytes are needed.
+    pub fn next_message(&mut self) -> Result<Option<Message>, ProtocolError> {
+        if let Some(e) = self.failed {
+            return Err(e);
+        }
+        match self.try_next() {
+            Ok(m) => Ok(m),
+            Err(e) => {
+                self.failed = Some(e);
+                self.buf = Vec::new();
+                self.start = 0;
+                Err(e)
+            }
+        }
+    }
+
+    fn try_next(&mut self) -> Result<Option<Message>, ProtocolError> {
+        let pending = &self.buf[self.start..];
+        let Some(header) = parse_header(pending)? else {
+            return Ok(None);
+        };
+        let total = HEADER_LEN + header.body_len;
+        let Some(frame) = pending.get(..total) else {
+            return Ok(None);
+        };
+        let msg = decode_body(header.kind, &frame[HEADER_LEN..])?;
+        self.start += total;
+        if self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        }
+        Ok(Some(msg))
+    }
+
+    /// Bytes received but not yet returned as messages.
+    pub fn pending(&self) -> usize {
+        self.buf.len() - self.start
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample_open() -> OpenSession {
+        OpenSession {
+            dataset: "imagenet-train".into(),
+            seed: 0x0123_4567_89ab_cdef,
+            first_epoch: 3,
+            epoch_count: 90,
+            batch_size: 256,
+            rank: 1,
+            world_size: 8,
+            drop_last: true,
+            ready_capacity: 64,
+            release_capacity: 0,
+            client_abi: 1,
+        }
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The wire format of one OpenSession, pinned. If this test fails the
+    /// format changed: bump PROTOCOL_VERSION and update docs/shm-layout.md.
+    #[test]
+    fn open_session_wire_format_is_pinned() {
+        let frame = encode_to_vec(&Message::OpenSession(sample_open()));
+        let expected = concat!(
+            "39000000",
+            "0100",
+            "0100", // body_len 57, kind 1, version 1
+            "0e00",
+            "696d6167656e65742d747261696e", // "imagenet-train"
+            "efcdab8967452301",             // seed
+            "03000000",
+            "5a000000",
+            "00010000",
+            "01000000",
+            "08000000", // epochs, batch, rank, world
+            "01",       // drop_last
+            "40000000",
+            "00000000",
+            "01000000", // capacities, client_abi
+        );
+        assert_eq!(hex(&frame), expected);
+        assert_eq!(frame.len(), HEADER_LEN + 57);
+        assert_eq!(
+            decode_frame(&frame),
+            Ok(Message::OpenSession(sample_open()))
+        );
+    }
+
+    #[test]
+    fn small_frames_are_pinned() {
+        assert_eq!(
+            hex(&encode_to_vec(&Message::CloseSession { session_id: 7 })),
+            "08000000030001000700000000000000"
+        );
+        assert_eq!(
+            hex(&encode_to_vec(&Message::Error(ErrorReply {
+                code: ErrorCode::NotFound,
+                message: "no".into()
+            }))),
+            "0800000005000100f8ffffff02006e6f"
+        );
+    }
+
+    #[test]
+    fn validate_names_each_field() {
+        assert_eq!(sample_open().validate(), Ok(()));
+        type Mutation = Box<dyn Fn(&mut OpenSession)>;
+        let cases: Vec<(&str, Mutation)> = vec![
+            ("dataset", Box::new(|o| o.dataset.clear())),
+            ("dataset", Box::new(|o| o.dataset = "x".repeat(256))),
+            ("batch_size", Box::new(|o| o.batch_size = 0)),
+            ("world_size", Box::new(|o| o.world_size = 0)),
+            ("rank", Box::new(|o| o.rank = 8)),
+            ("epoch_count", Box::new(|o| o.epoch_count = 0)),
+            (
+                "epoch_count",
+                Box::new(|o| {
+                    o.first_epoch = u32::MAX;
+                    o.epoch_count = 1;
+                }),
+            ),
+            ("ready_capacity", Box::new(|o| o.ready_capacity = 3)),
+            ("ready_capacity", Box::new(|o| o.ready_capacity = 1)),
+            (
+                "release_capacity",
+                Box::new(|o| o.release_capacity = MAX_RING_CAPACITY * 2),
+            ),
+        ];
+        for (field, mutate) in cases {
+            let mut o = sample_open();
+            mutate(&mut o);
+            let err = o.validate().expect_err(field);
+            assert_eq!(err.code, ErrorCode::InvalidArgument);
+            assert!(
+                err.message.starts_with(field),
+                "{field}: message {:?}",
+                err.message
+            );
+        }
+        let mut o = sample_open();
+        o.dataset = "é".repeat(127); // 254 bytes
+        o.ready_capacity = MAX_RING_CAPACITY;
+        o.release_capacity = 2;
+        o.first_epoch = u32::MAX - 1;
+        o.epoch_count = 1;
+        assert_eq!(o.validate(), Ok(()));
+    }
+
+    #[test]
+    fn every_truncation_is_truncated() {
+        let msgs = [
+            Message::OpenSession(sample_open()),
+            Message::SessionOpened(SessionOpened {
+                session_id: 1,
+                instance_epoch: 2,
+                arena_size: 3,
+                segment_size: 4,
+                samples_per_epoch: 5,
+                batches_per_epoch: 6,
+                fd_count: 2,
+            }),
+            Message::CloseSession { session_id: 9 },
+            Message::SessionClosed { session_id: 9 },
+            Message::Error(ErrorReply {
+                code: ErrorCode::Busy,
+                message: "later".into(),
+            }),
+        ];
+        for msg in msgs {
+            let frame = encode_to_vec(&msg);
+            for cut in 0..frame.len() {
+                assert_eq!(
+                    decode_frame(&frame[..cut]),
+                    Err(ProtocolError::Truncated),
+                    "{msg:?} cut at {cut}"
+                );
+            }
+            let mut longer = frame.clone();
+            longer.push(0);
+            assert_eq!(decode_frame(&longer), Err(ProtocolError::TrailingBytes(1)));
+        }
+    }
+
+    #[test]
+    fn body_length_lies_are_caught() {
+        // A body_len shorter than the fields: the fields run out.
+        let mut frame = encode_to_vec(&Message::CloseSession { session_id: 1 });
+        frame[0] = 4;
+        frame.truncate(HEADER_LEN + 4);
+        assert_eq!(decode_frame(&frame), Err(ProtocolError::Truncated));
+        // A body_len longer than the fields: bytes left inside the body.
+        let mut frame = encode_to_vec(&Message::CloseSession { session_id: 1 });
+        frame[0] = 10;
+        frame.extend_from_slice(&[0, 0]);
+        assert_eq!(decode_frame(&frame), Err(ProtocolError::TrailingBytes(2)));
+    }
+
+    #[test]
+    fn header_checks() {
+        let good = encode_to_vec(&Message::SessionClosed { session_id: 5 });
+
+        let mut bad_version = good.clone();
+        bad_version[6] = 2;
+        assert_eq!(
+            decode_frame(&bad_version),
+            Err(ProtocolError::BadVersion(2))
+        );
+        assert_eq!(ProtocolError::BadVersion(2).code(), ErrorCode::Version);
+
+        let mut bad_kind = good.clone();
+        bad_kind[4] = 0;
+        assert_eq!(decode_frame(&bad_kind), Err(ProtocolError::UnknownKind(0)));
+        bad_kind[4] = 6;
+        assert_eq!(decode_frame(&bad_kind), Err(ProtocolError::UnknownKind(6)));
+        assert_eq!(ProtocolError::UnknownKind(6).code(), ErrorCode::Protocol);
+
+        let mut too_large = good.clone();
+        too_large[0..4].copy_from_slice(&(MAX_BODY as u32 + 1).to_le_bytes());
+        assert_eq!(
+            decode_frame(&too_large),
+            Err(ProtocolError::TooLarge(MAX_BODY as u32 + 1))
+        );
+        too_large[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(
+            decode_frame(&too_large),
+            Err(ProtocolError::TooLarge(u32::MAX))
+        );
+        // The decoder rejects it from the header alone, without waiting.
+        let mut d = Decoder::new();
+        d.feed(&too_large[..HEADER_LEN]);
+        assert_eq!(d.next_message(), Err(ProtocolError::TooLarge(u32::MAX)));
+        d.feed(&good);
+        assert_eq!(d.next_message(), Err(ProtocolError::TooLarge(u32::MAX)));
+    }
+
+    #[test]
+    fn field_checks() {
+        let mut frame = encode_to_vec(&Message::OpenSession(sample_open()));
+        let drop_last_at = HEADER_LEN + 2 + 14 + 8 + 20;
+        assert_eq!(frame[drop_last_at], 1);
+        frame[drop_last_at] = 2;
+        assert_eq!(decode_frame(&frame), Err(ProtocolError::BadBool(2)));
+
+        let mut frame = encode_to_vec(&Message::OpenSession(sample_open()));
+        frame[HEADER_LEN + 2] = 0xff;
+        assert_eq!(decode_frame(&frame), Err(ProtocolError::BadUtf8));
+
+        let mut frame = encode_to_vec(&Message::Error(ErrorReply {
+            code: ErrorCode::Io,
+            message: String::new(),
+        }));
+        frame[HEADER_LEN..HEADER_LEN + 4].copy_from_slice(&(-99i32).to_le_bytes());
+        assert_eq!(decode_frame(&frame), Err(ProtocolError::BadErrorCode(-99)));
+        frame[HEADER_LEN..HEADER_LEN + 4].copy_from_slice(&1i32.to_le_bytes());
+        assert_eq!(decode_frame(&frame), Err(ProtocolError::BadErrorCode(1)));
+    }
+
+    #[test]
+    fn long_strings_are_cut_to_fit_a_frame() {
+        let msg = Message::Error(ErrorReply {
+            code: ErrorCode::Internal,
+            message: "ü".repeat(10_000),
+        });
+        let frame = encode_to_vec(&msg);
+        assert!(frame.len() <= MAX_FRAME);
+        let Ok(Message::Error(e)) = decode_frame(&frame) else {
+            panic!("decode failed");
+        };
+        assert_eq!(e.code, ErrorCode::Internal);
+        assert!(e.message.len() > 4000 && e.message.chars().all(|c| c == 'ü'));
+
+        let mut open = sample_open();
+        open.dataset = "d".repeat(100_000);
+        let frame = encode_to_vec(&Message::OpenSession(open));
+        assert_eq!(frame.len(), MAX_FRAME);
+        let Ok(Message::OpenSession(o)) = decode_frame(&frame) else {
+            panic!("decode failed");
+        };
+        assert!(o.dataset.len() > MAX_DATASET_NAME);
+        assert!(o.validate().unwrap_err().message.starts_with("dataset"));
+    }
+
+    #[test]
+    fn display_messages() {
+        for e in [
+            ProtocolError::Truncated,
+            ProtocolError::TooLarge(5000),
+            ProtocolError::BadVersion(9),
+            ProtocolError::UnknownKind(77),
+            ProtocolError::BadUtf8,
+            ProtocolError::BadBool(3),
+            ProtocolError::BadErrorCode(-40),
+            ProtocolError::TrailingBytes(2),
+        ] {
+            let s = e.to_string();
+            assert!(s.len() > 10, "{s}");
+        }
+        assert_eq!(
+            ProtocolError::BadVersion(9).to_string(),
+            "handshake protocol version 9, this side speaks 1"
+        );
+    }
+
+    #[test]
+    fn decoder_handles_several_frames_in_one_feed() {
+        let mut bytes = Vec::new();
+        for id in 0..5 {
+            encode(&Message::CloseSession { session_id: id }, &mut bytes);
+        }
+        bytes.extend_from_slice(&[1, 0]); // start of a sixth header
+        let mut d = Decoder::new();
+        d.feed(&bytes);
+        for id in 0..5 {
+            assert_eq!(
+                d.next_message(),
+                Ok(Some(Message::CloseSession { session_id: id }))
+            );
+        }
+        assert_eq!(d.next_message(), Ok(None));
+        assert_eq!(d.pending(), 2);
+    }
+
+    fn arb_error_code() -> impl Strategy<Value = ErrorCode> {
+        proptest::sample::select(ErrorCode::ALL.to_vec())
+    }
+
+    fn arb_message() -> impl Strategy<Value = Message> {
+        let open = (
+            ".{0,40}",
+            any::<u64>(),
+            any::<[u32; 5]>(),
+            any::<bool>(),
+            any::<[u32; 3]>(),
+        )
+            .prop_map(|(dataset, seed, a, drop_last, b)| {
+                Message::OpenSession(OpenSession {
+                    dataset,
+                    seed,
+                    first_epoch: a[0],
+                    epoch_count: a[1],
+                    batch_size: a[2],
+                    rank: a[3],
+                    world_size: a[4],
+                    drop_last,
+                    ready_capacity: b[0],
+                    release_capacity: b[1],
+                    client_abi: b[2],
+                })
+            });
+        let opened = (any::<[u64; 6]>(), any::<u8>()).prop_map(|(v, fd_count)| {
+            Message::SessionOpened(SessionOpened {
+                session_id: v[0],
+                instance_epoch: v[1],
+                arena_size: v[2],
+                segment_size: v[3],
+                samples_per_epoch: v[4],
+                batches_per_epoch: v[5],
+                fd_count,
+            })
+        });
+        prop_oneof![
+            open,
+            opened,
+            any::<u64>().prop_map(|session_id| Message::CloseSession { session_id }),
+            any::<u64>().prop_map(|session_id| Message::SessionClosed { session_id }),
+            (arb_error_code(), ".{0,200}")
+                .prop_map(|(code, message)| Message::Error(ErrorReply { code, message })),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip(msg in arb_message()) {
+            let frame = encode_to_vec(&msg);
+            prop_assert!(frame.len() <= MAX_FRAME);
+            prop_assert_eq!(decode_frame(&frame), Ok(msg));
+        }
+
+        #[test]
+        fn byte_by_byte_stream(msgs in proptest::collection::vec(arb_message(), 1..6)) {
+            let mut bytes = Vec::new();
+            for m in &msgs {
+                encode(m, &mut bytes);
+            }
+            let mut d = Decoder::new();
+            let mut got = Vec::new();
+            for b in &bytes {
+                d.feed(std::slice::from_ref(b));
+                while let Some(m) = d.next_message().unwrap() {
+                    got.push(m);
+                }
+            }
+            prop_assert_eq!(got, msgs);
+            prop_assert_eq!(d.pending(), 0);
+        }
+
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+            let _ = decode_frame(&bytes);
+            let mut d = Decoder::new();
+            d.feed(&bytes);
+            for _ in 0..bytes.len() + 1 {
+                match d.next_message() {
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(_) => break,
+                }
+            }
+        }
+
+        #[test]
+        fn plausible_garbage_never_panics(
+            kind in 0u16..8,
+            body in proptest::collection::vec(any::<u8>(), 0..120),
+        ) {
+            // A valid header over a random body reaches the field decoders.
+            let mut frame = Vec::new();
+            frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            frame.extend_from_slice(&kind.to_le_bytes());
+            frame.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+            frame.extend_from_slice(&body);
+            if let Ok(m) = decode_frame(&frame) {
+                // Anything accepted re-encodes to the same bytes.
+                prop_assert_eq!(encode_to_vec(&m), frame);
+            }
+        }
+    }
+}
