@@ -1,3 +1,4 @@
 //! The Granary agent library: everything `granaryd` and `granary` do.
 #![deny(unsafe_op_in_unsafe_fn)]
 pub mod planner;
+pub mod uring_reader;

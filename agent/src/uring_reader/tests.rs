@@ -1,0 +1,542 @@
+use super::*;
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A directory under the system temp dir, removed when dropped.
+struct TestDir(PathBuf);
+
+impl TestDir {
+    fn new() -> Self {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("granary-uring-{}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("create test dir");
+        Self(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// File contents derived from a file number, so every byte can be checked.
+fn content(id: u64, len: usize) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| (mix64(id.wrapping_mul(0x1_0000_0001) ^ (i / 8)) >> ((i % 8) * 8)) as u8)
+        .collect()
+}
+
+fn cpath(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).expect("no NUL in test paths")
+}
+
+fn modes() -> [bool; 2] {
+    [true, false]
+}
+
+/// Submits every request (polling while the queue is full) and collects all
+/// completions by tag, in the order they arrived.
+fn run_all(reader: &mut UringReader, requests: Vec<ReadRequest>) -> Vec<Completion> {
+    let mut out = Vec::new();
+    for req in requests {
+        let mut req = req;
+        loop {
+            // SAFETY: every test request points into a buffer that the test
+            // keeps alive and untouched until this function has returned,
+            // which is after all completions have arrived.
+            match unsafe { reader.submit(req) } {
+                Ok(()) => break,
+                Err(Full(back)) => {
+                    req = back;
+                    reader
+                        .poll_completions(Some(Duration::from_secs(5)), &mut out)
+                        .expect("poll");
+                }
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while reader.in_flight() > 0 {
+        assert!(Instant::now() < deadline, "reads did not finish");
+        reader
+            .poll_completions(Some(Duration::from_secs(5)), &mut out)
+            .expect("poll");
+    }
+    out
+}
+
+fn path_request(tag: u64, path: &Path, offset: u64, len: u32, dest: *mut u8) -> ReadRequest {
+    ReadRequest {
+        tag,
+        path: cpath(path),
+        offset,
+        len,
+        dest,
+    }
+}
+
+#[test]
+fn reads_2000_files_at_depth_64_into_one_buffer() {
+    let dir = TestDir::new();
+    let mut files = Vec::new();
+    let mut at = 0usize;
+    for id in 0..2000u64 {
+        let len = (mix64(id + 7) % 40_000) as usize;
+        let path = dir.path(&format!("{id:05}.bin"));
+        fs::write(&path, content(id, len)).expect("write file");
+        // Distinct, non-adjacent destinations with a guard gap between them.
+        files.push((id, path, at, len));
+        at += len + 64;
+    }
+    for linked in modes() {
+        let mut buf = vec![0xAAu8; at];
+        let base = buf.as_mut_ptr();
+        let mut reader = UringReader::with_linking(64, linked).expect("reader");
+        let requests = files
+            .iter()
+            .map(|(id, path, at, len)| {
+                path_request(*id, path, 0, *len as u32, base.wrapping_add(*at))
+            })
+            .collect();
+        let done = run_all(&mut reader, requests);
+        assert_eq!(done.len(), files.len());
+        let mut seen = HashMap::new();
+        for c in &done {
+            let n = c.result.as_ref().expect("read succeeds");
+            assert!(seen.insert(c.tag, *n).is_none(), "tag {} twice", c.tag);
+        }
+        for (id, _, at, len) in &files {
+            assert_eq!(seen.get(id), Some(&(*len as u32)));
+            assert!(
+                buf[*at..at + len] == content(*id, *len)[..],
+                "file {id} bytes"
+            );
+            assert!(
+                buf[at + len..at + len + 64].iter().all(|&b| b == 0xAA),
+                "gap after {id}"
+            );
+        }
+        let reordered = done.windows(2).filter(|w| w[0].tag > w[1].tag).count();
+        eprintln!(
+            "linked={linked} (active: {}) completions out of submission order: {reordered}",
+            reader.is_linked()
+        );
+    }
+}
+
+#[test]
+fn vanished_file_fails_alone_with_enoent_and_its_path() {
+    let dir = TestDir::new();
+    let mut paths = Vec::new();
+    for id in 0..50u64 {
+        let path = dir.path(&format!("f{id}"));
+        fs::write(&path, content(id, 1000)).expect("write");
+        paths.push(path);
+    }
+    fs::remove_file(&paths[17]).expect("remove");
+    for linked in modes() {
+        let mut buf = vec![0u8; 50 * 1000];
+        let base = buf.as_mut_ptr();
+        let mut reader = UringReader::with_linking(8, linked).expect("reader");
+        let requests = paths
+            .iter()
+            .enumerate()
+            .map(|(i, p)| path_request(i as u64, p, 0, 1000, base.wrapping_add(i * 1000)))
+            .collect();
+        let done = run_all(&mut reader, requests);
+        assert_eq!(done.len(), 50);
+        for c in done {
+            if c.tag == 17 {
+                let err = c.result.expect_err("vanished file must fail");
+                assert_eq!(errno(&err), Some(libc::ENOENT));
+                assert_eq!(err.kind(), io::ErrorKind::NotFound);
+                let msg = err.to_string();
+                assert!(msg.contains(&paths[17].display().to_string()), "{msg}");
+                assert!(msg.starts_with("open "), "{msg}");
+                assert!(!ReadRetry::is_retryable(&err));
+            } else {
+                assert_eq!(c.result.expect("others succeed"), 1000);
+                let i = c.tag as usize;
+                assert!(buf[i * 1000..(i + 1) * 1000] == content(c.tag, 1000)[..]);
+            }
+        }
+    }
+}
+
+#[test]
+fn file_shorter_than_requested_is_an_error() {
+    let dir = TestDir::new();
+    let path = dir.path("short");
+    fs::write(&path, content(1, 100)).expect("write");
+    for linked in modes() {
+        let mut buf = vec![0u8; 400];
+        let base = buf.as_mut_ptr();
+        let mut reader = UringReader::with_linking(4, linked).expect("reader");
+        let requests = vec![
+            path_request(1, &path, 0, 200, base),
+            path_request(2, &path, 500, 10, base.wrapping_add(200)),
+            path_request(3, &path, 40, 60, base.wrapping_add(300)),
+        ];
+        let done = run_all(&mut reader, requests);
+        let by_tag: HashMap<u64, &Completion> = done.iter().map(|c| (c.tag, c)).collect();
+        let err = by_tag[&1].result.as_ref().expect_err("short file");
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+        let msg = err.to_string();
+        assert!(msg.contains("short") && msg.contains("100 of 200"), "{msg}");
+        assert!(!ReadRetry::is_retryable(err));
+        let err = by_tag[&2].result.as_ref().expect_err("offset past the end");
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+        // A range that ends exactly at end of file is fine.
+        assert_eq!(*by_tag[&3].result.as_ref().expect("tail read"), 60);
+        assert!(buf[300..360] == content(1, 100)[40..]);
+    }
+}
+
+#[test]
+fn directory_is_an_error() {
+    let dir = TestDir::new();
+    fs::create_dir(dir.path("sub")).expect("mkdir");
+    for linked in modes() {
+        let mut buf = vec![0u8; 16];
+        let mut reader = UringReader::with_linking(2, linked).expect("reader");
+        let done = run_all(
+            &mut reader,
+            vec![path_request(9, &dir.path("sub"), 0, 16, buf.as_mut_ptr())],
+        );
+        let err = done[0].result.as_ref().expect_err("directory");
+        assert_eq!(errno(err), Some(libc::EISDIR));
+        assert!(err.to_string().contains("sub"), "{err}");
+        assert!(!ReadRetry::is_retryable(err));
+    }
+}
+
+#[test]
+fn queue_full_gives_the_request_back() {
+    let dir = TestDir::new();
+    let path = dir.path("a");
+    fs::write(&path, content(3, 64)).expect("write");
+    let mut buf = vec![0u8; 64 * 5];
+    let base = buf.as_mut_ptr();
+    let mut reader = UringReader::new(4).expect("reader");
+    assert_eq!(reader.capacity(), 4);
+    for i in 0..4 {
+        // SAFETY: `buf` outlives the reader's outstanding reads: they are
+        // drained below before `buf` is read or dropped.
+        let r = unsafe {
+            reader.submit(path_request(
+                i,
+                &path,
+                0,
+                64,
+                base.wrapping_add(i as usize * 64),
+            ))
+        };
+        assert!(r.is_ok());
+    }
+    assert_eq!(reader.in_flight(), 4);
+    // SAFETY: as above (and this request is refused anyway).
+    let refused = unsafe { reader.submit(path_request(4, &path, 0, 64, base.wrapping_add(256))) };
+    let Err(Full(back)) = refused else {
+        panic!("fifth request accepted at depth 4");
+    };
+    assert_eq!(back.tag, 4);
+    assert!(Full(back).to_string().contains("full"));
+    let done = run_all(&mut reader, Vec::new());
+    assert_eq!(done.len(), 4);
+    assert!(done.iter().all(|c| matches!(c.result, Ok(64))));
+    assert_eq!(reader.in_flight(), 0);
+    assert!(buf[..256].chunks(64).all(|c| c == &content(3, 64)[..]));
+}
+
+#[test]
+fn reads_a_range_at_an_offset() {
+    let dir = TestDir::new();
+    let path = dir.path("big");
+    let data = content(5, 3_000_000);
+    fs::write(&path, &data).expect("write");
+    for linked in modes() {
+        let mut buf = vec![0u8; 2_000_000];
+        let mut reader = UringReader::with_linking(2, linked).expect("reader");
+        let req = path_request(1, &path, 1_000_000, 2_000_000, buf.as_mut_ptr());
+        let done = run_all(&mut reader, vec![req]);
+        assert_eq!(*done[0].result.as_ref().expect("read"), 2_000_000);
+        assert!(buf[..] == data[1_000_000..]);
+    }
+}
+
+#[test]
+fn bad_requests_complete_with_an_error() {
+    let dir = TestDir::new();
+    let path = dir.path("z");
+    fs::write(&path, b"").expect("write");
+    let mut byte = [0u8; 1];
+    let mut reader = UringReader::new(4).expect("reader");
+    let done = run_all(
+        &mut reader,
+        vec![
+            path_request(1, &path, 0, 8, std::ptr::null_mut()),
+            path_request(2, &path, u64::MAX, 1, byte.as_mut_ptr()),
+            // Zero bytes of an empty file: fine.
+            path_request(3, &path, 0, 0, byte.as_mut_ptr()),
+            // Zero bytes of a missing file: still an open error.
+            path_request(4, &dir.path("missing"), 0, 0, byte.as_mut_ptr()),
+        ],
+    );
+    let by_tag: HashMap<u64, &Completion> = done.iter().map(|c| (c.tag, c)).collect();
+    for tag in [1, 2] {
+        let err = by_tag[&tag].result.as_ref().expect_err("bad request");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    }
+    assert_eq!(*by_tag[&3].result.as_ref().expect("empty read"), 0);
+    assert_eq!(
+        errno(by_tag[&4].result.as_ref().expect_err("missing")),
+        Some(libc::ENOENT)
+    );
+    assert!(UringReader::new(0).is_err());
+    assert!(UringReader::new(MAX_QUEUE_DEPTH + 1).is_err());
+}
+
+#[test]
+fn waits_are_bounded() {
+    let dir = TestDir::new();
+    let fifo = dir.path("fifo");
+    let c = cpath(&fifo);
+    // SAFETY: `c` is a valid NUL-terminated path.
+    let made = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+    assert_eq!(made, 0, "mkfifo");
+    let mut buf = vec![0u8; 5];
+    let mut reader = UringReader::new(2).expect("reader");
+    let mut out = Vec::new();
+    let t = Instant::now();
+    assert_eq!(
+        reader
+            .poll_completions(Some(Duration::from_millis(20)), &mut out)
+            .expect("idle poll"),
+        0
+    );
+    // SAFETY: `buf` outlives the read: it is drained below before `buf` is used.
+    let r = unsafe { reader.submit(path_request(1, &fifo, 0, 5, buf.as_mut_ptr())) };
+    assert!(r.is_ok());
+    // Opening a FIFO without a writer blocks; the poll must not.
+    let n = reader
+        .poll_completions(Some(Duration::from_millis(100)), &mut out)
+        .expect("poll");
+    assert_eq!(n, 0);
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert_eq!(reader.in_flight(), 1);
+    // A writer unblocks the open; the read then gets its five bytes.
+    let mut writer = fs::OpenOptions::new()
+        .write(true)
+        .open(&fifo)
+        .expect("open writer");
+    std::io::Write::write_all(&mut writer, b"hello").expect("write");
+    drop(writer);
+    let done = run_all(&mut reader, Vec::new());
+    assert_eq!(*done[0].result.as_ref().expect("fifo read"), 5);
+    assert_eq!(&buf, b"hello");
+}
+
+#[test]
+fn read_files_into_lays_files_back_to_back() {
+    let dir = TestDir::new();
+    let mut files = Vec::new();
+    let mut expected = Vec::new();
+    for id in 0..300u64 {
+        let len = (mix64(id) % 5000) as u32;
+        let path = dir.path(&format!("{id}"));
+        let data = content(id, len as usize);
+        fs::write(&path, &data).expect("write");
+        expected.extend_from_slice(&data);
+        files.push((path, len));
+    }
+    let mut buf = vec![0u8; expected.len()];
+    let stats = read_files_into(&files, &mut buf, 16).expect("read");
+    assert_eq!(stats.files, 300);
+    assert_eq!(stats.bytes, expected.len() as u64);
+    assert!(buf == expected);
+
+    let mut small = vec![0u8; expected.len() - 1];
+    let err = read_files_into(&files, &mut small, 16).expect_err("buffer too small");
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+
+    fs::remove_file(&files[10].0).expect("remove");
+    let err = read_files_into(&files, &mut buf, 16).expect_err("missing file");
+    assert_eq!(errno(&err), Some(libc::ENOENT));
+    assert!(err.to_string().contains(&files[10].0.display().to_string()));
+}
+
+#[test]
+fn retry_classifies_errors() {
+    let os = io::Error::from_raw_os_error;
+    for e in [libc::EIO, libc::EAGAIN, libc::EINTR, libc::ETIMEDOUT] {
+        assert!(ReadRetry::is_retryable(&os(e)), "errno {e}");
+    }
+    for e in [libc::ENOENT, libc::EACCES, libc::EISDIR, libc::EINVAL] {
+        assert!(!ReadRetry::is_retryable(&os(e)), "errno {e}");
+    }
+    let wrapped = ReadError {
+        op: "read",
+        target: "/x".into(),
+        errno: Some(libc::EIO),
+        short: None,
+    }
+    .into_io();
+    assert!(ReadRetry::is_retryable(&wrapped));
+    assert!(ReadRetry::is_retryable(&io::Error::from(
+        io::ErrorKind::TimedOut
+    )));
+    assert!(!ReadRetry::is_retryable(&io::Error::from(
+        io::ErrorKind::UnexpectedEof
+    )));
+}
+
+#[test]
+fn retry_backs_off_exponentially_with_bounded_jitter() {
+    let policy = ReadRetry {
+        retries: 3,
+        base_delay: Duration::from_millis(10),
+        max_delay: Duration::from_millis(50),
+    };
+    for seed in 0..200u64 {
+        for attempt in 1..=6u32 {
+            let cap = Duration::from_millis((10u64 << (attempt - 1)).min(50));
+            let d = policy.delay(attempt, seed);
+            assert!(
+                d >= cap / 2 && d <= cap,
+                "attempt {attempt} seed {seed}: {d:?}"
+            );
+            assert_eq!(d, policy.delay(attempt, seed), "deterministic");
+        }
+    }
+    let distinct: std::collections::HashSet<_> = (0..50).map(|s| policy.delay(2, s)).collect();
+    assert!(distinct.len() > 40, "jitter spreads samples out");
+
+    let now = Instant::now();
+    let eio = io::Error::from_raw_os_error(libc::EIO);
+    for failures in 1..=3 {
+        match policy.decide(&eio, failures, now, 7) {
+            RetryDecision::RetryAt(at) => assert_eq!(at - now, policy.delay(failures, 7)),
+            RetryDecision::GiveUp => panic!("retry {failures} refused"),
+        }
+    }
+    assert_eq!(policy.decide(&eio, 4, now, 7), RetryDecision::GiveUp);
+    let enoent = io::Error::from_raw_os_error(libc::ENOENT);
+    assert_eq!(policy.decide(&enoent, 1, now, 7), RetryDecision::GiveUp);
+    let none = ReadRetry {
+        retries: 0,
+        ..policy
+    };
+    assert_eq!(none.decide(&eio, 1, now, 7), RetryDecision::GiveUp);
+    let huge = ReadRetry {
+        retries: 100,
+        base_delay: Duration::MAX,
+        max_delay: Duration::MAX,
+    };
+    assert!(huge.delay(100, 1) > Duration::ZERO);
+}
+
+#[test]
+fn completions_arrive_out_of_order_when_one_read_is_slow() {
+    for linked in modes() {
+        let dir = TestDir::new();
+        let fifo = dir.path("slow");
+        let c = cpath(&fifo);
+        // SAFETY: `c` is a valid NUL-terminated path.
+        let made = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+        assert_eq!(made, 0, "mkfifo");
+        let mut slow = [0u8; 3];
+        let mut fast = vec![0u8; 10 * 100];
+        let mut reader = UringReader::with_linking(16, linked).expect("reader");
+        let mut requests = vec![path_request(0, &fifo, 0, 3, slow.as_mut_ptr())];
+        for id in 1..=10u64 {
+            let path = dir.path(&format!("{id}"));
+            fs::write(&path, content(id, 100)).expect("write");
+            let at = (id as usize - 1) * 100;
+            requests.push(path_request(
+                id,
+                &path,
+                0,
+                100,
+                fast.as_mut_ptr().wrapping_add(at),
+            ));
+        }
+        let mut out = Vec::new();
+        for req in requests {
+            // SAFETY: `slow` and `fast` outlive the reads: all are drained below.
+            let r = unsafe { reader.submit(req) };
+            assert!(r.is_ok());
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while out.len() < 10 && Instant::now() < deadline {
+            reader
+                .poll_completions(Some(Duration::from_millis(200)), &mut out)
+                .expect("poll");
+        }
+        // The FIFO (submitted first) has no writer yet, so it is still pending
+        // while every later request has finished.
+        let mut tags: Vec<u64> = out.iter().map(|c| c.tag).collect();
+        tags.sort_unstable();
+        assert_eq!(tags, (1..=10).collect::<Vec<_>>());
+        assert_eq!(reader.in_flight(), 1);
+        let mut writer = fs::OpenOptions::new()
+            .write(true)
+            .open(&fifo)
+            .expect("writer");
+        std::io::Write::write_all(&mut writer, b"abc").expect("write");
+        drop(writer);
+        let done = run_all(&mut reader, Vec::new());
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].tag, 0);
+        assert_eq!(*done[0].result.as_ref().expect("fifo read"), 3);
+        assert_eq!(&slow, b"abc");
+        for id in 1..=10u64 {
+            let at = (id as usize - 1) * 100;
+            assert!(fast[at..at + 100] == content(id, 100)[..]);
+        }
+    }
+}
+
+#[test]
+fn short_reads_continue_where_they_stopped() {
+    // A FIFO hands out what has been written so far: the first read is short
+    // and the rest must come from a second read on the same open file.
+    let dir = TestDir::new();
+    let fifo = dir.path("trickle");
+    let c = cpath(&fifo);
+    // SAFETY: `c` is a valid NUL-terminated path.
+    let made = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+    assert_eq!(made, 0, "mkfifo");
+    let mut buf = [0u8; 5];
+    let mut reader = UringReader::with_linking(2, false).expect("reader");
+    // SAFETY: `buf` outlives the read: it is drained below before `buf` is used.
+    let r = unsafe { reader.submit(path_request(1, &fifo, 0, 5, buf.as_mut_ptr())) };
+    assert!(r.is_ok());
+    let mut out = Vec::new();
+    reader
+        .poll_completions(Some(Duration::from_millis(20)), &mut out)
+        .expect("poll");
+    let mut writer = fs::OpenOptions::new()
+        .write(true)
+        .open(&fifo)
+        .expect("writer");
+    std::io::Write::write_all(&mut writer, b"abc").expect("write");
+    let n = reader
+        .poll_completions(Some(Duration::from_millis(200)), &mut out)
+        .expect("poll");
+    assert_eq!(n, 0, "three of five bytes is not a completion");
+    std::io::Write::write_all(&mut writer, b"de").expect("write");
+    drop(writer);
+    let done = run_all(&mut reader, Vec::new());
+    assert_eq!(*done[0].result.as_ref().expect("read"), 5);
+    assert_eq!(&buf, b"abcde");
+}
