@@ -3,7 +3,7 @@
 //! Three layers, from the bottom up:
 //! * [`Violation`]: something another process wrote into shared memory broke
 //!   the contract. The side that detects it fences the peer.
-//! * [`AttachError`], [`WaitError`], [`ArenaError`], [`ProtocolError`]: what
+//! * [`AttachError`], [`WaitError`], [`crate::arena::ArenaError`], [`crate::handshake::ProtocolError`]: what
 //!   the individual operations of this crate can report.
 //! * [`ErrorCode`]: the stable negative integers that cross the C ABI, the
 //!   handshake's error replies and the per-batch / per-sample status words.

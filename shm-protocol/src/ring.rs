@@ -35,7 +35,10 @@
 //! block or the slots. Every index read from shared memory is checked with
 //! wrapping arithmetic against our own private index before use (a
 //! [`Violation`] otherwise), items are copied out with volatile reads, and
-//! nothing in this module panics on what the peer wrote.
+//! nothing in this module panics on what the peer wrote. All index arithmetic
+//! wraps (indices are counted modulo 2^64), so an end that starts from an
+//! index found near `u64::MAX` in a segment works like any other instead of
+//! overflowing.
 
 use crate::error::{Violation, WaitError};
 use crate::futex;
@@ -416,7 +419,7 @@ impl<T: RingItem> Producer<T> {
 
     /// Items written but not yet published.
     pub fn staged(&self) -> usize {
-        (self.tail - self.published) as usize
+        self.tail.wrapping_sub(self.published) as usize
     }
 
     /// Reloads the consumer's head (pair (B)) and checks it lies between our
@@ -439,10 +442,17 @@ impl<T: RingItem> Producer<T> {
 
     /// Free slots, refreshing the consumer's head only if our cached view says full.
     pub fn free(&mut self) -> Result<usize, Violation> {
-        if self.tail - self.cached_head == self.ring.capacity {
+        if self.tail.wrapping_sub(self.cached_head) == self.ring.capacity {
             self.refresh_head()?;
         }
-        Ok((self.ring.capacity - (self.tail - self.cached_head)) as usize)
+        Ok((self.ring.capacity - self.tail.wrapping_sub(self.cached_head)) as usize)
+    }
+
+    /// Published items the consumer has not taken yet (reloads its head).
+    /// Zero means the consumer has caught up and may be waiting.
+    pub fn unconsumed(&mut self) -> Result<usize, Violation> {
+        self.refresh_head()?;
+        Ok(self.published.wrapping_sub(self.cached_head) as usize)
     }
 
     /// Writes `item` into the next slot without publishing it. Returns
@@ -450,9 +460,9 @@ impl<T: RingItem> Producer<T> {
     /// staged items visible (batched publication).
     #[inline]
     pub fn try_stage(&mut self, item: T) -> Result<bool, Violation> {
-        if self.tail - self.cached_head == self.ring.capacity {
+        if self.tail.wrapping_sub(self.cached_head) == self.ring.capacity {
             self.refresh_head()?;
-            if self.tail - self.cached_head == self.ring.capacity {
+            if self.tail.wrapping_sub(self.cached_head) == self.ring.capacity {
                 return Ok(false);
             }
         }
@@ -460,7 +470,7 @@ impl<T: RingItem> Producer<T> {
         // SAFETY: slot < capacity; indices in [cached_head, cached_head+capacity)
         // are ours to write until published (pair (B) acquired above).
         unsafe { self.ring.slots.write(slot, item) };
-        self.tail += 1;
+        self.tail = self.tail.wrapping_add(1);
         Ok(true)
     }
 
@@ -508,7 +518,7 @@ impl<T: RingItem> Producer<T> {
             deadline,
             || {
                 self.refresh_head()?;
-                Ok(self.tail - self.cached_head < self.ring.capacity)
+                Ok(self.tail.wrapping_sub(self.cached_head) < self.ring.capacity)
             },
         )
     }
@@ -574,7 +584,7 @@ impl<T: RingItem> Consumer<T> {
         if self.head == self.cached_tail {
             self.refresh_tail()?;
         }
-        Ok((self.cached_tail - self.head) as usize)
+        Ok(self.cached_tail.wrapping_sub(self.head) as usize)
     }
 
     /// Copies out the next item without publishing the freed slot. Call
@@ -591,7 +601,7 @@ impl<T: RingItem> Consumer<T> {
         // SAFETY: slot < capacity and index `head` < cached_tail was published
         // to us (pair (A) acquired in refresh_tail).
         let item = unsafe { self.ring.slots.read(slot) };
-        self.head += 1;
+        self.head = self.head.wrapping_add(1);
         Ok(Some(item))
     }
 
@@ -759,6 +769,40 @@ mod tests {
         assert!(p.try_push(9).unwrap());
         c.ring.ctrl().consumer.head.store(0, Ordering::Release);
         assert!(p.try_push(10).is_err());
+    }
+
+    #[test]
+    fn indices_wrap_past_u64_max() {
+        let cap = 4u32;
+        let region = Arc::new(crate::region::Region::heap(crate::layout::ring_bytes::<u64>(cap)));
+        let base = NonNull::new(region.as_ptr()).unwrap();
+        // SAFETY: the zeroed heap region starts with a RingControl (atomics).
+        let ctrl = unsafe { base.cast::<RingControl>().as_ref() };
+        let start = u64::MAX - 5;
+        ctrl.producer.tail.store(start, Ordering::Relaxed);
+        ctrl.consumer.head.store(start, Ordering::Relaxed);
+        let keep: KeepAlive = region;
+        // SAFETY: page-aligned, ring_bytes long, kept alive by `keep`; one end of each kind.
+        let (mut p, mut c) = unsafe {
+            (
+                producer_from_raw::<u64>(base, cap, "t", Arc::clone(&keep)),
+                consumer_from_raw::<u64>(base, cap, "t", keep),
+            )
+        };
+        for round in 0..4u64 {
+            for i in 0..4 {
+                assert!(p.try_push(round * 4 + i).unwrap());
+            }
+            assert!(!p.try_push(99).unwrap());
+            assert_eq!(p.free().unwrap(), 0);
+            assert_eq!(c.available().unwrap(), 4);
+            for i in 0..4 {
+                assert_eq!(c.try_pop().unwrap(), Some(round * 4 + i));
+            }
+            assert_eq!(c.try_pop().unwrap(), None);
+        }
+        assert_eq!(p.tail(), start.wrapping_add(16));
+        assert_eq!(c.head(), start.wrapping_add(16));
     }
 
     #[test]

@@ -10,22 +10,32 @@
 //! than its header claims (see [`crate::validate::HeaderSnapshot::validate`]).
 //!
 //! The agent never reads the geometry back from shared memory: it keeps the
-//! [`SegmentGeometry`] it created, because the loader can write the segment.
+//! [`crate::layout::SegmentGeometry`] it created, because the loader can
+//! write the segment.
+//!
+//! Under the `loom` feature the mapped segments are compiled out (loom's
+//! atomics cannot live in a mapping); [`model`] then runs the same
+//! publication ([`publish_header`]) and attach loads
+//! ([`crate::validate::load_identity`]) over loom memory.
 
-use crate::error::{AttachError, Violation};
-use crate::layout::{
-    state, BatchDescriptor, ReleaseDescriptor, SegmentGeometry, SegmentHeader, LAYOUT_VERSION,
-    SEGMENT_HEADER_SIZE, SEGMENT_MAGIC,
-};
-use crate::region::Region;
-use crate::ring::{consumer_from_raw, producer_from_raw, Consumer, Producer};
+use crate::layout::{state, SegmentHeader, LAYOUT_VERSION, SEGMENT_MAGIC};
 use crate::sync::Ordering;
-use crate::validate::HeaderSnapshot;
-use std::io;
-use std::mem::size_of;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::ptr::{addr_of_mut, NonNull};
-use std::sync::Arc;
+#[cfg(not(feature = "loom"))]
+use crate::{
+    error::{AttachError, Violation},
+    layout::{BatchDescriptor, ReleaseDescriptor, SegmentGeometry, SEGMENT_HEADER_SIZE},
+    region::Region,
+    ring::{consumer_from_raw, producer_from_raw, Consumer, Producer},
+    validate::HeaderSnapshot,
+};
+#[cfg(not(feature = "loom"))]
+use std::{
+    io,
+    mem::size_of,
+    os::fd::{AsFd, BorrowedFd, OwnedFd},
+    ptr::{addr_of_mut, NonNull},
+    sync::Arc,
+};
 
 /// What the agent decides when it creates a segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +52,7 @@ pub struct SegmentSpec {
     pub instance_epoch: u64,
 }
 
+#[cfg(not(feature = "loom"))]
 /// The agent's side of a segment.
 pub struct AgentSegment {
     region: Arc<Region>,
@@ -51,6 +62,7 @@ pub struct AgentSegment {
     endpoints_taken: bool,
 }
 
+#[cfg(not(feature = "loom"))]
 fn header(region: &Region) -> &SegmentHeader {
     // SAFETY: every region holding a segment is at least SEGMENT_HEADER_SIZE
     // long (checked at creation and attach) and page aligned; the fields read
@@ -58,6 +70,7 @@ fn header(region: &Region) -> &SegmentHeader {
     unsafe { &*(region.as_ptr() as *const SegmentHeader) }
 }
 
+#[cfg(not(feature = "loom"))]
 impl AgentSegment {
     /// Creates a segment in a sealed memfd (the fd is what the loader receives).
     pub fn create_memfd(spec: SegmentSpec) -> io::Result<AgentSegment> {
@@ -103,12 +116,7 @@ impl AgentSegment {
             addr_of_mut!((*hdr).release_item_size).write(size_of::<ReleaseDescriptor>() as u32);
             addr_of_mut!((*hdr).arena_size).write(spec.arena_size);
         }
-        let h = header(&region);
-        h.state.store(state::LIVE, Ordering::Relaxed);
-        // Published last, in this order; attach reads magic first (acquire).
-        h.instance_epoch.store(spec.instance_epoch, Ordering::Release);
-        h.layout_version.store(LAYOUT_VERSION, Ordering::Release);
-        h.magic.store(SEGMENT_MAGIC, Ordering::Release);
+        publish_header(header(&region), spec.instance_epoch);
         AgentSegment {
             region,
             fd,
@@ -194,6 +202,134 @@ impl AgentSegment {
     }
 }
 
+/// Makes a filled header visible: stores `state`, then `instance_epoch`,
+/// `layout_version` and finally `magic`, each with release ordering. Every
+/// other field must be written before this call. Pairs with the acquire load
+/// of `magic` in [`crate::validate::load_identity`]: a loader that reads the
+/// magic also sees every field written before it.
+pub(crate) fn publish_header(h: &SegmentHeader, instance_epoch: u64) {
+    h.state.store(state::LIVE, Ordering::Relaxed);
+    h.instance_epoch.store(instance_epoch, Ordering::Release);
+    h.layout_version.store(LAYOUT_VERSION, Ordering::Release);
+    h.magic.store(SEGMENT_MAGIC, Ordering::Release); // release: pairs with attach's acquire
+}
+
+/// The header publication protocol over loom memory, for the loom tests.
+///
+/// A [`ModelSegment`] holds a real [`SegmentHeader`] (whose atomics are
+/// loom's under this feature) for the identity words and keeps the plain
+/// fields in a `loom::cell::UnsafeCell`, so loom reports any read of them
+/// that is not ordered after their write. [`ModelSegment::create`] and
+/// [`ModelSegment::attach`] call the same [`publish_header`] and
+/// [`crate::validate::load_identity`] as the mapped segments, and the same
+/// [`crate::validate::HeaderSnapshot::validate`].
+#[cfg(feature = "loom")]
+pub mod model {
+    use super::*;
+    use crate::error::AttachError;
+    use crate::layout::{BatchDescriptor, ReleaseDescriptor, SegmentGeometry, SEGMENT_HEADER_SIZE};
+    use crate::sync::{AtomicU32, AtomicU64};
+    use crate::validate::{load_identity, HeaderSnapshot};
+    use std::mem::size_of;
+
+    /// A segment header shared by a creating and an attaching loom thread.
+    pub struct ModelSegment {
+        header: SegmentHeader,
+        fields: loom::cell::UnsafeCell<HeaderSnapshot>,
+    }
+
+    // SAFETY: `fields` is only accessed through loom's cell, which checks
+    // that every access is ordered against every write; the rest are atomics.
+    unsafe impl Sync for ModelSegment {}
+
+    impl Default for ModelSegment {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    impl ModelSegment {
+        /// An all-zero header, as a fresh memfd holds.
+        pub fn new() -> ModelSegment {
+            ModelSegment {
+                header: SegmentHeader {
+                    magic: AtomicU64::new(0),
+                    layout_version: AtomicU32::new(0),
+                    header_size: 0,
+                    instance_epoch: AtomicU64::new(0),
+                    creator_pid: 0,
+                    flags: 0,
+                    segment_size: 0,
+                    session_id: 0,
+                    ready_offset: 0,
+                    ready_capacity: 0,
+                    ready_item_size: 0,
+                    release_offset: 0,
+                    release_capacity: 0,
+                    release_item_size: 0,
+                    arena_size: 0,
+                    state: AtomicU32::new(0),
+                    violation: AtomicU32::new(0),
+                    heartbeat_ms: AtomicU64::new(0),
+                    reserved: [0; 19],
+                },
+                fields: loom::cell::UnsafeCell::new(HeaderSnapshot::default()),
+            }
+        }
+
+        /// The creator: fills every plain field, then [`publish_header`].
+        pub fn create(&self, spec: SegmentSpec) {
+            let g = SegmentGeometry::new(spec.ready_capacity, spec.release_capacity)
+                .expect("model spec has valid capacities");
+            self.fields.with_mut(|p| {
+                // SAFETY: loom checks that no attach read races this write.
+                unsafe {
+                    p.write(HeaderSnapshot {
+                        header_size: SEGMENT_HEADER_SIZE as u32,
+                        segment_size: g.segment_size,
+                        session_id: spec.session_id,
+                        ready_offset: g.ready_offset,
+                        ready_capacity: g.ready_capacity,
+                        ready_item_size: size_of::<BatchDescriptor>() as u32,
+                        release_offset: g.release_offset,
+                        release_capacity: g.release_capacity,
+                        release_item_size: size_of::<ReleaseDescriptor>() as u32,
+                        arena_size: spec.arena_size,
+                        ..HeaderSnapshot::default()
+                    })
+                }
+            });
+            publish_header(&self.header, spec.instance_epoch);
+        }
+
+        /// The loader: loads the identity words (magic first, acquire); only
+        /// when the magic is right reads the plain fields, then validates the
+        /// snapshot against a mapping of exactly `segment_size` bytes.
+        pub fn attach(
+            &self,
+            expected_epoch: Option<u64>,
+        ) -> Result<(HeaderSnapshot, SegmentGeometry), AttachError> {
+            let (magic, layout_version, instance_epoch) = load_identity(&self.header);
+            if magic != SEGMENT_MAGIC {
+                // A real loader gets the fd only after creation; here the
+                // creator may still be writing, so the fields are not read.
+                return Err(AttachError::BadMagic(magic));
+            }
+            // SAFETY: loom checks that this read is ordered after the write.
+            let fields = self.fields.with(|p| unsafe { p.read() });
+            let snapshot = HeaderSnapshot {
+                magic,
+                layout_version,
+                instance_epoch,
+                ..fields
+            };
+            let g = snapshot.validate(fields.segment_size, expected_epoch)?;
+            Ok((snapshot, g))
+        }
+    }
+}
+
+#[cfg(not(feature = "loom"))]
 fn geometry_for(spec: &SegmentSpec) -> io::Result<SegmentGeometry> {
     SegmentGeometry::new(spec.ready_capacity, spec.release_capacity).ok_or_else(|| {
         io::Error::new(
@@ -203,6 +339,7 @@ fn geometry_for(spec: &SegmentSpec) -> io::Result<SegmentGeometry> {
     })
 }
 
+#[cfg(not(feature = "loom"))]
 fn ring_bases(region: &Region, g: &SegmentGeometry) -> (NonNull<u8>, NonNull<u8>) {
     let base = region.as_ptr();
     // Offsets come from a validated geometry and lie inside the region.
@@ -211,6 +348,7 @@ fn ring_bases(region: &Region, g: &SegmentGeometry) -> (NonNull<u8>, NonNull<u8>
     (ready, release)
 }
 
+#[cfg(not(feature = "loom"))]
 /// The loader's side of a segment.
 pub struct LoaderSegment {
     region: Arc<Region>,
@@ -219,6 +357,7 @@ pub struct LoaderSegment {
     endpoints_taken: bool,
 }
 
+#[cfg(not(feature = "loom"))]
 impl LoaderSegment {
     /// Maps a segment fd received from the agent and validates its header.
     pub fn attach_fd(
@@ -312,7 +451,7 @@ impl LoaderSegment {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
 

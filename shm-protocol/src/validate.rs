@@ -12,7 +12,6 @@ use crate::layout::{
 use crate::region::Region;
 use crate::sync::Ordering;
 use std::mem::size_of;
-use std::ptr::addr_of;
 
 /// Largest number of samples one batch may carry.
 pub const MAX_BATCH_SAMPLES: u32 = 1 << 16;
@@ -84,15 +83,14 @@ impl HeaderSnapshot {
     /// # Safety
     /// `hdr` must be valid for reads of [`SEGMENT_HEADER_SIZE`] bytes and
     /// 8-byte aligned.
+    #[cfg(not(feature = "loom"))]
     pub(crate) unsafe fn read(hdr: *const SegmentHeader) -> HeaderSnapshot {
+        use std::ptr::addr_of;
         // SAFETY: caller guarantees the header is readable; the atomics are
         // accessed as atomics, the plain fields by volatile copies because
         // another process may write them concurrently.
         unsafe {
-            let h = &*hdr;
-            let magic = h.magic.load(Ordering::Acquire);
-            let layout_version = h.layout_version.load(Ordering::Acquire);
-            let instance_epoch = h.instance_epoch.load(Ordering::Acquire);
+            let (magic, layout_version, instance_epoch) = load_identity(&*hdr);
             HeaderSnapshot {
                 magic,
                 layout_version,
@@ -188,6 +186,17 @@ impl HeaderSnapshot {
         }
         Ok(g)
     }
+}
+
+/// Loads a header's identity words: `magic` first with acquire ordering
+/// (pairing with the release store of `magic` that the creator issues last,
+/// see `segment::publish_header`), then `layout_version` and
+/// `instance_epoch`. Returns `(magic, layout_version, instance_epoch)`.
+pub(crate) fn load_identity(h: &SegmentHeader) -> (u64, u32, u64) {
+    let magic = h.magic.load(Ordering::Acquire); // acquire: pairs with publish_header
+    let layout_version = h.layout_version.load(Ordering::Acquire);
+    let instance_epoch = h.instance_epoch.load(Ordering::Acquire);
+    (magic, layout_version, instance_epoch)
 }
 
 /// Checks a batch descriptor read from the ready ring against an arena of

@@ -1,0 +1,636 @@
+//! The sessions' known futures: when will each sample be needed next?
+//!
+//! A [`FutureIndex`] follows every registered session through its
+//! [`SessionPlan`]. A session's *position* is the global sequence number of
+//! the next sample it will be delivered, counted over the whole session:
+//! epoch `first_epoch + k`, index `i` in that epoch's delivery order is
+//! position `k * per_epoch + i`, where `per_epoch` is the number of samples
+//! a rank is delivered per epoch.
+//!
+//! For each session the index keeps two *live epochs*: the one holding the
+//! session's position and the one after it (the horizon). Each live epoch
+//! holds its delivery order and its inverse (sample → index in the order,
+//! `u32` per dataset sample), built from the planner when the epoch becomes
+//! live. A rank's share contains a sample at most once, so the inverse is a
+//! plain array.
+//!
+//! The next use of sample `s` by a session at position `p` is its position
+//! in the current epoch if that is at or after `p`, else its position in the
+//! next epoch, else [`NEVER`] (not needed within the horizon, or the session
+//! ends first). `O(1)`.
+//!
+//! Sessions are compared on one timeline counted in samples: a session's
+//! position `p` is the time `offset + p`, where `offset` is the timeline's
+//! "now" when the session joined (the furthest time any session had
+//! reached). Sessions are assumed to deliver samples at the same rate; no
+//! normalisation by measured rates is made. The next use of a sample is the
+//! minimum over the sessions of its dataset.
+//!
+//! Every mutating call reports the samples whose next use may have changed,
+//! so a policy that orders samples by next use updates just those:
+//! consuming a sample changes only that sample, an epoch roll-over adds the
+//! new horizon epoch's samples, and adding or removing a session its two
+//! live epochs' samples. Memory: `8 × share + 4 × num_samples` bytes per live
+//! epoch, two live epochs per session.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::planner::{batches_per_epoch, samples_per_rank, EpochPlan, PlanError, SessionPlan};
+
+/// The next-use time of a sample that no session needs within its horizon.
+pub const NEVER: u64 = u64::MAX;
+
+/// Identifies a session, as the session engine numbers them.
+pub type SessionId = u64;
+
+/// Marks a sample that is not in an epoch's share.
+const ABSENT: u32 = u32::MAX;
+
+/// Why a [`FutureIndex`] call failed. Nothing was changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FutureError {
+    /// A session with this id is already registered.
+    DuplicateSession(SessionId),
+    /// No session with this id is registered.
+    UnknownSession(SessionId),
+    /// The session's plan could not be built.
+    Plan(PlanError),
+    /// A rank's per-epoch share has `u32::MAX` samples or more, beyond what
+    /// the index's `u32` inverse arrays address.
+    ShareTooLarge {
+        /// The share's length.
+        share: u64,
+    },
+    /// An advance would move a session backwards or past its end.
+    BadPosition {
+        /// The session.
+        session: SessionId,
+        /// Its position now.
+        position: u64,
+        /// The requested position.
+        requested: u64,
+        /// Its last position (samples in the whole session).
+        total: u64,
+    },
+}
+
+impl fmt::Display for FutureError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FutureError::DuplicateSession(id) => write!(f, "session {id} is already registered"),
+            FutureError::UnknownSession(id) => write!(f, "session {id} is not registered"),
+            FutureError::Plan(e) => write!(f, "cannot plan the session: {e}"),
+            FutureError::ShareTooLarge { share } => write!(
+                f,
+                "a rank's share of {share} samples per epoch is too large to index (limit {})",
+                u32::MAX - 1
+            ),
+            FutureError::BadPosition {
+                session,
+                position,
+                requested,
+                total,
+            } => write!(
+                f,
+                "session {session} cannot move from position {position} to {requested} (it has {total} samples)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for FutureError {}
+
+impl From<PlanError> for FutureError {
+    fn from(e: PlanError) -> Self {
+        FutureError::Plan(e)
+    }
+}
+
+/// The samples a session is delivered per epoch and over its whole plan:
+/// `(per_epoch, total)`, where `per_epoch` is the rank's share less a
+/// dropped partial batch.
+///
+/// # Errors
+///
+/// Any error of [`PlanParams::validate`](crate::planner::PlanParams::validate).
+pub fn session_length(plan: &SessionPlan) -> Result<(u64, u64), PlanError> {
+    let params = plan.params();
+    let share = samples_per_rank(params)?;
+    let per_epoch = batches_per_epoch(params)?
+        .saturating_mul(u64::from(params.batch_size))
+        .min(share);
+    let epochs = plan.epochs();
+    Ok((per_epoch, per_epoch.saturating_mul(epochs.end - epochs.start)))
+}
+
+/// One epoch of a session with its inverse order.
+#[derive(Debug)]
+struct LiveEpoch {
+    /// Session position of the epoch's first sample.
+    base: u64,
+    /// Offset of the epoch from the session's first epoch.
+    offset: u32,
+    plan: EpochPlan,
+    /// `inverse[s]` = index of sample `s` in `plan.samples()`, or `ABSENT`.
+    inverse: Vec<u32>,
+}
+
+impl LiveEpoch {
+    fn build(session: &SessionPlan, offset: u32, per_epoch: u64) -> Result<Self, FutureError> {
+        let epoch = session.epochs().start + u64::from(offset);
+        // The planner checked that every epoch of the session fits in u32.
+        let epoch = u32::try_from(epoch).map_err(|_| {
+            PlanError::EpochRangeOverflow {
+                first_epoch: u32::MAX,
+                epoch_count: offset,
+            }
+        })?;
+        let plan = EpochPlan::new(session.params(), epoch)?;
+        let n = session.params().num_samples;
+        let len = usize::try_from(n).map_err(|_| PlanError::TooManySamples { num_samples: n })?;
+        let mut inverse: Vec<u32> = Vec::new();
+        inverse
+            .try_reserve_exact(len)
+            .map_err(|_| PlanError::OutOfMemory { num_samples: n })?;
+        inverse.resize(len, ABSENT);
+        for (i, &s) in plan.samples().iter().enumerate() {
+            // i < share < u32::MAX (checked at registration); s < n.
+            if let Some(slot) = inverse.get_mut(s as usize) {
+                *slot = i as u32;
+            }
+        }
+        Ok(LiveEpoch {
+            base: u64::from(offset) * per_epoch,
+            offset,
+            plan,
+            inverse,
+        })
+    }
+
+    /// Session position of `sample` in this epoch, if it is delivered.
+    fn position_of(&self, sample: u64) -> Option<u64> {
+        let i = *self.inverse.get(usize::try_from(sample).ok()?)?;
+        (i != ABSENT).then(|| self.base + u64::from(i))
+    }
+
+    fn sample_at(&self, position: u64) -> Option<u64> {
+        let i = usize::try_from(position.checked_sub(self.base)?).ok()?;
+        self.plan.samples().get(i).copied()
+    }
+}
+
+/// One session's place in its future.
+#[derive(Debug)]
+struct SessionFuture {
+    dataset: u32,
+    plan: SessionPlan,
+    per_epoch: u64,
+    total: u64,
+    /// Timeline time of position 0.
+    offset: u64,
+    position: u64,
+    /// The epoch holding `position` (none once the session is finished).
+    current: Option<LiveEpoch>,
+    /// The epoch after it, when the session has one.
+    next: Option<LiveEpoch>,
+}
+
+impl SessionFuture {
+    /// The timeline times of the next two uses of `sample` by this session
+    /// (`NEVER` where there is none within the horizon).
+    fn next_two_uses(&self, sample: u64) -> [u64; 2] {
+        let time = |pos: u64| self.offset.saturating_add(pos).min(NEVER - 1);
+        let in_current = self
+            .current
+            .as_ref()
+            .and_then(|e| e.position_of(sample))
+            .filter(|&p| p >= self.position);
+        let in_next = self.next.as_ref().and_then(|e| e.position_of(sample));
+        match (in_current, in_next) {
+            (Some(a), Some(b)) => [time(a), time(b)],
+            (Some(a), None) => [time(a), NEVER],
+            (None, Some(b)) => [time(b), NEVER],
+            (None, None) => [NEVER, NEVER],
+        }
+    }
+
+    fn live_samples(&self) -> impl Iterator<Item = u64> + '_ {
+        self.current
+            .iter()
+            .chain(self.next.iter())
+            .flat_map(|e| e.plan.samples().iter().copied())
+    }
+
+    fn now(&self) -> u64 {
+        self.offset.saturating_add(self.position)
+    }
+}
+
+/// Samples whose next use may have changed after a [`FutureIndex`] call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changed {
+    /// The dataset of the samples.
+    pub dataset: u32,
+    /// The sample indices (possibly with repeats).
+    pub samples: Vec<u64>,
+}
+
+/// The known futures of all registered sessions (see the module docs).
+#[derive(Debug, Default)]
+pub struct FutureIndex {
+    sessions: BTreeMap<SessionId, SessionFuture>,
+    /// The furthest timeline time any session has reached.
+    clock: u64,
+}
+
+impl FutureIndex {
+    /// An index with no sessions: every sample's next use is [`NEVER`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The number of registered sessions.
+    pub fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Whether no session is registered.
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
+
+    /// The timeline's "now": the furthest time any session has reached.
+    pub fn clock(&self) -> u64 {
+        self.clock
+    }
+
+    /// Registers session `id`, reading `dataset` in the order of `plan`,
+    /// at position 0 and at the timeline's current time. Builds its first
+    /// two epochs: `O(num_samples)`.
+    ///
+    /// # Errors
+    ///
+    /// [`FutureError::DuplicateSession`], [`FutureError::Plan`] or
+    /// [`FutureError::ShareTooLarge`]; nothing is registered then.
+    pub fn add_session(
+        &mut self,
+        id: SessionId,
+        dataset: u32,
+        plan: SessionPlan,
+    ) -> Result<Changed, FutureError> {
+        if self.sessions.contains_key(&id) {
+            return Err(FutureError::DuplicateSession(id));
+        }
+        let share = samples_per_rank(plan.params())?;
+        if share >= u64::from(u32::MAX) {
+            return Err(FutureError::ShareTooLarge { share });
+        }
+        let (per_epoch, total) = session_length(&plan)?;
+        let epoch_count = {
+            let r = plan.epochs();
+            r.end - r.start
+        };
+        let (current, next) = if total == 0 {
+            (None, None)
+        } else {
+            let current = LiveEpoch::build(&plan, 0, per_epoch)?;
+            let next = if epoch_count > 1 {
+                Some(LiveEpoch::build(&plan, 1, per_epoch)?)
+            } else {
+                None
+            };
+            (Some(current), next)
+        };
+        let session = SessionFuture {
+            dataset,
+            plan,
+            per_epoch,
+            total,
+            offset: self.clock,
+            position: 0,
+            current,
+            next,
+        };
+        let changed = Changed {
+            dataset,
+            samples: session.live_samples().collect(),
+        };
+        self.sessions.insert(id, session);
+        Ok(changed)
+    }
+
+    /// Forgets session `id` (finished, closed or dead).
+    ///
+    /// # Errors
+    ///
+    /// [`FutureError::UnknownSession`].
+    pub fn remove_session(&mut self, id: SessionId) -> Result<Changed, FutureError> {
+        let session = self
+            .sessions
+            .remove(&id)
+            .ok_or(FutureError::UnknownSession(id))?;
+        Ok(Changed {
+            dataset: session.dataset,
+            samples: session.live_samples().collect(),
+        })
+    }
+
+    /// Session `id`'s position: samples delivered so far.
+    pub fn position(&self, id: SessionId) -> Option<u64> {
+        self.sessions.get(&id).map(|s| s.position)
+    }
+
+    /// Session `id`'s number of samples over its whole plan.
+    pub fn total(&self, id: SessionId) -> Option<u64> {
+        self.sessions.get(&id).map(|s| s.total)
+    }
+
+    /// The sample at position `position` of session `id`, when that
+    /// position lies in one of its live epochs.
+    pub fn sample_at(&self, id: SessionId, position: u64) -> Option<u64> {
+        let s = self.sessions.get(&id)?;
+        s.current
+            .iter()
+            .chain(s.next.iter())
+            .find_map(|e| e.sample_at(position))
+    }
+
+    /// Moves session `id` to `position` (samples delivered so far, at most
+    /// its total): every sample in between has been used. `O(k)` for `k`
+    /// samples, plus `O(num_samples)` for each live epoch that has to be
+    /// built (one per epoch boundary crossed, two at most).
+    ///
+    /// # Errors
+    ///
+    /// [`FutureError::UnknownSession`], [`FutureError::BadPosition`]
+    /// (backwards or past the end), or [`FutureError::Plan`] when a new
+    /// live epoch cannot be built. Nothing changes on error.
+    pub fn advance(&mut self, id: SessionId, position: u64) -> Result<Changed, FutureError> {
+        let s = self
+            .sessions
+            .get_mut(&id)
+            .ok_or(FutureError::UnknownSession(id))?;
+        if position < s.position || position > s.total {
+            return Err(FutureError::BadPosition {
+                session: id,
+                position: s.position,
+                requested: position,
+                total: s.total,
+            });
+        }
+        let mut changed = Changed {
+            dataset: s.dataset,
+            samples: Vec::new(),
+        };
+        if position == s.position {
+            return Ok(changed);
+        }
+        // s.total > 0 here, so per_epoch > 0.
+        let epoch_count = {
+            let r = s.plan.epochs();
+            r.end - r.start
+        };
+        let old_current = s.position / s.per_epoch;
+        let new_current = position / s.per_epoch;
+        // Build what the new live epochs need before changing anything.
+        let mut new_live: [Option<LiveEpoch>; 2] = [None, None];
+        if new_current != old_current {
+            for (slot, offset) in new_live.iter_mut().zip([new_current, new_current + 1]) {
+                let reusable = offset == old_current + 1;
+                if offset < epoch_count && !reusable {
+                    // offset < epoch_count <= 2^32.
+                    *slot = Some(LiveEpoch::build(&s.plan, offset as u32, s.per_epoch)?);
+                }
+            }
+        }
+        // The samples used between the two positions, as far as the old
+        // live epochs know them.
+        for p in s.position..position {
+            match s
+                .current
+                .as_ref()
+                .and_then(|e| e.sample_at(p))
+                .or_else(|| s.next.as_ref().and_then(|e| e.sample_at(p)))
+            {
+                Some(sample) => changed.samples.push(sample),
+                None => break,
+            }
+        }
+        if new_current != old_current {
+            let [built_current, built_next] = new_live;
+            let old_next = s.next.take();
+            let keep = |e: Option<LiveEpoch>, offset: u64| {
+                e.filter(|e| u64::from(e.offset) == offset)
+            };
+            s.current = built_current.or_else(|| keep(old_next, new_current));
+            s.next = built_next;
+            for e in [&s.current, &s.next].into_iter().flatten() {
+                if u64::from(e.offset) != old_current + 1 {
+                    changed.samples.extend(e.plan.samples().iter().copied());
+                }
+            }
+        }
+        s.position = position;
+        if s.position >= s.total {
+            s.current = None;
+            s.next = None;
+        }
+        self.clock = self.clock.max(s.now());
+        Ok(changed)
+    }
+
+    /// The timeline time of the next use of `sample` of `dataset` by any
+    /// session, or [`NEVER`]. `O(sessions)`.
+    pub fn next_use(&self, dataset: u32, sample: u64) -> u64 {
+        self.sessions
+            .values()
+            .filter(|s| s.dataset == dataset)
+            .map(|s| s.next_two_uses(sample)[0])
+            .min()
+            .unwrap_or(NEVER)
+    }
+
+    /// The time of the use of `sample` after the imminent one: the second
+    /// smallest of all sessions' upcoming uses, or [`NEVER`]. This is how
+    /// long a sample fetched now for its imminent use would have to be
+    /// kept to serve another. `O(sessions)`.
+    pub fn use_after_next(&self, dataset: u32, sample: u64) -> u64 {
+        let mut best = [NEVER, NEVER];
+        for s in self.sessions.values().filter(|s| s.dataset == dataset) {
+            for t in s.next_two_uses(sample) {
+                if t < best[0] {
+                    best = [t, best[0]];
+                } else if t < best[1] {
+                    best[1] = t;
+                }
+            }
+        }
+        best[1]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planner::PlanParams;
+
+    fn plan(n: u64, seed: u64, rank: u32, ws: u32, epochs: u32) -> SessionPlan {
+        SessionPlan::new(
+            PlanParams {
+                num_samples: n,
+                seed,
+                rank,
+                world_size: ws,
+                batch_size: 4,
+                drop_last: false,
+            },
+            0,
+            epochs,
+        )
+        .unwrap()
+    }
+
+    /// The whole delivery sequence of a session.
+    fn sequence(p: &SessionPlan) -> Vec<u64> {
+        p.epochs()
+            .flat_map(|e| EpochPlan::new(p.params(), e as u32).unwrap().samples().to_vec())
+            .collect()
+    }
+
+    /// Next use by brute force: the first position >= pos holding s, within
+    /// the current epoch and the next.
+    fn brute_next(seq: &[u64], per_epoch: u64, pos: u64, s: u64) -> u64 {
+        let horizon_end = ((pos / per_epoch + 2) * per_epoch).min(seq.len() as u64);
+        (pos..horizon_end)
+            .find(|&p| seq[p as usize] == s)
+            .unwrap_or(NEVER)
+    }
+
+    #[test]
+    fn next_use_matches_brute_force_through_a_session() {
+        let n = 37;
+        let p = plan(n, 5, 0, 1, 4);
+        let seq = sequence(&p);
+        let per_epoch = n;
+        let mut idx = FutureIndex::new();
+        idx.add_session(1, 0, p).unwrap();
+        for pos in 0..=seq.len() as u64 {
+            if pos > 0 {
+                let changed = idx.advance(1, pos).unwrap();
+                assert!(changed.samples.contains(&seq[pos as usize - 1]));
+            }
+            assert_eq!(idx.position(1), Some(pos));
+            for s in 0..n {
+                assert_eq!(
+                    idx.next_use(0, s),
+                    brute_next(&seq, per_epoch, pos, s),
+                    "pos {pos} sample {s}"
+                );
+            }
+        }
+        // Finished: nothing is needed any more.
+        assert!((0..n).all(|s| idx.next_use(0, s) == NEVER));
+        assert!(idx.advance(1, seq.len() as u64 + 1).is_err());
+    }
+
+    #[test]
+    fn use_after_next_and_multi_rank_horizon() {
+        let n = 50;
+        // Two ranks of one job: each sees half the dataset per epoch.
+        let p0 = plan(n, 9, 0, 2, 3);
+        let p1 = plan(n, 9, 1, 2, 3);
+        let (s0, s1) = (sequence(&p0), sequence(&p1));
+        let mut idx = FutureIndex::new();
+        idx.add_session(10, 7, p0).unwrap();
+        idx.add_session(11, 7, p1).unwrap();
+        for s in 0..n {
+            let b0 = brute_next(&s0, 25, 0, s);
+            let b1 = brute_next(&s1, 25, 0, s);
+            assert_eq!(idx.next_use(7, s), b0.min(b1));
+            // Some rank needs every sample in epoch 0.
+            assert!(idx.next_use(7, s) < 25);
+            // Another dataset has no future.
+            assert_eq!(idx.next_use(8, s), NEVER);
+            // The use after next: the second smallest of the four uses
+            // (two per session within the horizon).
+            let mut all = vec![b0, b1];
+            for (seq, first) in [(&s0, b0), (&s1, b1)] {
+                all.push(if first == NEVER {
+                    NEVER
+                } else {
+                    brute_next(seq, 25, first + 1, s)
+                });
+            }
+            all.sort_unstable();
+            assert_eq!(idx.use_after_next(7, s), all[1], "sample {s}");
+        }
+        assert_eq!(idx.remove_session(10).unwrap().samples.len(), 50);
+        assert_eq!(idx.remove_session(10), Err(FutureError::UnknownSession(10)));
+        for s in 0..n {
+            assert_eq!(idx.next_use(7, s), brute_next(&s1, 25, 0, s));
+        }
+    }
+
+    #[test]
+    fn late_sessions_join_at_the_current_time() {
+        let p = plan(20, 1, 0, 1, 2);
+        let mut idx = FutureIndex::new();
+        idx.add_session(1, 0, p).unwrap();
+        idx.advance(1, 15).unwrap();
+        assert_eq!(idx.clock(), 15);
+        let q = plan(20, 2, 0, 1, 2);
+        idx.add_session(2, 0, q).unwrap();
+        let first_of_q = sequence(&q)[0];
+        // Session 2's position 0 is time 15.
+        assert!(idx.next_use(0, first_of_q) <= 15);
+        assert_eq!(idx.next_use(0, first_of_q), {
+            let a = brute_next(&sequence(&p), 20, 15, first_of_q);
+            a.min(15)
+        });
+    }
+
+    #[test]
+    fn bad_calls_are_errors() {
+        let p = plan(10, 1, 0, 1, 1);
+        let mut idx = FutureIndex::new();
+        idx.add_session(1, 0, p).unwrap();
+        assert_eq!(
+            idx.add_session(1, 0, p).unwrap_err(),
+            FutureError::DuplicateSession(1)
+        );
+        assert!(matches!(
+            idx.advance(1, 11),
+            Err(FutureError::BadPosition { .. })
+        ));
+        idx.advance(1, 5).unwrap();
+        assert!(matches!(
+            idx.advance(1, 4),
+            Err(FutureError::BadPosition { .. })
+        ));
+        assert_eq!(idx.advance(2, 1).unwrap_err(), FutureError::UnknownSession(2));
+        assert_eq!(idx.total(1), Some(10));
+        assert_eq!(idx.sample_at(1, 5), Some(sequence(&p)[5]));
+        // Indices beyond the dataset are never needed.
+        assert_eq!(idx.next_use(0, 10), NEVER);
+        assert_eq!(idx.next_use(0, u64::MAX), NEVER);
+        // A session without samples (drop_last, fewer samples than ranks).
+        let empty = SessionPlan::new(
+            PlanParams {
+                num_samples: 3,
+                seed: 0,
+                rank: 0,
+                world_size: 8,
+                batch_size: 2,
+                drop_last: true,
+            },
+            0,
+            2,
+        )
+        .unwrap();
+        idx.add_session(3, 0, empty).unwrap();
+        assert_eq!(idx.total(3), Some(0));
+        idx.advance(3, 0).unwrap();
+        assert!(!FutureError::ShareTooLarge { share: 1 << 40 }.to_string().is_empty());
+    }
+}

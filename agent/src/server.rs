@@ -1,0 +1,228 @@
+//! The agent's end of the Unix socket: accepting loaders, checking their
+//! credentials, and turning their messages into engine events.
+//!
+//! Everything here is non-blocking; the engine thread calls [`Server::poll`]
+//! once per turn. A connection carries any number of sessions; when it hangs
+//! up (the loader exited or was killed) all of its sessions end.
+
+use crate::config::SocketConfig;
+use crate::metrics::Metrics;
+use granary_shm::handshake::{ErrorReply, Message};
+use granary_shm::socket::{PeerCred, SeqPacket, SeqPacketListener, SocketError};
+use granary_shm::ErrorCode;
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+/// Identifies a loader connection.
+pub type ConnId = u64;
+
+/// What a connection asked for.
+#[derive(Debug)]
+pub enum ConnEvent {
+    /// A new, credential-checked loader connected.
+    Connected(ConnId, PeerCred),
+    /// The loader wants a session (already validated field by field).
+    Open(ConnId, granary_shm::handshake::OpenSession),
+    /// The loader closes one of its sessions.
+    Close(ConnId, u64),
+    /// The connection is gone (hang-up, or a protocol error was answered).
+    Gone(ConnId),
+}
+
+struct Conn {
+    sock: SeqPacket,
+    cred: PeerCred,
+}
+
+/// The listening socket and every live connection.
+pub struct Server {
+    listener: SeqPacketListener,
+    conns: HashMap<ConnId, Conn>,
+    next_id: ConnId,
+    agent_uid: u32,
+    allow: SocketConfig,
+}
+
+impl Server {
+    /// Binds the socket (mode from config) in non-blocking mode.
+    pub fn bind(cfg: &SocketConfig) -> io::Result<Server> {
+        let path: &Path = cfg.path.as_ref();
+        if let Some(dir) = path.parent() {
+            if !dir.as_os_str().is_empty() {
+                std::fs::create_dir_all(dir)?;
+            }
+        }
+        let listener = SeqPacketListener::bind(path, cfg.mode.bits())?;
+        listener.set_nonblocking(true)?;
+        Ok(Server {
+            listener,
+            conns: HashMap::new(),
+            next_id: 1,
+            // SAFETY: getuid cannot fail and has no preconditions.
+            agent_uid: unsafe { libc::getuid() },
+            allow: cfg.clone(),
+        })
+    }
+
+    /// The socket path.
+    pub fn path(&self) -> &Path {
+        self.listener.local_path()
+    }
+
+    /// Number of live connections.
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Accepts new loaders and reads pending messages; appends events.
+    pub fn poll(&mut self, metrics: &Metrics, out: &mut Vec<ConnEvent>) {
+        self.accept(metrics, out);
+        let mut gone = Vec::new();
+        for (&id, conn) in &self.conns {
+            loop {
+                match conn.sock.recv_message() {
+                    Ok((msg, fds)) => {
+                        drop(fds); // loaders never send descriptors
+                        match msg {
+                            Message::OpenSession(req) => match req.validate() {
+                                Ok(()) => out.push(ConnEvent::Open(id, req)),
+                                Err(reply) => {
+                                    let _ = conn.sock.send_message(&Message::Error(reply), &[]);
+                                }
+                            },
+                            Message::CloseSession { session_id } => {
+                                out.push(ConnEvent::Close(id, session_id))
+                            }
+                            other => {
+                                let _ = conn.sock.send_message(
+                                    &Message::Error(ErrorReply {
+                                        code: ErrorCode::Protocol,
+                                        message: format!(
+                                            "unexpected message from a loader: {}",
+                                            kind_name(&other)
+                                        ),
+                                    }),
+                                    &[],
+                                );
+                                gone.push(id);
+                                break;
+                            }
+                        }
+                    }
+                    Err(SocketError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(SocketError::Io(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(SocketError::Protocol(p)) => {
+                        metrics.violations.fetch_add(1, Ordering::Relaxed);
+                        let _ = conn.sock.send_message(
+                            &Message::Error(ErrorReply {
+                                code: p.code(),
+                                message: format!("malformed message: {p}"),
+                            }),
+                            &[],
+                        );
+                        gone.push(id);
+                        break;
+                    }
+                    Err(_) => {
+                        gone.push(id);
+                        break;
+                    }
+                }
+            }
+        }
+        for id in gone {
+            self.conns.remove(&id);
+            out.push(ConnEvent::Gone(id));
+        }
+    }
+
+    fn accept(&mut self, metrics: &Metrics, out: &mut Vec<ConnEvent>) {
+        loop {
+            let sock = match self.listener.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    eprintln!("granaryd: accept failed: {e}");
+                    return;
+                }
+            };
+            let cred = match sock.peer_credentials() {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("granaryd: SO_PEERCRED failed, dropping connection: {e}");
+                    continue;
+                }
+            };
+            if !self.allow.allows(self.agent_uid, cred.uid, cred.gid) {
+                metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
+                eprintln!(
+                    "granaryd: refused pid {} uid {} gid {}: not in socket.allowed_uids / allowed_gids",
+                    cred.pid, cred.uid, cred.gid
+                );
+                let _ = sock.send_message(
+                    &Message::Error(ErrorReply {
+                        code: ErrorCode::Permission,
+                        message: format!(
+                            "uid {} gid {} is not allowed by this agent (socket.allowed_uids / allowed_gids)",
+                            cred.uid, cred.gid
+                        ),
+                    }),
+                    &[],
+                );
+                continue;
+            }
+            if sock.set_nonblocking(true).is_err() {
+                continue;
+            }
+            let id = self.next_id;
+            self.next_id += 1;
+            self.conns.insert(id, Conn { sock, cred });
+            out.push(ConnEvent::Connected(id, cred));
+        }
+    }
+
+    /// Sends a reply (with descriptors) on a connection. A failure means the
+    /// loader is gone; the next poll reports it.
+    pub fn reply(&self, id: ConnId, msg: &Message, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+        match self.conns.get(&id) {
+            Some(c) => c.sock.send_message(msg, fds),
+            None => Err(io::Error::new(io::ErrorKind::NotConnected, "connection gone")),
+        }
+    }
+
+    /// Sends an error reply.
+    pub fn reply_error(&self, id: ConnId, code: ErrorCode, message: impl Into<String>) {
+        let _ = self.reply(
+            id,
+            &Message::Error(ErrorReply {
+                code,
+                message: message.into(),
+            }),
+            &[],
+        );
+    }
+
+    /// Credentials of a connection.
+    pub fn credentials(&self, id: ConnId) -> Option<PeerCred> {
+        self.conns.get(&id).map(|c| c.cred)
+    }
+
+    /// Drops a connection (its sessions must be ended by the caller).
+    pub fn disconnect(&mut self, id: ConnId) {
+        self.conns.remove(&id);
+    }
+}
+
+fn kind_name(m: &Message) -> &'static str {
+    match m {
+        Message::OpenSession(_) => "OpenSession",
+        Message::SessionOpened(_) => "SessionOpened",
+        Message::CloseSession { .. } => "CloseSession",
+        Message::SessionClosed { .. } => "SessionClosed",
+        Message::Error(_) => "Error",
+    }
+}

@@ -1,0 +1,474 @@
+//! A minimal single-producer / single-consumer ring: the yardstick the ring
+//! benchmark measures granary's ring against.
+//!
+//! Two free-running `u64` indices, each on its own 128-byte line, followed by
+//! the item slots (the same geometry as granary's ring):
+//!
+//! ```text
+//! 0     tail  (producer writes)      128-byte line
+//! 128   head  (consumer writes)      128-byte line
+//! 256   capacity × T
+//! ```
+//!
+//! Nothing else: no validation of the peer's index, no cached copy of it (each
+//! batch loads it once), no parking and no wake-up, plain (non-volatile)
+//! copies of the items. Waits spin, bounded by a deadline.
+//!
+//! For diagnosis only, a [`Variant`] adds back, piece by piece, what granary's
+//! ring does beyond this: volatile item copies, and after each index store a
+//! `SeqCst` fence and a load of the peer's "waiting" flag ([`PeerCheck`]), so a
+//! benchmark can attribute the difference.
+//! The ordering is the textbook pair: items are written, then `tail` is stored
+//! with `Release`; the consumer loads `tail` with `Acquire` before reading
+//! them; the same for `head` in the other direction.
+
+use granary_shm::layout::RingItem;
+use granary_shm::region::Region;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Bytes of the two index lines in front of the slots.
+pub const CONTROL_BYTES: usize = 256;
+
+/// Bytes a ring of `capacity` items of `T` occupies.
+pub const fn ring_bytes<T>(capacity: usize) -> usize {
+    CONTROL_BYTES + capacity * std::mem::size_of::<T>()
+}
+
+/// Byte offsets, from the ring base, of the producer's and consumer's index lines.
+const TAIL_AT: usize = 0;
+const HEAD_AT: usize = 128;
+/// Offset of a flag word inside an index line: next to the index (same 64-byte
+/// cache line) or in the line's second, otherwise untouched, 64-byte half.
+const FLAG_NEAR: usize = 12;
+const FLAG_FAR: usize = 64;
+
+/// What an end does after storing its index, besides nothing (diagnostics).
+///
+/// A ring that lets its peer park must, after publishing an index, fence and
+/// look at the peer's "waiting" flag (the Dekker pattern). These variants add
+/// that work to the baseline so its cost can be measured in isolation. The
+/// flags are never set here, so no wake-up ever happens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PeerCheck {
+    /// The plain baseline: store the index, nothing else.
+    #[default]
+    None,
+    /// A `SeqCst` fence after each index store.
+    Fence,
+    /// Fence, then load a flag on the same 64-byte cache line as the peer's
+    /// index (which the peer rewrites on every publication).
+    FenceFlagNear,
+    /// Fence, then load a flag on a 64-byte cache line the peer never writes.
+    FenceFlagFar,
+}
+
+impl PeerCheck {
+    /// Every variant, plain first.
+    pub const ALL: [PeerCheck; 4] = [
+        PeerCheck::None,
+        PeerCheck::Fence,
+        PeerCheck::FenceFlagNear,
+        PeerCheck::FenceFlagFar,
+    ];
+
+    /// Short name: `""`, `+fence`, `+fence+flag`, `+fence+farflag`.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            PeerCheck::None => "",
+            PeerCheck::Fence => "+fence",
+            PeerCheck::FenceFlagNear => "+fence+flag",
+            PeerCheck::FenceFlagFar => "+fence+farflag",
+        }
+    }
+
+    /// Parses [`PeerCheck::suffix`].
+    pub fn from_suffix(s: &str) -> Option<PeerCheck> {
+        PeerCheck::ALL.into_iter().find(|c| c.suffix() == s)
+    }
+}
+
+/// A baseline ring with optional extra work, for attribution.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Variant {
+    /// Copy items with `write_volatile` / `read_volatile` of the whole item.
+    pub volatile: bool,
+    /// Work after each index store.
+    pub check: PeerCheck,
+}
+
+impl Variant {
+    /// The plain baseline.
+    pub const PLAIN: Variant = Variant {
+        volatile: false,
+        check: PeerCheck::None,
+    };
+
+    /// The variants an attribution run measures besides the plain baseline.
+    pub const ATTRIBUTION: [Variant; 5] = [
+        Variant {
+            volatile: true,
+            check: PeerCheck::None,
+        },
+        Variant {
+            volatile: false,
+            check: PeerCheck::Fence,
+        },
+        Variant {
+            volatile: false,
+            check: PeerCheck::FenceFlagNear,
+        },
+        Variant {
+            volatile: false,
+            check: PeerCheck::FenceFlagFar,
+        },
+        Variant {
+            volatile: true,
+            check: PeerCheck::FenceFlagNear,
+        },
+    ];
+
+    /// Short name: `""`, `+volatile`, `+fence+flag`, `+volatile+fence+flag`, ...
+    pub fn suffix(self) -> String {
+        let v = if self.volatile { "+volatile" } else { "" };
+        format!("{v}{}", self.check.suffix())
+    }
+
+    /// Parses [`Variant::suffix`].
+    pub fn from_suffix(s: &str) -> Option<Variant> {
+        let (volatile, rest) = match s.strip_prefix("+volatile") {
+            Some(rest) => (true, rest),
+            None => (false, s),
+        };
+        PeerCheck::from_suffix(rest).map(|check| Variant { volatile, check })
+    }
+}
+
+/// A wait ran past its deadline (the peer stopped moving).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stalled;
+
+impl std::fmt::Display for Stalled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("baseline ring: the peer made no progress before the deadline")
+    }
+}
+
+impl std::error::Error for Stalled {}
+
+/// Spins (with a pause hint) until `ready()` or `deadline`.
+#[inline]
+fn spin_until(deadline: Instant, mut ready: impl FnMut() -> bool) -> Result<(), Stalled> {
+    loop {
+        for _ in 0..1024 {
+            if ready() {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        }
+        if Instant::now() >= deadline {
+            return Err(Stalled);
+        }
+    }
+}
+
+struct Raw<T> {
+    base: NonNull<u8>,
+    mask: u64,
+    capacity: u64,
+    _keep: Arc<Region>,
+    _item: PhantomData<T>,
+}
+
+impl<T: RingItem> Raw<T> {
+    fn new(region: Arc<Region>, offset: usize, capacity: usize) -> Raw<T> {
+        assert!(
+            capacity.is_power_of_two(),
+            "capacity must be a power of two"
+        );
+        let end = offset
+            .checked_add(ring_bytes::<T>(capacity))
+            .expect("ring size overflows");
+        assert!(end <= region.len(), "ring does not fit in the region");
+        let base = NonNull::new(region.as_ptr().wrapping_add(offset)).expect("non-null base");
+        assert_eq!(
+            base.as_ptr() as usize % 128,
+            0,
+            "ring base must be 128-aligned"
+        );
+        Raw {
+            base,
+            mask: capacity as u64 - 1,
+            capacity: capacity as u64,
+            _keep: region,
+            _item: PhantomData,
+        }
+    }
+
+    #[inline]
+    fn index(&self, offset: usize) -> &AtomicU64 {
+        let word = self.base.as_ptr().wrapping_add(offset).cast::<u64>();
+        // SAFETY: `offset` is TAIL_AT or HEAD_AT, inside the control lines
+        // that `new` checked lie in the region (kept alive by `_keep`); the
+        // base is 128-aligned so the word is 8-aligned; it is only accessed
+        // atomically.
+        unsafe { AtomicU64::from_ptr(word) }
+    }
+
+    #[inline]
+    fn flag(&self, offset: usize) -> &AtomicU32 {
+        let word = self.base.as_ptr().wrapping_add(offset).cast::<u32>();
+        // SAFETY: `offset` is an index line plus FLAG_NEAR or FLAG_FAR, inside
+        // the control lines (see `index`); 4-aligned; only accessed atomically.
+        unsafe { AtomicU32::from_ptr(word) }
+    }
+
+    /// The [`PeerCheck`] work after storing an index; `peer_line` is the
+    /// offset of the other end's index line.
+    #[inline]
+    fn after_store(&self, check: PeerCheck, peer_line: usize) -> u32 {
+        match check {
+            PeerCheck::None => 0,
+            PeerCheck::Fence => {
+                fence(Ordering::SeqCst);
+                0
+            }
+            PeerCheck::FenceFlagNear => {
+                fence(Ordering::SeqCst);
+                self.flag(peer_line + FLAG_NEAR).load(Ordering::Relaxed)
+            }
+            PeerCheck::FenceFlagFar => {
+                fence(Ordering::SeqCst);
+                self.flag(peer_line + FLAG_FAR).load(Ordering::Relaxed)
+            }
+        }
+    }
+
+    #[inline]
+    fn slot(&self, index: u64) -> *mut T {
+        let byte = CONTROL_BYTES + (index & self.mask) as usize * std::mem::size_of::<T>();
+        self.base.as_ptr().wrapping_add(byte).cast::<T>()
+    }
+}
+
+/// The producing end of a baseline ring.
+pub struct BaseProducer<T: RingItem> {
+    raw: Raw<T>,
+    tail: u64,
+    variant: Variant,
+    flags_seen: u64,
+}
+
+/// The consuming end of a baseline ring.
+pub struct BaseConsumer<T: RingItem> {
+    raw: Raw<T>,
+    head: u64,
+    variant: Variant,
+    flags_seen: u64,
+}
+
+/// The producing end of the ring at `offset` in `region`.
+///
+/// Panics when the ring does not fit, its base is not 128-aligned or
+/// `capacity` is not a power of two.
+///
+/// # Safety
+/// At most one producer and one consumer exist for this ring across all
+/// processes, both run this module's protocol, and the ring memory starts
+/// zeroed (an empty ring).
+pub unsafe fn producer<T: RingItem>(
+    region: Arc<Region>,
+    offset: usize,
+    capacity: usize,
+) -> BaseProducer<T> {
+    let raw = Raw::new(region, offset, capacity);
+    let tail = raw.index(TAIL_AT).load(Ordering::Relaxed);
+    BaseProducer {
+        raw,
+        tail,
+        variant: Variant::PLAIN,
+        flags_seen: 0,
+    }
+}
+
+/// The consuming end of the ring at `offset` in `region`.
+///
+/// # Safety
+/// Same contract as [`producer`].
+pub unsafe fn consumer<T: RingItem>(
+    region: Arc<Region>,
+    offset: usize,
+    capacity: usize,
+) -> BaseConsumer<T> {
+    let raw = Raw::new(region, offset, capacity);
+    let head = raw.index(HEAD_AT).load(Ordering::Relaxed);
+    BaseConsumer {
+        raw,
+        head,
+        variant: Variant::PLAIN,
+        flags_seen: 0,
+    }
+}
+
+impl<T: RingItem> BaseProducer<T> {
+    /// Selects the diagnostic extra work.
+    pub fn set_variant(&mut self, variant: Variant) {
+        self.variant = variant;
+    }
+
+    /// How many times a [`PeerCheck`] load found a flag set (always 0 here).
+    pub fn flags_seen(&self) -> u64 {
+        self.flags_seen
+    }
+
+    /// Waits until `k` slots are free, writes `make(i)` for the next `k`
+    /// indices `i`, then publishes them with one store of `tail`.
+    #[inline]
+    pub fn push_batch(
+        &mut self,
+        k: u64,
+        deadline: Instant,
+        mut make: impl FnMut(u64) -> T,
+    ) -> Result<(), Stalled> {
+        assert!(k <= self.raw.capacity, "batch larger than the ring");
+        let (raw, tail) = (&self.raw, self.tail);
+        let need = tail.wrapping_add(k);
+        spin_until(deadline, || {
+            need.wrapping_sub(raw.index(HEAD_AT).load(Ordering::Acquire)) <= raw.capacity
+        })?;
+        if self.variant.volatile {
+            for i in tail..need {
+                // SAFETY: as below.
+                unsafe { raw.slot(i).write_volatile(make(i)) };
+            }
+        } else {
+            for i in tail..need {
+                // SAFETY: the slot pointer is masked into the ring, inside the
+                // region; head (acquired above) shows the consumer is done with
+                // every slot up to `need - capacity`, so nobody reads this
+                // slot; `T` is plain data.
+                unsafe { raw.slot(i).write(make(i)) };
+            }
+        }
+        self.tail = need;
+        self.raw.index(TAIL_AT).store(need, Ordering::Release);
+        if self.raw.after_store(self.variant.check, HEAD_AT) != 0 {
+            self.flags_seen += 1;
+        }
+        Ok(())
+    }
+}
+
+impl<T: RingItem> BaseConsumer<T> {
+    /// Selects the diagnostic extra work.
+    pub fn set_variant(&mut self, variant: Variant) {
+        self.variant = variant;
+    }
+
+    /// How many times a [`PeerCheck`] load found a flag set (always 0 here).
+    pub fn flags_seen(&self) -> u64 {
+        self.flags_seen
+    }
+
+    /// Copies out whatever is available, up to `out.len()` items, and frees
+    /// their slots with one store of `head`. Returns how many it copied.
+    #[inline]
+    pub fn pop_into(&mut self, out: &mut [T]) -> usize {
+        let tail = self.raw.index(TAIL_AT).load(Ordering::Acquire);
+        let n = tail.wrapping_sub(self.head).min(out.len() as u64) as usize;
+        let (raw, head) = (&self.raw, self.head);
+        if self.variant.volatile {
+            for (j, item) in out[..n].iter_mut().enumerate() {
+                // SAFETY: as below.
+                *item = unsafe { raw.slot(head + j as u64).read_volatile() };
+            }
+        } else {
+            for (j, item) in out[..n].iter_mut().enumerate() {
+                // SAFETY: the slot pointer is masked into the ring, inside the
+                // region; the producer published it (tail acquired above) and
+                // will not reuse it before we store a head past it; `T` is
+                // plain data.
+                *item = unsafe { raw.slot(head + j as u64).read() };
+            }
+        }
+        if n > 0 {
+            self.head += n as u64;
+            self.raw.index(HEAD_AT).store(self.head, Ordering::Release);
+            if self.raw.after_store(self.variant.check, TAIL_AT) != 0 {
+                self.flags_seen += 1;
+            }
+        }
+        n
+    }
+
+    /// Spins until at least one item is available or `deadline` passes.
+    #[inline]
+    pub fn wait_for_data(&self, deadline: Instant) -> Result<(), Stalled> {
+        let (raw, head) = (&self.raw, self.head);
+        spin_until(deadline, || {
+            raw.index(TAIL_AT).load(Ordering::Acquire) != head
+        })
+    }
+}
+
+// SAFETY: the ends point into a region kept alive by the Arc they own; all
+// shared accesses are atomics or copies of plain-data items, and each end is
+// used through `&mut self`.
+unsafe impl<T: RingItem> Send for BaseProducer<T> {}
+// SAFETY: as for BaseProducer.
+unsafe impl<T: RingItem> Send for BaseConsumer<T> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn moves_items_in_order_across_threads() {
+        move_items(Variant::PLAIN);
+        for variant in Variant::ATTRIBUTION {
+            move_items(variant);
+        }
+    }
+
+    fn move_items(variant: Variant) {
+        let cap = 64;
+        let region = Arc::new(Region::heap(ring_bytes::<[u64; 8]>(cap)));
+        // SAFETY: the only producer of a zeroed heap ring.
+        let mut p = unsafe { producer::<[u64; 8]>(region.clone(), 0, cap) };
+        // SAFETY: its only consumer.
+        let mut c = unsafe { consumer::<[u64; 8]>(region, 0, cap) };
+        p.set_variant(variant);
+        c.set_variant(variant);
+        let n = 100_000u64;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let h = std::thread::spawn(move || {
+            let mut i = 0;
+            while i < n {
+                let k = (n - i).min(7);
+                p.push_batch(k, deadline, |j| [j, !j, 0, 0, 0, 0, 0, j ^ 5])
+                    .unwrap();
+                i += k;
+            }
+            assert_eq!(p.flags_seen(), 0);
+        });
+        let mut buf = [[0u64; 8]; 16];
+        let mut next = 0;
+        while next < n {
+            let got = c.pop_into(&mut buf);
+            if got == 0 {
+                c.wait_for_data(deadline).unwrap();
+            }
+            for item in &buf[..got] {
+                assert_eq!(item, &[next, !next, 0, 0, 0, 0, 0, next ^ 5]);
+                next += 1;
+            }
+        }
+        h.join().unwrap();
+        assert_eq!(c.flags_seen(), 0);
+        assert_eq!(Variant::from_suffix(&variant.suffix()), Some(variant));
+    }
+}

@@ -1,0 +1,126 @@
+//! Summary statistics and the JSON object every benchmark prints last.
+
+use std::fmt::Write as _;
+
+/// Median of `values` (mean of the two middle values for an even count);
+/// `NaN` when empty.
+pub fn median(values: &[f64]) -> f64 {
+    let mut v: Vec<f64> = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// The `p`-th percentile (0–100, nearest rank) of `sorted`, which must be
+/// sorted ascending; `None` when empty.
+pub fn percentile(sorted: &[u64], p: f64) -> Option<u64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+/// A flat JSON object built key by key, in insertion order.
+///
+/// Numbers that are not finite are written as `null`.
+#[derive(Default)]
+pub struct Json {
+    body: String,
+}
+
+impl Json {
+    /// An object whose first key is `"bench": name`.
+    pub fn bench(name: &str) -> Json {
+        let mut j = Json::default();
+        j.str("bench", name);
+        j
+    }
+
+    fn key(&mut self, key: &str) {
+        if !self.body.is_empty() {
+            self.body.push(',');
+        }
+        push_str(&mut self.body, key);
+        self.body.push(':');
+    }
+
+    /// Adds a number rounded to `decimals` places.
+    pub fn num(&mut self, key: &str, value: f64, decimals: usize) -> &mut Json {
+        self.key(key);
+        if value.is_finite() {
+            let _ = write!(self.body, "{value:.decimals$}");
+        } else {
+            self.body.push_str("null");
+        }
+        self
+    }
+
+    /// Adds an integer.
+    pub fn int(&mut self, key: &str, value: u64) -> &mut Json {
+        self.key(key);
+        let _ = write!(self.body, "{value}");
+        self
+    }
+
+    /// Adds a string.
+    pub fn str(&mut self, key: &str, value: &str) -> &mut Json {
+        self.key(key);
+        push_str(&mut self.body, value);
+        self
+    }
+
+    /// The object as one line of text.
+    pub fn line(&self) -> String {
+        format!("{{{}}}", self.body)
+    }
+}
+
+fn push_str(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_and_percentiles() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(&[]).is_nan());
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&v, 50.0), Some(50));
+        assert_eq!(percentile(&v, 99.0), Some(99));
+        assert_eq!(percentile(&v, 100.0), Some(100));
+        assert_eq!(percentile(&v, 0.0), Some(1));
+        assert_eq!(percentile(&[], 50.0), None);
+    }
+
+    #[test]
+    fn json_line() {
+        let mut j = Json::bench("ring");
+        j.num("a", 1.23456, 2)
+            .int("b", 7)
+            .str("c", "x\"y")
+            .num("d", f64::NAN, 1);
+        assert_eq!(
+            j.line(),
+            r#"{"bench":"ring","a":1.23,"b":7,"c":"x\"y","d":null}"#
+        );
+    }
+}

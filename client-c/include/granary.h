@@ -1,0 +1,504 @@
+/*
+ * granary.h: the C API of libgranary, the loader side of Granary.
+ *
+ * ABI version 1 (GRANARY_ABI_VERSION). Link with -lgranary (libgranary.so),
+ * or with libgranary.a plus -lpthread -ldl -lm. Lifecycle, error codes and
+ * thread safety: docs/c-api.md.
+ *
+ * Generated from client-c/src/ffi by cbindgen; do not edit by hand.
+ */
+
+#ifndef GRANARY_H
+#define GRANARY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/**
+ * Version of this C API. `granary_session_options.abi_version` must name a
+ * version the library speaks (1 up to this value).
+ */
+#define GRANARY_ABI_VERSION 1
+
+/**
+ * `timeout_ms` value that waits without limit.
+ */
+#define GRANARY_WAIT_FOREVER -1
+
+/**
+ * Bit of `granary_batch_flags()`: the last batch of its epoch.
+ */
+#define GRANARY_BATCH_END_OF_EPOCH 1
+
+/**
+ * Bit of `granary_batch_flags()`: the last batch of the stream.
+ */
+#define GRANARY_BATCH_END_OF_STREAM 2
+
+/**
+ * Return codes of every `int` function: `GRANARY_OK` (0) or a negative
+ * `GRANARY_E_*` value. `granary_strerror()` describes each one.
+ */
+typedef enum granary_status {
+    /**
+     * Success.
+     */
+    GRANARY_OK = 0,
+    /**
+     * An argument was null, out of range or inconsistent.
+     */
+    GRANARY_E_INVALID_ARGUMENT = -1,
+    /**
+     * A blocking call reached its timeout.
+     */
+    GRANARY_E_TIMEOUT = -2,
+    /**
+     * A non-blocking call found no batch ready.
+     */
+    GRANARY_E_WOULD_BLOCK = -3,
+    /**
+     * The agent went away (socket hang-up, closed session) or cannot be reached.
+     */
+    GRANARY_E_DISCONNECTED = -4,
+    /**
+     * The agent sent a malformed message.
+     */
+    GRANARY_E_PROTOCOL = -5,
+    /**
+     * Protocol, ABI or layout version mismatch.
+     */
+    GRANARY_E_VERSION = -6,
+    /**
+     * The caller is not on the agent's allowlist.
+     */
+    GRANARY_E_PERMISSION = -7,
+    /**
+     * No such dataset (or session).
+     */
+    GRANARY_E_NOT_FOUND = -8,
+    /**
+     * The agent fenced the session after a protocol violation.
+     */
+    GRANARY_E_FENCED = -9,
+    /**
+     * Every batch of the requested epochs has been delivered.
+     */
+    GRANARY_E_END_OF_STREAM = -10,
+    /**
+     * The data source failed to read a sample (per batch or per sample).
+     */
+    GRANARY_E_IO = -11,
+    /**
+     * Memory (arena or process) is exhausted.
+     */
+    GRANARY_E_NO_MEMORY = -12,
+    /**
+     * A descriptor or sample table failed validation.
+     */
+    GRANARY_E_CORRUPT = -13,
+    /**
+     * The agent refuses more sessions.
+     */
+    GRANARY_E_BUSY = -14,
+    /**
+     * An internal error in the agent or the library.
+     */
+    GRANARY_E_INTERNAL = -15,
+    /**
+     * The object was already released or closed.
+     */
+    GRANARY_E_CLOSED = -16,
+} granary_status;
+
+/**
+ * A batch on loan from the agent (opaque).
+ */
+typedef struct granary_batch granary_batch;
+
+/**
+ * A connection point to one agent (opaque).
+ */
+typedef struct granary_client granary_client;
+
+/**
+ * An open session: a stream of batches (opaque).
+ */
+typedef struct granary_session granary_session;
+
+/**
+ * Parameters of `granary_session_open()`. Fill it with
+ * `granary_session_options_init()`, then set the fields you need.
+ */
+typedef struct granary_session_options {
+    /**
+     * `sizeof(granary_session_options)` as the caller compiled it (set by
+     * init). Larger values are accepted (newer headers); smaller are not.
+     */
+    uint32_t struct_size;
+    /**
+     * `GRANARY_ABI_VERSION` as the caller compiled it (set by init).
+     */
+    uint32_t abi_version;
+    /**
+     * NUL-terminated UTF-8 name of a dataset the agent serves (required).
+     */
+    const char *dataset;
+    /**
+     * Shuffle seed: the same seed, rank and world size give the same order.
+     */
+    uint64_t seed;
+    /**
+     * First epoch to deliver (default 0).
+     */
+    uint32_t first_epoch;
+    /**
+     * Number of epochs to deliver (default 1).
+     */
+    uint32_t epoch_count;
+    /**
+     * Samples per batch (default 32).
+     */
+    uint32_t batch_size;
+    /**
+     * This loader's rank, below `world_size` (default 0).
+     */
+    uint32_t rank;
+    /**
+     * Number of ranks sharing the dataset (default 1).
+     */
+    uint32_t world_size;
+    /**
+     * Non-zero: drop the last, partial batch of each epoch (default 0).
+     */
+    uint32_t drop_last;
+    /**
+     * Ready ring capacity: 0 for the agent's default, else a power of two.
+     */
+    uint32_t ready_capacity;
+    /**
+     * Release ring capacity: 0 for the agent's default, else a power of two.
+     */
+    uint32_t release_capacity;
+} granary_session_options;
+
+/**
+ * What `granary_session_get_info()` reports. Set `struct_size` to
+ * `sizeof(granary_session_info)` before the call.
+ */
+typedef struct granary_session_info {
+    /**
+     * Set by the caller to `sizeof(granary_session_info)`.
+     */
+    uint32_t struct_size;
+    /**
+     * Ready ring capacity chosen by the agent.
+     */
+    uint32_t ready_capacity;
+    /**
+     * Release ring capacity chosen by the agent.
+     */
+    uint32_t release_capacity;
+    /**
+     * Zero.
+     */
+    uint32_t reserved;
+    /**
+     * Session id assigned by the agent.
+     */
+    uint64_t session_id;
+    /**
+     * Samples this rank receives per epoch.
+     */
+    uint64_t samples_per_epoch;
+    /**
+     * Batches this rank receives per epoch.
+     */
+    uint64_t batches_per_epoch;
+    /**
+     * Size of the read-only arena mapping in bytes.
+     */
+    uint64_t arena_size;
+} granary_session_info;
+
+/**
+ * One sample of a batch, as filled in by `granary_batch_sample()`.
+ */
+typedef struct granary_sample {
+    /**
+     * First byte, inside the read-only arena mapping; NULL when `status` is
+     * not 0. Valid until the batch is released.
+     */
+    const uint8_t *data;
+    /**
+     * Number of bytes.
+     */
+    uint64_t length;
+    /**
+     * Stable sample id within the dataset.
+     */
+    uint64_t id;
+    /**
+     * Class label, -1 when the dataset has none.
+     */
+    int32_t label;
+    /**
+     * 0, or a negative `GRANARY_E_*` code for this sample (then `length` is 0).
+     */
+    int32_t status;
+    /**
+     * CRC-32C (Castagnoli) of the bytes, as recorded by the agent.
+     */
+    uint32_t crc32c;
+} granary_sample;
+
+#ifdef __cplusplus
+extern "C" {
+#endif // __cplusplus
+
+/**
+ * The ABI version this library implements (`GRANARY_ABI_VERSION` of its
+ * header).
+ *
+ * Thread safety: may be called from any thread at any time.
+ */
+uint32_t granary_abi_version(void);
+
+/**
+ * A static, NUL-terminated description of `code`; "unknown error" for a
+ * value that is not a `GRANARY_E_*` code. Never NULL; never free it.
+ *
+ * Thread safety: may be called from any thread at any time.
+ */
+const char *granary_strerror(int code);
+
+/**
+ * The detail of the last failure on the calling thread (for example the
+ * agent's own words when it refused a session); "" if none yet. Never
+ * NULL; valid until the next failing call on the same thread; never free it.
+ *
+ * Thread safety: per thread; each thread sees its own message.
+ */
+const char *granary_last_error_message(void);
+
+/**
+ * Connects to the agent listening on the Unix socket `socket_path` and
+ * stores a new client handle in `*out` (NULL on failure).
+ *
+ * Returns `GRANARY_OK`, `GRANARY_E_INVALID_ARGUMENT`,
+ * `GRANARY_E_DISCONNECTED` (no agent there), `GRANARY_E_PERMISSION`.
+ *
+ * Thread safety: may be called from any thread. A client may be shared by
+ * threads that open sessions on it concurrently.
+ *
+ * # Safety
+ * `socket_path` is NULL or a NUL-terminated string; `out` is NULL or
+ * writable.
+ */
+int granary_connect(const char *socket_path, struct granary_client **out);
+
+/**
+ * Frees a client. Sessions opened from it stay open and usable. NULL is
+ * ignored.
+ *
+ * Thread safety: no other call may use the client at the same time.
+ *
+ * # Safety
+ * `client` is NULL or a handle from `granary_connect` not yet freed.
+ */
+void granary_client_free(struct granary_client *client);
+
+/**
+ * Fills `*opts` with the defaults (seed 0, epoch 0, one epoch, batches of
+ * 32, rank 0 of 1, keep partial batches, the agent's ring sizes, no
+ * dataset) and sets `struct_size` and `abi_version`.
+ *
+ * Returns `GRANARY_OK` or `GRANARY_E_INVALID_ARGUMENT` (NULL).
+ *
+ * Thread safety: may be called from any thread.
+ *
+ * # Safety
+ * `opts` is NULL or writable for `sizeof(granary_session_options)` bytes.
+ */
+int granary_session_options_init(struct granary_session_options *opts);
+
+/**
+ * Opens a session on `client` and stores its handle in `*out` (NULL on
+ * failure). Sends the request, waits (up to 30 s) for the agent's answer,
+ * maps the arena read-only and attaches the ring segment.
+ *
+ * Returns `GRANARY_OK`, `GRANARY_E_INVALID_ARGUMENT` (NULL pointer, bad
+ * field, `struct_size` too small), `GRANARY_E_VERSION` (`abi_version` not
+ * spoken), or what the agent answered: `GRANARY_E_NOT_FOUND` (unknown
+ * dataset), `GRANARY_E_PERMISSION`, `GRANARY_E_BUSY`, ...; also
+ * `GRANARY_E_DISCONNECTED`, `GRANARY_E_TIMEOUT`, `GRANARY_E_PROTOCOL`.
+ *
+ * Thread safety: may be called concurrently on the same client.
+ *
+ * # Safety
+ * `client` is NULL or a live client handle; `opts` is NULL or a readable
+ * options struct (see `struct_size`); `out` is NULL or writable.
+ */
+int granary_session_open(const struct granary_client *client,
+                         const struct granary_session_options *opts,
+                         struct granary_session **out);
+
+/**
+ * Fills `*out` with the session's id, samples and batches per epoch,
+ * arena size and ring capacities. The caller sets `out->struct_size`
+ * first; the library writes this version's fields and sets `struct_size`
+ * to the size it wrote.
+ *
+ * Returns `GRANARY_OK` or `GRANARY_E_INVALID_ARGUMENT`.
+ *
+ * Thread safety: like every call on a session, one thread at a time.
+ *
+ * # Safety
+ * `session` is NULL or a live session handle; `out` is NULL or writable
+ * for `out->struct_size` bytes.
+ */
+int granary_session_get_info(const struct granary_session *session,
+                             struct granary_session_info *out);
+
+/**
+ * Takes the next batch and stores its handle in `*out`. Waits up to
+ * `timeout_ms` milliseconds; a negative value (`GRANARY_WAIT_FOREVER`)
+ * waits without limit, 0 does not wait.
+ *
+ * Returns `GRANARY_OK` with a batch; or, with a batch in `*out` too, the
+ * batch's own negative status when the agent could not fill it (e.g.
+ * `GRANARY_E_IO`): inspect it and release it like any other. With `*out`
+ * NULL: `GRANARY_E_END_OF_STREAM` (all epochs delivered),
+ * `GRANARY_E_TIMEOUT`, `GRANARY_E_WOULD_BLOCK` (timeout 0, nothing ready),
+ * `GRANARY_E_FENCED`, `GRANARY_E_DISCONNECTED` (the agent went away; a dead
+ * agent never blocks the caller past its timeout), `GRANARY_E_CORRUPT` (a
+ * descriptor failed validation; the stream goes on), or
+ * `GRANARY_E_INVALID_ARGUMENT`.
+ *
+ * Thread safety: one thread at a time per session.
+ *
+ * # Safety
+ * `session` is NULL or a live session handle; `out` is NULL or writable.
+ */
+int granary_next_batch(struct granary_session *session, int timeout_ms, struct granary_batch **out);
+
+/**
+ * `granary_next_batch(session, 0, out)`: `GRANARY_E_WOULD_BLOCK` when no
+ * batch is ready.
+ *
+ * Thread safety: one thread at a time per session.
+ *
+ * # Safety
+ * As for `granary_next_batch`.
+ */
+int granary_try_next_batch(struct granary_session *session, struct granary_batch **out);
+
+/**
+ * Number of samples in the batch (0 for NULL).
+ *
+ * Thread safety: read-only; any thread while the batch is not being released.
+ *
+ * # Safety
+ * `batch` is NULL or a live batch handle.
+ */
+size_t granary_batch_len(const struct granary_batch *batch);
+
+/**
+ * Epoch of the batch (0 for NULL).
+ *
+ * Thread safety: read-only; any thread while the batch is not being released.
+ *
+ * # Safety
+ * `batch` is NULL or a live batch handle.
+ */
+uint32_t granary_batch_epoch(const struct granary_batch *batch);
+
+/**
+ * Index of the batch within its epoch for this rank (0 for NULL).
+ *
+ * Thread safety: read-only; any thread while the batch is not being released.
+ *
+ * # Safety
+ * `batch` is NULL or a live batch handle.
+ */
+uint64_t granary_batch_index(const struct granary_batch *batch);
+
+/**
+ * `GRANARY_BATCH_END_OF_EPOCH` and/or `GRANARY_BATCH_END_OF_STREAM`
+ * (0 for NULL).
+ *
+ * Thread safety: read-only; any thread while the batch is not being released.
+ *
+ * # Safety
+ * `batch` is NULL or a live batch handle.
+ */
+uint32_t granary_batch_flags(const struct granary_batch *batch);
+
+/**
+ * 0, or the batch's negative `GRANARY_E_*` status (e.g. `GRANARY_E_IO`);
+ * `GRANARY_E_INVALID_ARGUMENT` for NULL.
+ *
+ * Thread safety: read-only; any thread while the batch is not being released.
+ *
+ * # Safety
+ * `batch` is NULL or a live batch handle.
+ */
+int granary_batch_status(const struct granary_batch *batch);
+
+/**
+ * Fills `*out` with sample `i` (0-based, below `granary_batch_len`). Its
+ * `data` points into the read-only arena and stays valid until the batch
+ * is released.
+ *
+ * Returns `GRANARY_OK` or `GRANARY_E_INVALID_ARGUMENT` (NULL, `i` out of range).
+ *
+ * Thread safety: read-only; any thread while the batch is not being released.
+ *
+ * # Safety
+ * `batch` is NULL or a live batch handle; `out` is NULL or writable.
+ */
+int granary_batch_sample(const struct granary_batch *batch, size_t i, struct granary_sample *out);
+
+/**
+ * Hands the batch back to the agent and frees its handle; its sample
+ * pointers become invalid. Every batch must be released, including those
+ * that carry an error status.
+ *
+ * Returns `GRANARY_OK`; `GRANARY_E_INVALID_ARGUMENT` for NULL or a batch
+ * that this session did not lend or that was already released (then
+ * nothing is freed); `GRANARY_E_FENCED` / `GRANARY_E_DISCONNECTED` if the
+ * release ring stayed full and the agent is gone, `GRANARY_E_CORRUPT` if
+ * the agent broke the ring (the handle is freed in these cases too). A
+ * release that finds the ring full for a second is kept and pushed by a
+ * later call.
+ *
+ * Thread safety: one thread at a time per session.
+ *
+ * # Safety
+ * `session` is NULL or a live session handle; `batch` is NULL or a
+ * pointer that `granary_next_batch` stored (it is checked against the
+ * session's outstanding batches before use).
+ */
+int granary_batch_release(struct granary_session *session, struct granary_batch *batch);
+
+/**
+ * Releases every batch the session still lends (their handles are freed),
+ * tells the agent the session is over, unmaps its memory and frees the
+ * handle.
+ *
+ * Returns `GRANARY_OK` (also when the agent is already gone),
+ * `GRANARY_E_INVALID_ARGUMENT` (NULL), or `GRANARY_E_CORRUPT` if the agent
+ * broke the release ring; the handle is freed in every case but NULL.
+ *
+ * Thread safety: no other call may use the session or its batches at the
+ * same time.
+ *
+ * # Safety
+ * `session` is NULL or a live session handle, not used afterwards.
+ */
+int granary_session_close(struct granary_session *session);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif  // __cplusplus
+
+#endif  /* GRANARY_H */

@@ -1,0 +1,66 @@
+//! A handle on one agent socket.
+//!
+//! Every session runs over its own connection: the agent learns that a
+//! loader went away from that connection's hang-up, and the loader learns
+//! the same about the agent. [`Client::connect`] makes the first connection
+//! (so a wrong path or an absent agent is reported at once) and keeps it
+//! for the first session; later sessions connect again.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use granary_shm::socket::SeqPacket;
+use granary_shm::ErrorCode;
+
+use crate::error::{Error, Result};
+use crate::options::SessionOptions;
+use crate::session::Session;
+
+/// A connection point to one agent. Cheap to keep; sessions are independent
+/// of each other and of the client once open.
+#[derive(Debug)]
+pub struct Client {
+    path: PathBuf,
+    /// The connection made by `connect`, until a session takes it.
+    spare: Mutex<Option<SeqPacket>>,
+}
+
+impl Client {
+    /// Connects to the agent listening at `socket_path`.
+    pub fn connect(socket_path: impl AsRef<Path>) -> Result<Client> {
+        let path = socket_path.as_ref().to_owned();
+        let conn = dial(&path)?;
+        Ok(Client {
+            path,
+            spare: Mutex::new(Some(conn)),
+        })
+    }
+
+    /// The agent's socket path.
+    pub fn socket_path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Opens a session. May be called from several threads at once.
+    pub fn open_session(&self, options: &SessionOptions) -> Result<Session> {
+        let spare = self
+            .spare
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        // The spare is only worth using while the agent still holds its end.
+        let conn = match spare {
+            Some(c) if matches!(c.peer_hung_up(), Ok(false)) => c,
+            _ => dial(&self.path)?,
+        };
+        Session::open(conn, options)
+    }
+}
+
+fn dial(path: &Path) -> Result<SeqPacket> {
+    if path.as_os_str().is_empty() {
+        return Err(Error::new(ErrorCode::InvalidArgument, "socket path is empty"));
+    }
+    SeqPacket::connect(path)
+        .map_err(|e| Error::socket(&format!("connecting to the agent at {}", path.display()), &e))
+}

@@ -1,0 +1,621 @@
+//! The C API (`include/granary.h` is generated from this module).
+//!
+//! Conventions: every function that can fail returns an `int`,
+//! `GRANARY_OK` (0) or a negative `GRANARY_E_*` code, and leaves a detail
+//! message for `granary_last_error_message()`. Every pointer argument is
+//! checked for NULL. No panic crosses the boundary. Handles are opaque and
+//! come in create/destroy pairs.
+
+mod errors;
+mod types;
+
+pub use types::*;
+
+use std::collections::HashSet;
+use std::ffi::{c_char, c_int, CStr, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::ptr;
+use std::time::Duration;
+
+use granary_shm::ErrorCode;
+
+use crate::batch::Batch;
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::options::{SessionOptions, DEFAULT_BATCH_SIZE};
+use errors::{call, null, value};
+
+fn invalid(message: impl Into<String>) -> Error {
+    Error::new(ErrorCode::InvalidArgument, message)
+}
+
+/// Converts a `timeout_ms` argument: negative waits forever.
+fn timeout(timeout_ms: c_int) -> Option<Duration> {
+    u64::try_from(timeout_ms).ok().map(Duration::from_millis)
+}
+
+/// Clears `*out` (so that every failure leaves NULL there) and returns it.
+///
+/// # Safety
+/// `out` is null or valid for writing one pointer.
+unsafe fn clear_out<T>(out: *mut *mut T, what: &str) -> Result<*mut *mut T> {
+    if out.is_null() {
+        return Err(null(what));
+    }
+    // SAFETY: non-null, and the caller vouches it is writable.
+    unsafe { out.write(ptr::null_mut()) };
+    Ok(out)
+}
+
+/// Copies the caller's options into [`SessionOptions`].
+///
+/// # Safety
+/// `opts` is null or points at a readable struct of at least
+/// `opts->struct_size` bytes whose `dataset` is null or a NUL-terminated
+/// string.
+unsafe fn read_options(opts: *const GranarySessionOptions) -> Result<SessionOptions> {
+    if opts.is_null() {
+        return Err(null("options"));
+    }
+    // SAFETY: `struct_size` is the first field (offset 0) of every version
+    // of the struct; the caller vouches the struct is readable.
+    let size = unsafe { opts.cast::<u32>().read_unaligned() };
+    let v1 = std::mem::size_of::<GranarySessionOptions>();
+    if (size as usize) < v1 {
+        return Err(invalid(format!(
+            "options.struct_size is {size}, at least {v1} is required (call granary_session_options_init)"
+        )));
+    }
+    // SAFETY: the caller's struct is at least as large as ours (checked above).
+    let o = unsafe { opts.read_unaligned() };
+    if !(1..=GRANARY_ABI_VERSION).contains(&o.abi_version) {
+        return Err(Error::new(
+            ErrorCode::Version,
+            format!(
+                "options.abi_version is {}, this library speaks 1..={GRANARY_ABI_VERSION}",
+                o.abi_version
+            ),
+        ));
+    }
+    if o.dataset.is_null() {
+        return Err(null("options.dataset"));
+    }
+    // SAFETY: non-null, and the caller vouches for a NUL-terminated string.
+    let dataset = unsafe { CStr::from_ptr(o.dataset) }
+        .to_str()
+        .map_err(|_| invalid("options.dataset is not valid UTF-8"))?;
+    let mut s = SessionOptions::new(dataset);
+    s.seed = o.seed;
+    s.first_epoch = o.first_epoch;
+    s.epoch_count = o.epoch_count;
+    s.batch_size = o.batch_size;
+    s.rank = o.rank;
+    s.world_size = o.world_size;
+    s.drop_last = o.drop_last != 0;
+    s.ready_capacity = o.ready_capacity;
+    s.release_capacity = o.release_capacity;
+    Ok(s)
+}
+
+/// Hands a batch to C: boxes it, records the handle in the session, and
+/// returns the batch's own status (0, or its per-batch error code).
+fn lend(s: &mut GranarySession, batch: Batch, out: *mut *mut GranaryBatch) -> c_int {
+    let status = batch.status();
+    if status != 0 {
+        errors::set_last_error(format!(
+            "batch {} of epoch {} carries status {status} ({})",
+            batch.index(),
+            batch.epoch(),
+            errors::describe(status).to_string_lossy()
+        ));
+    }
+    let handle = Box::into_raw(Box::new(GranaryBatch { batch }));
+    s.live.insert(handle as usize);
+    // SAFETY: `out` was checked non-null and writable by `clear_out`.
+    unsafe { out.write(handle) };
+    status
+}
+
+/// The ABI version this library implements (`GRANARY_ABI_VERSION` of its
+/// header).
+///
+/// Thread safety: may be called from any thread at any time.
+#[no_mangle]
+pub extern "C" fn granary_abi_version() -> u32 {
+    GRANARY_ABI_VERSION
+}
+
+/// A static, NUL-terminated description of `code`; "unknown error" for a
+/// value that is not a `GRANARY_E_*` code. Never NULL; never free it.
+///
+/// Thread safety: may be called from any thread at any time.
+#[no_mangle]
+pub extern "C" fn granary_strerror(code: c_int) -> *const c_char {
+    value(errors::UNKNOWN.as_ptr(), || errors::describe(code).as_ptr())
+}
+
+/// The detail of the last failure on the calling thread (for example the
+/// agent's own words when it refused a session); "" if none yet. Never
+/// NULL; valid until the next failing call on the same thread; never free it.
+///
+/// Thread safety: per thread; each thread sees its own message.
+#[no_mangle]
+pub extern "C" fn granary_last_error_message() -> *const c_char {
+    value(c"".as_ptr(), errors::last_error_ptr)
+}
+
+/// Connects to the agent listening on the Unix socket `socket_path` and
+/// stores a new client handle in `*out` (NULL on failure).
+///
+/// Returns `GRANARY_OK`, `GRANARY_E_INVALID_ARGUMENT`,
+/// `GRANARY_E_DISCONNECTED` (no agent there), `GRANARY_E_PERMISSION`.
+///
+/// Thread safety: may be called from any thread. A client may be shared by
+/// threads that open sessions on it concurrently.
+///
+/// # Safety
+/// `socket_path` is NULL or a NUL-terminated string; `out` is NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn granary_connect(
+    socket_path: *const c_char,
+    out: *mut *mut GranaryClient,
+) -> c_int {
+    call("granary_connect", || {
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { clear_out(out, "out") }?;
+        if socket_path.is_null() {
+            return Err(null("socket_path"));
+        }
+        // SAFETY: non-null, and the caller vouches for a NUL-terminated string.
+        let path = unsafe { CStr::from_ptr(socket_path) };
+        let client = Client::connect(Path::new(OsStr::from_bytes(path.to_bytes())))?;
+        let handle = Box::into_raw(Box::new(GranaryClient { client }));
+        // SAFETY: checked non-null and writable by `clear_out`.
+        unsafe { out.write(handle) };
+        Ok(0)
+    })
+}
+
+/// Frees a client. Sessions opened from it stay open and usable. NULL is
+/// ignored.
+///
+/// Thread safety: no other call may use the client at the same time.
+///
+/// # Safety
+/// `client` is NULL or a handle from `granary_connect` not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn granary_client_free(client: *mut GranaryClient) {
+    value((), || {
+        if !client.is_null() {
+            // SAFETY: the caller passes a live handle from granary_connect,
+            // which came from Box::into_raw; it is freed exactly once.
+            drop(unsafe { Box::from_raw(client) });
+        }
+    })
+}
+
+/// Fills `*opts` with the defaults (seed 0, epoch 0, one epoch, batches of
+/// 32, rank 0 of 1, keep partial batches, the agent's ring sizes, no
+/// dataset) and sets `struct_size` and `abi_version`.
+///
+/// Returns `GRANARY_OK` or `GRANARY_E_INVALID_ARGUMENT` (NULL).
+///
+/// Thread safety: may be called from any thread.
+///
+/// # Safety
+/// `opts` is NULL or writable for `sizeof(granary_session_options)` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn granary_session_options_init(opts: *mut GranarySessionOptions) -> c_int {
+    call("granary_session_options_init", || {
+        if opts.is_null() {
+            return Err(null("options"));
+        }
+        let defaults = GranarySessionOptions {
+            struct_size: std::mem::size_of::<GranarySessionOptions>() as u32,
+            abi_version: GRANARY_ABI_VERSION,
+            dataset: ptr::null(),
+            seed: 0,
+            first_epoch: 0,
+            epoch_count: 1,
+            batch_size: DEFAULT_BATCH_SIZE,
+            rank: 0,
+            world_size: 1,
+            drop_last: 0,
+            ready_capacity: 0,
+            release_capacity: 0,
+        };
+        // SAFETY: non-null, and the caller vouches it is writable for the
+        // struct's size.
+        unsafe { opts.write_unaligned(defaults) };
+        Ok(0)
+    })
+}
+
+/// Opens a session on `client` and stores its handle in `*out` (NULL on
+/// failure). Sends the request, waits (up to 30 s) for the agent's answer,
+/// maps the arena read-only and attaches the ring segment.
+///
+/// Returns `GRANARY_OK`, `GRANARY_E_INVALID_ARGUMENT` (NULL pointer, bad
+/// field, `struct_size` too small), `GRANARY_E_VERSION` (`abi_version` not
+/// spoken), or what the agent answered: `GRANARY_E_NOT_FOUND` (unknown
+/// dataset), `GRANARY_E_PERMISSION`, `GRANARY_E_BUSY`, ...; also
+/// `GRANARY_E_DISCONNECTED`, `GRANARY_E_TIMEOUT`, `GRANARY_E_PROTOCOL`.
+///
+/// Thread safety: may be called concurrently on the same client.
+///
+/// # Safety
+/// `client` is NULL or a live client handle; `opts` is NULL or a readable
+/// options struct (see `struct_size`); `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn granary_session_open(
+    client: *const GranaryClient,
+    opts: *const GranarySessionOptions,
+    out: *mut *mut GranarySession,
+) -> c_int {
+    call("granary_session_open", || {
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { clear_out(out, "out") }?;
+        // SAFETY: NULL or a live handle, per the caller.
+        let client = unsafe { client.as_ref() }.ok_or_else(|| null("client"))?;
+        // SAFETY: forwarded from the caller.
+        let options = unsafe { read_options(opts) }?;
+        let session = client.client.open_session(&options)?;
+        let handle = Box::into_raw(Box::new(GranarySession {
+            session,
+            live: HashSet::new(),
+        }));
+        // SAFETY: checked non-null and writable by `clear_out`.
+        unsafe { out.write(handle) };
+        Ok(0)
+    })
+}
+
+/// Fills `*out` with the session's id, samples and batches per epoch,
+/// arena size and ring capacities. The caller sets `out->struct_size`
+/// first; the library writes this version's fields and sets `struct_size`
+/// to the size it wrote.
+///
+/// Returns `GRANARY_OK` or `GRANARY_E_INVALID_ARGUMENT`.
+///
+/// Thread safety: like every call on a session, one thread at a time.
+///
+/// # Safety
+/// `session` is NULL or a live session handle; `out` is NULL or writable
+/// for `out->struct_size` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn granary_session_get_info(
+    session: *const GranarySession,
+    out: *mut GranarySessionInfo,
+) -> c_int {
+    call("granary_session_get_info", || {
+        // SAFETY: NULL or a live handle, per the caller.
+        let s = unsafe { session.as_ref() }.ok_or_else(|| null("session"))?;
+        if out.is_null() {
+            return Err(null("info"));
+        }
+        // SAFETY: non-null and readable per the caller; `struct_size` is the
+        // first field (offset 0) of every version of the struct.
+        let size = unsafe { out.cast::<u32>().cast_const().read_unaligned() };
+        let v1 = std::mem::size_of::<GranarySessionInfo>();
+        if (size as usize) < v1 {
+            return Err(invalid(format!(
+                "info.struct_size is {size}, at least {v1} is required"
+            )));
+        }
+        let i = s.session.info();
+        let info = GranarySessionInfo {
+            struct_size: v1 as u32,
+            ready_capacity: i.ready_capacity,
+            release_capacity: i.release_capacity,
+            reserved: 0,
+            session_id: i.session_id,
+            samples_per_epoch: i.samples_per_epoch,
+            batches_per_epoch: i.batches_per_epoch,
+            arena_size: i.arena_size,
+        };
+        // SAFETY: the caller's struct is at least our size (checked above)
+        // and writable.
+        unsafe { out.write_unaligned(info) };
+        Ok(0)
+    })
+}
+
+/// Takes the next batch and stores its handle in `*out`. Waits up to
+/// `timeout_ms` milliseconds; a negative value (`GRANARY_WAIT_FOREVER`)
+/// waits without limit, 0 does not wait.
+///
+/// Returns `GRANARY_OK` with a batch; or, with a batch in `*out` too, the
+/// batch's own negative status when the agent could not fill it (e.g.
+/// `GRANARY_E_IO`): inspect it and release it like any other. With `*out`
+/// NULL: `GRANARY_E_END_OF_STREAM` (all epochs delivered),
+/// `GRANARY_E_TIMEOUT`, `GRANARY_E_WOULD_BLOCK` (timeout 0, nothing ready),
+/// `GRANARY_E_FENCED`, `GRANARY_E_DISCONNECTED` (the agent went away; a dead
+/// agent never blocks the caller past its timeout), `GRANARY_E_CORRUPT` (a
+/// descriptor failed validation; the stream goes on), or
+/// `GRANARY_E_INVALID_ARGUMENT`.
+///
+/// Thread safety: one thread at a time per session.
+///
+/// # Safety
+/// `session` is NULL or a live session handle; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn granary_next_batch(
+    session: *mut GranarySession,
+    timeout_ms: c_int,
+    out: *mut *mut GranaryBatch,
+) -> c_int {
+    call("granary_next_batch", || {
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { clear_out(out, "out") }?;
+        // SAFETY: NULL or a live handle used by this thread only, per the caller.
+        let s = unsafe { session.as_mut() }.ok_or_else(|| null("session"))?;
+        let batch = s.session.next_batch(timeout(timeout_ms))?;
+        Ok(lend(s, batch, out))
+    })
+}
+
+/// `granary_next_batch(session, 0, out)`: `GRANARY_E_WOULD_BLOCK` when no
+/// batch is ready.
+///
+/// Thread safety: one thread at a time per session.
+///
+/// # Safety
+/// As for `granary_next_batch`.
+#[no_mangle]
+pub unsafe extern "C" fn granary_try_next_batch(
+    session: *mut GranarySession,
+    out: *mut *mut GranaryBatch,
+) -> c_int {
+    // SAFETY: same contract.
+    unsafe { granary_next_batch(session, 0, out) }
+}
+
+/// Number of samples in the batch (0 for NULL).
+///
+/// Thread safety: read-only; any thread while the batch is not being released.
+///
+/// # Safety
+/// `batch` is NULL or a live batch handle.
+#[no_mangle]
+pub unsafe extern "C" fn granary_batch_len(batch: *const GranaryBatch) -> usize {
+    // SAFETY: NULL or a live handle, per the caller.
+    value(0, || unsafe { batch.as_ref() }.map_or(0, |b| b.batch.len()))
+}
+
+/// Epoch of the batch (0 for NULL).
+///
+/// Thread safety: read-only; any thread while the batch is not being released.
+///
+/// # Safety
+/// `batch` is NULL or a live batch handle.
+#[no_mangle]
+pub unsafe extern "C" fn granary_batch_epoch(batch: *const GranaryBatch) -> u32 {
+    // SAFETY: NULL or a live handle, per the caller.
+    value(0, || unsafe { batch.as_ref() }.map_or(0, |b| b.batch.epoch()))
+}
+
+/// Index of the batch within its epoch for this rank (0 for NULL).
+///
+/// Thread safety: read-only; any thread while the batch is not being released.
+///
+/// # Safety
+/// `batch` is NULL or a live batch handle.
+#[no_mangle]
+pub unsafe extern "C" fn granary_batch_index(batch: *const GranaryBatch) -> u64 {
+    // SAFETY: NULL or a live handle, per the caller.
+    value(0, || unsafe { batch.as_ref() }.map_or(0, |b| b.batch.index()))
+}
+
+/// `GRANARY_BATCH_END_OF_EPOCH` and/or `GRANARY_BATCH_END_OF_STREAM`
+/// (0 for NULL).
+///
+/// Thread safety: read-only; any thread while the batch is not being released.
+///
+/// # Safety
+/// `batch` is NULL or a live batch handle.
+#[no_mangle]
+pub unsafe extern "C" fn granary_batch_flags(batch: *const GranaryBatch) -> u32 {
+    value(0, || {
+        // SAFETY: NULL or a live handle, per the caller.
+        unsafe { batch.as_ref() }.map_or(0, |b| {
+            let mut flags = 0;
+            if b.batch.is_end_of_epoch() {
+                flags |= GRANARY_BATCH_END_OF_EPOCH;
+            }
+            if b.batch.is_end_of_stream() {
+                flags |= GRANARY_BATCH_END_OF_STREAM;
+            }
+            flags
+        })
+    })
+}
+
+/// 0, or the batch's negative `GRANARY_E_*` status (e.g. `GRANARY_E_IO`);
+/// `GRANARY_E_INVALID_ARGUMENT` for NULL.
+///
+/// Thread safety: read-only; any thread while the batch is not being released.
+///
+/// # Safety
+/// `batch` is NULL or a live batch handle.
+#[no_mangle]
+pub unsafe extern "C" fn granary_batch_status(batch: *const GranaryBatch) -> c_int {
+    call("granary_batch_status", || {
+        // SAFETY: NULL or a live handle, per the caller.
+        let b = unsafe { batch.as_ref() }.ok_or_else(|| null("batch"))?;
+        Ok(b.batch.status())
+    })
+}
+
+/// Fills `*out` with sample `i` (0-based, below `granary_batch_len`). Its
+/// `data` points into the read-only arena and stays valid until the batch
+/// is released.
+///
+/// Returns `GRANARY_OK` or `GRANARY_E_INVALID_ARGUMENT` (NULL, `i` out of range).
+///
+/// Thread safety: read-only; any thread while the batch is not being released.
+///
+/// # Safety
+/// `batch` is NULL or a live batch handle; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn granary_batch_sample(
+    batch: *const GranaryBatch,
+    i: usize,
+    out: *mut GranarySample,
+) -> c_int {
+    call("granary_batch_sample", || {
+        // SAFETY: NULL or a live handle, per the caller.
+        let b = unsafe { batch.as_ref() }.ok_or_else(|| null("batch"))?;
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let s = b.batch.sample(i).ok_or_else(|| {
+            invalid(format!(
+                "sample index {i} is out of range (the batch has {})",
+                b.batch.len()
+            ))
+        })?;
+        let sample = GranarySample {
+            data: s.as_ptr(),
+            length: s.len() as u64,
+            id: s.id(),
+            label: s.label(),
+            status: s.status(),
+            crc32c: s.crc32c(),
+        };
+        // SAFETY: non-null, and the caller vouches it is writable.
+        unsafe { out.write(sample) };
+        Ok(0)
+    })
+}
+
+/// Hands the batch back to the agent and frees its handle; its sample
+/// pointers become invalid. Every batch must be released, including those
+/// that carry an error status.
+///
+/// Returns `GRANARY_OK`; `GRANARY_E_INVALID_ARGUMENT` for NULL or a batch
+/// that this session did not lend or that was already released (then
+/// nothing is freed); `GRANARY_E_FENCED` / `GRANARY_E_DISCONNECTED` if the
+/// release ring stayed full and the agent is gone, `GRANARY_E_CORRUPT` if
+/// the agent broke the ring (the handle is freed in these cases too). A
+/// release that finds the ring full for a second is kept and pushed by a
+/// later call.
+///
+/// Thread safety: one thread at a time per session.
+///
+/// # Safety
+/// `session` is NULL or a live session handle; `batch` is NULL or a
+/// pointer that `granary_next_batch` stored (it is checked against the
+/// session's outstanding batches before use).
+#[no_mangle]
+pub unsafe extern "C" fn granary_batch_release(
+    session: *mut GranarySession,
+    batch: *mut GranaryBatch,
+) -> c_int {
+    call("granary_batch_release", || {
+        // SAFETY: NULL or a live handle used by this thread only, per the caller.
+        let s = unsafe { session.as_mut() }.ok_or_else(|| null("session"))?;
+        if batch.is_null() {
+            return Err(null("batch"));
+        }
+        if !s.live.remove(&(batch as usize)) {
+            return Err(invalid(
+                "the batch was not lent by this session, or was already released",
+            ));
+        }
+        // SAFETY: the address was recorded when this session boxed the
+        // batch and removed just now, so it is a live Box freed exactly once.
+        let handle = unsafe { Box::from_raw(batch) };
+        s.session.release(handle.batch)?;
+        Ok(0)
+    })
+}
+
+/// Releases every batch the session still lends (their handles are freed),
+/// tells the agent the session is over, unmaps its memory and frees the
+/// handle.
+///
+/// Returns `GRANARY_OK` (also when the agent is already gone),
+/// `GRANARY_E_INVALID_ARGUMENT` (NULL), or `GRANARY_E_CORRUPT` if the agent
+/// broke the release ring; the handle is freed in every case but NULL.
+///
+/// Thread safety: no other call may use the session or its batches at the
+/// same time.
+///
+/// # Safety
+/// `session` is NULL or a live session handle, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn granary_session_close(session: *mut GranarySession) -> c_int {
+    call("granary_session_close", || {
+        if session.is_null() {
+            return Err(null("session"));
+        }
+        // SAFETY: a live handle from granary_session_open (Box::into_raw),
+        // freed exactly once, here.
+        let s = unsafe { Box::from_raw(session) };
+        let GranarySession { session, live } = *s;
+        for addr in live {
+            // SAFETY: every recorded address is a live Box<GranaryBatch>
+            // this session created and nobody released; dropping the batch
+            // queues its release for `close` to push.
+            drop(unsafe { Box::from_raw(addr as *mut GranaryBatch) });
+        }
+        session.close()?;
+        Ok(0)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_enum_matches_error_codes() {
+        let all = [
+            GranaryStatus::GranaryOk,
+            GranaryStatus::GranaryEInvalidArgument,
+            GranaryStatus::GranaryETimeout,
+            GranaryStatus::GranaryEWouldBlock,
+            GranaryStatus::GranaryEDisconnected,
+            GranaryStatus::GranaryEProtocol,
+            GranaryStatus::GranaryEVersion,
+            GranaryStatus::GranaryEPermission,
+            GranaryStatus::GranaryENotFound,
+            GranaryStatus::GranaryEFenced,
+            GranaryStatus::GranaryEEndOfStream,
+            GranaryStatus::GranaryEIo,
+            GranaryStatus::GranaryENoMemory,
+            GranaryStatus::GranaryECorrupt,
+            GranaryStatus::GranaryEBusy,
+            GranaryStatus::GranaryEInternal,
+            GranaryStatus::GranaryEClosed,
+        ];
+        assert_eq!(all.len(), ErrorCode::ALL.len());
+        for (s, c) in all.iter().zip(ErrorCode::ALL) {
+            assert_eq!(*s as i32, c.as_i32(), "{s:?} vs {c:?}");
+            let name = format!("{s:?}");
+            let code = format!("{c:?}");
+            assert!(
+                name.ends_with(&code) || (code == "Ok" && name == "GranaryOk"),
+                "{name} does not name {code}"
+            );
+        }
+    }
+
+    #[test]
+    fn flag_bits_match_the_layout() {
+        use granary_shm::layout::{BATCH_END_OF_EPOCH, BATCH_END_OF_STREAM};
+        assert_eq!(GRANARY_BATCH_END_OF_EPOCH, BATCH_END_OF_EPOCH);
+        assert_eq!(GRANARY_BATCH_END_OF_STREAM, BATCH_END_OF_STREAM);
+        assert_eq!(GRANARY_ABI_VERSION, crate::ABI_VERSION);
+    }
+
+    #[test]
+    fn timeouts() {
+        assert_eq!(timeout(-1), None);
+        assert_eq!(timeout(i32::MIN), None);
+        assert_eq!(timeout(0), Some(Duration::ZERO));
+        assert_eq!(timeout(250), Some(Duration::from_millis(250)));
+    }
+}

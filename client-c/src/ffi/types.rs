@@ -1,0 +1,175 @@
+//! Types of the C API: the status codes, the option, info and sample
+//! structs, and the opaque handles.
+
+use std::ffi::c_char;
+
+use crate::batch::Batch;
+use crate::client::Client;
+use crate::session::Session;
+
+/// Version of this C API. `granary_session_options.abi_version` must name a
+/// version the library speaks (1 up to this value).
+pub const GRANARY_ABI_VERSION: u32 = 1;
+
+/// `timeout_ms` value that waits without limit.
+pub const GRANARY_WAIT_FOREVER: i32 = -1;
+
+/// Bit of `granary_batch_flags()`: the last batch of its epoch.
+pub const GRANARY_BATCH_END_OF_EPOCH: u32 = 1;
+
+/// Bit of `granary_batch_flags()`: the last batch of the stream.
+pub const GRANARY_BATCH_END_OF_STREAM: u32 = 2;
+
+/// Return codes of every `int` function: `GRANARY_OK` (0) or a negative
+/// `GRANARY_E_*` value. `granary_strerror()` describes each one.
+#[repr(C)]
+#[allow(clippy::enum_variant_names)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GranaryStatus {
+    /// Success.
+    GranaryOk = 0,
+    /// An argument was null, out of range or inconsistent.
+    GranaryEInvalidArgument = -1,
+    /// A blocking call reached its timeout.
+    GranaryETimeout = -2,
+    /// A non-blocking call found no batch ready.
+    GranaryEWouldBlock = -3,
+    /// The agent went away (socket hang-up, closed session) or cannot be reached.
+    GranaryEDisconnected = -4,
+    /// The agent sent a malformed message.
+    GranaryEProtocol = -5,
+    /// Protocol, ABI or layout version mismatch.
+    GranaryEVersion = -6,
+    /// The caller is not on the agent's allowlist.
+    GranaryEPermission = -7,
+    /// No such dataset (or session).
+    GranaryENotFound = -8,
+    /// The agent fenced the session after a protocol violation.
+    GranaryEFenced = -9,
+    /// Every batch of the requested epochs has been delivered.
+    GranaryEEndOfStream = -10,
+    /// The data source failed to read a sample (per batch or per sample).
+    GranaryEIo = -11,
+    /// Memory (arena or process) is exhausted.
+    GranaryENoMemory = -12,
+    /// A descriptor or sample table failed validation.
+    GranaryECorrupt = -13,
+    /// The agent refuses more sessions.
+    GranaryEBusy = -14,
+    /// An internal error in the agent or the library.
+    GranaryEInternal = -15,
+    /// The object was already released or closed.
+    GranaryEClosed = -16,
+}
+
+/// Parameters of `granary_session_open()`. Fill it with
+/// `granary_session_options_init()`, then set the fields you need.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct GranarySessionOptions {
+    /// `sizeof(granary_session_options)` as the caller compiled it (set by
+    /// init). Larger values are accepted (newer headers); smaller are not.
+    pub struct_size: u32,
+    /// `GRANARY_ABI_VERSION` as the caller compiled it (set by init).
+    pub abi_version: u32,
+    /// NUL-terminated UTF-8 name of a dataset the agent serves (required).
+    pub dataset: *const c_char,
+    /// Shuffle seed: the same seed, rank and world size give the same order.
+    pub seed: u64,
+    /// First epoch to deliver (default 0).
+    pub first_epoch: u32,
+    /// Number of epochs to deliver (default 1).
+    pub epoch_count: u32,
+    /// Samples per batch (default 32).
+    pub batch_size: u32,
+    /// This loader's rank, below `world_size` (default 0).
+    pub rank: u32,
+    /// Number of ranks sharing the dataset (default 1).
+    pub world_size: u32,
+    /// Non-zero: drop the last, partial batch of each epoch (default 0).
+    pub drop_last: u32,
+    /// Ready ring capacity: 0 for the agent's default, else a power of two.
+    pub ready_capacity: u32,
+    /// Release ring capacity: 0 for the agent's default, else a power of two.
+    pub release_capacity: u32,
+}
+
+/// What `granary_session_get_info()` reports. Set `struct_size` to
+/// `sizeof(granary_session_info)` before the call.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GranarySessionInfo {
+    /// Set by the caller to `sizeof(granary_session_info)`.
+    pub struct_size: u32,
+    /// Ready ring capacity chosen by the agent.
+    pub ready_capacity: u32,
+    /// Release ring capacity chosen by the agent.
+    pub release_capacity: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// Session id assigned by the agent.
+    pub session_id: u64,
+    /// Samples this rank receives per epoch.
+    pub samples_per_epoch: u64,
+    /// Batches this rank receives per epoch.
+    pub batches_per_epoch: u64,
+    /// Size of the read-only arena mapping in bytes.
+    pub arena_size: u64,
+}
+
+/// One sample of a batch, as filled in by `granary_batch_sample()`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct GranarySample {
+    /// First byte, inside the read-only arena mapping; NULL when `status` is
+    /// not 0. Valid until the batch is released.
+    pub data: *const u8,
+    /// Number of bytes.
+    pub length: u64,
+    /// Stable sample id within the dataset.
+    pub id: u64,
+    /// Class label, -1 when the dataset has none.
+    pub label: i32,
+    /// 0, or a negative `GRANARY_E_*` code for this sample (then `length` is 0).
+    pub status: i32,
+    /// CRC-32C (Castagnoli) of the bytes, as recorded by the agent.
+    pub crc32c: u32,
+}
+
+/// A connection point to one agent (opaque).
+pub struct GranaryClient {
+    pub(crate) client: Client,
+}
+
+/// An open session: a stream of batches (opaque).
+pub struct GranarySession {
+    pub(crate) session: Session,
+    /// Addresses of the batch handles this session lent and that are not
+    /// yet released; a release is checked against it before the handle is
+    /// touched.
+    pub(crate) live: std::collections::HashSet<usize>,
+}
+
+/// A batch on loan from the agent (opaque).
+pub struct GranaryBatch {
+    pub(crate) batch: Batch,
+}
+
+// The C layout is part of the ABI: pinned here, so a change cannot slip in
+// without a new ABI version.
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(offset_of!(GranarySessionOptions, struct_size) == 0);
+    assert!(offset_of!(GranarySessionOptions, abi_version) == 4);
+    assert!(offset_of!(GranarySessionOptions, dataset) == 8);
+    assert!(offset_of!(GranarySessionOptions, seed) == 16);
+    assert!(offset_of!(GranarySessionOptions, release_capacity) == 52);
+    assert!(size_of::<GranarySessionOptions>() == 56);
+    assert!(offset_of!(GranarySessionInfo, struct_size) == 0);
+    assert!(offset_of!(GranarySessionInfo, session_id) == 16);
+    assert!(size_of::<GranarySessionInfo>() == 48);
+    assert!(offset_of!(GranarySample, length) == 8);
+    assert!(offset_of!(GranarySample, crc32c) == 32);
+    assert!(size_of::<GranarySample>() == 40);
+};

@@ -1,0 +1,109 @@
+//! What a loader asks for when it opens a session, and what it gets back.
+
+use std::time::Duration;
+
+use granary_shm::handshake::{OpenSession, SessionOpened};
+
+use crate::ABI_VERSION;
+
+/// How long opening a session waits for the agent's reply by default.
+pub const DEFAULT_OPEN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Samples per batch when the caller does not say.
+pub const DEFAULT_BATCH_SIZE: u32 = 32;
+
+/// Parameters of a session (the fields of the handshake's open-session
+/// request, plus client-side settings).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionOptions {
+    /// Name of a dataset the agent serves.
+    pub dataset: String,
+    /// Shuffle seed: the same seed, rank and world size give the same order.
+    pub seed: u64,
+    /// First epoch to deliver.
+    pub first_epoch: u32,
+    /// Number of epochs to deliver (at least 1).
+    pub epoch_count: u32,
+    /// Samples per batch (at least 1).
+    pub batch_size: u32,
+    /// This loader's rank, below `world_size`.
+    pub rank: u32,
+    /// Number of ranks sharing the dataset (at least 1).
+    pub world_size: u32,
+    /// Drop the last, partial batch of each epoch.
+    pub drop_last: bool,
+    /// Ready ring capacity: 0 for the agent's default, else a power of two.
+    pub ready_capacity: u32,
+    /// Release ring capacity: 0 for the agent's default, else a power of two.
+    pub release_capacity: u32,
+    /// How long to wait for the agent's answer to the open request.
+    pub open_timeout: Duration,
+}
+
+impl SessionOptions {
+    /// Options for `dataset` with the defaults: seed 0, epoch 0 only, batches
+    /// of [`DEFAULT_BATCH_SIZE`], rank 0 of 1, keep the last partial batch,
+    /// the agent's ring capacities.
+    pub fn new(dataset: impl Into<String>) -> SessionOptions {
+        SessionOptions {
+            dataset: dataset.into(),
+            seed: 0,
+            first_epoch: 0,
+            epoch_count: 1,
+            batch_size: DEFAULT_BATCH_SIZE,
+            rank: 0,
+            world_size: 1,
+            drop_last: false,
+            ready_capacity: 0,
+            release_capacity: 0,
+            open_timeout: DEFAULT_OPEN_TIMEOUT,
+        }
+    }
+
+    /// The handshake request these options describe.
+    pub fn request(&self) -> OpenSession {
+        OpenSession {
+            dataset: self.dataset.clone(),
+            seed: self.seed,
+            first_epoch: self.first_epoch,
+            epoch_count: self.epoch_count,
+            batch_size: self.batch_size,
+            rank: self.rank,
+            world_size: self.world_size,
+            drop_last: self.drop_last,
+            ready_capacity: self.ready_capacity,
+            release_capacity: self.release_capacity,
+            client_abi: ABI_VERSION,
+        }
+    }
+}
+
+/// What the agent told the loader about an open session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionInfo {
+    /// Session id assigned by the agent.
+    pub session_id: u64,
+    /// Samples this rank receives per epoch.
+    pub samples_per_epoch: u64,
+    /// Batches this rank receives per epoch.
+    pub batches_per_epoch: u64,
+    /// Size of the arena mapping in bytes.
+    pub arena_size: u64,
+    /// Ready ring capacity chosen by the agent.
+    pub ready_capacity: u32,
+    /// Release ring capacity chosen by the agent.
+    pub release_capacity: u32,
+}
+
+impl SessionInfo {
+    pub(crate) fn new(reply: &SessionOpened, ready_capacity: u32, release_capacity: u32) -> Self {
+        SessionInfo {
+            session_id: reply.session_id,
+            samples_per_epoch: reply.samples_per_epoch,
+            batches_per_epoch: reply.batches_per_epoch,
+            arena_size: reply.arena_size,
+            ready_capacity,
+            release_capacity,
+        }
+    }
+}

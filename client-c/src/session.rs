@@ -1,0 +1,547 @@
+//! One session: the handshake, the read-only arena, the ring segment, and
+//! the loop that takes batches and hands them back.
+//!
+//! Opening: send an open-session request on the session's own connection,
+//! receive the reply with two fds (arena, segment), map the arena read-only
+//! (its seals and size are checked), attach the segment (magic, layout
+//! version, the reply's instance epoch, geometry), and take the loader's ring
+//! ends: consumer of the ready ring, producer of the release ring.
+//!
+//! Waiting: the ready ring is waited on in slices of at most [`WAIT_SLICE`];
+//! between slices the session checks the segment's state word (fenced,
+//! closed) and the socket for hang-up, so a dead agent costs a loader at most
+//! its own timeout. The agent wakes a parked loader when it fences or closes
+//! a session.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use granary_shm::arena::ArenaView;
+use granary_shm::handshake::{ErrorReply, Message};
+use granary_shm::layout::{state, BATCH_END_OF_STREAM};
+use granary_shm::ring::{Consumer, Producer};
+use granary_shm::segment::LoaderSegment;
+use granary_shm::socket::{SeqPacket, SocketError};
+use granary_shm::validate::copy_sample_table;
+use granary_shm::{BatchDescriptor, ErrorCode, ReleaseDescriptor, SampleEntry};
+
+use crate::batch::{Batch, Returns};
+use crate::error::{Error, Result};
+use crate::options::{SessionInfo, SessionOptions};
+
+/// Longest single wait on the ready ring before the session re-checks the
+/// segment state and the socket.
+pub const WAIT_SLICE: Duration = Duration::from_millis(50);
+
+/// How long a release waits for room in a full release ring before it is
+/// deferred to the session's next call.
+pub const RELEASE_WAIT: Duration = Duration::from_secs(1);
+
+/// How long closing waits for the agent to confirm.
+pub const CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+/// Source of process-unique session keys (batches remember theirs).
+static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
+
+/// Where the stream stands.
+#[derive(Debug)]
+enum Stream {
+    /// Batches may follow.
+    Open,
+    /// The last batch (flagged end of stream) was delivered with samples.
+    LastDelivered,
+    /// End of stream was reported.
+    Ended,
+    /// A fatal error (fenced, disconnected, broken ring): reported again on
+    /// every call.
+    Failed(Error),
+}
+
+/// An open session: a stream of batches from the agent.
+///
+/// A session is used by one thread at a time (`&mut self`); it may move
+/// between threads. Batches it hands out may be read from any thread.
+pub struct Session {
+    conn: SeqPacket,
+    arena: ArenaView,
+    segment: LoaderSegment,
+    ready: Consumer<BatchDescriptor>,
+    release: Producer<ReleaseDescriptor>,
+    info: SessionInfo,
+    key: u64,
+    next_seq: u64,
+    stream: Stream,
+    /// Batches dropped without an explicit release.
+    returns: Arc<Returns>,
+    /// Releases not yet in the ring (it was full).
+    pending: Vec<ReleaseDescriptor>,
+    /// Sample-table buffers of released batches, for reuse.
+    spare_tables: Vec<Vec<SampleEntry>>,
+    closed: bool,
+}
+
+fn protocol(message: impl Into<String>) -> Error {
+    Error::new(ErrorCode::Protocol, message)
+}
+
+/// Receives the agent's answer to an open request.
+///
+/// An agent that answers and closes the connection while our request is
+/// still unread in its queue makes the kernel report `ECONNRESET` once,
+/// ahead of the answer itself: read again to get the answer.
+fn recv_reply(conn: &SeqPacket) -> std::result::Result<(Message, Vec<OwnedFd>), SocketError> {
+    match conn.recv_message() {
+        Err(SocketError::Io(e)) if e.kind() == io::ErrorKind::ConnectionReset => {
+            conn.recv_message()
+        }
+        other => other,
+    }
+}
+
+/// The agent's error reply to an open request.
+fn refusal(e: ErrorReply) -> Error {
+    let code = if e.code == ErrorCode::Ok {
+        ErrorCode::Protocol
+    } else {
+        e.code
+    };
+    Error::new(code, format!("the agent refused the session: {}", e.message))
+}
+
+fn violation_name(code: u32) -> &'static str {
+    match code {
+        1 => "ring index violation",
+        2 => "out-of-bounds descriptor",
+        3 => "invalid field",
+        4 => "release of a batch that was not on loan",
+        5 => "misaligned descriptor",
+        _ => "unspecified violation",
+    }
+}
+
+impl Session {
+    /// Runs the handshake on `conn` and maps what the agent sent.
+    pub(crate) fn open(conn: SeqPacket, options: &SessionOptions) -> Result<Session> {
+        let request = options.request();
+        request
+            .validate()
+            .map_err(|e| Error::new(e.code, e.message))?;
+        if options.open_timeout.is_zero() {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                "open_timeout: must be positive",
+            ));
+        }
+        if let Err(e) = conn.send_message(&Message::OpenSession(request), &[]) {
+            // An agent that refuses a connection (e.g. its uid) may answer
+            // and close it before the request is even sent: prefer its words.
+            let _ = conn.set_read_timeout(Some(Duration::from_millis(100)));
+            if let Ok((Message::Error(reply), _)) = recv_reply(&conn) {
+                return Err(refusal(reply));
+            }
+            return Err(Error::socket("sending the open-session request", &e));
+        }
+        conn.set_read_timeout(Some(options.open_timeout))
+            .map_err(|e| Error::socket("setting the handshake timeout", &e))?;
+        let (reply, fds) =
+            recv_reply(&conn).map_err(|e| Error::recv("waiting for the agent's answer", &e))?;
+        let reply = match reply {
+            Message::SessionOpened(r) => r,
+            Message::Error(e) => return Err(refusal(e)),
+            other => {
+                return Err(protocol(format!(
+                    "expected a session-opened reply, the agent sent {other:?}"
+                )))
+            }
+        };
+        conn.set_read_timeout(None)
+            .map_err(|e| Error::socket("clearing the handshake timeout", &e))?;
+        if reply.fd_count != 2 || fds.len() != 2 {
+            return Err(protocol(format!(
+                "the session-opened reply must carry 2 fds (arena, segment); it announced {} and carried {}",
+                reply.fd_count,
+                fds.len()
+            )));
+        }
+        let mut fds = fds.into_iter();
+        let (Some(arena_fd), Some(segment_fd)) = (fds.next(), fds.next()) else {
+            return Err(protocol("missing fds in the session-opened reply"));
+        };
+        let arena = ArenaView::map(arena_fd, reply.arena_size)
+            .map_err(|e| Error::from(e).context("mapping the arena"))?;
+        let mut segment = LoaderSegment::attach_fd(segment_fd.as_fd(), Some(reply.instance_epoch))
+            .map_err(|e| Error::from(e).context("attaching the ring segment"))?;
+        drop(segment_fd);
+        let hdr = *segment.info();
+        if hdr.session_id != reply.session_id
+            || hdr.arena_size != reply.arena_size
+            || hdr.segment_size != reply.segment_size
+        {
+            return Err(protocol(format!(
+                "the ring segment (session {}, arena {} bytes, {} bytes) does not match the reply (session {}, arena {} bytes, {} bytes)",
+                hdr.session_id,
+                hdr.arena_size,
+                hdr.segment_size,
+                reply.session_id,
+                reply.arena_size,
+                reply.segment_size
+            )));
+        }
+        let (ready, release) = segment
+            .take_endpoints()
+            .ok_or_else(|| Error::new(ErrorCode::Internal, "ring endpoints already taken"))?;
+        Ok(Session {
+            conn,
+            arena,
+            segment,
+            ready,
+            release,
+            info: SessionInfo::new(&reply, hdr.ready_capacity, hdr.release_capacity),
+            key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
+            next_seq: 0,
+            stream: Stream::Open,
+            returns: Arc::default(),
+            pending: Vec::new(),
+            spare_tables: Vec::new(),
+            closed: false,
+        })
+    }
+
+    /// What the agent said about the session.
+    pub fn info(&self) -> &SessionInfo {
+        &self.info
+    }
+
+    /// Takes the next batch, waiting up to `timeout` (`None`: forever;
+    /// zero: do not wait, [`ErrorCode::WouldBlock`] when none is ready).
+    ///
+    /// Errors: `Timeout`, `WouldBlock`, `EndOfStream` (every requested epoch
+    /// was delivered), `Fenced`, `Disconnected` (the agent hung up or closed
+    /// the session, reported once the ready ring is drained), `Corrupt` (a
+    /// descriptor or sample table failed validation; the batch is handed back
+    /// and the stream goes on). A batch whose [`Batch::status`] is negative is
+    /// returned as `Ok`: check it, and release it like any other.
+    pub fn next_batch(&mut self, timeout: Option<Duration>) -> Result<Batch> {
+        self.usable()?;
+        self.flush_releases(Duration::ZERO)?;
+        let nonblocking = timeout == Some(Duration::ZERO);
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        loop {
+            // After a fence the agent takes back every lease: whatever is
+            // still in the ring may point at memory it reuses.
+            if self.segment.state() == state::FENCED {
+                let e = match self.liveness() {
+                    Err(e) => e,
+                    Ok(()) => Error::from(ErrorCode::Fenced),
+                };
+                return Err(self.fail(e));
+            }
+            if let Some(d) = self.pop()? {
+                return self.accept(d);
+            }
+            if let Err(e) = self.liveness() {
+                // A batch published before the agent went away is complete
+                // and still mapped: deliver it. A fenced session delivers
+                // nothing more.
+                if e.code() != ErrorCode::Fenced {
+                    if let Some(d) = self.pop()? {
+                        return self.accept(d);
+                    }
+                }
+                return Err(self.fail(e));
+            }
+            let slice = match deadline {
+                None => WAIT_SLICE,
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(if nonblocking {
+                            Error::new(ErrorCode::WouldBlock, "no batch is ready")
+                        } else {
+                            Error::new(
+                                ErrorCode::Timeout,
+                                format!("no batch arrived within {timeout:?}"),
+                            )
+                        });
+                    }
+                    left.min(WAIT_SLICE)
+                }
+            };
+            if let Err(v) = self.ready.wait_for_data(Some(slice)) {
+                return Err(self.fail(Error::violation("ready ring", &v)));
+            }
+        }
+    }
+
+    /// Takes the next batch if one is ready ([`ErrorCode::WouldBlock`] otherwise).
+    pub fn try_next_batch(&mut self) -> Result<Batch> {
+        self.next_batch(Some(Duration::ZERO))
+    }
+
+    /// Hands a batch back to the agent.
+    ///
+    /// Fails with `InvalidArgument` for a batch of another session (which is
+    /// then handed back to its own session). If the release ring stays full
+    /// for [`RELEASE_WAIT`], the release is kept and pushed by a later call;
+    /// the batch counts as released either way.
+    pub fn release(&mut self, batch: Batch) -> Result<()> {
+        if batch.session_key() != self.key {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                "the batch belongs to another session",
+            ));
+        }
+        let (rel, table) = batch.disarm();
+        if self.spare_tables.len() < 8 {
+            self.spare_tables.push(table);
+        }
+        self.pending.push(rel);
+        self.flush_releases(RELEASE_WAIT)
+    }
+
+    /// Hands back every outstanding release, tells the agent the session is
+    /// over and waits (up to [`CLOSE_WAIT`]) for its confirmation. Batches
+    /// still held stay readable but are no longer on loan.
+    pub fn close(mut self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        self.closed = true;
+        if self.liveness().is_err() {
+            return Ok(());
+        }
+        let flushed = self.flush_releases(CLOSE_WAIT);
+        let bye = Message::CloseSession {
+            session_id: self.info.session_id,
+        };
+        if self.conn.send_message(&bye, &[]).is_ok()
+            && self.conn.set_read_timeout(Some(CLOSE_WAIT)).is_ok()
+        {
+            // Anything else the agent had queued is skipped; a bounded number
+            // of messages, each under the read timeout.
+            for _ in 0..16 {
+                match self.conn.recv_message() {
+                    Ok((Message::SessionClosed { .. }, _)) | Err(_) => break,
+                    Ok(_) => continue,
+                }
+            }
+        }
+        flushed
+    }
+
+    /// Sticky outcomes first: end of stream, earlier fatal errors.
+    fn usable(&mut self) -> Result<()> {
+        match &self.stream {
+            Stream::Open => Ok(()),
+            Stream::LastDelivered => {
+                self.stream = Stream::Ended;
+                Err(Error::new(ErrorCode::EndOfStream, "every batch was delivered"))
+            }
+            Stream::Ended => Err(Error::new(
+                ErrorCode::EndOfStream,
+                "every batch was delivered",
+            )),
+            Stream::Failed(e) => Err(e.clone()),
+        }
+    }
+
+    /// Records a fatal error and returns it.
+    fn fail(&mut self, e: Error) -> Error {
+        self.stream = Stream::Failed(e.clone());
+        e
+    }
+
+    fn pop(&mut self) -> Result<Option<BatchDescriptor>> {
+        self.ready
+            .try_pop()
+            .map_err(|v| self.fail(Error::violation("ready ring", &v)))
+    }
+
+    /// Is the agent still serving this session?
+    fn liveness(&mut self) -> Result<()> {
+        let id = self.info.session_id;
+        match self.segment.state() {
+            state::LIVE => {}
+            state::FENCED => {
+                let mut msg = format!(
+                    "the agent fenced session {id} ({})",
+                    violation_name(self.segment.violation())
+                );
+                if let Some(note) = self.agent_note() {
+                    msg.push_str(": ");
+                    msg.push_str(&note);
+                }
+                return Err(Error::new(ErrorCode::Fenced, msg));
+            }
+            state::CLOSED => {
+                return Err(Error::new(
+                    ErrorCode::Disconnected,
+                    format!("the agent closed session {id}"),
+                ))
+            }
+            other => {
+                return Err(Error::new(
+                    ErrorCode::Corrupt,
+                    format!("session {id}: segment state word holds {other}"),
+                ))
+            }
+        }
+        match self.conn.peer_hung_up() {
+            Ok(false) => Ok(()),
+            Ok(true) => Err(Error::new(
+                ErrorCode::Disconnected,
+                format!("the agent hung up (session {id})"),
+            )),
+            Err(e) => Err(Error::socket("checking the agent socket", &e)
+                .context(format!("session {id}"))),
+        }
+    }
+
+    /// An error message the agent may have sent with a fence, if one is
+    /// waiting on the socket.
+    fn agent_note(&self) -> Option<String> {
+        self.conn.set_nonblocking(true).ok()?;
+        let note = match self.conn.recv_message() {
+            Ok((Message::Error(e), _)) => Some(e.message),
+            _ => None,
+        };
+        let _ = self.conn.set_nonblocking(false);
+        note
+    }
+
+    /// Validates a descriptor popped from the ready ring.
+    fn accept(&mut self, d: BatchDescriptor) -> Result<Batch> {
+        let seq = d.seq;
+        let expected = self.next_seq;
+        self.next_seq = self.next_seq.wrapping_add(1);
+        let mut table = self.spare_tables.pop().unwrap_or_default();
+        let checked = if seq != expected {
+            Err(format!("sequence number {seq}, expected {expected}"))
+        } else {
+            copy_sample_table(self.arena.region(), &d, &mut table)
+                .map_err(|v| v.to_string())
+                .and_then(|()| {
+                    let sum: u64 = table.iter().map(|e| u64::from(e.length)).sum();
+                    if sum == d.total_bytes {
+                        Ok(())
+                    } else {
+                        Err(format!(
+                            "total_bytes {} differs from the samples' sum {sum}",
+                            d.total_bytes
+                        ))
+                    }
+                })
+        };
+        if let Err(why) = checked {
+            // Hand it back so the agent can take back what it pinned; the
+            // agent decides whether the lease is real.
+            self.pending.push(ReleaseDescriptor {
+                seq,
+                token: d.token,
+            });
+            self.flush_releases(Duration::ZERO)?;
+            return Err(Error::new(
+                ErrorCode::Corrupt,
+                format!("batch seq {seq}: {why}"),
+            ));
+        }
+        if d.flags & BATCH_END_OF_STREAM != 0 {
+            if d.sample_count == 0 {
+                self.pending.push(ReleaseDescriptor {
+                    seq,
+                    token: d.token,
+                });
+                self.stream = Stream::Ended;
+                self.flush_releases(Duration::ZERO)?;
+                if d.status != 0 {
+                    let code = ErrorCode::from_i32(d.status).unwrap_or(ErrorCode::Internal);
+                    return Err(Error::new(
+                        code,
+                        format!("the agent ended the stream with status {code:?}"),
+                    ));
+                }
+                return Err(Error::new(
+                    ErrorCode::EndOfStream,
+                    "every batch was delivered",
+                ));
+            }
+            self.stream = Stream::LastDelivered;
+        }
+        Ok(Batch::new(
+            self.key,
+            d,
+            table,
+            self.arena.clone(),
+            Arc::clone(&self.returns),
+        ))
+    }
+
+    /// Pushes every outstanding release (explicit ones and those of dropped
+    /// batches), waiting up to `wait` for room in a full ring. Whatever does
+    /// not fit in time stays pending for the next call.
+    fn flush_releases(&mut self, wait: Duration) -> Result<()> {
+        let dropped = self.returns.take_all();
+        self.pending.extend(dropped);
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let deadline = Instant::now().checked_add(wait);
+        let mut done = 0;
+        let result = loop {
+            while done < self.pending.len() {
+                match self.release.try_stage(self.pending[done]) {
+                    Ok(true) => done += 1,
+                    Ok(false) => break,
+                    Err(v) => {
+                        self.release.publish();
+                        self.pending.drain(..done);
+                        return Err(self.fail(Error::violation("release ring", &v)));
+                    }
+                }
+            }
+            self.release.publish();
+            if done == self.pending.len() {
+                break Ok(());
+            }
+            let left = deadline.map_or(Duration::ZERO, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            if left.is_zero() {
+                break Ok(());
+            }
+            if let Err(e) = self.liveness() {
+                break Err(e);
+            }
+            if let Err(v) = self.release.wait_for_space(Some(left.min(WAIT_SLICE))) {
+                self.pending.drain(..done);
+                return Err(self.fail(Error::violation("release ring", &v)));
+            }
+        };
+        self.pending.drain(..done);
+        result
+    }
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("info", &self.info)
+            .field("next_seq", &self.next_seq)
+            .field("stream", &self.stream)
+            .field("pending_releases", &self.pending.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
