@@ -17,9 +17,17 @@
 //!   moved.
 //! * **Residency.** A *retained* entry stays after its last unpin and may
 //!   later be evicted by the policy; a *transient* one (a read the policy
-//!   chose not to keep) is freed when its last pin goes. Retained extents
-//!   never exceed [`CacheConfig::retain_limit`]; the rest of the arena,
-//!   [`CacheConfig::transient_reserve`] at least, serves transient reads.
+//!   chose not to keep) is freed when its last pin goes. The managed range
+//!   is split in two areas: retained extents live in the first
+//!   [`CacheConfig::retain_limit`] bytes, transient ones in the last
+//!   [`CacheConfig::transient_reserve`] bytes (and in the retained area's
+//!   free space when those are full).
+//! * **Making room.** When a retained entry does not fit, the policy's
+//!   candidates are evicted, preferring one whose eviction alone opens a
+//!   long enough free range, then (in a fragmented area) a candidate with
+//!   its address neighbours, else candidates in the policy's order; the
+//!   policy may refuse the trade, and the read is then transient (a
+//!   bypass).
 //! * **Reservation pin.** [`Cache::reserve`] returns the entry with one pin,
 //!   held by the reserver. An InFlight entry whose pins all went (its owner
 //!   vanished) is *parked*: its extent stays reserved until the read
@@ -74,7 +82,7 @@ pub const WINDOW_MAX: usize = 8;
 /// [`WINDOW_MAX`]) only while the retained area's free bytes exceed its size
 /// divided by this: below, scattered free space is left for smaller samples
 /// to fill.
-pub const FRAGMENTATION_DIVISOR: u64 = 32;
+pub const FRAGMENTATION_DIVISOR: u64 = 16;
 
 /// Default alignment of sample extents: 4096 bytes, so reads straight into
 /// the arena may use `O_DIRECT`.
@@ -119,6 +127,22 @@ impl CacheConfig {
     /// `arena_size - transient_reserve` (0 if the reserve is larger).
     pub fn retain_limit(&self) -> u64 {
         self.arena_size.saturating_sub(self.transient_reserve)
+    }
+
+    /// The largest extent the cache can place: the aligned room in the
+    /// larger of the retained area (`retain_limit` bytes from `base`) and
+    /// the transient area (the `transient_reserve` bytes after it).
+    pub fn largest_sample(&self) -> u64 {
+        let align = self.align.max(1);
+        let room = |start: u64, len: u64| {
+            let end = start.saturating_add(len);
+            start
+                .checked_next_multiple_of(align)
+                .filter(|&s| s < end)
+                .map_or(0, |s| (end - s) / align * align)
+        };
+        let split = self.base.saturating_add(self.retain_limit());
+        room(self.base, self.retain_limit()).max(room(split, self.transient_reserve))
     }
 
     /// The bytes a sample of `len` bytes takes in the arena: `len` rounded
@@ -301,12 +325,13 @@ pub enum CacheError {
     BadConfig(String),
     /// A zero-length sample.
     ZeroLength,
-    /// A sample larger than the arena.
+    /// A sample larger than either area of the arena (see
+    /// [`CacheConfig::largest_sample`]).
     TooLarge {
         /// The requested length.
         len: u64,
-        /// The arena's size.
-        arena_size: u64,
+        /// The largest extent the cache can hold.
+        largest: u64,
     },
     /// Not enough room now: everything evictable is gone and the rest is
     /// pinned or in flight (or the policy never evicts). Retry later.
@@ -360,9 +385,9 @@ impl fmt::Display for CacheError {
         match self {
             CacheError::BadConfig(m) => write!(f, "invalid cache configuration: {m}"),
             CacheError::ZeroLength => write!(f, "a sample of 0 bytes cannot be cached"),
-            CacheError::TooLarge { len, arena_size } => write!(
+            CacheError::TooLarge { len, largest } => write!(
                 f,
-                "a sample of {len} bytes does not fit in an arena of {arena_size} bytes"
+                "a sample of {len} bytes does not fit: the cache holds extents of at most {largest} bytes"
             ),
             CacheError::NoSpace { key, need } => write!(
                 f,
@@ -485,10 +510,7 @@ impl Areas {
         let limit = config.retain_limit();
         Areas {
             retained: ExtentAllocator::with_base(config.base, limit),
-            transient: ExtentAllocator::with_base(
-                config.base + limit,
-                config.arena_size - limit,
-            ),
+            transient: ExtentAllocator::with_base(config.base + limit, config.arena_size - limit),
             owners: BTreeMap::new(),
         }
     }
@@ -538,7 +560,9 @@ impl Areas {
     }
 
     fn largest_free(&self) -> u64 {
-        self.retained.largest_free().max(self.transient.largest_free())
+        self.retained
+            .largest_free()
+            .max(self.transient.largest_free())
     }
 
     fn live_extents(&self) -> usize {
@@ -703,13 +727,10 @@ impl Cache {
         if len == 0 {
             return Err(CacheError::ZeroLength);
         }
-        let too_large = CacheError::TooLarge {
-            len,
-            arena_size: self.config.arena_size,
-        };
+        let largest = self.config.largest_sample();
         let need = match self.config.extent_len(len) {
-            Some(n) if n <= self.config.arena_size => n,
-            _ => return Err(too_large),
+            Some(n) if n <= largest => n,
+            _ => return Err(CacheError::TooLarge { len, largest }),
         };
         match self.entries.get(&key) {
             None | Some(Entry::Failed { pins: 0, .. }) => {}
@@ -726,7 +747,8 @@ impl Cache {
         let mut victims: Vec<(SampleKey, u64)> = Vec::new();
         if need <= limit {
             loop {
-                if self.acct.retained + need <= limit && self.areas.retained.can_alloc(need, align) {
+                if self.acct.retained + need <= limit && self.areas.retained.can_alloc(need, align)
+                {
                     return self.start_read(key, need, len, Residency::Retained, evicted);
                 }
                 self.plan_victims(key, need, &mut victims);
@@ -786,9 +808,13 @@ impl Cache {
                 }
             }
         }
-        let fragmented = self.areas.retained.free_bytes()
-            > self.config.retain_limit() / FRAGMENTATION_DIVISOR;
-        for victim in self.policy.victims().take(if fragmented { FIT_PROBES } else { 0 }) {
+        let fragmented =
+            self.areas.retained.free_bytes() > self.config.retain_limit() / FRAGMENTATION_DIVISOR;
+        for victim in self
+            .policy
+            .victims()
+            .take(if fragmented { FIT_PROBES } else { 0 })
+        {
             if self.window(victim, need, victims)
                 && victims.iter().map(|v| v.1).sum::<u64>() >= over
                 && self.policy.admit(key, need, victims)
@@ -1013,7 +1039,9 @@ impl Cache {
         }
         match ready.lookup() {
             Lookup::Ready(r) => Ok(Completion::Ready(r)),
-            _ => Err(CacheError::Internal("ready entry reads back otherwise".into())),
+            _ => Err(CacheError::Internal(
+                "ready entry reads back otherwise".into(),
+            )),
         }
     }
 
@@ -1182,7 +1210,8 @@ impl Cache {
         }
         let (_, total) = future::session_length(&plan).map_err(FutureError::Plan)?;
         self.policy.add_session(id, dataset, plan)?;
-        self.sessions.insert(id, SessionRecord { position: 0, total });
+        self.sessions
+            .insert(id, SessionRecord { position: 0, total });
         Ok(())
     }
 
@@ -1210,7 +1239,8 @@ impl Cache {
             .into());
         }
         self.policy.advance_session(id, position)?;
-        self.sessions.insert(id, SessionRecord { position, ..record });
+        self.sessions
+            .insert(id, SessionRecord { position, ..record });
         Ok(())
     }
 
@@ -1312,8 +1342,16 @@ impl Cache {
                 return Err(format!("{key}: extent {extent} is not aligned"));
             }
             extents += 1;
+            if self.areas.owners.get(&extent.offset) != Some(key) {
+                return Err(format!("{key}: extent {extent} is owned by another key"));
+            }
             match residency {
-                Residency::Retained => sum.retained += extent.len,
+                Residency::Retained => {
+                    sum.retained += extent.len;
+                    if extent.end() > self.areas.transient.base() {
+                        return Err(format!("{key}: retained extent {extent} outside its area"));
+                    }
+                }
                 Residency::Transient => sum.transient += extent.len,
             }
             if matches!(entry, Entry::Ready { pins: 0, .. }) {
@@ -1337,10 +1375,14 @@ impl Cache {
         }
         let counted = self.accounting();
         if counted != sum {
-            return Err(format!("counters {counted:?} disagree with entries {sum:?}"));
+            return Err(format!(
+                "counters {counted:?} disagree with entries {sum:?}"
+            ));
         }
         if sum.total() != sum.size {
-            return Err(format!("accounting {sum:?} does not add up to the arena size"));
+            return Err(format!(
+                "accounting {sum:?} does not add up to the arena size"
+            ));
         }
         if sum.retained > self.config.retain_limit() {
             return Err(format!(
@@ -1423,8 +1465,30 @@ mod tests {
         .is_err());
         let mut c = Cache::new(config(1024, 256, PolicyKind::Clairvoyant)).unwrap();
         assert_eq!(c.reserve(k(1), 0), Err(CacheError::ZeroLength));
-        assert!(matches!(c.reserve(k(1), 1025), Err(CacheError::TooLarge { .. })));
-        assert!(matches!(c.reserve(k(1), u64::MAX), Err(CacheError::TooLarge { .. })));
+        assert!(matches!(
+            c.reserve(k(1), 1025),
+            Err(CacheError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            c.reserve(k(1), u64::MAX),
+            Err(CacheError::TooLarge { .. })
+        ));
+        // Larger than both areas (768 and 256 bytes).
+        assert_eq!(
+            c.reserve(k(1), 769),
+            Err(CacheError::TooLarge {
+                len: 769,
+                largest: 768
+            })
+        );
+        assert_eq!(
+            CacheConfig {
+                base: 8,
+                ..config(1024, 256, PolicyKind::Lru)
+            }
+            .largest_sample(),
+            752
+        );
         assert_eq!(c.complete(k(1), 0), Err(CacheError::NotFound(k(1))));
         assert_eq!(c.fail(k(1), 0), Err(CacheError::NotFound(k(1))));
         assert_eq!(c.pin(k(1)), Err(CacheError::NotFound(k(1))));
@@ -1433,13 +1497,25 @@ mod tests {
         c.reserve(k(1), 10).unwrap();
         assert!(matches!(
             c.reserve(k(1), 10),
-            Err(CacheError::AlreadyPresent { state: "in flight", .. })
+            Err(CacheError::AlreadyPresent {
+                state: "in flight",
+                ..
+            })
         ));
         assert_eq!(c.forget(k(1)), Err(CacheError::Busy(k(1))));
         c.complete(k(1), 0).unwrap();
-        assert!(matches!(c.complete(k(1), 0), Err(CacheError::WrongState { .. })));
-        assert!(matches!(c.fail(k(1), 3), Err(CacheError::WrongState { .. })));
-        assert!(matches!(c.reserve(k(1), 10), Err(CacheError::AlreadyPresent { .. })));
+        assert!(matches!(
+            c.complete(k(1), 0),
+            Err(CacheError::WrongState { .. })
+        ));
+        assert!(matches!(
+            c.fail(k(1), 3),
+            Err(CacheError::WrongState { .. })
+        ));
+        assert!(matches!(
+            c.reserve(k(1), 10),
+            Err(CacheError::AlreadyPresent { .. })
+        ));
         assert!(c.advance_session(9, 1).is_err());
         assert!(c.remove_session(9).is_err());
         c.check_invariants().unwrap();
@@ -1454,9 +1530,18 @@ mod tests {
         c.fail(k(5), 42).unwrap();
         assert_eq!(c.lookup(k(5)), Lookup::Failed { code: 42, pins: 2 });
         assert_eq!(c.accounting().free, 1024);
-        assert_eq!(c.pin(k(5)), Err(CacheError::Failed { key: k(5), code: 42 }));
+        assert_eq!(
+            c.pin(k(5)),
+            Err(CacheError::Failed {
+                key: k(5),
+                code: 42
+            })
+        );
         // Still pinned: no retry yet.
-        assert!(matches!(c.reserve(k(5), 50), Err(CacheError::AlreadyPresent { .. })));
+        assert!(matches!(
+            c.reserve(k(5), 50),
+            Err(CacheError::AlreadyPresent { .. })
+        ));
         c.unpin(k(5)).unwrap();
         c.unpin(k(5)).unwrap();
         assert_eq!(c.unpin(k(5)), Err(CacheError::NotPinned(k(5))));
@@ -1498,7 +1583,10 @@ mod tests {
         }
         assert_eq!(
             c.reserve(k(11), 64),
-            Err(CacheError::NoSpace { key: k(11), need: 64 })
+            Err(CacheError::NoSpace {
+                key: k(11),
+                need: 64
+            })
         );
         assert_eq!(c.stats().no_space, 1);
         c.check_invariants().unwrap();
@@ -1527,13 +1615,19 @@ mod tests {
         // 216 bytes, room for one.
         let r1 = c.reserve(k(20), 100).unwrap();
         assert_eq!(r1.residency, Residency::Transient);
-        assert!(matches!(c.reserve(k(21), 100), Err(CacheError::NoSpace { .. })));
+        assert!(matches!(
+            c.reserve(k(21), 100),
+            Err(CacheError::NoSpace { .. })
+        ));
         // The owner of 20 vanishes mid-read: it is parked until the read ends.
         c.unpin(k(20)).unwrap();
         assert!(matches!(c.lookup(k(20)), Lookup::InFlight { pins: 0, .. }));
         assert_eq!(c.accounting().in_flight, 112);
         c.check_invariants().unwrap();
-        assert!(matches!(c.reserve(k(21), 100), Err(CacheError::NoSpace { .. })));
+        assert!(matches!(
+            c.reserve(k(21), 100),
+            Err(CacheError::NoSpace { .. })
+        ));
         assert_eq!(c.complete(k(20), 0), Ok(Completion::Discarded));
         assert_eq!(c.accounting().in_flight, 0);
         // Two sessions share the transient 21; it is freed at the last unpin.

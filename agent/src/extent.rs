@@ -310,8 +310,7 @@ impl ExtentAllocator {
     /// is not a live allocation. Lets a caller choose, among several
     /// extents, one whose release makes room for a request.
     pub fn hole_if_freed(&self, extent: Extent) -> Option<u64> {
-        self.is_allocated(extent)
-            .then(|| self.coalesced(extent).1)
+        self.is_allocated(extent).then(|| self.coalesced(extent).1)
     }
 
     /// The free range that ends exactly at `offset`, if any.
@@ -381,7 +380,9 @@ impl ExtentAllocator {
         let mut prev_free = false;
         for (off, len, is_free) in ranges {
             if off != cursor {
-                return Err(format!("gap or overlap at offset {off} (expected {cursor})"));
+                return Err(format!(
+                    "gap or overlap at offset {off} (expected {cursor})"
+                ));
             }
             if is_free && prev_free {
                 return Err(format!("adjacent free ranges not merged at {off}"));
@@ -439,8 +440,20 @@ mod tests {
         let y = a.try_alloc(20, 1).unwrap();
         let z = a.try_alloc(30, 1).unwrap();
         assert_eq!(x, Extent { offset: 0, len: 10 });
-        assert_eq!(y, Extent { offset: 10, len: 20 });
-        assert_eq!(z, Extent { offset: 30, len: 30 });
+        assert_eq!(
+            y,
+            Extent {
+                offset: 10,
+                len: 20
+            }
+        );
+        assert_eq!(
+            z,
+            Extent {
+                offset: 30,
+                len: 30
+            }
+        );
         assert_eq!(a.free_bytes(), 40);
         assert_eq!(a.largest_free(), 40);
         a.free(y).unwrap();
@@ -469,7 +482,13 @@ mod tests {
         a.free(e[2]).unwrap();
         a.free(e[4]).unwrap();
         let got = a.try_alloc(25, 1).unwrap();
-        assert_eq!(got, Extent { offset: e[4].offset, len: 25 });
+        assert_eq!(
+            got,
+            Extent {
+                offset: e[4].offset,
+                len: 25
+            }
+        );
         let got = a.try_alloc(40, 1).unwrap();
         assert_eq!(got.offset, e[2].offset);
         let got = a.try_alloc(60, 1).unwrap();
@@ -501,8 +520,20 @@ mod tests {
         // A range that starts past 0: offsets are absolute.
         let mut c = ExtentAllocator::with_base(1000, 200);
         assert_eq!((c.base(), c.size()), (1000, 200));
-        assert_eq!(c.try_alloc(64, 64).unwrap(), Extent { offset: 1024, len: 64 });
-        assert_eq!(c.alloc(100, 1), Some(Extent { offset: 1088, len: 100 }));
+        assert_eq!(
+            c.try_alloc(64, 64).unwrap(),
+            Extent {
+                offset: 1024,
+                len: 64
+            }
+        );
+        assert_eq!(
+            c.alloc(100, 1),
+            Some(Extent {
+                offset: 1088,
+                len: 100
+            })
+        );
         assert_eq!(c.alloc(25, 1), None);
         assert_eq!(c.free_bytes(), 36);
         c.check().unwrap();
@@ -512,8 +543,14 @@ mod tests {
     fn bad_requests_are_errors() {
         let mut a = ExtentAllocator::new(64);
         assert_eq!(a.try_alloc(0, 1), Err(ExtentError::ZeroLength));
-        assert_eq!(a.try_alloc(8, 3), Err(ExtentError::BadAlignment { align: 3 }));
-        assert_eq!(a.try_alloc(8, 0), Err(ExtentError::BadAlignment { align: 0 }));
+        assert_eq!(
+            a.try_alloc(8, 3),
+            Err(ExtentError::BadAlignment { align: 3 })
+        );
+        assert_eq!(
+            a.try_alloc(8, 0),
+            Err(ExtentError::BadAlignment { align: 0 })
+        );
         assert_eq!(
             a.try_alloc(65, 1),
             Err(ExtentError::NoSpace {
@@ -529,7 +566,10 @@ mod tests {
         let x = a.try_alloc(16, 1).unwrap();
         // Foreign, partial, oversized and double frees change nothing.
         for bad in [
-            Extent { offset: 16, len: 16 },
+            Extent {
+                offset: 16,
+                len: 16,
+            },
             Extent { offset: 0, len: 8 },
             Extent { offset: 0, len: 32 },
             Extent { offset: 0, len: 0 },
@@ -546,7 +586,9 @@ mod tests {
         assert_eq!(a.free(x), Err(ExtentError::NotAllocated { extent: x }));
         assert_eq!(a.free_bytes(), 64);
         a.check().unwrap();
-        assert!(!ExtentError::NotAllocated { extent: x }.to_string().is_empty());
+        assert!(!ExtentError::NotAllocated { extent: x }
+            .to_string()
+            .is_empty());
         // An empty allocator.
         let mut e = ExtentAllocator::new(0);
         assert!(e.try_alloc(1, 1).is_err());
@@ -567,8 +609,17 @@ mod tests {
         a.free(z).unwrap();
         assert_eq!(a.hole_if_freed(y), Some(100));
         assert_eq!(a.hole_if_freed(z), None);
-        assert_eq!(a.free_range_ending_at(10), Some(Extent { offset: 0, len: 10 }));
-        assert_eq!(a.free_range_at(20), Some(Extent { offset: 20, len: 80 }));
+        assert_eq!(
+            a.free_range_ending_at(10),
+            Some(Extent { offset: 0, len: 10 })
+        );
+        assert_eq!(
+            a.free_range_at(20),
+            Some(Extent {
+                offset: 20,
+                len: 80
+            })
+        );
         assert_eq!(a.free_range_at(0), Some(Extent { offset: 0, len: 10 }));
         assert_eq!(a.free_range_ending_at(20), None);
         assert_eq!(a.free_range_at(10), None);
@@ -607,19 +658,16 @@ mod tests {
                             // No free run holds it at any offset (len +
                             // align - 1 bytes); unaligned, no run holds it
                             // at all.
-                            let mut run_start = None;
-                            for i in 0..=size as usize {
-                                let free = i < size as usize && model[i].is_none();
-                                match (free, run_start) {
-                                    (true, None) => run_start = Some(i as u64),
-                                    (false, Some(s)) => {
-                                        assert!(
-                                            i as u64 - s < len + align - 1,
-                                            "missed a fit for {len}@{align} in [{s}, {i})"
-                                        );
-                                        run_start = None;
-                                    }
-                                    _ => {}
+                            let mut run = 0u64;
+                            for b in model.iter().chain(std::iter::once(&Some(0))) {
+                                if b.is_none() {
+                                    run += 1;
+                                } else {
+                                    assert!(
+                                        run < len + align - 1,
+                                        "missed a fit for {len}@{align} in a run of {run}"
+                                    );
+                                    run = 0;
                                 }
                             }
                         }

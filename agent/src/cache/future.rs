@@ -121,7 +121,10 @@ pub fn session_length(plan: &SessionPlan) -> Result<(u64, u64), PlanError> {
         .saturating_mul(u64::from(params.batch_size))
         .min(share);
     let epochs = plan.epochs();
-    Ok((per_epoch, per_epoch.saturating_mul(epochs.end - epochs.start)))
+    Ok((
+        per_epoch,
+        per_epoch.saturating_mul(epochs.end - epochs.start),
+    ))
 }
 
 /// One epoch of a session with its inverse order.
@@ -140,11 +143,9 @@ impl LiveEpoch {
     fn build(session: &SessionPlan, offset: u32, per_epoch: u64) -> Result<Self, FutureError> {
         let epoch = session.epochs().start + u64::from(offset);
         // The planner checked that every epoch of the session fits in u32.
-        let epoch = u32::try_from(epoch).map_err(|_| {
-            PlanError::EpochRangeOverflow {
-                first_epoch: u32::MAX,
-                epoch_count: offset,
-            }
+        let epoch = u32::try_from(epoch).map_err(|_| PlanError::EpochRangeOverflow {
+            first_epoch: u32::MAX,
+            epoch_count: offset,
         })?;
         let plan = EpochPlan::new(session.params(), epoch)?;
         let n = session.params().num_samples;
@@ -420,9 +421,8 @@ impl FutureIndex {
         if new_current != old_current {
             let [built_current, built_next] = new_live;
             let old_next = s.next.take();
-            let keep = |e: Option<LiveEpoch>, offset: u64| {
-                e.filter(|e| u64::from(e.offset) == offset)
-            };
+            let keep =
+                |e: Option<LiveEpoch>, offset: u64| e.filter(|e| u64::from(e.offset) == offset);
             s.current = built_current.or_else(|| keep(old_next, new_current));
             s.next = built_next;
             for e in [&s.current, &s.next].into_iter().flatten() {
@@ -494,7 +494,12 @@ mod tests {
     /// The whole delivery sequence of a session.
     fn sequence(p: &SessionPlan) -> Vec<u64> {
         p.epochs()
-            .flat_map(|e| EpochPlan::new(p.params(), e as u32).unwrap().samples().to_vec())
+            .flat_map(|e| {
+                EpochPlan::new(p.params(), e as u32)
+                    .unwrap()
+                    .samples()
+                    .to_vec()
+            })
             .collect()
     }
 
@@ -608,7 +613,10 @@ mod tests {
             idx.advance(1, 4),
             Err(FutureError::BadPosition { .. })
         ));
-        assert_eq!(idx.advance(2, 1).unwrap_err(), FutureError::UnknownSession(2));
+        assert_eq!(
+            idx.advance(2, 1).unwrap_err(),
+            FutureError::UnknownSession(2)
+        );
         assert_eq!(idx.total(1), Some(10));
         assert_eq!(idx.sample_at(1, 5), Some(sequence(&p)[5]));
         // Indices beyond the dataset are never needed.
@@ -631,6 +639,8 @@ mod tests {
         idx.add_session(3, 0, empty).unwrap();
         assert_eq!(idx.total(3), Some(0));
         idx.advance(3, 0).unwrap();
-        assert!(!FutureError::ShareTooLarge { share: 1 << 40 }.to_string().is_empty());
+        assert!(!FutureError::ShareTooLarge { share: 1 << 40 }
+            .to_string()
+            .is_empty());
     }
 }

@@ -536,7 +536,10 @@ mod tests {
         // displacing two victims needed later is kept only if it is small
         // enough for its occupancy to beat theirs on average.
         let far: Vec<SampleKey> = p.victims().take(2).collect();
-        let t: Vec<u64> = far.iter().map(|&v| p.candidate_next_use(v).unwrap()).collect();
+        let t: Vec<u64> = far
+            .iter()
+            .map(|&v| p.candidate_next_use(v).unwrap())
+            .collect();
         if after < t[1] {
             let now = p.future().clock();
             let cost = (t[0] - now) * 8 + (t[1] - now) * 8;

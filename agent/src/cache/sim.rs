@@ -247,7 +247,11 @@ pub fn simulate(config: &SimConfig, policy: PolicyKind) -> Result<SimResult, Sim
                     // Reads complete at once: nothing is ever in flight, and
                     // failed reads do not happen.
                     Lookup::InFlight { .. } | Lookup::Failed { .. } | Lookup::Absent => {
-                        let len = config.sample_sizes.get(index as usize).copied().unwrap_or(1);
+                        let len = config
+                            .sample_sizes
+                            .get(index as usize)
+                            .copied()
+                            .unwrap_or(1);
                         result.bytes_read += len;
                         match cache.reserve(key, len.max(1)) {
                             Ok(_) => {
@@ -380,7 +384,11 @@ mod tests {
         let t = table(results);
         let [c, m, l] = [0, 1, 2].map(|i| results[i].hit_rates());
         for e in 1..c.len() {
-            assert!(c[e] >= m[e], "epoch {}: clairvoyant below minio\n{t}", e + 1);
+            assert!(
+                c[e] >= m[e],
+                "epoch {}: clairvoyant below minio\n{t}",
+                e + 1
+            );
             assert!(m[e] > l[e], "epoch {}: minio not above lru\n{t}", e + 1);
         }
         t
@@ -429,7 +437,10 @@ mod tests {
             total / 2,
             4096,
             sizes,
-            vec![session(n as u64, 1, 0, 1, 16, 4), session(n as u64, 2, 0, 1, 16, 4)],
+            vec![
+                session(n as u64, 1, 0, 1, 16, 4),
+                session(n as u64, 2, 0, 1, 16, 4),
+            ],
         );
         let results = run_all(&config);
         let t = check_order(&results);
@@ -452,7 +463,10 @@ mod tests {
             total / 2,
             4096,
             sizes,
-            vec![session(n as u64, 5, 0, 2, 16, 4), session(n as u64, 5, 1, 2, 16, 4)],
+            vec![
+                session(n as u64, 5, 0, 2, 16, 4),
+                session(n as u64, 5, 1, 2, 16, 4),
+            ],
         );
         let results = run_all(&config);
         let t = check_order(&results);
@@ -492,11 +506,17 @@ mod tests {
             ("one job", vec![session(n as u64, 42, 0, 1, 32, 4)]),
             (
                 "two jobs",
-                vec![session(n as u64, 42, 0, 1, 32, 4), session(n as u64, 7, 0, 1, 32, 4)],
+                vec![
+                    session(n as u64, 42, 0, 1, 32, 4),
+                    session(n as u64, 7, 0, 1, 32, 4),
+                ],
             ),
             (
                 "two ranks",
-                vec![session(n as u64, 42, 0, 2, 32, 4), session(n as u64, 42, 1, 2, 32, 4)],
+                vec![
+                    session(n as u64, 42, 0, 2, 32, 4),
+                    session(n as u64, 42, 1, 2, 32, 4),
+                ],
             ),
         ];
         for (name, sessions) in scenarios {
@@ -588,27 +608,5 @@ mod tests {
         let median = sorted[sorted.len() / 2];
         assert!((100_000..120_000).contains(&median), "median {median}");
         assert!(a.iter().all(|&s| s >= 1));
-    }
-}
-#[cfg(test)]
-mod scratch {
-    use super::*;
-    use crate::planner::PlanParams;
-    #[test]
-    fn scratch_two_ranks() {
-        let n = 3000u64;
-        let sizes = lognormal_sizes(n as usize, 110_000, 0.6, 3);
-        let total: u64 = sizes.iter().sum();
-        for (ws, epochs) in [(2u32, 4u32), (1, 12), (2, 12)] {
-            let mk = |rank| SessionPlan::new(PlanParams { num_samples: n, seed: 5, rank, world_size: ws, batch_size: 16, drop_last: false }, 0, epochs).unwrap();
-            let sessions = (0..ws).map(mk).collect();
-            let config = SimConfig::with_batch_reserve(total / 2, 4096, sizes.clone(), sessions);
-            for p in PolicyKind::ALL {
-                let r = simulate(&config, p).unwrap();
-                let rates: Vec<String> = r.hit_rates().iter().map(|x| format!("{:.1}", x * 100.0)).collect();
-                let fill: Vec<String> = r.epoch_end_retained.iter().map(|x| format!("{}/{:.0}", x.0, x.1 as f64 / 1e6)).collect();
-                println!("ws {ws} {p}: {} | {} | ev {} tr {}", rates.join(" "), fill.join(" "), r.evictions, r.transient_reads);
-            }
-        }
     }
 }
