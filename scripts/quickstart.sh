@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The quick start: build everything, make a synthetic ImageNet-like dataset
 # (20,000 files in 100 class folders, ~110 KB each, in .granary-data/), start
-# granaryd on it, run two loaders (two ranks of one job) for 3 epochs through
-# libgranary, verify every byte, and print a summary.
+# granaryd on it, run two C loaders (client-c/examples/consume.c, two ranks of
+# one job) for 3 epochs, verify every byte, and print a summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh build
-cargo build --release --workspace --bins
+cargo build --release --workspace --bins --lib
+# The loaders are the C example, linked statically against libgranary.
+cc -O2 -std=c11 -Wall -Wextra -Werror -Iclient-c/include -o target/release/consume \
+    client-c/examples/consume.c target/release/libgranary.a -lpthread -ldl -lm
 exec target/release/granary demo --dir .granary-data --files "${GRANARY_DEMO_FILES:-20000}" --epochs 3

@@ -468,12 +468,16 @@ impl Engine {
                         if let Some(st) = stat {
                             st.hits += 1;
                         }
+                        self.metrics
+                            .count_epoch(&self.datasets[ds].name, b.epoch, 1, 0);
                         self.cache.pin(k).is_ok()
                     }
                     Lookup::Failed { pins, .. } if pins > 0 => {
                         if let Some(st) = stat {
                             st.misses += 1;
                         }
+                        self.metrics
+                            .count_epoch(&self.datasets[ds].name, b.epoch, 0, 1);
                         false
                     }
                     Lookup::Absent | Lookup::Failed { .. } => {
@@ -487,6 +491,8 @@ impl Engine {
                                 if let Some(st) = stat {
                                     st.misses += 1;
                                 }
+                                self.metrics
+                                    .count_epoch(&self.datasets[ds].name, b.epoch, 0, 1);
                                 reads.push((k, r.extent.offset, len));
                                 true // reserve pins once for us
                             }

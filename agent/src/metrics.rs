@@ -4,7 +4,9 @@
 //! The engine thread updates the atomics; the HTTP thread and `granary
 //! status` read them. Nothing here blocks the data path.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::Mutex;
 use std::io::{self, BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -127,6 +129,18 @@ pub struct Metrics {
     pub connections_refused: AtomicU64,
     /// Loaders that went away with batches on loan.
     pub loaders_lost: AtomicU64,
+    /// Per (dataset, epoch): samples found in the arena / read from the source
+    /// when a session first needed them. Bounded by datasets × epochs used.
+    pub epochs: Mutex<BTreeMap<(String, u32), EpochCounts>>,
+}
+
+/// Hits and misses of one epoch of one dataset, over all sessions.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct EpochCounts {
+    /// Samples present in the arena (or already being read) when needed.
+    pub hits: u64,
+    /// Samples that had to be read from the source.
+    pub misses: u64,
 }
 
 fn load(a: &AtomicU64) -> u64 {
@@ -143,6 +157,29 @@ impl Metrics {
         } else {
             h / (h + m)
         }
+    }
+
+    /// Adds per-epoch lookups for a dataset.
+    pub fn count_epoch(&self, dataset: &str, epoch: u32, hits: u64, misses: u64) {
+        if let Ok(mut m) = self.epochs.lock() {
+            let e = m.entry((dataset.to_string(), epoch)).or_default();
+            e.hits += hits;
+            e.misses += misses;
+        }
+    }
+
+    /// Hit ratio per epoch of `dataset`, in epoch order.
+    pub fn epoch_hit_ratios(&self, dataset: &str) -> Vec<(u32, f64)> {
+        let Ok(m) = self.epochs.lock() else {
+            return Vec::new();
+        };
+        m.iter()
+            .filter(|((d, _), _)| d == dataset)
+            .map(|((_, e), c)| {
+                let total = c.hits + c.misses;
+                (*e, if total == 0 { 0.0 } else { c.hits as f64 / total as f64 })
+            })
+            .collect()
     }
 
     /// Renders the Prometheus text exposition format (version 0.0.4).
@@ -195,6 +232,17 @@ impl Metrics {
         counter(&mut s, "granary_sessions_fenced_total", "Sessions fenced after a violation.", load(&self.sessions_fenced));
         counter(&mut s, "granary_connections_refused_total", "Connections refused by the allowlist.", load(&self.connections_refused));
         counter(&mut s, "granary_loaders_lost_total", "Loaders that disappeared with batches on loan.", load(&self.loaders_lost));
+        if let Ok(m) = self.epochs.lock() {
+            let _ = writeln!(
+                s,
+                "# HELP granary_epoch_lookups_total Samples needed per dataset and epoch, by where they were found.\n# TYPE granary_epoch_lookups_total counter"
+            );
+            for ((d, e), c) in m.iter() {
+                let d = d.replace('\\', "\\\\").replace('"', "\\\"");
+                let _ = writeln!(s, "granary_epoch_lookups_total{{dataset=\"{d}\",epoch=\"{e}\",result=\"hit\"}} {}", c.hits);
+                let _ = writeln!(s, "granary_epoch_lookups_total{{dataset=\"{d}\",epoch=\"{e}\",result=\"miss\"}} {}", c.misses);
+            }
+        }
         s
     }
 }

@@ -5,11 +5,10 @@
 //!   generate a synthetic dataset, start `granaryd` on it, run two loaders
 //!   (two ranks of one job) through libgranary, verify every byte, summarise.
 
-use granary::{Client, SessionOptions};
 use granary_agent::metrics::{parse_text, scrape};
 use granary_agent::progress::ProgressBar;
 use granary_agent::synth::{self, SynthSpec};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 
@@ -85,12 +84,15 @@ fn demo(args: &[String]) -> Result<(), String> {
         if summary.skipped { "already there" } else { "generated" }
     );
     let sock = std::env::temp_dir().join(format!("granary-demo-{}.sock", std::process::id()));
+    let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("picking a metrics port: {e}"))?;
     let arena_mb = (summary.bytes / (1 << 20) + 64).next_multiple_of(2).max(128);
     let config = dir.join("granaryd-demo.toml");
     std::fs::write(
         &config,
         format!(
-            "[arena]\nsize = \"{arena_mb}MiB\"\nhugepages = \"try\"\n\n[socket]\npath = \"{}\"\n\n[metrics]\naddress = \"127.0.0.1:0\"\n\n[[dataset]]\nname = \"synth\"\nroot = \"{}\"\n",
+            "[arena]\nsize = \"{arena_mb}MiB\"\nhugepages = \"try\"\n\n[socket]\npath = \"{}\"\n\n[metrics]\naddress = \"{metrics_addr}\"\n\n[[dataset]]\nname = \"synth\"\nroot = \"{}\"\n",
             sock.display(),
             std::fs::canonicalize(&data).map_err(|e| e.to_string())?.display()
         ),
@@ -111,35 +113,78 @@ fn demo(args: &[String]) -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    println!("granaryd up in {:.2} s; 2 loaders x {epochs} epochs, batch 64", t0.elapsed().as_secs_f64());
+    println!(
+        "granaryd up in {:.2} s; 2 C loaders (ranks 0 and 1 of one job) x {epochs} epochs, batch 64",
+        t0.elapsed().as_secs_f64()
+    );
+    let consume = sibling("consume")?;
     let start = Instant::now();
-    let loaders: Vec<_> = (0..2)
-        .map(|rank| {
-            let sock = sock.clone();
-            std::thread::spawn(move || load(&sock, rank, epochs))
+    let loaders: Vec<Child> = (0..2)
+        .map(|rank: u32| {
+            Command::new(&consume)
+                .arg("-s")
+                .arg(&sock)
+                .args(["synth", "64", &epochs.to_string(), "2026", &rank.to_string(), "2"])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("starting {}: {e}", consume.display()))
         })
-        .collect();
-    let mut per_epoch = vec![(0u64, 0u64, Duration::ZERO); epochs as usize];
-    let mut first = Duration::MAX;
-    let mut bad = 0u64;
-    for l in loaders {
-        let r = l.join().map_err(|_| "a loader panicked".to_string())??;
-        first = first.min(r.first_batch);
-        bad += r.bad;
-        for (i, e) in r.epochs.iter().enumerate() {
-            per_epoch[i].0 += e.0;
-            per_epoch[i].1 += e.1;
-            per_epoch[i].2 = per_epoch[i].2.max(e.2);
+        .collect::<Result<_, _>>()?;
+    let mut per_epoch = vec![(0u64, 0u64, 0f64); epochs as usize];
+    let mut first_ms = f64::MAX;
+    let mut ok = true;
+    for (rank, child) in loaders.into_iter().enumerate() {
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        for line in text.lines() {
+            let kv: Vec<(&str, &str)> = line
+                .split_whitespace()
+                .filter_map(|t| t.split_once('='))
+                .collect();
+            let get = |k: &str| kv.iter().find(|(a, _)| *a == k).map(|(_, v)| *v);
+            if let Some(ms) = get("first_batch_ms").and_then(|v| v.parse::<f64>().ok()) {
+                first_ms = first_ms.min(ms);
+            }
+            if let (Some(e), Some(n), Some(b), Some(sec)) =
+                (get("epoch"), get("samples"), get("bytes"), get("seconds"))
+            {
+                if let Some(slot) = e.parse::<usize>().ok().and_then(|e| per_epoch.get_mut(e)) {
+                    slot.0 += n.parse::<u64>().unwrap_or(0);
+                    slot.1 += b.parse::<u64>().unwrap_or(0);
+                    slot.2 = slot.2.max(sec.parse::<f64>().unwrap_or(0.0));
+                }
+            }
+            if line.starts_with("batches=") {
+                println!("loader rank {rank}: {line}");
+            }
+        }
+        if !out.status.success() {
+            ok = false;
+            eprintln!("loader rank {rank} failed: {}", out.status);
         }
     }
     let total = start.elapsed();
+    let body = scrape(metrics_addr, Duration::from_secs(3)).unwrap_or_default();
+    let hit_rates = epoch_hit_rates(&body, "synth");
     let (n, bytes): (u64, u64) = per_epoch.iter().fold((0, 0), |a, e| (a.0 + e.0, a.1 + e.1));
-    println!("first-batch latency: {:.1} ms", first.as_secs_f64() * 1e3);
-    for (i, (s, b, d)) in per_epoch.iter().enumerate() {
+    let series = parse_text(&body);
+    let metric = |name: &str| series.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
+    println!("first-batch latency: {first_ms:.1} ms");
+    if let (Some(reads), Some(hp)) = (metric("granary_reads_total"), metric("granary_arena_size_bytes")) {
         println!(
-            "epoch {i}: {s} samples, {:.0} samples/s, {:.0} MB/s",
-            *s as f64 / d.as_secs_f64(),
-            *b as f64 / 1e6 / d.as_secs_f64()
+            "agent: {reads:.0} source reads for {files} files x {epochs} epochs; arena {:.0} MiB",
+            hp / 1048576.0
+        );
+    }
+    for (i, (s, b, secs)) in per_epoch.iter().enumerate() {
+        let hit = hit_rates
+            .iter()
+            .find(|(e, _)| *e == i as u32)
+            .map_or("n/a".to_string(), |(_, r)| format!("{:.1}%", r * 100.0));
+        println!(
+            "epoch {i}: {s} samples, {:.0} samples/s, {:.0} MB/s, hit rate {hit}",
+            *s as f64 / secs.max(1e-9),
+            *b as f64 / 1e6 / secs.max(1e-9)
         );
     }
     println!(
@@ -150,67 +195,39 @@ fn demo(args: &[String]) -> Result<(), String> {
         bytes as f64 / 1e6 / total.as_secs_f64()
     );
     let expected = files * u64::from(epochs);
-    if bad > 0 || n != expected {
-        return Err(format!("verification FAILED: {bad} bad samples, {n} delivered of {expected}"));
+    if !ok || n != expected {
+        return Err(format!(
+            "verification FAILED: {n} samples verified of {expected} expected"
+        ));
     }
     println!("verification: OK, every byte of {n} samples checked, each sample once per epoch");
     Ok(())
 }
 
-struct LoaderResult {
-    first_batch: Duration,
-    bad: u64,
-    /// Per epoch: samples, bytes, time from the epoch's first batch request to its last batch.
-    epochs: Vec<(u64, u64, Duration)>,
-}
-
-fn load(sock: &Path, rank: u32, epochs: u32) -> Result<LoaderResult, String> {
-    let client = Client::connect(sock).map_err(|e| e.to_string())?;
-    let mut o = SessionOptions::new("synth");
-    o.seed = 2026;
-    o.rank = rank;
-    o.world_size = 2;
-    o.batch_size = 64;
-    o.epoch_count = epochs;
-    let t0 = Instant::now();
-    let mut s = client.open_session(&o).map_err(|e| e.to_string())?;
-    let mut r = LoaderResult {
-        first_batch: Duration::ZERO,
-        bad: 0,
-        epochs: vec![(0, 0, Duration::ZERO); epochs as usize],
-    };
-    let mut epoch_start = Instant::now();
-    let mut first = true;
-    loop {
-        let b = match s.next_batch(Some(Duration::from_secs(60))) {
-            Ok(b) => b,
-            Err(e) if e.code() == granary::ErrorCode::EndOfStream => break,
-            Err(e) => return Err(format!("rank {rank}: {e}")),
+/// Hit ratio per epoch of `dataset` from the agent's metrics text.
+fn epoch_hit_rates(body: &str, dataset: &str) -> Vec<(u32, f64)> {
+    let mut m: std::collections::BTreeMap<u32, (f64, f64)> = Default::default();
+    let prefix = format!("granary_epoch_lookups_total{{dataset=\"{dataset}\",epoch=\"");
+    for (k, v) in parse_text(body) {
+        let Some(rest) = k.strip_prefix(&prefix) else {
+            continue;
         };
-        if first {
-            r.first_batch = t0.elapsed();
-            first = false;
-        }
-        let e = &mut r.epochs[b.epoch() as usize];
-        for smp in b.samples() {
-            let bytes = smp.to_vec();
-            match synth::verify_sample(&bytes) {
-                Ok(info) if info.file_id == smp.id() && info.class as i32 == smp.label() => {
-                    e.0 += 1;
-                    e.1 += bytes.len() as u64;
-                }
-                _ => r.bad += 1,
-            }
-        }
-        let end = b.is_end_of_epoch();
-        let epoch = b.epoch() as usize;
-        s.release(b).map_err(|e| e.to_string())?;
-        if end {
-            r.epochs[epoch].2 = epoch_start.elapsed();
-            epoch_start = Instant::now();
+        let Some((epoch, tail)) = rest.split_once('"') else {
+            continue;
+        };
+        let Ok(epoch) = epoch.parse::<u32>() else {
+            continue;
+        };
+        let e = m.entry(epoch).or_default();
+        if tail.contains("\"hit\"") {
+            e.0 += v;
+        } else {
+            e.1 += v;
         }
     }
-    Ok(r)
+    m.into_iter()
+        .map(|(e, (h, miss))| (e, if h + miss > 0.0 { h / (h + miss) } else { 0.0 }))
+        .collect()
 }
 
 fn sibling(name: &str) -> Result<PathBuf, String> {
