@@ -87,7 +87,9 @@ fn demo(args: &[String]) -> Result<(), String> {
     let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| format!("picking a metrics port: {e}"))?;
-    let arena_mb = (summary.bytes / (1 << 20) + 64).next_multiple_of(2).max(128);
+    // Room for the whole dataset (4 KiB-rounded extents), the cache's
+    // transient reserve (1/16) and the sample tables.
+    let arena_mb = (summary.bytes * 6 / 5 / (1 << 20) + 64).next_multiple_of(2).max(128);
     let config = dir.join("granaryd-demo.toml");
     std::fs::write(
         &config,
