@@ -67,6 +67,7 @@ mod tests {
     use std::os::fd::AsFd;
 
     #[test]
+    #[cfg_attr(miri, ignore = "needs memfd/socket syscalls")]
     fn create_seal_and_inspect() {
         let fd = create("granary-test", 8192, false).unwrap();
         assert_eq!(file_size(fd.as_fd()).unwrap(), 8192);

@@ -782,13 +782,11 @@ mod tests {
         ctrl.producer.tail.store(start, Ordering::Relaxed);
         ctrl.consumer.head.store(start, Ordering::Relaxed);
         let keep: KeepAlive = region;
-        // SAFETY: page-aligned, ring_bytes long, kept alive by `keep`; one end of each kind.
-        let (mut p, mut c) = unsafe {
-            (
-                producer_from_raw::<u64>(base, cap, "t", Arc::clone(&keep)),
-                consumer_from_raw::<u64>(base, cap, "t", keep),
-            )
-        };
+        // SAFETY: page-aligned, ring_bytes long, kept alive by `keep`; the
+        // only producer of this ring.
+        let mut p = unsafe { producer_from_raw::<u64>(base, cap, "t", Arc::clone(&keep)) };
+        // SAFETY: as above; the only consumer.
+        let mut c = unsafe { consumer_from_raw::<u64>(base, cap, "t", keep) };
         for round in 0..4u64 {
             for i in 0..4 {
                 assert!(p.try_push(round * 4 + i).unwrap());

@@ -111,7 +111,8 @@ struct ChildProc {
 fn spawn_child(role: &'static str, fd: BorrowedFd<'_>, env: &[(&str, String)]) -> ChildProc {
     let output = tempfile::NamedTempFile::new().expect("temp file for child output");
     let stdout = output.reopen().expect("reopen child output");
-    let stderr = output.reopen().expect("reopen child output");
+    // One open file (shared offset) for both streams, so they interleave.
+    let stderr = stdout.try_clone().expect("dup child output");
     let raw = fd.as_raw_fd();
     let mut cmd = Command::new(std::env::current_exe().expect("current test binary"));
     cmd.args(["--exact", "xproc_child", "--nocapture", "--test-threads=1"])
@@ -124,18 +125,18 @@ fn spawn_child(role: &'static str, fd: BorrowedFd<'_>, env: &[(&str, String)]) -
     for (k, v) in env {
         cmd.env(k, v);
     }
+    let keep_open_across_exec = move || {
+        // SAFETY: F_SETFD on a descriptor number only changes its flags; it
+        // runs in the forked child, so only the child's copy loses FD_CLOEXEC.
+        if unsafe { libc::fcntl(raw, libc::F_SETFD, 0) } == -1 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    };
     // SAFETY: the closure runs in the forked child before exec and only calls
-    // fcntl, which is async-signal-safe; it changes the child's copy of the
-    // descriptor table, so the parent's fd keeps FD_CLOEXEC and no other
-    // child spawned concurrently inherits it.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::fcntl(raw, libc::F_SETFD, 0) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    // fcntl, which is async-signal-safe, and allocates nothing; the parent's
+    // fd keeps FD_CLOEXEC, so no child spawned concurrently inherits it.
+    unsafe { cmd.pre_exec(keep_open_across_exec) };
     let child = cmd.spawn().expect("spawn child test process");
     ChildProc {
         child,
@@ -289,7 +290,13 @@ fn scribble(fd: BorrowedFd<'_>, seed: u64, run: Duration) {
             // SAFETY: idx < len / 8, so the 8-byte word lies inside the
             // mapping (page aligned, so 8-aligned); the parent reads this
             // memory only through atomics and volatile copies.
-            unsafe { region.as_ptr().cast::<u64>().add(idx).write_volatile(value) };
+            unsafe {
+                region
+                    .as_ptr()
+                    .cast::<u64>()
+                    .wrapping_add(idx)
+                    .write_volatile(value)
+            };
             writes += 1;
         }
     }

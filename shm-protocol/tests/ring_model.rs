@@ -193,7 +193,7 @@ fn run_ends<T>(
     let mut m = Model::new(capacity, start);
     let mut accepted: Vec<u64> = Vec::new();
     let mut delivered: Vec<u64> = Vec::new();
-    let mut buf = vec![T::default(); 80];
+    let mut buf = [T::default(); 80];
 
     for (step, op) in ops.iter().enumerate() {
         let ctx = || format!("step {step}: {op:?}");

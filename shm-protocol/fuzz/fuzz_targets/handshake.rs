@@ -18,7 +18,10 @@ fuzz_target!(|data: &[u8]| {
     let piece = 1 + data.first().map_or(0, |b| usize::from(*b) % 23);
     let whole = stream(data, data.len().max(1));
     let pieces = stream(data, piece);
-    assert_eq!(whole, pieces, "feeding whole or in {piece}-byte pieces differs");
+    assert_eq!(
+        whole, pieces,
+        "feeding whole or in {piece}-byte pieces differs"
+    );
     for msg in &whole.0 {
         assert_eq!(decode_frame(&encode_to_vec(msg)).as_ref(), Ok(msg));
     }

@@ -6,6 +6,7 @@
 //! of hanging until its own timeout.
 #![allow(dead_code)]
 
+use std::io::Write;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -31,7 +32,10 @@ pub fn watchdog(limit: Duration, what: &str) -> Watchdog {
             while !*finished {
                 let left = limit.saturating_sub(start.elapsed());
                 if left.is_zero() {
-                    eprintln!(
+                    // Straight to fd 2: the test harness captures `eprintln!`
+                    // and its buffer is lost when the process aborts.
+                    let _ = writeln!(
+                        std::io::stderr(),
                         "watchdog: `{what}` still running after {limit:?}; aborting the test process"
                     );
                     std::process::abort();
