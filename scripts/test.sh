@@ -5,6 +5,7 @@
 #   2. loom models of the ring and header publication
 #   3. Miri over the ring / validation / lease logic with heap-backed memory
 #   4. fuzz smoke runs of the validation and handshake targets
+#   5. Python package: pip install torch & co. and ./client-c/python, pytest
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
@@ -26,5 +27,8 @@ scripts/ci-shm.sh miri
 
 step "fuzz smoke"
 scripts/ci-shm.sh fuzz
+
+step "python"
+client-c/python/ci.sh
 
 step "done"

@@ -360,6 +360,25 @@ int granary_session_get_info(const struct granary_session *session,
                              struct granary_session_info *out);
 
 /**
+ * Stores the first byte and the size of the session's read-only arena
+ * mapping in `*base` and `*size`. Every sample's `data` lies in
+ * `[base, base + size)`; the mapping stays valid until the session is
+ * closed. Useful to check that a loader reads samples in place, or to
+ * register the arena once with a device (e.g. as pinned host memory).
+ *
+ * Returns `GRANARY_OK` or `GRANARY_E_INVALID_ARGUMENT` (a NULL argument).
+ *
+ * Thread safety: read-only; any thread while the session is open.
+ *
+ * # Safety
+ * `session` is NULL or a live session handle; `base` and `size` are NULL
+ * or writable.
+ */
+int granary_session_arena(const struct granary_session *session,
+                          const uint8_t **base,
+                          uint64_t *size);
+
+/**
  * Takes the next batch and stores its handle in `*out`. Waits up to
  * `timeout_ms` milliseconds; a negative value (`GRANARY_WAIT_FOREVER`)
  * waits without limit, 0 does not wait.

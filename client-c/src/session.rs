@@ -215,6 +215,12 @@ impl Session {
         &self.info
     }
 
+    /// First byte and size of the read-only arena mapping: every sample's
+    /// bytes lie in `[base, base + size)`.
+    pub fn arena(&self) -> (*const u8, u64) {
+        (self.arena.base(), self.arena.size())
+    }
+
     /// Takes the next batch, waiting up to `timeout` (`None`: forever;
     /// zero: do not wait, [`ErrorCode::WouldBlock`] when none is ready).
     ///

@@ -93,6 +93,10 @@ fn null_pointers_are_invalid_arguments() {
         assert_eq!(granary_session_open(ptr::null(), &o, &mut session), INVALID);
         assert!(session.is_null());
         assert_eq!(granary_session_get_info(ptr::null(), ptr::null_mut()), INVALID);
+        let mut base: *const u8 = ptr::null();
+        let mut size = 0u64;
+        assert_eq!(granary_session_arena(ptr::null(), &mut base, &mut size), INVALID);
+        assert!(last_error().contains("session is NULL"), "{}", last_error());
 
         assert_eq!(granary_next_batch(ptr::null_mut(), 0, &mut batch), INVALID);
         assert!(batch.is_null());
@@ -232,6 +236,23 @@ fn a_whole_session_through_the_c_api() {
     o.seed = 1234;
     let s = open(client, &o);
     let gated = open(client, &init_options(c"c-api-gated"));
+    let mut arena_base: *const u8 = ptr::null();
+    let mut arena_size = 0u64;
+    // SAFETY: live session, writable out pointers; NULL outs are refused.
+    unsafe {
+        assert_eq!(granary_session_arena(s, ptr::null_mut(), &mut arena_size), INVALID);
+        assert_eq!(granary_session_arena(s, &mut arena_base, ptr::null_mut()), INVALID);
+        assert_eq!(granary_session_arena(s, &mut arena_base, &mut arena_size), OK);
+    }
+    assert!(!arena_base.is_null());
+    let mut info = GranarySessionInfo {
+        struct_size: std::mem::size_of::<GranarySessionInfo>() as u32,
+        ..Default::default()
+    };
+    // SAFETY: live session, writable info.
+    assert_eq!(unsafe { granary_session_get_info(s, &mut info) }, OK);
+    assert_eq!(arena_size, info.arena_size);
+    let arena = arena_base as usize..arena_base as usize + arena_size as usize;
 
     let mut batch = ptr::null_mut();
     // SAFETY: live session and out pointer.
@@ -263,6 +284,9 @@ fn a_whole_session_through_the_c_api() {
                     assert_eq!(smp.label, sample_label(id));
                     assert_eq!(smp.status, 0);
                     assert_eq!(smp.length, u64::from(ds.len_of(id)));
+                    // Zero copy: the bytes lie inside the arena mapping.
+                    assert!(arena.contains(&(smp.data as usize)));
+                    assert!(smp.data as usize + smp.length as usize <= arena.end);
                     let bytes = std::slice::from_raw_parts(smp.data, smp.length as usize);
                     assert!(bytes == ds.bytes_of(id), "content of sample {id}");
                     assert_eq!(crc32c::crc32c(bytes), smp.crc32c);

@@ -322,6 +322,43 @@ pub unsafe extern "C" fn granary_session_get_info(
     })
 }
 
+/// Stores the first byte and the size of the session's read-only arena
+/// mapping in `*base` and `*size`. Every sample's `data` lies in
+/// `[base, base + size)`; the mapping stays valid until the session is
+/// closed. Useful to check that a loader reads samples in place, or to
+/// register the arena once with a device (e.g. as pinned host memory).
+///
+/// Returns `GRANARY_OK` or `GRANARY_E_INVALID_ARGUMENT` (a NULL argument).
+///
+/// Thread safety: read-only; any thread while the session is open.
+///
+/// # Safety
+/// `session` is NULL or a live session handle; `base` and `size` are NULL
+/// or writable.
+#[no_mangle]
+pub unsafe extern "C" fn granary_session_arena(
+    session: *const GranarySession,
+    base: *mut *const u8,
+    size: *mut u64,
+) -> c_int {
+    call("granary_session_arena", || {
+        // SAFETY: NULL or a live handle, per the caller.
+        let s = unsafe { session.as_ref() }.ok_or_else(|| null("session"))?;
+        if base.is_null() {
+            return Err(null("base"));
+        }
+        if size.is_null() {
+            return Err(null("size"));
+        }
+        let (b, n) = s.session.arena();
+        // SAFETY: non-null, and the caller vouches it is writable.
+        unsafe { base.write(b) };
+        // SAFETY: as above.
+        unsafe { size.write(n) };
+        Ok(0)
+    })
+}
+
 /// Takes the next batch and stores its handle in `*out`. Waits up to
 /// `timeout_ms` milliseconds; a negative value (`GRANARY_WAIT_FOREVER`)
 /// waits without limit, 0 does not wait.

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The Python step of scripts/test.sh: installs torch (CPU use of the default
+# PyPI wheel), torchvision, numpy, Pillow, pytest and, if it installs, DALI;
+# builds libgranary and granaryd; installs the `granary` package from this
+# checkout; runs its tests. Prints how long each part took.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+py="${PYTHON:-python3}"
+t_start=$SECONDS
+lap() { printf '[python] %-34s %4d s\n' "$1" "$(( SECONDS - $2 ))"; }
+
+t=$SECONDS
+"$py" -m pip install -q --disable-pip-version-check torch torchvision numpy Pillow pytest
+lap "pip install torch torchvision ..." "$t"
+
+t=$SECONDS
+dali="yes"
+if ! "$py" -m pip install -q --disable-pip-version-check nvidia-dali-cuda130; then
+    dali="no"
+fi
+if [ "$dali" = yes ] && ! "$py" -c "import nvidia.dali" 2>/dev/null; then
+    dali="no"
+fi
+lap "pip install nvidia-dali-cuda130" "$t"
+if [ "$dali" = no ]; then
+    echo "[python] ******** DALI: SKIPPED: nvidia-dali-cuda130 could not be installed or imported here;"
+    echo "[python] ******** the DALI pipeline test (tests/test_dali.py) will be reported as skipped."
+fi
+
+t=$SECONDS
+cargo build --release -p granary-client -p granary-agent --bins --lib >/dev/null
+lap "cargo build (libgranary, granaryd)" "$t"
+
+t=$SECONDS
+"$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps ./client-c/python
+lap "pip install ./client-c/python" "$t"
+
+t=$SECONDS
+set +e
+# From the repository root, so the tests import the installed package.
+"$py" -m pytest client-c/python/tests -v -rs
+rc=$?
+set -e
+lap "pytest" "$t"
+lap "python step in all" "$t_start"
+if [ "$rc" -eq 5 ]; then
+    echo "[python] error: pytest collected no tests" >&2
+    exit 1
+fi
+exit "$rc"

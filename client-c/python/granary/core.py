@@ -1,0 +1,567 @@
+"""Clients, sessions, batches and samples over libgranary.
+
+Lifetimes follow the C API (docs/c-api.md), with checks the C API cannot
+make:
+
+* A :class:`Sample`'s bytes are read in place, inside the agent's read-only
+  arena mapping. They are valid until the sample's :class:`Batch` is
+  released. After that every accessor of the sample raises
+  :class:`~granary.errors.ReleasedError`, and the memoryview it handed out
+  is released (using it raises ``ValueError``), so a stale sample can never
+  read memory the agent has reused.
+* Arrays and tensors made from a sample (``numpy()``, ``granary.torch``)
+  share its memory too, and cannot be revoked. Each holds a reference that
+  keeps the arena *mapped* while it lives, even past the session's close,
+  so reading one never crashes; but once the batch is released the agent
+  may reuse those bytes. Copy what you keep beyond the batch.
+* A session is closed (in C) when it has been closed in Python and the last
+  such array or tensor is gone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+from . import _lib
+from ._lib import lib
+from .errors import EndOfStream, GranaryError, ReleasedError, check, error_for
+
+DEFAULT_SOCKET = "/run/granary/granary.sock"
+DEFAULT_TIMEOUT = 30.0
+
+_DEFAULT = object()
+
+
+def default_socket() -> str:
+    """``$GRANARY_SOCKET``, else the packaged agent's ``/run/granary/granary.sock``."""
+    return os.environ.get("GRANARY_SOCKET") or DEFAULT_SOCKET
+
+
+def _timeout_ms(timeout: Optional[float]) -> int:
+    if timeout is None or timeout == math.inf:
+        return _lib.WAIT_FOREVER
+    if timeout < 0:
+        raise ValueError(f"timeout must be >= 0 or None, not {timeout}")
+    return min(int(math.ceil(timeout * 1000.0)), 2**31 - 1)
+
+
+def _close_session_handle(handle: int, pid: int) -> None:
+    # A forked child inherits the handle but must not close its parent's
+    # session (that would hang up the parent's connection to the agent).
+    if handle and os.getpid() == pid:
+        lib.granary_session_close(handle)
+
+
+class _Mapping:
+    """Owns the C session handle, hence the arena mapping.
+
+    The Python :class:`Session` holds one reference, and so does every
+    sample buffer handed out (and, through it, every array or tensor made
+    from it). ``granary_session_close`` runs when the last one goes.
+    """
+
+    __slots__ = ("handle", "__weakref__")
+
+    def __init__(self, handle: int):
+        self.handle = handle
+        weakref.finalize(self, _close_session_handle, handle, os.getpid())
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """What the agent said about a session (``granary_session_get_info``)."""
+
+    session_id: int
+    samples_per_epoch: int
+    batches_per_epoch: int
+    arena_size: int
+    ready_capacity: int
+    release_capacity: int
+
+
+class Sample:
+    """One sample of a batch: metadata and a zero-copy view of its bytes.
+
+    Valid until its batch is released; afterwards every accessor raises
+    :class:`~granary.errors.ReleasedError`.
+    """
+
+    __slots__ = ("_batch", "_id", "_label", "_status", "_crc", "_len", "_addr", "_buf", "_mv")
+
+    def __init__(self, batch: "Batch", raw: _lib.Sample):
+        self._batch = batch
+        self._id = raw.id
+        self._label = raw.label
+        self._status = raw.status
+        self._crc = raw.crc32c
+        self._len = raw.length
+        self._addr = raw.data or 0
+        self._buf = None
+        self._mv = None
+
+    def _check(self) -> None:
+        if not self._batch._live:
+            raise ReleasedError(
+                detail=f"sample {self._id} belongs to batch {self._batch._index} of epoch "
+                f"{self._batch._epoch}, which was released",
+                context="granary.Sample",
+            )
+
+    @property
+    def id(self) -> int:
+        """Stable sample id within the dataset."""
+        self._check()
+        return self._id
+
+    @property
+    def label(self) -> int:
+        """Class label, -1 when the dataset has none."""
+        self._check()
+        return self._label
+
+    @property
+    def status(self) -> int:
+        """0, or the negative ``GRANARY_E_*`` code of this sample."""
+        self._check()
+        return self._status
+
+    @property
+    def crc32c(self) -> int:
+        """CRC-32C of the bytes, as recorded by the agent."""
+        self._check()
+        return self._crc
+
+    @property
+    def address(self) -> int:
+        """Address of the first byte (inside the arena mapping); 0 for a failed sample."""
+        self._check()
+        return self._addr
+
+    @property
+    def error(self) -> Optional[GranaryError]:
+        """The sample's error as an exception, or None."""
+        self._check()
+        if self._status == 0:
+            return None
+        return error_for(self._status, f"sample {self._id} could not be read", "granary.Sample")
+
+    def __len__(self) -> int:
+        self._check()
+        return self._len
+
+    def buffer(self):
+        """The ctypes ``c_ubyte`` array over the sample's bytes (no copy).
+
+        It keeps the arena mapped while it lives. The memory is read-only:
+        writing through it crashes the process. Prefer :attr:`data`.
+        """
+        self._check()
+        if self._status != 0:
+            raise self.error  # type: ignore[misc]
+        buf = self._buf
+        if buf is None:
+            buf = (ctypes.c_ubyte * self._len).from_address(self._addr)
+            # Keeps the mapping (and so the bytes' address space) alive for
+            # as long as anything refers to this buffer.
+            buf._granary_mapping = self._batch._session._mapping
+            self._buf = buf
+        return buf
+
+    @property
+    def data(self) -> memoryview:
+        """A read-only ``memoryview`` (format ``B``) of the bytes, without a copy.
+
+        Released, together with the sample, when the batch is released.
+        """
+        self._check()
+        mv = self._mv
+        if mv is None:
+            mv = memoryview(self.buffer()).cast("B").toreadonly()
+            self._mv = mv
+        return mv
+
+    def numpy(self):
+        """A read-only ``numpy.uint8`` array over the bytes (no copy).
+
+        Valid until the batch is released (see the module notes).
+        """
+        import numpy as np
+
+        return np.frombuffer(self.data, dtype=np.uint8)
+
+    def tobytes(self) -> bytes:
+        """A copy of the bytes."""
+        return self.data.tobytes()
+
+    def __bytes__(self) -> bytes:
+        return self.tobytes()
+
+    def _invalidate(self) -> Optional[weakref.ref]:
+        """Drops this sample's views; returns a weak reference to its buffer
+        when one was handed out (alive while arrays or tensors use it)."""
+        ref = None
+        if self._mv is not None:
+            try:
+                self._mv.release()
+            except BufferError:
+                pass  # numpy arrays still export it; they keep the buffer alive
+            self._mv = None
+        if self._buf is not None:
+            ref = weakref.ref(self._buf)
+            self._buf = None
+        return ref
+
+    def __repr__(self) -> str:
+        state = "" if self._batch._live else ", released"
+        return f"<granary.Sample id={self._id} label={self._label} len={self._len}{state}>"
+
+
+class Batch:
+    """A batch on loan from the agent. Release it (``release()``, ``with``,
+    or let :meth:`Session.__iter__` do it) so the agent can reuse its memory."""
+
+    __slots__ = ("_session", "_handle", "_live", "_len", "_epoch", "_index", "_flags", "_status", "_samples", "__weakref__")
+
+    def __init__(self, session: "Session", handle: int, status: int):
+        self._session = session
+        self._handle = handle
+        self._live = True
+        self._len = lib.granary_batch_len(handle)
+        self._epoch = lib.granary_batch_epoch(handle)
+        self._index = lib.granary_batch_index(handle)
+        self._flags = lib.granary_batch_flags(handle)
+        self._status = status
+        self._samples: list[Optional[Sample]] = [None] * self._len
+
+    def _check(self) -> None:
+        if not self._live:
+            raise ReleasedError(
+                detail=f"batch {self._index} of epoch {self._epoch} was released",
+                context="granary.Batch",
+            )
+
+    @property
+    def released(self) -> bool:
+        return not self._live
+
+    @property
+    def epoch(self) -> int:
+        self._check()
+        return self._epoch
+
+    @property
+    def index(self) -> int:
+        """Index of the batch within its epoch for this rank."""
+        self._check()
+        return self._index
+
+    @property
+    def status(self) -> int:
+        """0, or the batch's negative ``GRANARY_E_*`` status (e.g. a source error)."""
+        self._check()
+        return self._status
+
+    @property
+    def error(self) -> Optional[GranaryError]:
+        self._check()
+        if self._status == 0:
+            return None
+        return error_for(
+            self._status,
+            f"batch {self._index} of epoch {self._epoch} could not be filled",
+            "granary.Batch",
+        )
+
+    @property
+    def end_of_epoch(self) -> bool:
+        self._check()
+        return bool(self._flags & _lib.BATCH_END_OF_EPOCH)
+
+    @property
+    def end_of_stream(self) -> bool:
+        self._check()
+        return bool(self._flags & _lib.BATCH_END_OF_STREAM)
+
+    def __len__(self) -> int:
+        self._check()
+        return self._len
+
+    def __getitem__(self, i: int) -> Sample:
+        self._check()
+        if i < 0:
+            i += self._len
+        if not 0 <= i < self._len:
+            raise IndexError(f"sample index {i} out of range for a batch of {self._len}")
+        s = self._samples[i]
+        if s is None:
+            raw = _lib.Sample()
+            check(lib.granary_batch_sample(self._handle, i, ctypes.byref(raw)), "granary_batch_sample")
+            s = Sample(self, raw)
+            self._samples[i] = s
+        return s
+
+    def __iter__(self) -> Iterator[Sample]:
+        for i in range(len(self)):
+            yield self[i]
+
+    @property
+    def samples(self) -> list[Sample]:
+        return list(self)
+
+    @property
+    def ids(self) -> list[int]:
+        return [s.id for s in self]
+
+    @property
+    def labels(self) -> list[int]:
+        return [s.label for s in self]
+
+    def _retire(self) -> list[weakref.ref]:
+        """Makes the batch and its samples unusable, without handing it back
+        yet; returns weak references to the buffers still in use."""
+        self._live = False
+        refs = []
+        for s in self._samples:
+            if s is not None:
+                r = s._invalidate()
+                if r is not None and r() is not None:
+                    refs.append(r)
+        self._samples = []
+        return refs
+
+    def release(self) -> None:
+        """Hands the batch back to the agent. Idempotent."""
+        if self._handle is None:
+            return
+        self._retire()
+        self._session._release_handle(self)
+
+    def __enter__(self) -> "Batch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        state = "released" if not self._live else f"{self._len} samples"
+        return f"<granary.Batch epoch={self._epoch} index={self._index} {state}>"
+
+
+class Session:
+    """An open session: the stream of batches of one loader (one rank).
+
+    Use it from one thread at a time (calls are serialised by a lock).
+    Iterating yields batches and releases each one when the loop moves on.
+    """
+
+    def __init__(
+        self,
+        client: "Client",
+        dataset: str,
+        *,
+        batch_size: int = 32,
+        seed: int = 0,
+        first_epoch: int = 0,
+        epochs: int = 1,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+        ready_capacity: int = 0,
+        release_capacity: int = 0,
+        timeout: Optional[float] = DEFAULT_TIMEOUT,
+    ):
+        if client._handle is None:
+            raise ReleasedError(detail="the client was closed", context="granary.Session")
+        opts = _lib.SessionOptions()
+        check(lib.granary_session_options_init(ctypes.byref(opts)), "granary_session_options_init")
+        name = dataset.encode("utf-8")
+        opts.dataset = name
+        opts.seed = seed & (2**64 - 1)
+        opts.first_epoch = first_epoch
+        opts.epoch_count = epochs
+        opts.batch_size = batch_size
+        opts.rank = rank
+        opts.world_size = world_size
+        opts.drop_last = 1 if drop_last else 0
+        opts.ready_capacity = ready_capacity
+        opts.release_capacity = release_capacity
+        _timeout_ms(timeout)  # validate early
+        self.dataset = dataset
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._lent: set[Batch] = set()
+        self._closed = False
+        handle = ctypes.c_void_p()
+        check(
+            lib.granary_session_open(client._handle, ctypes.byref(opts), ctypes.byref(handle)),
+            f"opening a session on dataset {dataset!r} at {client.socket}",
+        )
+        self._handle: int = handle.value  # type: ignore[assignment]
+        self._mapping: Optional[_Mapping] = _Mapping(self._handle)
+        info = _lib.SessionInfo()
+        info.struct_size = ctypes.sizeof(info)
+        check(lib.granary_session_get_info(self._handle, ctypes.byref(info)), "granary_session_get_info")
+        self.info = SessionInfo(
+            info.session_id,
+            info.samples_per_epoch,
+            info.batches_per_epoch,
+            info.arena_size,
+            info.ready_capacity,
+            info.release_capacity,
+        )
+        base = ctypes.c_void_p()
+        size = ctypes.c_uint64()
+        check(lib.granary_session_arena(self._handle, ctypes.byref(base), ctypes.byref(size)), "granary_session_arena")
+        self._arena = (base.value or 0, size.value)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def arena(self) -> tuple[int, int]:
+        """``(base address, size)`` of the read-only arena mapping; every
+        sample's bytes lie inside it."""
+        return self._arena
+
+    def _usable(self) -> None:
+        if self._closed:
+            raise ReleasedError(detail=f"the session on {self.dataset!r} was closed", context="granary.Session")
+
+    def next_batch(self, timeout=_DEFAULT) -> Batch:
+        """The next batch, waiting up to ``timeout`` seconds (default: the
+        session's; None waits forever; 0 does not wait).
+
+        Raises :class:`~granary.errors.EndOfStream` after the last batch,
+        :class:`~granary.errors.Timeout`, :class:`~granary.errors.Disconnected`
+        when the agent went away (never later than the timeout), ...
+        A batch the agent could not fill is returned with a non-zero
+        ``status``; its failed samples raise when their bytes are read.
+        """
+        ms = _timeout_ms(self.timeout if timeout is _DEFAULT else timeout)
+        out = ctypes.c_void_p()
+        with self._lock:
+            self._usable()
+            rc = lib.granary_next_batch(self._handle, ms, ctypes.byref(out))
+            if out.value is None:
+                check(rc, f"next batch of dataset {self.dataset!r}")
+                raise GranaryError(rc, "no batch and no error", "granary_next_batch")
+            batch = Batch(self, out.value, rc)
+            self._lent.add(batch)
+            return batch
+
+    def try_next_batch(self) -> Optional[Batch]:
+        """The next batch if one is ready, else None."""
+        try:
+            return self.next_batch(timeout=0)
+        except GranaryError as e:
+            if e.code == _lib.E_WOULD_BLOCK:
+                return None
+            raise
+
+    def __iter__(self) -> Iterator[Batch]:
+        """Yields batches until the end of the stream; each is released when
+        the loop asks for the next one (or stops)."""
+        while True:
+            try:
+                batch = self.next_batch()
+            except EndOfStream:
+                return
+            try:
+                yield batch
+            finally:
+                batch.release()
+
+    def _release_handle(self, batch: Batch) -> None:
+        with self._lock:
+            handle, batch._handle = batch._handle, None
+            if handle is None or batch not in self._lent:
+                return
+            self._lent.discard(batch)
+            if self._closed:
+                return
+            check(lib.granary_batch_release(self._handle, handle), "granary_batch_release")
+
+    def close(self) -> None:
+        """Releases every batch still on loan and closes the session.
+        Idempotent. Arrays and tensors still viewing samples keep the
+        arena mapped (and the C session open) until they are gone."""
+        with self._lock:
+            if self._closed:
+                return
+            lent, self._lent = list(self._lent), set()
+            for b in lent:
+                b._retire()
+                handle, b._handle = b._handle, None
+                if handle is not None:
+                    lib.granary_batch_release(self._handle, handle)
+            self._closed = True
+            self._mapping = None  # the C close runs now unless views remain
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"id={self.info.session_id}"
+        return f"<granary.Session {self.dataset!r} {state}>"
+
+
+class Client:
+    """A connection point to one agent (``granary_connect``)."""
+
+    def __init__(self, socket: Optional[str] = None):
+        self.socket = str(socket) if socket is not None else default_socket()
+        self._pid = os.getpid()
+        handle = ctypes.c_void_p()
+        check(
+            lib.granary_connect(os.fsencode(self.socket), ctypes.byref(handle)),
+            f"connecting to the agent at {self.socket}",
+        )
+        self._handle: Optional[int] = handle.value
+
+    def open_session(self, dataset: str, **options) -> Session:
+        """Opens a session; see :class:`Session` for the options."""
+        return Session(self, dataset, **options)
+
+    def close(self) -> None:
+        """Frees the client; sessions opened from it stay open."""
+        h, self._handle = self._handle, None
+        if h is not None and os.getpid() == self._pid:
+            lib.granary_client_free(h)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<granary.Client {self.socket}>"
+
+
+def connect(socket: Optional[str] = None) -> Client:
+    """Connects to the agent at ``socket`` (default: ``$GRANARY_SOCKET`` or
+    ``/run/granary/granary.sock``)."""
+    return Client(socket)
+
+
+def open_session(dataset: str, socket: Optional[str] = None, **options) -> Session:
+    """Connects and opens one session (the client is freed; the session
+    does not need it)."""
+    with Client(socket) as c:
+        return c.open_session(dataset, **options)

@@ -1,0 +1,154 @@
+"""Exceptions: one class per ``GRANARY_E_*`` code, all under :class:`GranaryError`.
+
+Each carries the code (``.code``, a negative int), its C name (``.name``), the
+library's description of the code (``granary_strerror``) and the detail of
+the failure (``granary_last_error_message``, e.g. the agent's own words when
+it refused a session).
+"""
+
+from __future__ import annotations
+
+from . import _lib
+
+
+class GranaryError(Exception):
+    """A libgranary call failed; ``code`` is the ``GRANARY_E_*`` value."""
+
+    code: int = _lib.E_INTERNAL
+
+    def __init__(self, code: int | str | None = None, detail: str = "", context: str = ""):
+        if isinstance(code, str):
+            # Rebuilt from its text alone (e.g. re-raised by a DataLoader
+            # from a worker process): keep the text as it is.
+            self.name = _lib.CODE_NAMES.get(self.code, str(self.code))
+            self.description = _lib.strerror(self.code)
+            self.detail = code
+            self.context = ""
+            super().__init__(code)
+            return
+        if code is not None:
+            self.code = code
+        self.name = _lib.CODE_NAMES.get(self.code, str(self.code))
+        self.description = _lib.strerror(self.code)
+        self.detail = detail
+        self.context = context
+        text = f"{context}: " if context and context not in detail else ""
+        if not detail:
+            text += self.description
+        elif self.description in detail:
+            text += detail
+        else:
+            text += f"{self.description}: {detail}"
+        text += f" [{self.name}]"
+        super().__init__(text)
+
+
+class InvalidArgument(GranaryError, ValueError):
+    code = _lib.E_INVALID_ARGUMENT
+
+
+class Timeout(GranaryError, TimeoutError):
+    """No batch arrived within the timeout; the session goes on."""
+
+    code = _lib.E_TIMEOUT
+
+
+class WouldBlock(GranaryError):
+    code = _lib.E_WOULD_BLOCK
+
+
+class Disconnected(GranaryError, ConnectionError):
+    """The agent is gone (not listening, exited, crashed) or closed the session."""
+
+    code = _lib.E_DISCONNECTED
+
+
+class ProtocolError(GranaryError):
+    code = _lib.E_PROTOCOL
+
+
+class VersionMismatch(GranaryError):
+    code = _lib.E_VERSION
+
+
+class PermissionDenied(GranaryError, PermissionError):
+    code = _lib.E_PERMISSION
+
+
+class NotFound(GranaryError, LookupError):
+    """No such dataset."""
+
+    code = _lib.E_NOT_FOUND
+
+
+class Fenced(GranaryError):
+    code = _lib.E_FENCED
+
+
+class EndOfStream(GranaryError):
+    """Every batch of the requested epochs was delivered."""
+
+    code = _lib.E_END_OF_STREAM
+
+
+class SourceError(GranaryError):
+    """The data source failed to read a sample (per batch or per sample)."""
+
+    code = _lib.E_IO
+
+
+class NoMemory(GranaryError):
+    code = _lib.E_NO_MEMORY
+
+
+class Corrupt(GranaryError):
+    code = _lib.E_CORRUPT
+
+
+class Busy(GranaryError):
+    code = _lib.E_BUSY
+
+
+class InternalError(GranaryError):
+    code = _lib.E_INTERNAL
+
+
+class ReleasedError(GranaryError, ValueError):
+    """A sample, batch or session was used after its release or close."""
+
+    code = _lib.E_CLOSED
+
+
+_BY_CODE = {
+    cls.code: cls
+    for cls in (
+        InvalidArgument,
+        Timeout,
+        WouldBlock,
+        Disconnected,
+        ProtocolError,
+        VersionMismatch,
+        PermissionDenied,
+        NotFound,
+        Fenced,
+        EndOfStream,
+        SourceError,
+        NoMemory,
+        Corrupt,
+        Busy,
+        InternalError,
+        ReleasedError,
+    )
+}
+
+
+def error_for(code: int, detail: str = "", context: str = "") -> GranaryError:
+    """The exception for ``code`` (a subclass of :class:`GranaryError`)."""
+    cls = _BY_CODE.get(code, GranaryError)
+    return cls(code, detail, context)
+
+
+def check(code: int, context: str) -> None:
+    """Raises the exception for a failed call, with the thread's C error text."""
+    if code != _lib.OK:
+        raise error_for(code, _lib.last_error_message(), context)

@@ -1,0 +1,302 @@
+"""PyTorch integration: an ``IterableDataset`` fed by the node's granaryd.
+
+Switching from a ``DataLoader`` over ``ImageFolder``::
+
+    from granary.torch import GranaryDataset, decode_jpeg
+    ds = GranaryDataset("imagenet", batch_size=256, decode=decode_jpeg, batches=True)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=4)
+
+**Sharding.** Every DataLoader worker of every rank opens its own session,
+as rank ``rank * num_workers + worker_id`` of ``world_size * num_workers``.
+Rank and world size come from the arguments, else from
+``torch.distributed`` when it is initialised, else from the ``RANK`` and
+``WORLD_SIZE`` environment variables, else 0 of 1. The agent's planner
+splits each epoch's permutation among those sessions the way
+``DistributedSampler`` splits ``randperm``, so across all workers of all
+ranks every sample comes once per epoch (as with ``DistributedSampler``,
+when the sample count is not a multiple of the sessions, a few are repeated
+to even them out, or dropped with ``drop_last=True``).
+
+**Epochs.** One pass over the dataset (``iter()``) delivers ``epochs``
+epochs starting at ``epoch``; call :meth:`GranaryDataset.set_epoch` before
+each pass for a new order, as with ``DistributedSampler.set_epoch``.
+
+**Items.** ``batches=False`` (default): one ``(x, label)`` per sample.
+``batches=True``: one ``(xs, labels)`` per Granary batch, with ``xs``
+stacked into one tensor when every ``x`` has the same shape (else a list)
+and ``labels`` an ``int64`` tensor; use ``DataLoader(batch_size=None)``.
+``with_ids=True`` appends the sample ids. ``x`` is the sample's bytes as a
+``uint8`` tensor made with ``torch.frombuffer``, in place in the agent's
+arena (no copy); ``decode`` (e.g. :func:`decode_jpeg`) and ``transform``
+are applied to it in the worker.
+
+**Lifetime.** A Granary batch goes back to the agent once the iterator has
+moved past it *and* no tensor viewing its bytes is alive any more (so the
+default collate or a worker's hand-off to the main process, which copy,
+always see intact bytes). Tensors kept longer pin their batch; more than
+``max_held_batches`` pinned batches is an error (copy what you keep, with
+``.clone()``). Arena tensors are read-only memory: never write into them.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import warnings
+import weakref
+from collections import deque
+from typing import Callable, Iterator, Optional
+
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from . import _lib
+from .core import DEFAULT_TIMEOUT, Client, Sample, default_socket
+from .errors import EndOfStream, GranaryError
+
+__all__ = ["GranaryDataset", "as_tensor", "decode_jpeg", "rank_and_world"]
+
+
+def as_tensor(sample: Sample) -> torch.Tensor:
+    """The sample's bytes as a 1-D ``uint8`` tensor, without a copy.
+
+    The tensor keeps the arena mapped while it lives; its bytes are valid
+    until the sample's batch is released. Do not write into it.
+    """
+    buf = sample.buffer()
+    if len(buf) == 0:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.frombuffer(buf, dtype=torch.uint8)
+
+
+def decode_jpeg(data: torch.Tensor) -> torch.Tensor:
+    """JPEG bytes (a 1-D ``uint8`` tensor) to a ``3×H×W`` ``uint8`` RGB tensor.
+
+    Uses ``torchvision.io.decode_jpeg`` when torchvision is installed, else
+    Pillow.
+    """
+    try:
+        from torchvision.io import ImageReadMode
+        from torchvision.io import decode_jpeg as tv_decode
+    except ImportError:
+        tv_decode = None
+    if tv_decode is not None:
+        return tv_decode(data, mode=ImageReadMode.RGB)
+    import numpy as np
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(data.numpy().tobytes())).convert("RGB")
+    return torch.from_numpy(np.asarray(img).copy()).permute(2, 0, 1).contiguous()
+
+
+def rank_and_world(rank: Optional[int] = None, world_size: Optional[int] = None) -> tuple[int, int]:
+    """This process's rank and world size: the arguments, else
+    ``torch.distributed``, else ``RANK``/``WORLD_SIZE``, else ``(0, 1)``."""
+    if rank is not None and world_size is not None:
+        r, w = rank, world_size
+    else:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            r, w = dist.get_rank(), dist.get_world_size()
+        else:
+            r, w = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+        r = rank if rank is not None else r
+        w = world_size if world_size is not None else w
+    if w < 1 or not 0 <= r < w:
+        raise ValueError(f"rank {r} is out of range for world size {w}")
+    return r, w
+
+
+class GranaryDataset(IterableDataset):
+    """Samples of dataset ``dataset`` served by the agent at ``socket``.
+
+    Parameters are those of a session (``batch_size``, ``seed``, ``epoch``
+    (the first), ``epochs``, ``drop_last``, ``rank``, ``world_size``,
+    ``timeout`` in seconds for each batch, None for no limit) plus
+    ``decode``, ``transform`` (applied to each decoded ``x``),
+    ``target_transform`` (to each label), ``batches``, ``collate`` (for
+    ``batches=True``: ``collate(xs, labels) -> item``), ``with_ids``,
+    ``on_error`` (``"raise"`` or ``"skip"`` samples the source failed to
+    read) and ``max_held_batches``. See the module documentation.
+    """
+
+    def __init__(
+        self,
+        dataset: str,
+        socket: Optional[str] = None,
+        *,
+        batch_size: int = 32,
+        seed: int = 0,
+        epoch: int = 0,
+        epochs: int = 1,
+        drop_last: bool = False,
+        decode: Optional[Callable[[torch.Tensor], object]] = None,
+        transform: Optional[Callable] = None,
+        target_transform: Optional[Callable] = None,
+        batches: bool = False,
+        collate: Optional[Callable] = None,
+        with_ids: bool = False,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        timeout: Optional[float] = DEFAULT_TIMEOUT,
+        on_error: str = "raise",
+        max_held_batches: int = 8,
+    ):
+        super().__init__()
+        if on_error not in ("raise", "skip"):
+            raise ValueError('on_error must be "raise" or "skip"')
+        self.dataset = dataset
+        self.socket = str(socket) if socket is not None else default_socket()
+        self.batch_size = batch_size
+        self.seed = seed
+        self.epoch = epoch
+        self.epochs = epochs
+        self.drop_last = drop_last
+        self.decode = decode
+        self.transform = transform
+        self.target_transform = target_transform
+        self.batches = batches
+        self.collate = collate
+        self.with_ids = with_ids
+        self.rank = rank
+        self.world_size = world_size
+        self.timeout = timeout
+        self.on_error = on_error
+        self.max_held_batches = max_held_batches
+
+    def set_epoch(self, epoch: int) -> None:
+        """The first epoch of the next pass (a new order per epoch)."""
+        self.epoch = epoch
+
+    def shard(self) -> tuple[int, int]:
+        """``(rank, world_size)`` of this process's session, counting
+        DataLoader workers: ``rank * num_workers + worker_id`` of
+        ``world_size * num_workers``."""
+        rank, world = rank_and_world(self.rank, self.world_size)
+        info = get_worker_info()
+        if info is None:
+            return rank, world
+        return rank * info.num_workers + info.id, world * info.num_workers
+
+    def _x(self, sample: Sample):
+        x = as_tensor(sample)
+        if self.decode is not None:
+            x = self.decode(x)
+        if self.transform is not None:
+            x = self.transform(x)
+        return x
+
+    def _y(self, label: int):
+        return self.target_transform(label) if self.target_transform is not None else label
+
+    def _batch_item(self, xs: list, ys: list, ids: list):
+        if self.collate is not None:
+            item = self.collate(xs, ys)
+            return (*item, torch.tensor(ids, dtype=torch.int64)) if self.with_ids else item
+        if xs and all(isinstance(x, torch.Tensor) for x in xs) and len({tuple(x.shape) for x in xs}) == 1:
+            xs = torch.stack(xs)
+        if ys and all(isinstance(y, int) for y in ys):
+            ys = torch.tensor(ys, dtype=torch.int64)
+        if self.with_ids:
+            return xs, ys, torch.tensor(ids, dtype=torch.int64)
+        return xs, ys
+
+    def __iter__(self) -> Iterator:
+        rank, world = self.shard()
+        held: deque = deque()  # (batch, weak refs to buffers still viewed)
+
+        def sweep(session) -> None:
+            for _ in range(len(held)):
+                batch, refs = held.popleft()
+                refs = [r for r in refs if r() is not None]
+                if refs:
+                    held.append((batch, refs))
+                else:
+                    session._release_handle(batch)
+            if len(held) > self.max_held_batches:
+                raise GranaryError(
+                    _lib.E_INVALID_ARGUMENT,
+                    f"{len(held)} batches are still viewed by tensors kept from earlier items; "
+                    "the agent cannot reuse their memory. Copy samples you keep (tensor.clone()) "
+                    "or raise max_held_batches",
+                    "granary.torch.GranaryDataset",
+                )
+
+        with Client(self.socket) as client:
+            session = client.open_session(
+                self.dataset,
+                batch_size=self.batch_size,
+                seed=self.seed,
+                first_epoch=self.epoch,
+                epochs=self.epochs,
+                rank=rank,
+                world_size=world,
+                drop_last=self.drop_last,
+                timeout=self.timeout,
+            )
+        try:
+            while True:
+                sweep(session)
+                try:
+                    batch = session.next_batch()
+                except EndOfStream:
+                    break
+                if batch.status != 0 and self.on_error == "raise":
+                    err = batch.error
+                    batch.release()
+                    raise err  # type: ignore[misc]
+                try:
+                    xs, ys, ids = [], [], []
+                    for sample in batch:
+                        if sample.status != 0:
+                            if self.on_error == "skip":
+                                continue
+                            raise sample.error  # type: ignore[misc]
+                        x, y = self._x(sample), self._y(sample.label)
+                        if self.batches:
+                            xs.append(x)
+                            ys.append(y)
+                            ids.append(sample.id)
+                        elif self.with_ids:
+                            yield x, y, sample.id
+                        else:
+                            yield x, y
+                        del x
+                    if self.batches:
+                        item = self._batch_item(xs, ys, ids)
+                        del xs
+                        yield item
+                        del item
+                except BaseException:
+                    batch.release()
+                    raise
+                refs = batch._retire()
+                held.append((batch, refs))
+        except BaseException:
+            session.close()
+            raise
+        # The consumer may still hold the last items (a DataLoader collates
+        # after the iterator ends): the session ends when they are gone.
+        _close_when_unviewed(session, held)
+
+
+def _close_when_unviewed(session, held) -> None:
+    live = [obj for _batch, refs in held for r in refs if (obj := r()) is not None]
+    if not live:
+        session.close()
+        return
+    left = [len(live)]
+
+    def gone() -> None:
+        left[0] -= 1
+        if left[0] == 0:
+            session.close()
+
+    for obj in live:
+        weakref.finalize(obj, gone)
+
+
+# Arena memory is mapped read-only; torch.frombuffer is given a writable
+# ctypes view of it (to keep the mapping alive), so torch does not warn.
+warnings.filterwarnings("ignore", message="The given buffer is not writable", module="granary")
