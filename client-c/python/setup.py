@@ -34,6 +34,11 @@ def _log(msg):
     print(f"granary setup: {msg}", file=sys.stderr)
 
 
+def target_dir():
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
+    return target if target.is_absolute() else REPO / target
+
+
 def find_or_build_library():
     env = os.environ.get("GRANARY_LIB")
     if env:
@@ -43,10 +48,7 @@ def find_or_build_library():
     if not (REPO / "Cargo.toml").is_file() or not (REPO / "client-c").is_dir():
         _log("not inside a Granary checkout; libgranary.so is not bundled")
         return None
-    target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
-    if not target.is_absolute():
-        target = REPO / target
-    lib = target / "release" / "libgranary.so"
+    lib = target_dir() / "release" / "libgranary.so"
     cargo = shutil.which("cargo")
     if os.environ.get("GRANARY_NO_CARGO") or cargo is None:
         if lib.is_file():
@@ -67,10 +69,11 @@ class BuildPy(build_py):
         if lib is not None:
             shutil.copy2(lib, out / "libgranary.so")
             _log(f"bundled {lib}")
-        repo = str(REPO) if (REPO / "Cargo.toml").is_file() else ""
+        checkout = (REPO / "Cargo.toml").is_file()
         (out / "_build.py").write_text(
             '"""Written by setup.py at install time."""\n'
-            f"REPO_ROOT = {repo!r}\n"
+            f"REPO_ROOT = {str(REPO) if checkout else ''!r}\n"
+            f"TARGET_DIR = {str(target_dir()) if checkout else ''!r}\n"
             f"BUNDLED_FROM = {str(lib) if lib else ''!r}\n"
         )
 

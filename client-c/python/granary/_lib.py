@@ -119,11 +119,24 @@ def _candidates() -> list[str]:
         return [env]
     here = Path(__file__).resolve().parent
     out.append(str(here / "libgranary.so"))
+    out += [str(d / "libgranary.so") for d in release_dirs()]
+    out.append("libgranary.so")
+    return out
+
+
+def release_dirs() -> list[Path]:
+    """The ``release`` folders of Cargo target directories where the checkout's
+    libgranary and granaryd may be: the one recorded at install time, then
+    ``$CARGO_TARGET_DIR``, then ``target/`` of the checkout."""
+    here = Path(__file__).resolve().parent
     roots: list[Path] = []
+    dirs: list[Path] = []
     try:
         from . import _build  # written by setup.py at install time
 
-        if getattr(_build, "REPO_ROOT", None):
+        if getattr(_build, "TARGET_DIR", ""):
+            dirs.append(Path(_build.TARGET_DIR) / "release")
+        if getattr(_build, "REPO_ROOT", ""):
             roots.append(Path(_build.REPO_ROOT))
     except ImportError:
         pass
@@ -133,10 +146,13 @@ def _candidates() -> list[str]:
     for root in roots:
         if target:
             t = Path(target)
-            out.append(str((t if t.is_absolute() else root / t) / "release" / "libgranary.so"))
-        out.append(str(root / "target" / "release" / "libgranary.so"))
-    out.append("libgranary.so")
-    return out
+            dirs.append((t if t.is_absolute() else root / t) / "release")
+        dirs.append(root / "target" / "release")
+    unique: list[Path] = []
+    for d in dirs:
+        if d not in unique:
+            unique.append(d)
+    return unique
 
 
 def _load() -> tuple[ctypes.CDLL, str]:

@@ -10,8 +10,9 @@ configuration serving the given datasets on a private socket, starts
     with LocalAgent({"train": "/data/train"}) as agent:
         ds = GranaryDataset("train", socket=agent.socket)
 
-``granaryd`` is looked for in ``$GRANARYD``, next to this package's
-libgranary (``target/release`` of the checkout), then on ``PATH``.
+``granaryd`` is looked for in ``$GRANARYD``, next to the libgranary that was
+loaded, in the checkout's Cargo target directory (``target/release``, or
+the ``CARGO_TARGET_DIR`` in force at install or run time), then on ``PATH``.
 """
 
 from __future__ import annotations
@@ -35,16 +36,8 @@ def find_granaryd() -> str:
     env = os.environ.get("GRANARYD")
     if env:
         return env
-    here = Path(__file__).resolve().parent
     candidates = [Path(_lib.path).resolve().parent / "granaryd"]
-    try:
-        from . import _build
-
-        if getattr(_build, "REPO_ROOT", None):
-            candidates.append(Path(_build.REPO_ROOT) / "target" / "release" / "granaryd")
-    except ImportError:
-        pass
-    candidates.append(here.parents[2] / "target" / "release" / "granaryd")
+    candidates += [d / "granaryd" for d in _lib.release_dirs()]
     for c in candidates:
         if c.is_file() and os.access(c, os.X_OK):
             return str(c)
