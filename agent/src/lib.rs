@@ -14,3 +14,4 @@ pub mod engine;
 pub mod server;
 pub mod session;
 pub mod daemon;
+pub mod ingest;

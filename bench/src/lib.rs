@@ -11,9 +11,12 @@
 //! * [`cpu`]: which CPU a thread runs on, sampled, and the resulting regime.
 //! * [`baseline`]: a minimal SPSC ring used as a yardstick for granary's ring.
 //! * [`report`]: medians, percentiles and the final JSON line.
+//! * [`delay_proxy`]: a TCP proxy adding latency in each direction (and an
+//!   optional bandwidth cap) without breaking pipelining.
 #![warn(missing_docs)]
 
 pub mod baseline;
 pub mod cpu;
+pub mod delay_proxy;
 pub mod peer;
 pub mod report;

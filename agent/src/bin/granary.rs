@@ -4,6 +4,10 @@
 //! * `granary demo [--dir DIR] [--files N] [--epochs E]`: the quickstart:
 //!   generate a synthetic dataset, start `granaryd` on it, run two loaders
 //!   (two ranks of one job) through libgranary, verify every byte, summarise.
+//! * `granary ingest SRC_DIR --to s3://BUCKET/PREFIX [--endpoint URL]
+//!   [--region R] [--concurrency N] [--verify] [--resume]`: upload a dataset
+//!   folder to S3 (credentials from `AWS_ACCESS_KEY_ID` /
+//!   `AWS_SECRET_ACCESS_KEY`); see `docs/s3.md`.
 
 use granary_agent::metrics::{parse_text, scrape};
 use granary_agent::progress::ProgressBar;
@@ -13,7 +17,9 @@ use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: granary status [--metrics ADDR]
-       granary demo [--dir DIR] [--files N] [--epochs E]";
+       granary demo [--dir DIR] [--files N] [--epochs E]
+       granary ingest SRC_DIR --to s3://BUCKET/PREFIX [--endpoint URL] [--region R]
+                      [--concurrency N] [--verify] [--resume]";
 
 fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
     args.windows(2)
@@ -26,6 +32,7 @@ fn main() -> ExitCode {
     let r = match args.first().map(String::as_str) {
         Some("status") => status(flag(&args, "--metrics").unwrap_or("127.0.0.1:9464")),
         Some("demo") => demo(&args),
+        Some("ingest") => ingest(&args),
         _ => Err(USAGE.to_string()),
     };
     match r {
@@ -38,9 +45,7 @@ fn main() -> ExitCode {
 }
 
 fn status(addr: &str) -> Result<(), String> {
-    let sa = addr
-        .parse()
-        .map_err(|e| format!("--metrics {addr}: {e}"))?;
+    let sa = addr.parse().map_err(|e| format!("--metrics {addr}: {e}"))?;
     let body = scrape(sa, Duration::from_secs(3))
         .map_err(|e| format!("cannot reach the agent's metrics at {addr}: {e}"))?;
     println!("{:<60} {:>16}", "metric", "value");
@@ -67,8 +72,14 @@ impl Drop for Agent {
 
 fn demo(args: &[String]) -> Result<(), String> {
     let dir = PathBuf::from(flag(args, "--dir").unwrap_or(".granary-data"));
-    let files: u64 = flag(args, "--files").unwrap_or("20000").parse().map_err(|e| format!("--files: {e}"))?;
-    let epochs: u32 = flag(args, "--epochs").unwrap_or("3").parse().map_err(|e| format!("--epochs: {e}"))?;
+    let files: u64 = flag(args, "--files")
+        .unwrap_or("20000")
+        .parse()
+        .map_err(|e| format!("--files: {e}"))?;
+    let epochs: u32 = flag(args, "--epochs")
+        .unwrap_or("3")
+        .parse()
+        .map_err(|e| format!("--epochs: {e}"))?;
     let data = dir.join("synth");
     let mut spec = SynthSpec::new(&data);
     spec.num_files = files;
@@ -81,7 +92,11 @@ fn demo(args: &[String]) -> Result<(), String> {
         summary.files,
         summary.bytes as f64 / 1e6,
         data.display(),
-        if summary.skipped { "already there" } else { "generated" }
+        if summary.skipped {
+            "already there"
+        } else {
+            "generated"
+        }
     );
     let sock = std::env::temp_dir().join(format!("granary-demo-{}.sock", std::process::id()));
     let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0")
@@ -89,7 +104,9 @@ fn demo(args: &[String]) -> Result<(), String> {
         .map_err(|e| format!("picking a metrics port: {e}"))?;
     // Room for the whole dataset (4 KiB-rounded extents), the cache's
     // transient reserve (1/16) and the sample tables.
-    let arena_mb = (summary.bytes * 6 / 5 / (1 << 20) + 64).next_multiple_of(2).max(128);
+    let arena_mb = (summary.bytes * 6 / 5 / (1 << 20) + 64)
+        .next_multiple_of(2)
+        .max(128);
     let config = dir.join("granaryd-demo.toml");
     std::fs::write(
         &config,
@@ -126,7 +143,14 @@ fn demo(args: &[String]) -> Result<(), String> {
             Command::new(&consume)
                 .arg("-s")
                 .arg(&sock)
-                .args(["synth", "64", &epochs.to_string(), "2026", &rank.to_string(), "2"])
+                .args([
+                    "synth",
+                    "64",
+                    &epochs.to_string(),
+                    "2026",
+                    &rank.to_string(),
+                    "2",
+                ])
                 .stdout(std::process::Stdio::piped())
                 .spawn()
                 .map_err(|e| format!("starting {}: {e}", consume.display()))
@@ -172,7 +196,10 @@ fn demo(args: &[String]) -> Result<(), String> {
     let series = parse_text(&body);
     let metric = |name: &str| series.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
     println!("first-batch latency: {first_ms:.1} ms");
-    if let (Some(reads), Some(hp)) = (metric("granary_reads_total"), metric("granary_arena_size_bytes")) {
+    if let (Some(reads), Some(hp)) = (
+        metric("granary_reads_total"),
+        metric("granary_arena_size_bytes"),
+    ) {
         println!(
             "agent: {reads:.0} source reads for {files} files x {epochs} epochs; arena {:.0} MiB",
             hp / 1048576.0
@@ -240,4 +267,82 @@ fn sibling(name: &str) -> Result<PathBuf, String> {
     } else {
         Err(format!("{} not found next to {}", name, me.display()))
     }
+}
+
+fn ingest(args: &[String]) -> Result<(), String> {
+    use granary_agent::ingest::{self, IngestOptions, Phase};
+    use granary_agent::source::s3::S3Settings;
+    let src = args
+        .get(1)
+        .filter(|a| !a.starts_with("--"))
+        .ok_or_else(|| format!("ingest: which folder?\n{USAGE}"))?;
+    let to = flag(args, "--to")
+        .ok_or_else(|| format!("ingest: --to s3://BUCKET/PREFIX is required\n{USAGE}"))?;
+    let (bucket, prefix) = ingest::parse_s3_url(to).map_err(|e| format!("--to: {e}"))?;
+    let mut settings = S3Settings::new(bucket);
+    if let Some(e) = flag(args, "--endpoint") {
+        // An endpoint given on the command line is used as given, plain
+        // HTTP included.
+        settings.allow_http = e.starts_with("http://");
+        settings.endpoint = Some(e.to_owned());
+    }
+    settings.region = flag(args, "--region").map(str::to_owned);
+    settings.fill_from_env(|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
+    if settings
+        .endpoint
+        .as_deref()
+        .is_some_and(|e| e.starts_with("http://"))
+    {
+        settings.allow_http = true;
+    }
+    let mut opts = IngestOptions::new(src, settings, &prefix);
+    if let Some(c) = flag(args, "--concurrency") {
+        opts.concurrency = c
+            .parse()
+            .ok()
+            .filter(|&n: &usize| n > 0)
+            .ok_or_else(|| format!("--concurrency {c:?}: expected a positive integer"))?;
+    }
+    opts.verify = args.iter().any(|a| a == "--verify");
+    opts.resume = args.iter().any(|a| a == "--resume");
+    let mut bar: Option<(Phase, ProgressBar, u64, u64)> = None;
+    let result = ingest::ingest(&opts, |phase, done, total, bytes| {
+        if bar.as_ref().is_none_or(|b| b.0 != phase) {
+            if let Some((_, b, d, by)) = bar.as_mut() {
+                b.finish(*d, *by);
+            }
+            let label = match phase {
+                Phase::Upload => "upload",
+                Phase::Verify => "verify",
+            };
+            bar = Some((phase, ProgressBar::new(label, total), 0, 0));
+        }
+        if let Some((_, b, d, by)) = bar.as_mut() {
+            (*d, *by) = (done, bytes);
+            b.update(done, bytes);
+        }
+    });
+    if let (Ok(_), Some((_, b, d, by))) = (&result, bar.as_mut()) {
+        b.finish(*d, *by);
+    }
+    drop(bar);
+    let r = result.map_err(|e| format!("ingest {src} -> {to}: {e}"))?;
+    println!(
+        "ingest: {} files, {:.1} MB from {src} to {to}: {} uploaded ({:.1} MB in {:.1} s, {:.0} MB/s), {} skipped (already there with the same size)",
+        r.files,
+        r.bytes as f64 / 1e6,
+        r.uploaded,
+        r.uploaded_bytes as f64 / 1e6,
+        r.upload_time.as_secs_f64(),
+        r.uploaded_bytes as f64 / 1e6 / r.upload_time.as_secs_f64().max(1e-9),
+        r.skipped,
+    );
+    if opts.verify {
+        println!(
+            "verify: OK, {} objects read back and equal to their files ({:.1} s)",
+            r.verified,
+            r.verify_time.as_secs_f64()
+        );
+    }
+    Ok(())
 }

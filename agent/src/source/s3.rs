@@ -1,0 +1,680 @@
+//! The S3 source: datasets in an S3-compatible bucket (AWS S3, SeaweedFS,
+//! MinIO, Ceph RGW, …), read through the `object_store` crate's S3 client.
+//!
+//! Three pieces, usable on their own:
+//!
+//! * [`S3Settings`]: where the bucket is and how to reach it (endpoint,
+//!   region, credentials from the configuration or the usual `AWS_*`
+//!   environment variables, path-style addressing, plain HTTP for loopback
+//!   endpoints, per-request timeout, retries); [`S3Settings::build_store`]
+//!   turns it into an `object_store` client with object_store's own retries
+//!   switched off (the fetcher retries, see below).
+//! * [`S3Catalog`] (module [`catalog`]): the dataset's samples, from a
+//!   listing of `bucket/prefix` laid out like the filesystem tree (class
+//!   folders → labels) or from a manifest of `key<TAB>label` lines.
+//! * [`S3Fetcher`] (module [`fetcher`]): one GET per sample (a ranged GET
+//!   when the sample is part of a larger object), hundreds in flight on a
+//!   small multi-thread tokio runtime, a timeout per attempt, retries with
+//!   exponential backoff and jitter, and the response body copied once,
+//!   straight into the caller's memory (an arena extent). Its interface has
+//!   the shape of [`crate::uring_reader::UringReader`]: non-blocking
+//!   `submit`, `poll_completions`, completions in any order, plus an eventfd
+//!   that becomes readable when completions are pending.
+//!
+//! [`S3Source`] ties them together around one runtime. [`fault`] holds an
+//! `ObjectStore` wrapper that injects failures, for tests and benchmarks.
+//!
+//! The engine does not serve `kind = "s3"` datasets yet; see `docs/s3.md`.
+
+pub mod catalog;
+pub mod fault;
+pub mod fetcher;
+
+pub use catalog::{S3Catalog, S3Entry};
+pub use fetcher::{FetchOptions, FetchRequest, FetchStats, Full, S3Fetcher};
+
+use crate::config::{DatasetConfig, SourceKind};
+use crate::uring_reader::ReadRetry;
+use object_store::aws::AmazonS3Builder;
+use object_store::client::{HttpError, HttpErrorKind};
+use object_store::{ClientOptions, ObjectStore, RetryConfig};
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Default `dataset[i].request_timeout_ms`: one GET attempt, headers and
+/// body, must finish within this.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default `dataset[i].retries`: attempts after the first for a retryable
+/// failure.
+pub const DEFAULT_RETRIES: u32 = 8;
+/// Upper bound of the backoff before the first retry; it doubles per retry.
+pub const RETRY_BASE_DELAY: Duration = Duration::from_millis(50);
+/// Upper bound of any backoff.
+pub const RETRY_MAX_DELAY: Duration = Duration::from_secs(2);
+/// Region used when neither the configuration nor the environment names one.
+pub const DEFAULT_REGION: &str = "us-east-1";
+
+/// How to reach a bucket.
+#[derive(Clone, PartialEq, Eq)]
+pub struct S3Settings {
+    /// Base URL of the S3 API (`http://127.0.0.1:8333`); `None`: AWS's
+    /// endpoint for the region.
+    pub endpoint: Option<String>,
+    /// Region used for signing (`None`: [`DEFAULT_REGION`]).
+    pub region: Option<String>,
+    /// The bucket.
+    pub bucket: String,
+    /// Access key id.
+    pub access_key_id: Option<String>,
+    /// Secret access key.
+    pub secret_access_key: Option<String>,
+    /// Session token of temporary credentials.
+    pub session_token: Option<String>,
+    /// Path-style addressing (`endpoint/bucket/key`) rather than virtual
+    /// hosts (`bucket.endpoint/key`). Default true: what S3-compatible
+    /// servers expect.
+    pub path_style: bool,
+    /// Whether an `http://` endpoint is accepted.
+    pub allow_http: bool,
+    /// Time limit of one request attempt, headers and body.
+    pub request_timeout: Duration,
+    /// Retries after the first attempt, for retryable failures.
+    pub retries: u32,
+}
+
+impl fmt::Debug for S3Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3Settings")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("bucket", &self.bucket)
+            .field("access_key_id", &self.access_key_id)
+            .field(
+                "secret_access_key",
+                &self.secret_access_key.as_ref().map(|_| "<redacted>"),
+            )
+            .field(
+                "session_token",
+                &self.session_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("path_style", &self.path_style)
+            .field("allow_http", &self.allow_http)
+            .field("request_timeout", &self.request_timeout)
+            .field("retries", &self.retries)
+            .finish()
+    }
+}
+
+impl S3Settings {
+    /// Settings for `bucket` with every default: no endpoint, region or
+    /// credentials yet, path-style addressing, HTTPS only, 10 s timeout,
+    /// 8 retries.
+    pub fn new(bucket: impl Into<String>) -> S3Settings {
+        S3Settings {
+            endpoint: None,
+            region: None,
+            bucket: bucket.into(),
+            access_key_id: None,
+            secret_access_key: None,
+            session_token: None,
+            path_style: true,
+            allow_http: false,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            retries: DEFAULT_RETRIES,
+        }
+    }
+
+    /// The settings of a `kind = "s3"` dataset, completed from the process
+    /// environment ([`fill_from_env`](Self::fill_from_env)).
+    pub fn from_dataset(ds: &DatasetConfig) -> Result<S3Settings, S3Error> {
+        if ds.kind != SourceKind::S3 {
+            return Err(S3Error::Settings(format!(
+                "dataset {:?} is not an S3 dataset",
+                ds.name
+            )));
+        }
+        let bucket = ds.bucket.clone().ok_or_else(|| {
+            S3Error::Settings(format!("dataset {:?}: `bucket` is not set", ds.name))
+        })?;
+        let mut s = S3Settings::new(bucket);
+        s.endpoint = ds.endpoint.clone();
+        s.region = ds.region.clone();
+        s.access_key_id = ds.access_key_id.clone();
+        s.secret_access_key = ds.secret_access_key.clone();
+        s.path_style = ds.path_style.unwrap_or(true);
+        s.allow_http = ds.allow_http.unwrap_or(false);
+        if let Some(ms) = ds.request_timeout_ms {
+            s.request_timeout = Duration::from_millis(ms);
+        }
+        if let Some(r) = ds.retries {
+            s.retries = r;
+        }
+        s.fill_from_env(|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
+        Ok(s)
+    }
+
+    /// Fills what is still unset from environment variables looked up with
+    /// `var`: `AWS_ENDPOINT_URL` (or `AWS_ENDPOINT`), `AWS_REGION` (or
+    /// `AWS_DEFAULT_REGION`), and the credentials `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` — the credentials only
+    /// when the settings name no access key at all, so a configured key is
+    /// never paired with another key's secret.
+    pub fn fill_from_env(&mut self, var: impl Fn(&str) -> Option<String>) {
+        if self.endpoint.is_none() {
+            self.endpoint = var("AWS_ENDPOINT_URL").or_else(|| var("AWS_ENDPOINT"));
+        }
+        if self.region.is_none() {
+            self.region = var("AWS_REGION").or_else(|| var("AWS_DEFAULT_REGION"));
+        }
+        if self.access_key_id.is_none() && self.secret_access_key.is_none() {
+            self.access_key_id = var("AWS_ACCESS_KEY_ID");
+            self.secret_access_key = var("AWS_SECRET_ACCESS_KEY");
+            self.session_token = var("AWS_SESSION_TOKEN");
+        }
+    }
+
+    /// The `s3://bucket/key` form of a key, for messages.
+    pub fn url_of(&self, key: &str) -> String {
+        format!("s3://{}/{}", self.bucket, key)
+    }
+
+    /// Checks the settings and builds the S3 client. Fails when credentials
+    /// are missing or half given (the client would otherwise go looking for
+    /// instance credentials), when an `http://` endpoint is used without
+    /// `allow_http`, or when object_store rejects a value.
+    pub fn build_store(&self) -> Result<Arc<dyn ObjectStore>, S3Error> {
+        let bad = |m: String| Err(S3Error::Settings(m));
+        if self.bucket.is_empty() || self.bucket.contains('/') {
+            return bad(format!(
+                "bucket name {:?} is empty or contains '/'",
+                self.bucket
+            ));
+        }
+        let (key, secret) = match (&self.access_key_id, &self.secret_access_key) {
+            (Some(k), Some(s)) => (k, s),
+            (None, None) => {
+                return bad(
+                    "no S3 credentials: set access_key_id and secret_access_key, or \
+                     AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment"
+                        .to_owned(),
+                )
+            }
+            (Some(_), None) => return bad("access key id given without a secret access key".into()),
+            (None, Some(_)) => {
+                return bad("secret access key given without an access key id".into())
+            }
+        };
+        if let Some(e) = &self.endpoint {
+            if let Some(rest) = e.strip_prefix("http://") {
+                if !self.allow_http {
+                    return bad(format!(
+                        "endpoint {e} is plain HTTP; set allow_http = true to use it (meant for loopback and test servers)"
+                    ));
+                }
+                if rest.is_empty() {
+                    return bad(format!("endpoint {e:?} names no host"));
+                }
+            } else if !e.starts_with("https://") {
+                return bad(format!("endpoint {e:?} is not an http:// or https:// URL"));
+            }
+        }
+        if self.request_timeout.is_zero() {
+            return bad("request timeout must be above zero".into());
+        }
+        let client = ClientOptions::new()
+            .with_allow_http(self.allow_http)
+            // The fetcher enforces the per-attempt limit itself; the client's
+            // limit, twice as long, is the backstop of the other requests
+            // (listing pages, uploads).
+            .with_timeout(self.request_timeout.saturating_mul(2))
+            .with_connect_timeout(self.request_timeout.min(Duration::from_secs(5)))
+            .with_pool_idle_timeout(Duration::from_secs(30));
+        let mut b = AmazonS3Builder::new()
+            .with_bucket_name(&self.bucket)
+            .with_region(self.region.as_deref().unwrap_or(DEFAULT_REGION))
+            .with_access_key_id(key)
+            .with_secret_access_key(secret)
+            .with_virtual_hosted_style_request(!self.path_style)
+            .with_allow_http(self.allow_http)
+            .with_client_options(client)
+            .with_retry(RetryConfig {
+                max_retries: 0,
+                retry_timeout: Duration::ZERO,
+                ..RetryConfig::default()
+            });
+        if let Some(e) = &self.endpoint {
+            b = b.with_endpoint(e.trim_end_matches('/'));
+        }
+        if let Some(t) = &self.session_token {
+            b = b.with_token(t);
+        }
+        let store = b
+            .build()
+            .map_err(|e| S3Error::Settings(format!("bucket {}: {e}", self.bucket)))?;
+        Ok(Arc::new(store))
+    }
+
+    /// The retry policy these settings ask for.
+    pub fn retry_policy(&self) -> ReadRetry {
+        ReadRetry {
+            retries: self.retries,
+            base_delay: RETRY_BASE_DELAY,
+            max_delay: RETRY_MAX_DELAY,
+        }
+    }
+
+    /// Fetch options for these settings with `capacity` requests in flight.
+    pub fn fetch_options(&self, capacity: u32) -> FetchOptions {
+        FetchOptions {
+            capacity,
+            request_timeout: self.request_timeout,
+            retry: self.retry_policy(),
+            ..FetchOptions::default()
+        }
+    }
+}
+
+/// Why an S3 operation other than a sample fetch failed.
+#[derive(Debug)]
+pub enum S3Error {
+    /// The settings are incomplete or wrong.
+    Settings(String),
+    /// A request failed (after its retries).
+    Request {
+        /// What was being done (`list s3://bucket/prefix`).
+        what: String,
+        /// Whether the failure was of the kind that may go away (it was
+        /// retried until the retries ran out).
+        retryable: bool,
+        /// The client's error.
+        source: object_store::Error,
+    },
+    /// A manifest line could not be used.
+    Manifest {
+        /// The manifest (`s3://bucket/key` or a file).
+        manifest: String,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The location holds no sample.
+    Empty {
+        /// The listed prefix or the manifest.
+        location: String,
+    },
+    /// A local file could not be read.
+    Io {
+        /// The file.
+        what: String,
+        /// The underlying error.
+        source: io::Error,
+    },
+}
+
+impl fmt::Display for S3Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            S3Error::Settings(m) => write!(f, "S3 settings: {m}"),
+            S3Error::Request { what, source, .. } => write!(f, "cannot {what}: {source}"),
+            S3Error::Manifest {
+                manifest,
+                line,
+                reason,
+            } => write!(f, "{manifest}:{line}: {reason}"),
+            S3Error::Empty { location } => write!(f, "no sample found in {location}"),
+            S3Error::Io { what, source } => write!(f, "{what}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for S3Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            S3Error::Request { source, .. } => Some(source),
+            S3Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// How a failed request is judged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The `io::ErrorKind` it is reported with.
+    pub kind: io::ErrorKind,
+    /// Whether another attempt may succeed: timeouts, connection errors,
+    /// HTTP 5xx, 429 and 408. Not: 404, 403, 401, other 4xx, bad requests,
+    /// length mismatches.
+    pub retryable: bool,
+    /// A short description (`HTTP 503`, `not found (HTTP 404)`, …).
+    pub what: String,
+}
+
+/// Classifies an `object_store` error (see [`Failure::retryable`]).
+pub fn classify(err: &object_store::Error) -> Failure {
+    use object_store::Error as E;
+    let fail = |kind, retryable, what: &str| Failure {
+        kind,
+        retryable,
+        what: what.to_owned(),
+    };
+    match err {
+        E::NotFound { .. } => fail(io::ErrorKind::NotFound, false, "not found (HTTP 404)"),
+        E::PermissionDenied { .. } => fail(
+            io::ErrorKind::PermissionDenied,
+            false,
+            "access denied (HTTP 403)",
+        ),
+        E::Unauthenticated { .. } => fail(
+            io::ErrorKind::PermissionDenied,
+            false,
+            "not authenticated (HTTP 401)",
+        ),
+        E::Generic { .. } => classify_chain(err),
+        _ => fail(io::ErrorKind::Other, false, "request failed"),
+    }
+}
+
+/// Classifies a generic error by what its source chain holds: a transport
+/// error of the HTTP client, an HTTP status, or an I/O error.
+fn classify_chain(err: &object_store::Error) -> Failure {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(h) = e.downcast_ref::<HttpError>() {
+            let (kind, retryable, what) = match h.kind() {
+                HttpErrorKind::Connect => {
+                    (io::ErrorKind::ConnectionRefused, true, "cannot connect")
+                }
+                HttpErrorKind::Request => {
+                    (io::ErrorKind::ConnectionReset, true, "connection failed")
+                }
+                HttpErrorKind::Interrupted => (
+                    io::ErrorKind::ConnectionAborted,
+                    true,
+                    "connection interrupted",
+                ),
+                HttpErrorKind::Timeout => (io::ErrorKind::TimedOut, true, "timed out"),
+                HttpErrorKind::Decode => (
+                    io::ErrorKind::InvalidData,
+                    false,
+                    "cannot decode the response",
+                ),
+                _ => (io::ErrorKind::Other, true, "transport error"),
+            };
+            return Failure {
+                kind,
+                retryable,
+                what: what.to_owned(),
+            };
+        }
+        if let Some(io_err) = e.downcast_ref::<io::Error>() {
+            use io::ErrorKind as K;
+            let retryable = matches!(
+                io_err.kind(),
+                K::TimedOut
+                    | K::ConnectionRefused
+                    | K::ConnectionReset
+                    | K::ConnectionAborted
+                    | K::BrokenPipe
+                    | K::UnexpectedEof
+                    | K::Interrupted
+                    | K::WouldBlock
+            );
+            return Failure {
+                kind: io_err.kind(),
+                retryable,
+                what: "I/O error".to_owned(),
+            };
+        }
+        cur = e.source();
+    }
+    // object_store reports statuses it does not map to a variant (5xx, 429,
+    // 408, 400, 416, …) as text only: "... status code: 503 Service ...".
+    let text = err.to_string();
+    if let Some(code) = status_in(&text) {
+        let retryable = code >= 500 || code == 429 || code == 408;
+        let kind = if retryable {
+            io::ErrorKind::Other
+        } else {
+            io::ErrorKind::InvalidInput
+        };
+        return Failure {
+            kind,
+            retryable,
+            what: format!("HTTP {code}"),
+        };
+    }
+    Failure {
+        kind: io::ErrorKind::Other,
+        retryable: false,
+        what: "request failed".to_owned(),
+    }
+}
+
+/// The HTTP status in an object_store error message, if it names one.
+fn status_in(text: &str) -> Option<u16> {
+    let at = text.find("status code: ")? + "status code: ".len();
+    let digits = text.get(at..at + 3)?;
+    let code: u16 = digits.parse().ok()?;
+    (100..600).contains(&code).then_some(code)
+}
+
+/// The error of a failed sample fetch, inside the `io::Error` of its
+/// completion: which object, what went wrong, after how many attempts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchError {
+    /// The object key.
+    pub key: String,
+    /// Requested byte range of the object (`None`: the whole object).
+    pub range: Option<(u64, u64)>,
+    /// Attempts made.
+    pub attempts: u32,
+    /// Whether the last failure was retryable (the retries ran out).
+    pub retryable: bool,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl fmt::Display for FetchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "GET {}", self.key)?;
+        if let Some((a, b)) = self.range {
+            write!(f, " bytes {a}..{b}")?;
+        }
+        write!(f, ": {}", self.message)?;
+        if self.attempts > 1 {
+            write!(f, " (after {} attempts)", self.attempts)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for FetchError {}
+
+/// Whether a fetch error may go away on its own: the [`FetchError`] inside
+/// says so (timeouts, connection errors, 5xx — still failing when the
+/// fetcher's own retries ran out); other errors are judged by
+/// [`crate::uring_reader::is_retryable`].
+pub fn is_retryable(err: &io::Error) -> bool {
+    match err.get_ref().and_then(|e| e.downcast_ref::<FetchError>()) {
+        Some(f) => f.retryable,
+        None => crate::uring_reader::is_retryable(err),
+    }
+}
+
+/// The fetch error inside `err`, if there is one.
+pub fn fetch_error(err: &io::Error) -> Option<&FetchError> {
+    err.get_ref().and_then(|e| e.downcast_ref::<FetchError>())
+}
+
+/// Where a dataset's catalog comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum S3Layout {
+    /// Every object below a prefix (`""`: the whole bucket), class folders
+    /// under it.
+    Prefix(String),
+    /// A manifest object in the bucket.
+    ManifestObject(String),
+    /// A manifest file on the local filesystem.
+    ManifestFile(std::path::PathBuf),
+}
+
+impl S3Layout {
+    /// The layout of a `kind = "s3"` dataset: `prefix`, or `manifest` (an
+    /// object key, or `file://PATH` for a local file).
+    pub fn from_dataset(ds: &DatasetConfig) -> Result<S3Layout, S3Error> {
+        match (&ds.prefix, &ds.manifest) {
+            (Some(p), None) => Ok(S3Layout::Prefix(p.clone())),
+            (None, Some(m)) => {
+                let m = m.to_string_lossy();
+                Ok(match m.strip_prefix("file://") {
+                    Some(path) => S3Layout::ManifestFile(path.into()),
+                    None => S3Layout::ManifestObject(m.into_owned()),
+                })
+            }
+            _ => Err(S3Error::Settings(format!(
+                "dataset {:?}: set exactly one of `prefix` and `manifest`",
+                ds.name
+            ))),
+        }
+    }
+}
+
+/// An S3 dataset source: the client, a tokio runtime on its own threads,
+/// and the options of the fetchers it makes.
+pub struct S3Source {
+    runtime: Arc<tokio::runtime::Runtime>,
+    store: Arc<dyn ObjectStore>,
+    bucket: String,
+    options: FetchOptions,
+}
+
+impl fmt::Debug for S3Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3Source")
+            .field("bucket", &self.bucket)
+            .field("store", &self.store.to_string())
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl S3Source {
+    /// Connects to the bucket of `settings`; fetchers get `capacity`
+    /// requests in flight. Nothing is sent until a catalog is listed or a
+    /// sample fetched.
+    pub fn connect(settings: &S3Settings, capacity: u32) -> Result<S3Source, S3Error> {
+        let store = settings.build_store()?;
+        S3Source::with_store(store, &settings.bucket, settings.fetch_options(capacity)).map_err(
+            |e| S3Error::Io {
+                what: "starting the S3 runtime".to_owned(),
+                source: e,
+            },
+        )
+    }
+
+    /// A source over any `ObjectStore` (a wrapped or fault-injecting client).
+    pub fn with_store(
+        store: Arc<dyn ObjectStore>,
+        bucket: &str,
+        options: FetchOptions,
+    ) -> io::Result<S3Source> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(options.worker_threads.max(1))
+            .thread_name("granary-s3")
+            .enable_all()
+            .build()?;
+        Ok(S3Source {
+            runtime: Arc::new(runtime),
+            store,
+            bucket: bucket.to_owned(),
+            options,
+        })
+    }
+
+    /// The client.
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// The bucket name.
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// The fetch options.
+    pub fn options(&self) -> &FetchOptions {
+        &self.options
+    }
+
+    /// Runs `f` to completion on the source's runtime, blocking the caller
+    /// (who must not be on a runtime thread).
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.runtime.block_on(f)
+    }
+
+    /// Builds the catalog of `layout` (listing or manifest), blocking.
+    pub fn catalog(&self, layout: &S3Layout) -> Result<S3Catalog, S3Error> {
+        let retry = self.options.retry;
+        let store = &*self.store;
+        let bucket = &self.bucket;
+        self.block_on(async move {
+            match layout {
+                S3Layout::Prefix(p) => S3Catalog::list(store, bucket, p, retry).await,
+                S3Layout::ManifestObject(k) => {
+                    S3Catalog::from_manifest_object(store, bucket, k, retry).await
+                }
+                S3Layout::ManifestFile(f) => {
+                    S3Catalog::from_manifest_file(store, bucket, f, retry).await
+                }
+            }
+        })
+    }
+
+    /// A fetcher on this source's runtime with the source's options.
+    pub fn fetcher(&self) -> io::Result<S3Fetcher> {
+        S3Fetcher::new(
+            self.runtime.clone(),
+            self.store.clone(),
+            self.options.clone(),
+        )
+    }
+
+    /// A fetcher with other options (capacity, timeout, retries) on the
+    /// same runtime and client.
+    pub fn fetcher_with(&self, options: FetchOptions) -> io::Result<S3Fetcher> {
+        S3Fetcher::new(self.runtime.clone(), self.store.clone(), options)
+    }
+}
+
+/// Runs `op` until it succeeds, fails with a non-retryable error, or
+/// `policy.retries` retries have failed; sleeps the policy's backoff
+/// (exponential, jittered by `seed`) between attempts. Returns the last
+/// error with the number of attempts made.
+pub async fn with_retries<T, F, Fut>(
+    policy: ReadRetry,
+    seed: u64,
+    mut op: F,
+) -> Result<T, (object_store::Error, u32)>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = object_store::Result<T>>,
+{
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(e) if classify(&e).retryable && attempts <= policy.retries => {
+                tokio::time::sleep(policy.delay(attempts, seed)).await;
+            }
+            Err(e) => return Err((e, attempts)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,460 @@
+//! The catalog of an S3 dataset: which objects (or byte ranges of objects)
+//! are its samples, in which order, with which labels and sizes.
+//!
+//! **Listing** ([`S3Catalog::list`]). Every object below `prefix` (taken as
+//! a folder: `train` lists `train/…`; the empty prefix lists the bucket) is
+//! a sample, with the rules of the filesystem tree
+//! ([`crate::source::Catalog::from_dir`]) applied to the key below the
+//! prefix: the first component names the class, classes get labels `0..k-1`
+//! in the byte order of their names, objects directly under the prefix get
+//! label `-1`, keys with a component starting with `.` are skipped, and
+//! samples are ordered by label (unlabelled first), then by key compared
+//! component by component in byte order. The sample id is the position in
+//! that order; a tree uploaded by `granary ingest` therefore gets the same
+//! ids, labels and sizes as the folder it came from. (A class folder without
+//! files has no object, so it takes no label here, where the filesystem
+//! catalog would give it one.) Sizes come from the listing.
+//!
+//! **Manifest** ([`S3Catalog::from_manifest_object`],
+//! [`S3Catalog::from_manifest_file`]). One sample per line, fields separated
+//! by tabs: `key<TAB>label` (the whole object) or
+//! `key<TAB>label<TAB>offset<TAB>length` (`length` bytes at `offset` of the
+//! object, fetched with a ranged GET). Blank lines and lines starting with
+//! `#` are skipped; a trailing `\r` is ignored. Keys in a manifest object
+//! are relative to the manifest's folder unless they start with `/` (then
+//! from the bucket root); keys in a local manifest file are from the bucket
+//! root. The sample id is the position among the sample lines. Sizes of
+//! whole-object samples come from one listing of the keys' common folder,
+//! and a HEAD request for any key the listing did not show.
+
+use super::{classify, with_retries, S3Error};
+use crate::uring_reader::ReadRetry;
+use futures_util::StreamExt;
+use object_store::path::Path as ObjectPath;
+use object_store::{GetOptions, ObjectStore};
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// One sample of an S3 dataset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Entry {
+    /// Stable id: the sample's position in the catalog.
+    pub sample_id: u64,
+    /// The object holding the sample.
+    pub key: ObjectPath,
+    /// Class label (`-1`: none).
+    pub label: i32,
+    /// Where the sample starts in the object.
+    pub offset: u64,
+    /// Sample length in bytes.
+    pub size: u64,
+    /// Whether the sample is the whole object (a plain GET that must
+    /// return exactly `size` bytes) rather than a range of it.
+    pub whole_object: bool,
+}
+
+/// The ordered list of an S3 dataset's samples.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Catalog {
+    bucket: String,
+    entries: Vec<S3Entry>,
+    class_names: Vec<String>,
+    total_bytes: u64,
+}
+
+/// Lists every object below `prefix` (as a folder), retrying the listing
+/// as a whole on retryable failures.
+async fn list_all(
+    store: &dyn ObjectStore,
+    bucket: &str,
+    prefix: &str,
+    retry: ReadRetry,
+) -> Result<Vec<(ObjectPath, u64)>, S3Error> {
+    let folder = ObjectPath::from(prefix);
+    let arg = (!prefix.is_empty()).then_some(&folder);
+    with_retries(retry, 0x4c49_5354, || async {
+        let mut out = Vec::new();
+        let mut stream = store.list(arg);
+        while let Some(meta) = stream.next().await {
+            let meta = meta?;
+            out.push((meta.location, meta.size));
+        }
+        Ok(out)
+    })
+    .await
+    .map_err(|(source, _)| S3Error::Request {
+        what: format!("list s3://{bucket}/{prefix}"),
+        retryable: classify(&source).retryable,
+        source,
+    })
+}
+
+/// Compares two keys component by component, in byte order.
+fn cmp_components(a: &str, b: &str) -> Ordering {
+    a.split('/').cmp(b.split('/'))
+}
+
+impl S3Catalog {
+    /// Lists `prefix` in `bucket` (see the module docs for the rules).
+    pub async fn list(
+        store: &dyn ObjectStore,
+        bucket: &str,
+        prefix: &str,
+        retry: ReadRetry,
+    ) -> Result<S3Catalog, S3Error> {
+        let prefix = prefix.trim_matches('/');
+        let objects = list_all(store, bucket, prefix, retry).await?;
+        let strip = if prefix.is_empty() {
+            0
+        } else {
+            prefix.len() + 1
+        };
+        // (label-to-be, relative key, key, size); label -1 or a class name.
+        let mut rows: Vec<(Option<String>, String, ObjectPath, u64)> = Vec::new();
+        for (key, size) in objects {
+            let Some(rel) = key.as_ref().get(strip..) else {
+                continue;
+            };
+            if rel.is_empty() || rel.split('/').any(|c| c.is_empty() || c.starts_with('.')) {
+                continue;
+            }
+            let class = rel.split_once('/').map(|(c, _)| c.to_owned());
+            rows.push((class, rel.to_owned(), key, size));
+        }
+        let mut class_names: Vec<String> = rows.iter().filter_map(|r| r.0.clone()).collect();
+        class_names.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        class_names.dedup();
+        if i32::try_from(class_names.len()).is_err() {
+            return Err(S3Error::Settings(format!(
+                "s3://{bucket}/{prefix}: more class folders than 32-bit labels"
+            )));
+        }
+        let label_of = |c: &Option<String>| -> i32 {
+            match c {
+                None => -1,
+                Some(name) => class_names
+                    .binary_search_by(|n| n.as_bytes().cmp(name.as_bytes()))
+                    .map_or(-1, |i| i as i32),
+            }
+        };
+        let mut labelled: Vec<(i32, String, ObjectPath, u64)> = rows
+            .into_iter()
+            .map(|(c, rel, key, size)| (label_of(&c), rel, key, size))
+            .collect();
+        labelled.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| cmp_components(&a.1, &b.1)));
+        let entries = labelled
+            .into_iter()
+            .enumerate()
+            .map(|(i, (label, _, key, size))| S3Entry {
+                sample_id: i as u64,
+                key,
+                label,
+                offset: 0,
+                size,
+                whole_object: true,
+            })
+            .collect();
+        Self::finish(
+            bucket,
+            entries,
+            class_names,
+            &format!("s3://{bucket}/{prefix}"),
+        )
+    }
+
+    /// Reads a manifest object from the bucket and catalogs what it lists.
+    pub async fn from_manifest_object(
+        store: &dyn ObjectStore,
+        bucket: &str,
+        manifest_key: &str,
+        retry: ReadRetry,
+    ) -> Result<S3Catalog, S3Error> {
+        let manifest_key = manifest_key.trim_start_matches('/');
+        let name = format!("s3://{bucket}/{manifest_key}");
+        let path = ObjectPath::from(manifest_key);
+        let text = with_retries(retry, 0x4d41_4e49, || async {
+            store
+                .get_opts(&path, GetOptions::default())
+                .await?
+                .bytes()
+                .await
+        })
+        .await
+        .map_err(|(source, _)| S3Error::Request {
+            what: format!("read manifest {name}"),
+            retryable: classify(&source).retryable,
+            source,
+        })?;
+        let base = manifest_key.rsplit_once('/').map_or("", |(d, _)| d);
+        Self::from_manifest_text(store, bucket, &name, &text, base, retry).await
+    }
+
+    /// Reads a manifest from a local file and catalogs what it lists (keys
+    /// from the bucket root).
+    pub async fn from_manifest_file(
+        store: &dyn ObjectStore,
+        bucket: &str,
+        file: &Path,
+        retry: ReadRetry,
+    ) -> Result<S3Catalog, S3Error> {
+        let text = std::fs::read(file).map_err(|source| S3Error::Io {
+            what: format!("read manifest {}", file.display()),
+            source,
+        })?;
+        let name = file.display().to_string();
+        Self::from_manifest_text(store, bucket, &name, &text, "", retry).await
+    }
+
+    /// Parses manifest `text` (named `name` in errors; relative keys joined
+    /// to `base`) and catalogs it.
+    pub async fn from_manifest_text(
+        store: &dyn ObjectStore,
+        bucket: &str,
+        name: &str,
+        text: &[u8],
+        base: &str,
+        retry: ReadRetry,
+    ) -> Result<S3Catalog, S3Error> {
+        let lines = parse_manifest(name, text, base)?;
+        // Sizes of whole-object samples: one listing of the common folder,
+        // then HEAD for the rest.
+        let mut sizes: HashMap<String, u64> = HashMap::new();
+        let wanted: Vec<&str> = lines
+            .iter()
+            .filter(|l| l.range.is_none())
+            .map(|l| l.key.as_str())
+            .collect();
+        if let Some(first) = wanted.first() {
+            let mut common = first.rsplit_once('/').map_or("", |(d, _)| d).to_owned();
+            for k in &wanted[1..] {
+                while !common.is_empty() && !k.starts_with(&format!("{common}/")) {
+                    common = common.rsplit_once('/').map_or("", |(d, _)| d).to_owned();
+                }
+            }
+            for (key, size) in list_all(store, bucket, &common, retry).await? {
+                sizes.insert(key.as_ref().to_owned(), size);
+            }
+        }
+        let mut entries = Vec::with_capacity(lines.len());
+        for (i, l) in lines.into_iter().enumerate() {
+            let key = ObjectPath::parse(&l.key).map_err(|e| S3Error::Manifest {
+                manifest: name.to_owned(),
+                line: l.line,
+                reason: format!("key {:?} is not usable: {e}", l.key),
+            })?;
+            let (offset, size, whole_object) = match l.range {
+                Some((offset, len)) => (offset, len, false),
+                None => match sizes.get(key.as_ref()) {
+                    Some(&s) => (0, s, true),
+                    None => {
+                        let head = with_retries(retry, i as u64, || async {
+                            let opts = GetOptions {
+                                head: true,
+                                ..GetOptions::default()
+                            };
+                            Ok(store.get_opts(&key, opts).await?.meta)
+                        })
+                        .await;
+                        match head {
+                            Ok(meta) => {
+                                sizes.insert(l.key.clone(), meta.size);
+                                (0, meta.size, true)
+                            }
+                            Err((e, _)) => {
+                                return Err(S3Error::Manifest {
+                                    manifest: name.to_owned(),
+                                    line: l.line,
+                                    reason: format!(
+                                        "s3://{bucket}/{}: {}: {e}",
+                                        l.key,
+                                        classify(&e).what
+                                    ),
+                                })
+                            }
+                        }
+                    }
+                },
+            };
+            entries.push(S3Entry {
+                sample_id: i as u64,
+                key,
+                label: l.label,
+                offset,
+                size,
+                whole_object,
+            });
+        }
+        Self::finish(bucket, entries, Vec::new(), name)
+    }
+
+    fn finish(
+        bucket: &str,
+        entries: Vec<S3Entry>,
+        class_names: Vec<String>,
+        origin: &str,
+    ) -> Result<S3Catalog, S3Error> {
+        if entries.is_empty() {
+            return Err(S3Error::Empty {
+                location: origin.to_owned(),
+            });
+        }
+        let total_bytes = entries
+            .iter()
+            .map(|e| e.size)
+            .fold(0u64, u64::saturating_add);
+        Ok(S3Catalog {
+            bucket: bucket.to_owned(),
+            entries,
+            class_names,
+            total_bytes,
+        })
+    }
+
+    /// The bucket.
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the catalog holds no sample (never true for a built catalog).
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// All samples, in sample-id order.
+    pub fn entries(&self) -> &[S3Entry] {
+        &self.entries
+    }
+
+    /// The sample with this id.
+    pub fn get(&self, sample_id: u64) -> Option<&S3Entry> {
+        usize::try_from(sample_id)
+            .ok()
+            .and_then(|i| self.entries.get(i))
+    }
+
+    /// Class folder names, indexed by label (listings only).
+    pub fn class_names(&self) -> &[String] {
+        &self.class_names
+    }
+
+    /// Sum of all sample sizes, in bytes.
+    pub fn total_bytes(&self) -> u64 {
+        self.total_bytes
+    }
+
+    /// Size of the largest sample, in bytes.
+    pub fn max_size(&self) -> u64 {
+        self.entries.iter().map(|e| e.size).max().unwrap_or(0)
+    }
+
+    /// The fetch request for sample `sample_id` into `dest`, tagged `tag`;
+    /// `None` when the id is out of range or the sample is larger than a
+    /// request can carry (4 GiB).
+    pub fn request(&self, sample_id: u64, tag: u64, dest: *mut u8) -> Option<super::FetchRequest> {
+        let e = self.get(sample_id)?;
+        let len = u32::try_from(e.size).ok()?;
+        Some(super::FetchRequest {
+            tag,
+            key: e.key.clone(),
+            offset: e.offset,
+            len,
+            whole_object: e.whole_object,
+            dest,
+        })
+    }
+}
+
+/// One parsed manifest line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ManifestLine {
+    pub line: usize,
+    pub key: String,
+    pub label: i32,
+    pub range: Option<(u64, u64)>,
+}
+
+/// Parses manifest `text`; relative keys are joined to `base`.
+pub(crate) fn parse_manifest(
+    name: &str,
+    text: &[u8],
+    base: &str,
+) -> Result<Vec<ManifestLine>, S3Error> {
+    let bad = |line: usize, reason: String| S3Error::Manifest {
+        manifest: name.to_owned(),
+        line,
+        reason,
+    };
+    let text = std::str::from_utf8(text).map_err(|e| {
+        let line = 1 + text[..e.valid_up_to()]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count();
+        bad(line, "not UTF-8 text (S3 keys are UTF-8)".to_owned())
+    })?;
+    let base = base.trim_matches('/');
+    let mut out = Vec::new();
+    for (i, raw) in text.split('\n').enumerate() {
+        let line_no = i + 1;
+        let line = raw.strip_suffix('\r').unwrap_or(raw);
+        let trimmed = line.trim();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let fields: Vec<&str> = line.split('\t').collect();
+        if fields.len() != 2 && fields.len() != 4 {
+            return Err(bad(
+                line_no,
+                format!(
+                    "expected `key<TAB>label` or `key<TAB>label<TAB>offset<TAB>length`, found {} field(s) in {line:?}",
+                    fields.len()
+                ),
+            ));
+        }
+        let key = fields[0];
+        if key.is_empty() || key == "/" {
+            return Err(bad(line_no, "empty key before the tab".to_owned()));
+        }
+        let label = fields[1].trim().parse::<i32>().map_err(|_| {
+            bad(
+                line_no,
+                format!("label {:?} is not a 32-bit integer", fields[1]),
+            )
+        })?;
+        let range = if fields.len() == 4 {
+            let num = |s: &str, what: &str| {
+                s.trim()
+                    .parse::<u64>()
+                    .map_err(|_| bad(line_no, format!("{what} {s:?} is not a byte count")))
+            };
+            let offset = num(fields[2], "offset")?;
+            let len = num(fields[3], "length")?;
+            if len > u64::from(u32::MAX) {
+                return Err(bad(line_no, format!("length {len} is above 4 GiB")));
+            }
+            if offset.checked_add(len).is_none() {
+                return Err(bad(line_no, "offset + length overflows".to_owned()));
+            }
+            Some((offset, len))
+        } else {
+            None
+        };
+        let key = match key.strip_prefix('/') {
+            Some(abs) => abs.to_owned(),
+            None if base.is_empty() => key.to_owned(),
+            None => format!("{base}/{key}"),
+        };
+        out.push(ManifestLine {
+            line: line_no,
+            key,
+            label,
+            range,
+        });
+    }
+    Ok(out)
+}
