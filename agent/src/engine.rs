@@ -87,6 +87,33 @@ fn table_area(arena_size: u64) -> u64 {
     (arena_size / 64).clamp(1 << 20, 64 << 20) & !4095
 }
 
+/// Bytes of the sample cache kept for reads the policy does not retain.
+///
+/// A session keeps up to `prefetch.window_batches` batches ahead of its
+/// loader, their samples pinned (being read, or published and not yet
+/// taken); the ones the policy does not keep are transient and hold their
+/// extents until the batch comes back. When the transient area cannot hold
+/// them, an evicting policy evicts retained samples that will be needed
+/// again to make room, and MinIO refuses the reads (the window shrinks).
+/// The reserve holds one such window of batches of the client's default
+/// size of the largest mean sample among the datasets (each rounded up to
+/// the cache's alignment): at least the default sixteenth of the cache, at
+/// most half of it. More concurrent sessions share it.
+fn transient_reserve(cfg: &Config, datasets: &[Dataset], cache: &CacheConfig) -> u64 {
+    let align = cache.align.max(1);
+    let mean = datasets
+        .iter()
+        .map(|d| d.catalog.total_bytes() / (d.catalog.len() as u64).max(1))
+        .max()
+        .unwrap_or(0)
+        .next_multiple_of(align);
+    let window = mean
+        .saturating_mul(u64::from(granary::DEFAULT_BATCH_SIZE))
+        .saturating_mul(u64::from(cfg.prefetch.window_batches));
+    let half = cache.arena_size / 2 / align * align;
+    window.clamp(cache.transient_reserve.min(half), half)
+}
+
 impl Engine {
     /// Creates the arena, binds the socket, opens every dataset's catalog.
     pub fn new(cfg: Config, metrics: Arc<Metrics>) -> io::Result<Engine> {
@@ -126,6 +153,7 @@ impl Engine {
         };
         let mut cc = CacheConfig::new(size - tables_len, policy);
         cc.base = tables_len;
+        cc.transient_reserve = transient_reserve(&cfg, &datasets, &cc);
         let cache = Cache::new(cc).map_err(|e| io::Error::other(format!("cache: {e}")))?;
         let reader = UringReader::new(cfg.prefetch.max_inflight_reads)?;
         let server = Server::bind(&cfg.socket)?;
@@ -156,6 +184,12 @@ impl Engine {
     /// The socket path loaders connect to.
     pub fn socket_path(&self) -> &std::path::Path {
         self.server.path()
+    }
+
+    /// How the sample cache is set up (its range, alignment, transient
+    /// reserve and policy).
+    pub fn cache_config(&self) -> &CacheConfig {
+        self.cache.config()
     }
 
     /// Whether the arena got hugepages.
@@ -448,7 +482,10 @@ impl Engine {
         let Some(s) = self.sessions.get_mut(&sid) else {
             return false;
         };
-        if let Err(e) = s.plan_ahead() {
+        // Published batches not yet taken count towards the window. A bad
+        // head reads as none here; publish() fences the session for it.
+        let published = s.ready.unconsumed().unwrap_or(0);
+        if let Err(e) = s.plan_ahead(published) {
             eprintln!("granaryd: session {sid}: planning failed: {e}");
             return false;
         }

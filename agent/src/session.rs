@@ -141,9 +141,14 @@ impl Session {
         })
     }
 
-    /// Plans batches until `pending` holds `window` of them (or the plan ends).
-    pub fn plan_ahead(&mut self) -> Result<(), PlanError> {
-        while !self.planned_all && self.pending.len() < self.window as usize {
+    /// Plans batches until `pending` and the `published` batches the loader
+    /// has not taken yet hold `window` batches together (or the plan ends):
+    /// both are ahead of the loader, and a full ready ring must not stretch
+    /// the window (its samples stay pinned until released).
+    pub fn plan_ahead(&mut self, published: usize) -> Result<(), PlanError> {
+        while !self.planned_all
+            && self.pending.len().saturating_add(published) < self.window as usize
+        {
             let epoch = match &self.plan {
                 Some(p) if self.next_index < p.num_batches() => p.epoch(),
                 Some(p) => {
