@@ -268,7 +268,7 @@ impl Engine {
             ConnEvent::Open(conn, req) => self.open_session(conn, req),
             ConnEvent::Close(conn, sid) => {
                 if self.sessions.get(&sid).is_some_and(|s| s.conn == conn) {
-                    self.end_session(sid);
+                    self.end_session(sid, false);
                     let _ = self
                         .server
                         .reply(conn, &Message::SessionClosed { session_id: sid }, &[]);
@@ -288,7 +288,7 @@ impl Engine {
                     if self.sessions.get(&sid).is_some_and(|s| !s.leases.is_empty()) {
                         self.metrics.loaders_lost.fetch_add(1, Ordering::Relaxed);
                     }
-                    self.end_session(sid);
+                    self.end_session(sid, false);
                 }
             }
         }
@@ -394,11 +394,16 @@ impl Engine {
         self.sessions.insert(id, session);
     }
 
-    fn end_session(&mut self, sid: u64) {
+    /// Ends a session and takes back everything it held. A fenced session's
+    /// segment keeps its FENCED state (and violation code) for the loader to
+    /// read; any other ends CLOSED.
+    fn end_session(&mut self, sid: u64, fenced: bool) {
         let Some(mut s) = self.sessions.remove(&sid) else {
             return;
         };
-        s.segment.close();
+        if !fenced {
+            s.segment.close();
+        }
         let ds = s.dataset;
         let loans: Vec<Loan> = s.leases.drain().map(|(_, l)| l).collect();
         for loan in loans {
@@ -432,7 +437,7 @@ impl Engine {
             eprintln!("granaryd: session {sid} fenced: {v}");
             s.segment.fence(&v);
         }
-        self.end_session(sid);
+        self.end_session(sid, true);
     }
 
     /// Takes back released batches. Returns whether any came back.
@@ -791,7 +796,9 @@ impl Engine {
                 total_bytes: total,
                 epoch: b.epoch,
                 sample_count: n as u32,
-                status: 0,
+                // A sample whose read failed for good makes the whole batch
+                // an error batch (its samples say which).
+                status: if errors > 0 { ErrorCode::Io.as_i32() } else { 0 },
                 flags: if b.last_of_epoch { BATCH_END_OF_EPOCH } else { 0 },
                 reserved: 0,
             };
@@ -818,10 +825,22 @@ impl Engine {
             return true;
         }
         // Loader stall: its ring is empty and its next batch is not ready.
-        if !published && !s.ended && matches!(s.ready.unconsumed(), Ok(0)) {
-            self.metrics
-                .loader_wait_ns
-                .fetch_add(dt.as_nanos() as u64, Ordering::Relaxed);
+        // Reading the loader's head (also once the stream has ended) may
+        // reveal that it moved the head past what was published: that
+        // fences the session like any other violation.
+        if !published {
+            match s.ready.unconsumed() {
+                Ok(0) if !s.ended => {
+                    self.metrics
+                        .loader_wait_ns
+                        .fetch_add(dt.as_nanos() as u64, Ordering::Relaxed);
+                }
+                Ok(_) => {}
+                Err(v) => {
+                    self.fence(sid, v);
+                    return true;
+                }
+            }
         }
         published
     }

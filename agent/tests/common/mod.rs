@@ -1,0 +1,568 @@
+//! Shared pieces of the agent-level tests: a watchdog, an engine serving a
+//! synthetic dataset over its real socket, an honest loader that checks
+//! every sample against the planner and the synthetic content, metric and
+//! descriptor snapshots, and child processes that re-run the test binary in
+//! another role.
+#![allow(dead_code)]
+
+use granary::{Client, ErrorCode, SessionOptions};
+use granary_agent::config::Config;
+use granary_agent::engine::Engine;
+use granary_agent::metrics::Metrics;
+use granary_agent::planner::{EpochPlan, PlanParams};
+use granary_agent::synth::{self, SynthSpec};
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Environment variable that selects a child process's role.
+pub const ROLE_VAR: &str = "GRANARY_TEST_ROLE";
+/// Environment variable that carries the agent's socket path to a child.
+pub const SOCKET_VAR: &str = "GRANARY_TEST_SOCKET";
+/// Environment variable that carries a seed to a child.
+pub const SEED_VAR: &str = "GRANARY_TEST_SEED";
+
+/// Aborts the whole test process if it is still running after `secs`
+/// seconds, so a hang fails instead of blocking CI. Disarmed on drop.
+pub struct Watchdog {
+    done: Arc<AtomicBool>,
+}
+
+pub fn watchdog(name: &'static str, secs: u64) -> Watchdog {
+    let done = Arc::new(AtomicBool::new(false));
+    let d = Arc::clone(&done);
+    std::thread::spawn(move || {
+        let end = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < end {
+            if d.load(Ordering::Relaxed) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("{name}: watchdog fired after {secs} s: the test hangs");
+        std::process::abort();
+    });
+    Watchdog { done }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A small deterministic generator (SplitMix64) for "random-ish" choices
+/// that a failing run can reproduce from its printed seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform-ish in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// A seed that differs between runs (printed by the tests that use it).
+pub fn time_seed() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    t.as_nanos() as u64 ^ (u64::from(std::process::id()) << 32)
+}
+
+/// How to set up a test agent.
+pub struct AgentOptions {
+    pub files: u64,
+    pub classes: u32,
+    pub mean_size: u64,
+    pub arena: &'static str,
+    pub max_inflight_reads: u32,
+    pub window_batches: u32,
+    pub socket_mode: &'static str,
+    /// More TOML tables (e.g. `[sessions]`), appended as written.
+    pub extra: String,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        AgentOptions {
+            files: 500,
+            classes: 10,
+            mean_size: 8_000,
+            arena: "64MiB",
+            max_inflight_reads: 32,
+            window_batches: 16,
+            socket_mode: "0660",
+            extra: String::new(),
+        }
+    }
+}
+
+/// An engine serving a synthetic dataset named `synth` from a thread of the
+/// test process.
+pub struct TestAgent {
+    pub dir: tempfile::TempDir,
+    pub data: PathBuf,
+    pub sock: PathBuf,
+    pub spec: SynthSpec,
+    pub metrics: Arc<Metrics>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<io::Result<()>>>,
+}
+
+pub const DATASET: &str = "synth";
+
+impl TestAgent {
+    /// Generates the dataset and starts the engine.
+    pub fn start(o: AgentOptions) -> TestAgent {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let data = dir.path().join("data");
+        let mut spec = SynthSpec::new(&data);
+        spec.num_files = o.files;
+        spec.num_classes = o.classes;
+        spec.mean_size = o.mean_size;
+        synth::generate(&spec, |_, _| {}).expect("synthetic dataset");
+        let sock = dir.path().join("granary.sock");
+        let toml = format!(
+            r#"
+[arena]
+size = "{arena}"
+hugepages = "off"
+populate = false
+[socket]
+path = "{sock}"
+mode = "{mode}"
+[prefetch]
+max_inflight_reads = {inflight}
+window_batches = {window}
+initial_window = 2
+read_retries = 1
+retry_backoff_ms = 5
+[metrics]
+address = ""
+{extra}
+[[dataset]]
+name = "{DATASET}"
+root = "{data}"
+"#,
+            arena = o.arena,
+            sock = sock.display(),
+            mode = o.socket_mode,
+            inflight = o.max_inflight_reads,
+            window = o.window_batches,
+            extra = o.extra,
+            data = data.display()
+        );
+        let cfg = Config::from_toml_str(&toml).expect("test config");
+        Self::start_with(dir, data, sock, spec, cfg)
+    }
+
+    fn start_with(
+        dir: tempfile::TempDir,
+        data: PathBuf,
+        sock: PathBuf,
+        spec: SynthSpec,
+        cfg: Config,
+    ) -> TestAgent {
+        let stop = Arc::new(AtomicBool::new(false));
+        let metrics = Arc::new(Metrics::default());
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread = {
+            let stop = Arc::clone(&stop);
+            let metrics = Arc::clone(&metrics);
+            std::thread::Builder::new()
+                .name("granary-engine".into())
+                .spawn(move || {
+                    let mut e = match Engine::new(cfg, metrics) {
+                        Ok(e) => e,
+                        Err(err) => {
+                            let _ = ready_tx.send(Err(err.to_string()));
+                            return Err(err);
+                        }
+                    };
+                    let _ = ready_tx.send(Ok(()));
+                    e.run(&stop, |_| {})
+                })
+                .expect("engine thread")
+        };
+        ready_rx
+            .recv()
+            .expect("engine thread reports")
+            .unwrap_or_else(|e| panic!("engine did not start: {e}"));
+        TestAgent {
+            dir,
+            data,
+            sock,
+            spec,
+            metrics,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// True while the engine thread runs (it neither returned nor panicked).
+    pub fn alive(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Stops the engine and checks it ended cleanly.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let t = self.thread.take().expect("running");
+        match t.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => panic!("the engine failed: {e}"),
+            Err(_) => panic!("the engine thread panicked"),
+        }
+    }
+
+    pub fn acct(&self) -> Acct {
+        Acct::of(&self.metrics)
+    }
+
+    /// Waits until no session is open and nothing is pinned or in flight;
+    /// returns the settled accounting.
+    pub fn wait_idle(&self, timeout: Duration) -> Acct {
+        let m = &self.metrics;
+        let end = Instant::now() + timeout;
+        loop {
+            assert!(self.alive(), "the engine thread died");
+            let a = self.acct();
+            let settled = load(&m.sessions_open) == 0
+                && a.pinned == 0
+                && a.in_flight == 0
+                && load(&m.reads_in_flight) == 0
+                && a.sum() == a.size
+                && a == self.acct();
+            if settled {
+                return a;
+            }
+            assert!(
+                Instant::now() < end,
+                "the agent did not settle within {timeout:?}: {a:?}, sessions open {}, reads in flight {}",
+                load(&m.sessions_open),
+                load(&m.reads_in_flight)
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(&self.sock).expect("connect to the test agent")
+    }
+}
+
+impl Drop for TestAgent {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+pub fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+/// The arena gauges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acct {
+    pub free: u64,
+    pub cached: u64,
+    pub pinned: u64,
+    pub in_flight: u64,
+    pub size: u64,
+}
+
+impl Acct {
+    pub fn of(m: &Metrics) -> Acct {
+        Acct {
+            free: load(&m.arena_free),
+            cached: load(&m.arena_cached),
+            pinned: load(&m.arena_pinned),
+            in_flight: load(&m.arena_in_flight),
+            size: load(&m.arena_size),
+        }
+    }
+
+    pub fn sum(&self) -> u64 {
+        self.free + self.cached + self.pinned + self.in_flight
+    }
+
+    /// free + cached + pinned + in-flight == arena size.
+    pub fn assert_balanced(&self) {
+        assert!(self.size > 0, "arena size gauge not set: {self:?}");
+        assert_eq!(
+            self.sum(),
+            self.size,
+            "accounting broken: free + cached + pinned + in_flight != arena size ({self:?})"
+        );
+    }
+}
+
+/// Polls `cond` every 5 ms until it holds; panics naming `what` after `timeout`.
+pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return;
+        }
+        assert!(
+            Instant::now() < end,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// This process's open descriptors: fd → link target.
+pub fn open_fds() -> BTreeMap<i32, String> {
+    let mut out = BTreeMap::new();
+    let dir = std::fs::read_dir("/proc/self/fd").expect("/proc/self/fd");
+    let own = format!("/proc/{}/fd", std::process::id());
+    for e in dir.flatten() {
+        let Ok(fd) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let target = std::fs::read_link(e.path())
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "?".into());
+        if target == own || target.starts_with("/proc/self/fd") {
+            continue; // the directory being listed
+        }
+        out.insert(fd, target);
+    }
+    out
+}
+
+/// Descriptor kinds and how many of each (socket and pipe inodes folded).
+pub fn fd_kinds(fds: &BTreeMap<i32, String>) -> BTreeMap<String, usize> {
+    let mut kinds = BTreeMap::new();
+    for t in fds.values() {
+        let k = match t.split_once(":[") {
+            Some((kind, _)) => kind.to_string(),
+            None => t.clone(),
+        };
+        *kinds.entry(k).or_insert(0) += 1;
+    }
+    kinds
+}
+
+/// Ring-segment memfds (`memfd:granary-session-*`) this process holds.
+pub fn session_memfds() -> Vec<String> {
+    open_fds()
+        .into_values()
+        .filter(|t| t.contains("memfd:granary-session-"))
+        .collect()
+}
+
+/// Asserts the process holds the same kinds and counts of descriptors as
+/// in `baseline`, and no ring segment.
+pub fn assert_fds_back_to(baseline: &BTreeMap<String, usize>) {
+    let mut now = BTreeMap::new();
+    // Give a just-closed descriptor a moment (threads finishing their drops).
+    for _ in 0..200 {
+        now = fd_kinds(&open_fds());
+        if &now == baseline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        &now, baseline,
+        "descriptors leaked (or lost): now vs baseline"
+    );
+    let segs = session_memfds();
+    assert!(segs.is_empty(), "ring segments still open: {segs:?}");
+}
+
+/// A command that re-runs this test binary's test `test_fn` alone, in the
+/// role `role`; the child test returns at once when [`ROLE_VAR`] is unset.
+pub fn child_command(test_fn: &str, role: &str, sock: &Path) -> Command {
+    let exe = std::env::current_exe().expect("current exe");
+    let mut c = Command::new(exe);
+    c.args(["--exact", test_fn, "--nocapture", "--test-threads=1", "-q"])
+        .env(ROLE_VAR, role)
+        .env(SOCKET_VAR, sock);
+    c
+}
+
+/// The role this process was started in, if it is a child.
+pub fn child_role() -> Option<String> {
+    std::env::var(ROLE_VAR).ok()
+}
+
+/// The socket path a child was given.
+pub fn child_socket() -> PathBuf {
+    PathBuf::from(std::env::var_os(SOCKET_VAR).expect("child: socket path in the environment"))
+}
+
+/// Checks one delivered sample's bytes against the synthetic content.
+pub fn verify(spec: &SynthSpec, s: &granary::Sample<'_>) {
+    assert_eq!(s.status(), 0, "sample {} has status {}", s.id(), s.status());
+    let bytes = s.to_vec();
+    let info = synth::verify_sample(&bytes)
+        .unwrap_or_else(|e| panic!("sample {} is corrupt: {e}", s.id()));
+    assert_eq!(info.file_id, s.id(), "sample id and content disagree");
+    assert_eq!(info, spec.sample_info(s.id()), "sample {} metadata", s.id());
+    assert_eq!(info.class as i32, s.label(), "sample {} label", s.id());
+    assert!(s.checksum_matches(), "sample {}: CRC-32C mismatch", s.id());
+}
+
+/// What an honest loader asks for.
+#[derive(Clone, Copy, Debug)]
+pub struct Honest {
+    pub seed: u64,
+    pub rank: u32,
+    pub world_size: u32,
+    pub batch_size: u32,
+    /// Epochs to finish at least, even when told to stop.
+    pub min_epochs: u32,
+    /// Epochs requested from the agent (an upper bound).
+    pub max_epochs: u32,
+    /// Pause after each batch, to stretch the run.
+    pub pause: Duration,
+}
+
+/// Runs an honest loader: every batch of every epoch must be exactly the
+/// planner's (so every sample of the share exactly once), every sample
+/// verified byte for byte. Stops at an epoch boundary once `stop` is set
+/// and `min_epochs` are done. Returns the epochs verified.
+pub fn honest_loader(sock: &Path, spec: &SynthSpec, h: Honest, stop: &AtomicBool) -> u32 {
+    let client = Client::connect(sock).expect("honest loader: connect");
+    let mut o = SessionOptions::new(DATASET);
+    o.seed = h.seed;
+    o.rank = h.rank;
+    o.world_size = h.world_size;
+    o.batch_size = h.batch_size;
+    o.epoch_count = h.max_epochs;
+    let mut s = client.open_session(&o).expect("honest loader: open");
+    drop(client);
+    let params = PlanParams {
+        num_samples: spec.num_files,
+        seed: h.seed,
+        rank: h.rank,
+        world_size: h.world_size,
+        batch_size: h.batch_size,
+        drop_last: false,
+    };
+    let mut epoch_batches: Vec<Vec<u64>> = Vec::new();
+    let mut epoch = 0u32;
+    let mut done = 0u32;
+    loop {
+        let b = match s.next_batch(Some(Duration::from_secs(30))) {
+            Ok(b) => b,
+            Err(e) if e.code() == ErrorCode::EndOfStream => break,
+            Err(e) => panic!("honest loader: next_batch in epoch {epoch}: {e}"),
+        };
+        assert_eq!(b.status(), 0, "honest loader: batch status");
+        assert_eq!(b.epoch(), epoch, "honest loader: batch of the wrong epoch");
+        assert_eq!(
+            b.index(),
+            epoch_batches.len() as u64,
+            "honest loader: batch index out of order"
+        );
+        let mut ids = Vec::with_capacity(b.len());
+        for smp in b.samples() {
+            verify(spec, &smp);
+            ids.push(smp.id());
+        }
+        epoch_batches.push(ids);
+        let end = b.is_end_of_epoch();
+        s.release(b).expect("honest loader: release");
+        if end {
+            let plan = EpochPlan::new(&params, epoch).expect("plan");
+            let want: Vec<Vec<u64>> = plan.batches().map(<[u64]>::to_vec).collect();
+            assert_eq!(
+                epoch_batches, want,
+                "honest loader: epoch {epoch} differs from the plan"
+            );
+            // Independently of the plan: the share's size, and (when the
+            // ranks split the dataset evenly, so nothing is padded) no
+            // sample twice and every sample in the dataset.
+            let mut all: Vec<u64> = epoch_batches.iter().flatten().copied().collect();
+            let n = spec.num_files;
+            let ws = u64::from(h.world_size);
+            assert_eq!(
+                all.len() as u64,
+                n.div_ceil(ws),
+                "honest loader: epoch {epoch} size"
+            );
+            all.sort_unstable();
+            all.dedup();
+            if n % ws == 0 {
+                assert_eq!(
+                    all.len() as u64,
+                    n / ws,
+                    "honest loader: a sample twice in epoch {epoch}"
+                );
+            }
+            assert!(
+                all.iter().all(|&x| x < n),
+                "honest loader: sample id out of range"
+            );
+            epoch_batches.clear();
+            epoch += 1;
+            done += 1;
+            if done >= h.min_epochs && stop.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+        if !h.pause.is_zero() {
+            std::thread::sleep(h.pause);
+        }
+    }
+    s.close().expect("honest loader: close");
+    done
+}
+
+/// A session opened with the raw handshake: the connection, the agent's
+/// reply and the two descriptors it passed (arena, ring segment).
+pub struct RawSession {
+    pub conn: granary_shm::socket::SeqPacket,
+    pub reply: granary_shm::handshake::SessionOpened,
+    pub arena: std::os::fd::OwnedFd,
+    pub segment: std::os::fd::OwnedFd,
+}
+
+/// Opens a session without libgranary, keeping the descriptors.
+pub fn raw_open(sock: &Path, o: &SessionOptions) -> RawSession {
+    use granary_shm::handshake::Message;
+    let conn = granary_shm::socket::SeqPacket::connect(sock).expect("raw: connect");
+    conn.send_message(&Message::OpenSession(o.request()), &[])
+        .expect("raw: send the open request");
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("raw: read timeout");
+    let (msg, fds) = conn.recv_message().expect("raw: the agent's answer");
+    let Message::SessionOpened(reply) = msg else {
+        panic!("raw: expected SessionOpened, the agent sent {msg:?}");
+    };
+    assert_eq!(
+        fds.len(),
+        2,
+        "raw: the reply must carry the arena and the segment"
+    );
+    let mut fds = fds.into_iter();
+    let arena = fds.next().expect("arena fd");
+    let segment = fds.next().expect("segment fd");
+    RawSession {
+        conn,
+        reply,
+        arena,
+        segment,
+    }
+}
