@@ -284,6 +284,25 @@ impl MetricsConfig {
     }
 }
 
+/// A credential read from the configuration: printed as `<redacted>` by
+/// `Debug`, so logging a config never leaks it.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret itself, for the one place that must use it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
 /// One `[[dataset]]`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -325,7 +344,7 @@ pub struct DatasetConfig {
     pub access_key_id: Option<String>,
     /// `dataset[i].secret_access_key` (`s3`): see `access_key_id`.
     #[serde(default)]
-    pub secret_access_key: Option<String>,
+    pub secret_access_key: Option<Secret>,
     /// `dataset[i].path_style` (`s3`): path-style addressing
     /// (`endpoint/bucket/key`). Default true.
     #[serde(default)]

@@ -142,7 +142,10 @@ impl S3Settings {
         s.endpoint = ds.endpoint.clone();
         s.region = ds.region.clone();
         s.access_key_id = ds.access_key_id.clone();
-        s.secret_access_key = ds.secret_access_key.clone();
+        s.secret_access_key = ds
+            .secret_access_key
+            .as_ref()
+            .map(|k| k.expose().to_string());
         s.path_style = ds.path_style.unwrap_or(true);
         s.allow_http = ds.allow_http.unwrap_or(false);
         if let Some(ms) = ds.request_timeout_ms {
