@@ -55,11 +55,17 @@ def read_jpeg(path: str) -> torch.Tensor:
     return decode_jpeg(read_file(path))
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def normalise(x: torch.Tensor) -> torch.Tensor:
     return (x.float() / 255.0 - 0.5) / 0.25
 
 
-def train_one_epoch(loader, classes: int, seed: int, lr: float) -> dict:
+def train_one_epoch(loader, classes: int, seed: int, lr: float, train: bool = True) -> dict:
     torch.manual_seed(seed)
     model = small_cnn(classes)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
@@ -79,6 +85,9 @@ def train_one_epoch(loader, classes: int, seed: int, lr: float) -> dict:
         wait += time.monotonic() - t_wait
         if n == 0:
             t_ready = time.monotonic()
+        if not train:  # loader only: decode and hand over, no model
+            n += len(ys)
+            continue
         xs = normalise(xs)
         out = model(xs)
         loss = loss_fn(out, ys)
@@ -113,6 +122,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--socket", help="use this running agent (dataset --dataset) instead of a private one")
     p.add_argument("--dataset", default="train")
+    p.add_argument("--loader-only", action="store_true",
+                   help="only load and decode (no model): the data path's own throughput")
     p.add_argument("--order", default="imagefolder,granary", choices=["imagefolder,granary", "granary,imagefolder"],
                    help="which loader trains first")
     a = p.parse_args(argv)
@@ -133,7 +144,7 @@ def main(argv=None) -> int:
         folder = torchvision.datasets.ImageFolder(a.data, loader=read_jpeg)
         loader = DataLoader(folder, batch_size=a.batch_size, shuffle=True, num_workers=a.workers,
                             generator=torch.Generator().manual_seed(a.seed))
-        return train_one_epoch(loader, a.classes, a.seed, a.lr)
+        return train_one_epoch(loader, a.classes, a.seed, a.lr, not a.loader_only)
 
     def run_granary():
         agent = None
@@ -145,7 +156,11 @@ def main(argv=None) -> int:
             ds = GranaryDataset(a.dataset, socket, batch_size=a.batch_size, seed=a.seed, decode=decode_jpeg,
                                 batches=True)
             loader = DataLoader(ds, batch_size=None, num_workers=a.workers)
-            return train_one_epoch(loader, a.classes, a.seed, a.lr)
+            cpu0 = cpu_seconds(agent.proc.pid) if agent else None
+            r = train_one_epoch(loader, a.classes, a.seed, a.lr, not a.loader_only)
+            if agent:
+                r["agent_cpu_s"] = cpu_seconds(agent.proc.pid) - cpu0
+            return r
         finally:
             if agent is not None:
                 agent.stop()
@@ -157,19 +172,27 @@ def main(argv=None) -> int:
         results[name] = runs[name]()
 
     for name, r in results.items():
-        print(f"{name:>11}: {r['images']} images in {r['seconds']:.2f} s = {r['img_per_s']:.0f} img/s; "
-              f"first batch {r['first_batch_s']:.2f} s, waiting for data {r['data_wait_s']:.2f} s; "
-              f"loss {r['loss']:.3f}, train accuracy {r['accuracy']:.1%}")
+        line = (f"{name:>11}: {r['images']} images in {r['seconds']:.2f} s = {r['img_per_s']:.0f} img/s; "
+                f"first batch {r['first_batch_s']:.2f} s, waiting for data {r['data_wait_s']:.2f} s")
+        if not a.loader_only:
+            line += f"; loss {r['loss']:.3f}, train accuracy {r['accuracy']:.1%}"
+        print(line)
+    if "agent_cpu_s" in results["granary"]:
+        r = results["granary"]
+        print(f"granaryd used {r['agent_cpu_s']:.1f} s of CPU during the Granary epoch "
+              f"({r['agent_cpu_s'] / r['seconds']:.0%} of one core)")
     ok = all(r["images"] == results["imagefolder"]["images"] for r in results.values())
     if not ok:
         print("error: the two loaders delivered different numbers of images", file=sys.stderr)
     print(json.dumps({
         "bench": "train",
+        "mode": "loader-only" if a.loader_only else "train",
         "granary_img_per_s": round(results["granary"]["img_per_s"], 1),
         "imagefolder_img_per_s": round(results["imagefolder"]["img_per_s"], 1),
         "images": results["granary"]["images"],
         "granary_data_wait_s": round(results["granary"]["data_wait_s"], 3),
         "imagefolder_data_wait_s": round(results["imagefolder"]["data_wait_s"], 3),
+        "granaryd_cpu_s": round(results["granary"]["agent_cpu_s"], 2) if "agent_cpu_s" in results["granary"] else None,
     }))
     return 0 if ok else 1
 
