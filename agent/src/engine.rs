@@ -216,9 +216,17 @@ impl Engine {
                 } else {
                     Duration::from_millis(1)
                 };
-                self.completions.clear();
-                self.reader.poll_completions(Some(wait), &mut self.completions)?;
-                self.handle_completions();
+                if self.reader.in_flight() == 0 {
+                    // Nothing can complete: io_uring would return at once,
+                    // so sleep instead of spinning. New loaders and releases
+                    // are seen within `wait` (1 ms while sessions are open).
+                    std::thread::sleep(wait);
+                } else {
+                    self.completions.clear();
+                    self.reader
+                        .poll_completions(Some(wait), &mut self.completions)?;
+                    self.handle_completions();
+                }
             }
         }
         for s in self.sessions.values() {

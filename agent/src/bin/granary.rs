@@ -106,7 +106,7 @@ fn demo(args: &[String]) -> Result<(), String> {
     // transient reserve (1/16) and the sample tables.
     let arena_mb = (summary.bytes * 6 / 5 / (1 << 20) + 64)
         .next_multiple_of(2)
-        .max(128);
+        .max(256); // the config requires 1 MiB per read in flight (256)
     let config = dir.join("granaryd-demo.toml");
     std::fs::write(
         &config,
@@ -118,7 +118,7 @@ fn demo(args: &[String]) -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     let granaryd = sibling("granaryd")?;
-    let _agent = Agent(
+    let mut agent = Agent(
         Command::new(&granaryd)
             .args(["run", "--config"])
             .arg(&config)
@@ -127,6 +127,9 @@ fn demo(args: &[String]) -> Result<(), String> {
     );
     let t0 = Instant::now();
     while !sock.exists() {
+        if let Ok(Some(status)) = agent.0.try_wait() {
+            return Err(format!("granaryd exited before serving ({status}); see its message above"));
+        }
         if t0.elapsed() > Duration::from_secs(60) {
             return Err("granaryd did not open its socket within 60 s".into());
         }
