@@ -15,9 +15,9 @@
 //! copies of the items. Waits spin, bounded by a deadline.
 //!
 //! For diagnosis only, a [`Variant`] adds back, piece by piece, what granary's
-//! ring does beyond this: volatile item copies, and after each index store a
-//! `SeqCst` fence and a load of the peer's "waiting" flag ([`PeerCheck`]), so a
-//! benchmark can attribute the difference.
+//! ring does beyond this: volatile item copies ([`CopyMode`]), and after each
+//! index store a `SeqCst` fence and a load of the peer's "waiting" flag
+//! ([`PeerCheck`]), so a benchmark can attribute the difference.
 //! The ordering is the textbook pair: items are written, then `tail` is stored
 //! with `Release`; the consumer loads `tail` with `Acquire` before reading
 //! them; the same for `head` in the other direction.
@@ -91,59 +91,137 @@ impl PeerCheck {
     }
 }
 
+/// How an end copies items between its private memory and the slots.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CopyMode {
+    /// `ptr::write` / `ptr::read` of the whole item.
+    #[default]
+    Plain,
+    /// `write_volatile` / `read_volatile` of the whole item (what granary's
+    /// ring does).
+    Volatile,
+    /// One `write_volatile` / `read_volatile` per 8-byte word of the item.
+    VolatileWords,
+}
+
 /// A baseline ring with optional extra work, for attribution.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Variant {
-    /// Copy items with `write_volatile` / `read_volatile` of the whole item.
-    pub volatile: bool,
+    /// How the producer writes items.
+    pub write: CopyMode,
+    /// How the consumer reads items.
+    pub read: CopyMode,
     /// Work after each index store.
     pub check: PeerCheck,
 }
 
+/// Names of the copy-mode pairs that [`Variant::suffix`] knows.
+const COPY_NAMES: [(&str, CopyMode, CopyMode); 5] = [
+    ("", CopyMode::Plain, CopyMode::Plain),
+    ("+volatile", CopyMode::Volatile, CopyMode::Volatile),
+    ("+vwrite", CopyMode::Volatile, CopyMode::Plain),
+    ("+vread", CopyMode::Plain, CopyMode::Volatile),
+    ("+words", CopyMode::VolatileWords, CopyMode::VolatileWords),
+];
+
 impl Variant {
     /// The plain baseline.
     pub const PLAIN: Variant = Variant {
-        volatile: false,
+        write: CopyMode::Plain,
+        read: CopyMode::Plain,
         check: PeerCheck::None,
     };
 
-    /// The variants an attribution run measures besides the plain baseline.
-    pub const ATTRIBUTION: [Variant; 5] = [
-        Variant {
-            volatile: true,
-            check: PeerCheck::None,
-        },
-        Variant {
-            volatile: false,
-            check: PeerCheck::Fence,
-        },
-        Variant {
-            volatile: false,
-            check: PeerCheck::FenceFlagNear,
-        },
-        Variant {
-            volatile: false,
-            check: PeerCheck::FenceFlagFar,
-        },
-        Variant {
-            volatile: true,
-            check: PeerCheck::FenceFlagNear,
-        },
-    ];
+    const fn new(write: CopyMode, read: CopyMode, check: PeerCheck) -> Variant {
+        Variant { write, read, check }
+    }
 
-    /// Short name: `""`, `+volatile`, `+fence+flag`, `+volatile+fence+flag`, ...
+    /// The variants an attribution run measures besides the plain baseline.
+    pub const ATTRIBUTION: [Variant; 9] = {
+        use CopyMode::{Plain, Volatile, VolatileWords};
+        use PeerCheck::{Fence, FenceFlagFar, FenceFlagNear, None};
+        [
+            Variant::new(Volatile, Volatile, None),
+            Variant::new(Volatile, Plain, None),
+            Variant::new(Plain, Volatile, None),
+            Variant::new(VolatileWords, VolatileWords, None),
+            Variant::new(Plain, Plain, Fence),
+            Variant::new(Plain, Plain, FenceFlagNear),
+            Variant::new(Plain, Plain, FenceFlagFar),
+            Variant::new(Volatile, Volatile, FenceFlagNear),
+            Variant::new(VolatileWords, VolatileWords, FenceFlagNear),
+        ]
+    };
+
+    /// Short name: `""`, `+volatile`, `+vwrite`, `+vread`, `+words`, then the
+    /// [`PeerCheck::suffix`]; e.g. `+volatile+fence+flag`.
     pub fn suffix(self) -> String {
-        let v = if self.volatile { "+volatile" } else { "" };
-        format!("{v}{}", self.check.suffix())
+        let copy = COPY_NAMES
+            .iter()
+            .find(|(_, w, r)| *w == self.write && *r == self.read)
+            .map_or("+mixedcopy", |(name, _, _)| name);
+        format!("{copy}{}", self.check.suffix())
     }
 
     /// Parses [`Variant::suffix`].
     pub fn from_suffix(s: &str) -> Option<Variant> {
-        let (volatile, rest) = match s.strip_prefix("+volatile") {
-            Some(rest) => (true, rest),
-            None => (false, s),
-        };
-        PeerCheck::from_suffix(rest).map(|check| Variant { volatile, check })
+        // Longest copy name first, so "" does not shadow the others.
+        COPY_NAMES.iter().rev().find_map(|&(name, write, read)| {
+            let rest = s.strip_prefix(name)?;
+            PeerCheck::from_suffix(rest).map(|check| Variant { write, read, check })
+        })
+    }
+}
+
+/// Writes `v` to `dst` as `mode` says.
+///
+/// # Safety
+/// `dst` is valid for writes of a `T` and 8-aligned.
+#[inline(always)]
+unsafe fn put<T: RingItem>(dst: *mut T, v: T, mode: CopyMode) {
+    match mode {
+        // SAFETY: forwarded contract.
+        CopyMode::Plain => unsafe { dst.write(v) },
+        // SAFETY: forwarded contract.
+        CopyMode::Volatile => unsafe { dst.write_volatile(v) },
+        CopyMode::VolatileWords => {
+            let src = std::ptr::from_ref(&v).cast::<u64>();
+            let dst = dst.cast::<u64>();
+            for w in 0..std::mem::size_of::<T>() / 8 {
+                // SAFETY: word `w` lies inside both `v` and `*dst` (T is a
+                // multiple of 8 bytes, checked in `Raw::new`); both 8-aligned.
+                let word = unsafe { src.wrapping_add(w).read_unaligned() };
+                // SAFETY: as above.
+                unsafe { dst.wrapping_add(w).write_volatile(word) };
+            }
+        }
+    }
+}
+
+/// Reads a `T` from `src` as `mode` says.
+///
+/// # Safety
+/// `src` is valid for reads of a `T` and 8-aligned.
+#[inline(always)]
+unsafe fn get<T: RingItem>(src: *const T, mode: CopyMode) -> T {
+    match mode {
+        // SAFETY: forwarded contract; any bit pattern is a valid `T`.
+        CopyMode::Plain => unsafe { src.read() },
+        // SAFETY: as above.
+        CopyMode::Volatile => unsafe { src.read_volatile() },
+        CopyMode::VolatileWords => {
+            let mut out = T::default();
+            let dst = std::ptr::from_mut(&mut out).cast::<u64>();
+            let src = src.cast::<u64>();
+            for w in 0..std::mem::size_of::<T>() / 8 {
+                // SAFETY: word `w` lies inside both items (T is a multiple of
+                // 8 bytes, checked in `Raw::new`); any bits are a valid `T`.
+                let word = unsafe { src.wrapping_add(w).read_volatile() };
+                // SAFETY: as above.
+                unsafe { dst.wrapping_add(w).write_unaligned(word) };
+            }
+            out
+        }
     }
 }
 
@@ -260,6 +338,7 @@ pub struct BaseProducer<T: RingItem> {
     tail: u64,
     variant: Variant,
     flags_seen: u64,
+    full_waits: u64,
 }
 
 /// The consuming end of a baseline ring.
@@ -291,6 +370,7 @@ pub unsafe fn producer<T: RingItem>(
         tail,
         variant: Variant::PLAIN,
         flags_seen: 0,
+        full_waits: 0,
     }
 }
 
@@ -324,6 +404,11 @@ impl<T: RingItem> BaseProducer<T> {
         self.flags_seen
     }
 
+    /// How many batches found the ring too full and had to wait.
+    pub fn full_waits(&self) -> u64 {
+        self.full_waits
+    }
+
     /// Waits until `k` slots are free, writes `make(i)` for the next `k`
     /// indices `i`, then publishes them with one store of `tail`.
     #[inline]
@@ -336,22 +421,27 @@ impl<T: RingItem> BaseProducer<T> {
         assert!(k <= self.raw.capacity, "batch larger than the ring");
         let (raw, tail) = (&self.raw, self.tail);
         let need = tail.wrapping_add(k);
-        spin_until(deadline, || {
-            need.wrapping_sub(raw.index(HEAD_AT).load(Ordering::Acquire)) <= raw.capacity
-        })?;
-        if self.variant.volatile {
-            for i in tail..need {
-                // SAFETY: as below.
-                unsafe { raw.slot(i).write_volatile(make(i)) };
-            }
-        } else {
-            for i in tail..need {
-                // SAFETY: the slot pointer is masked into the ring, inside the
-                // region; head (acquired above) shows the consumer is done with
-                // every slot up to `need - capacity`, so nobody reads this
-                // slot; `T` is plain data.
-                unsafe { raw.slot(i).write(make(i)) };
-            }
+        let room = || need.wrapping_sub(raw.index(HEAD_AT).load(Ordering::Acquire)) <= raw.capacity;
+        if !room() {
+            self.full_waits += 1;
+            spin_until(deadline, room)?;
+        }
+        macro_rules! fill {
+            ($mode:expr) => {
+                for i in tail..need {
+                    // SAFETY: the slot pointer is masked into the ring, inside
+                    // the 128-aligned region, 8-aligned; head (acquired above)
+                    // shows the consumer is done with every slot up to
+                    // `need - capacity`, so nobody reads this slot.
+                    unsafe { put(raw.slot(i), make(i), $mode) };
+                }
+            };
+        }
+        // One loop per mode, so each compiles without a branch inside.
+        match self.variant.write {
+            CopyMode::Plain => fill!(CopyMode::Plain),
+            CopyMode::Volatile => fill!(CopyMode::Volatile),
+            CopyMode::VolatileWords => fill!(CopyMode::VolatileWords),
         }
         self.tail = need;
         self.raw.index(TAIL_AT).store(need, Ordering::Release);
@@ -380,19 +470,21 @@ impl<T: RingItem> BaseConsumer<T> {
         let tail = self.raw.index(TAIL_AT).load(Ordering::Acquire);
         let n = tail.wrapping_sub(self.head).min(out.len() as u64) as usize;
         let (raw, head) = (&self.raw, self.head);
-        if self.variant.volatile {
-            for (j, item) in out[..n].iter_mut().enumerate() {
-                // SAFETY: as below.
-                *item = unsafe { raw.slot(head + j as u64).read_volatile() };
-            }
-        } else {
-            for (j, item) in out[..n].iter_mut().enumerate() {
-                // SAFETY: the slot pointer is masked into the ring, inside the
-                // region; the producer published it (tail acquired above) and
-                // will not reuse it before we store a head past it; `T` is
-                // plain data.
-                *item = unsafe { raw.slot(head + j as u64).read() };
-            }
+        macro_rules! drain {
+            ($mode:expr) => {
+                for (j, item) in out[..n].iter_mut().enumerate() {
+                    // SAFETY: the slot pointer is masked into the ring, inside
+                    // the region, 8-aligned; the producer published it (tail
+                    // acquired above) and will not reuse it before we store a
+                    // head past it.
+                    *item = unsafe { get(raw.slot(head + j as u64), $mode) };
+                }
+            };
+        }
+        match self.variant.read {
+            CopyMode::Plain => drain!(CopyMode::Plain),
+            CopyMode::Volatile => drain!(CopyMode::Volatile),
+            CopyMode::VolatileWords => drain!(CopyMode::VolatileWords),
         }
         if n > 0 {
             self.head += n as u64;

@@ -9,9 +9,11 @@
 //!   producer publishes after every item (`try_push`) or after every
 //!   `--batch` items (`try_stage` × k, then `publish`); the consumer pops with
 //!   `pop_into` into a `--pop`-item buffer, checks every item's sequence number
-//!   and sums every field. Runs alternate granary / baseline (the order flips
-//!   every repetition) so drift hits both; the median ns/item over `--reps`
-//!   repetitions is reported.
+//!   and sums every field. Every repetition runs each ring once per mode and
+//!   the order rotates between repetitions, so drift hits both; the median
+//!   ns/item over `--reps` repetitions is reported, with the median of
+//!   2^20-item slices beside it. `--attribution` adds baseline variants that
+//!   put back granary's volatile copies and fences one at a time.
 //! * Hand-off latency: ping-pong over two rings (ready ring out, release ring
 //!   back), one-way latency = round trip / 2. Spinning: both sides spin
 //!   (spin = 1 s) waiting. Parked: spin = 0 on both sides, so each wait parks on
@@ -19,7 +21,9 @@
 //!   when the ping arrives.
 //!
 //! Nothing is pinned; both processes sample the CPU they run on, and the
-//! output states where they ran (distinct CPUs, a shared CPU, or mixed).
+//! output states where they ran (distinct CPUs, a shared CPU, or mixed) and,
+//! from a short spinning ping-pong before each repetition, how far apart the
+//! two CPUs were (near or far: virtual CPUs move).
 
 use granary_bench::baseline::{self, BaseProducer, Variant};
 use granary_bench::cpu::{current_cpu, online_cpus, CpuSamples, Placement};
@@ -47,6 +51,12 @@ const LONG_SPIN: Duration = Duration::from_secs(1);
 const SAMPLE_EVERY: u64 = 1 << 20;
 /// Capacity of the rings used for ping-pong.
 const PING_CAPACITY: u32 = 64;
+/// Ping-pong samples of the distance probe run before each repetition.
+const PROBE_SAMPLES: usize = 2_000;
+/// One-way spinning hand-off (baseline ring, p50) below which the two CPUs
+/// count as "near"; the two vCPUs of the test machines showed either
+/// 50–90 ns or about 300 ns.
+const NEAR_NS: f64 = 150.0;
 /// Marker in a pong's `token`: no CPU sample attached.
 const NO_CPU: u64 = u64::MAX;
 
@@ -63,11 +73,16 @@ usage: bench/run ring [options]
   --quick             small run for a smoke test
   --only MODE         throughput for one publication mode: per-item or batched
   --no-latency        skip the hand-off latency measurements
+  --kinds LIST        throughput for these rings only, comma-separated
+                      (granary, baseline, baseline+words, ...; for profiling)
   --attribution       also run baseline variants that add what granary's ring
-                      does, piece by piece: volatile item copies; a SeqCst
-                      fence after each index store; fence + load of a flag on
-                      the peer's index cache line; fence + flag on a quiet
-                      line; volatile + fence + flag
+                      does, piece by piece: +volatile (whole-item volatile
+                      copies on both sides), +vwrite / +vread (one side only),
+                      +words (volatile copies one 8-byte word at a time),
+                      +fence (SeqCst fence after each index store), +fence+flag
+                      (then a load from the peer's index cache line),
+                      +fence+farflag (a load from a line the peer never
+                      writes), and combinations
   The JSON line needs both publication modes and the latency runs.";
 
 fn main() -> ExitCode {
@@ -87,7 +102,7 @@ fn main() -> ExitCode {
 // ---------------------------------------------------------------------------
 // Options
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Opts {
     items: u64,
     reps: usize,
@@ -100,6 +115,7 @@ struct Opts {
     attribution: bool,
     latency: bool,
     publish: Option<bool>,
+    kinds: Option<Vec<Kind>>,
 }
 
 impl Default for Opts {
@@ -116,6 +132,7 @@ impl Default for Opts {
             attribution: false,
             latency: true,
             publish: None,
+            kinds: None,
         }
     }
 }
@@ -161,6 +178,9 @@ impl Opts {
                 "--spin-samples" => o.spin_samples = num(&value)? as usize,
                 "--parked-samples" => o.parked_samples = num(&value)? as usize,
                 "--gap-us" => o.gap = Duration::from_micros(num(&value)?),
+                "--kinds" => {
+                    o.kinds = Some(value.split(',').map(Kind::parse).collect::<Result<_>>()?)
+                }
                 "--only" => {
                     o.publish = match value.as_str() {
                         "per-item" => Some(false),
@@ -374,6 +394,9 @@ struct Run {
     parent_cpus: CpuSamples,
     peer_cpus: CpuSamples,
     empty_polls: u64,
+    full_waits: u64,
+    /// Whether the repetition's distance probe said "near".
+    near: bool,
 }
 
 fn throughput_run(kind: Kind, publish: Publish, o: &Opts, run_no: u64, want: u64) -> Result<Run> {
@@ -388,7 +411,7 @@ fn throughput_run(kind: Kind, publish: Publish, o: &Opts, run_no: u64, want: u64
         o.capacity.to_string(),
     ];
     let mut marks = Marks::default();
-    let (elapsed, done) = match kind {
+    let (elapsed, done, full_waits) = match kind {
         Kind::Granary => {
             let (mut seg, fd) = granary_segment(o.capacity, 64, epoch)?;
             let (mut prod, _release) = seg.take_endpoints().ok_or("endpoints already taken")?;
@@ -396,11 +419,11 @@ fn throughput_run(kind: Kind, publish: Publish, o: &Opts, run_no: u64, want: u64
             peer.expect("ready")?;
             marks.mark(0);
             let t0 = Instant::now();
-            produce_granary(&mut prod, n, publish, &mut marks)?;
+            let waits = produce_granary(&mut prod, n, publish, &mut marks)?;
             let done = peer.expect("done")?;
             let elapsed = t0.elapsed();
             peer.finish()?;
-            (elapsed, done)
+            (elapsed, done, waits)
         }
         Kind::Baseline(variant) => {
             let cap = o.capacity as usize;
@@ -417,7 +440,7 @@ fn throughput_run(kind: Kind, publish: Publish, o: &Opts, run_no: u64, want: u64
             let done = peer.expect("done")?;
             let elapsed = t0.elapsed();
             peer.finish()?;
-            (elapsed, done)
+            (elapsed, done, prod.full_waits())
         }
     };
     // done: checksum ok empty_polls cpus
@@ -438,6 +461,8 @@ fn throughput_run(kind: Kind, publish: Publish, o: &Opts, run_no: u64, want: u64
         parent_cpus: marks.cpus,
         peer_cpus,
         empty_polls: polls.parse()?,
+        full_waits,
+        near: true,
     })
 }
 
@@ -448,16 +473,20 @@ fn produce_granary(
     n: u64,
     publish: Publish,
     marks: &mut Marks,
-) -> Result<()> {
+) -> Result<u64> {
     let mut i = 0;
+    let mut waits = 0;
     let mut mark_at = SAMPLE_EVERY;
     while i < n {
         match publish {
             Publish::PerItem => {
                 if prod.try_push(item(i))? {
                     i += 1;
-                } else if !prod.wait_for_space(Some(TIMEOUT))? {
-                    return Err("granary ring: consumer stalled".into());
+                } else {
+                    waits += 1;
+                    if !prod.wait_for_space(Some(TIMEOUT))? {
+                        return Err("granary ring: consumer stalled".into());
+                    }
                 }
             }
             Publish::Batched(k) => {
@@ -465,8 +494,11 @@ fn produce_granary(
                 while i < end {
                     if prod.try_stage(item(i))? {
                         i += 1;
-                    } else if !prod.wait_for_space(Some(TIMEOUT))? {
-                        return Err("granary ring: consumer stalled".into());
+                    } else {
+                        waits += 1;
+                        if !prod.wait_for_space(Some(TIMEOUT))? {
+                            return Err("granary ring: consumer stalled".into());
+                        }
                     }
                 }
                 prod.publish();
@@ -477,7 +509,7 @@ fn produce_granary(
             mark_at += SAMPLE_EVERY;
         }
     }
-    Ok(())
+    Ok(waits)
 }
 
 // Kept out of line so both rings' loops are compiled on equal terms.
@@ -686,18 +718,33 @@ fn run_parent() -> Result<()> {
     if o.attribution {
         kinds.extend(Variant::ATTRIBUTION.iter().map(|&v| Kind::Baseline(v)));
     }
+    if let Some(k) = &o.kinds {
+        kinds.clone_from(k);
+    }
     let mut runs: BTreeMap<(u64, String), Vec<Run>> = BTreeMap::new();
     let mut run_no = 0u64;
+    let mut probes: Vec<f64> = Vec::new();
     for rep in 0..o.reps {
+        // How far apart the two CPUs are right now: a short spinning
+        // ping-pong over the baseline ring (the hypervisor may move vCPUs).
+        run_no += 1;
+        let probe = ping_pong(BASELINE, false, PROBE_SAMPLES, &o, run_no)?.p(50.0);
+        println!(
+            "  rep {} distance probe: {probe:.0} ns one-way ({})",
+            rep + 1,
+            if probe < NEAR_NS { "near" } else { "far" }
+        );
+        probes.push(probe);
         for &publish in &modes {
             // Rotate the order every repetition so slow drift hits every kind.
             let mut order = kinds.clone();
             order.rotate_left(rep % kinds.len());
             for kind in order {
                 run_no += 1;
-                let r = throughput_run(kind, publish, &o, run_no, want)?;
+                let mut r = throughput_run(kind, publish, &o, run_no, want)?;
+                r.near = probe < NEAR_NS;
                 println!(
-                    "  rep {} {:<13} {:<24} {:>8.2} ns/item ({:>6.2} slice median) [{}; producer {}; consumer {}; empty polls {}]",
+                    "  rep {} {:<13} {:<28} {:>8.2} ns/item ({:>6.2} slice median) [{}; producer {}; consumer {}; producer waits (full) {}, consumer waits (empty) {}]",
                     rep + 1,
                     publish.label(),
                     kind.name(),
@@ -706,24 +753,24 @@ fn run_parent() -> Result<()> {
                     r.placement,
                     r.parent_cpus,
                     r.peer_cpus,
+                    r.full_waits,
                     r.empty_polls
                 );
                 runs.entry((publish.k(), kind.name())).or_default().push(r);
             }
         }
     }
-    let summary = |publish: Publish, kind: Kind| -> CaseSummary {
-        let v = runs.get(&(publish.k(), kind.name()));
-        let med = |f: fn(&Run) -> f64| {
-            v.map_or(f64::NAN, |v| {
-                report::median(&v.iter().map(f).collect::<Vec<_>>())
-            })
-        };
+    let summary_where = |publish: Publish, kind: Kind, keep: &dyn Fn(&Run) -> bool| {
+        let v: Vec<&Run> = runs
+            .get(&(publish.k(), kind.name()))
+            .map_or_else(Vec::new, |v| v.iter().filter(|r| keep(r)).collect());
+        let med = |f: fn(&Run) -> f64| report::median(&v.iter().map(|r| f(r)).collect::<Vec<_>>());
         CaseSummary {
             run: med(|r| r.ns_per_item),
             slice: med(|r| r.slice_ns_per_item),
         }
     };
+    let summary = |publish: Publish, kind: Kind| summary_where(publish, kind, &|_| true);
     println!(
         "  median over {} reps, ns/item (whole run | median 1 Mi-item slice):",
         o.reps
@@ -733,7 +780,7 @@ fn run_parent() -> Result<()> {
         for &kind in &kinds {
             let c = summary(publish, kind);
             println!(
-                "    {:<13} {:<24} {:>8.2} | {:>6.2}   ns ÷ granary ns {:.3} | {:.3}",
+                "    {:<13} {:<28} {:>8.2} | {:>6.2}   ns ÷ granary ns {:.3} | {:.3}",
                 publish.label(),
                 kind.name(),
                 c.run,
@@ -747,6 +794,24 @@ fn run_parent() -> Result<()> {
     let item_b = summary(Publish::PerItem, BASELINE);
     let batch_g = summary(Publish::Batched(o.batch), Kind::Granary);
     let batch_b = summary(Publish::Batched(o.batch), BASELINE);
+    let batched_ratio_where = |near: bool| {
+        let keep = move |r: &Run| r.near == near;
+        let g = summary_where(Publish::Batched(o.batch), Kind::Granary, &keep);
+        let b = summary_where(Publish::Batched(o.batch), BASELINE, &keep);
+        (g.run, b.run, b.run / g.run)
+    };
+    let by_distance = [
+        (true, batched_ratio_where(true)),
+        (false, batched_ratio_where(false)),
+    ];
+    for (near, (g, b, ratio)) in by_distance {
+        if ratio.is_finite() {
+            println!(
+                "    batched, {} reps only: granary {g:.2}, baseline {b:.2} ns/item, ratio {ratio:.3}",
+                if near { "near" } else { "far" }
+            );
+        }
+    }
 
     // --- hand-off latency ---------------------------------------------------
     let latency = if o.latency {
@@ -787,23 +852,37 @@ fn run_parent() -> Result<()> {
         .iter()
         .filter(|p| matches!(p, Placement::Shared { .. }))
         .count();
-    let regime = if distinct == placements.len() {
+    // A run whose processes moved once is not a different regime: the label
+    // needs 90 % of the runs.
+    let regime = if distinct * 10 >= placements.len() * 9 {
         "distinct"
-    } else if shared == placements.len() {
+    } else if shared * 10 >= placements.len() * 9 {
         "shared"
     } else {
         "mixed"
     };
+    let near = probes.iter().filter(|&&p| p < NEAR_NS).count();
+    let distance = if near == probes.len() {
+        "near"
+    } else if near == 0 {
+        "far"
+    } else {
+        "mixed"
+    };
     println!(
-        "  regime: nproc {nproc}; throughput runs on distinct CPUs {distinct}/{n}, on one shared CPU {shared}/{n} ({regime}); load avg now {}",
+        "  regime: nproc {nproc}; throughput runs on distinct CPUs {distinct}/{n}, on one shared CPU {shared}/{n} ({regime}); CPU distance {distance} (near in {near}/{} reps, probe p50 {}); load avg now {}",
+        probes.len(),
+        probes.iter().map(|p| format!("{p:.0}")).collect::<Vec<_>>().join("/"),
         loadavg(),
         n = placements.len(),
     );
-    println!(
-        "  granary batched: {:.1}% of the baseline's throughput (whole runs), {:.1}% (slice medians); goal ≥ 90%",
-        100.0 * batch_b.run / batch_g.run,
-        100.0 * batch_b.slice / batch_g.slice,
-    );
+    if (batch_b.run / batch_g.run).is_finite() {
+        println!(
+            "  granary batched: {:.1}% of the baseline's throughput (whole runs), {:.1}% (slice medians); goal ≥ 90%",
+            100.0 * batch_b.run / batch_g.run,
+            100.0 * batch_b.slice / batch_g.slice,
+        );
+    }
 
     let mut j = Json::bench("ring");
     let nan = f64::NAN;
@@ -840,12 +919,17 @@ fn run_parent() -> Result<()> {
         .int("reps", o.reps as u64)
         .int("nproc", nproc as u64)
         .str("regime", regime)
+        .str("distance", distance)
+        .int("near_reps", near as u64)
+        .num("probe_ns_p50_median", report::median(&probes), 0)
+        .num("ratio_near", by_distance[0].1 .2, 3)
+        .num("ratio_far", by_distance[1].1 .2, 3)
         .int("runs_distinct_cpus", distinct as u64)
         .int("runs", placements.len() as u64)
         .num("parked_distinct_cpu_pct", parked_distinct, 1);
     if o.attribution {
         for &publish in &modes {
-            for &kind in &kinds[2..] {
+            for &kind in kinds.iter().skip(2) {
                 let key = format!(
                     "{}_{}_ns_per_item",
                     kind.name(),
