@@ -24,7 +24,7 @@ use crate::sync::{AtomicU32, AtomicU64};
 pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"GRNRYSEG");
 
 /// Version of every layout in this module. Attach rejects any other value.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 
 /// Producer and consumer words live on separate lines of this size (two
 /// 64-byte lines, so the adjacent-line prefetcher cannot couple them either).
@@ -39,6 +39,13 @@ pub const SEGMENT_ALIGN: usize = 4096;
 /// Largest ring capacity accepted (items); keeps every offset computation far
 /// from overflow.
 pub const MAX_RING_CAPACITY: u32 = 1 << 20;
+
+/// Bit in [`SegmentHeader::flags`]: the agent registered for expedited
+/// global memory barriers, so its publications skip the `SeqCst` fence and a
+/// loader must call `membarrier` before parking ([`crate::barrier`]).
+pub const SEGMENT_FLAG_ASYMMETRIC: u32 = 1 << 0;
+/// Every defined segment flag.
+pub const SEGMENT_FLAGS_ALL: u32 = SEGMENT_FLAG_ASYMMETRIC;
 
 /// Session states stored in [`SegmentHeader::state`].
 pub mod state {
@@ -71,7 +78,7 @@ pub struct SegmentHeader {
     pub instance_epoch: AtomicU64,
     /// Process id of the creator (the agent).
     pub creator_pid: u32,
-    /// Reserved flags, zero.
+    /// [`SEGMENT_FLAG_ASYMMETRIC`] or zero.
     pub flags: u32,
     /// Total size of the segment in bytes.
     pub segment_size: u64,

@@ -24,6 +24,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod barrier;
 pub mod error;
 pub mod futex;
 pub mod layout;

@@ -41,9 +41,10 @@
 //! overflowing.
 
 use crate::error::{Violation, WaitError};
+use crate::barrier::Barriers;
 use crate::futex;
 use crate::layout::{RingControl, RingItem};
-use crate::sync::{fence, spin_hint, AtomicU32, Ordering};
+use crate::sync::{spin_hint, AtomicU32, Ordering};
 use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -63,16 +64,39 @@ struct Slots<T> {
 }
 
 impl<T: RingItem> Slots<T> {
+    /// Number of u64 words in a `T`, or 0 when `T` is not a whole number of
+    /// 8-aligned words (then items are copied whole).
+    #[cfg(not(feature = "loom"))]
+    const WORDS: usize = if std::mem::size_of::<T>() % 8 == 0 && std::mem::align_of::<T>() >= 8 {
+        std::mem::size_of::<T>() / 8
+    } else {
+        0
+    };
+
     /// # Safety
     /// `i` < capacity; the ring protocol gives the caller (the producer)
     /// exclusive use of slot `i`.
     #[inline]
     unsafe fn write(&self, i: usize, v: T) {
         #[cfg(not(feature = "loom"))]
-        // SAFETY: the caller guarantees `i` < capacity, so the slot lies in
-        // the mapped ring; volatile because another process maps the slot.
-        unsafe {
-            self.base.as_ptr().add(i).write_volatile(v)
+        {
+            let slot = self.base.as_ptr().wrapping_add(i);
+            if Self::WORDS > 0 {
+                let src = (&v as *const T).cast::<u64>();
+                let dst = slot.cast::<u64>();
+                for w in 0..Self::WORDS {
+                    // SAFETY: `i` < capacity (caller), so the slot lies in the
+                    // mapped ring; T is a whole number of 8-aligned u64 words
+                    // (WORDS > 0), so both pointers stay inside their objects
+                    // and are aligned. One volatile store per word: another
+                    // process maps the slot, and word stores avoid staging the
+                    // whole item on the stack first.
+                    unsafe { dst.add(w).write_volatile(src.add(w).read()) };
+                }
+            } else {
+                // SAFETY: as above, for an item that is not made of words.
+                unsafe { slot.write_volatile(v) }
+            }
         }
         #[cfg(feature = "loom")]
         // SAFETY: as above; loom checks the exclusivity claim.
@@ -86,11 +110,25 @@ impl<T: RingItem> Slots<T> {
     #[inline]
     unsafe fn read(&self, i: usize) -> T {
         #[cfg(not(feature = "loom"))]
-        // SAFETY: `i` < capacity so the slot is in bounds; any bit pattern is a
-        // valid `T` (RingItem), so a torn or hostile write cannot create an
-        // invalid value; volatile because another process may write it.
-        unsafe {
-            self.base.as_ptr().add(i).read_volatile()
+        {
+            let slot = self.base.as_ptr().wrapping_add(i);
+            if Self::WORDS > 0 {
+                let mut out = T::default();
+                let dst = (&mut out as *mut T).cast::<u64>();
+                let src = slot.cast::<u64>();
+                for w in 0..Self::WORDS {
+                    // SAFETY: `i` < capacity so the slot is in bounds; T is a
+                    // whole number of 8-aligned words; any bit pattern is a
+                    // valid `T` (RingItem), so a torn or hostile write cannot
+                    // create an invalid value; volatile because another
+                    // process may write the slot.
+                    unsafe { dst.add(w).write(src.add(w).read_volatile()) };
+                }
+                out
+            } else {
+                // SAFETY: as above, for an item that is not made of words.
+                unsafe { slot.read_volatile() }
+            }
         }
         #[cfg(feature = "loom")]
         // SAFETY: as above; loom checks that the producer is not writing it.
@@ -134,6 +172,7 @@ pub struct Producer<T: RingItem> {
     /// Last validated head read from shared memory.
     cached_head: u64,
     spin: Duration,
+    barriers: Barriers,
 }
 
 /// The consuming end of a ring (loader: ready ring; agent: release ring).
@@ -146,6 +185,7 @@ pub struct Consumer<T: RingItem> {
     /// Last validated tail read from shared memory.
     cached_tail: u64,
     spin: Duration,
+    barriers: Barriers,
 }
 
 // SAFETY: the ends hold raw pointers into memory kept alive by `_keep`
@@ -188,6 +228,7 @@ pub unsafe fn producer_from_raw<T: RingItem>(
         published: tail,
         cached_head: head,
         spin: DEFAULT_SPIN,
+        barriers: Barriers::Symmetric,
     }
 }
 
@@ -211,6 +252,7 @@ pub unsafe fn consumer_from_raw<T: RingItem>(
         published: head,
         cached_tail: head,
         spin: DEFAULT_SPIN,
+        barriers: Barriers::Symmetric,
     }
 }
 
@@ -309,6 +351,7 @@ fn heap_ring_imp<T: RingItem>(capacity: u32, name: &'static str) -> (Producer<T>
             published: 0,
             cached_head: 0,
             spin: Duration::ZERO,
+            barriers: Barriers::Symmetric,
         },
         Consumer {
             ring: mk(keep),
@@ -316,6 +359,7 @@ fn heap_ring_imp<T: RingItem>(capacity: u32, name: &'static str) -> (Producer<T>
             published: 0,
             cached_tail: 0,
             spin: Duration::ZERO,
+            barriers: Barriers::Symmetric,
         },
     )
 }
@@ -336,6 +380,7 @@ fn remaining(deadline: Option<Instant>) -> Option<Duration> {
 /// Parks on `seq` unless `ready()` turns true after announcing ourselves in
 /// `waiting` (protocol (C) in the module docs). Returns `ready()`'s last value.
 fn park<F>(
+    barriers: Barriers,
     seq: &AtomicU32,
     waiting: &AtomicU32,
     deadline: Option<Instant>,
@@ -346,7 +391,7 @@ where
 {
     let observed = seq.load(Ordering::Acquire);
     waiting.store(1, Ordering::Relaxed);
-    fence(Ordering::SeqCst);
+    barriers.before_park(); // (C)
     let result = match ready() {
         Ok(false) => {
             let left = remaining(deadline);
@@ -364,6 +409,7 @@ where
 /// Spins for up to `spin` re-checking `ready`, then parks until the deadline.
 /// Returns `Ok(true)` when ready, `Ok(false)` on timeout.
 fn wait_until<F>(
+    barriers: Barriers,
     spin: Duration,
     seq: &AtomicU32,
     waiting: &AtomicU32,
@@ -392,7 +438,7 @@ where
         }
     }
     loop {
-        if park(seq, waiting, deadline, &mut ready)? {
+        if park(barriers, seq, waiting, deadline, &mut ready)? {
             return Ok(true);
         }
         if remaining(deadline) == Some(Duration::ZERO) {
@@ -410,6 +456,12 @@ impl<T: RingItem> Producer<T> {
     /// Sets how long blocking waits spin before parking (zero: park at once).
     pub fn set_spin(&mut self, spin: Duration) {
         self.spin = spin;
+    }
+
+    /// Chooses the barriers of the wake-up protocol ([`Barriers`]); both ends
+    /// of a ring must agree (the segment header says which to use).
+    pub fn set_barriers(&mut self, barriers: Barriers) {
+        self.barriers = barriers;
     }
 
     /// Items written (staged or published) so far: the private tail.
@@ -474,6 +526,34 @@ impl<T: RingItem> Producer<T> {
         Ok(true)
     }
 
+    /// Stages up to `k` items made by `make(0)`, `make(1)`, … with one space
+    /// check (batched publication without a per-item check). Returns how many
+    /// were staged: fewer than `k` when the ring has less room. Call
+    /// [`Producer::publish`] to make them visible.
+    #[inline]
+    pub fn stage_with(
+        &mut self,
+        k: usize,
+        mut make: impl FnMut(usize) -> T,
+    ) -> Result<usize, Violation> {
+        let mut room = self.ring.capacity - self.tail.wrapping_sub(self.cached_head);
+        if room < k as u64 {
+            self.refresh_head()?;
+            room = self.ring.capacity - self.tail.wrapping_sub(self.cached_head);
+        }
+        let n = (k as u64).min(room) as usize;
+        let mask = self.ring.mask();
+        for j in 0..n {
+            let slot = (self.tail.wrapping_add(j as u64) & mask) as usize;
+            // SAFETY: slot < capacity; the n slots after `tail` are free (room
+            // computed from a validated head, pair (B) acquired) and ours
+            // until published.
+            unsafe { self.ring.slots.write(slot, make(j)) };
+        }
+        self.tail = self.tail.wrapping_add(n as u64);
+        Ok(n)
+    }
+
     /// Publishes every staged item with one store, and wakes a parked consumer.
     #[inline]
     pub fn publish(&mut self) {
@@ -483,7 +563,7 @@ impl<T: RingItem> Producer<T> {
         let ctrl = self.ring.ctrl();
         ctrl.producer.tail.store(self.tail, Ordering::Release); // (A) release
         self.published = self.tail;
-        fence(Ordering::SeqCst); // (C)
+        self.barriers.after_publish(); // (C)
         if ctrl.consumer.consumer_waiting.load(Ordering::Relaxed) != 0 {
             ctrl.producer.data_seq.fetch_add(1, Ordering::Release);
             futex::wake_all(&ctrl.producer.data_seq);
@@ -506,12 +586,14 @@ impl<T: RingItem> Producer<T> {
         self.publish();
         let deadline = deadline_after(timeout);
         let spin = self.spin;
+        let barriers = self.barriers;
         let ctrl = self.ring.ctrl;
         // SAFETY: the control block outlives this call (kept alive by
         // `self.ring`); it holds only atomics, so a shared reference beside
         // `&mut self` aliases nothing the closure mutates.
         let ctrl = unsafe { ctrl.as_ref() };
         wait_until(
+            barriers,
             spin,
             &ctrl.consumer.space_seq,
             &ctrl.producer.producer_waiting,
@@ -554,6 +636,12 @@ impl<T: RingItem> Consumer<T> {
     /// Sets how long blocking waits spin before parking (zero: park at once).
     pub fn set_spin(&mut self, spin: Duration) {
         self.spin = spin;
+    }
+
+    /// Chooses the barriers of the wake-up protocol ([`Barriers`]); both ends
+    /// of a ring must agree (the segment header says which to use).
+    pub fn set_barriers(&mut self, barriers: Barriers) {
+        self.barriers = barriers;
     }
 
     /// Items consumed so far: the private head.
@@ -614,7 +702,7 @@ impl<T: RingItem> Consumer<T> {
         let ctrl = self.ring.ctrl();
         ctrl.consumer.head.store(self.head, Ordering::Release); // (B) release
         self.published = self.head;
-        fence(Ordering::SeqCst); // (C)
+        self.barriers.after_publish(); // (C)
         if ctrl.producer.producer_waiting.load(Ordering::Relaxed) != 0 {
             ctrl.consumer.space_seq.fetch_add(1, Ordering::Release);
             futex::wake_all(&ctrl.consumer.space_seq);
@@ -631,18 +719,23 @@ impl<T: RingItem> Consumer<T> {
         Ok(item)
     }
 
-    /// Takes up to `out.len()` items and commits them with one store.
+    /// Takes up to `out.len()` items and commits them with one store. The
+    /// producer's tail is reloaded only when the cached view holds fewer
+    /// items than asked for.
     pub fn pop_into(&mut self, out: &mut [T]) -> Result<usize, Violation> {
-        let mut n = 0;
-        while n < out.len() {
-            match self.try_take()? {
-                Some(item) => {
-                    out[n] = item;
-                    n += 1;
-                }
-                None => break,
-            }
+        if self.cached_tail.wrapping_sub(self.head) < out.len() as u64 {
+            self.refresh_tail()?;
         }
+        let avail = self.cached_tail.wrapping_sub(self.head);
+        let n = avail.min(out.len() as u64) as usize;
+        let mask = self.ring.mask();
+        for (j, o) in out[..n].iter_mut().enumerate() {
+            let slot = (self.head.wrapping_add(j as u64) & mask) as usize;
+            // SAFETY: slot < capacity and index head + j < cached_tail was
+            // published to us (pair (A) acquired in refresh_tail).
+            *o = unsafe { self.ring.slots.read(slot) };
+        }
+        self.head = self.head.wrapping_add(n as u64);
         self.commit();
         Ok(n)
     }
@@ -653,12 +746,14 @@ impl<T: RingItem> Consumer<T> {
         self.commit();
         let deadline = deadline_after(timeout);
         let spin = self.spin;
+        let barriers = self.barriers;
         let ctrl = self.ring.ctrl;
         // SAFETY: the control block outlives this call (kept alive by
         // `self.ring`); it holds only atomics, so a shared reference beside
         // `&mut self` aliases nothing the closure mutates.
         let ctrl = unsafe { ctrl.as_ref() };
         wait_until(
+            barriers,
             spin,
             &ctrl.producer.data_seq,
             &ctrl.consumer.consumer_waiting,
@@ -730,6 +825,20 @@ mod tests {
         p.publish();
         assert_eq!(c.try_pop().unwrap(), Some(1));
         assert_eq!(c.try_pop().unwrap(), Some(2));
+    }
+
+    #[test]
+    fn stage_with_fills_what_fits_in_order() {
+        let (mut p, mut c) = heap_ring::<u64>(8, "t");
+        assert_eq!(p.stage_with(5, |j| 100 + j as u64).unwrap(), 5);
+        assert_eq!(c.try_pop().unwrap(), None, "staged items are invisible");
+        p.publish();
+        assert_eq!(p.stage_with(5, |j| 200 + j as u64).unwrap(), 3, "only 3 slots left");
+        p.publish();
+        let mut out = [0u64; 16];
+        assert_eq!(c.pop_into(&mut out).unwrap(), 8);
+        assert_eq!(&out[..8], &[100, 101, 102, 103, 104, 200, 201, 202]);
+        assert_eq!(p.stage_with(8, |j| j as u64).unwrap(), 8);
     }
 
     #[test]

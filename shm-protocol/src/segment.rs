@@ -22,6 +22,7 @@ use crate::layout::{state, SegmentHeader, LAYOUT_VERSION, SEGMENT_MAGIC};
 use crate::sync::Ordering;
 #[cfg(not(feature = "loom"))]
 use crate::{
+    barrier::Barriers,
     error::{AttachError, Violation},
     layout::{BatchDescriptor, ReleaseDescriptor, SegmentGeometry, SEGMENT_HEADER_SIZE},
     region::Region,
@@ -59,6 +60,8 @@ pub struct AgentSegment {
     fd: Option<OwnedFd>,
     geometry: SegmentGeometry,
     spec: SegmentSpec,
+    /// Segment flags as created (trusted copy).
+    flags: u32,
     endpoints_taken: bool,
 }
 
@@ -82,14 +85,19 @@ impl AgentSegment {
             crate::memfd::SEAL_SHRINK | crate::memfd::SEAL_GROW | crate::memfd::SEAL_SEAL,
         )?;
         let region = Region::map_shared_rw(fd.as_fd(), geometry.segment_size as usize, true)?;
-        Ok(Self::init(Arc::new(region), Some(fd), geometry, spec))
+        let flags = if crate::barrier::register_agent() {
+            crate::layout::SEGMENT_FLAG_ASYMMETRIC
+        } else {
+            0
+        };
+        Ok(Self::init(Arc::new(region), Some(fd), geometry, spec, flags))
     }
 
     /// Creates a segment in heap memory (tests, Miri).
     pub fn create_heap(spec: SegmentSpec) -> io::Result<AgentSegment> {
         let geometry = geometry_for(&spec)?;
         let region = Region::heap(geometry.segment_size as usize);
-        Ok(Self::init(Arc::new(region), None, geometry, spec))
+        Ok(Self::init(Arc::new(region), None, geometry, spec, 0))
     }
 
     fn init(
@@ -97,6 +105,7 @@ impl AgentSegment {
         fd: Option<OwnedFd>,
         geometry: SegmentGeometry,
         spec: SegmentSpec,
+        flags: u32,
     ) -> AgentSegment {
         let hdr = region.as_ptr() as *mut SegmentHeader;
         // SAFETY: the region is fresh, zeroed, at least a header long, page
@@ -105,7 +114,7 @@ impl AgentSegment {
         unsafe {
             addr_of_mut!((*hdr).header_size).write(SEGMENT_HEADER_SIZE as u32);
             addr_of_mut!((*hdr).creator_pid).write(std::process::id());
-            addr_of_mut!((*hdr).flags).write(0);
+            addr_of_mut!((*hdr).flags).write(flags);
             addr_of_mut!((*hdr).segment_size).write(geometry.segment_size);
             addr_of_mut!((*hdr).session_id).write(spec.session_id);
             addr_of_mut!((*hdr).ready_offset).write(geometry.ready_offset);
@@ -122,6 +131,7 @@ impl AgentSegment {
             fd,
             geometry,
             spec,
+            flags,
             endpoints_taken: false,
         }
     }
@@ -160,12 +170,17 @@ impl AgentSegment {
         // SAFETY: bases come from the trusted geometry, lie inside the mapping
         // kept alive by `keep`, are 128-aligned; this is the only agent-side
         // producer/consumer pair (endpoints_taken).
-        unsafe {
-            Some((
+        let (mut p, mut c) = unsafe {
+            (
                 producer_from_raw(ready, self.geometry.ready_capacity, "ready", keep.clone()),
                 consumer_from_raw(release, self.geometry.release_capacity, "release", keep),
-            ))
+            )
+        };
+        if self.flags & crate::layout::SEGMENT_FLAG_ASYMMETRIC != 0 {
+            p.set_barriers(Barriers::Agent);
+            c.set_barriers(Barriers::Agent);
         }
+        Some((p, c))
     }
 
     /// Marks the session fenced for `violation` and wakes a parked loader.
@@ -427,12 +442,17 @@ impl LoaderSegment {
         // SAFETY: the geometry was validated to be exactly what the creator
         // lays out for these capacities and to fit inside the mapping, which
         // `keep` keeps alive; bases are 128-aligned; one pair per attach.
-        unsafe {
-            Some((
+        let (mut c, mut p) = unsafe {
+            (
                 consumer_from_raw(ready, self.geometry.ready_capacity, "ready", keep.clone()),
                 producer_from_raw(release, self.geometry.release_capacity, "release", keep),
-            ))
+            )
+        };
+        if self.snapshot.flags & crate::layout::SEGMENT_FLAG_ASYMMETRIC != 0 {
+            c.set_barriers(Barriers::Loader);
+            p.set_barriers(Barriers::Loader);
         }
+        Some((c, p))
     }
 
     /// The session state word ([`crate::layout::state`]).

@@ -145,6 +145,13 @@ impl HeaderSnapshot {
             }
             .into());
         }
+        if self.flags & !crate::layout::SEGMENT_FLAGS_ALL != 0 {
+            return Err(Violation::BadField {
+                field: "flags",
+                value: self.flags.into(),
+            }
+            .into());
+        }
         if self.segment_size > mapped_len {
             return Err(AttachError::TooShort {
                 needed: self.segment_size,

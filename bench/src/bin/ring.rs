@@ -7,7 +7,7 @@
 //!
 //! * Throughput: `--items` items of 64 bytes (`BatchDescriptor`) per run; the
 //!   producer publishes after every item (`try_push`) or after every
-//!   `--batch` items (`try_stage` × k, then `publish`); the consumer pops with
+//!   `--batch` items (`stage_with` k items, then `publish`); the consumer pops with
 //!   `pop_into` into a `--pop`-item buffer, checks every item's sequence number
 //!   and sums every field. Every repetition runs each ring once per mode and
 //!   the order rotates between repetitions, so drift hits both; the median
@@ -337,7 +337,7 @@ fn new_epoch(run: u64) -> u64 {
 enum Publish {
     /// `try_push` per item (baseline: one tail store per item).
     PerItem,
-    /// `try_stage` × k, then `publish` (baseline: k slots, one tail store).
+    /// `stage_with` k items, then `publish` (baseline: k slots, one tail store).
     Batched(u64),
 }
 
@@ -492,9 +492,10 @@ fn produce_granary(
             Publish::Batched(k) => {
                 let end = (i + k).min(n);
                 while i < end {
-                    if prod.try_stage(item(i))? {
-                        i += 1;
-                    } else {
+                    let base = i;
+                    let got = prod.stage_with((end - i) as usize, |j| item(base + j as u64))?;
+                    i += got as u64;
+                    if i < end {
                         waits += 1;
                         if !prod.wait_for_space(Some(TIMEOUT))? {
                             return Err("granary ring: consumer stalled".into());
