@@ -13,10 +13,24 @@
 //! * [`report`]: medians, percentiles and the final JSON line.
 //! * [`delay_proxy`]: a TCP proxy adding latency in each direction (and an
 //!   optional bandwidth cap) without breaking pipelining.
+//! * [`agent`]: the real engine on a thread of the benchmark process,
+//!   configured from TOML, its metrics read back as Prometheus text.
+//! * [`loader`]: one session through libgranary, samples seen in place,
+//!   per-epoch timings.
+//! * [`data`]: synthetic datasets generated once under `bench/.data/`.
+//! * [`touch`]: the touch-every-byte loop and the memory-read baseline.
+//! * [`sys`]: dropping the page cache, root or not, CPU load.
+//! * [`cli`]: `--name value` options.
 #![warn(missing_docs)]
 
+pub mod agent;
 pub mod baseline;
+pub mod cli;
 pub mod cpu;
 pub mod delay_proxy;
+pub mod data;
+pub mod loader;
 pub mod peer;
 pub mod report;
+pub mod sys;
+pub mod touch;
