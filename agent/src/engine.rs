@@ -503,7 +503,6 @@ impl Engine {
             return false;
         }
         let ds = s.dataset;
-        let first_epoch = s.first_epoch;
         let mut moved = false;
         let mut reads = Vec::new();
         let mut budget = (self.reader.capacity() as usize)
@@ -512,20 +511,13 @@ impl Engine {
             while b.requested < b.samples.len() {
                 let sample = b.samples[b.requested];
                 let k = key(ds, sample);
-                let stat = s.stats.get_mut((b.epoch - first_epoch) as usize);
                 let pinned = match self.cache.access(k) {
                     Lookup::Ready(_) | Lookup::InFlight { .. } => {
-                        if let Some(st) = stat {
-                            st.hits += 1;
-                        }
                         self.metrics
                             .count_epoch(&self.datasets[ds].name, b.epoch, 1, 0);
                         self.cache.pin(k).is_ok()
                     }
                     Lookup::Failed { pins, .. } if pins > 0 => {
-                        if let Some(st) = stat {
-                            st.misses += 1;
-                        }
                         self.metrics
                             .count_epoch(&self.datasets[ds].name, b.epoch, 0, 1);
                         false
@@ -538,9 +530,6 @@ impl Engine {
                         match self.cache.reserve(k, len) {
                             Ok(r) => {
                                 budget -= 1;
-                                if let Some(st) = stat {
-                                    st.misses += 1;
-                                }
                                 self.metrics
                                     .count_epoch(&self.datasets[ds].name, b.epoch, 0, 1);
                                 reads.push((k, r.extent.offset, len));
@@ -811,13 +800,6 @@ impl Engine {
                 reserved: 0,
             };
             let _ = s.ready.try_stage(d);
-            if let Some(st) = s.stats_mut(b.epoch) {
-                st.delivered += n as u64;
-                st.errors += errors;
-            }
-            if s.first_batch_at.is_none() {
-                s.first_batch_at = Some(Instant::now());
-            }
             let _ = self.cache.advance_session_by(sid, n as u64);
             self.metrics
                 .samples_served

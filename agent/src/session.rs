@@ -35,19 +35,6 @@ pub struct Loan {
     pub table: Option<crate::extent::Extent>,
 }
 
-/// Per-epoch delivery statistics of a session.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct EpochStats {
-    /// Samples found in the arena when first needed.
-    pub hits: u64,
-    /// Samples that had to be read.
-    pub misses: u64,
-    /// Samples delivered.
-    pub delivered: u64,
-    /// Samples delivered with an error status.
-    pub errors: u64,
-}
-
 /// A session.
 pub struct Session {
     /// Session id.
@@ -86,14 +73,6 @@ pub struct Session {
     pub planned_all: bool,
     /// True once END_OF_STREAM was published.
     pub ended: bool,
-    /// Per-epoch statistics, indexed by `epoch - first_epoch`.
-    pub stats: Vec<EpochStats>,
-    /// Delivery position (samples planned so far), for the clairvoyant cache.
-    pub position: u64,
-    /// When the session opened.
-    pub opened: std::time::Instant,
-    /// When the first batch was published.
-    pub first_batch_at: Option<std::time::Instant>,
 }
 
 impl Session {
@@ -134,10 +113,6 @@ impl Session {
             next_index: 0,
             planned_all: false,
             ended: false,
-            stats: vec![EpochStats::default(); epoch_count as usize],
-            position: 0,
-            opened: std::time::Instant::now(),
-            first_batch_at: None,
         })
     }
 
@@ -179,7 +154,6 @@ impl Session {
                 continue;
             };
             let last = self.next_index + 1 == plan.num_batches();
-            self.position += samples.len() as u64;
             self.pending.push_back(PendingBatch {
                 epoch,
                 index: self.next_index,
@@ -191,16 +165,5 @@ impl Session {
             self.next_index += 1;
         }
         Ok(())
-    }
-
-    /// Statistics slot of an epoch.
-    pub fn stats_mut(&mut self, epoch: u32) -> Option<&mut EpochStats> {
-        let i = epoch.checked_sub(self.first_epoch)? as usize;
-        self.stats.get_mut(i)
-    }
-
-    /// The plan of the epoch currently being expanded, if any.
-    pub fn current_plan(&self) -> Option<&EpochPlan> {
-        self.plan.as_ref()
     }
 }
