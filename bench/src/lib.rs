@@ -13,6 +13,8 @@
 //! * [`report`]: medians, percentiles and the final JSON line.
 //! * [`delay_proxy`]: a TCP proxy adding latency in each direction (and an
 //!   optional bandwidth cap) without breaking pipelining.
+//! * [`seaweed`]: a SeaweedFS S3 server on free loopback ports (also
+//!   compiled into the agent's S3 tests).
 //! * [`agent`]: the real engine on a thread of the benchmark process,
 //!   configured from TOML, its metrics read back as Prometheus text.
 //! * [`loader`]: one session through libgranary, samples seen in place,
@@ -32,5 +34,6 @@ pub mod data;
 pub mod loader;
 pub mod peer;
 pub mod report;
+pub mod seaweed;
 pub mod sys;
 pub mod touch;
