@@ -7,6 +7,7 @@ use granary_agent::cache::CacheConfig;
 use granary_agent::config::Config;
 use granary_agent::engine::Engine;
 use granary_agent::metrics::{parse_text, Metrics};
+use granary_agent::source::s3::S3Settings;
 use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -36,6 +37,58 @@ pub struct AgentSettings {
     pub release_ring_capacity: u32,
     /// `[[dataset]]` entries: name and root directory.
     pub datasets: Vec<(String, PathBuf)>,
+    /// `[[dataset]]` entries of `kind = "s3"`.
+    pub s3_datasets: Vec<S3Dataset>,
+    /// More `key = value` lines for a section (`arena`, `socket`,
+    /// `prefetch`, `cache`, `sessions`, `metrics`), as (section, line).
+    pub extra: Vec<(String, String)>,
+}
+
+/// A `kind = "s3"` dataset of an [`AgentSettings`].
+#[derive(Clone, Debug)]
+pub struct S3Dataset {
+    /// `name`.
+    pub name: String,
+    /// Endpoint, region, bucket, credentials, `allow_http`, `path_style`,
+    /// `request_timeout_ms`, `retries`.
+    pub settings: S3Settings,
+    /// `prefix`: the folder whose objects are the samples.
+    pub prefix: String,
+    /// More `key = value` lines for this `[[dataset]]` table.
+    pub extra: Vec<String>,
+}
+
+impl S3Dataset {
+    /// The `[[dataset]]` table.
+    fn toml(&self) -> String {
+        let st = &self.settings;
+        let mut s = format!(
+            "[[dataset]]\nname = {}\nkind = \"s3\"\nbucket = {}\nprefix = {}\n\
+             allow_http = {}\npath_style = {}\nrequest_timeout_ms = {}\nretries = {}\n",
+            toml_str(&self.name),
+            toml_str(&st.bucket),
+            toml_str(&self.prefix),
+            st.allow_http,
+            st.path_style,
+            st.request_timeout.as_millis(),
+            st.retries,
+        );
+        let opt = [
+            ("endpoint", &st.endpoint),
+            ("region", &st.region),
+            ("access_key_id", &st.access_key_id),
+            ("secret_access_key", &st.secret_access_key),
+        ];
+        for (key, v) in opt {
+            if let Some(v) = v {
+                let _ = writeln!(s, "{key} = {}", toml_str(v));
+            }
+        }
+        for line in &self.extra {
+            let _ = writeln!(s, "{line}");
+        }
+        s
+    }
 }
 
 impl AgentSettings {
@@ -52,31 +105,58 @@ impl AgentSettings {
             ready_ring_capacity: d.sessions.ready_ring_capacity,
             release_ring_capacity: d.sessions.release_ring_capacity,
             datasets: vec![(dataset.to_owned(), root.to_path_buf())],
+            s3_datasets: Vec::new(),
+            extra: Vec::new(),
         }
+    }
+
+    /// The configuration file's defaults for a given arena size and one
+    /// S3 dataset.
+    pub fn new_s3(arena_bytes: u64, dataset: S3Dataset) -> AgentSettings {
+        let mut s = AgentSettings::new(arena_bytes, "", Path::new(""));
+        s.datasets.clear();
+        s.s3_datasets.push(dataset);
+        s
     }
 
     /// The TOML text of this configuration, with the socket at `socket` and
     /// the metrics endpoint off (metrics are read in process).
     pub fn toml(&self, socket: &Path) -> String {
         let mut s = String::new();
+        let extra = |section: &str| -> String {
+            self.extra
+                .iter()
+                .filter(|(sec, _)| sec == section)
+                .map(|(_, line)| format!("{line}\n"))
+                .collect()
+        };
         let _ = write!(
             s,
-            "[arena]\nsize = {}\nhugepages = \"{}\"\n\
-             [socket]\npath = {}\n\
-             [prefetch]\nwindow_batches = {}\ninitial_window = {}\nmax_inflight_reads = {}\n\
-             [cache]\npolicy = \"{}\"\n\
-             [sessions]\nready_ring_capacity = {}\nrelease_ring_capacity = {}\n\
-             [metrics]\naddress = \"\"\n",
+            "[arena]\nsize = {}\nhugepages = \"{}\"\n{}\
+             [socket]\npath = {}\n{}\
+             [prefetch]\nwindow_batches = {}\ninitial_window = {}\nmax_inflight_reads = {}\n{}\
+             [cache]\npolicy = \"{}\"\n{}\
+             [sessions]\nready_ring_capacity = {}\nrelease_ring_capacity = {}\n{}\
+             [metrics]\naddress = \"\"\n{}",
             self.arena_bytes,
             self.hugepages,
+            extra("arena"),
             toml_path(socket),
+            extra("socket"),
             self.window_batches,
             self.initial_window.min(self.window_batches),
             self.max_inflight_reads,
+            extra("prefetch"),
             self.policy,
+            extra("cache"),
             self.ready_ring_capacity,
             self.release_ring_capacity,
+            extra("sessions"),
+            extra("metrics"),
         );
+        for d in &self.s3_datasets {
+            s.push_str(&d.toml());
+        }
         for (name, root) in &self.datasets {
             let _ = write!(
                 s,
@@ -91,6 +171,24 @@ impl AgentSettings {
 /// A TOML literal string holding `p` (paths here never contain `'`).
 fn toml_path(p: &Path) -> String {
     format!("'{}'", p.display())
+}
+
+/// A TOML basic string holding `v`.
+fn toml_str(v: &str) -> String {
+    let mut out = String::with_capacity(v.len() + 2);
+    out.push('"');
+    for c in v.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                let _ = write!(out, "\\u{:04X}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 static NEXT_RUN: AtomicU64 = AtomicU64::new(0);
@@ -317,6 +415,33 @@ granary_samples_served_total 8
             ]
         );
         assert!((got[1].hit_rate() - 0.75).abs() < 1e-12);
+    }
+
+    #[test]
+    fn s3_settings_make_a_valid_config() {
+        let mut st = S3Settings::new("bucket");
+        st.endpoint = Some("http://127.0.0.1:9000".into());
+        st.allow_http = true;
+        st.access_key_id = Some("k\"ey".into());
+        st.secret_access_key = Some("se\\cret".into());
+        let mut s = AgentSettings::new_s3(
+            256 << 20,
+            S3Dataset {
+                name: "d".into(),
+                settings: st,
+                prefix: "a/b".into(),
+                extra: Vec::new(),
+            },
+        );
+        s.extra.push(("prefetch".into(), "read_retries = 5".into()));
+        let cfg = Config::from_toml_str(&s.toml(Path::new("/tmp/x.sock"))).unwrap();
+        assert_eq!(cfg.prefetch.read_retries, 5);
+        let d = &cfg.datasets[0];
+        assert_eq!(d.prefix.as_deref(), Some("a/b"));
+        assert_eq!(d.access_key_id.as_deref(), Some("k\"ey"));
+        let back = S3Settings::from_dataset(d).unwrap();
+        assert_eq!(back.secret_access_key.as_deref(), Some("se\\cret"));
+        assert_eq!(back.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
     }
 
     #[test]

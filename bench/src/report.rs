@@ -66,6 +66,33 @@ impl Json {
         self
     }
 
+    /// Adds an array of numbers, each rounded to `decimals` places
+    /// (`null` for those that are not finite).
+    pub fn nums(&mut self, key: &str, values: &[f64], decimals: usize) -> &mut Json {
+        self.key(key);
+        self.body.push('[');
+        for (i, v) in values.iter().enumerate() {
+            if i > 0 {
+                self.body.push(',');
+            }
+            if v.is_finite() {
+                let _ = write!(self.body, "{v:.decimals$}");
+            } else {
+                self.body.push_str("null");
+            }
+        }
+        self.body.push(']');
+        self
+    }
+
+    /// Adds a value that is already JSON text (an object or array built
+    /// elsewhere); the caller vouches for its syntax.
+    pub fn raw(&mut self, key: &str, json: &str) -> &mut Json {
+        self.key(key);
+        self.body.push_str(json);
+        self
+    }
+
     /// Adds a string.
     pub fn str(&mut self, key: &str, value: &str) -> &mut Json {
         self.key(key);
@@ -117,10 +144,12 @@ mod tests {
         j.num("a", 1.23456, 2)
             .int("b", 7)
             .str("c", "x\"y")
-            .num("d", f64::NAN, 1);
+            .num("d", f64::NAN, 1)
+            .nums("e", &[1.0, f64::INFINITY, 2.26], 1)
+            .raw("f", "{\"g\":1}");
         assert_eq!(
             j.line(),
-            r#"{"bench":"ring","a":1.23,"b":7,"c":"x\"y","d":null}"#
+            r#"{"bench":"ring","a":1.23,"b":7,"c":"x\"y","d":null,"e":[1.0,null,2.3],"f":{"g":1}}"#
         );
     }
 }
