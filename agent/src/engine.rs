@@ -21,28 +21,41 @@ use crate::metrics::Metrics;
 use crate::planner::{PlanParams, SessionPlan};
 use crate::server::{ConnEvent, ConnId, Server};
 use crate::session::{Loan, Session};
-use crate::source::fs::Catalog;
-use crate::uring_reader::{Completion, ReadRequest, UringReader};
+use crate::dataset::{Dataset, LoadEvent};
+use crate::uring_reader::Completion;
 use granary_shm::arena::{Arena, ArenaOptions};
 use granary_shm::handshake::{Message, OpenSession, SessionOpened};
 use granary_shm::layout::{BATCH_END_OF_EPOCH, BATCH_END_OF_STREAM};
 use granary_shm::segment::{AgentSegment, SegmentSpec};
 use granary_shm::{BatchDescriptor, ErrorCode, SampleEntry, Violation};
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::io;
-use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A dataset the agent serves.
-pub struct Dataset {
-    /// Name loaders open it by.
-    pub name: String,
-    /// Its samples.
-    pub catalog: Catalog,
+/// How long start-up waits for remote datasets' first catalog load.
+pub const STARTUP_LOAD_WAIT: Duration = Duration::from_secs(15);
+
+fn log_load_event(d: &Dataset, event: Option<LoadEvent>) {
+    match event {
+        Some(LoadEvent::Ready) => {
+            if let Some(src) = d.source() {
+                eprintln!(
+                    "granaryd: dataset {:?} ({}) ready: {} samples, {} bytes",
+                    d.name,
+                    src.kind(),
+                    src.len(),
+                    src.total_bytes()
+                );
+            }
+        }
+        Some(LoadEvent::Failed(e)) => {
+            eprintln!("granaryd: dataset {:?}: loading failed: {e}", d.name);
+        }
+        None => {}
+    }
 }
 
 fn key(dataset: usize, sample: u64) -> SampleKey {
@@ -62,14 +75,15 @@ struct Inflight {
 
 /// The engine state.
 pub struct Engine {
+    // Dropped first: a source waits, when dropped, until none of its reads
+    // can write into the arena any more.
+    datasets: Vec<Dataset>,
     cfg: Config,
     metrics: Arc<Metrics>,
     arena: Arena,
     tables: ExtentAllocator,
     cache: Cache,
-    reader: UringReader,
     server: Server,
-    datasets: Vec<Dataset>,
     sessions: HashMap<u64, Session>,
     inflight: HashMap<u64, Inflight>,
     retry_queue: Vec<(Instant, Inflight)>,
@@ -77,6 +91,8 @@ pub struct Engine {
     next_tag: u64,
     instance_key: u64,
     events: Vec<ConnEvent>,
+    /// Opens of datasets whose first load attempt is still running.
+    waiting_opens: Vec<(usize, ConnId, OpenSession)>,
     completions: Vec<Completion>,
     last_turn: Instant,
     started: Instant,
@@ -98,12 +114,14 @@ fn table_area(arena_size: u64) -> u64 {
 /// The reserve holds one such window of batches of the client's default
 /// size of the largest mean sample among the datasets (each rounded up to
 /// the cache's alignment): at least the default sixteenth of the cache, at
-/// most half of it. More concurrent sessions share it.
+/// most half of it. More concurrent sessions share it. Remote datasets
+/// still loading when the engine starts do not count.
 fn transient_reserve(cfg: &Config, datasets: &[Dataset], cache: &CacheConfig) -> u64 {
     let align = cache.align.max(1);
     let mean = datasets
         .iter()
-        .map(|d| d.catalog.total_bytes() / (d.catalog.len() as u64).max(1))
+        .filter_map(|d| d.source())
+        .map(|src| src.total_bytes() / src.len().max(1))
         .max()
         .unwrap_or(0)
         .next_multiple_of(align);
@@ -115,19 +133,45 @@ fn transient_reserve(cfg: &Config, datasets: &[Dataset], cache: &CacheConfig) ->
 }
 
 impl Engine {
-    /// Creates the arena, binds the socket, opens every dataset's catalog.
+    /// Creates the arena, binds the socket, opens every dataset: the
+    /// filesystem ones here (a failure stops the agent), the remote ones on
+    /// threads of their own, waiting up to [`STARTUP_LOAD_WAIT`] for them
+    /// (a store that cannot be reached by then is tried again in the
+    /// background while the others serve).
     pub fn new(cfg: Config, metrics: Arc<Metrics>) -> io::Result<Engine> {
+        Engine::with_datasets(cfg, metrics, Vec::new())
+    }
+
+    /// Like [`new`](Self::new), serving `extra` datasets (opened by the
+    /// caller: a wrapped or fault-injecting client) after the configured
+    /// ones.
+    pub fn with_datasets(
+        cfg: Config,
+        metrics: Arc<Metrics>,
+        extra: Vec<Dataset>,
+    ) -> io::Result<Engine> {
         let mut datasets = Vec::new();
         for d in &cfg.datasets {
-            let catalog = crate::source::open_catalog(d)
+            if Dataset::is_remote(d) {
+                datasets.push(Dataset::open_in_background(d, &cfg));
+                continue;
+            }
+            let ds = Dataset::open_now(d, &cfg)
                 .map_err(|e| io::Error::other(format!("dataset {:?}: {e}", d.name)))?;
-            if catalog.is_empty() {
+            if ds.source().is_some_and(|s| s.is_empty()) {
                 return Err(io::Error::other(format!("dataset {:?} has no samples", d.name)));
             }
-            datasets.push(Dataset {
-                name: d.name.clone(),
-                catalog,
-            });
+            datasets.push(ds);
+        }
+        datasets.extend(extra);
+        let deadline = Instant::now() + STARTUP_LOAD_WAIT;
+        for d in &mut datasets {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let event = d.wait(left);
+            log_load_event(d, event);
+            if let Some(why) = d.unavailable() {
+                eprintln!("granaryd: {why}; serving the other datasets meanwhile");
+            }
         }
         let opts = ArenaOptions {
             size: cfg.arena.size.bytes(),
@@ -155,7 +199,6 @@ impl Engine {
         cc.base = tables_len;
         cc.transient_reserve = transient_reserve(&cfg, &datasets, &cc);
         let cache = Cache::new(cc).map_err(|e| io::Error::other(format!("cache: {e}")))?;
-        let reader = UringReader::new(cfg.prefetch.max_inflight_reads)?;
         let server = Server::bind(&cfg.socket)?;
         metrics.arena_size.store(size, Ordering::Relaxed);
         let now = Instant::now();
@@ -165,8 +208,7 @@ impl Engine {
             arena,
             tables,
             cache,
-            reader,
-            server,
+                server,
             datasets,
             sessions: HashMap::new(),
             inflight: HashMap::new(),
@@ -175,6 +217,7 @@ impl Engine {
             next_tag: 1,
             instance_key: random_u64(),
             events: Vec::new(),
+            waiting_opens: Vec::new(),
             completions: Vec::new(),
             last_turn: now,
             started: now,
@@ -216,17 +259,11 @@ impl Engine {
                 } else {
                     Duration::from_millis(1)
                 };
-                if self.reader.in_flight() == 0 {
-                    // Nothing can complete: io_uring would return at once,
-                    // so sleep instead of spinning. New loaders and releases
-                    // are seen within `wait` (1 ms while sessions are open).
-                    std::thread::sleep(wait);
-                } else {
-                    self.completions.clear();
-                    self.reader
-                        .poll_completions(Some(wait), &mut self.completions)?;
-                    self.handle_completions();
-                }
+                // Sleep until a read completes or `wait` has passed: new
+                // loaders and releases are seen within `wait` (1 ms while
+                // sessions are open). With nothing in flight this is a
+                // plain sleep, not a spin.
+                self.wait_for_completions(wait)?;
             }
         }
         for s in self.sessions.values() {
@@ -251,6 +288,7 @@ impl Engine {
         }
         self.events = events;
 
+        progressed |= self.poll_datasets(now);
         let ids: Vec<u64> = self.sessions.keys().copied().collect();
         for id in &ids {
             progressed |= self.reclaim(*id);
@@ -259,10 +297,7 @@ impl Engine {
         for id in &ids {
             progressed |= self.request(*id);
         }
-        self.completions.clear();
-        self.reader.poll_completions(None, &mut self.completions)?;
-        progressed |= !self.completions.is_empty();
-        self.handle_completions();
+        progressed |= self.collect_completions()?;
         for id in &ids {
             progressed |= self.publish(*id, dt);
         }
@@ -286,6 +321,7 @@ impl Engine {
                 }
             }
             ConnEvent::Gone(conn) => {
+                self.waiting_opens.retain(|(_, c, _)| *c != conn);
                 let mine: Vec<u64> = self
                     .sessions
                     .values()
@@ -311,6 +347,16 @@ impl Engine {
             );
             return;
         };
+        let Some(num_samples) = self.datasets[ds].source().map(|s| s.len()) else {
+            if self.datasets[ds].first_load_running() {
+                // Answered when the first attempt ends (poll_datasets).
+                self.waiting_opens.push((ds, conn, req));
+            } else {
+                let why = self.datasets[ds].unavailable().unwrap_or_default();
+                self.server.reply_error(conn, ErrorCode::Io, why);
+            }
+            return;
+        };
         if self.sessions.len() >= self.cfg.sessions.max_sessions as usize {
             self.server.reply_error(
                 conn,
@@ -320,7 +366,7 @@ impl Engine {
             return;
         }
         let params = PlanParams {
-            num_samples: self.datasets[ds].catalog.len() as u64,
+            num_samples,
             seed: req.seed,
             rank: req.rank,
             world_size: req.world_size,
@@ -505,8 +551,16 @@ impl Engine {
         let ds = s.dataset;
         let mut moved = false;
         let mut reads = Vec::new();
-        let mut budget = (self.reader.capacity() as usize)
-            .saturating_sub(self.reader.in_flight() as usize + self.retry_queue.len());
+        let Some(src) = self.datasets[ds].source() else {
+            return false;
+        };
+        let retrying = self
+            .retry_queue
+            .iter()
+            .filter(|(_, r)| r.key.dataset as usize == ds)
+            .count();
+        let mut budget =
+            (src.capacity() as usize).saturating_sub(src.in_flight() + retrying);
         'batches: for b in s.pending.iter_mut() {
             while b.requested < b.samples.len() {
                 let sample = b.samples[b.requested];
@@ -526,7 +580,7 @@ impl Engine {
                         if budget == 0 {
                             break 'batches;
                         }
-                        let len = self.datasets[ds].catalog.entries()[sample as usize].size;
+                        let len = src.meta(sample).size;
                         match self.cache.reserve(k, len) {
                             Ok(r) => {
                                 budget -= 1;
@@ -553,53 +607,40 @@ impl Engine {
     }
 
     fn start_read(&mut self, k: SampleKey, dest: u64, len: u64, attempt: u32) {
-        let entry = &self.datasets[k.dataset as usize].catalog.entries()[k.index as usize];
-        let (Ok(len32), Ok(path)) = (
-            u32::try_from(len),
-            CString::new(entry.path.as_os_str().as_bytes()),
-        ) else {
+        let ds = k.dataset as usize;
+        let Some(src) = self.datasets[ds].source_mut() else {
+            let _ = self.cache.fail(k, ErrorCode::Io.as_i32().unsigned_abs());
+            return;
+        };
+        let Ok(len32) = u32::try_from(len) else {
+            let what = src.describe(k.index);
+            self.datasets[ds].log_failure(|| format!("{what}: {len} bytes is too large for one read"));
             let _ = self.cache.fail(k, ErrorCode::Io.as_i32().unsigned_abs());
             return;
         };
         let tag = self.next_tag;
         self.next_tag += 1;
-        let req = ReadRequest {
-            tag,
-            path,
-            offset: 0,
-            len: len32,
-            dest: self.arena.region().as_ptr().wrapping_add(dest as usize),
-        };
+        let ptr = self.arena.region().as_ptr().wrapping_add(dest as usize);
         // SAFETY: `dest..dest+len` is the extent the cache reserved for this
-        // key inside the live arena mapping; it stays reserved (in flight,
-        // pinned) until the completion for `tag` is handled.
-        match unsafe { self.reader.submit(req) } {
+        // key inside the live arena mapping, `len` being the sample's size
+        // from the same source's catalog; it stays reserved (in flight,
+        // pinned) until the completion for `tag` is handled, and the arena
+        // outlives every source (the engine drops its datasets first).
+        let submitted = unsafe { src.submit(tag, k.index, ptr) };
+        let inflight = Inflight {
+            key: k,
+            dest,
+            started: Instant::now(),
+            attempt,
+            len: len32,
+        };
+        match submitted {
             Ok(()) => {
                 self.metrics.reads_submitted.fetch_add(1, Ordering::Relaxed);
-                self.inflight.insert(
-                    tag,
-                    Inflight {
-                        key: k,
-                        dest,
-                        started: Instant::now(),
-                        attempt,
-                        len: len32,
-                    },
-                );
+                self.inflight.insert(tag, inflight);
             }
-            Err(_) => {
-                // Queue full: try again next turn, into the same extent.
-                self.retry_queue.push((
-                    Instant::now(),
-                    Inflight {
-                        key: k,
-                        dest,
-                        started: Instant::now(),
-                        attempt,
-                        len: len32,
-                    },
-                ));
-            }
+            // Queue full: try again next turn, into the same extent.
+            Err(_) => self.retry_queue.push((Instant::now(), inflight)),
         }
     }
 
@@ -616,6 +657,75 @@ impl Engine {
         for r in due {
             self.start_read(r.key, r.dest, u64::from(r.len), r.attempt);
         }
+    }
+
+    /// Moves the loading of remote datasets on; answers loaders waiting for
+    /// a dataset whose first attempt just ended. Returns whether anything
+    /// changed.
+    fn poll_datasets(&mut self, now: Instant) -> bool {
+        let mut changed = false;
+        for i in 0..self.datasets.len() {
+            let Some(event) = self.datasets[i].poll(now) else {
+                continue;
+            };
+            changed = true;
+            log_load_event(&self.datasets[i], Some(event));
+            let (mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting_opens)
+                .into_iter()
+                .partition(|(ds, _, _)| *ds == i);
+            self.waiting_opens = others;
+            for (_, conn, req) in mine {
+                self.open_session(conn, req);
+            }
+        }
+        changed
+    }
+
+    /// Collects finished reads of every dataset, without waiting. Returns
+    /// whether there were any.
+    fn collect_completions(&mut self) -> io::Result<bool> {
+        self.completions.clear();
+        for d in &mut self.datasets {
+            if let Some(src) = d.source_mut() {
+                src.poll_completions(None, &mut self.completions)?;
+            }
+        }
+        let any = !self.completions.is_empty();
+        self.handle_completions();
+        Ok(any)
+    }
+
+    /// Waits up to `wait` for any dataset's read to finish (a plain sleep
+    /// when none is in flight), then collects what finished.
+    fn wait_for_completions(&mut self, wait: Duration) -> io::Result<()> {
+        let mut fds: Vec<libc::pollfd> = self
+            .datasets
+            .iter()
+            .filter_map(|d| d.source())
+            .filter(|src| src.in_flight() > 0)
+            .map(|src| libc::pollfd {
+                fd: src.wait_fd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        if fds.is_empty() {
+            std::thread::sleep(wait);
+            return Ok(());
+        }
+        let ms = libc::c_int::try_from(wait.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
+        // SAFETY: `fds` is a live, initialised array of `fds.len()` pollfd
+        // structs that poll(2) may write `revents` into; the descriptors
+        // stay open (their sources are borrowed from `self`, not dropped
+        // during the call).
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        self.collect_completions().map(|_| ())
     }
 
     fn handle_completions(&mut self) {
@@ -638,8 +748,10 @@ impl Engine {
                     let _ = self.cache.complete(inf.key, crc);
                 }
                 Err(e)
-                    if crate::uring_reader::is_retryable(e)
-                        && inf.attempt < self.cfg.prefetch.read_retries =>
+                    if inf.attempt < self.cfg.prefetch.read_retries
+                        && self.datasets[inf.key.dataset as usize]
+                            .source()
+                            .is_some_and(|src| src.is_retryable(e)) =>
                 {
                     self.metrics.read_retries.fetch_add(1, Ordering::Relaxed);
                     let backoff = Duration::from_millis(
@@ -655,17 +767,18 @@ impl Engine {
                 }
                 other => {
                     self.metrics.read_errors.fetch_add(1, Ordering::Relaxed);
-                    let path = &self.datasets[inf.key.dataset as usize].catalog.entries()
-                        [inf.key.index as usize]
-                        .path;
-                    match other {
-                        Err(e) => eprintln!("granaryd: read of {} failed: {e}", path.display()),
-                        Ok(n) => eprintln!(
-                            "granaryd: read of {} returned {n} of {} bytes (file changed?)",
-                            path.display(),
+                    let d = &mut self.datasets[inf.key.dataset as usize];
+                    let what = d
+                        .source()
+                        .map(|src| src.describe(inf.key.index))
+                        .unwrap_or_default();
+                    d.log_failure(|| match other {
+                        Err(e) => format!("read of {what} failed for good: {e}"),
+                        Ok(n) => format!(
+                            "read of {what} returned {n} of {} bytes (changed since the catalog was made?)",
                             inf.len
                         ),
-                    }
+                    });
                     let _ = self.cache.fail(inf.key, ErrorCode::Io.as_i32().unsigned_abs());
                 }
             }
@@ -736,7 +849,9 @@ impl Engine {
                 break; // table space exhausted: wait for releases
             };
             let b = s.pending.pop_front().expect("front exists");
-            let catalog = &self.datasets[ds].catalog;
+            let Some(src) = self.datasets[ds].source() else {
+                break;
+            };
             let mut entries = Vec::with_capacity(n * std::mem::size_of::<SampleEntry>());
             let mut pinned = Vec::with_capacity(n);
             let mut total = 0u64;
@@ -745,7 +860,7 @@ impl Engine {
                 if b.pinned[i] {
                     pinned.push(x);
                 }
-                let e = &catalog.entries()[x as usize];
+                let e = src.meta(x);
                 let entry = match self.cache.lookup(key(ds, x)) {
                     Lookup::Ready(r) => {
                         total += r.len;

@@ -10,6 +10,7 @@ pub mod notify;
 pub mod uring_reader;
 pub mod cache;
 pub mod extent;
+pub mod dataset;
 pub mod engine;
 pub mod server;
 pub mod session;

@@ -249,6 +249,13 @@ impl fmt::Debug for UringReader {
     }
 }
 
+impl std::os::fd::AsRawFd for UringReader {
+    /// The io_uring's descriptor: readable while completions are waiting.
+    fn as_raw_fd(&self) -> RawFd {
+        self.ring.as_raw_fd()
+    }
+}
+
 impl UringReader {
     /// A reader that keeps at most `queue_depth` requests in flight, using
     /// linked open → read → close chains when the kernel supports them.

@@ -21,16 +21,18 @@
 //!   `submit`, `poll_completions`, completions in any order, plus an eventfd
 //!   that becomes readable when completions are pending.
 //!
-//! [`S3Source`] ties them together around one runtime. [`fault`] holds an
-//! `ObjectStore` wrapper that injects failures, for tests and benchmarks.
-//!
-//! The engine does not serve `kind = "s3"` datasets yet; see `docs/s3.md`.
+//! [`S3Source`] ties them together around one runtime, and [`S3Dataset`]
+//! is what the engine serves: a source, its catalog and a fetcher behind
+//! [`crate::source::SampleSource`]. [`fault`] holds an `ObjectStore`
+//! wrapper that injects failures, for tests and benchmarks.
 
 pub mod catalog;
+pub mod dataset;
 pub mod fault;
 pub mod fetcher;
 
 pub use catalog::{S3Catalog, S3Entry};
+pub use dataset::S3Dataset;
 pub use fetcher::{FetchOptions, FetchRequest, FetchStats, Full, S3Fetcher};
 
 use crate::config::{DatasetConfig, SourceKind};

@@ -177,6 +177,19 @@ root = "{data}"
         spec: SynthSpec,
         cfg: Config,
     ) -> TestAgent {
+        Self::start_custom(dir, data, sock, spec, cfg, Vec::new())
+    }
+
+    /// Starts an engine on `cfg` (whose socket is `sock`), serving `extra`
+    /// datasets after the configured ones.
+    pub fn start_custom(
+        dir: tempfile::TempDir,
+        data: PathBuf,
+        sock: PathBuf,
+        spec: SynthSpec,
+        cfg: Config,
+        extra: Vec<granary_agent::dataset::Dataset>,
+    ) -> TestAgent {
         let stop = Arc::new(AtomicBool::new(false));
         let metrics = Arc::new(Metrics::default());
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -186,7 +199,7 @@ root = "{data}"
             std::thread::Builder::new()
                 .name("granary-engine".into())
                 .spawn(move || {
-                    let mut e = match Engine::new(cfg, metrics) {
+                    let mut e = match Engine::with_datasets(cfg, metrics, extra) {
                         Ok(e) => e,
                         Err(err) => {
                             let _ = ready_tx.send(Err(err.to_string()));
@@ -443,8 +456,19 @@ pub struct Honest {
 /// verified byte for byte. Stops at an epoch boundary once `stop` is set
 /// and `min_epochs` are done. Returns the epochs verified.
 pub fn honest_loader(sock: &Path, spec: &SynthSpec, h: Honest, stop: &AtomicBool) -> u32 {
+    honest_loader_of(sock, DATASET, spec, h, stop)
+}
+
+/// [`honest_loader`] of dataset `dataset`.
+pub fn honest_loader_of(
+    sock: &Path,
+    dataset: &str,
+    spec: &SynthSpec,
+    h: Honest,
+    stop: &AtomicBool,
+) -> u32 {
     let client = Client::connect(sock).expect("honest loader: connect");
-    let mut o = SessionOptions::new(DATASET);
+    let mut o = SessionOptions::new(dataset);
     o.seed = h.seed;
     o.rank = h.rank;
     o.world_size = h.world_size;

@@ -1,0 +1,292 @@
+//! A dataset the engine serves: its source once the catalog is loaded, or
+//! where loading it stands.
+//!
+//! Filesystem datasets are opened before the engine starts, and a dataset
+//! that cannot be opened stops the agent (a wrong path is a configuration
+//! error). Remote datasets (S3, CQL) are opened on a thread of their own:
+//! the engine waits a bounded time for the first attempt at start-up, then
+//! serves every other dataset while a store that cannot be reached is tried
+//! again with a growing pause ([`RETRY_FIRST`] doubling up to
+//! [`RETRY_MAX`]). Loaders that ask for a dataset whose first attempt is
+//! still running wait for it; once an attempt has failed, they get its
+//! error at once, with when the next attempt is due.
+
+use crate::config::{Config, DatasetConfig, SourceKind};
+use crate::source::{self, SampleSource};
+use std::io;
+use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::time::{Duration, Instant};
+
+/// Pause after a remote dataset's first failed load.
+pub const RETRY_FIRST: Duration = Duration::from_secs(1);
+/// Longest pause between load attempts.
+pub const RETRY_MAX: Duration = Duration::from_secs(60);
+/// How long a burst of read failures of one dataset is summarised before
+/// the log says more.
+const ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+type Loaded = io::Result<Box<dyn SampleSource>>;
+
+/// Where a dataset stands.
+enum State {
+    /// Serving.
+    Ready(Box<dyn SampleSource>),
+    /// An attempt to open it is running on a thread.
+    Loading(Receiver<Loaded>),
+    /// The last attempt failed; the next one starts at `next`.
+    Waiting { next: Instant },
+}
+
+/// What [`Dataset::poll`] saw happen.
+#[derive(Debug)]
+pub enum LoadEvent {
+    /// The catalog is loaded; the dataset serves from now on.
+    Ready,
+    /// An attempt failed (the message is also kept as
+    /// [`Dataset::unavailable`]).
+    Failed(String),
+}
+
+/// A configured dataset.
+pub struct Dataset {
+    /// Name loaders open it by.
+    pub name: String,
+    kind: &'static str,
+    /// What to open it from again (`None`: a source handed over ready).
+    config: Option<Box<(DatasetConfig, Config)>>,
+    state: State,
+    attempts: u32,
+    last_error: Option<String>,
+    failures_logged: Option<Instant>,
+    failures_unlogged: u64,
+}
+
+impl std::fmt::Debug for Dataset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dataset")
+            .field("name", &self.name)
+            .field("ready", &self.is_ready())
+            .field("attempts", &self.attempts)
+            .field("last_error", &self.last_error)
+            .finish()
+    }
+}
+
+impl Dataset {
+    /// Opens a dataset in the calling thread.
+    pub fn open_now(config: &DatasetConfig, agent: &Config) -> io::Result<Dataset> {
+        let source = source::open(config, agent)?;
+        Ok(Dataset::with_state(config, agent, State::Ready(source), 1))
+    }
+
+    /// Starts opening a dataset on a thread of its own.
+    pub fn open_in_background(config: &DatasetConfig, agent: &Config) -> Dataset {
+        let mut d = Dataset::with_state(
+            config,
+            agent,
+            State::Waiting {
+                next: Instant::now(),
+            },
+            0,
+        );
+        d.start_attempt();
+        d
+    }
+
+    /// Serves a source opened elsewhere (a wrapped or fault-injecting
+    /// client, in tests and benchmarks) under `name`.
+    pub fn from_source(name: &str, source: Box<dyn SampleSource>) -> Dataset {
+        Dataset {
+            name: name.to_owned(),
+            kind: source.kind(),
+            config: None,
+            state: State::Ready(source),
+            attempts: 1,
+            last_error: None,
+            failures_logged: None,
+            failures_unlogged: 0,
+        }
+    }
+
+    fn with_state(config: &DatasetConfig, agent: &Config, state: State, attempts: u32) -> Dataset {
+        Dataset {
+            name: config.name.clone(),
+            kind: match config.kind {
+                SourceKind::Fs => "fs",
+                SourceKind::S3 => "s3",
+            },
+            config: Some(Box::new((config.clone(), agent.clone()))),
+            state,
+            attempts,
+            last_error: None,
+            failures_logged: None,
+            failures_unlogged: 0,
+        }
+    }
+
+    /// Whether the configuration says the dataset is opened in the
+    /// background (remote stores) rather than before start-up.
+    pub fn is_remote(config: &DatasetConfig) -> bool {
+        config.kind != SourceKind::Fs
+    }
+
+    fn start_attempt(&mut self) {
+        let Some(both) = self.config.clone() else {
+            return;
+        };
+        let (config, agent) = *both;
+        let (tx, rx) = mpsc::channel();
+        self.attempts += 1;
+        let spawned = std::thread::Builder::new()
+            .name(format!("granary-open-{}", self.attempts))
+            .spawn(move || {
+                let result = source::open(&config, &agent).and_then(|s| {
+                    if s.is_empty() {
+                        Err(io::Error::other("the dataset has no samples"))
+                    } else {
+                        Ok(s)
+                    }
+                });
+                let _ = tx.send(result);
+            });
+        self.state = match spawned {
+            Ok(_) => State::Loading(rx),
+            Err(e) => {
+                self.last_error = Some(format!("cannot start a thread to open it: {e}"));
+                State::Waiting {
+                    next: Instant::now() + self.pause(),
+                }
+            }
+        };
+    }
+
+    fn pause(&self) -> Duration {
+        let doublings = self.attempts.saturating_sub(1).min(16);
+        RETRY_FIRST.saturating_mul(1 << doublings).min(RETRY_MAX)
+    }
+
+    /// Moves loading on: takes a finished attempt's result, starts the next
+    /// attempt when its time has come. Never blocks.
+    pub fn poll(&mut self, now: Instant) -> Option<LoadEvent> {
+        match &self.state {
+            State::Ready(_) => None,
+            State::Waiting { next } => {
+                if now >= *next {
+                    self.start_attempt();
+                }
+                None
+            }
+            State::Loading(rx) => match rx.try_recv() {
+                Ok(result) => Some(self.settle(result)),
+                Err(TryRecvError::Empty) => None,
+                Err(TryRecvError::Disconnected) => Some(self.settle(Err(io::Error::other(
+                    "the thread opening it ended without an answer",
+                )))),
+            },
+        }
+    }
+
+    /// Waits up to `limit` for a running attempt to finish.
+    pub fn wait(&mut self, limit: Duration) -> Option<LoadEvent> {
+        let State::Loading(rx) = &self.state else {
+            return None;
+        };
+        match rx.recv_timeout(limit) {
+            Ok(result) => Some(self.settle(result)),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => Some(self.settle(Err(
+                io::Error::other("the thread opening it ended without an answer"),
+            ))),
+        }
+    }
+
+    fn settle(&mut self, result: Loaded) -> LoadEvent {
+        match result {
+            Ok(source) => {
+                self.state = State::Ready(source);
+                self.last_error = None;
+                LoadEvent::Ready
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                self.last_error = Some(msg.clone());
+                self.state = State::Waiting {
+                    next: Instant::now() + self.pause(),
+                };
+                LoadEvent::Failed(msg)
+            }
+        }
+    }
+
+    /// Whether the dataset serves.
+    pub fn is_ready(&self) -> bool {
+        matches!(self.state, State::Ready(_))
+    }
+
+    /// Whether its first load attempt is still running.
+    pub fn first_load_running(&self) -> bool {
+        matches!(self.state, State::Loading(_)) && self.last_error.is_none()
+    }
+
+    /// Why it does not serve (for loaders and the log); `None` when ready.
+    pub fn unavailable(&self) -> Option<String> {
+        let kind = self.kind;
+        match &self.state {
+            State::Ready(_) => None,
+            State::Loading(_) => Some(match &self.last_error {
+                None => format!("dataset {:?} ({kind}) is still loading its catalog", self.name),
+                Some(e) => format!(
+                    "dataset {:?} ({kind}) is unavailable: {e} (attempt {} is running)",
+                    self.name, self.attempts
+                ),
+            }),
+            State::Waiting { next } => Some(format!(
+                "dataset {:?} ({kind}) is unavailable: {} (attempt {} failed; the next starts in {:.1} s)",
+                self.name,
+                self.last_error.as_deref().unwrap_or("not loaded"),
+                self.attempts,
+                next.saturating_duration_since(Instant::now()).as_secs_f64()
+            )),
+        }
+    }
+
+    /// The source; `None` until the dataset is ready.
+    pub fn source(&self) -> Option<&dyn SampleSource> {
+        match &self.state {
+            State::Ready(s) => Some(&**s),
+            _ => None,
+        }
+    }
+
+    /// The source, mutable; `None` until the dataset is ready.
+    pub fn source_mut(&mut self) -> Option<&mut (dyn SampleSource + 'static)> {
+        match &mut self.state {
+            State::Ready(s) => Some(&mut **s),
+            _ => None,
+        }
+    }
+
+    /// Logs a sample that failed for good, without flooding the log when a
+    /// whole store is down: the first failure is logged, then one summary
+    /// line at most every ten seconds.
+    pub fn log_failure(&mut self, what: impl FnOnce() -> String) {
+        let now = Instant::now();
+        match self.failures_logged {
+            Some(t) if now.duration_since(t) < ERROR_LOG_INTERVAL => {
+                self.failures_unlogged += 1;
+            }
+            _ => {
+                let more = std::mem::take(&mut self.failures_unlogged);
+                if more > 0 {
+                    eprintln!(
+                        "granaryd: dataset {:?}: {more} more samples failed in the last {} s",
+                        self.name,
+                        ERROR_LOG_INTERVAL.as_secs()
+                    );
+                }
+                eprintln!("granaryd: dataset {:?}: {}", self.name, what());
+                self.failures_logged = Some(now);
+            }
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! An S3 dataset as the engine serves it: the source (client and runtime),
+//! the catalog, and one fetcher, behind [`SampleSource`].
+
+use super::{S3Catalog, S3Error, S3Fetcher, S3Layout, S3Settings, S3Source};
+use crate::config::DatasetConfig;
+use crate::source::{SampleMeta, SampleSource, SourceFull};
+use crate::uring_reader::Completion;
+use std::fmt;
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::time::Duration;
+
+/// A `kind = "s3"` dataset, ready to serve.
+pub struct S3Dataset {
+    // Field order matters: the fetcher (which may still have requests
+    // running on the source's runtime) is dropped before the source.
+    fetcher: S3Fetcher,
+    catalog: S3Catalog,
+    source: S3Source,
+}
+
+impl fmt::Debug for S3Dataset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3Dataset")
+            .field("bucket", &self.catalog.bucket())
+            .field("samples", &self.catalog.len())
+            .field("fetcher", &self.fetcher)
+            .finish()
+    }
+}
+
+impl S3Dataset {
+    /// Connects, lists (or reads the manifest of) the dataset, and makes a
+    /// fetcher with `capacity` requests in flight. Blocking.
+    pub fn open(ds: &DatasetConfig, capacity: u32) -> io::Result<S3Dataset> {
+        let settings = S3Settings::from_dataset(ds).map_err(io::Error::other)?;
+        let layout = S3Layout::from_dataset(ds).map_err(io::Error::other)?;
+        let source = S3Source::connect(&settings, capacity).map_err(io::Error::other)?;
+        let catalog = source.catalog(&layout).map_err(|e| match e {
+            S3Error::Request { retryable: true, .. } => {
+                io::Error::new(io::ErrorKind::TimedOut, e)
+            }
+            e => io::Error::other(e),
+        })?;
+        S3Dataset::with_parts(source, catalog)
+    }
+
+    /// A dataset from a source and a catalog listed through it.
+    pub fn with_parts(source: S3Source, catalog: S3Catalog) -> io::Result<S3Dataset> {
+        let fetcher = source.fetcher()?;
+        Ok(S3Dataset {
+            fetcher,
+            catalog,
+            source,
+        })
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &S3Catalog {
+        &self.catalog
+    }
+
+    /// The source (client, runtime, options).
+    pub fn source(&self) -> &S3Source {
+        &self.source
+    }
+
+    /// The fetcher's counters.
+    pub fn stats(&self) -> super::FetchStats {
+        self.fetcher.stats()
+    }
+}
+
+impl SampleSource for S3Dataset {
+    fn kind(&self) -> &'static str {
+        "s3"
+    }
+
+    fn len(&self) -> u64 {
+        self.catalog.len() as u64
+    }
+
+    fn meta(&self, index: u64) -> SampleMeta {
+        let e = &self.catalog.entries()[index as usize];
+        SampleMeta {
+            sample_id: e.sample_id,
+            label: e.label,
+            size: e.size,
+        }
+    }
+
+    fn total_bytes(&self) -> u64 {
+        self.catalog.total_bytes()
+    }
+
+    fn describe(&self, index: u64) -> String {
+        let e = &self.catalog.entries()[index as usize];
+        let url = format!("s3://{}/{}", self.catalog.bucket(), e.key);
+        if e.whole_object {
+            url
+        } else {
+            format!("{url} bytes {}..{}", e.offset, e.offset + e.size)
+        }
+    }
+
+    fn capacity(&self) -> u32 {
+        self.fetcher.capacity()
+    }
+
+    fn in_flight(&self) -> usize {
+        self.fetcher.in_flight()
+    }
+
+    unsafe fn submit(&mut self, tag: u64, index: u64, dest: *mut u8) -> Result<(), SourceFull> {
+        // A sample of 4 GiB or more cannot be one request: fetch it with a
+        // null destination, which completes with an InvalidInput error.
+        let req = self.catalog.request(index, tag, dest).unwrap_or_else(|| {
+            let e = &self.catalog.entries()[index as usize];
+            super::FetchRequest::range(tag, e.key.clone(), e.offset, 1, std::ptr::null_mut())
+        });
+        // SAFETY: the caller guarantees `dest` is valid for the sample's
+        // size (the request's length) until the completion is returned; a
+        // null destination is never written.
+        unsafe { self.fetcher.submit(req) }.map_err(|_| SourceFull)
+    }
+
+    fn poll_completions(
+        &mut self,
+        wait: Option<Duration>,
+        out: &mut Vec<Completion>,
+    ) -> io::Result<usize> {
+        self.fetcher.poll_completions(wait, out)
+    }
+
+    fn wait_fd(&self) -> BorrowedFd<'_> {
+        self.fetcher.wake_fd()
+    }
+
+    fn is_retryable(&self, err: &io::Error) -> bool {
+        super::is_retryable(err)
+    }
+}
