@@ -362,6 +362,24 @@ pub struct DatasetConfig {
     /// Default 8, at most 100.
     #[serde(default)]
     pub retries: Option<u32>,
+    /// `dataset[i].order`: `"strict"` (the default) delivers every batch
+    /// exactly as planned; `"relaxed"` lets a ready sample of a later batch
+    /// of the same epoch take the place of a late one while the loader
+    /// waits, the late one moving back (every sample still comes exactly
+    /// once per epoch). See docs/planner.md.
+    #[serde(default)]
+    pub order: DeliveryOrder,
+}
+
+/// `dataset[i].order`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryOrder {
+    /// Batches exactly as planned.
+    #[default]
+    Strict,
+    /// Late samples give way to ready ones of later batches of the epoch.
+    Relaxed,
 }
 
 /// `dataset[i].kind`.

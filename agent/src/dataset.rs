@@ -11,7 +11,7 @@
 //! still running wait for it; once an attempt has failed, they get its
 //! error at once, with when the next attempt is due.
 
-use crate::config::{Config, DatasetConfig, SourceKind};
+use crate::config::{Config, DatasetConfig, DeliveryOrder, SourceKind};
 use crate::source::{self, SampleSource};
 use std::io;
 use std::sync::mpsc::{self, Receiver, TryRecvError};
@@ -52,6 +52,8 @@ pub struct Dataset {
     /// Name loaders open it by.
     pub name: String,
     kind: &'static str,
+    /// `order = "relaxed"`: late samples give way to ready ones.
+    pub relaxed: bool,
     /// What to open it from again (`None`: a source handed over ready).
     config: Option<Box<(DatasetConfig, Config)>>,
     state: State,
@@ -99,6 +101,7 @@ impl Dataset {
         Dataset {
             name: name.to_owned(),
             kind: source.kind(),
+            relaxed: false,
             config: None,
             state: State::Ready(source),
             attempts: 1,
@@ -115,6 +118,7 @@ impl Dataset {
                 SourceKind::Fs => "fs",
                 SourceKind::S3 => "s3",
             },
+            relaxed: config.order == DeliveryOrder::Relaxed,
             config: Some(Box::new((config.clone(), agent.clone()))),
             state,
             attempts,

@@ -20,7 +20,7 @@ use crate::extent::ExtentAllocator;
 use crate::metrics::Metrics;
 use crate::planner::{PlanParams, SessionPlan};
 use crate::server::{ConnEvent, ConnId, Server};
-use crate::session::{Loan, Session};
+use crate::session::{Loan, PendingBatch, Session};
 use crate::dataset::{Dataset, LoadEvent};
 use crate::uring_reader::Completion;
 use granary_shm::arena::{Arena, ArenaOptions};
@@ -28,7 +28,7 @@ use granary_shm::handshake::{Message, OpenSession, SessionOpened};
 use granary_shm::layout::{BATCH_END_OF_EPOCH, BATCH_END_OF_STREAM};
 use granary_shm::segment::{AgentSegment, SegmentSpec};
 use granary_shm::{BatchDescriptor, ErrorCode, SampleEntry, Violation};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -833,6 +833,15 @@ impl Engine {
             if front.requested < front.samples.len() {
                 break;
             }
+            if self.datasets[ds].relaxed && matches!(s.ready.unconsumed(), Ok(0)) {
+                let swaps = relax_front(&mut s.pending, &self.cache, ds);
+                self.metrics
+                    .relaxed_swaps
+                    .fetch_add(swaps, Ordering::Relaxed);
+            }
+            let Some(front) = s.pending.front() else {
+                break;
+            };
             let cache = &self.cache;
             let present = front.samples.iter().all(|&x| {
                 matches!(
@@ -966,6 +975,54 @@ impl Engine {
         m.cache_hits.store(self.cache.hits(), Ordering::Relaxed);
         m.cache_misses.store(self.cache.misses(), Ordering::Relaxed);
     }
+}
+
+/// Relaxed order: every sample of the front batch that is still being read
+/// trades places with a ready sample of a later batch of the same epoch
+/// (already requested, so pinned by its batch: the pin moves with the
+/// sample). The late sample moves back and keeps its pin; nothing is added
+/// or dropped, so each epoch still delivers its samples exactly once.
+/// Returns how many samples moved forward.
+fn relax_front(pending: &mut VecDeque<PendingBatch>, cache: &Cache, ds: usize) -> u64 {
+    let Some((front, later)) = pending.make_contiguous().split_first_mut() else {
+        return 0;
+    };
+    let present = |x: u64| {
+        matches!(
+            cache.lookup(key(ds, x)),
+            Lookup::Ready(_) | Lookup::Failed { .. }
+        )
+    };
+    let ready = |x: u64| matches!(cache.lookup(key(ds, x)), Lookup::Ready(_));
+    let mut swaps = 0;
+    // Where the search for a ready sample stands: (later batch, position).
+    let (mut b, mut k) = (0usize, 0usize);
+    for i in 0..front.requested {
+        if present(front.samples[i]) {
+            continue;
+        }
+        loop {
+            let Some(donor) = later.get_mut(b) else {
+                return swaps;
+            };
+            if donor.epoch != front.epoch {
+                return swaps;
+            }
+            if k >= donor.requested {
+                (b, k) = (b + 1, 0);
+                continue;
+            }
+            if ready(donor.samples[k]) {
+                std::mem::swap(&mut front.samples[i], &mut donor.samples[k]);
+                std::mem::swap(&mut front.pinned[i], &mut donor.pinned[k]);
+                swaps += 1;
+                k += 1;
+                break;
+            }
+            k += 1;
+        }
+    }
+    swaps
 }
 
 fn random_u64() -> u64 {

@@ -99,6 +99,8 @@ pub struct Metrics {
     pub read_errors: AtomicU64,
     /// Reads retried.
     pub read_retries: AtomicU64,
+    /// Samples moved ahead of late ones (`order = "relaxed"`).
+    pub relaxed_swaps: AtomicU64,
     /// Reads currently in flight (gauge).
     pub reads_in_flight: AtomicU64,
     /// Bytes read from the source.
@@ -205,6 +207,12 @@ impl Metrics {
         counter(&mut s, "granary_reads_total", "Reads submitted to the source.", load(&self.reads_submitted));
         counter(&mut s, "granary_read_errors_total", "Reads that failed after retries.", load(&self.read_errors));
         counter(&mut s, "granary_read_retries_total", "Reads retried.", load(&self.read_retries));
+        counter(
+            &mut s,
+            "granary_relaxed_swaps_total",
+            "Samples delivered ahead of a late one (order = relaxed).",
+            load(&self.relaxed_swaps),
+        );
         counter(&mut s, "granary_read_bytes_total", "Bytes read from the source.", load(&self.bytes_read));
         gauge(&mut s, "granary_reads_in_flight", "Reads in flight.", load(&self.reads_in_flight));
         self.read_latency.render(&mut s, "granary_read_latency_seconds", "Source read latency.");
