@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Plots the result line of `bench/run latency`: samples/s against the
+store's round-trip time, one line per loader.
+
+    latency_plot.py RESULT.json|- OUT.png
+
+RESULT is the benchmark's last line (a JSON object with `rtt_ms`, `granary`
+and `dataloader_w*` arrays). The x axis is symmetric-log: linear between 0
+and 1 ms, so the 0 ms point sits at the left edge, logarithmic above. The y
+axis is logarithmic.
+"""
+
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    src, out = sys.argv[1], sys.argv[2]
+    text = sys.stdin.read() if src == "-" else open(src).read()
+    r = json.loads(text.strip().splitlines()[-1])
+    rtt = r["rtt_ms"]
+
+    series = [("granary", "Granary (granaryd + libgranary)", "o-", "C0")]
+    workers = sorted(
+        (int(k[len("dataloader_w"):]), k)
+        for k in r
+        if k.startswith("dataloader_w") and not k.endswith("_detail")
+    )
+    for i, (w, k) in enumerate(workers):
+        series.append((k, f"PyTorch DataLoader + boto3, num_workers={w}", "s--", f"C{i + 1}"))
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
+    for key, label, style, color in series:
+        ys = r.get(key) or []
+        pts = [(x, y) for x, y in zip(rtt, ys) if y is not None and y > 0]
+        if not pts:
+            continue
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=color, label=label)
+        for x, y in pts:
+            ax.annotate(f"{y:.0f}", (x, y), textcoords="offset points", xytext=(0, 6),
+                        ha="center", fontsize=7, color=color)
+    ax.set_xscale("symlog", linthresh=1.0, linscale=0.5)
+    ax.xaxis.set_major_locator(FixedLocator(rtt))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlim(-0.2, max(rtt) * 1.4 if rtt else 1)
+    ax.set_yscale("log")
+    ax.set_xlabel("round-trip time to the store, ms (symmetric log axis: 0 ms at the left)")
+    ax.set_ylabel("samples/s (steady state, log)")
+    mean_kb = r.get("mean_sample_bytes", 0) / 1e3
+    ax.set_title(
+        f"Reading {r.get('files', '?')} samples (~{mean_kb:.0f} KB) from SeaweedFS behind a delay proxy",
+        fontsize=10,
+    )
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower left")
+    cpus = r.get("cpus")
+    if cpus:
+        fig.text(0.99, 0.01, f"{cpus} vCPUs shared by store, proxy and loader",
+                 ha="right", va="bottom", fontsize=7, color="gray")
+    fig.tight_layout()
+    fig.savefig(out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,996 @@
+//! S3 latency: samples/s against the store's round-trip time (0–200 ms, a delay proxy in front of SeaweedFS) for Granary and for PyTorch DataLoaders doing one boto3 GET per sample (8 and 32 workers).
+//!
+//! One run:
+//!
+//! 1. the synthetic dataset (default 20,000 files, ~110 KB each, ~2.2 GB)
+//!    is generated once under `bench/.data/` (the warm and cold benchmarks'
+//!    dataset);
+//! 2. a SeaweedFS (`weed mini`, [`granary_bench::seaweed`]) starts on free
+//!    loopback ports in a fresh directory, and `granary ingest`'s code
+//!    uploads the dataset into its bucket (straight to the S3 port) and
+//!    reads every object back (`--verify`: the upload is checked, and the
+//!    store's caches are in the same state for every point, the first one
+//!    included); the run then waits until SeaweedFS is idle;
+//! 3. the delay proxy ([`granary_bench::delay_proxy`]) starts in this
+//!    process in front of SeaweedFS's S3 port; every client below talks to
+//!    the proxy. For each round-trip time the proxy delays each direction by
+//!    half of it, and three loaders are measured one after the other:
+//!    * **granary**: a fresh in-process agent (the real engine) serving the
+//!      bucket as a `kind = "s3"` dataset through the proxy, read by one
+//!      libgranary session (batches of 32, one epoch): every sample's
+//!      header is checked (magic, id, class, length), every byte is XORed
+//!      once, and every 16th sample is verified byte for byte. A fresh
+//!      agent per point and the first epoch only: every measured sample
+//!      comes from the store, never from the arena;
+//!    * **dataloader_w8**, **dataloader_w32**:
+//!      `bench/latency_dataloader.py`, a PyTorch `DataLoader` over a
+//!      map-style Dataset doing one boto3 `get_object` per sample (body read
+//!      whole, length and magic checked), `num_workers` 8 and 32, batches
+//!      of 32, shuffled;
+//! 4. the results are printed, plotted into `docs/latency.png`
+//!    (`bench/latency_plot.py`, matplotlib) and summed up in the last line.
+//!
+//! **Steady state.** Each measurement skips the ramp-up and counts the
+//! samples finished in a window: Granary from `--warmup-s` seconds after
+//! its first batch until `--window-s` later or until 95 % of the epoch has
+//! been delivered, whichever comes first (the epoch's tail, where the
+//! prefetch window drains, is never measured); the DataLoader from
+//! `--warmup-s` seconds after every worker has finished its first sample,
+//! for `--window-s` seconds, counted where the samples are fetched (its
+//! sampler never ends an epoch inside the window).
+//!
+//! **Where the CPU goes.** For every window the run records the CPU time of
+//! SeaweedFS, of the proxy's threads, of the agent's engine and S3 fetcher
+//! threads and of the loader (or of the Python processes), and of the
+//! whole machine including steal time, in cores (CPU seconds per second).
+
+use granary::{Client, SessionOptions};
+use granary_agent::ingest::{self, IngestOptions, Phase};
+use granary_agent::progress::ProgressBar;
+use granary_agent::synth;
+use granary_bench::agent::{Agent, AgentSettings, S3Dataset};
+use granary_bench::cli::Args;
+use granary_bench::data::{self, Dataset};
+use granary_bench::delay_proxy::DelayProxy;
+use granary_bench::loader::{self, Wait};
+use granary_bench::report::Json;
+use granary_bench::seaweed::Seaweed;
+use granary_bench::sys;
+use granary_bench::touch::touch;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Write as _};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+type Result<T> = std::result::Result<T, String>;
+
+const USAGE: &str = "\
+usage: bench/run latency [options]
+  --files N          files in the synthetic dataset (default 20000)
+  --mean-size B      mean file size in bytes (default 110000)
+  --rtt-ms LIST      round-trip times, comma-separated (default 0,2,10,50,100,200)
+  --workers LIST     DataLoader num_workers values (default 8,32)
+  --batch N          samples per batch, both loaders (default 32)
+  --warmup-s S       ramp-up skipped before each window (default 2)
+  --window-s S       length of each window (default 12)
+  --inflight N       Granary: prefetch.max_inflight_reads (default 512)
+  --window N         Granary: prefetch.window_batches (default 64)
+  --initial-window N Granary: prefetch.initial_window (default 2, the agent's)
+  --arena BYTES      Granary: arena.size (default max(1 GiB, inflight × 1 MiB))
+  --ready N          Granary: sessions.ready_ring_capacity (default 128)
+  --agent-keys LIST  Granary: more keys, `section.key=value;...` (`dataset.key=value`
+                     goes into the [[dataset]] table)
+  --verify-every N   Granary: verify every Nth sample byte for byte (default 16)
+  --no-granary       skip Granary
+  --no-dataloader    skip the DataLoaders
+  --plot PATH        where the plot goes (default docs/latency.png; `none`: no plot)
+  --python PATH      the Python interpreter (default $PYTHON, else python3)";
+
+/// Where the S3 objects live.
+const BUCKET: &str = "granary-bench";
+/// Key prefix of the dataset in the bucket.
+const PREFIX: &str = "synth";
+/// The dataset's name in the agent.
+const DATASET: &str = "latency";
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("latency: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The Granary knobs of a run.
+#[derive(Clone, Debug)]
+struct GranaryKnobs {
+    batch: u32,
+    inflight: u32,
+    window: u32,
+    initial_window: u32,
+    arena: u64,
+    ready: u32,
+    /// (section, line): extra agent keys; section `dataset` is the table.
+    extra: Vec<(String, String)>,
+    verify_every: u64,
+}
+
+/// Timing rules of a measurement.
+#[derive(Clone, Copy, Debug)]
+struct Windowing {
+    warmup: Duration,
+    window: Duration,
+}
+
+/// CPU time counters read at the edges of a window.
+#[derive(Clone, Debug, Default)]
+struct CpuMark {
+    at: Option<Instant>,
+    weed: Duration,
+    threads: Vec<(String, Duration)>,
+    machine: MachineCpu,
+}
+
+impl CpuMark {
+    fn take(weed_pid: Option<u32>) -> CpuMark {
+        CpuMark {
+            at: Some(Instant::now()),
+            weed: weed_pid.map_or(Duration::ZERO, process_cpu),
+            threads: sys::thread_cpu(),
+            machine: MachineCpu::read(),
+        }
+    }
+}
+
+/// Cores used over a window, by consumer.
+#[derive(Clone, Debug, Default)]
+struct CpuUse {
+    weed: f64,
+    proxy: f64,
+    engine: f64,
+    fetcher: f64,
+    loader: f64,
+    /// The Python processes (DataLoader runs).
+    python: f64,
+    /// Whole machine: busy cores (user, system, irq, softirq), and stolen.
+    busy: f64,
+    steal: f64,
+}
+
+impl CpuUse {
+    fn between(a: &CpuMark, b: &CpuMark) -> CpuUse {
+        let secs = match (a.at, b.at) {
+            (Some(x), Some(y)) => y.duration_since(x).as_secs_f64().max(1e-9),
+            _ => return CpuUse::default(),
+        };
+        let th = |name: &str| {
+            sys::cpu_of(&b.threads, name)
+                .saturating_sub(sys::cpu_of(&a.threads, name))
+                .as_secs_f64()
+                / secs
+        };
+        let (busy, steal) = b.machine.since(&a.machine);
+        CpuUse {
+            weed: b.weed.saturating_sub(a.weed).as_secs_f64() / secs,
+            proxy: th("delay-proxy"),
+            engine: th("granary-engine"),
+            fetcher: th("granary-s3"),
+            loader: th("latency"),
+            python: 0.0,
+            busy,
+            steal,
+        }
+    }
+
+    fn line(&self) -> String {
+        let mut s = format!("weed {:.2}, proxy {:.2}", self.weed, self.proxy);
+        if self.engine > 0.0 || self.fetcher > 0.0 {
+            let _ = write!(
+                s,
+                ", engine {:.2}, S3 fetcher {:.2}, loader {:.2}",
+                self.engine, self.fetcher, self.loader
+            );
+        }
+        if self.python > 0.0 {
+            let _ = write!(s, ", python {:.2}", self.python);
+        }
+        let _ = write!(
+            s,
+            "; machine busy {:.2}, steal {:.2}",
+            self.busy, self.steal
+        );
+        s
+    }
+
+    fn json(&self) -> String {
+        format!(
+            "{{\"weed\":{:.3},\"proxy\":{:.3},\"engine\":{:.3},\"s3_fetcher\":{:.3},\"loader\":{:.3},\"python\":{:.3},\"machine_busy\":{:.3},\"steal\":{:.3}}}",
+            self.weed, self.proxy, self.engine, self.fetcher, self.loader, self.python, self.busy, self.steal
+        )
+    }
+}
+
+/// The aggregate line of `/proc/stat`, in clock ticks.
+#[derive(Clone, Copy, Debug, Default)]
+struct MachineCpu {
+    busy: u64,
+    steal: u64,
+    total: u64,
+}
+
+impl MachineCpu {
+    fn read() -> MachineCpu {
+        let Ok(s) = std::fs::read_to_string("/proc/stat") else {
+            return MachineCpu::default();
+        };
+        let Some(line) = s.lines().next() else {
+            return MachineCpu::default();
+        };
+        let v: Vec<u64> = line
+            .split_ascii_whitespace()
+            .skip(1)
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        // user nice system idle iowait irq softirq steal guest guest_nice
+        let get = |i: usize| v.get(i).copied().unwrap_or(0);
+        MachineCpu {
+            busy: get(0) + get(1) + get(2) + get(5) + get(6),
+            steal: get(7),
+            total: (0..8).map(get).sum(),
+        }
+    }
+
+    /// (busy cores, stolen cores) since `earlier`.
+    fn since(&self, earlier: &MachineCpu) -> (f64, f64) {
+        let total = self.total.saturating_sub(earlier.total) as f64;
+        if total == 0.0 {
+            return (0.0, 0.0);
+        }
+        let cpus = granary_bench::cpu::online_cpus() as f64;
+        (
+            self.busy.saturating_sub(earlier.busy) as f64 / total * cpus,
+            self.steal.saturating_sub(earlier.steal) as f64 / total * cpus,
+        )
+    }
+}
+
+/// CPU time (user + system) of process `pid`, all its threads.
+fn process_cpu(pid: u32) -> Duration {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Duration::ZERO;
+    };
+    let Some(end) = stat.rfind(')') else {
+        return Duration::ZERO;
+    };
+    let f: Vec<&str> = stat[end + 1..].split_ascii_whitespace().collect();
+    // Fields 14 and 15 (utime, stime); f[0] is field 3.
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|&i| f.get(i)?.parse::<u64>().ok())
+        .sum();
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Duration::from_nanos(ticks.saturating_mul(1_000_000_000) / hz)
+}
+
+/// One measured point of one loader.
+#[derive(Clone, Debug, Default)]
+struct Point {
+    samples_per_s: f64,
+    mb_per_s: f64,
+    /// Samples inside the window, and its length.
+    samples: u64,
+    window_s: f64,
+    /// From the start (session open / process start) to the steady state
+    /// (first batch / every worker busy).
+    ramp_s: f64,
+    cpu: CpuUse,
+    /// Free-form details for the human-readable lines.
+    note: String,
+    /// Extra JSON fields (`"key":value,...`), without braces.
+    json_extra: String,
+    error: Option<String>,
+}
+
+impl Point {
+    fn failed(e: String) -> Point {
+        Point {
+            samples_per_s: f64::NAN,
+            mb_per_s: f64::NAN,
+            error: Some(e),
+            ..Point::default()
+        }
+    }
+
+    fn json(&self) -> String {
+        let num = |v: f64, d: usize| {
+            if v.is_finite() {
+                format!("{v:.d$}")
+            } else {
+                "null".to_owned()
+            }
+        };
+        let mut s = format!(
+            "{{\"samples_per_s\":{},\"mb_per_s\":{},\"samples\":{},\"window_s\":{},\"ramp_s\":{},\"cpu\":{}",
+            num(self.samples_per_s, 1),
+            num(self.mb_per_s, 2),
+            self.samples,
+            num(self.window_s, 2),
+            num(self.ramp_s, 2),
+            self.cpu.json()
+        );
+        if !self.json_extra.is_empty() {
+            s.push(',');
+            s.push_str(&self.json_extra);
+        }
+        if let Some(e) = &self.error {
+            let mut j = Json::default();
+            j.str("error", e);
+            let l = j.line();
+            s.push(',');
+            s.push_str(&l[1..l.len() - 1]);
+        }
+        s.push('}');
+        s
+    }
+}
+
+fn run() -> Result<()> {
+    let args = Args::parse(
+        std::env::args().skip(1),
+        &["no-granary", "no-dataloader"],
+        USAGE,
+    )?;
+    let files = args.u64("files", 20_000)?;
+    let mean = args.u64("mean-size", 110_000)?;
+    let rtts = args.list("rtt-ms", &[0, 2, 10, 50, 100, 200])?;
+    let workers = args.list("workers", &[8, 32])?;
+    let batch = args.u32("batch", 32)?.max(1);
+    let secs = |name: &str, default: f64| -> Result<Duration> {
+        let v = args.string(name, &default.to_string());
+        v.parse::<f64>()
+            .ok()
+            .filter(|x| x.is_finite() && *x >= 0.0)
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| format!("--{name}: not a number of seconds: {v}"))
+    };
+    let win = Windowing {
+        warmup: secs("warmup-s", 2.0)?,
+        window: secs("window-s", 12.0)?,
+    };
+    let inflight = args.u32("inflight", 512)?;
+    let arena_default = (1u64 << 30).max(u64::from(inflight) << 20);
+    let knobs = GranaryKnobs {
+        batch,
+        inflight,
+        window: args.u32("window", 64)?,
+        initial_window: args.u32("initial-window", 2)?,
+        arena: args.u64("arena", arena_default)?.next_multiple_of(2 << 20),
+        ready: args.u32("ready", 128)?,
+        extra: parse_keys(&args.string("agent-keys", ""))?,
+        verify_every: args.u64("verify-every", 16)?.max(1),
+    };
+    let python = {
+        let p = args.string("python", "");
+        if !p.is_empty() {
+            p
+        } else {
+            std::env::var("PYTHON")
+                .ok()
+                .filter(|p| !p.is_empty())
+                .unwrap_or_else(|| "python3".to_owned())
+        }
+    };
+    let bench_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let plot = match args.string("plot", "").as_str() {
+        "" => Some(bench_dir.join("../docs/latency.png")),
+        "none" => None,
+        p => Some(PathBuf::from(p)),
+    };
+    let do_granary = !args.flag("no-granary");
+    let do_loader = !args.flag("no-dataloader");
+
+    let regime_before = sys::regime();
+    println!("latency: {regime_before}");
+    println!("latency: CPU {}", cpu_model());
+    let t_all = Instant::now();
+    let ds = data::ensure(&data::spec(files, mean, 100)).map_err(|e| format!("dataset: {e}"))?;
+    println!(
+        "dataset: {} files, {:.3} GB, mean {:.0} bytes ({})",
+        ds.len(),
+        ds.bytes as f64 / 1e9,
+        ds.bytes as f64 / ds.len().max(1) as f64,
+        ds.spec.root.display()
+    );
+
+    // The store.
+    let t = Instant::now();
+    let weed = Seaweed::try_start(BUCKET)?;
+    println!(
+        "SeaweedFS: S3 on {} (pid {}), data in {}, up in {:.1} s",
+        weed.endpoint(),
+        weed.pid().unwrap_or(0),
+        weed.data_dir().display(),
+        t.elapsed().as_secs_f64()
+    );
+    let ingest_s = upload(&weed, &ds)?;
+    println!(
+        "SeaweedFS idle {:.1} s after the ingest",
+        settle(&weed).as_secs_f64()
+    );
+
+    let keys = write_keys(&weed, &ds)?;
+    let proxy = DelayProxy::start(
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        weed.s3_addr(),
+        Duration::ZERO,
+        None,
+    )
+    .map_err(|e| format!("delay proxy: {e}"))?;
+    println!("delay proxy: {} -> {}", proxy.local_addr(), weed.s3_addr());
+
+    let mut granary: Vec<Point> = Vec::new();
+    let mut loaders: Vec<Vec<Point>> = vec![Vec::new(); workers.len()];
+    for &rtt in &rtts {
+        proxy.set_delay(Duration::from_micros(rtt * 1000 / 2));
+        println!(
+            "--- RTT {rtt} ms (proxy delay {} ms each way)",
+            rtt as f64 / 2.0
+        );
+        if do_granary {
+            let p = measure_granary(&weed, &proxy, &ds, &knobs, win).unwrap_or_else(Point::failed);
+            print_point("granary", &p);
+            granary.push(p);
+        }
+        if do_loader {
+            for (i, &w) in workers.iter().enumerate() {
+                let p = measure_dataloader(&python, &weed, &proxy, &keys, w, batch, win)
+                    .unwrap_or_else(Point::failed);
+                print_point(&format!("dataloader w{w}"), &p);
+                loaders[i].push(p);
+            }
+        }
+    }
+    drop(proxy);
+    drop(weed);
+    let _ = std::fs::remove_file(&keys);
+
+    // Summary.
+    let rate = |v: &[Point], i: usize| v.get(i).map_or(f64::NAN, |p| p.samples_per_s);
+    println!(
+        "\n| RTT ms | granary | {} |",
+        workers
+            .iter()
+            .map(|w| format!("DataLoader w{w}"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    for (i, rtt) in rtts.iter().enumerate() {
+        let cols: Vec<String> = loaders
+            .iter()
+            .map(|l| format!("{:.0}", rate(l, i)))
+            .collect();
+        println!(
+            "| {rtt} | {:.0} | {} |",
+            rate(&granary, i),
+            cols.join(" | ")
+        );
+    }
+    let idx = |ms: u64| rtts.iter().position(|&r| r == ms);
+    let g0 = idx(0).map_or(f64::NAN, |i| rate(&granary, i));
+    let g100 = idx(100).map_or(f64::NAN, |i| rate(&granary, i));
+    let w8_100 = match (idx(100), workers.iter().position(|&w| w == 8)) {
+        (Some(i), Some(k)) => rate(&loaders[k], i),
+        _ => f64::NAN,
+    };
+    let keep = g100 / g0;
+    let speedup = g100 / w8_100;
+    let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
+    println!(
+        "goal at 100 ms: granary {:.0} samples/s = {:.3} × its 0 ms rate (goal ≥ 0.9: {}) and {:.1} × the 8-worker DataLoader (goal ≥ 20: {})",
+        g100,
+        keep,
+        verdict(keep >= 0.9),
+        speedup,
+        verdict(speedup >= 20.0)
+    );
+    let regime_after = sys::regime();
+    println!("after: {regime_after}");
+    let total_s = t_all.elapsed().as_secs_f64();
+
+    let rtt_f: Vec<f64> = rtts.iter().map(|&r| r as f64).collect();
+    let rates = |v: &[Point]| -> Vec<f64> { v.iter().map(|p| p.samples_per_s).collect() };
+    let mut j = Json::bench("latency");
+    j.nums("rtt_ms", &rtt_f, 0);
+    j.nums("granary", &rates(&granary), 1);
+    for (k, w) in workers.iter().enumerate() {
+        j.nums(&format!("dataloader_w{w}"), &rates(&loaders[k]), 1);
+    }
+    j.num("granary_100_over_0", keep, 3)
+        .num("granary_over_w8_at_100", speedup, 2)
+        .str("goal_keep_0.9", verdict(keep >= 0.9))
+        .str("goal_20x_w8", verdict(speedup >= 20.0));
+    let details = |v: &[Point]| {
+        format!(
+            "[{}]",
+            v.iter().map(Point::json).collect::<Vec<_>>().join(",")
+        )
+    };
+    j.raw("granary_detail", &details(&granary));
+    for (k, w) in workers.iter().enumerate() {
+        j.raw(&format!("dataloader_w{w}_detail"), &details(&loaders[k]));
+    }
+    j.int("files", ds.len())
+        .int("dataset_bytes", ds.bytes)
+        .num(
+            "mean_sample_bytes",
+            ds.bytes as f64 / ds.len().max(1) as f64,
+            0,
+        )
+        .int("batch", u64::from(batch))
+        .num("warmup_s", win.warmup.as_secs_f64(), 1)
+        .num("window_s", win.window.as_secs_f64(), 1)
+        .str("granary_config", &granary_config_line(&knobs))
+        .str(
+            "store",
+            "SeaweedFS weed mini on 127.0.0.1, in-process delay proxy (RTT/2 each way)",
+        )
+        .num("ingest_s", ingest_s, 1)
+        .int("cpus", granary_bench::cpu::online_cpus() as u64)
+        .str("cpu_model", &cpu_model())
+        .str("regime_before", &regime_before)
+        .str("regime_after", &regime_after)
+        .num("total_s", total_s, 0);
+    let line = j.line();
+
+    if let Some(plot) = plot {
+        match draw(&python, &bench_dir, &line, &plot) {
+            Ok(()) => println!("plot: {}", plot.display()),
+            Err(e) => println!("plot: not drawn: {e}"),
+        }
+    }
+    println!("{line}");
+    Ok(())
+}
+
+/// `section.key=value;...` into (section, `key = value`) pairs.
+fn parse_keys(s: &str) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let (lhs, value) = part
+            .split_once('=')
+            .ok_or_else(|| format!("--agent-keys: {part:?} is not section.key=value"))?;
+        let (section, key) = lhs
+            .trim()
+            .split_once('.')
+            .ok_or_else(|| format!("--agent-keys: {lhs:?} names no section"))?;
+        out.push((section.to_owned(), format!("{key} = {}", value.trim())));
+    }
+    Ok(out)
+}
+
+fn granary_config_line(k: &GranaryKnobs) -> String {
+    let mut s = format!(
+        "batch {}, prefetch.max_inflight_reads {}, prefetch.window_batches {}, prefetch.initial_window {}, arena {} MiB, ready ring {}, verify every {}",
+        k.batch,
+        k.inflight,
+        k.window,
+        k.initial_window.min(k.window),
+        k.arena >> 20,
+        k.ready,
+        k.verify_every
+    );
+    for (sec, line) in &k.extra {
+        let _ = write!(s, ", {sec}.{line}");
+    }
+    s
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// Uploads the dataset into the bucket; returns the seconds it took.
+fn upload(weed: &Seaweed, ds: &Dataset) -> Result<f64> {
+    let mut opts = IngestOptions::new(&ds.spec.root, weed.settings(), PREFIX);
+    opts.concurrency = 32;
+    // Reading every object back checks the upload and leaves the store's
+    // caches (filer metadata, volume files in the page cache) in the same
+    // state for every point, the first one included.
+    opts.verify = true;
+    let mut bar = ProgressBar::new(&format!("ingest s3://{BUCKET}/{PREFIX}"), ds.len());
+    let report = ingest::ingest(&opts, |phase, done, _, bytes| {
+        if phase == Phase::Upload {
+            bar.update(done, bytes);
+        }
+    })
+    .map_err(|e| format!("ingest: {e}"))?;
+    bar.finish(report.files, report.bytes);
+    let s = report.upload_time.as_secs_f64();
+    println!(
+        "ingest: {} objects, {:.3} GB in {:.1} s ({:.0} MB/s); all read back and compared in {:.1} s",
+        report.uploaded,
+        report.uploaded_bytes as f64 / 1e9,
+        s,
+        report.uploaded_bytes as f64 / 1e6 / s.max(1e-9),
+        report.verify_time.as_secs_f64()
+    );
+    if report.verified != ds.len() {
+        return Err(format!(
+            "{} of {} objects verified",
+            report.verified,
+            ds.len()
+        ));
+    }
+    Ok(s)
+}
+
+/// Waits until SeaweedFS is idle (under 5 % of a core over half a second)
+/// after the ingest, at most 30 s; returns how long that took.
+fn settle(weed: &Seaweed) -> Duration {
+    let t = Instant::now();
+    let Some(pid) = weed.pid() else {
+        return Duration::ZERO;
+    };
+    let step = Duration::from_millis(500);
+    let mut last = process_cpu(pid);
+    while t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(step);
+        let now = process_cpu(pid);
+        if now.saturating_sub(last).as_secs_f64() < 0.05 * step.as_secs_f64() {
+            break;
+        }
+        last = now;
+    }
+    t.elapsed()
+}
+
+/// The keys and sizes of the samples, `key<TAB>size` per line, in a file
+/// for the Python baseline.
+fn write_keys(weed: &Seaweed, ds: &Dataset) -> Result<PathBuf> {
+    let path = weed.dir().join("keys.tsv");
+    let mut text = String::new();
+    for e in ds.catalog.entries() {
+        let rel = e
+            .path
+            .strip_prefix(&ds.spec.root)
+            .map_err(|_| format!("{} is outside the dataset", e.path.display()))?;
+        let rel = rel
+            .to_str()
+            .ok_or_else(|| format!("{}: not UTF-8", rel.display()))?;
+        let _ = writeln!(text, "{PREFIX}/{rel}\t{}", e.size);
+    }
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
+}
+
+fn print_point(who: &str, p: &Point) {
+    if let Some(e) = &p.error {
+        println!("  {who}: FAILED: {e}");
+        return;
+    }
+    println!(
+        "  {who}: {:.1} samples/s ({:.1} MB/s), {} samples in {:.1} s, ramp {:.2} s{}",
+        p.samples_per_s,
+        p.mb_per_s,
+        p.samples,
+        p.window_s,
+        p.ramp_s,
+        if p.note.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", p.note)
+        }
+    );
+    println!("    CPU (cores): {}", p.cpu.line());
+}
+
+/// Checks a synthetic sample's header against what the agent says it is.
+fn check_header(id: u64, label: i32, bytes: &[u8]) -> std::result::Result<(), String> {
+    if bytes.len() < synth::HEADER_LEN || bytes[..8] != synth::MAGIC {
+        return Err(format!("sample {id}: no synthetic header"));
+    }
+    let word = |at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_le_bytes(w)
+    };
+    let class = u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]);
+    let len = u32::from_le_bytes([bytes[20], bytes[21], bytes[22], bytes[23]]);
+    if word(8) != id || i64::from(class) != i64::from(label) || len as usize != bytes.len() {
+        return Err(format!(
+            "sample {id} (label {label}, {} bytes) carries file {} of class {class}, {len} bytes",
+            bytes.len(),
+            word(8)
+        ));
+    }
+    Ok(())
+}
+
+/// One fresh agent serving the bucket through the proxy, one session, the
+/// first epoch.
+fn measure_granary(
+    weed: &Seaweed,
+    proxy: &DelayProxy,
+    ds: &Dataset,
+    k: &GranaryKnobs,
+    win: Windowing,
+) -> Result<Point> {
+    let mut settings = weed.settings_via(proxy.local_addr());
+    settings.request_timeout = Duration::from_secs(30);
+    let dataset = S3Dataset {
+        name: DATASET.to_owned(),
+        settings,
+        prefix: PREFIX.to_owned(),
+        extra: k
+            .extra
+            .iter()
+            .filter(|(s, _)| s == "dataset")
+            .map(|(_, l)| l.clone())
+            .collect(),
+    };
+    let mut cfg = AgentSettings::new_s3(k.arena, dataset);
+    cfg.window_batches = k.window;
+    cfg.initial_window = k.initial_window;
+    cfg.max_inflight_reads = k.inflight;
+    cfg.ready_ring_capacity = k.ready;
+    cfg.release_ring_capacity = k.ready;
+    cfg.extra = k
+        .extra
+        .iter()
+        .filter(|(s, _)| s != "dataset")
+        .cloned()
+        .collect();
+    let t_start = Instant::now();
+    let agent = Agent::start(&cfg).map_err(|e| format!("agent: {e}"))?;
+    let started = t_start.elapsed();
+    let client = Client::connect(agent.socket()).map_err(|e| format!("connect: {e}"))?;
+    let mut opts = SessionOptions::new(DATASET);
+    opts.seed = 42;
+    opts.batch_size = k.batch;
+    opts.epoch_count = 1;
+    opts.open_timeout = Duration::from_secs(120);
+
+    let n = ds.len();
+    let stop_at = n * 95 / 100;
+    let weed_pid = weed.pid();
+    let mut seen = 0u64;
+    let mut first: Option<Instant> = None;
+    let (mut m0, mut m1) = (None::<(u64, u64, CpuMark)>, None::<(u64, u64, CpuMark)>);
+    let mut bytes = 0u64;
+    let mut per_second: Vec<u64> = Vec::new();
+    let run = loader::consume(&client, &opts, Wait::Block, |s| {
+        check_header(s.id, s.label, s.bytes)?;
+        if s.id % k.verify_every == 0 {
+            synth::verify_sample(s.bytes).map_err(|e| format!("sample {} corrupt: {e}", s.id))?;
+        }
+        let x = touch(s.bytes);
+        let now = Instant::now();
+        let t0 = *first.get_or_insert(now);
+        let sec = now.duration_since(t0).as_secs() as usize;
+        if per_second.len() <= sec {
+            per_second.resize(sec + 1, 0);
+        }
+        per_second[sec] += 1;
+        if m0.is_none() && now.duration_since(t0) >= win.warmup {
+            m0 = Some((seen, bytes, CpuMark::take(weed_pid)));
+        }
+        seen += 1;
+        bytes += s.bytes.len() as u64;
+        let open_since = match &m0 {
+            Some((_, _, a)) if m1.is_none() => a.at.map(|at| now.duration_since(at)),
+            _ => None,
+        };
+        if open_since.is_some_and(|d| d >= win.window || seen >= stop_at) {
+            m1 = Some((seen, bytes, CpuMark::take(weed_pid)));
+        }
+        Ok(x)
+    })?;
+    let lookups = agent.epoch_lookups(DATASET);
+    let series = agent.series();
+    let hugepages = agent.hugepages();
+    drop(client);
+    agent.stop().map_err(|e| format!("agent: {e}"))?;
+
+    let delivered: u64 = run.epochs.iter().map(|e| e.samples).sum();
+    if delivered != n {
+        return Err(format!("{delivered} samples delivered, {n} expected"));
+    }
+    let hits: u64 = lookups.iter().map(|l| l.hits).sum();
+    let (Some((n0, b0, c0)), Some((n1, b1, c1))) = (m0, m1) else {
+        return Err(format!(
+            "the epoch ended before the window could open ({:.1} s from the first batch, warm-up {:.1} s): raise --files or lower --warmup-s",
+            run.epochs.last().map_or(0.0, |e| e.elapsed().as_secs_f64()),
+            win.warmup.as_secs_f64()
+        ));
+    };
+    let span = c1
+        .at
+        .zip(c0.at)
+        .map_or(0.0, |(b, a)| b.duration_since(a).as_secs_f64())
+        .max(1e-9);
+    let epoch = &run.epochs[0];
+    let epoch_s = epoch.elapsed().as_secs_f64();
+    let mut cpu = CpuUse::between(&c0, &c1);
+    cpu.loader = cpu.loader.max(0.0);
+    let s3: Vec<String> = series
+        .iter()
+        .filter(|(name, v)| {
+            *v != 0.0
+                && (name.contains("s3")
+                    || name.contains("retr")
+                    || name.contains("timeout")
+                    || name.contains("fail"))
+        })
+        .map(|(name, v)| format!("{name} {v}"))
+        .collect();
+    let rates = per_second
+        .iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let note = format!(
+        "agent up in {:.2} s (catalog listing included), first batch {:.2} s after opening, epoch {:.1} s = {:.0} samples/s overall; loader waited {:.0}% of the epoch; {hits} arena hits; per second: {rates}{}",
+        started.as_secs_f64(),
+        run.first_batch.as_secs_f64(),
+        epoch_s,
+        n as f64 / epoch_s.max(1e-9),
+        epoch.waited.as_secs_f64() / epoch_s.max(1e-9) * 100.0,
+        if s3.is_empty() {
+            String::new()
+        } else {
+            format!("; metrics: {}", s3.join(", "))
+        }
+    );
+    let mut extra = Json::default();
+    extra
+        .num("agent_start_s", started.as_secs_f64(), 2)
+        .num("first_batch_s", run.first_batch.as_secs_f64(), 3)
+        .num("epoch_s", epoch_s, 2)
+        .num("epoch_samples_per_s", n as f64 / epoch_s.max(1e-9), 1)
+        .num(
+            "loader_waited",
+            epoch.waited.as_secs_f64() / epoch_s.max(1e-9),
+            3,
+        )
+        .int("arena_hits", hits)
+        .str("arena_pages", if hugepages { "2 MiB" } else { "4 KiB" })
+        .nums(
+            "per_second",
+            &per_second.iter().map(|&c| c as f64).collect::<Vec<_>>(),
+            0,
+        );
+    let e = extra.line();
+    Ok(Point {
+        samples_per_s: (n1 - n0) as f64 / span,
+        mb_per_s: (b1 - b0) as f64 / span / 1e6,
+        samples: n1 - n0,
+        window_s: span,
+        ramp_s: started.as_secs_f64() + run.open.as_secs_f64() + run.first_batch.as_secs_f64(),
+        cpu,
+        note,
+        json_extra: e[1..e.len() - 1].to_owned(),
+        error: None,
+    })
+}
+
+/// A number field of the Python script's JSON line.
+fn json_num(line: &str, key: &str) -> Option<f64> {
+    let pat = format!("\"{key}\":");
+    let at = line.find(&pat)? + pat.len();
+    let rest = line[at..].trim_start();
+    let end = rest
+        .find(|c: char| c == ',' || c == '}')
+        .unwrap_or(rest.len());
+    rest[..end].trim().parse().ok()
+}
+
+/// One run of `bench/latency_dataloader.py` through the proxy.
+fn measure_dataloader(
+    python: &str,
+    weed: &Seaweed,
+    proxy: &DelayProxy,
+    keys: &Path,
+    workers: u64,
+    batch: u32,
+    win: Windowing,
+) -> Result<Point> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("latency_dataloader.py");
+    let t0 = Instant::now();
+    let mut child = Command::new(python)
+        .arg(&script)
+        .args(["--endpoint", &format!("http://{}", proxy.local_addr())])
+        .args(["--bucket", weed.bucket()])
+        .arg("--keys")
+        .arg(keys)
+        .args(["--workers", &workers.to_string()])
+        .args(["--batch", &batch.to_string()])
+        .args(["--warmup-s", &win.warmup.as_secs_f64().to_string()])
+        .args(["--window-s", &win.window.as_secs_f64().to_string()])
+        .arg("--marks")
+        .envs(weed.env())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("{python} {}: {e}", script.display()))?;
+    let out = child.stdout.take().ok_or("no stdout")?;
+    let weed_pid = weed.pid();
+    let (mut c0, mut c1) = (None, None);
+    let mut result = None;
+    for line in BufReader::new(out).lines() {
+        let line = line.map_err(|e| e.to_string())?;
+        match line.trim() {
+            "mark window-start" => c0 = Some(CpuMark::take(weed_pid)),
+            "mark window-end" => c1 = Some(CpuMark::take(weed_pid)),
+            l if l.starts_with('{') => result = Some(l.to_owned()),
+            l => println!("    python: {l}"),
+        }
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    let _ = std::io::stdout().flush();
+    let Some(line) = result.filter(|_| status.success()) else {
+        return Err(format!("{} exited with {status}", script.display()));
+    };
+    let get = |k: &str| json_num(&line, k).unwrap_or(f64::NAN);
+    let mut cpu = match (&c0, &c1) {
+        (Some(a), Some(b)) => CpuUse::between(a, b),
+        _ => CpuUse::default(),
+    };
+    cpu.python = get("cpu_cores");
+    cpu.loader = 0.0;
+    let ramp = get("ramp_s");
+    Ok(Point {
+        samples_per_s: get("samples_per_s"),
+        mb_per_s: get("mb_per_s"),
+        samples: get("samples") as u64,
+        window_s: get("window_s"),
+        ramp_s: ramp,
+        cpu,
+        note: format!(
+            "delivered to the main process {:.1} samples/s; process ran {:.1} s",
+            get("delivered_per_s"),
+            t0.elapsed().as_secs_f64()
+        ),
+        json_extra: format!("\"python\":{line}"),
+        error: None,
+    })
+}
+
+/// Draws the plot with `bench/latency_plot.py` from the result line.
+fn draw(python: &str, bench_dir: &Path, line: &str, out: &Path) -> Result<()> {
+    let script = bench_dir.join("latency_plot.py");
+    let mut child = Command::new(python)
+        .arg(&script)
+        .arg("-")
+        .arg(out)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("{python} {}: {e}", script.display()))?;
+    child
+        .stdin
+        .take()
+        .ok_or("no stdin")?
+        .write_all(line.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let status = child.wait().map_err(|e| e.to_string())?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{} exited with {status}", script.display()))
+    }
+}
