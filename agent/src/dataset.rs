@@ -222,6 +222,16 @@ impl Dataset {
         }
     }
 
+    /// `"fs"`, `"s3"` or `"cql"`.
+    pub fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    /// Load attempts so far.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
     /// Whether the dataset serves.
     pub fn is_ready(&self) -> bool {
         matches!(self.state, State::Ready(_))

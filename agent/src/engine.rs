@@ -58,6 +58,14 @@ fn log_load_event(d: &Dataset, event: Option<LoadEvent>) {
     }
 }
 
+fn report_health(metrics: &Metrics, d: &Dataset) {
+    metrics.dataset_health(&d.name, |h| {
+        h.kind = d.kind();
+        h.ready = d.is_ready();
+        h.load_attempts = u64::from(d.attempts());
+    });
+}
+
 fn key(dataset: usize, sample: u64) -> SampleKey {
     SampleKey {
         dataset: dataset as u32,
@@ -172,6 +180,7 @@ impl Engine {
             if let Some(why) = d.unavailable() {
                 eprintln!("granaryd: {why}; serving the other datasets meanwhile");
             }
+            report_health(&metrics, d);
         }
         let opts = ArenaOptions {
             size: cfg.arena.size.bytes(),
@@ -670,6 +679,7 @@ impl Engine {
             };
             changed = true;
             log_load_event(&self.datasets[i], Some(event));
+            report_health(&self.metrics, &self.datasets[i]);
             let (mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting_opens)
                 .into_iter()
                 .partition(|(ds, _, _)| *ds == i);
@@ -768,6 +778,7 @@ impl Engine {
                 other => {
                     self.metrics.read_errors.fetch_add(1, Ordering::Relaxed);
                     let d = &mut self.datasets[inf.key.dataset as usize];
+                    self.metrics.dataset_health(&d.name, |h| h.read_errors += 1);
                     let what = d
                         .source()
                         .map(|src| src.describe(inf.key.index))

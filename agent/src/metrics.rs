@@ -134,6 +134,21 @@ pub struct Metrics {
     /// Per (dataset, epoch): samples found in the arena / read from the source
     /// when a session first needed them. Bounded by datasets × epochs used.
     pub epochs: Mutex<BTreeMap<(String, u32), EpochCounts>>,
+    /// Per dataset: whether it serves, and its samples that failed for good.
+    pub datasets: Mutex<BTreeMap<String, DatasetHealth>>,
+}
+
+/// How one dataset is doing.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct DatasetHealth {
+    /// `"fs"`, `"s3"`, `"cql"`.
+    pub kind: &'static str,
+    /// Whether its catalog is loaded and it serves.
+    pub ready: bool,
+    /// Attempts made to load its catalog.
+    pub load_attempts: u64,
+    /// Sample reads that failed for good.
+    pub read_errors: u64,
 }
 
 /// Hits and misses of one epoch of one dataset, over all sessions.
@@ -143,6 +158,11 @@ pub struct EpochCounts {
     pub hits: u64,
     /// Samples that had to be read from the source.
     pub misses: u64,
+}
+
+/// A label value with `\` and `"` escaped, as the text format wants.
+fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
 fn load(a: &AtomicU64) -> u64 {
@@ -167,6 +187,13 @@ impl Metrics {
             let e = m.entry((dataset.to_string(), epoch)).or_default();
             e.hits += hits;
             e.misses += misses;
+        }
+    }
+
+    /// Updates a dataset's health entry.
+    pub fn dataset_health(&self, dataset: &str, update: impl FnOnce(&mut DatasetHealth)) {
+        if let Ok(mut m) = self.datasets.lock() {
+            update(m.entry(dataset.to_string()).or_default());
         }
     }
 
@@ -240,13 +267,44 @@ impl Metrics {
         counter(&mut s, "granary_sessions_fenced_total", "Sessions fenced after a violation.", load(&self.sessions_fenced));
         counter(&mut s, "granary_connections_refused_total", "Connections refused by the allowlist.", load(&self.connections_refused));
         counter(&mut s, "granary_loaders_lost_total", "Loaders that disappeared with batches on loan.", load(&self.loaders_lost));
+        if let Ok(m) = self.datasets.lock() {
+            let _ = writeln!(
+                s,
+                "# HELP granary_dataset_ready Whether a dataset's catalog is loaded and it serves (1) or its store is unavailable (0).\n# TYPE granary_dataset_ready gauge"
+            );
+            for (d, h) in m.iter() {
+                let d = escape_label(d);
+                let _ = writeln!(
+                    s,
+                    "granary_dataset_ready{{dataset=\"{d}\",kind=\"{}\"}} {}",
+                    h.kind,
+                    u8::from(h.ready)
+                );
+            }
+            let _ = writeln!(
+                s,
+                "# HELP granary_dataset_load_attempts_total Attempts to load a dataset's catalog.\n# TYPE granary_dataset_load_attempts_total counter"
+            );
+            for (d, h) in m.iter() {
+                let d = escape_label(d);
+                let _ = writeln!(s, "granary_dataset_load_attempts_total{{dataset=\"{d}\"}} {}", h.load_attempts);
+            }
+            let _ = writeln!(
+                s,
+                "# HELP granary_dataset_read_errors_total Sample reads of a dataset that failed for good.\n# TYPE granary_dataset_read_errors_total counter"
+            );
+            for (d, h) in m.iter() {
+                let d = escape_label(d);
+                let _ = writeln!(s, "granary_dataset_read_errors_total{{dataset=\"{d}\"}} {}", h.read_errors);
+            }
+        }
         if let Ok(m) = self.epochs.lock() {
             let _ = writeln!(
                 s,
                 "# HELP granary_epoch_lookups_total Samples needed per dataset and epoch, by where they were found.\n# TYPE granary_epoch_lookups_total counter"
             );
             for ((d, e), c) in m.iter() {
-                let d = d.replace('\\', "\\\\").replace('"', "\\\"");
+                let d = escape_label(d);
                 let _ = writeln!(s, "granary_epoch_lookups_total{{dataset=\"{d}\",epoch=\"{e}\",result=\"hit\"}} {}", c.hits);
                 let _ = writeln!(s, "granary_epoch_lookups_total{{dataset=\"{d}\",epoch=\"{e}\",result=\"miss\"}} {}", c.misses);
             }

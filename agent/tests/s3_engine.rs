@@ -254,6 +254,13 @@ fn unreachable_store_is_a_clear_error_and_the_other_datasets_serve() {
     let stop = AtomicBool::new(true);
     assert_eq!(honest_loader_of(&agent.sock, "local", &local, honest(2, 32, 0), &stop), 2);
     assert!(agent.alive());
+    let text = agent.metrics.render();
+    for line in [
+        "granary_dataset_ready{dataset=\"remote\",kind=\"s3\"} 0",
+        "granary_dataset_ready{dataset=\"local\",kind=\"fs\"} 1",
+    ] {
+        assert!(text.contains(line), "metrics lack {line}:\n{text}");
+    }
     agent.stop();
 }
 
@@ -345,6 +352,9 @@ fn store_dies_mid_run_loaders_get_error_batches_then_recover() {
         assert!(seen.good_after >= 3);
     });
     assert!(load(&agent.metrics.read_errors) > 0);
+    let health = agent.metrics.datasets.lock().unwrap().clone();
+    assert!(health["synth"].ready && health["synth"].read_errors > 0, "{health:?}");
+    assert_eq!(health["local"].read_errors, 0, "{health:?}");
     agent.wait_idle(Duration::from_secs(20)).assert_balanced();
     agent.stop();
 }
