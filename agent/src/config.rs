@@ -353,15 +353,59 @@ pub struct DatasetConfig {
     /// loopback and test servers). Default false.
     #[serde(default)]
     pub allow_http: Option<bool>,
-    /// `dataset[i].request_timeout_ms` (`s3`): one GET attempt, headers and
-    /// body, must finish within this. Default 10000.
+    /// `dataset[i].request_timeout_ms` (`s3`, `cql`): one request attempt (a
+    /// GET, headers and body; a CQL read) must finish within this. Default
+    /// 10000.
     #[serde(default)]
     pub request_timeout_ms: Option<u64>,
-    /// `dataset[i].retries` (`s3`): retries of a failed GET (timeouts,
-    /// connection errors, HTTP 5xx), with exponential backoff and jitter.
-    /// Default 8, at most 100.
+    /// `dataset[i].retries` (`s3`, `cql`): retries of a failed request
+    /// (timeouts, connection errors, HTTP 5xx; CQL overload, unavailable and
+    /// read timeouts), with exponential backoff and jitter. Default 8, at
+    /// most 100.
     #[serde(default)]
     pub retries: Option<u32>,
+    /// `dataset[i].hosts` (`cql`, required): contact points, `"host:port"`
+    /// (port 9042 when left out; IPv6 as `"[::1]:9042"`). The driver learns
+    /// the rest of the cluster from them.
+    #[serde(default)]
+    pub hosts: Option<Vec<String>>,
+    /// `dataset[i].keyspace` (`cql`, required): the keyspace of both tables.
+    #[serde(default)]
+    pub keyspace: Option<String>,
+    /// `dataset[i].data_table` (`cql`): `(id uuid PRIMARY KEY, data blob,
+    /// …)`. Default `"data"`.
+    #[serde(default)]
+    pub data_table: Option<String>,
+    /// `dataset[i].metadata_table` (`cql`): `(id uuid PRIMARY KEY, label int,
+    /// size int)`. Default `"metadata"`.
+    #[serde(default)]
+    pub metadata_table: Option<String>,
+    /// `dataset[i].username` (`cql`): password authentication; the password
+    /// is `password`, else `GRANARY_CQL_PASSWORD` from the environment.
+    #[serde(default)]
+    pub username: Option<String>,
+    /// `dataset[i].password` (`cql`): see `username`.
+    #[serde(default)]
+    pub password: Option<Secret>,
+    /// `dataset[i].tls` (`cql`): connect with TLS. Default false.
+    #[serde(default)]
+    pub tls: Option<bool>,
+    /// `dataset[i].tls_ca_file` (`cql`, with `tls = true`): PEM file of the
+    /// certificate authorities to trust instead of the system's.
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
+    /// `dataset[i].connections_per_host` (`cql`): connections to each node.
+    /// Default: one per shard (ScyllaDB), one per node (Cassandra).
+    #[serde(default)]
+    pub connections_per_host: Option<u32>,
+    /// `dataset[i].connections_per_shard` (`cql`): connections to each shard
+    /// of each ScyllaDB node (a Cassandra node counts as one shard).
+    #[serde(default)]
+    pub connections_per_shard: Option<u32>,
+    /// `dataset[i].max_inflight` (`cql`): sample reads in flight at once.
+    /// Default 2048.
+    #[serde(default)]
+    pub max_inflight: Option<u32>,
     /// `dataset[i].order`: `"strict"` (the default) delivers every batch
     /// exactly as planned; `"relaxed"` lets a ready sample of a later batch
     /// of the same epoch take the place of a late one while the loader
@@ -391,6 +435,8 @@ pub enum SourceKind {
     Fs,
     /// `"s3"`: an S3-compatible bucket.
     S3,
+    /// `"cql"`: ScyllaDB or Cassandra tables.
+    Cql,
 }
 
 /// Where a filesystem dataset's samples come from.
@@ -404,7 +450,7 @@ pub enum DatasetLocation<'a> {
 
 impl DatasetConfig {
     /// The S3-only fields, by name, and whether each is set.
-    fn s3_fields_set(&self) -> [(&'static str, bool); 10] {
+    fn s3_fields_set(&self) -> [(&'static str, bool); 8] {
         [
             ("endpoint", self.endpoint.is_some()),
             ("region", self.region.is_some()),
@@ -414,8 +460,35 @@ impl DatasetConfig {
             ("secret_access_key", self.secret_access_key.is_some()),
             ("path_style", self.path_style.is_some()),
             ("allow_http", self.allow_http.is_some()),
+        ]
+    }
+
+    /// The fields of remote stores (`s3` and `cql`), by name, and whether
+    /// each is set.
+    fn remote_fields_set(&self) -> [(&'static str, bool); 2] {
+        [
             ("request_timeout_ms", self.request_timeout_ms.is_some()),
             ("retries", self.retries.is_some()),
+        ]
+    }
+
+    /// The CQL-only fields, by name, and whether each is set.
+    fn cql_fields_set(&self) -> [(&'static str, bool); 11] {
+        [
+            ("hosts", self.hosts.is_some()),
+            ("keyspace", self.keyspace.is_some()),
+            ("data_table", self.data_table.is_some()),
+            ("metadata_table", self.metadata_table.is_some()),
+            ("username", self.username.is_some()),
+            ("password", self.password.is_some()),
+            ("tls", self.tls.is_some()),
+            ("tls_ca_file", self.tls_ca_file.is_some()),
+            ("connections_per_host", self.connections_per_host.is_some()),
+            (
+                "connections_per_shard",
+                self.connections_per_shard.is_some(),
+            ),
+            ("max_inflight", self.max_inflight.is_some()),
         ]
     }
 
@@ -805,6 +878,11 @@ root = "/var/lib/granary/datasets/imagenet/train"
 # file://PATH); endpoint, region, access_key_id/secret_access_key (else the
 # AWS_* environment variables), path_style, allow_http, request_timeout_ms,
 # retries.
+# kind = "cql" reads ScyllaDB/Cassandra tables (docs/scylla.md): hosts
+# (["host:port", ...]), keyspace, data_table ("data"), metadata_table
+# ("metadata"), username/password (else GRANARY_CQL_PASSWORD), tls,
+# tls_ca_file, connections_per_host or connections_per_shard, max_inflight
+# (2048), request_timeout_ms (10000), retries (8).
 "##;
 
 impl Config {
@@ -845,6 +923,15 @@ impl Config {
             }
             if let Some(m) = ds.manifest.as_mut() {
                 resolve(m);
+            }
+        }
+        for ds in cfg
+            .datasets
+            .iter_mut()
+            .filter(|d| d.kind == SourceKind::Cql)
+        {
+            if let Some(f) = ds.tls_ca_file.as_mut() {
+                resolve(f);
             }
         }
         cfg.validate().map_err(|e| e.with_file(path))?;
@@ -1087,8 +1174,35 @@ impl Config {
                             );
                         }
                     }
+                    for (name, set) in ds.remote_fields_set() {
+                        if set {
+                            bad(
+                                &field(name),
+                                "only used by kind = \"s3\" and kind = \"cql\" datasets".to_owned(),
+                            );
+                        }
+                    }
+                    for (name, set) in ds.cql_fields_set() {
+                        if set {
+                            bad(
+                                &field(name),
+                                "only used by kind = \"cql\" datasets".to_owned(),
+                            );
+                        }
+                    }
                 }
-                SourceKind::S3 => validate_s3(ds, &self.sessions, &field, &mut bad),
+                SourceKind::S3 => {
+                    validate_s3(ds, &self.sessions, &field, &mut bad);
+                    for (name, set) in ds.cql_fields_set() {
+                        if set {
+                            bad(
+                                &field(name),
+                                "only used by kind = \"cql\" datasets".to_owned(),
+                            );
+                        }
+                    }
+                }
+                SourceKind::Cql => validate_cql(ds, &self.sessions, &field, &mut bad),
             }
         }
 
@@ -1180,6 +1294,17 @@ fn validate_s3(
                 .to_owned(),
         );
     }
+    validate_remote(ds, sessions, field, bad);
+}
+
+/// The rules of the fields remote stores share (`request_timeout_ms`,
+/// `retries`).
+fn validate_remote(
+    ds: &DatasetConfig,
+    sessions: &SessionsConfig,
+    field: &dyn Fn(&str) -> String,
+    bad: &mut dyn FnMut(&str, String),
+) {
     if let Some(t) = ds.request_timeout_ms {
         if t == 0 {
             bad(
@@ -1204,6 +1329,181 @@ fn validate_s3(
             );
         }
     }
+}
+
+/// Largest `dataset[i].max_inflight`.
+pub const MAX_CQL_INFLIGHT: u32 = 32768;
+/// Largest `dataset[i].connections_per_host` / `connections_per_shard`.
+pub const MAX_CQL_CONNECTIONS: u32 = 64;
+
+/// Whether `name` is a CQL name Granary accepts for a keyspace or table:
+/// 1 to 48 characters, lowercase ASCII letters, digits and `_`, starting
+/// with a letter — the names CQL takes unquoted and unchanged.
+pub fn is_cql_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    (1..=48).contains(&b.len())
+        && b[0].is_ascii_lowercase()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_')
+}
+
+/// Splits a `dataset[i].hosts` entry into host and port: `"host:port"`,
+/// `"host"` (port 9042), `"[v6]:port"` or `"[v6]"`.
+pub fn parse_cql_host(entry: &str) -> Result<(String, u16), String> {
+    let (host, port) = if let Some(rest) = entry.strip_prefix('[') {
+        let (h, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("{entry:?}: '[' without ']'"))?;
+        match after {
+            "" => (h, None),
+            p => (
+                h,
+                Some(
+                    p.strip_prefix(':')
+                        .ok_or_else(|| format!("{entry:?}: expected ':' after ']'"))?,
+                ),
+            ),
+        }
+    } else {
+        match entry.rsplit_once(':') {
+            Some((h, _)) if h.contains(':') => {
+                return Err(format!(
+                    "{entry:?}: write an IPv6 address in brackets, e.g. \"[::1]:9042\""
+                ))
+            }
+            Some((h, p)) => (h, Some(p)),
+            None => (entry, None),
+        }
+    };
+    if host.is_empty() || host.chars().any(|c| c.is_whitespace() || c == '/') {
+        return Err(format!("{entry:?} names no host"));
+    }
+    let port = match port {
+        None => 9042,
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p > 0)
+            .ok_or_else(|| format!("{entry:?}: {p:?} is not a port (1..=65535)"))?,
+    };
+    Ok((host.to_owned(), port))
+}
+
+/// The rules of a `kind = "cql"` dataset.
+fn validate_cql(
+    ds: &DatasetConfig,
+    sessions: &SessionsConfig,
+    field: &dyn Fn(&str) -> String,
+    bad: &mut dyn FnMut(&str, String),
+) {
+    for (name, set) in ds.s3_fields_set() {
+        if set {
+            bad(
+                &field(name),
+                "only used by kind = \"s3\" datasets".to_owned(),
+            );
+        }
+    }
+    for name in ["root", "manifest"] {
+        let set = if name == "root" {
+            ds.root.is_some()
+        } else {
+            ds.manifest.is_some()
+        };
+        if set {
+            bad(
+                &field(name),
+                "not used by kind = \"cql\"; the samples are listed by the metadata table"
+                    .to_owned(),
+            );
+        }
+    }
+    match ds.hosts.as_deref() {
+        None | Some([]) => bad(
+            &field("hosts"),
+            "required for kind = \"cql\": contact points such as [\"10.0.0.1:9042\"]".to_owned(),
+        ),
+        Some(hosts) => {
+            for (j, h) in hosts.iter().enumerate() {
+                if let Err(e) = parse_cql_host(h) {
+                    bad(&field(&format!("hosts[{j}]")), e);
+                }
+            }
+        }
+    }
+    let name_rule = "is not a CQL name Granary accepts (1 to 48 lowercase letters, digits or \
+                     '_', starting with a letter)";
+    match ds.keyspace.as_deref() {
+        None => bad(&field("keyspace"), "required for kind = \"cql\"".to_owned()),
+        Some(k) if !is_cql_name(k) => bad(&field("keyspace"), format!("{k:?} {name_rule}")),
+        Some(_) => {}
+    }
+    for (key, value) in [
+        ("data_table", &ds.data_table),
+        ("metadata_table", &ds.metadata_table),
+    ] {
+        if let Some(t) = value {
+            if !is_cql_name(t) {
+                bad(&field(key), format!("{t:?} {name_rule}"));
+            }
+        }
+    }
+    let data = ds.data_table.as_deref().unwrap_or("data");
+    let meta = ds.metadata_table.as_deref().unwrap_or("metadata");
+    if data == meta {
+        bad(
+            &field("metadata_table"),
+            format!("{meta:?} is also the data table; the two tables must differ"),
+        );
+    }
+    match (&ds.username, &ds.password) {
+        (Some(u), _) if u.is_empty() => bad(&field("username"), "must not be empty".to_owned()),
+        (None, Some(_)) => bad(
+            &field("username"),
+            "a password is set without a username; set both (or the username and \
+             GRANARY_CQL_PASSWORD in the environment)"
+                .to_owned(),
+        ),
+        _ => {}
+    }
+    if let Some(f) = &ds.tls_ca_file {
+        if f.as_os_str().is_empty() {
+            bad(&field("tls_ca_file"), "must not be empty".to_owned());
+        } else if ds.tls != Some(true) {
+            bad(
+                &field("tls"),
+                "tls_ca_file is set but TLS is off; set tls = true".to_owned(),
+            );
+        }
+    }
+    if ds.connections_per_host.is_some() && ds.connections_per_shard.is_some() {
+        bad(
+            &field("connections_per_shard"),
+            "set only one of connections_per_host and connections_per_shard".to_owned(),
+        );
+    }
+    for (key, value) in [
+        ("connections_per_host", ds.connections_per_host),
+        ("connections_per_shard", ds.connections_per_shard),
+    ] {
+        if let Some(n) = value {
+            if !(1..=MAX_CQL_CONNECTIONS).contains(&n) {
+                bad(
+                    &field(key),
+                    format!("{n} is outside 1..={MAX_CQL_CONNECTIONS}"),
+                );
+            }
+        }
+    }
+    if let Some(n) = ds.max_inflight {
+        if !(1..=MAX_CQL_INFLIGHT).contains(&n) {
+            bad(
+                &field("max_inflight"),
+                format!("{n} is outside 1..={MAX_CQL_INFLIGHT}"),
+            );
+        }
+    }
+    validate_remote(ds, sessions, field, bad);
 }
 
 /// 1-based line and column (in characters) of byte `offset` in `s`.
@@ -1630,6 +1930,116 @@ mod tests {
             "{S3}bucket = \"b\"\nprefix = \"p\"\npathstyle = true\n"
         ));
         assert_eq!(e.field(), Some("dataset[0].pathstyle"));
+    }
+
+    #[test]
+    fn cql_dataset_rules() {
+        const CQL: &str = "[[dataset]]\nname = \"c\"\nkind = \"cql\"\n";
+        let cfg = Config::from_toml_str(&format!(
+            "{CQL}hosts = [\"10.0.0.1:9042\", \"db\", \"[::1]:19042\"]\nkeyspace = \"imagenet\"\n\
+             username = \"u\"\npassword = \"hunter2\"\ntls = true\ntls_ca_file = \"/ca.pem\"\n\
+             connections_per_host = 4\nmax_inflight = 4096\nrequest_timeout_ms = 500\nretries = 3\n"
+        ))
+        .unwrap();
+        let ds = &cfg.datasets[0];
+        assert_eq!(ds.kind, SourceKind::Cql);
+        assert_eq!(ds.max_inflight, Some(4096));
+        let dbg = format!("{ds:?}");
+        assert!(!dbg.contains("hunter2"), "{dbg}");
+        assert!(dbg.contains("<redacted>"), "{dbg}");
+        // Every required key missing: each named.
+        assert_eq!(
+            invalid_fields(CQL),
+            ["dataset[0].hosts", "dataset[0].keyspace"]
+        );
+        let base = format!("{CQL}hosts = [\"h:9042\"]\nkeyspace = \"k\"\n");
+        let f = invalid_fields(&format!(
+            "{CQL}hosts = [\"h:0\", \"\", \"::1\", \"[::1\"]\nkeyspace = \"Bad-Name\"\n"
+        ));
+        assert_eq!(
+            f,
+            [
+                "dataset[0].hosts[0]",
+                "dataset[0].hosts[1]",
+                "dataset[0].hosts[2]",
+                "dataset[0].hosts[3]",
+                "dataset[0].keyspace"
+            ]
+        );
+        let f = invalid_fields(&format!(
+            "{base}data_table = \"t\"\nmetadata_table = \"t\"\npassword = \"p\"\ntls_ca_file = \"/ca\"\n"
+        ));
+        assert_eq!(
+            f,
+            [
+                "dataset[0].metadata_table",
+                "dataset[0].username",
+                "dataset[0].tls"
+            ]
+        );
+        let f = invalid_fields(&format!(
+            "{base}connections_per_host = 2\nconnections_per_shard = 0\nmax_inflight = 0\nretries = 101\n"
+        ));
+        assert_eq!(
+            f,
+            [
+                "dataset[0].connections_per_shard",
+                "dataset[0].connections_per_shard",
+                "dataset[0].max_inflight",
+                "dataset[0].retries"
+            ]
+        );
+        // S3 and filesystem keys are mistakes on a CQL dataset, and CQL keys
+        // on the others.
+        let f = invalid_fields(&format!("{base}bucket = \"b\"\nroot = \"/d\"\n"));
+        assert_eq!(f, ["dataset[0].bucket", "dataset[0].root"]);
+        let f = invalid_fields(
+            "[[dataset]]\nname = \"f\"\nroot = \"/d\"\nkeyspace = \"k\"\nmax_inflight = 2\n",
+        );
+        assert_eq!(f, ["dataset[0].keyspace", "dataset[0].max_inflight"]);
+        let f = invalid_fields(
+            "[[dataset]]\nname = \"s\"\nkind = \"s3\"\nbucket = \"b\"\nprefix = \"\"\nhosts = [\"h\"]\n",
+        );
+        assert_eq!(f, ["dataset[0].hosts"]);
+        let msg = parse_err(&format!("{base}username = \"\"\n")).to_string();
+        assert!(msg.contains("dataset[0].username"), "{msg}");
+    }
+
+    #[test]
+    fn cql_hosts_and_names_parse() {
+        assert_eq!(parse_cql_host("db1").unwrap(), ("db1".to_owned(), 9042));
+        assert_eq!(
+            parse_cql_host("10.0.0.1:19042").unwrap(),
+            ("10.0.0.1".to_owned(), 19042)
+        );
+        assert_eq!(parse_cql_host("[::1]").unwrap(), ("::1".to_owned(), 9042));
+        assert_eq!(
+            parse_cql_host("[fe80::1]:7").unwrap(),
+            ("fe80::1".to_owned(), 7)
+        );
+        for bad in ["", ":9042", "h:x", "h:70000", "::1", "[::1]x", "a b:1"] {
+            assert!(parse_cql_host(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(is_cql_name("data_2"));
+        for bad in ["", "Data", "2data", "_x", "a-b", &"a".repeat(49)] {
+            assert!(!is_cql_name(bad), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn cql_tls_ca_file_is_resolved_against_the_config_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("granary.toml");
+        std::fs::write(
+            &path,
+            "[[dataset]]\nname = \"c\"\nkind = \"cql\"\nhosts = [\"h\"]\nkeyspace = \"k\"\ntls = true\ntls_ca_file = \"ca.pem\"\n",
+        )
+        .unwrap();
+        let cfg = Config::load(&path).unwrap();
+        assert_eq!(
+            cfg.datasets[0].tls_ca_file.as_deref(),
+            Some(dir.path().join("ca.pem").as_path())
+        );
     }
 
     #[test]

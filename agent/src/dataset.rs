@@ -117,6 +117,7 @@ impl Dataset {
             kind: match config.kind {
                 SourceKind::Fs => "fs",
                 SourceKind::S3 => "s3",
+                SourceKind::Cql => "cql",
             },
             relaxed: config.order == DeliveryOrder::Relaxed,
             config: Some(Box::new((config.clone(), agent.clone()))),

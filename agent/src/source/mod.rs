@@ -15,6 +15,7 @@
 //! [`open`] builds the source of a configured dataset (blocking: it lists
 //! or reads the catalog).
 
+pub mod cql;
 pub mod fs;
 pub mod s3;
 
@@ -118,6 +119,7 @@ pub fn open(dataset: &DatasetConfig, cfg: &Config) -> io::Result<Box<dyn SampleS
             Ok(Box::new(FsSource::new(catalog, capacity)?))
         }
         SourceKind::S3 => Ok(Box::new(s3::S3Dataset::open(dataset, capacity)?)),
+        SourceKind::Cql => Ok(Box::new(cql::CqlDataset::open(dataset)?)),
     }
 }
 
