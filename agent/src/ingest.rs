@@ -1,4 +1,5 @@
-//! `granary ingest`: moves a local dataset folder into an S3 bucket.
+//! `granary ingest`: moves a local dataset folder into an S3 bucket (this
+//! module) or into CQL tables ([`cql`]).
 //!
 //! The folder is walked exactly as the filesystem source catalogs it
 //! ([`Catalog::from_dir`]: class folders, hidden names skipped, links
@@ -16,6 +17,8 @@
 //! * Every failure is collected; the run fails if any file failed, naming
 //!   the first ones.
 
+pub mod cql;
+
 use crate::source::s3::{classify, with_retries, S3Settings};
 use crate::source::Catalog;
 use futures_util::StreamExt;
@@ -29,7 +32,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 
 /// Failures named in an [`IngestError::Failed`] message.
-const FAILURES_SHOWN: usize = 10;
+pub(crate) const FAILURES_SHOWN: usize = 10;
 
 /// What to ingest, where, how.
 #[derive(Debug, Clone)]
@@ -154,6 +157,48 @@ pub fn parse_s3_url(url: &str) -> Result<(String, String), String> {
     Ok((bucket.to_owned(), prefix.trim_matches('/').to_owned()))
 }
 
+/// One file of a dataset folder, in catalog order.
+pub(crate) struct SourceFile {
+    /// The file.
+    pub(crate) file: PathBuf,
+    /// Its path below the folder, components joined by `/`.
+    pub(crate) rel: String,
+    /// Its label in the folder's catalog.
+    pub(crate) label: i32,
+    /// Its size when the folder was walked.
+    pub(crate) size: u64,
+}
+
+/// The files of `src`, walked as [`Catalog::from_dir`] catalogs them (in
+/// its order), with their relative paths, which must be UTF-8 (`what` says
+/// what a path becomes, for the message).
+pub(crate) fn walk(src: &Path, what: &str) -> Result<Vec<SourceFile>, IngestError> {
+    let catalog = Catalog::from_dir(src).map_err(|e| IngestError::Source(e.to_string()))?;
+    let mut files = Vec::with_capacity(catalog.len());
+    for e in catalog.entries() {
+        let rel = e.path.strip_prefix(src).map_err(|_| {
+            IngestError::Source(format!("{} is outside {}", e.path.display(), src.display()))
+        })?;
+        let mut parts = Vec::new();
+        for c in rel.components() {
+            let s = c.as_os_str().to_str().ok_or_else(|| {
+                IngestError::Source(format!(
+                    "{}: the name is not UTF-8, which {what} must be",
+                    e.path.display()
+                ))
+            })?;
+            parts.push(s);
+        }
+        files.push(SourceFile {
+            file: e.path.clone(),
+            rel: parts.join("/"),
+            label: e.label,
+            size: e.size,
+        });
+    }
+    Ok(files)
+}
+
 /// One file to move.
 struct Item {
     file: PathBuf,
@@ -163,35 +208,20 @@ struct Item {
 
 /// The files of `src` and their keys under `prefix`, in catalog order.
 fn plan(src: &Path, prefix: &str) -> Result<Vec<Item>, IngestError> {
-    let catalog = Catalog::from_dir(src).map_err(|e| IngestError::Source(e.to_string()))?;
-    let mut items = Vec::with_capacity(catalog.len());
-    for e in catalog.entries() {
-        let rel = e.path.strip_prefix(src).map_err(|_| {
-            IngestError::Source(format!("{} is outside {}", e.path.display(), src.display()))
-        })?;
-        let mut parts = Vec::new();
-        for c in rel.components() {
-            let s = c.as_os_str().to_str().ok_or_else(|| {
-                IngestError::Source(format!(
-                    "{}: the name is not UTF-8, which an S3 key must be",
-                    e.path.display()
-                ))
-            })?;
-            parts.push(s);
-        }
-        let rel = parts.join("/");
+    let mut items = Vec::new();
+    for f in walk(src, "an S3 key")? {
         let full = if prefix.is_empty() {
-            rel
+            f.rel
         } else {
-            format!("{prefix}/{rel}")
+            format!("{prefix}/{}", f.rel)
         };
         let key = ObjectPath::parse(&full).map_err(|err| {
-            IngestError::Source(format!("{}: cannot be an S3 key: {err}", e.path.display()))
+            IngestError::Source(format!("{}: cannot be an S3 key: {err}", f.file.display()))
         })?;
         items.push(Item {
-            file: e.path.clone(),
+            file: f.file,
             key,
-            size: e.size,
+            size: f.size,
         });
     }
     Ok(items)
@@ -295,7 +325,7 @@ pub fn ingest(
     })
 }
 
-fn failed(phase: Phase, mut failures: Vec<(usize, String)>, of: usize) -> IngestError {
+pub(crate) fn failed(phase: Phase, mut failures: Vec<(usize, String)>, of: usize) -> IngestError {
     failures.sort();
     let count = failures.len();
     IngestError::Failed {

@@ -8,6 +8,11 @@
 //!   [--region R] [--concurrency N] [--verify] [--resume]`: upload a dataset
 //!   folder to S3 (credentials from `AWS_ACCESS_KEY_ID` /
 //!   `AWS_SECRET_ACCESS_KEY`); see `docs/s3.md`.
+//! * `granary ingest SRC_DIR --to cql://HOST:PORT[,HOST:PORT]/KEYSPACE
+//!   [--data-table T] [--metadata-table M] [--username U] [--replication R]
+//!   [--tls] [--tls-ca-file F] [--concurrency N] [--verify] [--resume]`:
+//!   write a dataset folder into ScyllaDB/Cassandra tables (password from
+//!   `GRANARY_CQL_PASSWORD`); see `docs/scylla.md`.
 
 use granary_agent::metrics::{parse_text, scrape};
 use granary_agent::progress::ProgressBar;
@@ -19,7 +24,12 @@ use std::time::{Duration, Instant};
 const USAGE: &str = "usage: granary status [--metrics ADDR]
        granary demo [--dir DIR] [--files N] [--epochs E]
        granary ingest SRC_DIR --to s3://BUCKET/PREFIX [--endpoint URL] [--region R]
-                      [--concurrency N] [--verify] [--resume]";
+                      [--concurrency N] [--verify] [--resume]
+       granary ingest SRC_DIR --to cql://HOST:PORT[,HOST:PORT...]/KEYSPACE
+                      [--data-table T] [--metadata-table M] [--username U]
+                      [--replication N|DC:N,...] [--tls] [--tls-ca-file F]
+                      [--concurrency N] [--verify] [--resume]
+                      (password: GRANARY_CQL_PASSWORD)";
 
 fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
     args.windows(2)
@@ -273,14 +283,18 @@ fn sibling(name: &str) -> Result<PathBuf, String> {
 }
 
 fn ingest(args: &[String]) -> Result<(), String> {
-    use granary_agent::ingest::{self, IngestOptions, Phase};
+    use granary_agent::ingest::{self, IngestOptions};
     use granary_agent::source::s3::S3Settings;
     let src = args
         .get(1)
         .filter(|a| !a.starts_with("--"))
         .ok_or_else(|| format!("ingest: which folder?\n{USAGE}"))?;
-    let to = flag(args, "--to")
-        .ok_or_else(|| format!("ingest: --to s3://BUCKET/PREFIX is required\n{USAGE}"))?;
+    let to = flag(args, "--to").ok_or_else(|| {
+        format!("ingest: --to s3://BUCKET/PREFIX or cql://HOSTS/KEYSPACE is required\n{USAGE}")
+    })?;
+    if to.starts_with("cql://") {
+        return ingest_cql(args, src, to);
+    }
     let (bucket, prefix) = ingest::parse_s3_url(to).map_err(|e| format!("--to: {e}"))?;
     let mut settings = S3Settings::new(bucket);
     if let Some(e) = flag(args, "--endpoint") {
@@ -308,27 +322,11 @@ fn ingest(args: &[String]) -> Result<(), String> {
     }
     opts.verify = args.iter().any(|a| a == "--verify");
     opts.resume = args.iter().any(|a| a == "--resume");
-    let mut bar: Option<(Phase, ProgressBar, u64, u64)> = None;
+    let mut bars = Bars(None);
     let result = ingest::ingest(&opts, |phase, done, total, bytes| {
-        if bar.as_ref().is_none_or(|b| b.0 != phase) {
-            if let Some((_, b, d, by)) = bar.as_mut() {
-                b.finish(*d, *by);
-            }
-            let label = match phase {
-                Phase::Upload => "upload",
-                Phase::Verify => "verify",
-            };
-            bar = Some((phase, ProgressBar::new(label, total), 0, 0));
-        }
-        if let Some((_, b, d, by)) = bar.as_mut() {
-            (*d, *by) = (done, bytes);
-            b.update(done, bytes);
-        }
+        bars.report(phase, done, total, bytes)
     });
-    if let (Ok(_), Some((_, b, d, by))) = (&result, bar.as_mut()) {
-        b.finish(*d, *by);
-    }
-    drop(bar);
+    bars.end(result.is_ok());
     let r = result.map_err(|e| format!("ingest {src} -> {to}: {e}"))?;
     println!(
         "ingest: {} files, {:.1} MB from {src} to {to}: {} uploaded ({:.1} MB in {:.1} s, {:.0} MB/s), {} skipped (already there with the same size)",
@@ -343,6 +341,92 @@ fn ingest(args: &[String]) -> Result<(), String> {
     if opts.verify {
         println!(
             "verify: OK, {} objects read back and equal to their files ({:.1} s)",
+            r.verified,
+            r.verify_time.as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// The progress bars of an ingest: one per phase.
+struct Bars(Option<(granary_agent::ingest::Phase, ProgressBar, u64, u64)>);
+
+impl Bars {
+    fn report(&mut self, phase: granary_agent::ingest::Phase, done: u64, total: u64, bytes: u64) {
+        use granary_agent::ingest::Phase;
+        if self.0.as_ref().is_none_or(|b| b.0 != phase) {
+            if let Some((_, b, d, by)) = self.0.as_mut() {
+                b.finish(*d, *by);
+            }
+            let label = match phase {
+                Phase::Upload => "upload",
+                Phase::Verify => "verify",
+            };
+            self.0 = Some((phase, ProgressBar::new(label, total), 0, 0));
+        }
+        if let Some((_, b, d, by)) = self.0.as_mut() {
+            (*d, *by) = (done, bytes);
+            b.update(done, bytes);
+        }
+    }
+
+    fn end(mut self, ok: bool) {
+        if let (true, Some((_, b, d, by))) = (ok, self.0.as_mut()) {
+            b.finish(*d, *by);
+        }
+    }
+}
+
+fn ingest_cql(args: &[String], src: &str, to: &str) -> Result<(), String> {
+    use granary_agent::ingest::cql::{self, CqlIngestOptions, Replication};
+    use granary_agent::source::cql::CqlSettings;
+    let (hosts, keyspace) = cql::parse_cql_url(to).map_err(|e| format!("--to: {e}"))?;
+    let mut settings = CqlSettings::new(hosts, keyspace);
+    if let Some(t) = flag(args, "--data-table") {
+        settings.data_table = t.to_owned();
+    }
+    if let Some(t) = flag(args, "--metadata-table") {
+        settings.metadata_table = t.to_owned();
+    }
+    settings.username = flag(args, "--username").map(str::to_owned);
+    settings.fill_from_env(|k| std::env::var(k).ok());
+    settings.tls = args.iter().any(|a| a == "--tls");
+    if let Some(f) = flag(args, "--tls-ca-file") {
+        settings.tls = true;
+        settings.tls_ca_file = Some(f.into());
+    }
+    let mut opts = CqlIngestOptions::new(src, settings);
+    if let Some(r) = flag(args, "--replication") {
+        opts.replication = Replication::parse(r).map_err(|e| format!("--replication: {e}"))?;
+    }
+    if let Some(c) = flag(args, "--concurrency") {
+        opts.concurrency = c
+            .parse()
+            .ok()
+            .filter(|&n: &usize| n > 0)
+            .ok_or_else(|| format!("--concurrency {c:?}: expected a positive integer"))?;
+    }
+    opts.verify = args.iter().any(|a| a == "--verify");
+    opts.resume = args.iter().any(|a| a == "--resume");
+    let mut bars = Bars(None);
+    let result = cql::ingest(&opts, |phase, done, total, bytes| {
+        bars.report(phase, done, total, bytes)
+    });
+    bars.end(result.is_ok());
+    let r = result.map_err(|e| format!("ingest {src} -> {to}: {e}"))?;
+    println!(
+        "ingest: {} files, {:.1} MB from {src} to {to}: {} written ({:.1} MB in {:.1} s, {:.0} MB/s), {} skipped (already there with the same label and size)",
+        r.files,
+        r.bytes as f64 / 1e6,
+        r.uploaded,
+        r.uploaded_bytes as f64 / 1e6,
+        r.upload_time.as_secs_f64(),
+        r.uploaded_bytes as f64 / 1e6 / r.upload_time.as_secs_f64().max(1e-9),
+        r.skipped,
+    );
+    if opts.verify {
+        println!(
+            "verify: OK, {} rows read back and equal to their files ({:.1} s)",
             r.verified,
             r.verify_time.as_secs_f64()
         );
