@@ -30,6 +30,13 @@ def main():
     rtt = r["rtt_ms"]
 
     series = [("granary", "Granary (granaryd + libgranary)", "o-", "C0")]
+    more = sorted(
+        (int(k[len("granary_inflight_"):]), k)
+        for k in r
+        if k.startswith("granary_inflight_") and not k.endswith("_detail")
+    )
+    for i, (n, k) in enumerate(more):
+        series.append((k, f"Granary, max_inflight_reads={n}", "o:", f"C{i + 4}"))
     workers = sorted(
         (int(k[len("dataloader_w"):]), k)
         for k in r

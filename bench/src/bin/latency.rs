@@ -75,10 +75,11 @@ usage: bench/run latency [options]
   --batch N          samples per batch, both loaders (default 32)
   --warmup-s S       ramp-up skipped before each window (default 2)
   --window-s S       length of each window (default 12)
-  --inflight N       Granary: prefetch.max_inflight_reads (default 512)
+  --inflight LIST    Granary: prefetch.max_inflight_reads (default 512); with several
+                     values Granary is measured with each, the first is the main column
   --window N         Granary: prefetch.window_batches (default 64)
   --initial-window N Granary: prefetch.initial_window (default 2, the agent's)
-  --arena BYTES      Granary: arena.size (default max(1 GiB, inflight × 1 MiB))
+  --arena BYTES      Granary: arena.size (default max(1 GiB, largest inflight × 1 MiB))
   --ready N          Granary: sessions.ready_ring_capacity (default 128)
   --agent-keys LIST  Granary: more keys, `section.key=value;...` (`dataset.key=value`
                      goes into the [[dataset]] table)
@@ -362,8 +363,9 @@ fn run() -> Result<()> {
         warmup: secs("warmup-s", 2.0)?,
         window: secs("window-s", 12.0)?,
     };
-    let inflight = args.u32("inflight", 512)?;
-    let arena_default = (1u64 << 30).max(u64::from(inflight) << 20);
+    let inflights = args.list("inflight", &[512])?;
+    let inflight = u32::try_from(inflights[0]).map_err(|_| "--inflight: too large")?;
+    let arena_default = (1u64 << 30).max(inflights.iter().max().copied().unwrap_or(0) << 20);
     let knobs = GranaryKnobs {
         batch,
         inflight,
@@ -434,6 +436,9 @@ fn run() -> Result<()> {
     println!("delay proxy: {} -> {}", proxy.local_addr(), weed.s3_addr());
 
     let mut granary: Vec<Point> = Vec::new();
+    // Further max_inflight_reads values, if any.
+    let mut granary_more: Vec<(u64, Vec<Point>)> =
+        inflights[1..].iter().map(|&n| (n, Vec::new())).collect();
     let mut loaders: Vec<Vec<Point>> = vec![Vec::new(); workers.len()];
     for &rtt in &rtts {
         proxy.set_delay(Duration::from_micros(rtt * 1000 / 2));
@@ -445,6 +450,15 @@ fn run() -> Result<()> {
             let p = measure_granary(&weed, &proxy, &ds, &knobs, win).unwrap_or_else(Point::failed);
             print_point("granary", &p);
             granary.push(p);
+            for (n, points) in &mut granary_more {
+                let k = GranaryKnobs {
+                    inflight: u32::try_from(*n).unwrap_or(u32::MAX),
+                    ..knobs.clone()
+                };
+                let p = measure_granary(&weed, &proxy, &ds, &k, win).unwrap_or_else(Point::failed);
+                print_point(&format!("granary, max_inflight_reads {n}"), &p);
+                points.push(p);
+            }
         }
         if do_loader {
             for (i, &w) in workers.iter().enumerate() {
@@ -463,15 +477,18 @@ fn run() -> Result<()> {
     let rate = |v: &[Point], i: usize| v.get(i).map_or(f64::NAN, |p| p.samples_per_s);
     println!(
         "\n| RTT ms | granary | {} |",
-        workers
+        granary_more
             .iter()
-            .map(|w| format!("DataLoader w{w}"))
+            .map(|(n, _)| format!("granary, {n} in flight"))
+            .chain(workers.iter().map(|w| format!("DataLoader w{w}")))
             .collect::<Vec<_>>()
             .join(" | ")
     );
     for (i, rtt) in rtts.iter().enumerate() {
-        let cols: Vec<String> = loaders
+        let cols: Vec<String> = granary_more
             .iter()
+            .map(|(_, l)| l)
+            .chain(loaders.iter())
             .map(|l| format!("{:.0}", rate(l, i)))
             .collect();
         println!(
@@ -507,6 +524,9 @@ fn run() -> Result<()> {
     let mut j = Json::bench("latency");
     j.nums("rtt_ms", &rtt_f, 0);
     j.nums("granary", &rates(&granary), 1);
+    for (n, points) in &granary_more {
+        j.nums(&format!("granary_inflight_{n}"), &rates(points), 1);
+    }
     for (k, w) in workers.iter().enumerate() {
         j.nums(&format!("dataloader_w{w}"), &rates(&loaders[k]), 1);
     }
@@ -521,6 +541,9 @@ fn run() -> Result<()> {
         )
     };
     j.raw("granary_detail", &details(&granary));
+    for (n, points) in &granary_more {
+        j.raw(&format!("granary_inflight_{n}_detail"), &details(points));
+    }
     for (k, w) in workers.iter().enumerate() {
         j.raw(&format!("dataloader_w{w}_detail"), &details(&loaders[k]));
     }
@@ -829,8 +852,8 @@ fn measure_granary(
         .iter()
         .filter(|(name, v)| {
             *v != 0.0
-                && (name.contains("s3")
-                    || name.contains("retr")
+                && (name.contains("retr")
+                    || name.contains("error")
                     || name.contains("timeout")
                     || name.contains("fail"))
         })
