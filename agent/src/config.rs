@@ -165,8 +165,10 @@ pub struct PrefetchConfig {
     /// `prefetch.window_batches`: per session, how many batches ahead of the
     /// loader the fetcher reads once the window is fully open. Default 16.
     pub window_batches: u32,
-    /// `prefetch.max_inflight_reads`: reads in flight across all sessions
-    /// (the io_uring queue depth). Default 256, at most 32768.
+    /// `prefetch.max_inflight_reads`: reads in flight per dataset, across
+    /// all its sessions: a filesystem dataset's io_uring queue depth; a
+    /// remote dataset's `max_inflight` overrides it. Default 256, at most
+    /// 32768.
     pub max_inflight_reads: u32,
     /// `prefetch.initial_window`: the window a new session starts with, in
     /// batches; it grows toward `window_batches` as batches complete (slow
@@ -402,8 +404,9 @@ pub struct DatasetConfig {
     /// of each ScyllaDB node (a Cassandra node counts as one shard).
     #[serde(default)]
     pub connections_per_shard: Option<u32>,
-    /// `dataset[i].max_inflight` (`cql`): sample reads in flight at once.
-    /// Default 2048.
+    /// `dataset[i].max_inflight` (`s3`, `cql`): sample reads in flight at
+    /// once for this dataset. Default: `prefetch.max_inflight_reads` for
+    /// `s3`, 2048 for `cql`; at most 32768.
     #[serde(default)]
     pub max_inflight: Option<u32>,
     /// `dataset[i].order`: `"strict"` (the default) delivers every batch
@@ -465,15 +468,16 @@ impl DatasetConfig {
 
     /// The fields of remote stores (`s3` and `cql`), by name, and whether
     /// each is set.
-    fn remote_fields_set(&self) -> [(&'static str, bool); 2] {
+    fn remote_fields_set(&self) -> [(&'static str, bool); 3] {
         [
             ("request_timeout_ms", self.request_timeout_ms.is_some()),
             ("retries", self.retries.is_some()),
+            ("max_inflight", self.max_inflight.is_some()),
         ]
     }
 
     /// The CQL-only fields, by name, and whether each is set.
-    fn cql_fields_set(&self) -> [(&'static str, bool); 11] {
+    fn cql_fields_set(&self) -> [(&'static str, bool); 10] {
         [
             ("hosts", self.hosts.is_some()),
             ("keyspace", self.keyspace.is_some()),
@@ -488,7 +492,6 @@ impl DatasetConfig {
                 "connections_per_shard",
                 self.connections_per_shard.is_some(),
             ),
-            ("max_inflight", self.max_inflight.is_some()),
         ]
     }
 
@@ -1329,10 +1332,18 @@ fn validate_remote(
             );
         }
     }
+    if let Some(n) = ds.max_inflight {
+        if !(1..=MAX_REMOTE_INFLIGHT).contains(&n) {
+            bad(
+                &field("max_inflight"),
+                format!("{n} is outside 1..={MAX_REMOTE_INFLIGHT}"),
+            );
+        }
+    }
 }
 
 /// Largest `dataset[i].max_inflight`.
-pub const MAX_CQL_INFLIGHT: u32 = 32768;
+pub const MAX_REMOTE_INFLIGHT: u32 = 32768;
 /// Largest `dataset[i].connections_per_host` / `connections_per_shard`.
 pub const MAX_CQL_CONNECTIONS: u32 = 64;
 
@@ -1493,14 +1504,6 @@ fn validate_cql(
                     format!("{n} is outside 1..={MAX_CQL_CONNECTIONS}"),
                 );
             }
-        }
-    }
-    if let Some(n) = ds.max_inflight {
-        if !(1..=MAX_CQL_INFLIGHT).contains(&n) {
-            bad(
-                &field("max_inflight"),
-                format!("{n} is outside 1..={MAX_CQL_INFLIGHT}"),
-            );
         }
     }
     validate_remote(ds, sessions, field, bad);
@@ -1914,9 +1917,26 @@ mod tests {
         ));
         assert_eq!(f, ["dataset[0].endpoint", "dataset[0].secret_access_key"]);
         let f = invalid_fields(&format!(
-            "{S3}bucket = \"b\"\nprefix = \"p\"\nrequest_timeout_ms = 60000\nretries = 1000\n"
+            "{S3}bucket = \"b\"\nprefix = \"p\"\nrequest_timeout_ms = 60000\nretries = 1000\nmax_inflight = 0\n"
         ));
-        assert_eq!(f, ["dataset[0].request_timeout_ms", "dataset[0].retries"]);
+        assert_eq!(
+            f,
+            [
+                "dataset[0].request_timeout_ms",
+                "dataset[0].retries",
+                "dataset[0].max_inflight"
+            ]
+        );
+        let cfg = Config::from_toml_str(&format!(
+            "{S3}bucket = \"b\"\nprefix = \"p\"\nmax_inflight = 1024\norder = \"relaxed\"\n"
+        ))
+        .unwrap();
+        assert_eq!(cfg.datasets[0].max_inflight, Some(1024));
+        assert_eq!(cfg.datasets[0].order, DeliveryOrder::Relaxed);
+        assert!(Config::from_toml_str(&format!(
+            "{S3}bucket = \"b\"\nprefix = \"p\"\norder = \"sorted\"\n"
+        ))
+        .is_err());
         let f = invalid_fields(&format!(
             "{S3}bucket = \"b\"\nprefix = \"p\"\nrequest_timeout_ms = 0\n"
         ));
@@ -1985,8 +2005,8 @@ mod tests {
             [
                 "dataset[0].connections_per_shard",
                 "dataset[0].connections_per_shard",
-                "dataset[0].max_inflight",
-                "dataset[0].retries"
+                "dataset[0].retries",
+                "dataset[0].max_inflight"
             ]
         );
         // S3 and filesystem keys are mistakes on a CQL dataset, and CQL keys
@@ -1996,7 +2016,7 @@ mod tests {
         let f = invalid_fields(
             "[[dataset]]\nname = \"f\"\nroot = \"/d\"\nkeyspace = \"k\"\nmax_inflight = 2\n",
         );
-        assert_eq!(f, ["dataset[0].keyspace", "dataset[0].max_inflight"]);
+        assert_eq!(f, ["dataset[0].max_inflight", "dataset[0].keyspace"]);
         let f = invalid_fields(
             "[[dataset]]\nname = \"s\"\nkind = \"s3\"\nbucket = \"b\"\nprefix = \"\"\nhosts = [\"h\"]\n",
         );

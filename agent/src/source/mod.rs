@@ -109,8 +109,8 @@ pub trait SampleSource: Send {
 }
 
 /// Builds the source of a configured dataset, blocking while it lists or
-/// reads the catalog. Reads in flight are capped by
-/// `prefetch.max_inflight_reads` (per dataset).
+/// reads the catalog. Reads in flight are capped per dataset by
+/// `prefetch.max_inflight_reads`, or the dataset's `max_inflight`.
 pub fn open(dataset: &DatasetConfig, cfg: &Config) -> io::Result<Box<dyn SampleSource>> {
     let capacity = cfg.prefetch.max_inflight_reads;
     match dataset.kind {
@@ -118,7 +118,10 @@ pub fn open(dataset: &DatasetConfig, cfg: &Config) -> io::Result<Box<dyn SampleS
             let catalog = open_catalog(dataset).map_err(io::Error::other)?;
             Ok(Box::new(FsSource::new(catalog, capacity)?))
         }
-        SourceKind::S3 => Ok(Box::new(s3::S3Dataset::open(dataset, capacity)?)),
+        SourceKind::S3 => Ok(Box::new(s3::S3Dataset::open(
+            dataset,
+            dataset.max_inflight.unwrap_or(capacity),
+        )?)),
         SourceKind::Cql => Ok(Box::new(cql::CqlDataset::open(dataset)?)),
     }
 }
