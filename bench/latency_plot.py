@@ -29,7 +29,7 @@ def main():
     r = json.loads(text.strip().splitlines()[-1])
     rtt = r["rtt_ms"]
 
-    series = [("granary", "Granary (granaryd + libgranary)", "o-", "C0")]
+    series = [("granary", "Granary (agent + libgranary loader)", "o-", "C0")]
     more = sorted(
         (int(k[len("granary_inflight_"):]), k)
         for k in r
@@ -46,15 +46,20 @@ def main():
         series.append((k, f"PyTorch DataLoader + boto3, num_workers={w}", "s--", f"C{i + 1}"))
 
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
-    for key, label, style, color in series:
+    for n, (key, label, style, color) in enumerate(series):
         ys = r.get(key) or []
         pts = [(x, y) for x, y in zip(rtt, ys) if y is not None and y > 0]
         if not pts:
             continue
         ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=color, label=label)
+        # Labels above the points for the main line and the first
+        # DataLoader, below them for the others, so that close lines stay
+        # readable.
+        below = key.startswith("granary_inflight_") or (
+            key.startswith("dataloader_") and key != workers[0][1] if workers else False)
         for x, y in pts:
-            ax.annotate(f"{y:.0f}", (x, y), textcoords="offset points", xytext=(0, 6),
-                        ha="center", fontsize=7, color=color)
+            ax.annotate(f"{y:.0f}", (x, y), textcoords="offset points",
+                        xytext=(0, -11 if below else 6), ha="center", fontsize=7, color=color)
     ax.set_xscale("symlog", linthresh=1.0, linscale=0.5)
     ax.xaxis.set_major_locator(FixedLocator(rtt))
     ax.xaxis.set_minor_locator(NullLocator())

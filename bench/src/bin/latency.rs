@@ -21,7 +21,13 @@
 //!      header is checked (magic, id, class, length), every byte is XORed
 //!      once, and every 16th sample is verified byte for byte. A fresh
 //!      agent per point and the first epoch only: every measured sample
-//!      comes from the store, never from the arena;
+//!      comes from the store, never from the arena (the run reports the
+//!      arena hits: 0). Hiding a round trip takes `rate × RTT` requests in
+//!      flight (Little's law), so the agent runs with
+//!      `prefetch.max_inflight_reads` 512 (the S3 fetcher's capacity), a
+//!      window of 64 batches (2,048 samples) and a 1 GiB arena; it is
+//!      measured again with 1,024 in flight (`--inflight` lists the
+//!      values);
 //!    * **dataloader_w8**, **dataloader_w32**:
 //!      `bench/latency_dataloader.py`, a PyTorch `DataLoader` over a
 //!      map-style Dataset doing one boto3 `get_object` per sample (body read
@@ -75,8 +81,8 @@ usage: bench/run latency [options]
   --batch N          samples per batch, both loaders (default 32)
   --warmup-s S       ramp-up skipped before each window (default 2)
   --window-s S       length of each window (default 12)
-  --inflight LIST    Granary: prefetch.max_inflight_reads (default 512); with several
-                     values Granary is measured with each, the first is the main column
+  --inflight LIST    Granary: prefetch.max_inflight_reads (default 512,1024); Granary is
+                     measured with each value, the first is the main column
   --window N         Granary: prefetch.window_batches (default 64)
   --initial-window N Granary: prefetch.initial_window (default 2, the agent's)
   --arena BYTES      Granary: arena.size (default max(1 GiB, largest inflight × 1 MiB))
@@ -132,6 +138,8 @@ struct Windowing {
 struct CpuMark {
     at: Option<Instant>,
     weed: Duration,
+    /// This process, every thread (exited ones included).
+    own: Duration,
     threads: Vec<(String, Duration)>,
     machine: MachineCpu,
 }
@@ -141,6 +149,7 @@ impl CpuMark {
         CpuMark {
             at: Some(Instant::now()),
             weed: weed_pid.map_or(Duration::ZERO, process_cpu),
+            own: process_cpu(std::process::id()),
             threads: sys::thread_cpu(),
             machine: MachineCpu::read(),
         }
@@ -157,8 +166,13 @@ struct CpuUse {
     loader: f64,
     /// The Python processes (DataLoader runs).
     python: f64,
-    /// Whole machine: busy cores (user, system, irq, softirq), and stolen.
+    /// This process, all threads: the loader, the proxy, and for Granary
+    /// the agent's threads.
+    own: f64,
+    /// Whole machine: busy cores (user, system, irq, softirq), the softirq
+    /// part of it (the loopback network), and stolen.
     busy: f64,
+    softirq: f64,
     steal: f64,
 }
 
@@ -174,17 +188,26 @@ impl CpuUse {
                 .as_secs_f64()
                 / secs
         };
-        let (busy, steal) = b.machine.since(&a.machine);
+        let (busy, softirq, steal) = b.machine.since(&a.machine);
         CpuUse {
             weed: b.weed.saturating_sub(a.weed).as_secs_f64() / secs,
+            own: b.own.saturating_sub(a.own).as_secs_f64() / secs,
             proxy: th("delay-proxy"),
             engine: th("granary-engine"),
             fetcher: th("granary-s3"),
             loader: th("latency"),
             python: 0.0,
             busy,
+            softirq,
             steal,
         }
+    }
+
+    /// Busy cores not accounted to SeaweedFS, this process or the Python
+    /// processes: other processes on the machine, and kernel work done
+    /// outside them (softirqs in their own threads).
+    fn rest(&self) -> f64 {
+        (self.busy - self.weed - self.own - self.python).max(0.0)
     }
 
     fn line(&self) -> String {
@@ -201,16 +224,30 @@ impl CpuUse {
         }
         let _ = write!(
             s,
-            "; machine busy {:.2}, steal {:.2}",
-            self.busy, self.steal
+            "; this process {:.2}; machine busy {:.2} (softirq {:.2}), everything else {:.2}, steal {:.2}",
+            self.own,
+            self.busy,
+            self.softirq,
+            self.rest(),
+            self.steal
         );
         s
     }
 
     fn json(&self) -> String {
         format!(
-            "{{\"weed\":{:.3},\"proxy\":{:.3},\"engine\":{:.3},\"s3_fetcher\":{:.3},\"loader\":{:.3},\"python\":{:.3},\"machine_busy\":{:.3},\"steal\":{:.3}}}",
-            self.weed, self.proxy, self.engine, self.fetcher, self.loader, self.python, self.busy, self.steal
+            "{{\"weed\":{:.3},\"proxy\":{:.3},\"engine\":{:.3},\"s3_fetcher\":{:.3},\"loader\":{:.3},\"python\":{:.3},\"bench_process\":{:.3},\"machine_busy\":{:.3},\"softirq\":{:.3},\"rest\":{:.3},\"steal\":{:.3}}}",
+            self.weed,
+            self.proxy,
+            self.engine,
+            self.fetcher,
+            self.loader,
+            self.python,
+            self.own,
+            self.busy,
+            self.softirq,
+            self.rest(),
+            self.steal
         )
     }
 }
@@ -219,6 +256,7 @@ impl CpuUse {
 #[derive(Clone, Copy, Debug, Default)]
 struct MachineCpu {
     busy: u64,
+    softirq: u64,
     steal: u64,
     total: u64,
 }
@@ -240,21 +278,24 @@ impl MachineCpu {
         let get = |i: usize| v.get(i).copied().unwrap_or(0);
         MachineCpu {
             busy: get(0) + get(1) + get(2) + get(5) + get(6),
+            softirq: get(6),
             steal: get(7),
             total: (0..8).map(get).sum(),
         }
     }
 
-    /// (busy cores, stolen cores) since `earlier`.
-    fn since(&self, earlier: &MachineCpu) -> (f64, f64) {
+    /// (busy, softirq, stolen) cores since `earlier`.
+    fn since(&self, earlier: &MachineCpu) -> (f64, f64, f64) {
         let total = self.total.saturating_sub(earlier.total) as f64;
         if total == 0.0 {
-            return (0.0, 0.0);
+            return (0.0, 0.0, 0.0);
         }
         let cpus = granary_bench::cpu::online_cpus() as f64;
+        let share = |a: u64, b: u64| a.saturating_sub(b) as f64 / total * cpus;
         (
-            self.busy.saturating_sub(earlier.busy) as f64 / total * cpus,
-            self.steal.saturating_sub(earlier.steal) as f64 / total * cpus,
+            share(self.busy, earlier.busy),
+            share(self.softirq, earlier.softirq),
+            share(self.steal, earlier.steal),
         )
     }
 }
@@ -363,7 +404,7 @@ fn run() -> Result<()> {
         warmup: secs("warmup-s", 2.0)?,
         window: secs("window-s", 12.0)?,
     };
-    let inflights = args.list("inflight", &[512])?;
+    let inflights = args.list("inflight", &[512, 1024])?;
     let inflight = u32::try_from(inflights[0]).map_err(|_| "--inflight: too large")?;
     let arena_default = (1u64 << 30).max(inflights.iter().max().copied().unwrap_or(0) << 20);
     let knobs = GranaryKnobs {
