@@ -67,18 +67,40 @@ pub struct Completion {
     pub result: io::Result<u32>,
 }
 
-/// Returned by [`UringReader::submit`] when `queue_depth` requests are
-/// already in flight; it gives the request back.
+/// Returned by a non-blocking `submit` when as many requests as it accepts
+/// are already in flight ([`UringReader::submit`] with `queue_depth`
+/// requests, the S3 and CQL fetchers' with `capacity`); it gives the
+/// request back.
 #[derive(Debug)]
-pub struct Full(pub ReadRequest);
+pub struct Full<R = ReadRequest>(pub R);
 
-impl fmt::Display for Full {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "read queue full; request {} not accepted", self.0.tag)
+/// A request of a non-blocking reader or fetcher, as [`Full`] names it.
+pub trait QueuedRequest {
+    /// What the queue is of, for messages: `"read"`, `"fetch"`.
+    const QUEUE: &'static str;
+    /// The caller's identifier.
+    fn tag(&self) -> u64;
+}
+
+impl QueuedRequest for ReadRequest {
+    const QUEUE: &'static str = "read";
+    fn tag(&self) -> u64 {
+        self.tag
     }
 }
 
-impl std::error::Error for Full {}
+impl<R: QueuedRequest> fmt::Display for Full<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} queue full; request {} not accepted",
+            R::QUEUE,
+            self.0.tag()
+        )
+    }
+}
+
+impl<R: QueuedRequest + fmt::Debug> std::error::Error for Full<R> {}
 
 /// The error inside a failed [`Completion`]: which step failed on which file.
 #[derive(Debug, Clone, PartialEq, Eq)]
