@@ -10,7 +10,13 @@
 //! * [`fs`]: a directory tree or manifest, read with io_uring
 //!   ([`FsSource`]);
 //! * [`s3`]: an S3 bucket, read with ranged or whole-object GETs on a tokio
-//!   runtime ([`s3::S3Dataset`]).
+//!   runtime ([`s3::S3Dataset`]);
+//! * [`cql`]: ScyllaDB or Cassandra tables, read with a prepared statement
+//!   on a tokio runtime ([`cql::CqlDataset`]).
+//!
+//! The S3 and CQL fetchers share one task queue (`task_queue`): requests
+//! as tasks on their runtime, completions handed back through a queue and
+//! an eventfd, and a drop that waits until no task can write any more.
 //!
 //! [`open`] builds the source of a configured dataset (blocking: it lists
 //! or reads the catalog).
@@ -18,6 +24,7 @@
 pub mod cql;
 pub mod fs;
 pub mod s3;
+mod task_queue;
 
 pub use fs::{Catalog, CatalogEntry, CatalogError};
 

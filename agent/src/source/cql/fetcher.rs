@@ -25,26 +25,24 @@
 //! streams per connection), so thousands in flight cost a task each, not a
 //! thread or a connection. Dropping the fetcher cancels the requests still
 //! running and waits until none can touch its destination any more.
+//! Everything but the read itself (admission, tasks, the completion queue
+//! and eventfd, attempts and their counters, the drop) is the task queue
+//! the S3 fetcher uses too (`source/task_queue.rs`).
 
 use super::{AttemptError, FetchError};
-use crate::uring_reader::{Completion, ReadRetry};
+pub use crate::source::task_queue::FetchStats;
+use crate::source::task_queue::{AttemptFailure, Attempts, Dest, TaskQueue};
+pub use crate::uring_reader::Full;
+use crate::uring_reader::{Completion, QueuedRequest, ReadRetry};
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
-use std::collections::HashMap;
 use std::fmt;
-use std::fs::File;
-use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
+use std::time::Duration;
 use tokio::runtime::Runtime;
-use tokio::task::AbortHandle;
 use uuid::Uuid;
-
-/// How long dropping a fetcher waits for cancelled requests to let go of
-/// their destinations.
-const DROP_DRAIN_LIMIT: Duration = Duration::from_secs(30);
 
 /// One sample read: the blob of row `id`, `len` bytes, into `dest`.
 #[derive(Debug)]
@@ -60,18 +58,12 @@ pub struct FetchRequest {
     pub dest: *mut u8,
 }
 
-/// Returned by [`CqlFetcher::submit`] when `capacity` requests are already
-/// in flight; it gives the request back.
-#[derive(Debug)]
-pub struct Full(pub FetchRequest);
-
-impl fmt::Display for Full {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "fetch queue full; request {} not accepted", self.0.tag)
+impl QueuedRequest for FetchRequest {
+    const QUEUE: &'static str = "fetch";
+    fn tag(&self) -> u64 {
+        self.tag
     }
 }
-
-impl std::error::Error for Full {}
 
 /// Options of a fetcher.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,112 +91,24 @@ impl Default for FetchOptions {
     }
 }
 
-/// Counters of a fetcher since it was created.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FetchStats {
-    /// Requests accepted.
-    pub requests: u64,
-    /// Attempts made (requests + retries).
-    pub attempts: u64,
-    /// Attempts that failed and were retried.
-    pub retries: u64,
-    /// Attempts that ran out of time.
-    pub timeouts: u64,
-    /// Requests that completed with an error.
-    pub failures: u64,
-    /// Bytes delivered by successful requests.
-    pub bytes: u64,
-}
-
-#[derive(Default)]
-struct Counters {
-    requests: AtomicU64,
-    attempts: AtomicU64,
-    retries: AtomicU64,
-    timeouts: AtomicU64,
-    failures: AtomicU64,
-    bytes: AtomicU64,
-}
-
-/// State shared by the owner and the tasks.
-struct Shared {
-    /// Finished requests: (internal id, completion).
-    done: Mutex<Vec<(u64, Completion)>>,
-    /// An eventfd, signalled after every push to `done`.
-    event: File,
-    /// Tasks whose future has not been dropped yet.
-    live: Mutex<usize>,
-    live_cv: Condvar,
-    counters: Counters,
-}
-
-impl Shared {
-    fn signal(&self) {
-        // A failed write only costs a wake-up; poll_completions also drains
-        // without one.
-        let _ = (&self.event).write(&1u64.to_ne_bytes());
+impl AttemptFailure for AttemptError {
+    fn kind(&self) -> io::ErrorKind {
+        self.failure.kind
     }
 
-    fn clear(&self) {
-        let mut buf = [0u8; 8];
-        let _ = (&self.event).read(&mut buf);
-    }
-}
-
-/// Decrements the live-task count when a task's future is dropped —
-/// finished or cancelled.
-struct LiveGuard(Arc<Shared>);
-
-impl Drop for LiveGuard {
-    fn drop(&mut self) {
-        let mut live = self.0.live.lock().unwrap_or_else(|p| p.into_inner());
-        *live -= 1;
-        self.0.live_cv.notify_all();
-    }
-}
-
-/// The destination of one request, movable to a worker thread.
-#[derive(Clone, Copy)]
-struct Dest {
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: a `Dest` is only dereferenced by the one task that owns the
-// request; `CqlFetcher::submit`'s contract makes the memory the request's
-// alone until its completion is returned, and `Drop for CqlFetcher` waits
-// until no task can touch it any more.
-unsafe impl Send for Dest {}
-
-impl Dest {
-    /// Copies `bytes`, which must be exactly `len` long, to the destination.
-    fn fill(&self, bytes: &[u8]) {
-        assert_eq!(bytes.len(), self.len, "blob length checked by the caller");
-        if bytes.is_empty() {
-            return;
-        }
-        // SAFETY: `ptr..ptr + len` is valid for writes and used by nothing
-        // else while the request runs (`submit`'s contract); `bytes` lies in
-        // a received frame, so the two cannot overlap.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr, bytes.len()) };
+    fn retryable(&self) -> bool {
+        self.failure.retryable
     }
 }
 
 /// Non-blocking CQL sample reads with completions in any order; see the
 /// [module documentation](self).
 pub struct CqlFetcher {
-    runtime: Arc<Runtime>,
+    queue: TaskQueue,
     session: Arc<Session>,
     statement: PreparedStatement,
     table: Arc<str>,
     options: FetchOptions,
-    shared: Arc<Shared>,
-    /// Requests that completed without running (bad input).
-    ready: Vec<Completion>,
-    /// Abort handles of running tasks, by internal id.
-    running: HashMap<u64, AbortHandle>,
-    next_id: u64,
-    in_flight: usize,
 }
 
 impl fmt::Debug for CqlFetcher {
@@ -212,7 +116,7 @@ impl fmt::Debug for CqlFetcher {
         f.debug_struct("CqlFetcher")
             .field("table", &self.table)
             .field("options", &self.options)
-            .field("in_flight", &self.in_flight)
+            .field("in_flight", &self.queue.in_flight())
             .finish()
     }
 }
@@ -230,48 +134,30 @@ impl CqlFetcher {
         table: String,
         options: FetchOptions,
     ) -> io::Result<CqlFetcher> {
-        if options.capacity == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "fetch capacity must be at least 1",
-            ));
-        }
-        if options.request_timeout.is_zero() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "request timeout must be above zero",
-            ));
-        }
-        statement.set_request_timeout(Some(options.request_timeout));
-        let shared = Arc::new(Shared {
-            done: Mutex::new(Vec::new()),
-            event: File::from(eventfd()?),
-            live: Mutex::new(0),
-            live_cv: Condvar::new(),
-            counters: Counters::default(),
-        });
-        Ok(CqlFetcher {
+        let queue = TaskQueue::new(
             runtime,
+            options.capacity,
+            options.request_timeout,
+            "CQL fetcher",
+        )?;
+        statement.set_request_timeout(Some(options.request_timeout));
+        Ok(CqlFetcher {
+            queue,
             session,
             statement,
             table: table.into(),
             options,
-            shared,
-            ready: Vec::new(),
-            running: HashMap::new(),
-            next_id: 0,
-            in_flight: 0,
         })
     }
 
     /// The most requests in flight at once.
     pub fn capacity(&self) -> u32 {
-        self.options.capacity
+        self.queue.capacity()
     }
 
     /// Requests accepted whose completion has not been returned yet.
     pub fn in_flight(&self) -> usize {
-        self.in_flight
+        self.queue.in_flight()
     }
 
     /// The options.
@@ -287,21 +173,13 @@ impl CqlFetcher {
 
     /// Counters since the fetcher was created.
     pub fn stats(&self) -> FetchStats {
-        let c = &self.shared.counters;
-        FetchStats {
-            requests: c.requests.load(Ordering::Relaxed),
-            attempts: c.attempts.load(Ordering::Relaxed),
-            retries: c.retries.load(Ordering::Relaxed),
-            timeouts: c.timeouts.load(Ordering::Relaxed),
-            failures: c.failures.load(Ordering::Relaxed),
-            bytes: c.bytes.load(Ordering::Relaxed),
-        }
+        self.queue.stats()
     }
 
     /// An eventfd that is readable while completions may be pending (it is
     /// cleared by [`poll_completions`](Self::poll_completions)).
     pub fn wake_fd(&self) -> BorrowedFd<'_> {
-        self.shared.event.as_fd()
+        self.queue.wake_fd()
     }
 
     /// Accepts `req`, or gives it back in [`Full`] when `capacity` requests
@@ -316,66 +194,39 @@ impl CqlFetcher {
     /// has been returned by `poll_completions` (dropping the fetcher cancels
     /// outstanding requests and waits, up to 30 seconds, until none can
     /// write any more).
-    pub unsafe fn submit(&mut self, req: FetchRequest) -> Result<(), Full> {
-        if self.in_flight >= self.options.capacity as usize {
+    pub unsafe fn submit(&mut self, req: FetchRequest) -> Result<(), Full<FetchRequest>> {
+        if self.queue.is_full() {
             return Err(Full(req));
         }
-        self.in_flight += 1;
-        let counters = &self.shared.counters;
-        counters.requests.fetch_add(1, Ordering::Relaxed);
         if req.dest.is_null() && req.len > 0 {
-            counters.failures.fetch_add(1, Ordering::Relaxed);
-            self.ready.push(Completion {
-                tag: req.tag,
-                result: Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    FetchError {
-                        table: self.table.to_string(),
-                        id: req.id,
-                        attempts: 0,
-                        retryable: false,
-                        message: "null destination".to_owned(),
-                    },
-                )),
-            });
+            let err = FetchError {
+                table: self.table.to_string(),
+                id: req.id,
+                attempts: 0,
+                retryable: false,
+                message: "null destination".to_owned(),
+            };
+            self.queue
+                .reject(req.tag, io::Error::new(io::ErrorKind::InvalidInput, err));
             return Ok(());
         }
-        let id = self.next_id;
-        self.next_id += 1;
-        *self.shared.live.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-        let guard = LiveGuard(self.shared.clone());
         let job = Job {
             session: self.session.clone(),
             statement: self.statement.clone(),
             table: self.table.clone(),
-            retry: self.options.retry,
             row: req.id,
-            dest: Dest {
-                ptr: req.dest,
-                len: req.len as usize,
-            },
-            seed: id,
         };
-        let shared = self.shared.clone();
-        let tag = req.tag;
-        let task = async move {
-            let _guard = guard;
-            let mut job = job;
-            let result = job.run(&shared.counters).await;
-            let c = &shared.counters;
-            match &result {
-                Ok(n) => c.bytes.fetch_add(u64::from(*n), Ordering::Relaxed),
-                Err(_) => c.failures.fetch_add(1, Ordering::Relaxed),
-            };
-            shared
-                .done
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push((id, Completion { tag, result }));
-            shared.signal();
+        let retry = self.options.retry;
+        let task = move |dest: Dest, attempts: Attempts| async move {
+            let job = &job;
+            match attempts.run(retry, move || job.attempt(dest)).await {
+                Ok(()) => Ok(dest.len() as u32),
+                Err((err, attempts)) => Err(job.failed(err, attempts)),
+            }
         };
-        let handle = self.runtime.spawn(task);
-        self.running.insert(id, handle.abort_handle());
+        // SAFETY: the caller's contract on `req.dest` is `spawn`'s; a null
+        // `dest` with a non-zero length was rejected above.
+        unsafe { self.queue.spawn(req.tag, req.dest, req.len, task) };
         Ok(())
     }
 
@@ -387,107 +238,21 @@ impl CqlFetcher {
         wait: Option<Duration>,
         out: &mut Vec<Completion>,
     ) -> io::Result<usize> {
-        let start = out.len();
-        let deadline = wait.map(|d| Instant::now() + d);
-        loop {
-            self.shared.clear();
-            self.in_flight -= self.ready.len();
-            out.append(&mut self.ready);
-            let done =
-                std::mem::take(&mut *self.shared.done.lock().unwrap_or_else(|p| p.into_inner()));
-            self.in_flight -= done.len();
-            for (id, c) in done {
-                self.running.remove(&id);
-                out.push(c);
-            }
-            if out.len() > start || self.in_flight == 0 {
-                break;
-            }
-            let Some(deadline) = deadline else { break };
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            wait_readable(self.shared.event.as_fd(), left)?;
-        }
-        Ok(out.len() - start)
+        self.queue.poll_completions(wait, out)
     }
 }
 
-impl Drop for CqlFetcher {
-    /// Cancels the requests still running and waits (up to 30 seconds) until
-    /// none of them can write into its destination.
-    fn drop(&mut self) {
-        for h in self.running.values() {
-            h.abort();
-        }
-        let limit = Instant::now() + DROP_DRAIN_LIMIT;
-        let mut live = self.shared.live.lock().unwrap_or_else(|p| p.into_inner());
-        while *live > 0 {
-            let left = limit.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                eprintln!(
-                    "granary: CQL fetcher dropped with {} request(s) still running after {:?}",
-                    *live, DROP_DRAIN_LIMIT
-                );
-                break;
-            }
-            live = self
-                .shared
-                .live_cv
-                .wait_timeout(live, left)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
-        }
-    }
-}
-
-/// Everything one request's task needs.
+/// What one request's task needs besides its destination.
 struct Job {
     session: Arc<Session>,
     statement: PreparedStatement,
     table: Arc<str>,
-    retry: ReadRetry,
     row: Uuid,
-    dest: Dest,
-    seed: u64,
 }
 
 impl Job {
-    /// Attempts with retries and backoff; the completion's result. (`&mut`:
-    /// a job belongs to one task, and its destination is not `Sync`.)
-    async fn run(&mut self, counters: &Counters) -> io::Result<u32> {
-        let mut attempts = 0u32;
-        loop {
-            attempts += 1;
-            counters.attempts.fetch_add(1, Ordering::Relaxed);
-            let err = match self.attempt().await {
-                Ok(()) => return Ok(self.dest.len as u32),
-                Err(e) => e,
-            };
-            if err.failure.kind == io::ErrorKind::TimedOut {
-                counters.timeouts.fetch_add(1, Ordering::Relaxed);
-            }
-            if err.retryable() && attempts <= self.retry.retries {
-                counters.retries.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(self.retry.delay(attempts, self.seed)).await;
-                continue;
-            }
-            return Err(io::Error::new(
-                err.failure.kind,
-                FetchError {
-                    table: self.table.to_string(),
-                    id: self.row,
-                    attempts,
-                    retryable: err.retryable(),
-                    message: err.message,
-                },
-            ));
-        }
-    }
-
-    /// One execution; the blob copied into the destination.
-    async fn attempt(&mut self) -> Result<(), AttemptError> {
+    /// One execution; the blob copied into `dest`.
+    async fn attempt(&self, dest: Dest) -> Result<(), AttemptError> {
         let result = self
             .session
             .execute_unpaged(&self.statement, (self.row,))
@@ -512,49 +277,29 @@ impl Job {
             Some((None,)) => return Err(invalid(format!("row {}: data is null", self.row))),
             Some((Some(blob),)) => blob,
         };
-        if blob.len() != self.dest.len {
+        if blob.len() != dest.len() {
             return Err(invalid(format!(
                 "length mismatch: the metadata table says {} bytes, the blob of {} holds {}",
-                self.dest.len,
+                dest.len(),
                 self.row,
                 blob.len()
             )));
         }
-        self.dest.fill(blob);
+        dest.write(0, blob);
         Ok(())
     }
-}
 
-/// A non-blocking, close-on-exec eventfd.
-fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: eventfd(2) takes no pointers.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
+    /// The completion's error after the last failed attempt.
+    fn failed(&self, err: AttemptError, attempts: u32) -> io::Error {
+        io::Error::new(
+            err.failure.kind,
+            FetchError {
+                table: self.table.to_string(),
+                id: self.row,
+                attempts,
+                retryable: err.retryable(),
+                message: err.message,
+            },
+        )
     }
-    // SAFETY: `fd` is a descriptor we just opened and own alone.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Waits until `fd` is readable or `timeout` has passed.
-fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<()> {
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
-    };
-    // SAFETY: `pfd` and `ts` are valid for the call; one descriptor; a null
-    // signal mask leaves the mask unchanged.
-    let r = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-    Ok(())
 }

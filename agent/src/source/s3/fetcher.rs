@@ -23,27 +23,25 @@
 //!    several descriptors wakes up.
 //!
 //! Dropping the fetcher cancels the requests still running and waits until
-//! none can touch its destination any more.
+//! none can touch its destination any more. Everything but the GET itself
+//! (admission, tasks, the completion queue and eventfd, attempts and their
+//! counters, the drop) is the task queue the CQL fetcher uses too
+//! (`source/task_queue.rs`).
 
 use super::{classify, FetchError};
-use crate::uring_reader::{Completion, ReadRetry};
+pub use crate::source::task_queue::FetchStats;
+use crate::source::task_queue::{AttemptFailure, Attempts, Dest, TaskQueue};
+pub use crate::uring_reader::Full;
+use crate::uring_reader::{Completion, QueuedRequest, ReadRetry};
 use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectStore};
-use std::collections::HashMap;
 use std::fmt;
-use std::fs::File;
-use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
+use std::time::Duration;
 use tokio::runtime::Runtime;
-use tokio::task::AbortHandle;
-
-/// How long dropping a fetcher waits for cancelled requests to let go of
-/// their destinations.
-const DROP_DRAIN_LIMIT: Duration = Duration::from_secs(30);
 
 /// One sample fetch: `len` bytes of object `key` into `dest`.
 #[derive(Debug)]
@@ -97,18 +95,12 @@ impl FetchRequest {
     }
 }
 
-/// Returned by [`S3Fetcher::submit`] when `capacity` requests are already
-/// in flight; it gives the request back.
-#[derive(Debug)]
-pub struct Full(pub FetchRequest);
-
-impl fmt::Display for Full {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "fetch queue full; request {} not accepted", self.0.tag)
+impl QueuedRequest for FetchRequest {
+    const QUEUE: &'static str = "fetch";
+    fn tag(&self) -> u64 {
+        self.tag
     }
 }
-
-impl std::error::Error for Full {}
 
 /// Options of a fetcher.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,102 +133,21 @@ impl Default for FetchOptions {
     }
 }
 
-/// Counters of a fetcher since it was created.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FetchStats {
-    /// Requests accepted.
-    pub requests: u64,
-    /// GET attempts made (requests + retries).
-    pub attempts: u64,
-    /// Attempts that failed and were retried.
-    pub retries: u64,
-    /// Attempts that ran out of time.
-    pub timeouts: u64,
-    /// Requests that completed with an error.
-    pub failures: u64,
-    /// Bytes delivered by successful requests.
-    pub bytes: u64,
-}
-
-#[derive(Default)]
-struct Counters {
-    requests: AtomicU64,
-    attempts: AtomicU64,
-    retries: AtomicU64,
-    timeouts: AtomicU64,
-    failures: AtomicU64,
-    bytes: AtomicU64,
-}
-
-/// State shared by the owner and the tasks.
-struct Shared {
-    /// Finished requests: (internal id, completion).
-    done: Mutex<Vec<(u64, Completion)>>,
-    /// Signalled after every push to `done`.
-    event: File,
-    /// Tasks whose future has not been dropped yet.
-    live: Mutex<usize>,
-    live_cv: Condvar,
-    counters: Counters,
-}
-
-impl Shared {
-    fn signal(&self) {
-        // An eventfd counter cannot overflow at our rates; a failed write
-        // only costs a wake-up, and poll_completions also drains without one.
-        let _ = (&self.event).write(&1u64.to_ne_bytes());
-    }
-
-    fn clear(&self) {
-        let mut buf = [0u8; 8];
-        let _ = (&self.event).read(&mut buf);
-    }
-}
-
-/// Decrements the live-task count when a task's future is dropped —
-/// finished or cancelled.
-struct LiveGuard(Arc<Shared>);
-
-impl Drop for LiveGuard {
-    fn drop(&mut self) {
-        let mut live = self.0.live.lock().unwrap_or_else(|p| p.into_inner());
-        *live -= 1;
-        self.0.live_cv.notify_all();
-    }
-}
-
-/// The destination of one request, movable to a worker thread.
-#[derive(Clone, Copy)]
-struct Dest {
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: a `Dest` is only dereferenced by the one task that owns the
-// request; `S3Fetcher::submit`'s contract makes the memory the request's
-// alone until its completion is returned, and `Drop for S3Fetcher` waits
-// until no task can touch it any more.
-unsafe impl Send for Dest {}
-
-impl Dest {
-    /// Copies `bytes` to `at..at + bytes.len()`, which the caller has
-    /// checked lies within `len`.
-    fn write(&self, at: usize, bytes: &[u8]) {
-        debug_assert!(at + bytes.len() <= self.len);
-        let to = self.ptr.wrapping_add(at);
-        // SAFETY: `to..to + bytes.len()` lies inside the `len` bytes at `ptr`
-        // (checked by the caller), which `submit`'s contract makes valid for
-        // writes and used by nothing else while the request runs; `bytes` is
-        // a received buffer, so the two cannot overlap.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), to, bytes.len()) };
-    }
-}
-
 /// An attempt's failure, before it becomes a completion error.
 struct AttemptError {
     kind: io::ErrorKind,
     retryable: bool,
     message: String,
+}
+
+impl AttemptFailure for AttemptError {
+    fn kind(&self) -> io::ErrorKind {
+        self.kind
+    }
+
+    fn retryable(&self) -> bool {
+        self.retryable
+    }
 }
 
 impl AttemptError {
@@ -253,16 +164,9 @@ impl AttemptError {
 /// Non-blocking S3 fetches with completions in any order; see the
 /// [module documentation](self).
 pub struct S3Fetcher {
-    runtime: Arc<Runtime>,
+    queue: TaskQueue,
     store: Arc<dyn ObjectStore>,
     options: FetchOptions,
-    shared: Arc<Shared>,
-    /// Requests that completed without running (bad input).
-    ready: Vec<Completion>,
-    /// Abort handles of running tasks, by internal id.
-    running: HashMap<u64, AbortHandle>,
-    next_id: u64,
-    in_flight: usize,
 }
 
 impl fmt::Debug for S3Fetcher {
@@ -270,58 +174,41 @@ impl fmt::Debug for S3Fetcher {
         f.debug_struct("S3Fetcher")
             .field("store", &self.store.to_string())
             .field("options", &self.options)
-            .field("in_flight", &self.in_flight)
+            .field("in_flight", &self.queue.in_flight())
             .finish()
     }
 }
 
 impl S3Fetcher {
     /// A fetcher that runs its requests on `runtime` through `store`.
-    /// Fails when `options.capacity` is 0 or the eventfd cannot be created.
+    /// Fails when `options.capacity` or `options.request_timeout` is 0, or
+    /// the eventfd cannot be created.
     pub fn new(
         runtime: Arc<Runtime>,
         store: Arc<dyn ObjectStore>,
         options: FetchOptions,
     ) -> io::Result<S3Fetcher> {
-        if options.capacity == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "fetch capacity must be at least 1",
-            ));
-        }
-        if options.request_timeout.is_zero() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "request timeout must be above zero",
-            ));
-        }
-        let shared = Arc::new(Shared {
-            done: Mutex::new(Vec::new()),
-            event: File::from(eventfd()?),
-            live: Mutex::new(0),
-            live_cv: Condvar::new(),
-            counters: Counters::default(),
-        });
-        Ok(S3Fetcher {
+        let queue = TaskQueue::new(
             runtime,
+            options.capacity,
+            options.request_timeout,
+            "S3 fetcher",
+        )?;
+        Ok(S3Fetcher {
+            queue,
             store,
             options,
-            shared,
-            ready: Vec::new(),
-            running: HashMap::new(),
-            next_id: 0,
-            in_flight: 0,
         })
     }
 
     /// The most requests in flight at once.
     pub fn capacity(&self) -> u32 {
-        self.options.capacity
+        self.queue.capacity()
     }
 
     /// Requests accepted whose completion has not been returned yet.
     pub fn in_flight(&self) -> usize {
-        self.in_flight
+        self.queue.in_flight()
     }
 
     /// The options.
@@ -331,22 +218,14 @@ impl S3Fetcher {
 
     /// Counters since the fetcher was created.
     pub fn stats(&self) -> FetchStats {
-        let c = &self.shared.counters;
-        FetchStats {
-            requests: c.requests.load(Ordering::Relaxed),
-            attempts: c.attempts.load(Ordering::Relaxed),
-            retries: c.retries.load(Ordering::Relaxed),
-            timeouts: c.timeouts.load(Ordering::Relaxed),
-            failures: c.failures.load(Ordering::Relaxed),
-            bytes: c.bytes.load(Ordering::Relaxed),
-        }
+        self.queue.stats()
     }
 
     /// An eventfd that is readable while completions may be pending (it is
     /// cleared by [`poll_completions`](Self::poll_completions)); an owner
     /// waiting on several descriptors adds it to its poll set.
     pub fn wake_fd(&self) -> BorrowedFd<'_> {
-        self.shared.event.as_fd()
+        self.queue.wake_fd()
     }
 
     /// Accepts `req`, or gives it back in [`Full`] when `capacity` requests
@@ -362,75 +241,38 @@ impl S3Fetcher {
     /// has been returned by `poll_completions` (dropping the fetcher cancels
     /// outstanding requests and waits, up to 30 seconds, until none can
     /// write any more).
-    pub unsafe fn submit(&mut self, req: FetchRequest) -> Result<(), Full> {
-        if self.in_flight >= self.options.capacity as usize {
+    pub unsafe fn submit(&mut self, req: FetchRequest) -> Result<(), Full<FetchRequest>> {
+        if self.queue.is_full() {
             return Err(Full(req));
         }
-        self.in_flight += 1;
-        self.shared
-            .counters
-            .requests
-            .fetch_add(1, Ordering::Relaxed);
         let bad = (req.dest.is_null() && req.len > 0)
             || req.offset.checked_add(u64::from(req.len)).is_none();
         if bad {
-            self.shared
-                .counters
-                .failures
-                .fetch_add(1, Ordering::Relaxed);
-            self.ready.push(Completion {
-                tag: req.tag,
-                result: Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    FetchError {
-                        key: req.key.to_string(),
-                        range: None,
-                        attempts: 0,
-                        retryable: false,
-                        message: "null destination or a range past u64::MAX".to_owned(),
-                    },
-                )),
-            });
+            let err = FetchError {
+                key: req.key.to_string(),
+                range: None,
+                attempts: 0,
+                retryable: false,
+                message: "null destination or a range past u64::MAX".to_owned(),
+            };
+            self.queue
+                .reject(req.tag, io::Error::new(io::ErrorKind::InvalidInput, err));
             return Ok(());
         }
-        let id = self.next_id;
-        self.next_id += 1;
-        {
-            let mut live = self.shared.live.lock().unwrap_or_else(|p| p.into_inner());
-            *live += 1;
-        }
-        let guard = LiveGuard(self.shared.clone());
         let store = self.store.clone();
-        let options = self.options.clone();
-        let shared = self.shared.clone();
-        let dest = Dest {
-            ptr: req.dest,
-            len: req.len as usize,
-        };
-        let tag = req.tag;
+        let (timeout, retry) = (self.options.request_timeout, self.options.retry);
         let spec = Spec {
             key: req.key,
             offset: req.offset,
             len: req.len,
             whole_object: req.whole_object,
         };
-        let task = async move {
-            let _guard = guard;
-            let result = fetch(&*store, &spec, dest, &options, &shared.counters, id).await;
-            let c = &shared.counters;
-            match &result {
-                Ok(n) => c.bytes.fetch_add(u64::from(*n), Ordering::Relaxed),
-                Err(_) => c.failures.fetch_add(1, Ordering::Relaxed),
-            };
-            shared
-                .done
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push((id, Completion { tag, result }));
-            shared.signal();
+        let task = move |dest, attempts| async move {
+            fetch(&*store, &spec, dest, timeout, retry, &attempts).await
         };
-        let handle = self.runtime.spawn(task);
-        self.running.insert(id, handle.abort_handle());
+        // SAFETY: the caller's contract on `req.dest` is `spawn`'s; a null
+        // `dest` with a non-zero length was rejected above.
+        unsafe { self.queue.spawn(req.tag, req.dest, req.len, task) };
         Ok(())
     }
 
@@ -442,59 +284,7 @@ impl S3Fetcher {
         wait: Option<Duration>,
         out: &mut Vec<Completion>,
     ) -> io::Result<usize> {
-        let start = out.len();
-        let deadline = wait.map(|d| Instant::now() + d);
-        loop {
-            self.shared.clear();
-            let n = self.ready.len();
-            out.append(&mut self.ready);
-            self.in_flight -= n;
-            let done =
-                std::mem::take(&mut *self.shared.done.lock().unwrap_or_else(|p| p.into_inner()));
-            self.in_flight -= done.len();
-            for (id, c) in done {
-                self.running.remove(&id);
-                out.push(c);
-            }
-            if out.len() > start || self.in_flight == 0 {
-                break;
-            }
-            let Some(deadline) = deadline else { break };
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            wait_readable(self.shared.event.as_fd(), left)?;
-        }
-        Ok(out.len() - start)
-    }
-}
-
-impl Drop for S3Fetcher {
-    /// Cancels the requests still running and waits (up to 30 seconds) until
-    /// none of them can write into its destination.
-    fn drop(&mut self) {
-        for h in self.running.values() {
-            h.abort();
-        }
-        let limit = Instant::now() + DROP_DRAIN_LIMIT;
-        let mut live = self.shared.live.lock().unwrap_or_else(|p| p.into_inner());
-        while *live > 0 {
-            let left = limit.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                eprintln!(
-                    "granary: S3 fetcher dropped with {} request(s) still running after {:?}",
-                    *live, DROP_DRAIN_LIMIT
-                );
-                break;
-            }
-            live = self
-                .shared
-                .live_cv
-                .wait_timeout(live, left)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
-        }
+        self.queue.poll_completions(wait, out)
     }
 }
 
@@ -511,37 +301,27 @@ async fn fetch(
     store: &dyn ObjectStore,
     req: &Spec,
     dest: Dest,
-    options: &FetchOptions,
-    counters: &Counters,
-    id: u64,
+    timeout: Duration,
+    retry: ReadRetry,
+    attempts: &Attempts,
 ) -> io::Result<u32> {
-    let mut attempts = 0u32;
-    loop {
-        attempts += 1;
-        counters.attempts.fetch_add(1, Ordering::Relaxed);
-        let outcome =
-            tokio::time::timeout(options.request_timeout, attempt(store, req, dest)).await;
-        let err = match outcome {
-            Ok(Ok(())) => return Ok(req.len),
-            Ok(Err(e)) => e,
-            Err(_) => AttemptError {
-                kind: io::ErrorKind::TimedOut,
-                retryable: true,
-                message: format!(
-                    "timed out: no complete response within {} ms",
-                    options.request_timeout.as_millis()
-                ),
-            },
-        };
-        if err.kind == io::ErrorKind::TimedOut {
-            counters.timeouts.fetch_add(1, Ordering::Relaxed);
-        }
-        if err.retryable && attempts <= options.retry.retries {
-            counters.retries.fetch_add(1, Ordering::Relaxed);
-            tokio::time::sleep(options.retry.delay(attempts, id)).await;
-            continue;
-        }
-        return Err(io::Error::new(
+    let one = move || async move {
+        tokio::time::timeout(timeout, attempt(store, req, dest))
+            .await
+            .unwrap_or_else(|_| {
+                Err(AttemptError {
+                    kind: io::ErrorKind::TimedOut,
+                    retryable: true,
+                    message: format!(
+                        "timed out: no complete response within {} ms",
+                        timeout.as_millis()
+                    ),
+                })
+            })
+    };
+    match attempts.run(retry, one).await {
+        Ok(()) => Ok(req.len),
+        Err((err, attempts)) => Err(io::Error::new(
             err.kind,
             FetchError {
                 key: req.key.to_string(),
@@ -550,7 +330,7 @@ async fn fetch(
                 retryable: err.retryable,
                 message: err.message,
             },
-        ));
+        )),
     }
 }
 
@@ -584,7 +364,7 @@ async fn attempt(store: &dyn ObjectStore, req: &Spec, dest: Dest) -> Result<(), 
     let mut body = res.into_stream();
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| AttemptError::from_store(&e))?;
-        if at + chunk.len() > dest.len {
+        if at + chunk.len() > dest.len() {
             return Err(mismatch(format!(
                 "the body holds more than {}",
                 at + chunk.len() - 1
@@ -593,42 +373,8 @@ async fn attempt(store: &dyn ObjectStore, req: &Spec, dest: Dest) -> Result<(), 
         dest.write(at, &chunk);
         at += chunk.len();
     }
-    if at != dest.len {
+    if at != dest.len() {
         return Err(mismatch(format!("the body ended after {at}")));
-    }
-    Ok(())
-}
-
-/// A non-blocking, close-on-exec eventfd.
-fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: eventfd(2) takes no pointers.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a descriptor we just opened and own alone.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Waits until `fd` is readable or `timeout` has passed.
-fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<()> {
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
-    };
-    // SAFETY: `pfd` and `ts` are valid for the call; one descriptor; a null
-    // signal mask leaves the mask unchanged.
-    let r = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
     }
     Ok(())
 }
