@@ -1,69 +1,41 @@
-//! `granary ingest`: moves a local dataset folder into an S3 bucket (this
-//! module) or into CQL tables ([`cql`]).
+//! `granary ingest`: moves a local dataset folder into an S3 bucket
+//! ([`s3`]) or into CQL tables ([`cql`]).
 //!
-//! The folder is walked exactly as the filesystem source catalogs it
-//! ([`Catalog::from_dir`]: class folders, hidden names skipped, links
-//! followed), and file `root/REL` becomes object `prefix/REL`, so the S3
-//! catalog of `prefix` ([`crate::source::s3::S3Catalog::list`]) gives the
-//! same samples with the same ids, labels and sizes.
+//! Both ingests do the same thing around their store, and that is this
+//! module:
 //!
-//! * Uploads run concurrently on a tokio runtime, at most `concurrency` at
-//!   a time, each a single PUT retried like a sample GET (timeouts,
-//!   connection errors and 5xx, with backoff and jitter).
-//! * `resume`: one listing of the prefix first; files whose object already
-//!   exists with the same size are skipped (and counted).
-//! * `verify`: after the uploads, every object is read back and compared
-//!   byte for byte with its file.
-//! * Every failure is collected; the run fails if any file failed, naming
-//!   the first ones.
+//! * the folder is walked exactly as the filesystem source catalogs it
+//!   ([`Catalog::from_dir`]: class folders, hidden names skipped, links
+//!   followed), so the store's catalog of what was ingested gives the same
+//!   samples, labels and sizes in the same order;
+//! * `resume`: the store says first which files it already holds as they
+//!   are; those are skipped (and counted);
+//! * the files are written concurrently on a tokio runtime, at most
+//!   `concurrency` at a time, each write retried by the store like a read;
+//! * `verify`: afterwards every file is read back and compared byte for
+//!   byte (after any check of the store's own, such as metadata rows);
+//! * progress is reported as files finish ([`Phase`]), and every failure
+//!   is collected: the pass fails if any file failed, naming the first ones
+//!   ([`IngestError::Failed`]).
+//!
+//! What a store does (its names for files, how it writes, lists and reads
+//! back) is the [`Target`] each ingest implements.
 
 pub mod cql;
+pub mod s3;
 
-use crate::source::s3::{classify, with_retries, S3Settings};
+pub use s3::{ingest, parse_s3_url, IngestOptions};
+
 use crate::source::Catalog;
-use futures_util::StreamExt;
-use object_store::path::Path as ObjectPath;
-use object_store::{GetOptions, ObjectStore, PutOptions, PutPayload};
-use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 
 /// Failures named in an [`IngestError::Failed`] message.
-pub(crate) const FAILURES_SHOWN: usize = 10;
-
-/// What to ingest, where, how.
-#[derive(Debug, Clone)]
-pub struct IngestOptions {
-    /// The dataset folder.
-    pub src: PathBuf,
-    /// Connection settings (the bucket included).
-    pub settings: S3Settings,
-    /// Key prefix the folder's files go under (`""`: the bucket root).
-    pub prefix: String,
-    /// Uploads (and verification reads) in flight at once.
-    pub concurrency: usize,
-    /// Read every object back and compare it with its file.
-    pub verify: bool,
-    /// Skip files whose object already exists with the same size.
-    pub resume: bool,
-}
-
-impl IngestOptions {
-    /// Options with 32 uploads in flight, no verification, no resume.
-    pub fn new(src: impl Into<PathBuf>, settings: S3Settings, prefix: &str) -> IngestOptions {
-        IngestOptions {
-            src: src.into(),
-            settings,
-            prefix: prefix.trim_matches('/').to_owned(),
-            concurrency: 32,
-            verify: false,
-            resume: false,
-        }
-    }
-}
+const FAILURES_SHOWN: usize = 10;
 
 /// Which pass a progress report is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,9 +57,9 @@ pub struct IngestReport {
     pub uploaded: u64,
     /// Bytes uploaded.
     pub uploaded_bytes: u64,
-    /// Files skipped because their object already existed with the same size.
+    /// Files skipped because the store already held them as they are.
     pub skipped: u64,
-    /// Objects read back and found equal to their file.
+    /// Files read back and found equal to their file.
     pub verified: u64,
     /// Time for the upload pass.
     pub upload_time: Duration,
@@ -98,9 +70,10 @@ pub struct IngestReport {
 /// Why an ingest failed.
 #[derive(Debug)]
 pub enum IngestError {
-    /// The folder could not be walked, or a name is not valid in a key.
+    /// The folder could not be walked, or a name is not valid in the store.
     Source(String),
-    /// The settings are wrong or the bucket cannot be listed.
+    /// The settings are wrong, or the store cannot be reached, set up or
+    /// listed.
     Setup(String),
     /// Some files failed to upload or to verify.
     Failed {
@@ -144,19 +117,6 @@ impl fmt::Display for IngestError {
 
 impl std::error::Error for IngestError {}
 
-/// Splits `s3://bucket/prefix` into bucket and prefix (without slashes at
-/// either end; empty for the bucket root).
-pub fn parse_s3_url(url: &str) -> Result<(String, String), String> {
-    let rest = url
-        .strip_prefix("s3://")
-        .ok_or_else(|| format!("{url:?} is not an s3://BUCKET/PREFIX URL"))?;
-    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-    if bucket.is_empty() {
-        return Err(format!("{url:?} names no bucket"));
-    }
-    Ok((bucket.to_owned(), prefix.trim_matches('/').to_owned()))
-}
-
 /// One file of a dataset folder, in catalog order.
 pub(crate) struct SourceFile {
     /// The file.
@@ -199,133 +159,201 @@ pub(crate) fn walk(src: &Path, what: &str) -> Result<Vec<SourceFile>, IngestErro
     Ok(files)
 }
 
-/// One file to move.
-struct Item {
-    file: PathBuf,
-    key: ObjectPath,
-    size: u64,
+/// One file to move, under the name its store gives it.
+pub(crate) struct Item<K> {
+    /// The file.
+    pub(crate) file: PathBuf,
+    /// Its name in the store: an object key, a row id.
+    pub(crate) key: K,
+    /// Its label in the folder's catalog.
+    pub(crate) label: i32,
+    /// Its size when the folder was walked.
+    pub(crate) size: u64,
 }
 
-/// The files of `src` and their keys under `prefix`, in catalog order.
-fn plan(src: &Path, prefix: &str) -> Result<Vec<Item>, IngestError> {
-    let mut items = Vec::new();
-    for f in walk(src, "an S3 key")? {
-        let full = if prefix.is_empty() {
-            f.rel
-        } else {
-            format!("{prefix}/{}", f.rel)
-        };
-        let key = ObjectPath::parse(&full).map_err(|err| {
-            IngestError::Source(format!("{}: cannot be an S3 key: {err}", f.file.display()))
-        })?;
-        items.push(Item {
-            file: f.file,
-            key,
-            size: f.size,
-        });
+impl<K> Item<K> {
+    /// The file's bytes.
+    pub(crate) fn bytes(&self) -> Result<Vec<u8>, String> {
+        std::fs::read(&self.file).map_err(|e| format!("{}: {e}", self.file.display()))
     }
-    Ok(items)
+
+    /// The file's bytes, which must be as many as when the folder was
+    /// walked.
+    pub(crate) fn read(&self) -> Result<Vec<u8>, String> {
+        let data = self.bytes()?;
+        if data.len() as u64 != self.size {
+            return Err(format!(
+                "{}: size changed while ingesting ({} bytes, then {})",
+                self.file.display(),
+                self.size,
+                data.len()
+            ));
+        }
+        Ok(data)
+    }
+
+    /// Compares `remote`, read back from `url`, with `local`, the file's
+    /// bytes.
+    pub(crate) fn compare(&self, url: &str, remote: &[u8], local: &[u8]) -> Result<(), String> {
+        if remote.len() != local.len() {
+            return Err(format!(
+                "{url}: {} bytes, but {} has {}",
+                remote.len(),
+                self.file.display(),
+                local.len()
+            ));
+        }
+        if let Some(at) = remote.iter().zip(local).position(|(a, b)| a != b) {
+            return Err(format!(
+                "{url}: differs from {} at byte {at}",
+                self.file.display()
+            ));
+        }
+        Ok(())
+    }
 }
 
-/// Uploads `opts.src` to `s3://bucket/prefix`; `progress(phase, files done,
-/// files in all, bytes done)` is called as files finish. See the module docs.
-pub fn ingest(
-    opts: &IngestOptions,
+/// The items of an ingest as its tasks share them.
+pub(crate) type Items<K> = [Arc<Item<K>>];
+
+/// What an ingest does that depends on its store; [`drive`] does the rest.
+/// A target is cloned into every task.
+pub(crate) trait Target: Clone + Send + Sync + 'static {
+    /// How the store names a file.
+    type Key: Send + Sync + 'static;
+
+    /// For `resume`, before the upload pass: for each item, whether the
+    /// store already holds it as it is.
+    async fn stored(&self, items: &Items<Self::Key>) -> Result<Vec<bool>, IngestError>;
+
+    /// Writes one item (`seed` spreads its retries); the error is one line
+    /// naming the file and where it was going.
+    fn write(
+        &self,
+        item: Arc<Item<Self::Key>>,
+        seed: u64,
+    ) -> impl Future<Output = Result<(), String>> + Send + 'static;
+
+    /// Before the verification reads: the items that fail already (index in
+    /// `items`, message), in the order of `items`. None by default.
+    async fn check(&self, items: &Items<Self::Key>) -> Result<Vec<(usize, String)>, IngestError> {
+        let _ = items;
+        Ok(Vec::new())
+    }
+
+    /// Reads one item back and compares it with its file.
+    fn verify(
+        &self,
+        item: Arc<Item<Self::Key>>,
+        seed: u64,
+    ) -> impl Future<Output = Result<(), String>> + Send + 'static;
+}
+
+/// Moves `items` into `target` — skipping what it holds already when
+/// `resume`, reading everything back when `verify` — with at most
+/// `concurrency` files in flight; `progress(phase, files done, files in
+/// all, bytes done)` is called as files finish. Runs on a tokio runtime
+/// (the tasks are spawned on it).
+pub(crate) async fn drive<T: Target>(
+    target: &T,
+    items: Vec<Item<T::Key>>,
+    concurrency: usize,
+    resume: bool,
+    verify: bool,
     mut progress: impl FnMut(Phase, u64, u64, u64),
 ) -> Result<IngestReport, IngestError> {
-    let items = plan(&opts.src, &opts.prefix)?;
-    let store = opts
-        .settings
-        .build_store()
-        .map_err(|e| IngestError::Setup(e.to_string()))?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("granary-ingest")
-        .enable_all()
-        .build()
-        .map_err(|e| IngestError::Setup(format!("starting the runtime: {e}")))?;
-    let concurrency = opts.concurrency.max(1);
-    let settings = &opts.settings;
-    runtime.block_on(async {
-        let files = items.len() as u64;
-        let bytes: u64 = items.iter().map(|i| i.size).sum();
-        let mut report = IngestReport {
-            files,
-            bytes,
-            uploaded: 0,
-            uploaded_bytes: 0,
-            skipped: 0,
-            verified: 0,
-            upload_time: Duration::ZERO,
-            verify_time: Duration::ZERO,
-        };
-        let items: Vec<Arc<Item>> = items.into_iter().map(Arc::new).collect();
+    let concurrency = concurrency.max(1);
+    let files = items.len() as u64;
+    let mut report = IngestReport {
+        files,
+        bytes: items.iter().map(|i| i.size).sum(),
+        uploaded: 0,
+        uploaded_bytes: 0,
+        skipped: 0,
+        verified: 0,
+        upload_time: Duration::ZERO,
+        verify_time: Duration::ZERO,
+    };
+    let items: Vec<Arc<Item<T::Key>>> = items.into_iter().map(Arc::new).collect();
 
-        // Upload pass.
-        let t0 = Instant::now();
-        let existing = if opts.resume {
-            list_sizes(&*store, settings, &opts.prefix).await?
+    // Upload pass.
+    let t0 = Instant::now();
+    let stored = if resume {
+        target.stored(&items).await?
+    } else {
+        vec![false; items.len()]
+    };
+    let (mut done, mut done_bytes) = (0u64, 0u64);
+    let mut todo = Vec::new();
+    for (it, there) in items.iter().zip(stored) {
+        if there {
+            report.skipped += 1;
+            done += 1;
+            done_bytes += it.size;
         } else {
-            HashMap::new()
-        };
-        let mut todo = Vec::new();
+            todo.push(it.clone());
+        }
+    }
+    progress(Phase::Upload, done, files, done_bytes);
+    let write = |it, seed| target.write(it, seed);
+    let failures = run_bounded(&todo, concurrency, write, |ok, it| {
+        if ok {
+            report.uploaded += 1;
+            report.uploaded_bytes += it.size;
+        }
+        done += 1;
+        done_bytes += it.size;
+        progress(Phase::Upload, done, files, done_bytes);
+    })
+    .await;
+    report.upload_time = t0.elapsed();
+    if !failures.is_empty() {
+        return Err(failed(Phase::Upload, failures, items.len()));
+    }
+
+    // Verification pass.
+    if verify {
+        let t1 = Instant::now();
+        progress(Phase::Verify, 0, files, 0);
+        let mut failures = target.check(&items).await?;
         let (mut done, mut done_bytes) = (0u64, 0u64);
-        for it in &items {
-            if existing.get(it.key.as_ref()) == Some(&it.size) {
-                report.skipped += 1;
+        let mut to_read = Vec::new();
+        let mut index = Vec::new();
+        let mut failing = failures.iter().map(|f| f.0).peekable();
+        for (i, it) in items.iter().enumerate() {
+            if failing.next_if_eq(&i).is_some() {
                 done += 1;
                 done_bytes += it.size;
             } else {
-                todo.push(it.clone());
+                to_read.push(it.clone());
+                index.push(i);
             }
         }
-        progress(Phase::Upload, done, files, done_bytes);
-        let failures = run_bounded(todo, concurrency, &store, settings, upload, |ok, it| {
+        let read = |it, seed| target.verify(it, seed);
+        let more = run_bounded(&to_read, concurrency, read, |ok, it| {
             if ok {
-                report.uploaded += 1;
-                report.uploaded_bytes += it.size;
+                report.verified += 1;
             }
             done += 1;
             done_bytes += it.size;
-            progress(Phase::Upload, done, files, done_bytes);
+            progress(Phase::Verify, done, files, done_bytes);
         })
         .await;
-        report.upload_time = t0.elapsed();
+        failures.extend(
+            more.into_iter()
+                .map(|(i, m)| (index.get(i).copied().unwrap_or(i), m)),
+        );
+        report.verify_time = t1.elapsed();
         if !failures.is_empty() {
-            return Err(failed(Phase::Upload, failures, items.len()));
+            return Err(failed(Phase::Verify, failures, items.len()));
         }
-
-        // Verification pass.
-        if opts.verify {
-            let t1 = Instant::now();
-            let (mut done, mut done_bytes) = (0u64, 0u64);
-            progress(Phase::Verify, 0, files, 0);
-            let failures = run_bounded(
-                items.clone(),
-                concurrency,
-                &store,
-                settings,
-                verify,
-                |ok, it| {
-                    if ok {
-                        report.verified += 1;
-                    }
-                    done += 1;
-                    done_bytes += it.size;
-                    progress(Phase::Verify, done, files, done_bytes);
-                },
-            )
-            .await;
-            report.verify_time = t1.elapsed();
-            if !failures.is_empty() {
-                return Err(failed(Phase::Verify, failures, items.len()));
-            }
-        }
-        Ok(report)
-    })
+    }
+    Ok(report)
 }
 
-pub(crate) fn failed(phase: Phase, mut failures: Vec<(usize, String)>, of: usize) -> IngestError {
+/// The error of a pass with `failures` (index, message) among `of` files:
+/// the count and the first few, in index order.
+fn failed(phase: Phase, mut failures: Vec<(usize, String)>, of: usize) -> IngestError {
     failures.sort();
     let count = failures.len();
     IngestError::Failed {
@@ -340,58 +368,25 @@ pub(crate) fn failed(phase: Phase, mut failures: Vec<(usize, String)>, of: usize
     }
 }
 
-/// Sizes of the objects under `prefix`, by key.
-async fn list_sizes(
-    store: &dyn ObjectStore,
-    settings: &S3Settings,
-    prefix: &str,
-) -> Result<HashMap<String, u64>, IngestError> {
-    let folder = ObjectPath::from(prefix);
-    let arg = (!prefix.is_empty()).then_some(&folder);
-    with_retries(settings.retry_policy(), 0, || async {
-        let mut out = HashMap::new();
-        let mut stream = store.list(arg);
-        while let Some(meta) = stream.next().await {
-            let meta = meta?;
-            out.insert(meta.location.as_ref().to_owned(), meta.size);
-        }
-        Ok(out)
-    })
-    .await
-    .map_err(|(e, _)| {
-        IngestError::Setup(format!(
-            "cannot list s3://{}/{prefix}: {}: {e}",
-            settings.bucket,
-            classify(&e).what
-        ))
-    })
-}
-
-type Job = fn(
-    Arc<dyn ObjectStore>,
-    S3Settings,
-    Arc<Item>,
-    u64,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>;
-
-/// Runs `job` over `items` with at most `concurrency` at once; `on_done` is
-/// called on this task as each finishes. Returns the failures (index,
-/// message).
-async fn run_bounded(
-    items: Vec<Arc<Item>>,
+/// Runs `job(item, index)` over `items` with at most `concurrency` at once,
+/// each a task on the current runtime; `on_done` is called here as each
+/// finishes. Returns the failures (index in `items`, message).
+async fn run_bounded<T, Fut>(
+    items: &[Arc<T>],
     concurrency: usize,
-    store: &Arc<dyn ObjectStore>,
-    settings: &S3Settings,
-    job: Job,
-    mut on_done: impl FnMut(bool, &Item),
-) -> Vec<(usize, String)> {
+    job: impl Fn(Arc<T>, u64) -> Fut,
+    mut on_done: impl FnMut(bool, &T),
+) -> Vec<(usize, String)>
+where
+    Fut: Future<Output = Result<(), String>> + Send + 'static,
+{
     let mut set: JoinSet<(usize, Result<(), String>)> = JoinSet::new();
     let mut failures = Vec::new();
     let mut next = 0usize;
     loop {
         while set.len() < concurrency && next < items.len() {
-            let (i, it) = (next, items[next].clone());
-            let fut = job(store.clone(), settings.clone(), it, i as u64);
+            let i = next;
+            let fut = job(items[i].clone(), i as u64);
             set.spawn(async move { (i, fut.await) });
             next += 1;
         }
@@ -414,126 +409,176 @@ async fn run_bounded(
     failures
 }
 
-fn upload(
-    store: Arc<dyn ObjectStore>,
-    settings: S3Settings,
-    it: Arc<Item>,
-    seed: u64,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>> {
-    Box::pin(async move {
-        let data = std::fs::read(&it.file).map_err(|e| format!("{}: {e}", it.file.display()))?;
-        if data.len() as u64 != it.size {
-            return Err(format!(
-                "{}: size changed while ingesting ({} bytes, then {})",
-                it.file.display(),
-                it.size,
-                data.len()
-            ));
-        }
-        let payload = PutPayload::from(data);
-        with_retries(settings.retry_policy(), seed, || {
-            store.put_opts(&it.key, payload.clone(), PutOptions::default())
-        })
-        .await
-        .map(|_| ())
-        .map_err(|(e, n)| {
-            format!(
-                "{} -> {}: {} after {n} attempt(s): {e}",
-                it.file.display(),
-                settings.url_of(it.key.as_ref()),
-                classify(&e).what
-            )
-        })
-    })
-}
-
-fn verify(
-    store: Arc<dyn ObjectStore>,
-    settings: S3Settings,
-    it: Arc<Item>,
-    seed: u64,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>> {
-    Box::pin(async move {
-        let url = settings.url_of(it.key.as_ref());
-        let remote = with_retries(settings.retry_policy(), seed, || async {
-            store
-                .get_opts(&it.key, GetOptions::default())
-                .await?
-                .bytes()
-                .await
-        })
-        .await
-        .map_err(|(e, n)| format!("{url}: {} after {n} attempt(s): {e}", classify(&e).what))?;
-        let local = std::fs::read(&it.file).map_err(|e| format!("{}: {e}", it.file.display()))?;
-        if remote.len() != local.len() {
-            return Err(format!(
-                "{url}: {} bytes, but {} has {}",
-                remote.len(),
-                it.file.display(),
-                local.len()
-            ));
-        }
-        if let Some(at) = remote.iter().zip(&local).position(|(a, b)| a != b) {
-            return Err(format!(
-                "{url}: differs from {} at byte {at}",
-                it.file.display()
-            ));
-        }
-        Ok(())
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
+    use std::sync::Mutex;
 
-    #[test]
-    fn s3_urls_parse() {
-        assert_eq!(
-            parse_s3_url("s3://b/p/q/").unwrap(),
-            ("b".to_owned(), "p/q".to_owned())
-        );
-        assert_eq!(
-            parse_s3_url("s3://b").unwrap(),
-            ("b".to_owned(), String::new())
-        );
-        assert_eq!(
-            parse_s3_url("s3://b/").unwrap(),
-            ("b".to_owned(), String::new())
-        );
-        assert!(parse_s3_url("http://b/p").is_err());
-        assert!(parse_s3_url("s3:///p").is_err());
+    /// A store that holds `stored`, fails the writes of `bad_write`, the
+    /// check of `bad_check` and the read-back of `bad_read`, and records
+    /// what was written.
+    #[derive(Clone, Default)]
+    struct Fake {
+        stored: Arc<HashSet<u32>>,
+        bad_write: Arc<HashSet<u32>>,
+        bad_check: Arc<HashSet<u32>>,
+        bad_read: Arc<HashSet<u32>>,
+        written: Arc<Mutex<Vec<u32>>>,
+    }
+
+    impl Target for Fake {
+        type Key = u32;
+
+        async fn stored(&self, items: &Items<u32>) -> Result<Vec<bool>, IngestError> {
+            Ok(items.iter().map(|i| self.stored.contains(&i.key)).collect())
+        }
+
+        fn write(
+            &self,
+            item: Arc<Item<u32>>,
+            _: u64,
+        ) -> impl Future<Output = Result<(), String>> + Send + 'static {
+            let f = self.clone();
+            async move {
+                if f.bad_write.contains(&item.key) {
+                    return Err(format!("write {}", item.key));
+                }
+                f.written.lock().unwrap().push(item.key);
+                Ok(())
+            }
+        }
+
+        async fn check(&self, items: &Items<u32>) -> Result<Vec<(usize, String)>, IngestError> {
+            Ok(items
+                .iter()
+                .enumerate()
+                .filter(|(_, it)| self.bad_check.contains(&it.key))
+                .map(|(i, it)| (i, format!("check {}", it.key)))
+                .collect())
+        }
+
+        fn verify(
+            &self,
+            item: Arc<Item<u32>>,
+            _: u64,
+        ) -> impl Future<Output = Result<(), String>> + Send + 'static {
+            let bad = self.bad_read.contains(&item.key);
+            async move {
+                tokio::task::yield_now().await;
+                match bad {
+                    true => Err(format!("read {}", item.key)),
+                    false => Ok(()),
+                }
+            }
+        }
+    }
+
+    fn items(n: u32) -> Vec<Item<u32>> {
+        (0..n)
+            .map(|k| Item {
+                file: format!("f{k}").into(),
+                key: k,
+                label: 0,
+                size: 10 + u64::from(k),
+            })
+            .collect()
+    }
+
+    type Reports = Vec<(Phase, u64, u64, u64)>;
+
+    fn run(
+        fake: &Fake,
+        n: u32,
+        resume: bool,
+        verify: bool,
+    ) -> (Result<IngestReport, IngestError>, Reports) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut seen = Vec::new();
+        let r = rt.block_on(drive(fake, items(n), 3, resume, verify, |p, d, f, b| {
+            seen.push((p, d, f, b))
+        }));
+        (r, seen)
+    }
+
+    fn set(keys: impl IntoIterator<Item = u32>) -> Arc<HashSet<u32>> {
+        Arc::new(keys.into_iter().collect())
     }
 
     #[test]
-    fn keys_follow_the_catalog() {
-        let d = tempfile::tempdir().unwrap();
-        let w = |p: &str, b: &[u8]| {
-            let p = d.path().join(p);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, b).unwrap();
+    fn resume_skips_what_is_stored_and_verify_reads_everything() {
+        let fake = Fake {
+            stored: set([1, 4]),
+            ..Fake::default()
         };
-        w("b/2.bin", b"22");
-        w("a/1.bin", b"1");
-        w("top.bin", b"t");
-        w(".hidden/x", b"x");
-        let items = plan(d.path(), "ds/v1").unwrap();
-        let keys: Vec<_> = items.iter().map(|i| (i.key.to_string(), i.size)).collect();
+        let (r, seen) = run(&fake, 6, true, true);
+        let r = r.unwrap();
+        let total: u64 = (0..6).map(|k| 10 + k).sum();
+        assert_eq!((r.files, r.bytes, r.skipped), (6, total, 2));
         assert_eq!(
-            keys,
-            [
-                ("ds/v1/top.bin".to_owned(), 1),
-                ("ds/v1/a/1.bin".to_owned(), 1),
-                ("ds/v1/b/2.bin".to_owned(), 2)
-            ]
+            (r.uploaded, r.uploaded_bytes, r.verified),
+            (4, total - 11 - 14, 6)
         );
-        let items = plan(d.path(), "").unwrap();
-        assert_eq!(items[0].key.as_ref(), "top.bin");
-        let e = ingest(
-            &IngestOptions::new(d.path().join("missing"), S3Settings::new("b"), "p"),
-            |_, _, _, _| {},
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("missing"), "{e}");
+        let mut written = fake.written.lock().unwrap().clone();
+        written.sort();
+        assert_eq!(written, [0, 2, 3, 5]);
+        // The skipped files count as done at once; each pass ends complete.
+        assert_eq!(seen[0], (Phase::Upload, 2, 6, 25));
+        assert!(seen.contains(&(Phase::Upload, 6, 6, total)));
+        assert_eq!(seen.last(), Some(&(Phase::Verify, 6, 6, total)));
+        // Without resume everything is written, and nothing is read back
+        // without verify.
+        let (r, seen) = run(&fake, 6, false, false);
+        let r = r.unwrap();
+        assert_eq!((r.skipped, r.uploaded, r.verified), (0, 6, 0));
+        assert!(seen.iter().all(|s| s.0 == Phase::Upload));
+    }
+
+    #[test]
+    fn failures_are_collected_and_named_in_catalog_order() {
+        let fake = Fake {
+            bad_write: set([7, 2]),
+            ..Fake::default()
+        };
+        let e = run(&fake, 9, false, true).0.unwrap_err();
+        let IngestError::Failed {
+            phase,
+            count,
+            of,
+            first,
+        } = &e
+        else {
+            panic!("{e}")
+        };
+        assert_eq!((*phase, *count, *of), (Phase::Upload, 2, 9));
+        assert_eq!(first, &["write 2", "write 7"]);
+        assert_eq!(fake.written.lock().unwrap().len(), 7);
+
+        // Failed checks and failed reads together, in catalog order; the
+        // files that failed the check are not read back.
+        let fake = Fake {
+            bad_check: set([5, 1]),
+            bad_read: set([0, 3, 1]),
+            ..Fake::default()
+        };
+        let e = run(&fake, 6, false, true).0.unwrap_err();
+        let IngestError::Failed { phase, first, .. } = &e else {
+            panic!("{e}")
+        };
+        assert_eq!(*phase, Phase::Verify);
+        assert_eq!(first, &["read 0", "check 1", "read 3", "check 5"]);
+
+        // More failures than are named.
+        let fake = Fake {
+            bad_write: set(0..25),
+            ..Fake::default()
+        };
+        let e = run(&fake, 30, false, false).0.unwrap_err().to_string();
+        assert!(e.starts_with("upload failed for 25 of 30 files:"), "{e}");
+        assert!(e.contains("write 9") && !e.contains("write 10"), "{e}");
+        assert!(e.ends_with("… and 15 more"), "{e}");
     }
 }

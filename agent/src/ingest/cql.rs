@@ -1,5 +1,6 @@
 //! `granary ingest … --to cql://HOSTS/KEYSPACE`: moves a local dataset
-//! folder into the CQL layout (`docs/scylla.md`).
+//! folder into the CQL layout (`docs/scylla.md`). The walk, the passes,
+//! progress and failures are [`super`]'s; what is CQL's:
 //!
 //! * The folder is walked as the filesystem source catalogs it; file
 //!   `root/REL` becomes the sample with id [`sample_id`]`(REL)` — a UUID v5
@@ -17,7 +18,7 @@
 //! * `verify`: afterwards every metadata row is compared with its file's
 //!   label and size, and every blob read back and compared byte for byte.
 
-use super::{failed, walk, IngestError, IngestReport, Phase};
+use super::{drive, walk, IngestError, IngestReport, Item, Items, Phase, Target};
 use crate::source::cql::{
     with_retries, AttemptError, CqlCatalog, CqlSettings, CqlSource, CATALOG_PAGE_SIZE,
 };
@@ -26,10 +27,10 @@ use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 use scylla::statement::{Consistency, Statement};
 use std::collections::HashMap;
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tokio::task::JoinSet;
+use std::time::Duration;
 use uuid::Uuid;
 
 /// The namespace of sample ids: ids are `UUIDv5(SAMPLE_NAMESPACE, relative
@@ -156,15 +157,8 @@ pub fn parse_cql_url(url: &str) -> Result<(Vec<String>, String), String> {
     Ok((hosts, keyspace.to_owned()))
 }
 
-/// One file to write.
-struct Item {
-    file: PathBuf,
-    id: Uuid,
-    label: i32,
-    size: u64,
-}
-
-/// The prepared statements and session the tasks share.
+/// The prepared statements and session the tasks share: the ingest's
+/// [`Target`].
 #[derive(Clone)]
 struct Writer {
     session: Arc<Session>,
@@ -179,7 +173,7 @@ struct Writer {
 /// the module docs.
 pub fn ingest(
     opts: &CqlIngestOptions,
-    mut progress: impl FnMut(Phase, u64, u64, u64),
+    progress: impl FnMut(Phase, u64, u64, u64),
 ) -> Result<IngestReport, IngestError> {
     let mut items = Vec::new();
     for f in walk(&opts.src, "a sample name")? {
@@ -191,7 +185,7 @@ pub fn ingest(
             )));
         }
         items.push(Item {
-            id: sample_id(&f.rel),
+            key: sample_id(&f.rel),
             file: f.file,
             label: f.label,
             size: f.size,
@@ -200,7 +194,6 @@ pub fn ingest(
     let setup = |e: crate::source::cql::CqlError| IngestError::Setup(e.to_string());
     let source = CqlSource::connect(&opts.settings).map_err(setup)?;
     let settings = Arc::new(opts.settings.clone());
-    let concurrency = opts.concurrency.max(1);
     source.block_on(async {
         let s = source.session();
         create_schema(s, &settings, &opts.replication)
@@ -237,98 +230,15 @@ pub fn ingest(
             .await?,
             settings: settings.clone(),
         };
-        let files = items.len() as u64;
-        let mut report = IngestReport {
-            files,
-            bytes: items.iter().map(|i| i.size).sum(),
-            uploaded: 0,
-            uploaded_bytes: 0,
-            skipped: 0,
-            verified: 0,
-            upload_time: Duration::ZERO,
-            verify_time: Duration::ZERO,
-        };
-        let items: Vec<Arc<Item>> = items.into_iter().map(Arc::new).collect();
-
-        // Write pass.
-        let t0 = Instant::now();
-        let existing = if opts.resume {
-            read_metadata(s, &settings).await?
-        } else {
-            HashMap::new()
-        };
-        let (mut done, mut done_bytes) = (0u64, 0u64);
-        let mut todo = Vec::new();
-        for it in &items {
-            if existing.get(&it.id) == Some(&(it.label, it.size as i64)) {
-                report.skipped += 1;
-                done += 1;
-                done_bytes += it.size;
-            } else {
-                todo.push(it.clone());
-            }
-        }
-        progress(Phase::Upload, done, files, done_bytes);
-        let failures = run_bounded(&todo, concurrency, &writer, write, |ok, it| {
-            if ok {
-                report.uploaded += 1;
-                report.uploaded_bytes += it.size;
-            }
-            done += 1;
-            done_bytes += it.size;
-            progress(Phase::Upload, done, files, done_bytes);
-        })
-        .await;
-        report.upload_time = t0.elapsed();
-        if !failures.is_empty() {
-            return Err(failed(Phase::Upload, failures, items.len()));
-        }
-
-        // Verification pass.
-        if opts.verify {
-            let t1 = Instant::now();
-            progress(Phase::Verify, 0, files, 0);
-            let rows = Arc::new(read_metadata(s, &settings).await?);
-            let (mut done, mut done_bytes) = (0u64, 0u64);
-            let mut failures = Vec::new();
-            let mut to_read = Vec::new();
-            for (i, it) in items.iter().enumerate() {
-                match rows.get(&it.id) {
-                    Some(&(label, size)) if (label, size) == (it.label, it.size as i64) => {
-                        to_read.push(it.clone())
-                    }
-                    got => {
-                        failures.push((
-                            i,
-                            format!(
-                                "{}: metadata row {} is {got:?}, expected (label {}, size {})",
-                                it.file.display(),
-                                it.id,
-                                it.label,
-                                it.size
-                            ),
-                        ));
-                        done += 1;
-                        done_bytes += it.size;
-                    }
-                }
-            }
-            let more = run_bounded(&to_read, concurrency, &writer, verify, |ok, it| {
-                if ok {
-                    report.verified += 1;
-                }
-                done += 1;
-                done_bytes += it.size;
-                progress(Phase::Verify, done, files, done_bytes);
-            })
-            .await;
-            failures.extend(more);
-            report.verify_time = t1.elapsed();
-            if !failures.is_empty() {
-                return Err(failed(Phase::Verify, failures, items.len()));
-            }
-        }
-        Ok(report)
+        drive(
+            &writer,
+            items,
+            opts.concurrency,
+            opts.resume,
+            opts.verify,
+            progress,
+        )
+        .await
     })
 }
 
@@ -436,142 +346,112 @@ async fn read_metadata(
     })
 }
 
-type Job = fn(
-    Writer,
-    Arc<Item>,
-    u64,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>;
+/// Whether each item's metadata row is there with its label and size;
+/// `rows` are the metadata table's ([`read_metadata`]).
+fn rows_match(items: &Items<Uuid>, rows: &HashMap<Uuid, (i32, i64)>) -> Vec<bool> {
+    items
+        .iter()
+        .map(|it| rows.get(&it.key) == Some(&(it.label, it.size as i64)))
+        .collect()
+}
 
-/// Runs `job` over `items` with at most `concurrency` at once; `on_done` is
-/// called as each finishes. Returns the failures (index, message).
-async fn run_bounded(
-    items: &[Arc<Item>],
-    concurrency: usize,
-    writer: &Writer,
-    job: Job,
-    mut on_done: impl FnMut(bool, &Item),
-) -> Vec<(usize, String)> {
-    let mut set: JoinSet<(usize, Result<(), String>)> = JoinSet::new();
-    let mut failures = Vec::new();
-    let mut next = 0usize;
-    loop {
-        while set.len() < concurrency && next < items.len() {
-            let i = next;
-            let fut = job(writer.clone(), items[i].clone(), i as u64);
-            set.spawn(async move { (i, fut.await) });
-            next += 1;
-        }
-        let Some(joined) = set.join_next().await else {
-            break;
-        };
-        let (i, r) = match joined {
-            Ok(v) => v,
-            Err(e) => {
-                failures.push((usize::MAX, format!("a task failed: {e}")));
-                continue;
-            }
-        };
-        let ok = r.is_ok();
-        if let Err(m) = r {
-            failures.push((i, m));
-        }
-        on_done(ok, &items[i]);
+impl Target for Writer {
+    type Key = Uuid;
+
+    async fn stored(&self, items: &Items<Uuid>) -> Result<Vec<bool>, IngestError> {
+        let rows = read_metadata(&self.session, &self.settings).await?;
+        Ok(rows_match(items, &rows))
     }
-    failures
-}
 
-fn read_file(it: &Item) -> Result<Vec<u8>, String> {
-    let data = std::fs::read(&it.file).map_err(|e| format!("{}: {e}", it.file.display()))?;
-    if data.len() as u64 != it.size {
-        return Err(format!(
-            "{}: size changed while ingesting ({} bytes, then {})",
-            it.file.display(),
-            it.size,
-            data.len()
-        ));
+    fn write(
+        &self,
+        it: Arc<Item<Uuid>>,
+        seed: u64,
+    ) -> impl Future<Output = Result<(), String>> + Send + 'static {
+        let w = self.clone();
+        async move {
+            let data = it.read()?;
+            let url = w.settings.url_of(&it.key);
+            let policy = w.settings.retry_policy();
+            with_retries(policy, seed, || async {
+                w.session
+                    .execute_unpaged(&w.insert_data, (it.key, it.label, data.as_slice()))
+                    .await?;
+                Ok(())
+            })
+            .await
+            .map_err(|(e, n)| {
+                format!(
+                    "{} -> {url}: {} after {n} attempt(s)",
+                    it.file.display(),
+                    e.message
+                )
+            })?;
+            with_retries(policy, seed, || async {
+                w.session
+                    .execute_unpaged(&w.insert_meta, (it.key, it.label, it.size as i32))
+                    .await?;
+                Ok(())
+            })
+            .await
+            .map_err(|(e, n)| {
+                format!(
+                    "{} -> {} row {}: {} after {n} attempt(s)",
+                    it.file.display(),
+                    w.settings.metadata_ref(),
+                    it.key,
+                    e.message
+                )
+            })
+        }
     }
-    Ok(data)
-}
 
-fn write(
-    w: Writer,
-    it: Arc<Item>,
-    seed: u64,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>> {
-    Box::pin(async move {
-        let data = read_file(&it)?;
-        let url = w.settings.url_of(&it.id);
-        let policy = w.settings.retry_policy();
-        with_retries(policy, seed, || async {
-            w.session
-                .execute_unpaged(&w.insert_data, (it.id, it.label, data.as_slice()))
-                .await?;
-            Ok(())
-        })
-        .await
-        .map_err(|(e, n)| {
-            format!(
-                "{} -> {url}: {} after {n} attempt(s)",
-                it.file.display(),
-                e.message
-            )
-        })?;
-        with_retries(policy, seed, || async {
-            w.session
-                .execute_unpaged(&w.insert_meta, (it.id, it.label, it.size as i32))
-                .await?;
-            Ok(())
-        })
-        .await
-        .map_err(|(e, n)| {
-            format!(
-                "{} -> {} row {}: {} after {n} attempt(s)",
-                it.file.display(),
-                w.settings.metadata_ref(),
-                it.id,
-                e.message
-            )
-        })
-    })
-}
+    /// Every item's metadata row must be there with its label and size.
+    async fn check(&self, items: &Items<Uuid>) -> Result<Vec<(usize, String)>, IngestError> {
+        let rows = read_metadata(&self.session, &self.settings).await?;
+        let ok = rows_match(items, &rows);
+        Ok(items
+            .iter()
+            .zip(ok)
+            .enumerate()
+            .filter(|(_, (_, ok))| !ok)
+            .map(|(i, (it, _))| {
+                let got = rows.get(&it.key);
+                let m = format!(
+                    "{}: metadata row {} is {got:?}, expected (label {}, size {})",
+                    it.file.display(),
+                    it.key,
+                    it.label,
+                    it.size
+                );
+                (i, m)
+            })
+            .collect())
+    }
 
-fn verify(
-    w: Writer,
-    it: Arc<Item>,
-    seed: u64,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>> {
-    Box::pin(async move {
-        let url = w.settings.url_of(&it.id);
-        let remote = with_retries(w.settings.retry_policy(), seed, || async {
-            let r = w.session.execute_unpaged(&w.read, (it.id,)).await?;
-            let rows = r
-                .into_rows_result()
-                .map_err(|e| AttemptError::fatal(std::io::ErrorKind::InvalidData, e.to_string()))?;
-            let row = rows
-                .maybe_first_row::<(Option<Vec<u8>>,)>()
-                .map_err(|e| AttemptError::fatal(std::io::ErrorKind::InvalidData, e.to_string()))?;
-            Ok(row.and_then(|r| r.0))
-        })
-        .await
-        .map_err(|(e, n)| format!("{url}: {} after {n} attempt(s)", e.message))?
-        .ok_or_else(|| format!("{url}: no data row"))?;
-        let local = read_file(&it)?;
-        if remote.len() != local.len() {
-            return Err(format!(
-                "{url}: {} bytes, but {} has {}",
-                remote.len(),
-                it.file.display(),
-                local.len()
-            ));
+    fn verify(
+        &self,
+        it: Arc<Item<Uuid>>,
+        seed: u64,
+    ) -> impl Future<Output = Result<(), String>> + Send + 'static {
+        let w = self.clone();
+        async move {
+            let url = w.settings.url_of(&it.key);
+            let remote = with_retries(w.settings.retry_policy(), seed, || async {
+                let r = w.session.execute_unpaged(&w.read, (it.key,)).await?;
+                let invalid = |e: String| AttemptError::fatal(std::io::ErrorKind::InvalidData, e);
+                let rows = r.into_rows_result().map_err(|e| invalid(e.to_string()))?;
+                let row = rows
+                    .maybe_first_row::<(Option<Vec<u8>>,)>()
+                    .map_err(|e| invalid(e.to_string()))?;
+                Ok(row.and_then(|r| r.0))
+            })
+            .await
+            .map_err(|(e, n)| format!("{url}: {} after {n} attempt(s)", e.message))?
+            .ok_or_else(|| format!("{url}: no data row"))?;
+            it.compare(&url, &remote, &it.read()?)
         }
-        if let Some(at) = remote.iter().zip(&local).position(|(a, b)| a != b) {
-            return Err(format!(
-                "{url}: differs from {} at byte {at}",
-                it.file.display()
-            ));
-        }
-        Ok(())
-    })
+    }
 }
 
 #[cfg(test)]
