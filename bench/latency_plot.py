@@ -60,6 +60,11 @@ def main():
         for x, y in pts:
             ax.annotate(f"{y:.0f}", (x, y), textcoords="offset points",
                         xytext=(0, -11 if below else 6), ha="center", fontsize=7, color=color)
+    ref = r.get("granary_ref0") or []
+    refs = [(x, y) for x, y in zip(rtt, ref) if y is not None and y > 0 and x > 0]
+    if refs:
+        ax.plot([p[0] for p in refs], [p[1] for p in refs], "o", mfc="none", color="C0",
+                alpha=0.6, label="Granary at 0 ms, measured next to the point (reference)")
     ax.set_xscale("symlog", linthresh=1.0, linscale=0.5)
     ax.xaxis.set_major_locator(FixedLocator(rtt))
     ax.xaxis.set_minor_locator(NullLocator())

@@ -23,11 +23,15 @@
 //!      agent per point and the first epoch only: every measured sample
 //!      comes from the store, never from the arena (the run reports the
 //!      arena hits: 0). Hiding a round trip takes `rate × RTT` requests in
-//!      flight (Little's law), so the agent runs with
-//!      `prefetch.max_inflight_reads` 512 (the S3 fetcher's capacity), a
-//!      window of 64 batches (2,048 samples) and a 1 GiB arena; it is
-//!      measured again with 1,024 in flight (`--inflight` lists the
-//!      values);
+//!      flight (Little's law: 3,000 samples/s × 0.2 s = 600), so the agent
+//!      runs with `prefetch.max_inflight_reads` 1,024 (the S3 fetcher's
+//!      capacity), a window of 64 batches (2,048 samples) and a 1 GiB
+//!      arena (`--inflight` takes a list to compare values). Next to every
+//!      round-trip time above 0 the agent is also measured at 0 ms (before
+//!      the point at every other one), and the goal's ratio is taken
+//!      against that neighbour: on a machine shared with other work, the
+//!      CPU left to the store changes from minute to minute, and a
+//!      reference measured minutes earlier compares two machines;
 //!    * **dataloader_w8**, **dataloader_w32**:
 //!      `bench/latency_dataloader.py`, a PyTorch `DataLoader` over a
 //!      map-style Dataset doing one boto3 `get_object` per sample (body read
@@ -48,7 +52,10 @@
 //! **Where the CPU goes.** For every window the run records the CPU time of
 //! SeaweedFS, of the proxy's threads, of the agent's engine and S3 fetcher
 //! threads and of the loader (or of the Python processes), and of the
-//! whole machine including steal time, in cores (CPU seconds per second).
+//! whole machine including steal time, in cores (CPU seconds per second);
+//! what nobody here used is other processes' ("everything else"), and a
+//! window where they took more than a quarter of a core is flagged as
+//! contended. Everything is in the last line's `*_detail` arrays.
 
 use granary::{Client, SessionOptions};
 use granary_agent::ingest::{self, IngestOptions, Phase};
@@ -81,7 +88,7 @@ usage: bench/run latency [options]
   --batch N          samples per batch, both loaders (default 32)
   --warmup-s S       ramp-up skipped before each window (default 2)
   --window-s S       length of each window (default 12)
-  --inflight LIST    Granary: prefetch.max_inflight_reads (default 512,1024); Granary is
+  --inflight LIST    Granary: prefetch.max_inflight_reads (default 1024); Granary is
                      measured with each value, the first is the main column
   --window N         Granary: prefetch.window_batches (default 64)
   --initial-window N Granary: prefetch.initial_window (default 2, the agent's)
@@ -91,6 +98,9 @@ usage: bench/run latency [options]
                      goes into the [[dataset]] table)
   --verify-every N   Granary: verify every Nth sample byte for byte (default 16)
   --no-granary       skip Granary
+  --no-pair          do not measure Granary at 0 ms next to every other RTT
+  --quiet-wait-s S   before each measurement, wait up to S s for the machine to be
+                     quiet (under 0.2 busy cores for 2 s; default 15, 0: never)
   --no-dataloader    skip the DataLoaders
   --plot PATH        where the plot goes (default docs/latency.png; `none`: no plot)
   --python PATH      the Python interpreter (default $PYTHON, else python3)";
@@ -101,6 +111,8 @@ const BUCKET: &str = "granary-bench";
 const PREFIX: &str = "synth";
 /// The dataset's name in the agent.
 const DATASET: &str = "latency";
+/// Cores taken by other processes above which a window counts as contended.
+const CONTENDED: f64 = 0.25;
 
 fn main() -> ExitCode {
     match run() {
@@ -300,6 +312,36 @@ impl MachineCpu {
     }
 }
 
+/// Waits until the machine has been quiet (under 0.2 busy cores) for 2 s,
+/// at most `limit`; returns how long it waited and whether it got there.
+fn wait_quiet(limit: Duration) -> (Duration, bool) {
+    let t = Instant::now();
+    loop {
+        let a = MachineCpu::read();
+        std::thread::sleep(Duration::from_secs(2));
+        let (busy, _, _) = MachineCpu::read().since(&a);
+        if busy < 0.2 {
+            return (t.elapsed(), true);
+        }
+        if t.elapsed() >= limit {
+            return (t.elapsed(), false);
+        }
+    }
+}
+
+/// Runs one measurement after [`wait_quiet`], recording the wait.
+fn measured(limit: Duration, f: impl FnOnce() -> Result<Point>) -> Point {
+    let (waited, quiet) = if limit.is_zero() {
+        (Duration::ZERO, false)
+    } else {
+        wait_quiet(limit)
+    };
+    let mut p = f().unwrap_or_else(Point::failed);
+    p.quiet_wait_s = waited.as_secs_f64();
+    p.started_quiet = quiet;
+    p
+}
+
 /// CPU time (user + system) of process `pid`, all its threads.
 fn process_cpu(pid: u32) -> Duration {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -336,9 +378,23 @@ struct Point {
     /// Extra JSON fields (`"key":value,...`), without braces.
     json_extra: String,
     error: Option<String>,
+    /// How long the run waited for the machine to be quiet before this
+    /// measurement, and whether it was.
+    quiet_wait_s: f64,
+    started_quiet: bool,
 }
 
 impl Point {
+    /// Samples per CPU-second SeaweedFS got: the rate with the store's
+    /// share of a contended machine taken out.
+    fn per_store_core(&self) -> f64 {
+        if self.cpu.weed > 0.0 {
+            self.samples_per_s / self.cpu.weed
+        } else {
+            f64::NAN
+        }
+    }
+
     fn failed(e: String) -> Point {
         Point {
             samples_per_s: f64::NAN,
@@ -357,12 +413,16 @@ impl Point {
             }
         };
         let mut s = format!(
-            "{{\"samples_per_s\":{},\"mb_per_s\":{},\"samples\":{},\"window_s\":{},\"ramp_s\":{},\"cpu\":{}",
+            "{{\"samples_per_s\":{},\"mb_per_s\":{},\"samples\":{},\"window_s\":{},\"ramp_s\":{},\"samples_per_store_core_s\":{},\"contended\":{},\"started_quiet\":{},\"quiet_wait_s\":{},\"cpu\":{}",
             num(self.samples_per_s, 1),
             num(self.mb_per_s, 2),
             self.samples,
             num(self.window_s, 2),
             num(self.ramp_s, 2),
+            num(self.per_store_core(), 0),
+            self.cpu.rest() > CONTENDED,
+            self.started_quiet,
+            num(self.quiet_wait_s, 1),
             self.cpu.json()
         );
         if !self.json_extra.is_empty() {
@@ -384,7 +444,7 @@ impl Point {
 fn run() -> Result<()> {
     let args = Args::parse(
         std::env::args().skip(1),
-        &["no-granary", "no-dataloader"],
+        &["no-granary", "no-dataloader", "no-pair"],
         USAGE,
     )?;
     let files = args.u64("files", 20_000)?;
@@ -404,7 +464,7 @@ fn run() -> Result<()> {
         warmup: secs("warmup-s", 2.0)?,
         window: secs("window-s", 12.0)?,
     };
-    let inflights = args.list("inflight", &[512, 1024])?;
+    let inflights = args.list("inflight", &[1024])?;
     let inflight = u32::try_from(inflights[0]).map_err(|_| "--inflight: too large")?;
     let arena_default = (1u64 << 30).max(inflights.iter().max().copied().unwrap_or(0) << 20);
     let knobs = GranaryKnobs {
@@ -435,6 +495,8 @@ fn run() -> Result<()> {
         p => Some(PathBuf::from(p)),
     };
     let do_granary = !args.flag("no-granary");
+    let quiet = secs("quiet-wait-s", 15.0)?;
+    let pair = !args.flag("no-pair");
     let do_loader = !args.flag("no-dataloader");
 
     let regime_before = sys::regime();
@@ -477,34 +539,60 @@ fn run() -> Result<()> {
     println!("delay proxy: {} -> {}", proxy.local_addr(), weed.s3_addr());
 
     let mut granary: Vec<Point> = Vec::new();
+    // Granary at 0 ms, measured next to each point (the point itself at 0 ms).
+    let mut ref0: Vec<Point> = Vec::new();
     // Further max_inflight_reads values, if any.
     let mut granary_more: Vec<(u64, Vec<Point>)> =
         inflights[1..].iter().map(|&n| (n, Vec::new())).collect();
     let mut loaders: Vec<Vec<Point>> = vec![Vec::new(); workers.len()];
-    for &rtt in &rtts {
-        proxy.set_delay(Duration::from_micros(rtt * 1000 / 2));
+    let delay = |rtt: u64| Duration::from_micros(rtt * 1000 / 2);
+    for (i, &rtt) in rtts.iter().enumerate() {
+        proxy.set_delay(delay(rtt));
         println!(
             "--- RTT {rtt} ms (proxy delay {} ms each way)",
             rtt as f64 / 2.0
         );
         if do_granary {
-            let p = measure_granary(&weed, &proxy, &ds, &knobs, win).unwrap_or_else(Point::failed);
+            // The 0 ms reference goes first at every other point, so that a
+            // drift in the machine's load does not always favour one side.
+            let paired = pair && rtt != 0;
+            let reference = |ref0: &mut Vec<Point>| {
+                proxy.set_delay(Duration::ZERO);
+                let p = measured(quiet, || measure_granary(&weed, &proxy, &ds, &knobs, win));
+                print_point("granary at 0 ms (reference for this point)", &p);
+                ref0.push(p);
+                proxy.set_delay(delay(rtt));
+            };
+            if paired && i % 2 == 1 {
+                reference(&mut ref0);
+            }
+            let p = measured(quiet, || measure_granary(&weed, &proxy, &ds, &knobs, win));
             print_point("granary", &p);
+            if paired && i % 2 == 0 {
+                reference(&mut ref0);
+            } else if !paired {
+                ref0.push(if rtt == 0 {
+                    p.clone()
+                } else {
+                    Point::failed("not measured".into())
+                });
+            }
             granary.push(p);
             for (n, points) in &mut granary_more {
                 let k = GranaryKnobs {
                     inflight: u32::try_from(*n).unwrap_or(u32::MAX),
                     ..knobs.clone()
                 };
-                let p = measure_granary(&weed, &proxy, &ds, &k, win).unwrap_or_else(Point::failed);
+                let p = measured(quiet, || measure_granary(&weed, &proxy, &ds, &k, win));
                 print_point(&format!("granary, max_inflight_reads {n}"), &p);
                 points.push(p);
             }
         }
         if do_loader {
             for (i, &w) in workers.iter().enumerate() {
-                let p = measure_dataloader(&python, &weed, &proxy, &keys, w, batch, win)
-                    .unwrap_or_else(Point::failed);
+                let p = measured(quiet, || {
+                    measure_dataloader(&python, &weed, &proxy, &keys, w, batch, win)
+                });
                 print_point(&format!("dataloader w{w}"), &p);
                 loaders[i].push(p);
             }
@@ -545,17 +633,51 @@ fn run() -> Result<()> {
         (Some(i), Some(k)) => rate(&loaders[k], i),
         _ => f64::NAN,
     };
-    let keep = g100 / g0;
+    let ref100 = idx(100).map_or(f64::NAN, |i| rate(&ref0, i));
+    let keep_unpaired = g100 / g0;
+    // The paired ratio (the 0 ms reference measured next to the 100 ms
+    // point) when there is one, else the 0 ms point of the sweep.
+    let keep = if ref100.is_finite() {
+        g100 / ref100
+    } else {
+        keep_unpaired
+    };
     let speedup = g100 / w8_100;
+    let core_rate = |v: &[Point], i: Option<usize>| {
+        i.and_then(|i| v.get(i))
+            .map_or(f64::NAN, Point::per_store_core)
+    };
+    let keep_per_core = core_rate(&granary, idx(100)) / core_rate(&ref0, idx(100));
     let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
     println!(
-        "goal at 100 ms: granary {:.0} samples/s = {:.3} × its 0 ms rate (goal ≥ 0.9: {}) and {:.1} × the 8-worker DataLoader (goal ≥ 20: {})",
+        "goal at 100 ms: granary {:.0} samples/s = {:.3} × its 0 ms rate measured next to it ({:.0} samples/s; against the 0 ms point of the sweep, {:.0} samples/s: {:.3}) (goal ≥ 0.9: {}) and {:.1} × the 8-worker DataLoader (goal ≥ 20: {})",
         g100,
         keep,
+        ref100,
+        g0,
+        keep_unpaired,
         verdict(keep >= 0.9),
         speedup,
         verdict(speedup >= 20.0)
     );
+    let contended: Vec<String> = rtts
+        .iter()
+        .enumerate()
+        .filter_map(|(i, rtt)| {
+            let p = granary.get(i)?;
+            (p.cpu.rest() > CONTENDED).then(|| format!("{rtt} ms ({:.2} cores)", p.cpu.rest()))
+        })
+        .collect();
+    println!(
+        "per store CPU-second at 100 ms: {:.3} × the 0 ms reference (the store's share of the machine taken out)",
+        keep_per_core
+    );
+    if !contended.is_empty() {
+        println!(
+            "WARNING: other processes took more than {CONTENDED} cores during the Granary windows at {}: those rates are lower than this machine can do",
+            contended.join(", ")
+        );
+    }
     let regime_after = sys::regime();
     println!("after: {regime_after}");
     let total_s = t_all.elapsed().as_secs_f64();
@@ -571,7 +693,10 @@ fn run() -> Result<()> {
     for (k, w) in workers.iter().enumerate() {
         j.nums(&format!("dataloader_w{w}"), &rates(&loaders[k]), 1);
     }
+    j.nums("granary_ref0", &rates(&ref0), 1);
     j.num("granary_100_over_0", keep, 3)
+        .num("granary_100_over_0_unpaired", keep_unpaired, 3)
+        .num("granary_100_over_0_per_store_core", keep_per_core, 3)
         .num("granary_over_w8_at_100", speedup, 2)
         .str("goal_keep_0.9", verdict(keep >= 0.9))
         .str("goal_20x_w8", verdict(speedup >= 20.0));
@@ -758,7 +883,22 @@ fn print_point(who: &str, p: &Point) {
             format!("; {}", p.note)
         }
     );
-    println!("    CPU (cores): {}", p.cpu.line());
+    println!(
+        "    CPU (cores): {}; {:.0} samples per store CPU-second; {}",
+        p.cpu.line(),
+        p.per_store_core(),
+        if p.started_quiet {
+            format!("started on a quiet machine after {:.0} s", p.quiet_wait_s)
+        } else {
+            format!("the machine was not quiet ({:.0} s waited)", p.quiet_wait_s)
+        }
+    );
+    if p.cpu.rest() > CONTENDED {
+        println!(
+            "    contended: other processes took {:.2} cores during this window",
+            p.cpu.rest()
+        );
+    }
 }
 
 /// Checks a synthetic sample's header against what the agent says it is.
@@ -947,6 +1087,7 @@ fn measure_granary(
         note,
         json_extra: e[1..e.len() - 1].to_owned(),
         error: None,
+        ..Point::default()
     })
 }
 
@@ -1030,6 +1171,7 @@ fn measure_dataloader(
         ),
         json_extra: format!("\"python\":{line}"),
         error: None,
+        ..Point::default()
     })
 }
 
