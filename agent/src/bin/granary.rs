@@ -14,6 +14,7 @@
 //!   write a dataset folder into ScyllaDB/Cassandra tables (password from
 //!   `GRANARY_CQL_PASSWORD`); see `docs/scylla.md`.
 
+use granary_agent::ingest::{IngestError, IngestReport, Phase};
 use granary_agent::metrics::{parse_text, scrape};
 use granary_agent::progress::ProgressBar;
 use granary_agent::synth::{self, SynthSpec};
@@ -313,35 +314,86 @@ fn ingest(args: &[String]) -> Result<(), String> {
         settings.allow_http = true;
     }
     let mut opts = IngestOptions::new(src, settings, &prefix);
-    if let Some(c) = flag(args, "--concurrency") {
-        opts.concurrency = c
-            .parse()
-            .ok()
-            .filter(|&n: &usize| n > 0)
-            .ok_or_else(|| format!("--concurrency {c:?}: expected a positive integer"))?;
+    let flags = IngestFlags::parse(args)?;
+    opts.concurrency = flags.concurrency.unwrap_or(opts.concurrency);
+    (opts.verify, opts.resume) = (flags.verify, flags.resume);
+    let words = IngestWords {
+        wrote: "uploaded",
+        same: "size",
+        items: "objects",
+    };
+    run_ingest(src, to, opts.verify, words, |progress| {
+        ingest::ingest(&opts, progress)
+    })
+}
+
+/// The flags both ingests take: `--concurrency` (`None` when not given),
+/// `--verify`, `--resume`.
+struct IngestFlags {
+    concurrency: Option<usize>,
+    verify: bool,
+    resume: bool,
+}
+
+impl IngestFlags {
+    fn parse(args: &[String]) -> Result<IngestFlags, String> {
+        let concurrency = match flag(args, "--concurrency") {
+            Some(c) => Some(
+                c.parse()
+                    .ok()
+                    .filter(|&n: &usize| n > 0)
+                    .ok_or_else(|| format!("--concurrency {c:?}: expected a positive integer"))?,
+            ),
+            None => None,
+        };
+        Ok(IngestFlags {
+            concurrency,
+            verify: args.iter().any(|a| a == "--verify"),
+            resume: args.iter().any(|a| a == "--resume"),
+        })
     }
-    opts.verify = args.iter().any(|a| a == "--verify");
-    opts.resume = args.iter().any(|a| a == "--resume");
+}
+
+/// How an ingest's summary says what it did.
+struct IngestWords {
+    /// What happened to the files moved: `uploaded`, `written`.
+    wrote: &'static str,
+    /// What a skipped file had in common with what the store held.
+    same: &'static str,
+    /// What was read back: `objects`, `rows`.
+    items: &'static str,
+}
+
+/// Runs `ingest` (given the progress callback) with progress bars, and
+/// prints its summary.
+fn run_ingest(
+    src: &str,
+    to: &str,
+    verify: bool,
+    words: IngestWords,
+    ingest: impl FnOnce(&mut dyn FnMut(Phase, u64, u64, u64)) -> Result<IngestReport, IngestError>,
+) -> Result<(), String> {
     let mut bars = Bars(None);
-    let result = ingest::ingest(&opts, |phase, done, total, bytes| {
-        bars.report(phase, done, total, bytes)
-    });
+    let result = ingest(&mut |phase, done, total, bytes| bars.report(phase, done, total, bytes));
     bars.end(result.is_ok());
     let r = result.map_err(|e| format!("ingest {src} -> {to}: {e}"))?;
     println!(
-        "ingest: {} files, {:.1} MB from {src} to {to}: {} uploaded ({:.1} MB in {:.1} s, {:.0} MB/s), {} skipped (already there with the same size)",
+        "ingest: {} files, {:.1} MB from {src} to {to}: {} {} ({:.1} MB in {:.1} s, {:.0} MB/s), {} skipped (already there with the same {})",
         r.files,
         r.bytes as f64 / 1e6,
         r.uploaded,
+        words.wrote,
         r.uploaded_bytes as f64 / 1e6,
         r.upload_time.as_secs_f64(),
         r.uploaded_bytes as f64 / 1e6 / r.upload_time.as_secs_f64().max(1e-9),
         r.skipped,
+        words.same,
     );
-    if opts.verify {
+    if verify {
         println!(
-            "verify: OK, {} objects read back and equal to their files ({:.1} s)",
+            "verify: OK, {} {} read back and equal to their files ({:.1} s)",
             r.verified,
+            words.items,
             r.verify_time.as_secs_f64()
         );
     }
@@ -349,11 +401,10 @@ fn ingest(args: &[String]) -> Result<(), String> {
 }
 
 /// The progress bars of an ingest: one per phase.
-struct Bars(Option<(granary_agent::ingest::Phase, ProgressBar, u64, u64)>);
+struct Bars(Option<(Phase, ProgressBar, u64, u64)>);
 
 impl Bars {
-    fn report(&mut self, phase: granary_agent::ingest::Phase, done: u64, total: u64, bytes: u64) {
-        use granary_agent::ingest::Phase;
+    fn report(&mut self, phase: Phase, done: u64, total: u64, bytes: u64) {
         if self.0.as_ref().is_none_or(|b| b.0 != phase) {
             if let Some((_, b, d, by)) = self.0.as_mut() {
                 b.finish(*d, *by);
@@ -399,37 +450,15 @@ fn ingest_cql(args: &[String], src: &str, to: &str) -> Result<(), String> {
     if let Some(r) = flag(args, "--replication") {
         opts.replication = Replication::parse(r).map_err(|e| format!("--replication: {e}"))?;
     }
-    if let Some(c) = flag(args, "--concurrency") {
-        opts.concurrency = c
-            .parse()
-            .ok()
-            .filter(|&n: &usize| n > 0)
-            .ok_or_else(|| format!("--concurrency {c:?}: expected a positive integer"))?;
-    }
-    opts.verify = args.iter().any(|a| a == "--verify");
-    opts.resume = args.iter().any(|a| a == "--resume");
-    let mut bars = Bars(None);
-    let result = cql::ingest(&opts, |phase, done, total, bytes| {
-        bars.report(phase, done, total, bytes)
-    });
-    bars.end(result.is_ok());
-    let r = result.map_err(|e| format!("ingest {src} -> {to}: {e}"))?;
-    println!(
-        "ingest: {} files, {:.1} MB from {src} to {to}: {} written ({:.1} MB in {:.1} s, {:.0} MB/s), {} skipped (already there with the same label and size)",
-        r.files,
-        r.bytes as f64 / 1e6,
-        r.uploaded,
-        r.uploaded_bytes as f64 / 1e6,
-        r.upload_time.as_secs_f64(),
-        r.uploaded_bytes as f64 / 1e6 / r.upload_time.as_secs_f64().max(1e-9),
-        r.skipped,
-    );
-    if opts.verify {
-        println!(
-            "verify: OK, {} rows read back and equal to their files ({:.1} s)",
-            r.verified,
-            r.verify_time.as_secs_f64()
-        );
-    }
-    Ok(())
+    let flags = IngestFlags::parse(args)?;
+    opts.concurrency = flags.concurrency.unwrap_or(opts.concurrency);
+    (opts.verify, opts.resume) = (flags.verify, flags.resume);
+    let words = IngestWords {
+        wrote: "written",
+        same: "label and size",
+        items: "rows",
+    };
+    run_ingest(src, to, opts.verify, words, |progress| {
+        cql::ingest(&opts, progress)
+    })
 }
