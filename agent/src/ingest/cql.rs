@@ -24,6 +24,7 @@ use crate::source::cql::{
 };
 use futures_util::TryStreamExt;
 use scylla::client::session::Session;
+use scylla::serialize::row::SerializeRow;
 use scylla::statement::prepared::PreparedStatement;
 use scylla::statement::{Consistency, Statement};
 use std::collections::HashMap;
@@ -346,6 +347,23 @@ async fn read_metadata(
     })
 }
 
+impl Writer {
+    /// Executes `statement` with `values`, retried by the settings' policy
+    /// (jittered by `seed`).
+    async fn execute(
+        &self,
+        statement: &PreparedStatement,
+        values: impl SerializeRow,
+        seed: u64,
+    ) -> Result<(), (AttemptError, u32)> {
+        with_retries(self.settings.retry_policy(), seed, || async {
+            self.session.execute_unpaged(statement, &values).await?;
+            Ok(())
+        })
+        .await
+    }
+}
+
 /// Whether each item's metadata row is there with its label and size;
 /// `rows` are the metadata table's ([`read_metadata`]).
 fn rows_match(items: &Items<Uuid>, rows: &HashMap<Uuid, (i32, i64)>) -> Vec<bool> {
@@ -372,37 +390,26 @@ impl Target for Writer {
         async move {
             let data = it.read()?;
             let url = w.settings.url_of(&it.key);
-            let policy = w.settings.retry_policy();
-            with_retries(policy, seed, || async {
-                w.session
-                    .execute_unpaged(&w.insert_data, (it.key, it.label, data.as_slice()))
-                    .await?;
-                Ok(())
-            })
-            .await
-            .map_err(|(e, n)| {
-                format!(
-                    "{} -> {url}: {} after {n} attempt(s)",
-                    it.file.display(),
-                    e.message
-                )
-            })?;
-            with_retries(policy, seed, || async {
-                w.session
-                    .execute_unpaged(&w.insert_meta, (it.key, it.label, it.size as i32))
-                    .await?;
-                Ok(())
-            })
-            .await
-            .map_err(|(e, n)| {
-                format!(
-                    "{} -> {} row {}: {} after {n} attempt(s)",
-                    it.file.display(),
-                    w.settings.metadata_ref(),
-                    it.key,
-                    e.message
-                )
-            })
+            w.execute(&w.insert_data, (it.key, it.label, data.as_slice()), seed)
+                .await
+                .map_err(|(e, n)| {
+                    format!(
+                        "{} -> {url}: {} after {n} attempt(s)",
+                        it.file.display(),
+                        e.message
+                    )
+                })?;
+            w.execute(&w.insert_meta, (it.key, it.label, it.size as i32), seed)
+                .await
+                .map_err(|(e, n)| {
+                    format!(
+                        "{} -> {} row {}: {} after {n} attempt(s)",
+                        it.file.display(),
+                        w.settings.metadata_ref(),
+                        it.key,
+                        e.message
+                    )
+                })
         }
     }
 
