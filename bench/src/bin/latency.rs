@@ -55,7 +55,12 @@
 //! whole machine including steal time, in cores (CPU seconds per second);
 //! what nobody here used is other processes' ("everything else"), and a
 //! window where they took more than a quarter of a core is flagged as
-//! contended. Everything is in the last line's `*_detail` arrays.
+//! contended. Each measurement starts once the machine has been quiet for
+//! 2 s (waiting at most `--quiet-wait-s`), and a contended Granary window
+//! is measured again (`--retries`), the least contended attempt kept.
+//! Throughput on a shared machine follows the CPU the store gets, so each
+//! point also reports samples per CPU-second of SeaweedFS. Everything is
+//! in the last line's `*_detail` arrays.
 
 use granary::{Client, SessionOptions};
 use granary_agent::ingest::{self, IngestOptions, Phase};
@@ -100,7 +105,9 @@ usage: bench/run latency [options]
   --no-granary       skip Granary
   --no-pair          do not measure Granary at 0 ms next to every other RTT
   --quiet-wait-s S   before each measurement, wait up to S s for the machine to be
-                     quiet (under 0.2 busy cores for 2 s; default 15, 0: never)
+                     quiet (under 0.2 busy cores for 2 s; default 10, 0: never)
+  --retries N        Granary: measure a contended window again, up to N times, and keep
+                     the least contended attempt (default 1)
   --no-dataloader    skip the DataLoaders
   --plot PATH        where the plot goes (default docs/latency.png; `none`: no plot)
   --python PATH      the Python interpreter (default $PYTHON, else python3)";
@@ -329,16 +336,44 @@ fn wait_quiet(limit: Duration) -> (Duration, bool) {
     }
 }
 
-/// Runs one measurement after [`wait_quiet`], recording the wait.
-fn measured(limit: Duration, f: impl FnOnce() -> Result<Point>) -> Point {
-    let (waited, quiet) = if limit.is_zero() {
-        (Duration::ZERO, false)
-    } else {
-        wait_quiet(limit)
-    };
-    let mut p = f().unwrap_or_else(Point::failed);
-    p.quiet_wait_s = waited.as_secs_f64();
-    p.started_quiet = quiet;
+/// Runs one measurement after [`wait_quiet`], recording the wait; a
+/// contended one (other processes took more than [`CONTENDED`] cores) is
+/// run again, up to `retries` times, and the least contended attempt is
+/// kept (every attempt's rate and contention are recorded in it).
+fn measured(limit: Duration, retries: u32, mut f: impl FnMut() -> Result<Point>) -> Point {
+    let mut best: Option<Point> = None;
+    let mut attempts: Vec<(f64, f64)> = Vec::new();
+    for attempt in 0..=retries {
+        let (waited, quiet) = if limit.is_zero() {
+            (Duration::ZERO, false)
+        } else {
+            wait_quiet(limit)
+        };
+        let mut p = f().unwrap_or_else(Point::failed);
+        p.quiet_wait_s = waited.as_secs_f64();
+        p.started_quiet = quiet;
+        let failed = p.error.is_some();
+        attempts.push((p.samples_per_s, p.cpu.rest()));
+        let contended = p.cpu.rest() > CONTENDED;
+        if contended && attempt < retries && !failed {
+            println!(
+                "    (contended: other processes took {:.2} cores, {:.0} samples/s; measuring again)",
+                p.cpu.rest(),
+                p.samples_per_s
+            );
+        }
+        if best
+            .as_ref()
+            .is_none_or(|b| b.error.is_some() || (!failed && p.cpu.rest() < b.cpu.rest()))
+        {
+            best = Some(p);
+        }
+        if !contended || failed {
+            break;
+        }
+    }
+    let mut p = best.unwrap_or_else(|| Point::failed("not measured".into()));
+    p.attempts = attempts;
     p
 }
 
@@ -382,6 +417,8 @@ struct Point {
     /// measurement, and whether it was.
     quiet_wait_s: f64,
     started_quiet: bool,
+    /// Every attempt: (samples/s, cores other processes took).
+    attempts: Vec<(f64, f64)>,
 }
 
 impl Point {
@@ -425,6 +462,18 @@ impl Point {
             num(self.quiet_wait_s, 1),
             self.cpu.json()
         );
+        if self.attempts.len() > 1 {
+            let list: Vec<String> = self
+                .attempts
+                .iter()
+                .map(|(r, c)| format!("[{},{}]", num(*r, 1), num(*c, 2)))
+                .collect();
+            let _ = write!(
+                s,
+                ",\"attempts_rate_and_others_cores\":[{}]",
+                list.join(",")
+            );
+        }
         if !self.json_extra.is_empty() {
             s.push(',');
             s.push_str(&self.json_extra);
@@ -495,7 +544,8 @@ fn run() -> Result<()> {
         p => Some(PathBuf::from(p)),
     };
     let do_granary = !args.flag("no-granary");
-    let quiet = secs("quiet-wait-s", 15.0)?;
+    let quiet = secs("quiet-wait-s", 10.0)?;
+    let retries = args.u32("retries", 1)?;
     let pair = !args.flag("no-pair");
     let do_loader = !args.flag("no-dataloader");
 
@@ -558,7 +608,9 @@ fn run() -> Result<()> {
             let paired = pair && rtt != 0;
             let reference = |ref0: &mut Vec<Point>| {
                 proxy.set_delay(Duration::ZERO);
-                let p = measured(quiet, || measure_granary(&weed, &proxy, &ds, &knobs, win));
+                let p = measured(quiet, retries, || {
+                    measure_granary(&weed, &proxy, &ds, &knobs, win)
+                });
                 print_point("granary at 0 ms (reference for this point)", &p);
                 ref0.push(p);
                 proxy.set_delay(delay(rtt));
@@ -566,7 +618,9 @@ fn run() -> Result<()> {
             if paired && i % 2 == 1 {
                 reference(&mut ref0);
             }
-            let p = measured(quiet, || measure_granary(&weed, &proxy, &ds, &knobs, win));
+            let p = measured(quiet, retries, || {
+                measure_granary(&weed, &proxy, &ds, &knobs, win)
+            });
             print_point("granary", &p);
             if paired && i % 2 == 0 {
                 reference(&mut ref0);
@@ -583,14 +637,16 @@ fn run() -> Result<()> {
                     inflight: u32::try_from(*n).unwrap_or(u32::MAX),
                     ..knobs.clone()
                 };
-                let p = measured(quiet, || measure_granary(&weed, &proxy, &ds, &k, win));
+                let p = measured(quiet, retries, || {
+                    measure_granary(&weed, &proxy, &ds, &k, win)
+                });
                 print_point(&format!("granary, max_inflight_reads {n}"), &p);
                 points.push(p);
             }
         }
         if do_loader {
             for (i, &w) in workers.iter().enumerate() {
-                let p = measured(quiet, || {
+                let p = measured(quiet, 0, || {
                     measure_dataloader(&python, &weed, &proxy, &keys, w, batch, win)
                 });
                 print_point(&format!("dataloader w{w}"), &p);
