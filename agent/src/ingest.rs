@@ -19,7 +19,7 @@
 //!   ([`IngestError::Failed`]).
 //!
 //! What a store does (its names for files, how it writes, lists and reads
-//! back) is the [`Target`] each ingest implements.
+//! back) is the `Target` each ingest implements.
 
 pub mod cql;
 pub mod s3;
