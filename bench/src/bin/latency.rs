@@ -1201,9 +1201,7 @@ fn json_num(line: &str, key: &str) -> Option<f64> {
     let pat = format!("\"{key}\":");
     let at = line.find(&pat)? + pat.len();
     let rest = line[at..].trim_start();
-    let end = rest
-        .find(|c: char| c == ',' || c == '}')
-        .unwrap_or(rest.len());
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
     rest[..end].trim().parse().ok()
 }
 
@@ -1303,5 +1301,66 @@ fn draw(python: &str, bench_dir: &Path, line: &str, out: &Path) -> Result<()> {
         Ok(())
     } else {
         Err(format!("{} exited with {status}", script.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_keys_parse_into_sections() {
+        let got = parse_keys("prefetch.read_retries = 5; dataset.max_inflight=64;").unwrap();
+        assert_eq!(
+            got,
+            vec![
+                ("prefetch".to_owned(), "read_retries = 5".to_owned()),
+                ("dataset".to_owned(), "max_inflight = 64".to_owned()),
+            ]
+        );
+        assert!(parse_keys("nosection=1").is_err());
+        assert!(parse_keys("a.b").is_err());
+        assert!(parse_keys("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn numbers_are_read_from_the_python_line() {
+        let line = r#"{"workers": 8, "samples_per_s": 74.5, "ramp_s": 1e-3, "torch": "2.1"}"#;
+        assert_eq!(json_num(line, "workers"), Some(8.0));
+        assert_eq!(json_num(line, "samples_per_s"), Some(74.5));
+        assert_eq!(json_num(line, "ramp_s"), Some(0.001));
+        assert_eq!(json_num(line, "missing"), None);
+        assert_eq!(json_num(line, "torch"), None);
+    }
+
+    #[test]
+    fn headers_are_checked_against_the_catalog() {
+        let mut spec = synth::SynthSpec::new("/nonexistent");
+        spec.num_files = 10;
+        spec.num_classes = 2;
+        let mut buf = Vec::new();
+        spec.render(7, &mut buf);
+        let class = i32::try_from(spec.class_of(7)).unwrap();
+        assert!(check_header(7, class, &buf).is_ok());
+        assert!(check_header(6, class, &buf).is_err());
+        assert!(check_header(7, class + 1, &buf).is_err());
+        assert!(check_header(7, class, &buf[..buf.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn contention_is_what_nobody_here_used() {
+        let u = CpuUse {
+            weed: 1.0,
+            own: 0.5,
+            python: 0.2,
+            busy: 2.0,
+            ..CpuUse::default()
+        };
+        assert!((u.rest() - 0.3).abs() < 1e-9);
+        let mut p = Point::failed("x".into());
+        p.cpu = u;
+        assert!(p.per_store_core().is_nan());
+        p.samples_per_s = 2000.0;
+        assert!((p.per_store_core() - 2000.0).abs() < 1e-9);
     }
 }
