@@ -36,9 +36,10 @@ pub fn run(cfg: Config) -> io::Result<()> {
     install_signal_handlers();
     let metrics = Arc::new(Metrics::default());
     let _metrics_server = match cfg.metrics.socket_addr() {
-        Some(addr) => Some(MetricsServer::start(addr, Arc::clone(&metrics)).map_err(|e| {
-            io::Error::other(format!("metrics.address {addr}: {e}"))
-        })?),
+        Some(addr) => Some(
+            MetricsServer::start(addr, Arc::clone(&metrics))
+                .map_err(|e| io::Error::other(format!("metrics.address {addr}: {e}")))?,
+        ),
         None => None,
     };
     let mut engine = Engine::new(cfg, Arc::clone(&metrics))?;
@@ -46,7 +47,11 @@ pub fn run(cfg: Config) -> io::Result<()> {
     let status = format!(
         "serving on {} ({})",
         engine.socket_path().display(),
-        if engine.hugepages() { "hugepages" } else { "4 KiB pages" }
+        if engine.hugepages() {
+            "hugepages"
+        } else {
+            "4 KiB pages"
+        }
     );
     eprintln!("granaryd: {status}");
     notifier.ready(&status)?;

@@ -199,9 +199,9 @@ impl Dataset {
         match rx.recv_timeout(limit) {
             Ok(result) => Some(self.settle(result)),
             Err(mpsc::RecvTimeoutError::Timeout) => None,
-            Err(mpsc::RecvTimeoutError::Disconnected) => Some(self.settle(Err(
-                io::Error::other("the thread opening it ended without an answer"),
-            ))),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Some(self.settle(Err(io::Error::other(
+                "the thread opening it ended without an answer",
+            )))),
         }
     }
 

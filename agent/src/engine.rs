@@ -16,12 +16,12 @@
 
 use crate::cache::{Cache, CacheConfig, Lookup, PolicyKind, SampleKey};
 use crate::config::Config;
+use crate::dataset::{Dataset, LoadEvent};
 use crate::extent::ExtentAllocator;
 use crate::metrics::Metrics;
 use crate::planner::{PlanParams, SessionPlan};
 use crate::server::{ConnEvent, ConnId, Server};
 use crate::session::{Loan, PendingBatch, Session};
-use crate::dataset::{Dataset, LoadEvent};
 use crate::uring_reader::Completion;
 use granary_shm::arena::{Arena, ArenaOptions};
 use granary_shm::handshake::{Message, OpenSession, SessionOpened};
@@ -167,7 +167,10 @@ impl Engine {
             let ds = Dataset::open_now(d, &cfg)
                 .map_err(|e| io::Error::other(format!("dataset {:?}: {e}", d.name)))?;
             if ds.source().is_some_and(|s| s.is_empty()) {
-                return Err(io::Error::other(format!("dataset {:?} has no samples", d.name)));
+                return Err(io::Error::other(format!(
+                    "dataset {:?} has no samples",
+                    d.name
+                )));
             }
             datasets.push(ds);
         }
@@ -217,7 +220,7 @@ impl Engine {
             arena,
             tables,
             cache,
-                server,
+            server,
             datasets,
             sessions: HashMap::new(),
             inflight: HashMap::new(),
@@ -321,12 +324,15 @@ impl Engine {
             ConnEvent::Close(conn, sid) => {
                 if self.sessions.get(&sid).is_some_and(|s| s.conn == conn) {
                     self.end_session(sid, false);
-                    let _ = self
-                        .server
-                        .reply(conn, &Message::SessionClosed { session_id: sid }, &[]);
+                    let _ =
+                        self.server
+                            .reply(conn, &Message::SessionClosed { session_id: sid }, &[]);
                 } else {
-                    self.server
-                        .reply_error(conn, ErrorCode::NotFound, format!("no session {sid} on this connection"));
+                    self.server.reply_error(
+                        conn,
+                        ErrorCode::NotFound,
+                        format!("no session {sid} on this connection"),
+                    );
                 }
             }
             ConnEvent::Gone(conn) => {
@@ -338,7 +344,11 @@ impl Engine {
                     .map(|s| s.id)
                     .collect();
                 for sid in mine {
-                    if self.sessions.get(&sid).is_some_and(|s| !s.leases.is_empty()) {
+                    if self
+                        .sessions
+                        .get(&sid)
+                        .is_some_and(|s| !s.leases.is_empty())
+                    {
                         self.metrics.loaders_lost.fetch_add(1, Ordering::Relaxed);
                     }
                     self.end_session(sid, false);
@@ -388,15 +398,21 @@ impl Engine {
         let spec = SegmentSpec {
             session_id: id,
             ready_capacity: pick(req.ready_capacity, self.cfg.sessions.ready_ring_capacity),
-            release_capacity: pick(req.release_capacity, self.cfg.sessions.release_ring_capacity),
+            release_capacity: pick(
+                req.release_capacity,
+                self.cfg.sessions.release_ring_capacity,
+            ),
             arena_size: self.arena.size(),
             instance_epoch: random_u64(),
         };
         let segment = match AgentSegment::create_memfd(spec) {
             Ok(s) => s,
             Err(e) => {
-                self.server
-                    .reply_error(conn, ErrorCode::NoMemory, format!("cannot create ring segment: {e}"));
+                self.server.reply_error(
+                    conn,
+                    ErrorCode::NoMemory,
+                    format!("cannot create ring segment: {e}"),
+                );
                 return;
             }
         };
@@ -413,8 +429,11 @@ impl Engine {
         ) {
             Ok(s) => s,
             Err(e) => {
-                self.server
-                    .reply_error(conn, ErrorCode::InvalidArgument, format!("cannot plan: {e}"));
+                self.server.reply_error(
+                    conn,
+                    ErrorCode::InvalidArgument,
+                    format!("cannot plan: {e}"),
+                );
                 return;
             }
         };
@@ -431,8 +450,11 @@ impl Engine {
         let arena_fd = match self.arena.loader_fd() {
             Ok(fd) => fd,
             Err(e) => {
-                self.server
-                    .reply_error(conn, ErrorCode::Internal, format!("cannot share the arena: {e}"));
+                self.server.reply_error(
+                    conn,
+                    ErrorCode::Internal,
+                    format!("cannot share the arena: {e}"),
+                );
                 return;
             }
         };
@@ -568,8 +590,7 @@ impl Engine {
             .iter()
             .filter(|(_, r)| r.key.dataset as usize == ds)
             .count();
-        let mut budget =
-            (src.capacity() as usize).saturating_sub(src.in_flight() + retrying);
+        let mut budget = (src.capacity() as usize).saturating_sub(src.in_flight() + retrying);
         'batches: for b in s.pending.iter_mut() {
             while b.requested < b.samples.len() {
                 let sample = b.samples[b.requested];
@@ -623,7 +644,8 @@ impl Engine {
         };
         let Ok(len32) = u32::try_from(len) else {
             let what = src.describe(k.index);
-            self.datasets[ds].log_failure(|| format!("{what}: {len} bytes is too large for one read"));
+            self.datasets[ds]
+                .log_failure(|| format!("{what}: {len} bytes is too large for one read"));
             let _ = self.cache.fail(k, ErrorCode::Io.as_i32().unsigned_abs());
             return;
         };
@@ -790,7 +812,9 @@ impl Engine {
                             inf.len
                         ),
                     });
-                    let _ = self.cache.fail(inf.key, ErrorCode::Io.as_i32().unsigned_abs());
+                    let _ = self
+                        .cache
+                        .fail(inf.key, ErrorCode::Io.as_i32().unsigned_abs());
                 }
             }
         }
@@ -930,8 +954,16 @@ impl Engine {
                 sample_count: n as u32,
                 // A sample whose read failed for good makes the whole batch
                 // an error batch (its samples say which).
-                status: if errors > 0 { ErrorCode::Io.as_i32() } else { 0 },
-                flags: if b.last_of_epoch { BATCH_END_OF_EPOCH } else { 0 },
+                status: if errors > 0 {
+                    ErrorCode::Io.as_i32()
+                } else {
+                    0
+                },
+                flags: if b.last_of_epoch {
+                    BATCH_END_OF_EPOCH
+                } else {
+                    0
+                },
                 reserved: 0,
             };
             let _ = s.ready.try_stage(d);
@@ -939,7 +971,9 @@ impl Engine {
             self.metrics
                 .samples_served
                 .fetch_add(n as u64, Ordering::Relaxed);
-            self.metrics.bytes_served.fetch_add(total, Ordering::Relaxed);
+            self.metrics
+                .bytes_served
+                .fetch_add(total, Ordering::Relaxed);
             self.metrics.batches_served.fetch_add(1, Ordering::Relaxed);
             s.window = (s.window + 1).min(self.cfg.prefetch.window_batches);
             published = true;
@@ -977,7 +1011,8 @@ impl Engine {
         let tables_used = self.tables.size() - tables_free;
         m.arena_free.store(a.free + tables_free, Ordering::Relaxed);
         m.arena_cached.store(a.cached, Ordering::Relaxed);
-        m.arena_pinned.store(a.pinned + tables_used, Ordering::Relaxed);
+        m.arena_pinned
+            .store(a.pinned + tables_used, Ordering::Relaxed);
         m.arena_in_flight.store(a.in_flight, Ordering::Relaxed);
         m.reads_in_flight
             .store(self.inflight.len() as u64, Ordering::Relaxed);

@@ -6,18 +6,18 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Mutex;
 use std::io::{self, BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// Upper bounds (seconds) of the read-latency histogram buckets.
 pub const LATENCY_BUCKETS: [f64; 14] = [
-    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-    0.5, 1.0,
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0,
 ];
 
 /// A cumulative histogram over [`LATENCY_BUCKETS`].
@@ -206,7 +206,14 @@ impl Metrics {
             .filter(|((d, _), _)| d == dataset)
             .map(|((_, e), c)| {
                 let total = c.hits + c.misses;
-                (*e, if total == 0 { 0.0 } else { c.hits as f64 / total as f64 })
+                (
+                    *e,
+                    if total == 0 {
+                        0.0
+                    } else {
+                        c.hits as f64 / total as f64
+                    },
+                )
             })
             .collect()
     }
@@ -220,9 +227,24 @@ impl Metrics {
         let gauge = |s: &mut String, name: &str, help: &str, v: u64| {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
         };
-        counter(&mut s, "granary_samples_served_total", "Samples handed to loaders.", load(&self.samples_served));
-        counter(&mut s, "granary_bytes_served_total", "Bytes handed to loaders.", load(&self.bytes_served));
-        counter(&mut s, "granary_batches_served_total", "Batches published to loaders.", load(&self.batches_served));
+        counter(
+            &mut s,
+            "granary_samples_served_total",
+            "Samples handed to loaders.",
+            load(&self.samples_served),
+        );
+        counter(
+            &mut s,
+            "granary_bytes_served_total",
+            "Bytes handed to loaders.",
+            load(&self.bytes_served),
+        );
+        counter(
+            &mut s,
+            "granary_batches_served_total",
+            "Batches published to loaders.",
+            load(&self.batches_served),
+        );
         let _ = writeln!(
             s,
             "# HELP granary_cache_lookups_total Sample lookups by result and tier.\n# TYPE granary_cache_lookups_total counter\n\
@@ -231,18 +253,47 @@ impl Metrics {
             load(&self.cache_hits),
             load(&self.cache_misses)
         );
-        counter(&mut s, "granary_reads_total", "Reads submitted to the source.", load(&self.reads_submitted));
-        counter(&mut s, "granary_read_errors_total", "Reads that failed after retries.", load(&self.read_errors));
-        counter(&mut s, "granary_read_retries_total", "Reads retried.", load(&self.read_retries));
+        counter(
+            &mut s,
+            "granary_reads_total",
+            "Reads submitted to the source.",
+            load(&self.reads_submitted),
+        );
+        counter(
+            &mut s,
+            "granary_read_errors_total",
+            "Reads that failed after retries.",
+            load(&self.read_errors),
+        );
+        counter(
+            &mut s,
+            "granary_read_retries_total",
+            "Reads retried.",
+            load(&self.read_retries),
+        );
         counter(
             &mut s,
             "granary_relaxed_swaps_total",
             "Samples delivered ahead of a late one (order = relaxed).",
             load(&self.relaxed_swaps),
         );
-        counter(&mut s, "granary_read_bytes_total", "Bytes read from the source.", load(&self.bytes_read));
-        gauge(&mut s, "granary_reads_in_flight", "Reads in flight.", load(&self.reads_in_flight));
-        self.read_latency.render(&mut s, "granary_read_latency_seconds", "Source read latency.");
+        counter(
+            &mut s,
+            "granary_read_bytes_total",
+            "Bytes read from the source.",
+            load(&self.bytes_read),
+        );
+        gauge(
+            &mut s,
+            "granary_reads_in_flight",
+            "Reads in flight.",
+            load(&self.reads_in_flight),
+        );
+        self.read_latency.render(
+            &mut s,
+            "granary_read_latency_seconds",
+            "Source read latency.",
+        );
         let _ = writeln!(
             s,
             "# HELP granary_loader_wait_seconds_total Time loaders waited for a batch that was not ready.\n# TYPE granary_loader_wait_seconds_total counter\ngranary_loader_wait_seconds_total {}",
@@ -260,13 +311,48 @@ impl Metrics {
             load(&self.arena_pinned),
             load(&self.arena_in_flight)
         );
-        gauge(&mut s, "granary_arena_size_bytes", "Arena size.", load(&self.arena_size));
-        gauge(&mut s, "granary_sessions_open", "Sessions open.", load(&self.sessions_open));
-        counter(&mut s, "granary_sessions_opened_total", "Sessions opened.", load(&self.sessions_opened));
-        counter(&mut s, "granary_violations_total", "Protocol violations by loaders.", load(&self.violations));
-        counter(&mut s, "granary_sessions_fenced_total", "Sessions fenced after a violation.", load(&self.sessions_fenced));
-        counter(&mut s, "granary_connections_refused_total", "Connections refused by the allowlist.", load(&self.connections_refused));
-        counter(&mut s, "granary_loaders_lost_total", "Loaders that disappeared with batches on loan.", load(&self.loaders_lost));
+        gauge(
+            &mut s,
+            "granary_arena_size_bytes",
+            "Arena size.",
+            load(&self.arena_size),
+        );
+        gauge(
+            &mut s,
+            "granary_sessions_open",
+            "Sessions open.",
+            load(&self.sessions_open),
+        );
+        counter(
+            &mut s,
+            "granary_sessions_opened_total",
+            "Sessions opened.",
+            load(&self.sessions_opened),
+        );
+        counter(
+            &mut s,
+            "granary_violations_total",
+            "Protocol violations by loaders.",
+            load(&self.violations),
+        );
+        counter(
+            &mut s,
+            "granary_sessions_fenced_total",
+            "Sessions fenced after a violation.",
+            load(&self.sessions_fenced),
+        );
+        counter(
+            &mut s,
+            "granary_connections_refused_total",
+            "Connections refused by the allowlist.",
+            load(&self.connections_refused),
+        );
+        counter(
+            &mut s,
+            "granary_loaders_lost_total",
+            "Loaders that disappeared with batches on loan.",
+            load(&self.loaders_lost),
+        );
         if let Ok(m) = self.datasets.lock() {
             let _ = writeln!(
                 s,
@@ -287,7 +373,11 @@ impl Metrics {
             );
             for (d, h) in m.iter() {
                 let d = escape_label(d);
-                let _ = writeln!(s, "granary_dataset_load_attempts_total{{dataset=\"{d}\"}} {}", h.load_attempts);
+                let _ = writeln!(
+                    s,
+                    "granary_dataset_load_attempts_total{{dataset=\"{d}\"}} {}",
+                    h.load_attempts
+                );
             }
             let _ = writeln!(
                 s,
@@ -295,7 +385,11 @@ impl Metrics {
             );
             for (d, h) in m.iter() {
                 let d = escape_label(d);
-                let _ = writeln!(s, "granary_dataset_read_errors_total{{dataset=\"{d}\"}} {}", h.read_errors);
+                let _ = writeln!(
+                    s,
+                    "granary_dataset_read_errors_total{{dataset=\"{d}\"}} {}",
+                    h.read_errors
+                );
             }
         }
         if let Ok(m) = self.epochs.lock() {
@@ -386,7 +480,11 @@ fn serve(stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
     let (status, ctype, body) = if method == "GET" && (path == "/metrics" || path == "/") {
         ("200 OK", "text/plain; version=0.0.4", metrics.render())
     } else {
-        ("404 Not Found", "text/plain", "not found: try /metrics\n".to_string())
+        (
+            "404 Not Found",
+            "text/plain",
+            "not found: try /metrics\n".to_string(),
+        )
     };
     let mut w = stream;
     write!(
@@ -402,7 +500,10 @@ pub fn scrape(addr: SocketAddr, timeout: Duration) -> io::Result<String> {
     use std::io::Read;
     let mut s = TcpStream::connect_timeout(&addr, timeout)?;
     s.set_read_timeout(Some(timeout))?;
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )?;
     let mut resp = String::new();
     s.read_to_string(&mut resp)?;
     match resp.split_once("\r\n\r\n") {

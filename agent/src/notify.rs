@@ -63,7 +63,10 @@ impl Notifier {
 
     /// `READY=1` with a status line.
     pub fn ready(&self, status: &str) -> io::Result<()> {
-        self.send(&format!("READY=1\nSTATUS={status}\nMAINPID={}", std::process::id()))
+        self.send(&format!(
+            "READY=1\nSTATUS={status}\nMAINPID={}",
+            std::process::id()
+        ))
     }
 
     /// `WATCHDOG=1`.

@@ -190,7 +190,10 @@ impl Server {
     pub fn reply(&self, id: ConnId, msg: &Message, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
         match self.conns.get(&id) {
             Some(c) => c.sock.send_message(msg, fds),
-            None => Err(io::Error::new(io::ErrorKind::NotConnected, "connection gone")),
+            None => Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "connection gone",
+            )),
         }
     }
 

@@ -119,7 +119,11 @@ root = "{}"
         }
         for epoch in 0..2 {
             for id in 0..600u64 {
-                assert_eq!(count.get(&(epoch, id)), Some(&1), "{name}: epoch {epoch} sample {id}");
+                assert_eq!(
+                    count.get(&(epoch, id)),
+                    Some(&1),
+                    "{name}: epoch {epoch} sample {id}"
+                );
             }
         }
         assert_eq!(seen.len(), 1200, "{name}");

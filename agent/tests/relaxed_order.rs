@@ -67,7 +67,11 @@ impl SampleSource for Laggy {
     ) -> io::Result<usize> {
         let start = out.len();
         let mut got = Vec::new();
-        let wait = if self.inner.in_flight() == 0 { None } else { wait };
+        let wait = if self.inner.in_flight() == 0 {
+            None
+        } else {
+            wait
+        };
         self.inner.poll_completions(wait, &mut got)?;
         let now = Instant::now();
         for c in got {
@@ -149,7 +153,10 @@ fn params(batch: u32) -> PlanParams {
 
 #[test]
 fn strict_order_waits_for_late_samples_and_keeps_the_plan() {
-    let _w = watchdog("strict_order_waits_for_late_samples_and_keeps_the_plan", 120);
+    let _w = watchdog(
+        "strict_order_waits_for_late_samples_and_keeps_the_plan",
+        120,
+    );
     let (agent, spec) = start(false);
     let h = Honest {
         seed: 5,
@@ -161,7 +168,10 @@ fn strict_order_waits_for_late_samples_and_keeps_the_plan() {
         pause: Duration::ZERO,
     };
     // Checks every batch against the plan, byte for byte.
-    assert_eq!(honest_loader_of(&agent.sock, "laggy", &spec, h, &AtomicBool::new(true)), 2);
+    assert_eq!(
+        honest_loader_of(&agent.sock, "laggy", &spec, h, &AtomicBool::new(true)),
+        2
+    );
     assert_eq!(load(&agent.metrics.relaxed_swaps), 0);
     agent.wait_idle(Duration::from_secs(10)).assert_balanced();
     agent.stop();
@@ -186,7 +196,11 @@ fn relaxed_order_moves_late_samples_back_and_delivers_each_once_per_epoch() {
         };
         assert_eq!(b.status(), 0);
         let e = b.epoch() as usize;
-        assert_eq!(b.index(), epochs[e].len() as u64, "batch index out of order");
+        assert_eq!(
+            b.index(),
+            epochs[e].len() as u64,
+            "batch index out of order"
+        );
         let mut ids = Vec::new();
         for smp in b.samples() {
             verify(&spec, &smp);
@@ -206,7 +220,11 @@ fn relaxed_order_moves_late_samples_back_and_delivers_each_once_per_epoch() {
         }
         let mut all: Vec<u64> = got.iter().flatten().copied().collect();
         all.sort_unstable();
-        assert_eq!(all, (0..FILES).collect::<Vec<_>>(), "epoch {e}: not each sample once");
+        assert_eq!(
+            all,
+            (0..FILES).collect::<Vec<_>>(),
+            "epoch {e}: not each sample once"
+        );
         moved += got.iter().zip(&want).filter(|(g, w)| g != w).count();
     }
     let swaps = load(&agent.metrics.relaxed_swaps);

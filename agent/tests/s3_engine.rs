@@ -151,7 +151,10 @@ fn engine_serves_an_ingested_bucket_byte_for_byte() {
 
 #[test]
 fn store_killed_and_restarted_mid_epoch_the_epoch_completes() {
-    let _w = watchdog("store_killed_and_restarted_mid_epoch_the_epoch_completes", 300);
+    let _w = watchdog(
+        "store_killed_and_restarted_mid_epoch_the_epoch_completes",
+        300,
+    );
     let mut weed = Seaweed::start();
     let dir = tempfile::tempdir().unwrap();
     let spec = dataset_in(dir.path(), "a");
@@ -187,12 +190,19 @@ fn store_killed_and_restarted_mid_epoch_the_epoch_completes() {
 
 #[test]
 fn five_percent_of_gets_failing_still_deliver_every_sample() {
-    let _w = watchdog("five_percent_of_gets_failing_still_deliver_every_sample", 240);
+    let _w = watchdog(
+        "five_percent_of_gets_failing_still_deliver_every_sample",
+        240,
+    );
     let weed = Seaweed::start();
     let dir = tempfile::tempdir().unwrap();
     let spec = dataset_in(dir.path(), "a");
     ingest_dir(&weed, &spec.root, "train");
-    let faulty = Arc::new(FaultyStore::new(weed.settings().build_store().unwrap(), 0.05, 3));
+    let faulty = Arc::new(FaultyStore::new(
+        weed.settings().build_store().unwrap(),
+        0.05,
+        3,
+    ));
     let opts = FetchOptions {
         capacity: 64,
         retry: ReadRetry {
@@ -204,17 +214,29 @@ fn five_percent_of_gets_failing_still_deliver_every_sample() {
     };
     let source = S3Source::with_store(faulty.clone(), BUCKET, opts).unwrap();
     let catalog = source.catalog(&S3Layout::Prefix("train".into())).unwrap();
-    let remote = Dataset::from_source("synth", Box::new(S3Dataset::with_parts(source, catalog).unwrap()));
+    let remote = Dataset::from_source(
+        "synth",
+        Box::new(S3Dataset::with_parts(source, catalog).unwrap()),
+    );
     // The configuration needs a dataset of its own: a local one.
     let local = dataset_in(dir.path(), "local");
     let sock = dir.path().join("granary.sock");
     let cfg = agent_config(&sock, &fs_table("local", &local.root));
     let agent = start(dir, &spec, cfg, vec![remote]);
     let stop = AtomicBool::new(true);
-    assert_eq!(honest_loader_of(&agent.sock, "synth", &spec, honest(2, 16, 0), &stop), 2);
+    assert_eq!(
+        honest_loader_of(&agent.sock, "synth", &spec, honest(2, 16, 0), &stop),
+        2
+    );
     let (before, during) = faulty.injected();
-    eprintln!("{} GETs; {before} failed before the body, {during} in it", faulty.gets());
-    assert!(before + during >= 10, "too few faults injected: {before} + {during}");
+    eprintln!(
+        "{} GETs; {before} failed before the body, {during} in it",
+        faulty.gets()
+    );
+    assert!(
+        before + during >= 10,
+        "too few faults injected: {before} + {during}"
+    );
     assert_eq!(load(&agent.metrics.read_errors), 0);
     agent.wait_idle(Duration::from_secs(10)).assert_balanced();
     agent.stop();
@@ -230,15 +252,26 @@ fn dead_endpoint() -> String {
 
 #[test]
 fn unreachable_store_is_a_clear_error_and_the_other_datasets_serve() {
-    let _w = watchdog("unreachable_store_is_a_clear_error_and_the_other_datasets_serve", 120);
+    let _w = watchdog(
+        "unreachable_store_is_a_clear_error_and_the_other_datasets_serve",
+        120,
+    );
     let dir = tempfile::tempdir().unwrap();
     let local = dataset_in(dir.path(), "local");
     let sock = dir.path().join("granary.sock");
     let tables = fs_table("local", &local.root)
-        + &s3_table("remote", &dead_endpoint(), "train", "retries = 1\nrequest_timeout_ms = 500");
+        + &s3_table(
+            "remote",
+            &dead_endpoint(),
+            "train",
+            "retries = 1\nrequest_timeout_ms = 500",
+        );
     let t0 = Instant::now();
     let agent = start(dir, &local, agent_config(&sock, &tables), Vec::new());
-    assert!(t0.elapsed() < Duration::from_secs(20), "start-up waited too long");
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "start-up waited too long"
+    );
     let client = Client::connect(&agent.sock).unwrap();
     let err = client
         .open_session(&SessionOptions::new("remote"))
@@ -252,7 +285,10 @@ fn unreachable_store_is_a_clear_error_and_the_other_datasets_serve() {
     );
     drop(client);
     let stop = AtomicBool::new(true);
-    assert_eq!(honest_loader_of(&agent.sock, "local", &local, honest(2, 32, 0), &stop), 2);
+    assert_eq!(
+        honest_loader_of(&agent.sock, "local", &local, honest(2, 32, 0), &stop),
+        2
+    );
     assert!(agent.alive());
     let text = agent.metrics.render();
     for line in [
@@ -275,7 +311,10 @@ struct Seen {
 
 #[test]
 fn store_dies_mid_run_loaders_get_error_batches_then_recover() {
-    let _w = watchdog("store_dies_mid_run_loaders_get_error_batches_then_recover", 300);
+    let _w = watchdog(
+        "store_dies_mid_run_loaders_get_error_batches_then_recover",
+        300,
+    );
     let mut weed = Seaweed::start();
     let dir = tempfile::tempdir().unwrap();
     let spec = dataset_in(dir.path(), "a");
@@ -283,7 +322,12 @@ fn store_dies_mid_run_loaders_get_error_batches_then_recover() {
     let local = dataset_in(dir.path(), "local");
     let sock = dir.path().join("granary.sock");
     let tables = fs_table("local", &local.root)
-        + &s3_table("synth", &weed.endpoint(), "train", "retries = 1\nrequest_timeout_ms = 1000");
+        + &s3_table(
+            "synth",
+            &weed.endpoint(),
+            "train",
+            "retries = 1\nrequest_timeout_ms = 1000",
+        );
     let agent = start(dir, &spec, agent_config(&sock, &tables), Vec::new());
     let saw_error = AtomicBool::new(false);
     let restarted = AtomicBool::new(false);
@@ -338,11 +382,16 @@ fn store_dies_mid_run_loaders_get_error_batches_then_recover() {
         // The other dataset serves two whole epochs while the store is down.
         let (local, stop) = (&local, &stop);
         let sock = &agent.sock;
-        let healthy = s.spawn(move || honest_loader_of(sock, "local", local, honest(2, 32, 2), stop));
+        let healthy =
+            s.spawn(move || honest_loader_of(sock, "local", local, honest(2, 32, 2), stop));
         wait_for("an error batch", Duration::from_secs(120), || {
             saw_error.load(Ordering::SeqCst)
         });
-        assert_eq!(healthy.join().unwrap(), 2, "the healthy dataset stopped serving");
+        assert_eq!(
+            healthy.join().unwrap(),
+            2,
+            "the healthy dataset stopped serving"
+        );
         weed.restart();
         restarted.store(true, Ordering::SeqCst);
         eprintln!("restarted the server");
@@ -353,7 +402,10 @@ fn store_dies_mid_run_loaders_get_error_batches_then_recover() {
     });
     assert!(load(&agent.metrics.read_errors) > 0);
     let health = agent.metrics.datasets.lock().unwrap().clone();
-    assert!(health["synth"].ready && health["synth"].read_errors > 0, "{health:?}");
+    assert!(
+        health["synth"].ready && health["synth"].read_errors > 0,
+        "{health:?}"
+    );
     assert_eq!(health["local"].read_errors, 0, "{health:?}");
     agent.wait_idle(Duration::from_secs(20)).assert_balanced();
     agent.stop();

@@ -410,8 +410,16 @@ granary_samples_served_total 8
         assert_eq!(
             got,
             vec![
-                EpochLookups { epoch: 0, hits: 0, misses: 4 },
-                EpochLookups { epoch: 1, hits: 3, misses: 1 },
+                EpochLookups {
+                    epoch: 0,
+                    hits: 0,
+                    misses: 4
+                },
+                EpochLookups {
+                    epoch: 1,
+                    hits: 3,
+                    misses: 1
+                },
             ]
         );
         assert!((got[1].hit_rate() - 0.75).abs() < 1e-12);

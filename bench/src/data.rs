@@ -72,10 +72,7 @@ impl Dataset {
 /// catalogs it.
 pub fn ensure(spec: &SynthSpec) -> io::Result<Dataset> {
     let total = spec.num_files;
-    let mut bar = ProgressBar::new(
-        &format!("dataset {}", spec.root.display()),
-        total,
-    );
+    let mut bar = ProgressBar::new(&format!("dataset {}", spec.root.display()), total);
     let summary = synth::generate(spec, |done, bytes| bar.update(done, bytes))?;
     bar.finish(summary.files, summary.bytes);
     if !summary.skipped {

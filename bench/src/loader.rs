@@ -157,7 +157,11 @@ pub fn consume(
         rec.batches += 1;
         for s in batch.samples() {
             if s.status() != 0 {
-                return Err(format!("sample {} failed with status {}", s.id(), s.status()));
+                return Err(format!(
+                    "sample {} failed with status {}",
+                    s.id(),
+                    s.status()
+                ));
             }
             // SAFETY: the agent is this benchmark's own engine, which never
             // writes a sample's extent while the batch holding it is on

@@ -59,8 +59,15 @@ impl Client {
 
 fn dial(path: &Path) -> Result<SeqPacket> {
     if path.as_os_str().is_empty() {
-        return Err(Error::new(ErrorCode::InvalidArgument, "socket path is empty"));
+        return Err(Error::new(
+            ErrorCode::InvalidArgument,
+            "socket path is empty",
+        ));
     }
-    SeqPacket::connect(path)
-        .map_err(|e| Error::socket(&format!("connecting to the agent at {}", path.display()), &e))
+    SeqPacket::connect(path).map_err(|e| {
+        Error::socket(
+            &format!("connecting to the agent at {}", path.display()),
+            &e,
+        )
+    })
 }

@@ -108,7 +108,10 @@ fn refusal(e: ErrorReply) -> Error {
     } else {
         e.code
     };
-    Error::new(code, format!("the agent refused the session: {}", e.message))
+    Error::new(
+        code,
+        format!("the agent refused the session: {}", e.message),
+    )
 }
 
 fn violation_name(code: u32) -> &'static str {
@@ -348,7 +351,10 @@ impl Session {
             Stream::Open => Ok(()),
             Stream::LastDelivered => {
                 self.stream = Stream::Ended;
-                Err(Error::new(ErrorCode::EndOfStream, "every batch was delivered"))
+                Err(Error::new(
+                    ErrorCode::EndOfStream,
+                    "every batch was delivered",
+                ))
             }
             Stream::Ended => Err(Error::new(
                 ErrorCode::EndOfStream,
@@ -405,8 +411,9 @@ impl Session {
                 ErrorCode::Disconnected,
                 format!("the agent hung up (session {id})"),
             )),
-            Err(e) => Err(Error::socket("checking the agent socket", &e)
-                .context(format!("session {id}"))),
+            Err(e) => {
+                Err(Error::socket("checking the agent socket", &e).context(format!("session {id}")))
+            }
         }
     }
 

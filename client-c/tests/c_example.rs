@@ -139,13 +139,20 @@ fn c_example_reads_and_verifies_every_sample() {
         check("consume", &out);
         assert_eq!(stdout(&out), expected_summary(&ds, 16, 2, 42, 0, 1));
     }
-    assert_eq!(expected_summary(&ds, 16, 2, 42, 0, 1).split(' ').next(), Some("batches=34"));
+    assert_eq!(
+        expected_summary(&ds, 16, 2, 42, 0, 1).split(' ').next(),
+        Some("batches=34")
+    );
 
     // Rank 1 of 3, one epoch.
-    let out = run(Command::new(&static_bin)
-        .arg("-f")
-        .arg(&sock)
-        .args(["c-example", "10", "1", "9", "1", "3"]));
+    let out = run(Command::new(&static_bin).arg("-f").arg(&sock).args([
+        "c-example",
+        "10",
+        "1",
+        "9",
+        "1",
+        "3",
+    ]));
     check("consume rank 1 of 3", &out);
     assert_eq!(stdout(&out), expected_summary(&ds, 10, 1, 9, 1, 3));
 
@@ -154,9 +161,22 @@ fn c_example_reads_and_verifies_every_sample() {
         .arg("-f")
         .arg(&sock)
         .args(["c-flaky", "8"]));
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout(&out).starts_with("batches=5 samples=32 "), "{}", stdout(&out));
-    assert!(stdout(&out).contains(" errors=1 mismatches=0"), "{}", stdout(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout(&out).starts_with("batches=5 samples=32 "),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains(" errors=1 mismatches=0"),
+        "{}",
+        stdout(&out)
+    );
 
     // The checks are real: a wrong byte under a matching CRC fails the
     // content check, a wrong CRC fails even without it.
@@ -165,13 +185,25 @@ fn c_example_reads_and_verifies_every_sample() {
         .arg(&sock)
         .args(["c-scribbled", "8"]));
     assert_eq!(out.status.code(), Some(1));
-    assert!(stdout(&out).ends_with(" errors=0 mismatches=1\n"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).ends_with(" errors=0 mismatches=1\n"),
+        "{}",
+        stdout(&out)
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("sample 17 "));
-    let out = run(Command::new(&static_bin).arg(&sock).args(["c-scribbled", "8"]));
+    let out = run(Command::new(&static_bin)
+        .arg(&sock)
+        .args(["c-scribbled", "8"]));
     check("consume without the content check", &out);
-    let out = run(Command::new(&static_bin).arg(&sock).args(["c-bad-crc", "4"]));
+    let out = run(Command::new(&static_bin)
+        .arg(&sock)
+        .args(["c-bad-crc", "4"]));
     assert_eq!(out.status.code(), Some(1));
-    assert!(stdout(&out).ends_with(" errors=0 mismatches=12\n"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).ends_with(" errors=0 mismatches=12\n"),
+        "{}",
+        stdout(&out)
+    );
 
     // An unknown dataset is a session error with the agent's words.
     let out = run(Command::new(&static_bin).arg(&sock).arg("imagenet"));
@@ -198,14 +230,31 @@ fn header_compiles_as_strict_c_and_as_cpp() {
     .unwrap();
     let include = crate_dir().join("include");
     let out = run(Command::new(cc())
-        .args(["-std=c99", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-fsyntax-only", "-I"])
+        .args([
+            "-std=c99",
+            "-Wall",
+            "-Wextra",
+            "-Wpedantic",
+            "-Werror",
+            "-fsyntax-only",
+            "-I",
+        ])
         .arg(&include)
         .arg(&unit));
     check("compiling granary.h as C99", &out);
 
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
     match Command::new(&cxx)
-        .args(["-std=c++11", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", "-x", "c++", "-I"])
+        .args([
+            "-std=c++11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-fsyntax-only",
+            "-x",
+            "c++",
+            "-I",
+        ])
         .arg(&include)
         .arg(&unit)
         .output()

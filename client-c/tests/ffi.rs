@@ -85,22 +85,38 @@ fn null_pointers_are_invalid_arguments() {
     unsafe {
         assert_eq!(granary_connect(ptr::null(), &mut client), INVALID);
         assert!(client.is_null(), "out is cleared on failure");
-        assert!(last_error().contains("socket_path is NULL"), "{}", last_error());
-        assert_eq!(granary_connect(c"/nonexistent".as_ptr(), ptr::null_mut()), INVALID);
+        assert!(
+            last_error().contains("socket_path is NULL"),
+            "{}",
+            last_error()
+        );
+        assert_eq!(
+            granary_connect(c"/nonexistent".as_ptr(), ptr::null_mut()),
+            INVALID
+        );
         granary_client_free(ptr::null_mut());
 
         assert_eq!(granary_session_options_init(ptr::null_mut()), INVALID);
         assert_eq!(granary_session_open(ptr::null(), &o, &mut session), INVALID);
         assert!(session.is_null());
-        assert_eq!(granary_session_get_info(ptr::null(), ptr::null_mut()), INVALID);
+        assert_eq!(
+            granary_session_get_info(ptr::null(), ptr::null_mut()),
+            INVALID
+        );
         let mut base: *const u8 = ptr::null();
         let mut size = 0u64;
-        assert_eq!(granary_session_arena(ptr::null(), &mut base, &mut size), INVALID);
+        assert_eq!(
+            granary_session_arena(ptr::null(), &mut base, &mut size),
+            INVALID
+        );
         assert!(last_error().contains("session is NULL"), "{}", last_error());
 
         assert_eq!(granary_next_batch(ptr::null_mut(), 0, &mut batch), INVALID);
         assert!(batch.is_null());
-        assert_eq!(granary_next_batch(ptr::null_mut(), 0, ptr::null_mut()), INVALID);
+        assert_eq!(
+            granary_next_batch(ptr::null_mut(), 0, ptr::null_mut()),
+            INVALID
+        );
         assert_eq!(granary_try_next_batch(ptr::null_mut(), &mut batch), INVALID);
 
         assert_eq!(granary_batch_len(ptr::null()), 0);
@@ -108,9 +124,15 @@ fn null_pointers_are_invalid_arguments() {
         assert_eq!(granary_batch_index(ptr::null()), 0);
         assert_eq!(granary_batch_flags(ptr::null()), 0);
         assert_eq!(granary_batch_status(ptr::null()), INVALID);
-        assert_eq!(granary_batch_sample(ptr::null(), 0, ptr::null_mut()), INVALID);
+        assert_eq!(
+            granary_batch_sample(ptr::null(), 0, ptr::null_mut()),
+            INVALID
+        );
 
-        assert_eq!(granary_batch_release(ptr::null_mut(), ptr::null_mut()), INVALID);
+        assert_eq!(
+            granary_batch_release(ptr::null_mut(), ptr::null_mut()),
+            INVALID
+        );
         assert_eq!(granary_session_close(ptr::null_mut()), INVALID);
     }
 }
@@ -118,7 +140,10 @@ fn null_pointers_are_invalid_arguments() {
 #[test]
 fn options_init_fills_defaults() {
     let o = init_options(c"d");
-    assert_eq!(o.struct_size as usize, std::mem::size_of::<GranarySessionOptions>());
+    assert_eq!(
+        o.struct_size as usize,
+        std::mem::size_of::<GranarySessionOptions>()
+    );
     assert_eq!(o.abi_version, GRANARY_ABI_VERSION);
     assert_eq!(o.seed, 0);
     assert_eq!(o.first_epoch, 0);
@@ -219,7 +244,9 @@ fn last_error_message_is_per_thread() {
 fn a_whole_session_through_the_c_api() {
     let _w = watchdog("a_whole_session_through_the_c_api", WATCHDOG);
     let ds = Dataset::new("c-api", 150);
-    let other = Dataset::new("c-api-gated", 30).max_len(512).with(Behaviour::Gated);
+    let other = Dataset::new("c-api-gated", 30)
+        .max_len(512)
+        .with(Behaviour::Gated);
     let fx = Fixture::start(vec![ds.clone(), other]);
     let client = connect(&fx);
 
@@ -240,9 +267,18 @@ fn a_whole_session_through_the_c_api() {
     let mut arena_size = 0u64;
     // SAFETY: live session, writable out pointers; NULL outs are refused.
     unsafe {
-        assert_eq!(granary_session_arena(s, ptr::null_mut(), &mut arena_size), INVALID);
-        assert_eq!(granary_session_arena(s, &mut arena_base, ptr::null_mut()), INVALID);
-        assert_eq!(granary_session_arena(s, &mut arena_base, &mut arena_size), OK);
+        assert_eq!(
+            granary_session_arena(s, ptr::null_mut(), &mut arena_size),
+            INVALID
+        );
+        assert_eq!(
+            granary_session_arena(s, &mut arena_base, ptr::null_mut()),
+            INVALID
+        );
+        assert_eq!(
+            granary_session_arena(s, &mut arena_base, &mut arena_size),
+            OK
+        );
     }
     assert!(!arena_base.is_null());
     let mut info = GranarySessionInfo {
@@ -276,7 +312,10 @@ fn a_whole_session_through_the_c_api() {
                 assert_eq!(granary_batch_index(b), index as u64);
                 assert_eq!(granary_batch_len(b), ids.len());
                 let last = index + 1 == plan.len();
-                assert_eq!(granary_batch_flags(b) & GRANARY_BATCH_END_OF_EPOCH != 0, last);
+                assert_eq!(
+                    granary_batch_flags(b) & GRANARY_BATCH_END_OF_EPOCH != 0,
+                    last
+                );
                 for (i, &id) in ids.iter().enumerate() {
                     let mut smp = std::mem::zeroed::<GranarySample>();
                     assert_eq!(granary_batch_sample(b, i, &mut smp), OK);
@@ -334,7 +373,9 @@ fn a_whole_session_through_the_c_api() {
 #[test]
 fn per_batch_errors_come_with_the_batch() {
     let _w = watchdog("per_batch_errors_come_with_the_batch", WATCHDOG);
-    let ds = Dataset::new("io", 24).max_len(256).with(Behaviour::IoErrorAt(1));
+    let ds = Dataset::new("io", 24)
+        .max_len(256)
+        .with(Behaviour::IoErrorAt(1));
     let fx = Fixture::start(vec![ds]);
     let client = connect(&fx);
     let mut o = init_options(c"io");
@@ -375,7 +416,13 @@ fn per_batch_errors_come_with_the_batch() {
 #[test]
 fn connect_failures() {
     let dir = tempfile::tempdir().unwrap();
-    let path = CString::new(dir.path().join("absent.sock").as_os_str().as_encoded_bytes()).unwrap();
+    let path = CString::new(
+        dir.path()
+            .join("absent.sock")
+            .as_os_str()
+            .as_encoded_bytes(),
+    )
+    .unwrap();
     let mut c = ptr::dangling_mut();
     // SAFETY: valid string and out pointer.
     let rc = unsafe { granary_connect(path.as_ptr(), &mut c) };

@@ -38,7 +38,10 @@ fn verify(ds: &Dataset, batch: &Batch, want_ids: &[u64]) {
         let bytes = sample.to_vec();
         assert_eq!(bytes.len(), ds.len_of(id) as usize);
         assert_eq!(sample.len(), bytes.len());
-        assert_eq!(&bytes[..bytes.len().min(8)], &id.to_le_bytes()[..bytes.len().min(8)]);
+        assert_eq!(
+            &bytes[..bytes.len().min(8)],
+            &id.to_le_bytes()[..bytes.len().min(8)]
+        );
         assert!(bytes == ds.bytes_of(id), "content of sample {id}");
         assert_eq!(crc32c::crc32c(&bytes), sample.crc32c());
         assert!(sample.checksum_matches());
@@ -110,7 +113,11 @@ fn every_sample_of_every_batch_is_verified() {
     assert_eq!(Stats::get(&st.closes), 1);
     assert_eq!(Stats::get(&st.unreturned), 0, "every lease came back");
     assert_eq!(Stats::get(&st.releases), Stats::get(&st.published));
-    assert_eq!(Stats::get(&st.published), 21, "20 batches and end of stream");
+    assert_eq!(
+        Stats::get(&st.published),
+        21,
+        "20 batches and end of stream"
+    );
     assert_eq!(Stats::get(&st.violations), 0);
 }
 
@@ -176,21 +183,32 @@ fn a_slow_agent_wakes_a_parked_loader() {
         let b = s.next_batch(None).unwrap();
         s.release(b).unwrap();
     }
-    assert_eq!(s.next_batch(None).unwrap_err().code(), ErrorCode::EndOfStream);
+    assert_eq!(
+        s.next_batch(None).unwrap_err().code(),
+        ErrorCode::EndOfStream
+    );
 }
 
 #[test]
 fn non_blocking_returns_would_block_before_data() {
     let _w = watchdog("non_blocking_returns_would_block_before_data", WATCHDOG);
-    let ds = Dataset::new("gated", 50).max_len(2048).with(Behaviour::Gated);
+    let ds = Dataset::new("gated", 50)
+        .max_len(2048)
+        .with(Behaviour::Gated);
     let fx = Fixture::start(vec![ds.clone()]);
     let o = options("gated", 8, 1, 3);
     let mut s = open(&fx, &o);
     let t = Instant::now();
-    assert_eq!(s.try_next_batch().unwrap_err().code(), ErrorCode::WouldBlock);
+    assert_eq!(
+        s.try_next_batch().unwrap_err().code(),
+        ErrorCode::WouldBlock
+    );
     let e = s.next_batch(Some(Duration::ZERO)).unwrap_err();
     assert_eq!(e.code(), ErrorCode::WouldBlock);
-    assert!(t.elapsed() < Duration::from_millis(500), "non-blocking calls must not wait");
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "non-blocking calls must not wait"
+    );
     fx.open_gate();
     let first = s.next_batch(LONG).expect("data after the gate opens");
     assert_eq!(first.seq(), 0);
@@ -223,14 +241,20 @@ fn timeout_returns_within_bounds() {
         let e = s.next_batch(Some(limit)).unwrap_err();
         let took = t.elapsed();
         assert_eq!(e.code(), ErrorCode::Timeout, "{e}");
-        assert!(took >= limit, "returned after {took:?}, before the {limit:?} timeout");
+        assert!(
+            took >= limit,
+            "returned after {took:?}, before the {limit:?} timeout"
+        );
         assert!(
             took < limit + Duration::from_millis(1500),
             "returned {took:?} after a {limit:?} timeout"
         );
     }
     // A timeout is not fatal.
-    assert_eq!(s.try_next_batch().unwrap_err().code(), ErrorCode::WouldBlock);
+    assert_eq!(
+        s.try_next_batch().unwrap_err().code(),
+        ErrorCode::WouldBlock
+    );
 }
 
 /// Takes batches until an error, releasing each; returns (batches, error, time of the error).
@@ -266,7 +290,10 @@ fn agent_hanging_up_mid_stream_disconnects_within_the_timeout() {
             t.elapsed()
         );
         // Sticky.
-        assert_eq!(s.try_next_batch().unwrap_err().code(), ErrorCode::Disconnected);
+        assert_eq!(
+            s.try_next_batch().unwrap_err().code(),
+            ErrorCode::Disconnected
+        );
         s.close().expect("closing a disconnected session succeeds");
     }
 }
@@ -291,17 +318,25 @@ fn a_parked_loader_learns_of_hang_up_and_fence_promptly() {
         let a = scope.spawn(|| (dies.next_batch(None).unwrap_err(), t.elapsed()));
         let b = scope.spawn(|| {
             (
-                fences.next_batch(Some(Duration::from_secs(60))).unwrap_err(),
+                fences
+                    .next_batch(Some(Duration::from_secs(60)))
+                    .unwrap_err(),
                 t.elapsed(),
             )
         });
         let (e, took) = a.join().unwrap();
         assert_eq!(e.code(), ErrorCode::Disconnected, "{e}");
-        assert!(took >= delay && took < delay + Duration::from_secs(2), "{took:?}");
+        assert!(
+            took >= delay && took < delay + Duration::from_secs(2),
+            "{took:?}"
+        );
         let (e, took) = b.join().unwrap();
         assert_eq!(e.code(), ErrorCode::Fenced, "{e}");
         assert!(e.message().contains("not on loan"), "{e}");
-        assert!(took >= delay && took < delay + Duration::from_secs(2), "{took:?}");
+        assert!(
+            took >= delay && took < delay + Duration::from_secs(2),
+            "{took:?}"
+        );
     });
 }
 
@@ -333,7 +368,10 @@ fn agent_closing_the_session_disconnects_after_the_ring_drains() {
     let mut s = open(&fx, &options("closing", 5, 1, 0));
     let (n, e, _) = drain_until_error(&mut s, Some(Duration::from_secs(30)));
     assert_eq!(e.code(), ErrorCode::Disconnected, "{e}");
-    assert_eq!(n, 2, "both published batches are delivered before the close");
+    assert_eq!(
+        n, 2,
+        "both published batches are delivered before the close"
+    );
 }
 
 #[test]
@@ -371,7 +409,11 @@ fn corrupt_descriptor_is_reported_not_a_crash() {
     s.close().unwrap();
     assert!(fx.wait_finished(1, Duration::from_secs(10)));
     assert_eq!(Stats::get(&fx.stats().violations), 0);
-    assert_eq!(Stats::get(&fx.stats().unreturned), 0, "the bad descriptor was handed back too");
+    assert_eq!(
+        Stats::get(&fx.stats().unreturned),
+        0,
+        "the bad descriptor was handed back too"
+    );
 }
 
 #[test]
@@ -426,11 +468,16 @@ fn a_full_release_ring_defers_releases_without_losing_them() {
     let mut waits = Vec::new();
     for b in batches {
         let t = Instant::now();
-        s.release(b).expect("a release into a full ring is deferred, not failed");
+        s.release(b)
+            .expect("a release into a full ring is deferred, not failed");
         waits.push(t.elapsed());
     }
     assert!(waits[0] < granary::RELEASE_WAIT && waits[1] < granary::RELEASE_WAIT);
-    assert!(waits[2] >= granary::RELEASE_WAIT, "the third release waited {:?}", waits[2]);
+    assert!(
+        waits[2] >= granary::RELEASE_WAIT,
+        "the third release waited {:?}",
+        waits[2]
+    );
     assert_eq!(Stats::get(&fx.stats().releases), 0);
     fx.open_gate();
     let mut n = 3;
@@ -471,7 +518,11 @@ fn dropped_batches_and_wrong_session_releases_come_back() {
     while Stats::get(&fx.stats().releases) < 1 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(2));
     }
-    assert_eq!(Stats::get(&fx.stats().releases), 1, "the dropped batch was returned");
+    assert_eq!(
+        Stats::get(&fx.stats().releases),
+        1,
+        "the dropped batch was returned"
+    );
 
     let e = s2.release(b).unwrap_err();
     assert_eq!(e.code(), ErrorCode::InvalidArgument);
@@ -498,7 +549,9 @@ fn refusals_carry_the_agents_words() {
     let _w = watchdog("refusals_carry_the_agents_words", WATCHDOG);
     let fx = Fixture::start(vec![Dataset::new("known", 10)]);
     let client = Client::connect(fx.socket_path()).unwrap();
-    let e = client.open_session(&SessionOptions::new("unknown")).unwrap_err();
+    let e = client
+        .open_session(&SessionOptions::new("unknown"))
+        .unwrap_err();
     assert_eq!(e.code(), ErrorCode::NotFound);
     assert!(e.message().contains("\"unknown\""), "{e}");
 
@@ -518,7 +571,9 @@ fn refusals_carry_the_agents_words() {
     let me = unsafe { libc::geteuid() };
     let strict = Fixture::start_with(vec![Dataset::new("known", 10)], vec![me.wrapping_add(1)]);
     let client = Client::connect(strict.socket_path()).unwrap();
-    let e = client.open_session(&SessionOptions::new("known")).unwrap_err();
+    let e = client
+        .open_session(&SessionOptions::new("known"))
+        .unwrap_err();
     assert_eq!(e.code(), ErrorCode::Permission);
     assert!(e.message().contains(&format!("uid {me}")), "{e}");
     assert_eq!(Stats::get(&strict.stats().refused), 1);
@@ -526,12 +581,16 @@ fn refusals_carry_the_agents_words() {
 
     // An agent that refuses at accept time and closes the connection before
     // the request arrives: still a permission error with its message.
-    let strict =
-        Fixture::start_checking_at_accept(vec![Dataset::new("known", 10)], vec![me.wrapping_add(1)]);
+    let strict = Fixture::start_checking_at_accept(
+        vec![Dataset::new("known", 10)],
+        vec![me.wrapping_add(1)],
+    );
     let client = Client::connect(strict.socket_path()).unwrap();
     for pause in [0, 100] {
         std::thread::sleep(Duration::from_millis(pause));
-        let e = client.open_session(&SessionOptions::new("known")).unwrap_err();
+        let e = client
+            .open_session(&SessionOptions::new("known"))
+            .unwrap_err();
         assert_eq!(e.code(), ErrorCode::Permission, "{e}");
         assert!(e.message().contains("allowlist"), "{e}");
     }

@@ -70,7 +70,14 @@ mod imp {
 
     fn membarrier(cmd: libc::c_int) -> libc::c_long {
         // SAFETY: membarrier takes two integers and touches no memory of ours.
-        unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0 as libc::c_uint, 0 as libc::c_int) }
+        unsafe {
+            libc::syscall(
+                libc::SYS_membarrier,
+                cmd,
+                0 as libc::c_uint,
+                0 as libc::c_int,
+            )
+        }
     }
 
     pub(super) fn register() -> bool {
@@ -110,7 +117,10 @@ mod tests {
         let first = super::register_agent();
         assert_eq!(first, super::register_agent());
         // The kernels this project targets (≥ 4.16) have the command.
-        assert!(first, "membarrier GLOBAL_EXPEDITED unavailable on this kernel");
+        assert!(
+            first,
+            "membarrier GLOBAL_EXPEDITED unavailable on this kernel"
+        );
         super::imp::global_expedited();
     }
 }

@@ -138,6 +138,9 @@ mod tests {
         w.store(1, Ordering::Release);
         wake_all(&w);
         let waited = h.join().unwrap();
-        assert!(waited < Duration::from_secs(5), "sleeper was not woken: {waited:?}");
+        assert!(
+            waited < Duration::from_secs(5),
+            "sleeper was not woken: {waited:?}"
+        );
     }
 }

@@ -50,9 +50,11 @@ impl<P> LeaseTable<P> {
     /// gone and its payload is returned.
     pub fn reclaim(&mut self, rel: &ReleaseDescriptor) -> Result<P, Violation> {
         match self.leases.get(&rel.seq) {
-            Some((token, _)) if *token == rel.token => {
-                Ok(self.leases.remove(&rel.seq).map(|(_, p)| p).expect("present"))
-            }
+            Some((token, _)) if *token == rel.token => Ok(self
+                .leases
+                .remove(&rel.seq)
+                .map(|(_, p)| p)
+                .expect("present")),
             _ => Err(Violation::UnknownLease {
                 seq: rel.seq,
                 token: rel.token,
@@ -92,12 +94,16 @@ mod tests {
                 token: tok ^ 2
             })
             .is_err());
-        assert!(t.reclaim(&ReleaseDescriptor { seq: 6, token: tok }).is_err());
+        assert!(t
+            .reclaim(&ReleaseDescriptor { seq: 6, token: tok })
+            .is_err());
         assert_eq!(
             t.reclaim(&ReleaseDescriptor { seq: 5, token: tok }),
             Ok("five")
         );
-        assert!(t.reclaim(&ReleaseDescriptor { seq: 5, token: tok }).is_err());
+        assert!(t
+            .reclaim(&ReleaseDescriptor { seq: 5, token: tok })
+            .is_err());
         assert!(t.is_empty());
         t.lend(1, "a");
         t.lend(2, "b");

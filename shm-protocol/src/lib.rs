@@ -24,9 +24,12 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+#[cfg(not(feature = "loom"))]
+pub mod arena;
 pub mod barrier;
 pub mod error;
 pub mod futex;
+pub mod handshake;
 pub mod layout;
 pub mod lease;
 #[cfg(not(feature = "loom"))]
@@ -34,13 +37,10 @@ pub mod memfd;
 pub mod region;
 pub mod ring;
 pub mod segment;
-pub mod validate;
-#[cfg(not(feature = "loom"))]
-pub mod arena;
-pub mod handshake;
 #[cfg(not(feature = "loom"))]
 pub mod socket;
 mod sync;
+pub mod validate;
 
 pub use error::{AttachError, ErrorCode, Violation, WaitError};
 pub use layout::{BatchDescriptor, ReleaseDescriptor, SampleEntry, LAYOUT_VERSION};

@@ -40,8 +40,8 @@
 //! index found near `u64::MAX` in a segment works like any other instead of
 //! overflowing.
 
-use crate::error::{Violation, WaitError};
 use crate::barrier::Barriers;
+use crate::error::{Violation, WaitError};
 use crate::futex;
 use crate::layout::{RingControl, RingItem};
 use crate::sync::{spin_hint, AtomicU32, Ordering};
@@ -833,7 +833,11 @@ mod tests {
         assert_eq!(p.stage_with(5, |j| 100 + j as u64).unwrap(), 5);
         assert_eq!(c.try_pop().unwrap(), None, "staged items are invisible");
         p.publish();
-        assert_eq!(p.stage_with(5, |j| 200 + j as u64).unwrap(), 3, "only 3 slots left");
+        assert_eq!(
+            p.stage_with(5, |j| 200 + j as u64).unwrap(),
+            3,
+            "only 3 slots left"
+        );
         p.publish();
         let mut out = [0u64; 16];
         assert_eq!(c.pop_into(&mut out).unwrap(), 8);
@@ -855,8 +859,15 @@ mod tests {
     fn hostile_tail_is_a_violation() {
         let (p, mut c) = heap_ring::<u64>(4, "ready");
         p.ring.ctrl().producer.tail.store(1000, Ordering::Release);
-        assert!(matches!(c.try_pop(), Err(Violation::RingIndex { ring: "ready", .. })));
-        p.ring.ctrl().producer.tail.store(u64::MAX, Ordering::Release);
+        assert!(matches!(
+            c.try_pop(),
+            Err(Violation::RingIndex { ring: "ready", .. })
+        ));
+        p.ring
+            .ctrl()
+            .producer
+            .tail
+            .store(u64::MAX, Ordering::Release);
         assert!(c.try_pop().is_err());
     }
 
@@ -883,7 +894,9 @@ mod tests {
     #[test]
     fn indices_wrap_past_u64_max() {
         let cap = 4u32;
-        let region = Arc::new(crate::region::Region::heap(crate::layout::ring_bytes::<u64>(cap)));
+        let region = Arc::new(crate::region::Region::heap(
+            crate::layout::ring_bytes::<u64>(cap),
+        ));
         let base = NonNull::new(region.as_ptr()).unwrap();
         // SAFETY: the zeroed heap region starts with a RingControl (atomics).
         let ctrl = unsafe { base.cast::<RingControl>().as_ref() };
@@ -954,7 +967,8 @@ mod tests {
         let (mut p, mut c) = heap_ring::<[u64; 8]>(64, "t");
         let h = std::thread::spawn(move || {
             for i in 0..n {
-                p.push_blocking([i, !i, i * 3, 0, 0, 0, 0, i ^ 0x55], None).unwrap();
+                p.push_blocking([i, !i, i * 3, 0, 0, 0, 0, i ^ 0x55], None)
+                    .unwrap();
             }
         });
         let mut buf = [[0u64; 8]; 16];

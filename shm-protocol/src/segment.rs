@@ -90,7 +90,13 @@ impl AgentSegment {
         } else {
             0
         };
-        Ok(Self::init(Arc::new(region), Some(fd), geometry, spec, flags))
+        Ok(Self::init(
+            Arc::new(region),
+            Some(fd),
+            geometry,
+            spec,
+            flags,
+        ))
     }
 
     /// Creates a segment in heap memory (tests, Miri).

@@ -298,7 +298,14 @@ mod tests {
         assert!(check_batch(&BatchDescriptor { status: 5, ..ok }, 1 << 20).is_err());
         assert!(check_batch(&BatchDescriptor { status: -999, ..ok }, 1 << 20).is_err());
         assert!(check_batch(&BatchDescriptor { status: -11, ..ok }, 1 << 20).is_ok());
-        assert!(check_batch(&BatchDescriptor { table_offset: 4, ..ok }, 1 << 20).is_err());
+        assert!(check_batch(
+            &BatchDescriptor {
+                table_offset: 4,
+                ..ok
+            },
+            1 << 20
+        )
+        .is_err());
         assert!(check_batch(
             &BatchDescriptor {
                 sample_count: MAX_BATCH_SAMPLES + 1,

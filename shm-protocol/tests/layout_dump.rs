@@ -20,19 +20,94 @@ fn render() -> String {
     writeln!(s, "LAYOUT_VERSION={LAYOUT_VERSION}").unwrap();
     writeln!(s, "SEGMENT_MAGIC={SEGMENT_MAGIC:#018x}").unwrap();
     writeln!(s, "LINE={LINE} SEGMENT_HEADER_SIZE={SEGMENT_HEADER_SIZE} SEGMENT_ALIGN={SEGMENT_ALIGN} MAX_RING_CAPACITY={MAX_RING_CAPACITY}").unwrap();
-    dump!(s, SegmentHeader { magic, layout_version, header_size, instance_epoch, creator_pid, flags,
-        segment_size, session_id, ready_offset, ready_capacity, ready_item_size, release_offset,
-        release_capacity, release_item_size, arena_size, state, violation, heartbeat_ms, reserved });
-    dump!(s, ProducerLine { tail, data_seq, producer_waiting });
-    dump!(s, ConsumerLine { head, space_seq, consumer_waiting });
+    dump!(
+        s,
+        SegmentHeader {
+            magic,
+            layout_version,
+            header_size,
+            instance_epoch,
+            creator_pid,
+            flags,
+            segment_size,
+            session_id,
+            ready_offset,
+            ready_capacity,
+            ready_item_size,
+            release_offset,
+            release_capacity,
+            release_item_size,
+            arena_size,
+            state,
+            violation,
+            heartbeat_ms,
+            reserved
+        }
+    );
+    dump!(
+        s,
+        ProducerLine {
+            tail,
+            data_seq,
+            producer_waiting
+        }
+    );
+    dump!(
+        s,
+        ConsumerLine {
+            head,
+            space_seq,
+            consumer_waiting
+        }
+    );
     dump!(s, RingControl { producer, consumer });
-    dump!(s, BatchDescriptor { seq, token, table_offset, batch_index, total_bytes, epoch, sample_count, status, flags, reserved });
+    dump!(
+        s,
+        BatchDescriptor {
+            seq,
+            token,
+            table_offset,
+            batch_index,
+            total_bytes,
+            epoch,
+            sample_count,
+            status,
+            flags,
+            reserved
+        }
+    );
     dump!(s, ReleaseDescriptor { seq, token });
-    dump!(s, SampleEntry { sample_id, offset, length, label, crc32c, status });
+    dump!(
+        s,
+        SampleEntry {
+            sample_id,
+            offset,
+            length,
+            label,
+            crc32c,
+            status
+        }
+    );
     let g = SegmentGeometry::new(256, 256).unwrap();
-    writeln!(s, "geometry(256,256): ready@{} release@{} size={}", g.ready_offset, g.release_offset, g.segment_size).unwrap();
-    writeln!(s, "flags: END_OF_EPOCH={BATCH_END_OF_EPOCH} END_OF_STREAM={BATCH_END_OF_STREAM}").unwrap();
-    writeln!(s, "state: LIVE={} FENCED={} CLOSED={}", state::LIVE, state::FENCED, state::CLOSED).unwrap();
+    writeln!(
+        s,
+        "geometry(256,256): ready@{} release@{} size={}",
+        g.ready_offset, g.release_offset, g.segment_size
+    )
+    .unwrap();
+    writeln!(
+        s,
+        "flags: END_OF_EPOCH={BATCH_END_OF_EPOCH} END_OF_STREAM={BATCH_END_OF_STREAM}"
+    )
+    .unwrap();
+    writeln!(
+        s,
+        "state: LIVE={} FENCED={} CLOSED={}",
+        state::LIVE,
+        state::FENCED,
+        state::CLOSED
+    )
+    .unwrap();
     s
 }
 

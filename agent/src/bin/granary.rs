@@ -139,7 +139,9 @@ fn demo(args: &[String]) -> Result<(), String> {
     let t0 = Instant::now();
     while !sock.exists() {
         if let Ok(Some(status)) = agent.0.try_wait() {
-            return Err(format!("granaryd exited before serving ({status}); see its message above"));
+            return Err(format!(
+                "granaryd exited before serving ({status}); see its message above"
+            ));
         }
         if t0.elapsed() > Duration::from_secs(60) {
             return Err("granaryd did not open its socket within 60 s".into());

@@ -84,7 +84,11 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Result<()> {
-    let args = Args::parse(std::env::args().skip(1), &["touch", "sweep", "no-fio"], USAGE)?;
+    let args = Args::parse(
+        std::env::args().skip(1),
+        &["touch", "sweep", "no-fio"],
+        USAGE,
+    )?;
     let files = args.u64("files", 20_000)?;
     let mean = args.u64("mean-size", 110_000)?;
     let reps = args.u32("reps", 3)?.max(1);
@@ -118,7 +122,9 @@ fn run() -> Result<()> {
     );
     let fio = !args.flag("no-fio") && fio_version().is_some();
     if !args.flag("no-fio") && !fio {
-        return Err("fio not found (bench/run cold installs it with apt-get; or pass --no-fio)".into());
+        return Err(
+            "fio not found (bench/run cold installs it with apt-get; or pass --no-fio)".into(),
+        );
     }
     if let Some(v) = fio_version() {
         println!("fio: {v}");
@@ -128,7 +134,11 @@ fn run() -> Result<()> {
     let mut fio_rates = vec![Vec::new(); fio_bs.len()];
     let mut fio_wall_rates = vec![Vec::new(); fio_bs.len()];
     for rep in 0..reps {
-        let order = if rep % 2 == 0 { [true, false] } else { [false, true] };
+        let order = if rep % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
         for agent_side in order {
             if agent_side {
                 let r = granary_epoch(&ds, arena, knobs, touch_bytes, &mut cold)?;
@@ -148,11 +158,28 @@ fn run() -> Result<()> {
     let mut best = (knobs, median(&granary_rates));
     if args.flag("sweep") {
         let grid = [
-            Knobs { inflight: 64, ..knobs },
-            Knobs { inflight: 1024, ..knobs },
-            Knobs { window: 64, ..knobs },
-            Knobs { window: 64, inflight: 1024, ..knobs },
-            Knobs { batch: 128, window: 16, inflight: 1024 },
+            Knobs {
+                inflight: 64,
+                ..knobs
+            },
+            Knobs {
+                inflight: 1024,
+                ..knobs
+            },
+            Knobs {
+                window: 64,
+                ..knobs
+            },
+            Knobs {
+                window: 64,
+                inflight: 1024,
+                ..knobs
+            },
+            Knobs {
+                batch: 128,
+                window: 16,
+                inflight: 1024,
+            },
         ];
         for k in grid {
             let r = granary_epoch(&ds, arena, k, touch_bytes, &mut cold)?;
@@ -214,7 +241,10 @@ fn run() -> Result<()> {
             .str("best_config", &best.0.label());
     }
     if !cold {
-        j.str("warning", "not root: page cache not dropped, reads were not cold");
+        j.str(
+            "warning",
+            "not root: page cache not dropped, reads were not cold",
+        );
     }
     println!("{}", j.line());
     Ok(())
@@ -319,7 +349,10 @@ fn granary_epoch(
     let cpu1 = sys::thread_cpu();
     let delivered: u64 = run.epochs.iter().map(|e| e.samples).sum();
     if delivered != ds.len() {
-        return Err(format!("{delivered} samples delivered, {} expected", ds.len()));
+        return Err(format!(
+            "{delivered} samples delivered, {} expected",
+            ds.len()
+        ));
     }
     let m = agent.metrics();
     let out = AgentEpoch {

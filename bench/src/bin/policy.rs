@@ -113,7 +113,9 @@ fn run() -> Result<()> {
         let agent = Agent::start(&settings).map_err(|e| format!("agent: {e}"))?;
         let cc = agent.cache_config();
         if cc.arena_size != cache_bytes || cc.policy != policy {
-            return Err(format!("the engine's cache is not the one expected: {cc:?}"));
+            return Err(format!(
+                "the engine's cache is not the one expected: {cc:?}"
+            ));
         }
         let sim_cfg = SimConfig {
             arena_size: cc.arena_size,

@@ -124,7 +124,11 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Result<()> {
-    let args = Args::parse(std::env::args().skip(1), &["spin", "sweep", "no-baseline"], USAGE)?;
+    let args = Args::parse(
+        std::env::args().skip(1),
+        &["spin", "sweep", "no-baseline"],
+        USAGE,
+    )?;
     let files = args.u64("files", 20_000)?;
     let mean = args.u64("mean-size", 110_000)?;
     let epochs = args.u32("epochs", 5)?.max(1);
@@ -168,12 +172,35 @@ fn run() -> Result<()> {
     let mut tuned = Vec::new();
     if args.flag("sweep") {
         let grid = [
-            Knobs { batch: 128, ..main_knobs },
-            Knobs { batch: 256, ..main_knobs },
-            Knobs { window: 64, ready: 256, ..main_knobs },
-            Knobs { batch: 256, window: 64, ready: 256, ..main_knobs },
-            Knobs { spin: true, ..main_knobs },
-            Knobs { batch: 256, window: 64, ready: 256, spin: true },
+            Knobs {
+                batch: 128,
+                ..main_knobs
+            },
+            Knobs {
+                batch: 256,
+                ..main_knobs
+            },
+            Knobs {
+                window: 64,
+                ready: 256,
+                ..main_knobs
+            },
+            Knobs {
+                batch: 256,
+                window: 64,
+                ready: 256,
+                ..main_knobs
+            },
+            Knobs {
+                spin: true,
+                ..main_knobs
+            },
+            Knobs {
+                batch: 256,
+                window: 64,
+                ready: 256,
+                spin: true,
+            },
         ];
         for k in grid {
             let o = measure(&ds, arena, &hugepages, k, epochs, mem.as_ref())?;
@@ -239,7 +266,10 @@ fn pages(huge: bool) -> &'static str {
 }
 
 fn fmt_rates(v: &[f64]) -> String {
-    v.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" ")
+    v.iter()
+        .map(|r| format!("{r:.2}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn print_outcome(what: &str, o: &Outcome) {
@@ -357,16 +387,29 @@ fn measure(
         },
     )?;
     if run.epochs.len() != 1 + epochs as usize || marks.go.len() != epochs as usize {
-        return Err(format!("{} epochs delivered, {} expected", run.epochs.len(), 1 + epochs));
+        return Err(format!(
+            "{} epochs delivered, {} expected",
+            run.epochs.len(),
+            1 + epochs
+        ));
     }
     for e in &run.epochs {
         if e.samples != ds.len() {
-            return Err(format!("epoch {}: {} samples, {} expected", e.epoch, e.samples, ds.len()));
+            return Err(format!(
+                "epoch {}: {} samples, {} expected",
+                e.epoch,
+                e.samples,
+                ds.len()
+            ));
         }
     }
     let lookups = agent.epoch_lookups("warm");
     let reads = agent.metrics().reads_submitted.load(Ordering::Relaxed);
-    let cold_timed: u64 = lookups.iter().filter(|l| l.epoch > 0).map(|l| l.misses).sum();
+    let cold_timed: u64 = lookups
+        .iter()
+        .filter(|l| l.epoch > 0)
+        .map(|l| l.misses)
+        .sum();
     if cold_timed > 0 || reads != ds.len() {
         return Err(format!(
             "the cache was not warm: {cold_timed} misses in the timed epochs, {reads} reads for {} samples",
@@ -413,7 +456,10 @@ fn measure(
         .enumerate()
         .map(|(i, (e, t))| {
             let m = marks.stream.get(i).map_or(f64::NAN, |d| gbps(ds.bytes, *d));
-            let b = marks.by_sample.get(i).map_or(f64::NAN, |d| gbps(ds.bytes, *d));
+            let b = marks
+                .by_sample
+                .get(i)
+                .map_or(f64::NAN, |d| gbps(ds.bytes, *d));
             (gbps(e.bytes, *t), m, b)
         })
         .collect();

@@ -430,7 +430,9 @@ pub unsafe extern "C" fn granary_batch_len(batch: *const GranaryBatch) -> usize 
 #[no_mangle]
 pub unsafe extern "C" fn granary_batch_epoch(batch: *const GranaryBatch) -> u32 {
     // SAFETY: NULL or a live handle, per the caller.
-    value(0, || unsafe { batch.as_ref() }.map_or(0, |b| b.batch.epoch()))
+    value(0, || {
+        unsafe { batch.as_ref() }.map_or(0, |b| b.batch.epoch())
+    })
 }
 
 /// Index of the batch within its epoch for this rank (0 for NULL).
@@ -442,7 +444,9 @@ pub unsafe extern "C" fn granary_batch_epoch(batch: *const GranaryBatch) -> u32 
 #[no_mangle]
 pub unsafe extern "C" fn granary_batch_index(batch: *const GranaryBatch) -> u64 {
     // SAFETY: NULL or a live handle, per the caller.
-    value(0, || unsafe { batch.as_ref() }.map_or(0, |b| b.batch.index()))
+    value(0, || {
+        unsafe { batch.as_ref() }.map_or(0, |b| b.batch.index())
+    })
 }
 
 /// `GRANARY_BATCH_END_OF_EPOCH` and/or `GRANARY_BATCH_END_OF_STREAM`

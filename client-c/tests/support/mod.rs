@@ -47,7 +47,9 @@ pub fn watchdog(name: &str, limit: Duration) -> Watchdog {
     let name = name.to_owned();
     std::thread::spawn(move || {
         if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
-            eprintln!("watchdog: test `{name}` still running after {limit:?}; aborting the process");
+            eprintln!(
+                "watchdog: test `{name}` still running after {limit:?}; aborting the process"
+            );
             std::process::abort();
         }
     });
@@ -65,9 +67,9 @@ const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
 /// FNV-1a (64-bit) of `bytes`.
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes
-        .iter()
-        .fold(FNV_OFFSET, |h, &b| (h ^ u64::from(b)).wrapping_mul(FNV_PRIME))
+    bytes.iter().fold(FNV_OFFSET, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(FNV_PRIME)
+    })
 }
 
 /// One step of splitmix64.
@@ -310,7 +312,9 @@ impl Fixture {
         let dir = tempfile::tempdir().expect("temporary directory");
         let path = dir.path().join("granaryd.sock");
         let listener = SeqPacketListener::bind(&path, 0o600).expect("bind the fixture socket");
-        listener.set_nonblocking(true).expect("non-blocking listener");
+        listener
+            .set_nonblocking(true)
+            .expect("non-blocking listener");
         let shared = Arc::new(Shared {
             datasets,
             allowed_uids,
@@ -444,7 +448,12 @@ fn serve(conn: SeqPacket, shared: Arc<Shared>) {
             return;
         }
         Err(e) => {
-            refuse(&conn, &shared, ErrorCode::Permission, format!("SO_PEERCRED: {e}"));
+            refuse(
+                &conn,
+                &shared,
+                ErrorCode::Permission,
+                format!("SO_PEERCRED: {e}"),
+            );
             return;
         }
     }
@@ -503,7 +512,8 @@ struct Served {
 
 impl Served {
     fn build(ds: &Dataset, req: &OpenSession, shared: &Shared) -> Result<Served, String> {
-        let epochs: Vec<(u32, Vec<Vec<u64>>)> = (req.first_epoch..req.first_epoch + req.epoch_count)
+        let epochs: Vec<(u32, Vec<Vec<u64>>)> = (req.first_epoch
+            ..req.first_epoch + req.epoch_count)
             .map(|e| {
                 let b = plan_epoch(
                     ds.samples,
@@ -617,7 +627,10 @@ impl Served {
             instance_epoch: splitmix64(&mut (nanos ^ session_id)),
         })
         .map_err(|e| e.to_string())?;
-        let first = epochs.first().map(|(_, b)| b.as_slice()).unwrap_or_default();
+        let first = epochs
+            .first()
+            .map(|(_, b)| b.as_slice())
+            .unwrap_or_default();
         Ok(Served {
             arena,
             segment,
@@ -721,7 +734,8 @@ impl Served {
                 Behaviour::HangUpOnGate if gate => return leases.len() as u64,
                 Behaviour::FenceOnGate if gate && !stopped_publishing => {
                     stopped_publishing = true;
-                    self.segment.fence(&Violation::UnknownLease { seq: 0, token: 0 });
+                    self.segment
+                        .fence(&Violation::UnknownLease { seq: 0, token: 0 });
                 }
                 Behaviour::HangUpAfter(n) if published >= n => return leases.len() as u64,
                 Behaviour::FenceAfter(n) if published >= n && !stopped_publishing => {

@@ -37,9 +37,9 @@ impl S3Dataset {
         let layout = S3Layout::from_dataset(ds).map_err(io::Error::other)?;
         let source = S3Source::connect(&settings, capacity).map_err(io::Error::other)?;
         let catalog = source.catalog(&layout).map_err(|e| match e {
-            S3Error::Request { retryable: true, .. } => {
-                io::Error::new(io::ErrorKind::TimedOut, e)
-            }
+            S3Error::Request {
+                retryable: true, ..
+            } => io::Error::new(io::ErrorKind::TimedOut, e),
             e => io::Error::other(e),
         })?;
         S3Dataset::with_parts(source, catalog)
