@@ -1,0 +1,6 @@
+//! The sans-IO core of Granary's peer layer: everything that several agents
+//! must agree on, or that is parsed from another agent's bytes. No sockets,
+//! no threads, no clock of its own: bytes and times in, events out.
+#![forbid(unsafe_code)]
+
+pub mod assign;
