@@ -683,6 +683,15 @@ impl Cache {
         self.areas.largest_free()
     }
 
+    /// The pins held on `key` (0 when absent).
+    pub fn pins(&self, key: SampleKey) -> u32 {
+        match self.lookup(key) {
+            Lookup::Absent => 0,
+            Lookup::InFlight { pins, .. } | Lookup::Failed { pins, .. } => pins,
+            Lookup::Ready(r) => r.pins,
+        }
+    }
+
     /// What the cache knows of `key`. Counts nothing.
     pub fn lookup(&self, key: SampleKey) -> Lookup {
         self.entries.get(&key).map_or(Lookup::Absent, Entry::lookup)

@@ -888,7 +888,30 @@ root = "/var/lib/granary/datasets/imagenet/train"
 # (2048), request_timeout_ms (10000), retries (8).
 "##;
 
+/// The retry settings that apply to one dataset (interim: agent-wide).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetrySettings {
+    /// Retries after the first attempt.
+    pub read_retries: u32,
+    /// First backoff, in milliseconds.
+    pub retry_backoff_ms: u64,
+    /// Largest backoff, in milliseconds.
+    pub retry_backoff_max_ms: u64,
+    /// Total deadline per sample, in milliseconds.
+    pub sample_deadline_ms: u64,
+}
+
 impl Config {
+    /// The retry settings of `dataset`.
+    pub fn retry_for(&self, _dataset: Option<&DatasetConfig>) -> RetrySettings {
+        RetrySettings {
+            read_retries: self.prefetch.read_retries,
+            retry_backoff_ms: self.prefetch.retry_backoff_ms,
+            retry_backoff_max_ms: 2_000,
+            sample_deadline_ms: 45_000,
+        }
+    }
+
     /// The commented default configuration, with one example dataset. It
     /// parses and validates.
     pub fn default_toml() -> &'static str {

@@ -129,6 +129,11 @@ impl Dataset {
         }
     }
 
+    /// The dataset's configuration (`None`: a source handed over ready).
+    pub fn config(&self) -> Option<&DatasetConfig> {
+        self.config.as_deref().map(|(d, _)| d)
+    }
+
     /// Whether the configuration says the dataset is opened in the
     /// background (remote stores) rather than before start-up.
     pub fn is_remote(config: &DatasetConfig) -> bool {

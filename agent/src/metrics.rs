@@ -127,6 +127,8 @@ pub struct Metrics {
     pub violations: AtomicU64,
     /// Sessions fenced.
     pub sessions_fenced: AtomicU64,
+    /// Sessions ended because their loader went silent.
+    pub sessions_timed_out: AtomicU64,
     /// Connections refused by the credential allowlist.
     pub connections_refused: AtomicU64,
     /// Loaders that went away with batches on loan.
@@ -340,6 +342,12 @@ impl Metrics {
             "granary_sessions_fenced_total",
             "Sessions fenced after a violation.",
             load(&self.sessions_fenced),
+        );
+        counter(
+            &mut s,
+            "granary_sessions_timed_out_total",
+            "Sessions ended because their loader neither released nor beat its heartbeat for sessions.client_timeout_ms.",
+            load(&self.sessions_timed_out),
         );
         counter(
             &mut s,

@@ -31,6 +31,7 @@
 
 use std::fmt;
 use std::ops::Range;
+use std::sync::{Arc, Mutex};
 
 /// Domain tag mixed into every stream key: the ASCII bytes `granary1` read
 /// as a big-endian 64-bit integer. It names the version of the algorithm; a
@@ -186,7 +187,7 @@ fn check_num_samples(n: u64) -> Result<usize, PlanError> {
 
 /// The SplitMix64 output function: a bijection of 64-bit integers.
 #[inline]
-fn mix64(mut z: u64) -> u64 {
+pub(crate) fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
@@ -410,14 +411,44 @@ impl EpochPlan {
     }
 }
 
+/// How many built epochs a [`SessionPlan`] keeps for its holders: the
+/// session's cursor (up to a window ahead of the loader) and the cache's
+/// future index (the epoch holding the loader's position and the next one)
+/// are never more than three epochs apart.
+const EPOCH_MEMO: usize = 3;
+
 /// A session's future: epochs `first_epoch..first_epoch + epoch_count` of
 /// one rank, in delivery order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// Clones share one memo of built epochs ([`SessionPlan::epoch`]): the
+/// session walking its plan and the cache indexing the same future build
+/// each epoch's permutation once between them.
+#[derive(Clone)]
 pub struct SessionPlan {
     params: PlanParams,
     first_epoch: u32,
     epoch_count: u32,
+    memo: Arc<Mutex<Vec<Arc<EpochPlan>>>>,
 }
+
+impl fmt::Debug for SessionPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionPlan")
+            .field("params", &self.params)
+            .field("first_epoch", &self.first_epoch)
+            .field("epoch_count", &self.epoch_count)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for SessionPlan {
+    fn eq(&self, other: &Self) -> bool {
+        (self.params, self.first_epoch, self.epoch_count)
+            == (other.params, other.first_epoch, other.epoch_count)
+    }
+}
+
+impl Eq for SessionPlan {}
 
 impl SessionPlan {
     /// A session over `epoch_count` epochs starting at `first_epoch`.
@@ -442,6 +473,7 @@ impl SessionPlan {
             params,
             first_epoch,
             epoch_count,
+            memo: Arc::default(),
         })
     }
 
@@ -466,10 +498,32 @@ impl SessionPlan {
         batch_count(&self.params) * u64::from(self.epoch_count)
     }
 
+    /// The plan of `epoch` (one of [`epochs`](Self::epochs)), built once
+    /// and shared by every clone of this plan while it is among the last
+    /// few epochs asked for.
+    ///
+    /// # Errors
+    ///
+    /// [`PlanError::OutOfMemory`] when the permutation cannot be allocated.
+    pub fn epoch(&self, epoch: u32) -> Result<Arc<EpochPlan>, PlanError> {
+        // A poisoned memo only means a panic elsewhere while it was held:
+        // its content (finished Arcs) is still valid.
+        let mut memo = self.memo.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = memo.iter().find(|p| p.epoch() == epoch) {
+            return Ok(Arc::clone(p));
+        }
+        let built = Arc::new(EpochPlan::new(&self.params, epoch)?);
+        if memo.len() >= EPOCH_MEMO {
+            memo.remove(0);
+        }
+        memo.push(Arc::clone(&built));
+        Ok(built)
+    }
+
     /// A cursor at the session's first batch.
     pub fn cursor(&self) -> SessionCursor {
         SessionCursor {
-            session: *self,
+            session: self.clone(),
             next_epoch_offset: 0,
             current: None,
             next_batch: 0,
@@ -486,17 +540,19 @@ pub struct PlannedBatch<'a> {
     pub index: u64,
     /// The batch's sample indices, in order.
     pub samples: &'a [u64],
+    /// Whether it is the last batch of its epoch.
+    pub last_of_epoch: bool,
 }
 
-/// Walks a [`SessionPlan`] batch by batch in delivery order, planning one
-/// epoch at a time (memory: one permutation).
+/// Walks a [`SessionPlan`] batch by batch in delivery order, one epoch at a
+/// time (memory: the epochs its plan's memo holds).
 #[derive(Debug, Clone)]
 pub struct SessionCursor {
     session: SessionPlan,
     /// Offset from `first_epoch` of the next epoch to plan.
     next_epoch_offset: u32,
     /// The epoch being walked.
-    current: Option<EpochPlan>,
+    current: Option<Arc<EpochPlan>>,
     /// Index of the next batch of `current` to yield.
     next_batch: u64,
 }
@@ -525,7 +581,7 @@ impl SessionCursor {
                 return Ok(None);
             }
             let epoch = self.session.first_epoch + self.next_epoch_offset;
-            self.current = Some(EpochPlan::new(&self.session.params, epoch)?);
+            self.current = Some(self.session.epoch(epoch)?);
             self.next_epoch_offset += 1;
             self.next_batch = 0;
         }
@@ -536,6 +592,7 @@ impl SessionCursor {
                 epoch: plan.epoch(),
                 index,
                 samples,
+                last_of_epoch: index + 1 == plan.num_batches(),
             })
         }))
     }

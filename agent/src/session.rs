@@ -1,169 +1,584 @@
-//! One loader session as the agent sees it: its plan (the known future), its
-//! window of batches being prepared, its rings, and the batches on loan.
+//! One loader session as the agent sees it, and the life of its batches.
+//!
+//! A session walks its [`SessionPlan`] (the known future) a window ahead of
+//! its loader. Each batch goes through four steps, each one a method here:
+//!
+//! 1. **plan** ([`Session::plan_ahead`]): the next batches of the plan join
+//!    the window of batches being prepared (slow start: the window grows by
+//!    one per published batch up to its maximum);
+//! 2. **request** ([`Session::request_with`]): each sample of the window is
+//!    looked up, pinned or read by the caller, in delivery order;
+//! 3. **take publishable** ([`Session::take_publishable`]): the front batch
+//!    leaves the window once every sample is present (ready or failed);
+//! 4. **lend / return** ([`Session::lend`], [`Session::reclaim`]): a
+//!    published batch is on loan until the loader releases it; what it pins
+//!    comes back then.
+//!
+//! The session knows nothing of the cache or the sources: the engine passes
+//! closures that answer for them, so every step is testable on its own.
 
-use crate::planner::{EpochPlan, PlanError, PlanParams};
+use crate::extent::Extent;
+use crate::planner::{PlanError, SessionCursor, SessionPlan};
 use crate::server::ConnId;
 use granary_shm::lease::LeaseTable;
 use granary_shm::ring::{Consumer, Producer};
 use granary_shm::segment::AgentSegment;
-use granary_shm::{BatchDescriptor, ReleaseDescriptor};
+use granary_shm::{BatchDescriptor, ReleaseDescriptor, Violation};
 use std::collections::VecDeque;
+use std::time::Instant;
 
-/// A batch being prepared: its samples (dataset indices) in delivery order.
+/// One sample of a batch being prepared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Slot {
+    /// The sample's index in its dataset.
+    pub sample: u64,
+    /// Whether this batch holds a cache pin on it (meaningful once the slot
+    /// has been requested).
+    pub pinned: bool,
+}
+
+/// A batch being prepared: its samples in delivery order.
 #[derive(Debug)]
-pub struct PendingBatch {
+pub(crate) struct PendingBatch {
     /// Epoch.
     pub epoch: u32,
     /// Index within the epoch for this rank.
     pub index: u64,
-    /// Sample indices.
-    pub samples: Vec<u64>,
-    /// How many leading samples have been looked up / requested already.
+    /// The samples; the first `requested` have been looked up.
+    pub slots: Vec<Slot>,
+    /// How many leading slots have been requested.
     pub requested: usize,
-    /// For each requested sample: whether this batch holds a cache pin on it.
-    pub pinned: Vec<bool>,
     /// Last batch of its epoch.
     pub last_of_epoch: bool,
 }
 
+impl PendingBatch {
+    /// Whether every slot has been requested.
+    pub fn fully_requested(&self) -> bool {
+        self.requested == self.slots.len()
+    }
+
+    /// The samples this batch holds pins on.
+    pub fn pinned_samples(&self) -> impl Iterator<Item = u64> + '_ {
+        self.slots[..self.requested]
+            .iter()
+            .filter(|s| s.pinned)
+            .map(|s| s.sample)
+    }
+}
+
+/// What the request step's caller decided for one sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Request {
+    /// Requested; the batch now holds a pin on it.
+    Pinned,
+    /// Requested without a pin (its read failed and others hold it).
+    Unpinned,
+    /// Not now (no read budget or no room): stop requesting this turn.
+    Stop,
+}
+
 /// What a lent batch holds on to until the loader releases it.
 #[derive(Debug)]
-pub struct Loan {
-    /// Cache keys pinned by this batch (dataset-local sample indices).
+pub(crate) struct Loan {
+    /// Samples pinned by this batch (dataset indices).
     pub pinned: Vec<u64>,
     /// Arena extent of the sample table.
-    pub table: Option<crate::extent::Extent>,
+    pub table: Option<Extent>,
 }
 
 /// A session.
-pub struct Session {
+pub(crate) struct Session {
+    id: u64,
+    conn: ConnId,
+    dataset: usize,
+    cursor: SessionCursor,
+    /// The agent's side of the ring segment.
+    segment: AgentSegment,
+    /// Ready ring (agent produces).
+    pub(crate) ready: Producer<BatchDescriptor>,
+    /// Release ring (agent consumes).
+    release: Consumer<ReleaseDescriptor>,
+    leases: LeaseTable<Loan>,
+    pending: VecDeque<PendingBatch>,
+    window: u32,
+    max_window: u32,
+    next_seq: u64,
+    planned_all: bool,
+    ended: bool,
+    /// When the loader was last heard from (a release or a heartbeat).
+    last_heard: Instant,
+    /// The loader's heartbeat word when last read.
+    loader_beat: u64,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.id)
+            .field("dataset", &self.dataset)
+            .field("pending", &self.pending.len())
+            .field("loans", &self.leases.len())
+            .field("window", &self.window)
+            .field("next_seq", &self.next_seq)
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a session is set up ([`Session::new`]).
+pub(crate) struct SessionSetup {
     /// Session id.
     pub id: u64,
     /// Owning connection.
     pub conn: ConnId,
     /// Index of the dataset in the engine's table.
     pub dataset: usize,
-    /// Plan parameters.
-    pub params: PlanParams,
-    /// First epoch.
-    pub first_epoch: u32,
-    /// One past the last epoch.
-    pub end_epoch: u32,
-    /// Batches per epoch for this rank.
-    pub batches_per_epoch: u64,
-    /// The agent's side of the ring segment.
+    /// The plan (shared with the cache's future index).
+    pub plan: SessionPlan,
+    /// The ring segment, endpoints not yet taken.
     pub segment: AgentSegment,
-    /// Ready ring (agent produces).
-    pub ready: Producer<BatchDescriptor>,
-    /// Release ring (agent consumes).
-    pub release: Consumer<ReleaseDescriptor>,
-    /// Batches on loan.
-    pub leases: LeaseTable<Loan>,
-    /// Batches planned and being prepared, in delivery order.
-    pub pending: VecDeque<PendingBatch>,
-    /// Current window (slow start grows it up to the configured maximum).
-    pub window: u32,
-    /// Next descriptor sequence number.
-    pub next_seq: u64,
-    /// Plan of the epoch being expanded into `pending`.
-    plan: Option<EpochPlan>,
-    /// Next batch index to expand within `plan`.
-    next_index: u64,
-    /// True once every batch has been planned.
-    pub planned_all: bool,
-    /// True once END_OF_STREAM was published.
-    pub ended: bool,
+    /// Key of the lease table's tokens.
+    pub lease_key: u64,
+    /// Window at the start (slow start).
+    pub initial_window: u32,
+    /// Largest window.
+    pub max_window: u32,
+    /// Now, on the engine's clock.
+    pub now: Instant,
 }
 
 impl Session {
     /// Builds a session over its segment endpoints.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        id: u64,
-        conn: ConnId,
-        dataset: usize,
-        params: PlanParams,
-        first_epoch: u32,
-        epoch_count: u32,
-        mut segment: AgentSegment,
-        lease_key: u64,
-        initial_window: u32,
-    ) -> Result<Session, PlanError> {
-        params.validate()?;
-        let batches_per_epoch = crate::planner::batches_per_epoch(&params)?;
-        let (ready, release) = segment
-            .take_endpoints()
-            .expect("a fresh segment has its endpoints");
-        Ok(Session {
+    pub fn new(setup: SessionSetup) -> Session {
+        let SessionSetup {
             id,
             conn,
             dataset,
-            params,
-            first_epoch,
-            end_epoch: first_epoch.saturating_add(epoch_count),
-            batches_per_epoch,
+            plan,
+            mut segment,
+            lease_key,
+            initial_window,
+            max_window,
+            now,
+        } = setup;
+        let (ready, release) = segment
+            .take_endpoints()
+            .expect("a fresh segment has its endpoints");
+        let loader_beat = loader_heartbeat(&segment);
+        Session {
+            id,
+            conn,
+            dataset,
+            cursor: plan.cursor(),
             segment,
             ready,
             release,
             leases: LeaseTable::new(lease_key),
             pending: VecDeque::new(),
-            window: initial_window.max(1),
+            window: initial_window.clamp(1, max_window.max(1)),
+            max_window: max_window.max(1),
             next_seq: 0,
-            plan: None,
-            next_index: 0,
             planned_all: false,
             ended: false,
-        })
+            last_heard: now,
+            loader_beat,
+        }
     }
 
-    /// Plans batches until `pending` and the `published` batches the loader
-    /// has not taken yet hold `window` batches together (or the plan ends):
-    /// both are ahead of the loader, and a full ready ring must not stretch
-    /// the window (its samples stay pinned until released).
-    pub fn plan_ahead(&mut self, published: usize) -> Result<(), PlanError> {
+    /// Session id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The connection that opened it.
+    pub fn conn(&self) -> ConnId {
+        self.conn
+    }
+
+    /// Index of its dataset in the engine's table.
+    pub fn dataset(&self) -> usize {
+        self.dataset
+    }
+
+    /// The agent's side of its ring segment.
+    pub fn segment(&self) -> &AgentSegment {
+        &self.segment
+    }
+
+    /// Batches on loan.
+    pub fn loans(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// Batches being prepared.
+    pub fn pending(&self) -> &VecDeque<PendingBatch> {
+        &self.pending
+    }
+
+    /// The current window, in batches.
+    #[cfg(test)]
+    pub fn window(&self) -> u32 {
+        self.window
+    }
+
+    /// Whether END_OF_STREAM has been published.
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// Step 1: plans batches until the window is full or the plan ends.
+    /// Batches published and not yet taken by the loader count towards the
+    /// window (their samples stay pinned until released), so a deep ready
+    /// ring does not stretch it. A bad ring head reads as none here; the
+    /// publish step fences the session for it.
+    pub fn plan_ahead(&mut self) -> Result<(), PlanError> {
+        let published = self.ready.unconsumed().unwrap_or(0);
         while !self.planned_all
             && self.pending.len().saturating_add(published) < self.window as usize
         {
-            let epoch = match &self.plan {
-                Some(p) if self.next_index < p.num_batches() => p.epoch(),
-                Some(p) => {
-                    let next = p.epoch() + 1;
-                    if next >= self.end_epoch {
-                        self.planned_all = true;
-                        self.plan = None;
-                        break;
-                    }
-                    self.plan = Some(EpochPlan::new(&self.params, next)?);
-                    self.next_index = 0;
-                    next
-                }
-                None => {
-                    if self.first_epoch >= self.end_epoch {
-                        self.planned_all = true;
-                        break;
-                    }
-                    self.plan = Some(EpochPlan::new(&self.params, self.first_epoch)?);
-                    self.next_index = 0;
-                    self.first_epoch
-                }
-            };
-            let plan = self.plan.as_ref().expect("set above");
-            let Some(samples) = plan.batch(self.next_index) else {
-                // An epoch with no batches for this rank (tiny dataset): move on.
-                self.next_index = plan.num_batches();
-                continue;
-            };
-            let last = self.next_index + 1 == plan.num_batches();
-            self.pending.push_back(PendingBatch {
-                epoch,
-                index: self.next_index,
-                samples: samples.to_vec(),
-                requested: 0,
-                pinned: Vec::with_capacity(samples.len()),
-                last_of_epoch: last,
-            });
-            self.next_index += 1;
+            match self.cursor.next_batch()? {
+                Some(b) => self.pending.push_back(PendingBatch {
+                    epoch: b.epoch,
+                    index: b.index,
+                    slots: b
+                        .samples
+                        .iter()
+                        .map(|&sample| Slot {
+                            sample,
+                            pinned: false,
+                        })
+                        .collect(),
+                    requested: 0,
+                    last_of_epoch: b.last_of_epoch,
+                }),
+                None => self.planned_all = true,
+            }
         }
         Ok(())
+    }
+
+    /// Step 2: offers every sample of the window not yet requested, in
+    /// delivery order, to `decide(epoch, sample)`, until it answers
+    /// [`Request::Stop`]. Returns whether any sample was requested.
+    pub fn request_with(&mut self, mut decide: impl FnMut(u32, u64) -> Request) -> bool {
+        let mut moved = false;
+        for b in self.pending.iter_mut() {
+            while b.requested < b.slots.len() {
+                let slot = &mut b.slots[b.requested];
+                match decide(b.epoch, slot.sample) {
+                    Request::Stop => return moved,
+                    Request::Pinned => slot.pinned = true,
+                    Request::Unpinned => slot.pinned = false,
+                }
+                b.requested += 1;
+                moved = true;
+            }
+        }
+        moved
+    }
+
+    /// Relaxed order: every sample of the front batch that is not present
+    /// trades places with a ready sample of a later batch of the same epoch
+    /// (already requested, so pinned by its batch: the pin moves with the
+    /// sample). The late sample moves back and keeps its pin; nothing is
+    /// added or dropped, so each epoch still delivers its samples exactly
+    /// once. Returns how many samples moved forward.
+    pub fn relax_front(
+        &mut self,
+        present: impl Fn(u64) -> bool,
+        ready: impl Fn(u64) -> bool,
+    ) -> u64 {
+        let Some((front, later)) = self.pending.make_contiguous().split_first_mut() else {
+            return 0;
+        };
+        let mut swaps = 0;
+        // Where the search for a ready sample stands: (later batch, slot).
+        let (mut b, mut k) = (0usize, 0usize);
+        for i in 0..front.requested {
+            if present(front.slots[i].sample) {
+                continue;
+            }
+            loop {
+                let Some(donor) = later.get_mut(b) else {
+                    return swaps;
+                };
+                if donor.epoch != front.epoch {
+                    return swaps;
+                }
+                if k >= donor.requested {
+                    (b, k) = (b + 1, 0);
+                    continue;
+                }
+                if ready(donor.slots[k].sample) {
+                    std::mem::swap(&mut front.slots[i], &mut donor.slots[k]);
+                    swaps += 1;
+                    k += 1;
+                    break;
+                }
+                k += 1;
+            }
+        }
+        swaps
+    }
+
+    /// Step 3: the front batch, once all its samples are requested and
+    /// `present`. The window grows by one (slow start).
+    pub fn take_publishable(&mut self, present: impl Fn(u64) -> bool) -> Option<PendingBatch> {
+        let front = self.pending.front()?;
+        if !front.fully_requested() || !front.slots.iter().all(|s| present(s.sample)) {
+            return None;
+        }
+        self.window = (self.window + 1).min(self.max_window);
+        self.pending.pop_front()
+    }
+
+    /// Whether the plan is exhausted and every batch has left the window:
+    /// the end of the stream is due.
+    pub fn at_end_of_stream(&self) -> bool {
+        self.planned_all && self.pending.is_empty() && !self.ended
+    }
+
+    /// Step 4: lends a batch (or the end-of-stream marker, holding nothing)
+    /// under the next sequence number; returns `(seq, token)`.
+    pub fn lend(&mut self, loan: Loan, end_of_stream: bool) -> (u64, u64) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        if end_of_stream {
+            self.ended = true;
+        }
+        let token = self.leases.lend(seq, loan).unwrap_or(0);
+        (seq, token)
+    }
+
+    /// Step 4, back: pops up to `buf.len()` releases from the release ring
+    /// and resolves each through the lease table into `loans`. Returns how
+    /// many releases were popped (0: none waiting), or the violation that
+    /// must fence the session (loans resolved before it are in `loans`).
+    pub fn reclaim(
+        &mut self,
+        buf: &mut [ReleaseDescriptor],
+        loans: &mut Vec<Loan>,
+        now: Instant,
+    ) -> Result<usize, Violation> {
+        let n = self.release.pop_into(buf)?;
+        if n > 0 {
+            self.last_heard = now;
+        }
+        for rel in &buf[..n] {
+            loans.push(self.leases.reclaim(rel)?);
+        }
+        Ok(n)
+    }
+
+    /// Reads the loader's heartbeat word; a change counts as being heard
+    /// from at `now`. Returns how long the loader has been silent.
+    pub fn silence(&mut self, now: Instant) -> std::time::Duration {
+        let beat = loader_heartbeat(&self.segment);
+        if beat != self.loader_beat {
+            self.loader_beat = beat;
+            self.last_heard = now;
+        }
+        now.saturating_duration_since(self.last_heard)
+    }
+
+    /// Takes everything the session still holds, for the engine to give
+    /// back: the loans, and the samples pinned by batches being prepared.
+    pub fn take_holdings(&mut self) -> (Vec<Loan>, Vec<u64>) {
+        let loans = self.leases.drain().map(|(_, l)| l).collect();
+        let pins = self
+            .pending
+            .drain(..)
+            .flat_map(|b| b.pinned_samples().collect::<Vec<_>>())
+            .collect();
+        (loans, pins)
+    }
+}
+
+/// The loader's heartbeat word (an untrusted number, compared only for
+/// change).
+fn loader_heartbeat(_segment: &AgentSegment) -> u64 {
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planner::PlanParams;
+    use granary_shm::segment::SegmentSpec;
+
+    fn session(n: u64, batch: u32, epochs: u32, window: u32) -> Session {
+        session_from(n, batch, epochs, 1, window)
+    }
+
+    fn session_from(n: u64, batch: u32, epochs: u32, initial: u32, window: u32) -> Session {
+        let params = PlanParams {
+            num_samples: n,
+            seed: 7,
+            rank: 0,
+            world_size: 1,
+            batch_size: batch,
+            drop_last: false,
+        };
+        let segment = AgentSegment::create_heap(SegmentSpec {
+            session_id: 1,
+            ready_capacity: 64,
+            release_capacity: 64,
+            arena_size: 1 << 20,
+            instance_epoch: 1,
+        })
+        .unwrap();
+        Session::new(SessionSetup {
+            id: 1,
+            conn: 1,
+            dataset: 0,
+            plan: SessionPlan::new(params, 0, epochs).unwrap(),
+            segment,
+            lease_key: 99,
+            initial_window: initial,
+            max_window: window,
+            now: Instant::now(),
+        })
+    }
+
+    #[test]
+    fn slow_start_grows_the_window_by_one_per_publication() {
+        let mut s = session(40, 4, 1, 3);
+        s.plan_ahead().unwrap();
+        assert_eq!(s.pending().len(), 1, "window starts at 1");
+        assert!(s.request_with(|_, _| Request::Pinned));
+        let b = s.take_publishable(|_| true).expect("all present");
+        assert_eq!(b.slots.len(), 4);
+        assert_eq!(s.window(), 2);
+        s.plan_ahead().unwrap();
+        assert_eq!(s.pending().len(), 2);
+        s.request_with(|_, _| Request::Pinned);
+        s.take_publishable(|_| true).unwrap();
+        s.take_publishable(|_| true).unwrap();
+        s.plan_ahead().unwrap();
+        assert_eq!(s.window(), 3, "capped at the maximum");
+        assert_eq!(s.pending().len(), 3);
+    }
+
+    #[test]
+    fn request_stops_where_told_and_resumes_there() {
+        let mut s = session(40, 4, 1, 2);
+        s.plan_ahead().unwrap();
+        let mut seen = Vec::new();
+        s.request_with(|_, x| {
+            if seen.len() == 3 {
+                return Request::Stop;
+            }
+            seen.push(x);
+            Request::Pinned
+        });
+        assert_eq!(s.pending()[0].requested, 3);
+        assert!(
+            s.take_publishable(|_| true).is_none(),
+            "not fully requested"
+        );
+        let mut rest = Vec::new();
+        s.request_with(|_, x| {
+            rest.push(x);
+            Request::Unpinned
+        });
+        assert_eq!(rest.len(), 1);
+        let b = s.take_publishable(|_| true).unwrap();
+        let pinned: Vec<u64> = b.pinned_samples().collect();
+        assert_eq!(pinned, seen, "the unpinned slot is not counted");
+    }
+
+    #[test]
+    fn publication_waits_for_the_front_batch_in_plan_order() {
+        let mut s = session(40, 4, 1, 4);
+        for _ in 0..3 {
+            s.plan_ahead().unwrap();
+            s.request_with(|_, _| Request::Pinned);
+            s.take_publishable(|_| true).unwrap();
+        }
+        s.plan_ahead().unwrap();
+        s.request_with(|_, _| Request::Pinned);
+        let front: Vec<u64> = s.pending()[0].slots.iter().map(|x| x.sample).collect();
+        let missing = front[2];
+        assert!(s.take_publishable(|x| x != missing).is_none());
+        let b = s.take_publishable(|_| true).unwrap();
+        assert_eq!(b.index, 3, "batches leave in plan order");
+    }
+
+    #[test]
+    fn relaxed_order_moves_ready_samples_forward_within_the_epoch() {
+        let mut s = session_from(40, 4, 2, 4, 4);
+        s.plan_ahead().unwrap();
+        s.request_with(|_, _| Request::Pinned);
+        let before: Vec<u64> = s
+            .pending()
+            .iter()
+            .flat_map(|b| b.slots.iter().map(|x| x.sample))
+            .collect();
+        let late = s.pending()[0].slots[1].sample;
+        let swaps = s.relax_front(|x| x != late, |x| x != late);
+        assert_eq!(swaps, 1);
+        assert_ne!(s.pending()[0].slots[1].sample, late);
+        let mut after: Vec<u64> = s
+            .pending()
+            .iter()
+            .flat_map(|b| b.slots.iter().map(|x| x.sample))
+            .collect();
+        let mut sorted = before.clone();
+        sorted.sort_unstable();
+        after.sort_unstable();
+        assert_eq!(sorted, after, "nothing added or dropped");
+        assert!(s.take_publishable(|x| x != late).is_some());
+    }
+
+    #[test]
+    fn end_of_stream_after_the_last_batch() {
+        let mut s = session(8, 4, 2, 8);
+        let mut batches = 0;
+        while !s.at_end_of_stream() {
+            s.plan_ahead().unwrap();
+            s.request_with(|_, _| Request::Pinned);
+            while let Some(b) = s.take_publishable(|_| true) {
+                batches += 1;
+                s.lend(
+                    Loan {
+                        pinned: b.pinned_samples().collect(),
+                        table: None,
+                    },
+                    false,
+                );
+            }
+        }
+        assert_eq!(batches, 4, "2 epochs of 2 batches");
+        let (seq, _) = s.lend(
+            Loan {
+                pinned: Vec::new(),
+                table: None,
+            },
+            true,
+        );
+        assert_eq!(seq, 4);
+        assert!(s.ended() && !s.at_end_of_stream());
+        let (loans, pins) = s.take_holdings();
+        assert_eq!(loans.len(), 5);
+        assert!(pins.is_empty());
+    }
+
+    #[test]
+    fn holdings_include_pins_of_batches_being_prepared() {
+        let mut s = session(40, 4, 1, 2);
+        s.plan_ahead().unwrap();
+        let mut n = 0;
+        s.request_with(|_, _| {
+            n += 1;
+            if n > 2 {
+                Request::Stop
+            } else {
+                Request::Pinned
+            }
+        });
+        let (loans, pins) = s.take_holdings();
+        assert!(loans.is_empty());
+        assert_eq!(pins.len(), 2);
     }
 }

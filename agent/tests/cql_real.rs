@@ -9,12 +9,12 @@
 //! docs/scylla.md.
 
 use granary_agent::ingest::cql::{self as ingest_cql, CqlIngestOptions};
-use granary_agent::source::cql::{is_retryable, CqlDataset, CqlError, CqlSettings, CqlSource};
+use granary_agent::source::cql::{CqlDataset, CqlError, CqlSettings, CqlSource};
 use granary_agent::source::{Catalog, SampleSource};
+use granary_agent::source::{Completion, FailureKind, SampleError};
 use granary_agent::synth::{self, SynthSpec};
-use granary_agent::uring_reader::Completion;
+use granary_shm::arena::Arena;
 use std::collections::HashMap;
-use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -75,8 +75,16 @@ fn synth_dir(dir: &Path, files: u64) -> SynthSpec {
 }
 
 /// Every sample of `src`, 256 in flight: bytes or error by index.
-fn fetch_all(src: &mut dyn SampleSource) -> HashMap<u64, io::Result<Vec<u8>>> {
-    let mut bufs: HashMap<u64, Vec<u8>> = HashMap::new();
+fn fetch_all(src: &mut dyn SampleSource) -> HashMap<u64, Result<Vec<u8>, SampleError>> {
+    let offsets: Vec<u64> = (0..src.len())
+        .scan(0u64, |at, i| {
+            let o = *at;
+            *at += src.meta(i).size.max(1);
+            Some(o)
+        })
+        .collect();
+    let total = (0..src.len()).map(|i| src.meta(i).size.max(1)).sum::<u64>();
+    let arena = Arena::heap(total.max(1)).unwrap();
     let mut out = HashMap::new();
     let mut next = 0;
     let mut done = Vec::new();
@@ -84,19 +92,20 @@ fn fetch_all(src: &mut dyn SampleSource) -> HashMap<u64, io::Result<Vec<u8>>> {
     while out.len() < src.len() as usize {
         assert!(Instant::now() < deadline, "fetches did not finish");
         while next < src.len() && src.in_flight() < 256 {
-            let buf = bufs
-                .entry(next)
-                .or_insert_with(|| vec![0u8; src.meta(next).size as usize]);
-            // SAFETY: the buffer's heap memory stays put in `bufs` and is not
-            // touched until its completion is collected.
-            unsafe { src.submit(next, next, buf.as_mut_ptr()) }.unwrap();
+            let dest = arena
+                .slice(offsets[next as usize], src.meta(next).size as usize)
+                .unwrap();
+            src.submit(next, next, dest).unwrap();
             next += 1;
         }
         done.clear();
         src.poll_completions(Some(Duration::from_millis(500)), &mut done)
             .unwrap();
         for Completion { tag, result } in done.drain(..) {
-            out.insert(tag, result.map(|_| bufs.remove(&tag).unwrap()));
+            out.insert(
+                tag,
+                result.map(|n| arena.read_at(offsets[tag as usize], n as usize).unwrap()),
+            );
         }
     }
     out
@@ -188,12 +197,13 @@ fn cql_real_missing_rows_wrong_sizes_and_a_table_without_size() {
         results[&i].as_ref().unwrap_err()
     };
     let e = err_of(gone);
-    assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
+    assert_eq!(e.kind, FailureKind::NotFound, "{e}");
     assert!(
-        !is_retryable(e) && e.to_string().contains(&gone.to_string()),
+        !e.kind.retryable() && e.to_string().contains(&gone.to_string()),
         "{e}"
     );
     let e = err_of(grown);
+    assert_eq!(e.kind, FailureKind::Short, "{e}");
     assert!(e.to_string().contains("length mismatch"), "{e}");
     assert_eq!(results.values().filter(|r| r.is_ok()).count(), 18);
     drop(ds);

@@ -14,7 +14,8 @@ use granary_agent::source::cql::{
     FetchRequest, Pool,
 };
 use granary_agent::source::{self, SampleSource};
-use granary_agent::uring_reader::Completion;
+use granary_agent::source::{Completion, SampleError};
+use granary_shm::arena::Arena;
 use scylla::errors::DbError;
 use scylla::routing::partitioner::{Murmur3Partitioner, Partitioner};
 use scylla_proxy::Condition;
@@ -24,10 +25,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
-/// Reads samples `indices` of `src` with as many in flight as it accepts;
-/// returns each one's bytes or error.
-fn fetch_all(src: &mut dyn SampleSource, indices: &[u64]) -> HashMap<u64, io::Result<Vec<u8>>> {
-    let mut bufs: HashMap<u64, Vec<u8>> = HashMap::new();
+/// Reads samples `indices` of `src` with as many in flight as it accepts,
+/// into a heap arena; returns each one's bytes or error.
+fn fetch_all(
+    src: &mut dyn SampleSource,
+    indices: &[u64],
+) -> HashMap<u64, Result<Vec<u8>, SampleError>> {
+    let mut offsets = HashMap::new();
+    let mut total = 0u64;
+    for &i in indices {
+        offsets.insert(i, total);
+        total += src.meta(i).size.max(1);
+    }
+    let arena = Arena::heap(total.max(1)).unwrap();
     let mut out = HashMap::new();
     let mut next = 0;
     let mut done = Vec::new();
@@ -36,12 +46,8 @@ fn fetch_all(src: &mut dyn SampleSource, indices: &[u64]) -> HashMap<u64, io::Re
         assert!(Instant::now() < deadline, "fetches did not finish");
         while next < indices.len() && src.in_flight() < src.capacity() as usize {
             let i = indices[next];
-            let buf = bufs
-                .entry(i)
-                .or_insert_with(|| vec![0u8; src.meta(i).size as usize]);
-            // SAFETY: the buffer lives in `bufs`, unmoved (its heap memory
-            // stays put), and untouched until its completion is collected.
-            unsafe { src.submit(i, i, buf.as_mut_ptr()) }.expect("capacity checked");
+            let dest = arena.slice(offsets[&i], src.meta(i).size as usize).unwrap();
+            src.submit(i, i, dest).expect("capacity checked");
             next += 1;
         }
         done.clear();
@@ -49,9 +55,8 @@ fn fetch_all(src: &mut dyn SampleSource, indices: &[u64]) -> HashMap<u64, io::Re
             .unwrap();
         for Completion { tag, result } in done.drain(..) {
             let r = result.map(|n| {
-                let b = bufs.remove(&tag).unwrap();
-                assert_eq!(n as usize, b.len());
-                b
+                assert_eq!(u64::from(n), src.meta(tag).size);
+                arena.read_at(offsets[&tag], n as usize).unwrap()
             });
             out.insert(tag, r);
         }

@@ -11,9 +11,10 @@ use granary::{Client, ErrorCode, SessionOptions};
 use granary_agent::config::Config;
 use granary_agent::dataset::Dataset;
 use granary_agent::planner::{EpochPlan, PlanParams};
+use granary_agent::source::Completion;
 use granary_agent::source::{Catalog, FsSource, SampleMeta, SampleSource, SourceFull};
 use granary_agent::synth::{self, SynthSpec};
-use granary_agent::uring_reader::Completion;
+use granary_shm::arena::ArenaSlice;
 use std::collections::HashSet;
 use std::io;
 use std::os::fd::BorrowedFd;
@@ -53,12 +54,11 @@ impl SampleSource for Laggy {
     fn in_flight(&self) -> usize {
         self.inner.in_flight() + self.held.len()
     }
-    unsafe fn submit(&mut self, tag: u64, index: u64, dest: *mut u8) -> Result<(), SourceFull> {
+    fn submit(&mut self, tag: u64, index: u64, dest: ArenaSlice) -> Result<(), SourceFull> {
         if index % SLOW_EVERY == 0 {
             self.slow.insert(tag);
         }
-        // SAFETY: the caller's guarantee, passed on unchanged.
-        unsafe { self.inner.submit(tag, index, dest) }
+        self.inner.submit(tag, index, dest)
     }
     fn poll_completions(
         &mut self,
@@ -93,9 +93,6 @@ impl SampleSource for Laggy {
     }
     fn wait_fd(&self) -> BorrowedFd<'_> {
         self.inner.wait_fd()
-    }
-    fn is_retryable(&self, err: &io::Error) -> bool {
-        self.inner.is_retryable(err)
     }
 }
 

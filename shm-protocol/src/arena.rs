@@ -406,6 +406,108 @@ impl Arena {
     pub fn read_at(&self, offset: u64, len: usize) -> Result<Vec<u8>, ArenaError> {
         copy_out(&self.region, self.size, offset, len)
     }
+
+    /// Writes a sample table (the [`SampleEntry`] array a batch descriptor
+    /// points at) at `offset`, in the layout loaders validate with
+    /// [`crate::validate::copy_sample_table`].
+    pub fn write_sample_table(
+        &self,
+        offset: u64,
+        entries: &[crate::SampleEntry],
+    ) -> Result<(), ArenaError> {
+        let len = std::mem::size_of_val(entries);
+        let start = check_range(offset, len, self.size)?;
+        if start % std::mem::align_of::<crate::SampleEntry>() != 0 {
+            return Err(ArenaError::OutOfBounds {
+                offset,
+                len: len as u64,
+                size: self.size,
+            });
+        }
+        let dst = self.region.as_ptr().wrapping_add(start);
+        // SAFETY: `dst..dst+len` lies inside the writable region (checked
+        // above) and stays mapped while `self` is borrowed; the entries are
+        // plain `#[repr(C)]` integers without padding (layout assertions in
+        // `layout`), so their bytes are initialised; the source is ordinary
+        // memory of this process, disjoint from the region.
+        unsafe { std::ptr::copy_nonoverlapping(entries.as_ptr().cast::<u8>(), dst, len) };
+        Ok(())
+    }
+
+    /// CRC-32C of `len` bytes at `offset`, computed in place.
+    ///
+    /// The caller must know that nobody writes the range meanwhile (a read
+    /// into it has completed and nothing else was lent it).
+    pub fn crc32c(&self, offset: u64, len: usize) -> Result<u32, ArenaError> {
+        let start = check_range(offset, len, self.size)?;
+        let src = self.region.as_ptr().wrapping_add(start);
+        // SAFETY: `src..src+len` lies inside the region (checked above),
+        // which stays mapped while `self` is borrowed; loaders map it
+        // read-only and the caller guarantees no write of this range by
+        // the agent during the call, so the shared slice is not mutated
+        // while it lives.
+        let bytes = unsafe { std::slice::from_raw_parts(src.cast_const(), len) };
+        Ok(crc32c::crc32c(bytes))
+    }
+
+    /// A handle on `len` bytes at `offset` that keeps the mapping alive, for
+    /// a read to land in.
+    pub fn slice(&self, offset: u64, len: usize) -> Result<ArenaSlice, ArenaError> {
+        check_range(offset, len, self.size)?;
+        Ok(ArenaSlice {
+            region: Arc::clone(&self.region),
+            offset: offset as usize,
+            len,
+        })
+    }
+}
+
+/// A range of the arena that a read writes into: it holds the mapping, so
+/// the memory cannot be unmapped while any read still owns one. A source
+/// that cannot be sure its reads have finished leaks its slices (the
+/// mapping stays) rather than dropping them.
+#[derive(Debug, Clone)]
+pub struct ArenaSlice {
+    region: Arc<Region>,
+    offset: usize,
+    len: usize,
+}
+
+impl ArenaSlice {
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the slice is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Offset in the arena.
+    pub fn offset(&self) -> u64 {
+        self.offset as u64
+    }
+
+    /// The first byte, for the kernel to write into (io_uring). Valid for
+    /// `len()` bytes while this slice lives.
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.region.as_ptr().wrapping_add(self.offset)
+    }
+
+    /// Copies `bytes` to the start of the slice; returns how many were
+    /// copied (at most `len()`).
+    pub fn copy_from(&self, bytes: &[u8]) -> usize {
+        let n = bytes.len().min(self.len);
+        // SAFETY: `offset + len <= region.len()` (checked when the slice was
+        // made) and the region stays mapped while `self.region` is held;
+        // the engine lends each range to one read at a time, so nothing
+        // else writes it; the source buffer is disjoint ordinary memory.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.as_mut_ptr(), n);
+        }
+        n
+    }
 }
 
 /// A loader's read-only mapping of the arena.

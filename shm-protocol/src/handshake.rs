@@ -42,6 +42,9 @@ pub const MAX_FRAME: usize = 4096;
 /// Longest dataset name accepted by [`OpenSession::validate`], in bytes.
 pub const MAX_DATASET_NAME: usize = 255;
 
+/// Samples per batch when a loader asks for none (`batch_size = 0`).
+pub const DEFAULT_BATCH_SIZE: u32 = 32;
+
 /// Size of the frame header.
 pub const HEADER_LEN: usize = 8;
 

@@ -35,6 +35,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use crate::planner::{batches_per_epoch, samples_per_rank, EpochPlan, PlanError, SessionPlan};
 
@@ -134,7 +135,7 @@ struct LiveEpoch {
     base: u64,
     /// Offset of the epoch from the session's first epoch.
     offset: u32,
-    plan: EpochPlan,
+    plan: Arc<EpochPlan>,
     /// `inverse[s]` = index of sample `s` in `plan.samples()`, or `ABSENT`.
     inverse: Vec<u32>,
 }
@@ -147,7 +148,7 @@ impl LiveEpoch {
             first_epoch: u32::MAX,
             epoch_count: offset,
         })?;
-        let plan = EpochPlan::new(session.params(), epoch)?;
+        let plan = session.epoch(epoch)?;
         let n = session.params().num_samples;
         let len = usize::try_from(n).map_err(|_| PlanError::TooManySamples { num_samples: n })?;
         let mut inverse: Vec<u32> = Vec::new();
@@ -519,7 +520,7 @@ mod tests {
         let seq = sequence(&p);
         let per_epoch = n;
         let mut idx = FutureIndex::new();
-        idx.add_session(1, 0, p).unwrap();
+        idx.add_session(1, 0, p.clone()).unwrap();
         for pos in 0..=seq.len() as u64 {
             if pos > 0 {
                 let changed = idx.advance(1, pos).unwrap();
@@ -581,11 +582,11 @@ mod tests {
     fn late_sessions_join_at_the_current_time() {
         let p = plan(20, 1, 0, 1, 2);
         let mut idx = FutureIndex::new();
-        idx.add_session(1, 0, p).unwrap();
+        idx.add_session(1, 0, p.clone()).unwrap();
         idx.advance(1, 15).unwrap();
         assert_eq!(idx.clock(), 15);
         let q = plan(20, 2, 0, 1, 2);
-        idx.add_session(2, 0, q).unwrap();
+        idx.add_session(2, 0, q.clone()).unwrap();
         let first_of_q = sequence(&q)[0];
         // Session 2's position 0 is time 15.
         assert!(idx.next_use(0, first_of_q) <= 15);
@@ -599,9 +600,9 @@ mod tests {
     fn bad_calls_are_errors() {
         let p = plan(10, 1, 0, 1, 1);
         let mut idx = FutureIndex::new();
-        idx.add_session(1, 0, p).unwrap();
+        idx.add_session(1, 0, p.clone()).unwrap();
         assert_eq!(
-            idx.add_session(1, 0, p).unwrap_err(),
+            idx.add_session(1, 0, p.clone()).unwrap_err(),
             FutureError::DuplicateSession(1)
         );
         assert!(matches!(

@@ -196,7 +196,7 @@ pub fn simulate(config: &SimConfig, policy: PolicyKind) -> Result<SimResult, Sim
     let mut cursors = Vec::with_capacity(config.sessions.len());
     let mut positions = vec![0u64; config.sessions.len()];
     for (i, plan) in config.sessions.iter().enumerate() {
-        cache.add_session(i as u64, 0, *plan)?;
+        cache.add_session(i as u64, 0, plan.clone())?;
         cursors.push(plan.cursor());
     }
     let mut result = SimResult {

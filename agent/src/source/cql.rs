@@ -37,7 +37,7 @@ pub use catalog::{CqlCatalog, CqlEntry};
 pub use fetcher::{CqlFetcher, FetchOptions, FetchRequest, FetchStats, Full};
 
 use crate::config::{parse_cql_host, DatasetConfig, SourceKind};
-use crate::uring_reader::{Completion, ReadRetry};
+use crate::uring_reader::ReadRetry;
 use scylla::client::session::Session;
 use scylla::errors::{
     DbError, ExecutionError, NextPageError, NextRowError, PagerExecutionError, PrepareError,
@@ -737,6 +737,7 @@ pub struct CqlDataset {
     // Drop order: the fetcher (it waits until no read can write any more)
     // before the session.
     fetcher: CqlFetcher,
+    landing: super::Landing,
     catalog: CqlCatalog,
     source: CqlSource,
 }
@@ -755,7 +756,11 @@ impl CqlDataset {
     /// Connects, loads the catalog and prepares the read statement for a
     /// `kind = "cql"` dataset (blocking).
     pub fn open(ds: &DatasetConfig) -> Result<CqlDataset, CqlError> {
-        CqlDataset::connect(&CqlSettings::from_dataset(ds)?)
+        let mut settings = CqlSettings::from_dataset(ds)?;
+        // One attempt per request: the engine's retry policy is the only
+        // retry layer.
+        settings.retries = 0;
+        CqlDataset::connect(&settings)
     }
 
     /// The same from settings.
@@ -765,6 +770,7 @@ impl CqlDataset {
         let fetcher = source.fetcher()?;
         Ok(CqlDataset {
             fetcher,
+            landing: super::Landing::default(),
             catalog,
             source,
         })
@@ -822,39 +828,45 @@ impl super::SampleSource for CqlDataset {
         self.fetcher.in_flight()
     }
 
-    unsafe fn submit(
+    fn submit(
         &mut self,
         tag: u64,
         index: u64,
-        dest: *mut u8,
+        dest: granary_shm::arena::ArenaSlice,
     ) -> Result<(), super::SourceFull> {
         let e = &self.catalog.entries()[index as usize];
+        if (dest.len() as u64) < e.size {
+            return Err(super::SourceFull);
+        }
         // Catalog sizes fit in u32 (checked when it was read).
         let req = FetchRequest {
             tag,
             id: e.id,
             len: e.size as u32,
-            dest,
+            dest: self.landing.hold(tag, dest),
         };
-        // SAFETY: the caller guarantees `dest` is valid for `meta(index).size`
-        // bytes and untouched until the completion for `tag` is returned.
-        unsafe { self.fetcher.submit(req) }.map_err(|_| super::SourceFull)
+        // SAFETY: `dest` is valid for the sample's size (checked above) and
+        // held by the landing until the completion is returned (or leaked
+        // if the fetcher is dropped first).
+        let r = unsafe { self.fetcher.submit(req) };
+        if r.is_err() {
+            self.landing.refused(tag);
+        }
+        r.map_err(|_| super::SourceFull)
     }
 
     fn poll_completions(
         &mut self,
         wait: Option<Duration>,
-        out: &mut Vec<Completion>,
+        out: &mut Vec<super::Completion>,
     ) -> io::Result<usize> {
-        self.fetcher.poll_completions(wait, out)
+        let fetcher = &mut self.fetcher;
+        self.landing
+            .poll(out, |raw| fetcher.poll_completions(wait, raw))
     }
 
     fn wait_fd(&self) -> BorrowedFd<'_> {
         self.fetcher.wake_fd()
-    }
-
-    fn is_retryable(&self, err: &io::Error) -> bool {
-        is_retryable(err)
     }
 }
 

@@ -29,12 +29,183 @@ mod task_queue;
 pub use fs::{Catalog, CatalogEntry, CatalogError};
 
 use crate::config::{Config, DatasetConfig, DatasetLocation, SourceKind};
-use crate::uring_reader::{Completion, ReadRequest, UringReader};
+use crate::uring_reader::{ReadRequest, UringReader};
+use granary_shm::arena::ArenaSlice;
+use granary_shm::ErrorCode;
+use std::collections::HashMap;
 use std::ffi::CString;
+use std::fmt;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
+
+/// What kind of failure a read attempt met: what the engine's retry policy
+/// decides on, and what the loader is told per sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// The sample is not in the store (a missing file, HTTP 404, no row).
+    NotFound,
+    /// A failure that may go away by itself (I/O error, connection lost,
+    /// HTTP 5xx, overloaded node): retried.
+    Transient,
+    /// A failure that will not go away by retrying (permission denied, a
+    /// bad request).
+    Permanent,
+    /// The sample's length differs from the catalog's: it changed since
+    /// the catalog was made.
+    Short,
+    /// The bytes failed a check (checksum, version).
+    Corrupt,
+    /// The attempt ran out of time (`prefetch.read_timeout_ms`): retried.
+    TimedOut,
+}
+
+impl FailureKind {
+    /// Whether another attempt may succeed.
+    pub fn retryable(self) -> bool {
+        matches!(self, FailureKind::Transient | FailureKind::TimedOut)
+    }
+
+    /// The per-sample status the loader sees.
+    pub fn code(self) -> ErrorCode {
+        match self {
+            FailureKind::NotFound => ErrorCode::NotFound,
+            FailureKind::Transient | FailureKind::Permanent => ErrorCode::Io,
+            FailureKind::Short | FailureKind::Corrupt => ErrorCode::Corrupt,
+            FailureKind::TimedOut => ErrorCode::Timeout,
+        }
+    }
+}
+
+impl fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FailureKind::NotFound => "not found",
+            FailureKind::Transient => "transient",
+            FailureKind::Permanent => "permanent",
+            FailureKind::Short => "length changed",
+            FailureKind::Corrupt => "corrupt",
+            FailureKind::TimedOut => "timed out",
+        })
+    }
+}
+
+/// Why one read attempt failed: its kind and a message naming the sample's
+/// location.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SampleError {
+    /// What kind of failure.
+    pub kind: FailureKind,
+    /// What happened, for logs.
+    pub message: String,
+}
+
+impl SampleError {
+    /// An error of `kind`.
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> SampleError {
+        SampleError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// Classifies an I/O error of a file read or of a store request: the
+    /// store fetchers' errors say whether they may go away; OS errors are
+    /// judged by their number.
+    pub fn from_io(err: &io::Error) -> SampleError {
+        let message = err.to_string();
+        let retryable_store = s3::fetch_error(err)
+            .map(|f| f.retryable)
+            .or_else(|| cql::fetch_error(err).map(|f| f.retryable));
+        let kind = match (err.kind(), crate::uring_reader::errno(err)) {
+            (io::ErrorKind::NotFound, _) => FailureKind::NotFound,
+            (io::ErrorKind::TimedOut, _) => FailureKind::TimedOut,
+            (io::ErrorKind::UnexpectedEof, _) | (io::ErrorKind::InvalidData, _) => {
+                FailureKind::Short
+            }
+            (_, Some(libc::ENOENT | libc::ENOTDIR)) => FailureKind::NotFound,
+            (_, Some(libc::ETIMEDOUT | libc::ETIME | libc::ECANCELED)) => FailureKind::TimedOut,
+            (_, Some(libc::EIO | libc::EAGAIN | libc::EINTR)) => FailureKind::Transient,
+            _ if retryable_store == Some(true) => FailureKind::Transient,
+            _ => FailureKind::Permanent,
+        };
+        SampleError { kind, message }
+    }
+}
+
+impl fmt::Display for SampleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.message, self.kind)
+    }
+}
+
+impl std::error::Error for SampleError {}
+
+/// The outcome of one read: the bytes delivered (the sample's length), or
+/// why the attempt failed.
+#[derive(Debug)]
+pub struct Completion {
+    /// The tag the read was submitted with.
+    pub tag: u64,
+    /// Bytes read, or the failure.
+    pub result: Result<u32, SampleError>,
+}
+
+/// The arena ranges of a source's reads in flight, held from submission to
+/// completion so that the mapping cannot go away under a read; and the
+/// conversion of the readers' completions into [`Completion`]s.
+///
+/// A source dropped with reads still in flight (its reader could not
+/// confirm they ended) leaks their ranges: the arena stays mapped.
+#[derive(Debug, Default)]
+pub(crate) struct Landing {
+    held: HashMap<u64, ArenaSlice>,
+    raw: Vec<crate::uring_reader::Completion>,
+}
+
+impl Landing {
+    /// Holds `dest` for the read `tag`; returns where the read writes.
+    fn hold(&mut self, tag: u64, dest: ArenaSlice) -> *mut u8 {
+        let ptr = dest.as_mut_ptr();
+        self.held.insert(tag, dest);
+        ptr
+    }
+
+    /// The read `tag` was not accepted: nothing writes into its range.
+    fn refused(&mut self, tag: u64) {
+        self.held.remove(&tag);
+    }
+
+    /// Polls `reader` and converts what finished, releasing the ranges of
+    /// finished reads.
+    fn poll(
+        &mut self,
+        out: &mut Vec<Completion>,
+        reader: impl FnOnce(&mut Vec<crate::uring_reader::Completion>) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        self.raw.clear();
+        reader(&mut self.raw)?;
+        let n = self.raw.len();
+        for c in self.raw.drain(..) {
+            self.held.remove(&c.tag);
+            out.push(Completion {
+                tag: c.tag,
+                result: c.result.map_err(|e| SampleError::from_io(&e)),
+            });
+        }
+        Ok(n)
+    }
+}
+
+impl Drop for Landing {
+    fn drop(&mut self) {
+        if !self.held.is_empty() {
+            // Reads that may still be running: keep their memory mapped.
+            std::mem::forget(std::mem::take(&mut self.held));
+        }
+    }
+}
 
 /// What the engine knows of one sample before reading it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +237,7 @@ impl std::error::Error for SourceFull {}
 /// [`poll_completions`](Self::poll_completions) in any order, each with the
 /// caller's tag. A source retries transient failures itself as far as its
 /// own policy goes; a completion with an error is final for that attempt,
-/// and [`is_retryable`](Self::is_retryable) says whether the engine may try
+/// and its [`FailureKind`] tells the engine's retry policy whether to try
 /// again later.
 pub trait SampleSource: Send {
     /// `"fs"`, `"s3"` or `"cql"`.
@@ -88,15 +259,10 @@ pub trait SampleSource: Send {
     /// Reads accepted whose completion has not been returned yet.
     fn in_flight(&self) -> usize;
     /// Starts reading sample `index` (all `meta(index).size` bytes) into
-    /// `dest`; its completion carries `tag`. Never blocks.
-    ///
-    /// # Safety
-    ///
-    /// `dest` must be valid for writes of `meta(index).size` bytes, and
-    /// nothing else may read or write that memory, until the completion for
-    /// `tag` has been returned by [`poll_completions`](Self::poll_completions)
-    /// (dropping the source waits until no read can write any more).
-    unsafe fn submit(&mut self, tag: u64, index: u64, dest: *mut u8) -> Result<(), SourceFull>;
+    /// `dest`, a range of the arena that only this read writes until its
+    /// completion (tagged `tag`) is returned; the source holds `dest` until
+    /// then, so the mapping outlives the read. Never blocks.
+    fn submit(&mut self, tag: u64, index: u64, dest: ArenaSlice) -> Result<(), SourceFull>;
     /// Hands submitted reads on (where the source batches them) and appends
     /// finished ones to `out`; returns how many it appended. `None`: does
     /// not block; `Some(d)`: waits until one finishes or `d` has passed.
@@ -111,8 +277,6 @@ pub trait SampleSource: Send {
     /// [`poll_completions`](Self::poll_completions) before waiting on it:
     /// that is what hands queued reads to the kernel or the runtime.
     fn wait_fd(&self) -> BorrowedFd<'_>;
-    /// Whether a failed read may succeed if tried again later.
-    fn is_retryable(&self, err: &io::Error) -> bool;
 }
 
 /// Builds the source of a configured dataset, blocking while it lists or
@@ -157,8 +321,11 @@ pub fn open_catalog(dataset: &DatasetConfig) -> Result<Catalog, CatalogError> {
 
 /// A filesystem dataset: its catalog and an io_uring reader of its own.
 pub struct FsSource {
-    catalog: Catalog,
+    // The reader first: dropping it waits for the kernel's reads, then the
+    // landing releases (or, if that wait gave up, leaks) their ranges.
     reader: UringReader,
+    landing: Landing,
+    catalog: Catalog,
 }
 
 impl std::fmt::Debug for FsSource {
@@ -174,8 +341,9 @@ impl FsSource {
     /// A source reading `catalog`'s files, `capacity` at a time.
     pub fn new(catalog: Catalog, capacity: u32) -> io::Result<FsSource> {
         Ok(FsSource {
-            catalog,
             reader: UringReader::new(capacity)?,
+            landing: Landing::default(),
+            catalog,
         })
     }
 
@@ -222,7 +390,7 @@ impl SampleSource for FsSource {
         self.reader.in_flight()
     }
 
-    unsafe fn submit(&mut self, tag: u64, index: u64, dest: *mut u8) -> Result<(), SourceFull> {
+    fn submit(&mut self, tag: u64, index: u64, dest: ArenaSlice) -> Result<(), SourceFull> {
         let e = &self.catalog.entries()[index as usize];
         let (Ok(len), Ok(path)) = (
             u32::try_from(e.size),
@@ -241,16 +409,25 @@ impl SampleSource for FsSource {
             // being touched; it completes with an InvalidInput error.
             return unsafe { self.reader.submit(req) }.map_err(|_| SourceFull);
         };
+        if dest.len() < len as usize {
+            return Err(SourceFull);
+        }
         let req = ReadRequest {
             tag,
             path,
             offset: 0,
             len,
-            dest,
+            dest: self.landing.hold(tag, dest),
         };
-        // SAFETY: the caller guarantees `dest` is valid for `len` bytes and
-        // untouched until the completion for `tag` is returned.
-        unsafe { self.reader.submit(req) }.map_err(|_| SourceFull)
+        // SAFETY: `dest` is valid for `len` bytes (checked above) and held
+        // by the landing, which keeps the mapping alive until the read's
+        // completion is returned (or leaks it if the reader is dropped
+        // first); the engine lends each range to one read at a time.
+        let r = unsafe { self.reader.submit(req) };
+        if r.is_err() {
+            self.landing.refused(tag);
+        }
+        r.map_err(|_| SourceFull)
     }
 
     fn poll_completions(
@@ -258,16 +435,14 @@ impl SampleSource for FsSource {
         wait: Option<Duration>,
         out: &mut Vec<Completion>,
     ) -> io::Result<usize> {
-        self.reader.poll_completions(wait, out)
+        let reader = &mut self.reader;
+        self.landing
+            .poll(out, |raw| reader.poll_completions(wait, raw))
     }
 
     fn wait_fd(&self) -> BorrowedFd<'_> {
         // SAFETY: the ring's descriptor lives as long as the reader, which
         // `self` owns for the borrow's lifetime.
         unsafe { BorrowedFd::borrow_raw(self.reader.as_raw_fd()) }
-    }
-
-    fn is_retryable(&self, err: &io::Error) -> bool {
-        crate::uring_reader::is_retryable(err)
     }
 }

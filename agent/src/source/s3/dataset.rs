@@ -3,8 +3,8 @@
 
 use super::{S3Catalog, S3Error, S3Fetcher, S3Layout, S3Settings, S3Source};
 use crate::config::DatasetConfig;
-use crate::source::{SampleMeta, SampleSource, SourceFull};
-use crate::uring_reader::Completion;
+use crate::source::{Completion, Landing, SampleMeta, SampleSource, SourceFull};
+use granary_shm::arena::ArenaSlice;
 use std::fmt;
 use std::io;
 use std::os::fd::BorrowedFd;
@@ -15,6 +15,7 @@ pub struct S3Dataset {
     // Field order matters: the fetcher (which may still have requests
     // running on the source's runtime) is dropped before the source.
     fetcher: S3Fetcher,
+    landing: Landing,
     catalog: S3Catalog,
     source: S3Source,
 }
@@ -33,7 +34,10 @@ impl S3Dataset {
     /// Connects, lists (or reads the manifest of) the dataset, and makes a
     /// fetcher with `capacity` requests in flight. Blocking.
     pub fn open(ds: &DatasetConfig, capacity: u32) -> io::Result<S3Dataset> {
-        let settings = S3Settings::from_dataset(ds).map_err(io::Error::other)?;
+        let mut settings = S3Settings::from_dataset(ds).map_err(io::Error::other)?;
+        // One attempt per request: the engine's retry policy is the only
+        // retry layer.
+        settings.retries = 0;
         let layout = S3Layout::from_dataset(ds).map_err(io::Error::other)?;
         let source = S3Source::connect(&settings, capacity).map_err(io::Error::other)?;
         let catalog = source.catalog(&layout).map_err(|e| match e {
@@ -50,6 +54,7 @@ impl S3Dataset {
         let fetcher = source.fetcher()?;
         Ok(S3Dataset {
             fetcher,
+            landing: Landing::default(),
             catalog,
             source,
         })
@@ -111,17 +116,27 @@ impl SampleSource for S3Dataset {
         self.fetcher.in_flight()
     }
 
-    unsafe fn submit(&mut self, tag: u64, index: u64, dest: *mut u8) -> Result<(), SourceFull> {
+    fn submit(&mut self, tag: u64, index: u64, dest: ArenaSlice) -> Result<(), SourceFull> {
+        let size = self.catalog.entries()[index as usize].size;
+        if (dest.len() as u64) < size {
+            return Err(SourceFull);
+        }
+        let ptr = self.landing.hold(tag, dest);
         // A sample of 4 GiB or more cannot be one request: fetch it with a
         // null destination, which completes with an InvalidInput error.
-        let req = self.catalog.request(index, tag, dest).unwrap_or_else(|| {
+        let req = self.catalog.request(index, tag, ptr).unwrap_or_else(|| {
             let e = &self.catalog.entries()[index as usize];
             super::FetchRequest::range(tag, e.key.clone(), e.offset, 1, std::ptr::null_mut())
         });
-        // SAFETY: the caller guarantees `dest` is valid for the sample's
-        // size (the request's length) until the completion is returned; a
-        // null destination is never written.
-        unsafe { self.fetcher.submit(req) }.map_err(|_| SourceFull)
+        // SAFETY: `ptr` is valid for the sample's size (checked above) and
+        // held by the landing until the completion is returned (or leaked
+        // if the fetcher is dropped first); a null destination is never
+        // written.
+        let r = unsafe { self.fetcher.submit(req) };
+        if r.is_err() {
+            self.landing.refused(tag);
+        }
+        r.map_err(|_| SourceFull)
     }
 
     fn poll_completions(
@@ -129,14 +144,12 @@ impl SampleSource for S3Dataset {
         wait: Option<Duration>,
         out: &mut Vec<Completion>,
     ) -> io::Result<usize> {
-        self.fetcher.poll_completions(wait, out)
+        let fetcher = &mut self.fetcher;
+        self.landing
+            .poll(out, |raw| fetcher.poll_completions(wait, raw))
     }
 
     fn wait_fd(&self) -> BorrowedFd<'_> {
         self.fetcher.wake_fd()
-    }
-
-    fn is_retryable(&self, err: &io::Error) -> bool {
-        super::is_retryable(err)
     }
 }

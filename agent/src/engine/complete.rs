@@ -1,0 +1,120 @@
+//! Phase 4: reads finishing, in any order. A complete read becomes a Ready
+//! sample with the CRC-32C of its bytes (computed in place in the arena);
+//! a failure goes to the dataset's retry policy, which retries it later or
+//! fails the sample with its kind (the loader sees which).
+
+use super::{Engine, Inflight};
+use crate::retry::RetryDecision;
+use crate::source::{FailureKind, SampleError};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+impl Engine {
+    /// Collects finished reads of every dataset, without waiting. Returns
+    /// whether there were any.
+    pub(super) fn collect_completions(&mut self) -> io::Result<bool> {
+        self.completions.clear();
+        for d in &mut self.datasets {
+            if let Some(src) = d.source_mut() {
+                src.poll_completions(None, &mut self.completions)?;
+            }
+        }
+        let any = !self.completions.is_empty();
+        self.handle_completions();
+        Ok(any)
+    }
+
+    /// Waits up to `wait` for any dataset's read to finish (a plain sleep
+    /// when none is in flight), then collects what finished.
+    pub(super) fn wait_for_completions(&mut self, wait: Duration) -> io::Result<()> {
+        let fds: Vec<i32> = self
+            .datasets
+            .iter()
+            .filter_map(|d| d.source())
+            .filter(|src| src.in_flight() > 0)
+            .map(|src| src.wait_fd().as_raw_fd())
+            .collect();
+        if fds.is_empty() {
+            std::thread::sleep(wait);
+            return Ok(());
+        }
+        // The descriptors stay open: their sources are owned by `self` and
+        // not dropped before the call returns.
+        crate::sys::poll_readable(&fds, wait)?;
+        self.collect_completions().map(|_| ())
+    }
+
+    fn handle_completions(&mut self) {
+        let completions = std::mem::take(&mut self.completions);
+        let now = self.clock.now();
+        for c in &completions {
+            let Some(inf) = self.inflight.try_remove(c.tag as usize) else {
+                continue;
+            };
+            self.metrics
+                .read_latency
+                .observe(now.saturating_duration_since(inf.started));
+            let failure = match &c.result {
+                Ok(n) if *n == inf.len => {
+                    self.metrics
+                        .bytes_read
+                        .fetch_add(u64::from(*n), Ordering::Relaxed);
+                    let crc = self.arena.crc32c(inf.dest, inf.len as usize).unwrap_or(0);
+                    let _ = self.cache.complete(inf.key, crc);
+                    continue;
+                }
+                Ok(n) => SampleError::new(
+                    FailureKind::Short,
+                    format!(
+                        "returned {n} of {} bytes (changed since the catalog was made?)",
+                        inf.len
+                    ),
+                ),
+                Err(e) => e.clone(),
+            };
+            self.after_failure(inf, failure, now);
+        }
+        self.completions = completions;
+        self.completions.clear();
+    }
+
+    /// Retries a failed attempt or fails the sample, as the dataset's
+    /// policy says.
+    fn after_failure(&mut self, inf: Inflight, err: SampleError, now: std::time::Instant) {
+        let ds = inf.key.dataset as usize;
+        let seed = self.instance_key ^ inf.key.index;
+        match self.retry[ds].decide(err.kind, inf.attempt, inf.first, now, seed) {
+            RetryDecision::RetryAt(at) => {
+                self.metrics.read_retries.fetch_add(1, Ordering::Relaxed);
+                self.retry_queue.push((
+                    at,
+                    Inflight {
+                        attempt: inf.attempt + 1,
+                        ..inf
+                    },
+                ));
+            }
+            RetryDecision::GiveUp => {
+                self.metrics.read_errors.fetch_add(1, Ordering::Relaxed);
+                let d = &mut self.datasets[ds];
+                self.metrics.dataset_health(&d.name, |h| h.read_errors += 1);
+                let what = d
+                    .source()
+                    .map(|src| src.describe(inf.key.index))
+                    .unwrap_or_default();
+                let attempts = inf.attempt;
+                d.log_failure(|| {
+                    format!(
+                        "read of {what} failed for good after {attempts} attempt(s) ({}): {}",
+                        err.kind, err.message
+                    )
+                });
+                let _ = self
+                    .cache
+                    .fail(inf.key, err.kind.code().as_i32().unsigned_abs());
+            }
+        }
+    }
+}

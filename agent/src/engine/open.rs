@@ -1,0 +1,279 @@
+//! Phase 1: loaders' connections and sessions coming and going.
+//!
+//! An `OpenSession` is checked against the dataset and the limits, gets a
+//! ring segment and a plan (shared with the cache's future index), and is
+//! answered with the arena and segment descriptors. A session ends when its
+//! loader closes it, hangs up, goes silent for `sessions.client_timeout_ms`
+//! or breaks the protocol (fenced); everything it held comes back.
+
+use super::{key, Engine};
+use crate::planner::{PlanParams, SessionPlan};
+use crate::server::{ConnEvent, ConnId};
+use crate::session::{Loan, Session, SessionSetup};
+use granary_shm::handshake::{Message, OpenSession, SessionOpened};
+use granary_shm::segment::{AgentSegment, SegmentSpec};
+use granary_shm::{ErrorCode, Violation};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// A refusal of an open, as the loader is told.
+pub(super) type Refusal = (ErrorCode, String);
+
+/// A session just opened: the reply and the descriptors that go with it.
+pub(super) struct Opened {
+    pub reply: SessionOpened,
+    pub arena_fd: OwnedFd,
+}
+
+impl Engine {
+    /// Accepts loaders and handles their messages. Returns whether any
+    /// arrived.
+    pub(super) fn poll_connections(&mut self) -> bool {
+        let mut events = std::mem::take(&mut self.events);
+        events.clear();
+        self.server.poll(&self.metrics, &mut events);
+        let any = !events.is_empty();
+        for ev in events.drain(..) {
+            self.handle_event(ev);
+        }
+        self.events = events;
+        any
+    }
+
+    fn handle_event(&mut self, ev: ConnEvent) {
+        match ev {
+            ConnEvent::Connected(..) => {}
+            ConnEvent::Open(conn, req) => self.handle_open(conn, req),
+            ConnEvent::Close(conn, sid) => {
+                if self.sessions.get(&sid).is_some_and(|s| s.conn() == conn) {
+                    self.end_session(sid, None);
+                    let _ =
+                        self.server
+                            .reply(conn, &Message::SessionClosed { session_id: sid }, &[]);
+                } else {
+                    self.server.reply_error(
+                        conn,
+                        ErrorCode::NotFound,
+                        format!("no session {sid} on this connection"),
+                    );
+                }
+            }
+            ConnEvent::Gone(conn) => {
+                self.waiting_opens.retain(|(_, c, _)| *c != conn);
+                let mine: Vec<u64> = self
+                    .sessions
+                    .values()
+                    .filter(|s| s.conn() == conn)
+                    .map(|s| s.id())
+                    .collect();
+                for sid in mine {
+                    if self.sessions.get(&sid).is_some_and(|s| s.loans() > 0) {
+                        self.metrics.loaders_lost.fetch_add(1, Ordering::Relaxed);
+                    }
+                    self.end_session(sid, None);
+                }
+            }
+        }
+    }
+
+    /// Opens a session for `conn` and answers it (or parks the request
+    /// while its dataset's first load is running).
+    pub(super) fn handle_open(&mut self, conn: ConnId, req: OpenSession) {
+        let Some(ds) = self.datasets.iter().position(|d| d.name == req.dataset) else {
+            self.server.reply_error(
+                conn,
+                ErrorCode::NotFound,
+                format!("no dataset named {:?} on this agent", req.dataset),
+            );
+            return;
+        };
+        if self.datasets[ds].source().is_none() {
+            if self.datasets[ds].first_load_running() {
+                // Answered when the first attempt ends (poll_datasets).
+                self.waiting_opens.push((ds, conn, req));
+            } else {
+                let why = self.datasets[ds].unavailable().unwrap_or_default();
+                self.server.reply_error(conn, ErrorCode::Io, why);
+            }
+            return;
+        }
+        let (opened, sid) = match self.open_session(conn, ds, &req) {
+            Ok(x) => x,
+            Err((code, why)) => {
+                self.server.reply_error(conn, code, why);
+                return;
+            }
+        };
+        let sent = {
+            let s = &self.sessions[&sid];
+            match s.segment().fd() {
+                Some(seg_fd) => self
+                    .server
+                    .reply(
+                        conn,
+                        &Message::SessionOpened(opened.reply),
+                        &[opened.arena_fd.as_fd(), seg_fd],
+                    )
+                    .is_ok(),
+                None => false,
+            }
+        };
+        if sent {
+            self.metrics.sessions_opened.fetch_add(1, Ordering::Relaxed);
+        } else {
+            // The loader is gone already.
+            self.end_session(sid, None);
+        }
+    }
+
+    /// Creates session state for a request on dataset `ds` (which has a
+    /// source). Returns the reply and the new session's id.
+    pub(super) fn open_session(
+        &mut self,
+        conn: ConnId,
+        ds: usize,
+        req: &OpenSession,
+    ) -> Result<(Opened, u64), Refusal> {
+        let num_samples = self.datasets[ds]
+            .source()
+            .map(|s| s.len())
+            .ok_or((ErrorCode::Io, "dataset not loaded".to_string()))?;
+        if self.sessions.len() >= self.cfg.sessions.max_sessions as usize {
+            return Err((
+                ErrorCode::Busy,
+                format!("session limit reached ({})", self.cfg.sessions.max_sessions),
+            ));
+        }
+        let params = PlanParams {
+            num_samples,
+            seed: req.seed,
+            rank: req.rank,
+            world_size: req.world_size,
+            batch_size: req.batch_size,
+            drop_last: req.drop_last,
+        };
+        let plan = SessionPlan::new(params, req.first_epoch, req.epoch_count)
+            .map_err(|e| (ErrorCode::InvalidArgument, format!("cannot plan: {e}")))?;
+        let pick = |asked: u32, default: u32| if asked == 0 { default } else { asked };
+        let id = self.next_session;
+        let spec = SegmentSpec {
+            session_id: id,
+            ready_capacity: pick(req.ready_capacity, self.cfg.sessions.ready_ring_capacity),
+            release_capacity: pick(
+                req.release_capacity,
+                self.cfg.sessions.release_ring_capacity,
+            ),
+            arena_size: self.arena.size(),
+            instance_epoch: crate::sys::random_u64(),
+        };
+        let segment = AgentSegment::create_memfd(spec).map_err(|e| {
+            (
+                ErrorCode::NoMemory,
+                format!("cannot create ring segment: {e}"),
+            )
+        })?;
+        let arena_fd = self
+            .arena
+            .loader_fd()
+            .map_err(|e| (ErrorCode::Internal, format!("cannot share the arena: {e}")))?;
+        let samples_per_epoch = crate::planner::samples_per_rank(&params).unwrap_or(0);
+        let session = Session::new(SessionSetup {
+            id,
+            conn,
+            dataset: ds,
+            plan: plan.clone(),
+            segment,
+            lease_key: self.instance_key ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            initial_window: self.cfg.prefetch.initial_window,
+            max_window: self.cfg.prefetch.window_batches,
+            now: self.clock.now(),
+        });
+        session.segment().heartbeat(crate::sys::monotonic_ms());
+        let reply = SessionOpened {
+            session_id: id,
+            instance_epoch: spec.instance_epoch,
+            arena_size: self.arena.size(),
+            segment_size: session.segment().geometry().segment_size,
+            samples_per_epoch,
+            batches_per_epoch: plan.batches_per_epoch(),
+            fd_count: 2,
+        };
+        self.next_session += 1;
+        if let Err(e) = self.cache.add_session(id, ds as u32, plan) {
+            tracing::warn!(session = id, "cache cannot index the session's plan: {e}");
+        }
+        self.sessions.insert(id, session);
+        Ok((Opened { reply, arena_fd }, id))
+    }
+
+    /// Ends a session and takes back everything it held. A fenced session's
+    /// segment keeps its FENCED state (and violation code) for the loader
+    /// to read; any other ends CLOSED.
+    pub(super) fn end_session(&mut self, sid: u64, fenced: Option<&Violation>) {
+        let Some(mut s) = self.sessions.remove(&sid) else {
+            return;
+        };
+        match fenced {
+            Some(v) => s.segment().fence(v),
+            None => s.segment().close(),
+        }
+        let ds = s.dataset();
+        let (loans, pins) = s.take_holdings();
+        for loan in loans {
+            self.return_loan(ds, loan);
+        }
+        // Pins held by batches still being prepared. In-flight reads stay
+        // parked in the cache until they complete.
+        for x in pins {
+            let _ = self.cache.unpin(key(ds, x));
+        }
+        let _ = self.cache.remove_session(sid);
+    }
+
+    /// Gives back what a loan held: its pins and its sample table.
+    pub(super) fn return_loan(&mut self, dataset: usize, loan: Loan) {
+        for sample in loan.pinned {
+            let _ = self.cache.unpin(key(dataset, sample));
+        }
+        if let Some(t) = loan.table {
+            let _ = self.tables.free(t);
+        }
+    }
+
+    /// Fences a session for a protocol violation and ends it.
+    pub(super) fn fence(&mut self, sid: u64, v: Violation) {
+        self.metrics.violations.fetch_add(1, Ordering::Relaxed);
+        self.metrics.sessions_fenced.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(session = sid, "session fenced: {v}");
+        self.end_session(sid, Some(&v));
+    }
+
+    /// Ends every session whose loader has neither released a batch nor
+    /// beaten its heartbeat for `sessions.client_timeout_ms` (stopped or
+    /// hung). Returns whether any ended.
+    pub(super) fn end_silent_sessions(&mut self, now: Instant) -> bool {
+        let limit = Duration::from_millis(self.cfg.sessions.client_timeout_ms);
+        let silent: Vec<(u64, Duration)> = self
+            .sessions
+            .values_mut()
+            .filter_map(|s| {
+                let quiet = s.silence(now);
+                (quiet >= limit).then_some((s.id(), quiet))
+            })
+            .collect();
+        for &(sid, quiet) in &silent {
+            tracing::warn!(
+                session = sid,
+                "loader silent for {} ms (sessions.client_timeout_ms = {}): session ended, its pins freed",
+                quiet.as_millis(),
+                limit.as_millis()
+            );
+            self.metrics
+                .sessions_timed_out
+                .fetch_add(1, Ordering::Relaxed);
+            self.end_session(sid, None);
+        }
+        !silent.is_empty()
+    }
+}

@@ -1,0 +1,146 @@
+//! Phase 3: each session plans its window ahead and requests every sample
+//! of it, in delivery order. A sample in the cache (ready, or being read for
+//! someone else) is pinned; a missing one gets an arena extent and a read
+//! from its dataset's source, within the dataset's read budget. A sample
+//! that two sessions need is read once.
+
+use super::{key, Engine, Inflight};
+use crate::cache::Lookup;
+use crate::session::Request;
+use granary_shm::ErrorCode;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+impl Engine {
+    /// Plans ahead and requests (and pins) every sample of session `sid`'s
+    /// window. Returns whether anything moved.
+    pub(super) fn request(&mut self, sid: u64, now: Instant) -> bool {
+        let Some(s) = self.sessions.get_mut(&sid) else {
+            return false;
+        };
+        if let Err(e) = s.plan_ahead() {
+            tracing::warn!(session = sid, "planning failed: {e}");
+            return false;
+        }
+        let ds = s.dataset();
+        let Some(src) = self.datasets[ds].source() else {
+            return false;
+        };
+        let retrying = self
+            .retry_queue
+            .iter()
+            .filter(|(_, r)| r.key.dataset as usize == ds)
+            .count();
+        let mut budget = (src.capacity() as usize).saturating_sub(src.in_flight() + retrying);
+        let cache = &mut self.cache;
+        let metrics = &self.metrics;
+        let name = &self.datasets[ds].name;
+        let mut reads = Vec::new();
+        let moved = s.request_with(|epoch, sample| {
+            let k = key(ds, sample);
+            match cache.access(k) {
+                Lookup::Ready(_) | Lookup::InFlight { .. } => {
+                    metrics.count_epoch(name, epoch, 1, 0);
+                    if cache.pin(k).is_ok() {
+                        Request::Pinned
+                    } else {
+                        Request::Unpinned
+                    }
+                }
+                Lookup::Failed { pins, .. } if pins > 0 => {
+                    metrics.count_epoch(name, epoch, 0, 1);
+                    Request::Unpinned
+                }
+                Lookup::Absent | Lookup::Failed { .. } => {
+                    if budget == 0 {
+                        return Request::Stop;
+                    }
+                    let len = src.meta(sample).size;
+                    match cache.reserve(k, len) {
+                        Ok(r) => {
+                            budget -= 1;
+                            metrics.count_epoch(name, epoch, 0, 1);
+                            reads.push((k, r.extent.offset, len));
+                            // The reservation holds one pin: ours.
+                            Request::Pinned
+                        }
+                        // No room now (everything pinned or in flight):
+                        // look again next turn.
+                        Err(_) => Request::Stop,
+                    }
+                }
+            }
+        });
+        for (k, dest, len) in reads {
+            let Ok(len) = u32::try_from(len) else {
+                let what = src_describe(self, k.dataset as usize, k.index);
+                self.datasets[k.dataset as usize]
+                    .log_failure(|| format!("{what}: {len} bytes is too large for one read"));
+                let _ = self.cache.fail(k, ErrorCode::Io.as_i32().unsigned_abs());
+                continue;
+            };
+            self.start_read(Inflight {
+                key: k,
+                dest,
+                len,
+                attempt: 1,
+                started: now,
+                first: now,
+            });
+        }
+        moved
+    }
+
+    /// Submits one attempt of a read to its dataset's source. A source with
+    /// no room takes it back; it is tried again next turn.
+    pub(super) fn start_read(&mut self, mut inf: Inflight) {
+        inf.started = self.clock.now();
+        let ds = inf.key.dataset as usize;
+        let dest = match self.arena.slice(inf.dest, inf.len as usize) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::error!("read of {} into the arena refused: {e}", inf.key);
+                let _ = self
+                    .cache
+                    .fail(inf.key, ErrorCode::Internal.as_i32().unsigned_abs());
+                return;
+            }
+        };
+        let Some(src) = self.datasets[ds].source_mut() else {
+            let _ = self
+                .cache
+                .fail(inf.key, ErrorCode::Io.as_i32().unsigned_abs());
+            return;
+        };
+        let tag = self.inflight.insert(inf);
+        if src.submit(tag as u64, inf.key.index, dest).is_err() {
+            self.inflight.remove(tag);
+            self.retry_queue.push((inf.started, inf));
+        } else {
+            self.metrics.reads_submitted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Submits every retry whose time has come.
+    pub(super) fn retry_due(&mut self, now: Instant) {
+        let mut due = Vec::new();
+        let mut i = 0;
+        while i < self.retry_queue.len() {
+            if self.retry_queue[i].0 <= now {
+                due.push(self.retry_queue.swap_remove(i).1);
+            } else {
+                i += 1;
+            }
+        }
+        for r in due {
+            self.start_read(r);
+        }
+    }
+}
+
+fn src_describe(e: &Engine, ds: usize, index: u64) -> String {
+    e.datasets[ds]
+        .source()
+        .map(|s| s.describe(index))
+        .unwrap_or_default()
+}

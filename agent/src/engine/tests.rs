@@ -1,0 +1,562 @@
+//! The engine's phases over a fake source and a clock the test moves: the
+//! test is the loader (it attaches the session's ring segment and maps the
+//! arena, as libgranary does) and decides when each read completes.
+
+use super::clock::manual::ManualClock;
+use super::Engine;
+use crate::config::Config;
+use crate::dataset::Dataset;
+use crate::metrics::Metrics;
+use crate::source::{Completion, FailureKind, SampleError, SampleMeta, SampleSource, SourceFull};
+use granary_shm::arena::{ArenaSlice, ArenaView};
+use granary_shm::handshake::OpenSession;
+use granary_shm::layout::{BATCH_END_OF_EPOCH, BATCH_END_OF_STREAM};
+use granary_shm::ring::{Consumer, Producer};
+use granary_shm::segment::LoaderSegment;
+use granary_shm::validate::copy_sample_table;
+use granary_shm::{BatchDescriptor, ErrorCode, ReleaseDescriptor, SampleEntry};
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The bytes of sample `i` (its length is `size(i)`).
+fn content(i: u64) -> Vec<u8> {
+    (0..size(i))
+        .map(|k| (i as u8) ^ (k as u8).wrapping_mul(31))
+        .collect()
+}
+
+fn size(i: u64) -> u64 {
+    1000 + (i % 7) * 300
+}
+
+/// What the test tells the fake source, and what it saw.
+#[derive(Default)]
+struct Script {
+    /// Complete every submitted read at the next poll.
+    auto: bool,
+    /// Reads submitted and not completed: (tag, sample, destination).
+    submitted: VecDeque<(u64, u64, ArenaSlice)>,
+    /// Failures to answer, per sample, one per attempt, before succeeding.
+    failures: HashMap<u64, VecDeque<FailureKind>>,
+    /// Samples never answered while in this set.
+    held: Vec<u64>,
+    /// Attempts per sample.
+    attempts: HashMap<u64, u32>,
+}
+
+struct FakeSource {
+    n: u64,
+    capacity: u32,
+    script: Arc<Mutex<Script>>,
+    wake: File,
+}
+
+impl SampleSource for FakeSource {
+    fn kind(&self) -> &'static str {
+        "fake"
+    }
+    fn len(&self) -> u64 {
+        self.n
+    }
+    fn meta(&self, index: u64) -> SampleMeta {
+        SampleMeta {
+            sample_id: 1000 + index,
+            label: (index % 10) as i32,
+            size: size(index),
+        }
+    }
+    fn total_bytes(&self) -> u64 {
+        (0..self.n).map(size).sum()
+    }
+    fn describe(&self, index: u64) -> String {
+        format!("fake://{index}")
+    }
+    fn capacity(&self) -> u32 {
+        self.capacity
+    }
+    fn in_flight(&self) -> usize {
+        self.script.lock().unwrap().submitted.len()
+    }
+    fn submit(&mut self, tag: u64, index: u64, dest: ArenaSlice) -> Result<(), SourceFull> {
+        let mut s = self.script.lock().unwrap();
+        if s.submitted.len() >= self.capacity as usize {
+            return Err(SourceFull);
+        }
+        *s.attempts.entry(index).or_default() += 1;
+        s.submitted.push_back((tag, index, dest));
+        Ok(())
+    }
+    fn poll_completions(
+        &mut self,
+        _wait: Option<Duration>,
+        out: &mut Vec<Completion>,
+    ) -> io::Result<usize> {
+        let mut s = self.script.lock().unwrap();
+        if !s.auto {
+            return Ok(0);
+        }
+        let mut kept = VecDeque::new();
+        let mut n = 0;
+        while let Some((tag, index, dest)) = s.submitted.pop_front() {
+            if s.held.contains(&index) {
+                kept.push_back((tag, index, dest));
+                continue;
+            }
+            n += 1;
+            if let Some(kind) = s.failures.get_mut(&index).and_then(|f| f.pop_front()) {
+                out.push(Completion {
+                    tag,
+                    result: Err(SampleError::new(kind, format!("scripted {kind}"))),
+                });
+                continue;
+            }
+            let bytes = content(index);
+            assert_eq!(dest.copy_from(&bytes), bytes.len());
+            out.push(Completion {
+                tag,
+                result: Ok(bytes.len() as u32),
+            });
+        }
+        s.submitted = kept;
+        Ok(n)
+    }
+    fn wait_fd(&self) -> BorrowedFd<'_> {
+        self.wake.as_fd()
+    }
+}
+
+/// The loader's side of one session.
+struct Loader {
+    ready: Consumer<BatchDescriptor>,
+    release: Producer<ReleaseDescriptor>,
+    arena: ArenaView,
+    _segment: LoaderSegment,
+}
+
+impl Loader {
+    /// Takes every published batch: (descriptor, sample table).
+    fn take(&mut self) -> Vec<(BatchDescriptor, Vec<SampleEntry>)> {
+        let mut got = Vec::new();
+        while let Some(d) = self.ready.try_pop().unwrap() {
+            let mut table = Vec::new();
+            if d.flags & BATCH_END_OF_STREAM == 0 {
+                copy_sample_table(self.arena.region(), &d, &mut table).unwrap();
+            }
+            got.push((d, table));
+        }
+        got
+    }
+
+    fn give_back(&mut self, d: &BatchDescriptor) {
+        let rel = ReleaseDescriptor {
+            seq: d.seq,
+            token: d.token,
+        };
+        assert!(self.release.try_push(rel).unwrap());
+    }
+
+    fn bytes(&self, e: &SampleEntry) -> Vec<u8> {
+        self.arena.read_at(e.offset, e.length as usize).unwrap()
+    }
+}
+
+struct Harness {
+    engine: Engine,
+    clock: ManualClock,
+    script: Arc<Mutex<Script>>,
+    _dir: tempfile::TempDir,
+}
+
+const SAMPLES: u64 = 64;
+
+fn config(dir: &std::path::Path, extra: &str) -> Config {
+    let toml = format!(
+        r#"
+[arena]
+size = "64MiB"
+hugepages = "off"
+populate = false
+
+[socket]
+path = "{}/agent.sock"
+
+[prefetch]
+initial_window = 1
+window_batches = 4
+read_timeout_ms = 1000
+max_inflight_reads = 32
+{extra}
+
+[[dataset]]
+name = "placeholder"
+root = "/nonexistent"
+"#,
+        dir.display()
+    );
+    let mut cfg = Config::from_toml_str(&toml).expect("test config");
+    cfg.datasets.clear();
+    cfg
+}
+
+fn harness(extra: &str, relaxed: bool) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), extra);
+    let script = Arc::new(Mutex::new(Script::default()));
+    let src = FakeSource {
+        n: SAMPLES,
+        capacity: 64,
+        script: script.clone(),
+        wake: File::open("/dev/null").unwrap(),
+    };
+    let mut ds = Dataset::from_source("fake", Box::new(src));
+    ds.relaxed = relaxed;
+    let clock = ManualClock::new();
+    let engine = Engine::with_clock(
+        cfg,
+        Arc::new(Metrics::default()),
+        vec![ds],
+        Box::new(clock.clone()),
+    )
+    .unwrap();
+    Harness {
+        engine,
+        clock,
+        script,
+        _dir: dir,
+    }
+}
+
+impl Harness {
+    fn open(&mut self, batch: u32, epochs: u32) -> (u64, Loader) {
+        let req = OpenSession {
+            dataset: "fake".into(),
+            seed: 3,
+            rank: 0,
+            world_size: 1,
+            batch_size: batch,
+            drop_last: false,
+            first_epoch: 0,
+            epoch_count: epochs,
+            ready_capacity: 0,
+            release_capacity: 0,
+            client_abi: 1,
+        };
+        let (opened, sid) = self.engine.open_session(0, 0, &req).unwrap();
+        let s = &self.engine.sessions[&sid];
+        let mut segment =
+            LoaderSegment::attach_fd(s.segment().fd().unwrap(), Some(opened.reply.instance_epoch))
+                .unwrap();
+        let (ready, release) = segment.take_endpoints().unwrap();
+        let arena = ArenaView::map(opened.arena_fd, opened.reply.arena_size).unwrap();
+        (
+            sid,
+            Loader {
+                ready,
+                release,
+                arena,
+                _segment: segment,
+            },
+        )
+    }
+
+    fn turns(&mut self, n: usize) {
+        for _ in 0..n {
+            self.engine.turn().unwrap();
+        }
+    }
+
+    fn auto(&self, on: bool) {
+        self.script.lock().unwrap().auto = on;
+    }
+
+    fn submitted(&self) -> Vec<u64> {
+        let s = self.script.lock().unwrap();
+        s.submitted.iter().map(|(_, i, _)| *i).collect()
+    }
+}
+
+/// Every batch of a session, released as it arrives, until END_OF_STREAM.
+fn drain(h: &mut Harness, loader: &mut Loader) -> Vec<(BatchDescriptor, Vec<SampleEntry>)> {
+    let mut all = Vec::new();
+    for _ in 0..10_000 {
+        h.engine.turn().unwrap();
+        for (d, t) in loader.take() {
+            loader.give_back(&d);
+            let end = d.flags & BATCH_END_OF_STREAM != 0;
+            all.push((d, t));
+            if end {
+                return all;
+            }
+        }
+        h.clock.advance(Duration::from_millis(1));
+    }
+    panic!("no end of stream after 10,000 turns");
+}
+
+#[test]
+fn request_phase_grows_the_window_by_slow_start() {
+    let mut h = harness("", false);
+    let (_, mut loader) = h.open(4, 1);
+    h.turns(1);
+    assert_eq!(h.submitted().len(), 4, "initial window: one batch of 4");
+    h.auto(true);
+    h.turns(1);
+    let first = loader.take();
+    assert_eq!(first.len(), 1);
+    loader.give_back(&first[0].0);
+    h.auto(false);
+    h.turns(1);
+    // Published one batch: the window grew to 2, the ring is empty again.
+    assert_eq!(h.submitted().len(), 8);
+    h.auto(true);
+    for _ in 0..6 {
+        h.turns(1);
+        for (d, _) in loader.take() {
+            loader.give_back(&d);
+        }
+    }
+    let s = &h.engine.sessions.values().next().unwrap();
+    assert_eq!(s.window(), 4, "capped at prefetch.window_batches");
+}
+
+#[test]
+fn publish_phase_keeps_plan_order_whatever_the_completion_order() {
+    let mut h = harness("", false);
+    let (_, mut loader) = h.open(4, 1);
+    h.auto(true);
+    for _ in 0..4 {
+        h.turns(1);
+        for (d, _) in loader.take() {
+            loader.give_back(&d);
+        }
+    }
+    // Hold back one sample of the front batch: nothing behind it may pass.
+    h.auto(false);
+    h.turns(1);
+    for (d, _) in loader.take() {
+        loader.give_back(&d);
+    }
+    h.turns(1);
+    assert!(h.submitted().len() > 4, "several batches in flight");
+    let pending = h.engine.sessions.values().next().unwrap().pending();
+    let front = pending.front().unwrap().slots[0].sample;
+    {
+        let mut s = h.script.lock().unwrap();
+        s.held.push(front);
+        s.auto = true;
+    }
+    h.turns(3);
+    assert!(
+        loader.take().is_empty(),
+        "front batch incomplete: nothing published"
+    );
+    h.script.lock().unwrap().held.clear();
+    h.turns(1);
+    let got = loader.take();
+    assert!(got.len() >= 2, "the front batch and those behind it");
+    let seqs: Vec<u64> = got.iter().map(|(d, _)| d.seq).collect();
+    let mut sorted = seqs.clone();
+    sorted.sort_unstable();
+    assert_eq!(seqs, sorted);
+    let indices: Vec<u64> = got.iter().map(|(d, _)| d.batch_index).collect();
+    assert!(indices.windows(2).all(|w| w[1] == w[0] + 1), "{indices:?}");
+}
+
+#[test]
+fn every_sample_arrives_once_per_epoch_byte_for_byte() {
+    let mut h = harness("", false);
+    let (_, mut loader) = h.open(5, 2);
+    h.auto(true);
+    let all = drain(&mut h, &mut loader);
+    let (last, rest) = all.split_last().unwrap();
+    assert_eq!(last.0.flags & BATCH_END_OF_STREAM, BATCH_END_OF_STREAM);
+    for epoch in 0..2 {
+        let mut ids: Vec<u64> = rest
+            .iter()
+            .filter(|(d, _)| d.epoch == epoch)
+            .flat_map(|(_, t)| t.iter().map(|e| e.sample_id - 1000))
+            .collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (0..SAMPLES).collect::<Vec<_>>(), "epoch {epoch}");
+        let ends = rest
+            .iter()
+            .filter(|(d, _)| d.epoch == epoch && d.flags & BATCH_END_OF_EPOCH != 0)
+            .count();
+        assert_eq!(ends, 1);
+    }
+    for (_, t) in rest {
+        for e in t {
+            assert_eq!(e.status, 0);
+            let bytes = loader.bytes(e);
+            assert_eq!(bytes, content(e.sample_id - 1000));
+            assert_eq!(e.crc32c, crc32c::crc32c(&bytes), "CRC over the arena bytes");
+            assert_eq!(e.label, ((e.sample_id - 1000) % 10) as i32);
+        }
+    }
+    // The arena came back: nothing pinned after the last release.
+    h.turns(2);
+    let a = h.engine.cache.accounting();
+    assert_eq!(a.pinned + a.in_flight, 0, "{a:?}");
+}
+
+#[test]
+fn a_transient_failure_is_retried_after_backoff() {
+    let mut h = harness("read_retries = 3\nretry_backoff_ms = 50", false);
+    let (_, mut loader) = h.open(4, 1);
+    h.turns(1);
+    let victim = h.submitted()[0];
+    {
+        let mut s = h.script.lock().unwrap();
+        s.failures
+            .insert(victim, VecDeque::from([FailureKind::Transient]));
+        s.auto = true;
+    }
+    h.turns(3);
+    assert!(loader.take().is_empty(), "waiting for the retry");
+    assert_eq!(h.script.lock().unwrap().attempts[&victim], 1);
+    h.clock.advance(Duration::from_millis(60));
+    h.turns(3);
+    let got = loader.take();
+    assert!(!got.is_empty());
+    assert_eq!(got[0].0.status, 0);
+    assert!(got[0].1.iter().any(|e| e.sample_id - 1000 == victim));
+    assert_eq!(h.script.lock().unwrap().attempts[&victim], 2);
+    assert_eq!(h.engine.metrics.read_retries.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn a_failure_reaches_the_loader_with_its_kind() {
+    let mut h = harness("read_retries = 2\nretry_backoff_ms = 1", false);
+    let (_, mut loader) = h.open(4, 1);
+    h.turns(1);
+    let sub = h.submitted();
+    let (missing, flaky) = (sub[0], sub[1]);
+    {
+        let mut s = h.script.lock().unwrap();
+        s.failures
+            .insert(missing, VecDeque::from([FailureKind::NotFound]));
+        s.failures
+            .insert(flaky, VecDeque::from([FailureKind::Transient; 5]));
+        s.auto = true;
+    }
+    let mut got = Vec::new();
+    for _ in 0..50 {
+        h.turns(1);
+        got.extend(loader.take());
+        if !got.is_empty() {
+            break;
+        }
+        h.clock.advance(Duration::from_millis(10));
+    }
+    let (d, table) = &got[0];
+    assert_eq!(d.status, ErrorCode::Io.as_i32(), "an error batch");
+    let status = |x: u64| {
+        table
+            .iter()
+            .find(|e| e.sample_id - 1000 == x)
+            .unwrap()
+            .status
+    };
+    assert_eq!(status(missing), ErrorCode::NotFound.as_i32());
+    assert_eq!(status(flaky), ErrorCode::Io.as_i32());
+    let s = h.script.lock().unwrap();
+    assert_eq!(s.attempts[&missing], 1, "not found is not retried");
+    assert_eq!(s.attempts[&flaky], 3, "read_retries = 2: three attempts");
+    assert_eq!(
+        table.iter().filter(|e| e.status == 0).count(),
+        2,
+        "the other samples are fine"
+    );
+}
+
+#[test]
+fn relaxed_order_lets_ready_samples_pass_a_late_one() {
+    let mut h = harness("", true);
+    let (_, mut loader) = h.open(4, 1);
+    // Grow the window first, then hold back the front batch's first sample.
+    let mut got: Vec<(BatchDescriptor, Vec<SampleEntry>)> = Vec::new();
+    h.auto(true);
+    for _ in 0..4 {
+        h.turns(1);
+        for (d, t) in loader.take() {
+            loader.give_back(&d);
+            got.push((d, t));
+        }
+    }
+    h.auto(false);
+    h.turns(1);
+    for (d, t) in loader.take() {
+        loader.give_back(&d);
+        got.push((d, t));
+    }
+    h.turns(1);
+    let late = h.engine.sessions.values().next().unwrap().pending()[0].slots[0].sample;
+    {
+        let mut s = h.script.lock().unwrap();
+        s.held.push(late);
+        s.auto = true;
+    }
+    let before = got.len();
+    for _ in 0..30 {
+        h.turns(1);
+        for (d, t) in loader.take() {
+            loader.give_back(&d);
+            got.push((d, t));
+        }
+    }
+    assert!(got.len() > before, "batches flow past the late sample");
+    assert!(h.engine.metrics.relaxed_swaps.load(Ordering::Relaxed) > 0);
+    h.script.lock().unwrap().held.clear();
+    got.extend(drain(&mut h, &mut loader));
+    let mut ids: Vec<u64> = got
+        .iter()
+        .flat_map(|(_, t)| t.iter().map(|e| e.sample_id - 1000))
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..SAMPLES).collect::<Vec<_>>(), "each sample once");
+}
+
+#[test]
+fn a_silent_loader_loses_its_session_and_its_pins() {
+    let mut h = harness("", false);
+    let (sid, mut loader) = h.open(4, 1);
+    h.auto(true);
+    h.turns(5);
+    let held = loader.take();
+    assert!(!held.is_empty());
+    assert!(h.engine.cache.accounting().pinned > 0);
+    let limit = h.engine.cfg.sessions.client_timeout_ms;
+    h.clock.advance(Duration::from_millis(limit - 1));
+    h.turns(1);
+    assert!(h.engine.sessions.contains_key(&sid), "not yet");
+    h.clock.advance(Duration::from_millis(2));
+    h.turns(1);
+    assert!(!h.engine.sessions.contains_key(&sid), "silent too long");
+    let a = h.engine.cache.accounting();
+    assert_eq!(a.pinned, 0, "its pins came back: {a:?}");
+    assert_eq!(
+        h.engine.metrics.sessions_timed_out.load(Ordering::Relaxed),
+        1
+    );
+}
+
+#[test]
+fn releases_count_as_signs_of_life() {
+    let mut h = harness("", false);
+    let (sid, mut loader) = h.open(4, 3);
+    h.auto(true);
+    let limit = h.engine.cfg.sessions.client_timeout_ms;
+    for _ in 0..5 {
+        h.turns(2);
+        for (d, _) in loader.take() {
+            loader.give_back(&d);
+        }
+        h.clock.advance(Duration::from_millis(limit / 2));
+    }
+    assert!(h.engine.sessions.contains_key(&sid));
+}

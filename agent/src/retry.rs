@@ -1,0 +1,215 @@
+//! The one retry layer: when a failed sample read is tried again.
+//!
+//! Sources make one attempt per request and say what kind of failure it
+//! was ([`FailureKind`]); the engine asks the dataset's [`RetryPolicy`]
+//! what to do next. Transient failures and timeouts are retried with
+//! exponential backoff and jitter, up to a number of attempts and within a
+//! total deadline per sample; anything else fails the sample at once.
+//!
+//! Worst case from the first attempt to a failed sample, with the
+//! defaults (`read_timeout_ms` = 10 s, 4 attempts, backoff 10 ms doubling
+//! to at most 2 s, deadline 45 s): every attempt times out, so
+//! `4 × 10 s + (10 + 20 + 40) ms` ≈ 40.1 s, below the 45 s deadline; a
+//! store that answers errors at once fails the sample after about 70 ms of
+//! backoff. The deadline stops a retry whose attempt could not finish in
+//! time (a retry is only started if `now + backoff + read_timeout` is within
+//! the deadline), so no sample takes longer than the deadline plus one
+//! attempt's timeout in any configuration.
+
+use crate::config::{Config, DatasetConfig};
+use crate::source::FailureKind;
+use std::time::{Duration, Instant};
+
+/// What to do after a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryDecision {
+    /// Submit the read again at (not before) this instant.
+    RetryAt(Instant),
+    /// Report the failure for this sample.
+    GiveUp,
+}
+
+/// One dataset's retry policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included (at least 1).
+    pub attempts: u32,
+    /// Upper bound of the backoff before the first retry; doubles per retry.
+    pub backoff: Duration,
+    /// Upper bound of any backoff.
+    pub backoff_max: Duration,
+    /// No retry starts once it could not end within this time from the
+    /// sample's first attempt.
+    pub deadline: Duration,
+    /// One attempt's time limit (`prefetch.read_timeout_ms`).
+    pub attempt_timeout: Duration,
+}
+
+impl RetryPolicy {
+    /// The policy of `dataset` (the agent-wide one when `None`).
+    pub fn for_dataset(cfg: &Config, dataset: Option<&DatasetConfig>) -> RetryPolicy {
+        let r = cfg.retry_for(dataset);
+        RetryPolicy {
+            attempts: r.read_retries.saturating_add(1),
+            backoff: Duration::from_millis(r.retry_backoff_ms),
+            backoff_max: Duration::from_millis(r.retry_backoff_max_ms),
+            deadline: Duration::from_millis(r.sample_deadline_ms),
+            attempt_timeout: Duration::from_millis(cfg.prefetch.read_timeout_ms),
+        }
+    }
+
+    /// The backoff before retry number `retry` (1 for the first): a
+    /// uniform pick in `[cap / 2, cap]`, where `cap` is `backoff` doubled
+    /// `retry - 1` times and bounded by `backoff_max`. `seed` picks the
+    /// point, so different samples spread out.
+    pub fn delay(&self, retry: u32, seed: u64) -> Duration {
+        let doublings = retry.saturating_sub(1).min(32);
+        let cap = self
+            .backoff
+            .as_nanos()
+            .saturating_mul(1u128 << doublings)
+            .min(self.backoff_max.as_nanos())
+            .min(u128::from(u64::MAX));
+        let half = cap / 2;
+        let spread = cap - half;
+        let pick = u128::from(crate::planner::mix64(
+            seed ^ u64::from(retry).rotate_left(32),
+        ));
+        let nanos = half + ((spread * pick) >> 64);
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
+    /// After the `made`-th failed attempt (1 for the first) of a sample
+    /// first tried at `first`, failing with `kind` at `now`.
+    pub fn decide(
+        &self,
+        kind: FailureKind,
+        made: u32,
+        first: Instant,
+        now: Instant,
+        seed: u64,
+    ) -> RetryDecision {
+        if !kind.retryable() || made >= self.attempts {
+            return RetryDecision::GiveUp;
+        }
+        let Some(at) = now.checked_add(self.delay(made, seed)) else {
+            return RetryDecision::GiveUp;
+        };
+        let end = at.checked_add(self.attempt_timeout);
+        match (end, first.checked_add(self.deadline)) {
+            (Some(end), Some(deadline)) if end <= deadline => RetryDecision::RetryAt(at),
+            _ => RetryDecision::GiveUp,
+        }
+    }
+
+    /// The longest a sample can take from its first attempt to being
+    /// reported failed: every attempt running into its timeout, with the
+    /// largest backoffs, bounded by the deadline plus one attempt.
+    pub fn worst_case(&self) -> Duration {
+        let mut total = self.attempt_timeout;
+        for retry in 1..self.attempts {
+            let backoff = self
+                .backoff
+                .saturating_mul(1u32 << retry.saturating_sub(1).min(31))
+                .min(self.backoff_max);
+            let next = total + backoff + self.attempt_timeout;
+            if next > self.deadline {
+                break;
+            }
+            total = next;
+        }
+        total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> RetryPolicy {
+        RetryPolicy {
+            attempts: 4,
+            backoff: Duration::from_millis(10),
+            backoff_max: Duration::from_secs(2),
+            deadline: Duration::from_secs(45),
+            attempt_timeout: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn only_transient_failures_and_timeouts_are_retried() {
+        let p = policy();
+        let t = Instant::now();
+        for kind in [FailureKind::Transient, FailureKind::TimedOut] {
+            assert!(matches!(
+                p.decide(kind, 1, t, t, 1),
+                RetryDecision::RetryAt(_)
+            ));
+        }
+        for kind in [
+            FailureKind::NotFound,
+            FailureKind::Permanent,
+            FailureKind::Short,
+            FailureKind::Corrupt,
+        ] {
+            assert_eq!(
+                p.decide(kind, 1, t, t, 1),
+                RetryDecision::GiveUp,
+                "{kind:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn attempts_are_bounded() {
+        let p = policy();
+        let t = Instant::now();
+        assert!(matches!(
+            p.decide(FailureKind::Transient, 3, t, t, 1),
+            RetryDecision::RetryAt(_)
+        ));
+        assert_eq!(
+            p.decide(FailureKind::Transient, 4, t, t, 1),
+            RetryDecision::GiveUp
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_with_jitter_and_is_capped() {
+        let p = policy();
+        for seed in 0..100 {
+            let d1 = p.delay(1, seed);
+            assert!(d1 >= Duration::from_millis(5) && d1 <= Duration::from_millis(10));
+            let d3 = p.delay(3, seed);
+            assert!(d3 >= Duration::from_millis(20) && d3 <= Duration::from_millis(40));
+            assert!(p.delay(30, seed) <= Duration::from_secs(2));
+        }
+        let spread: std::collections::HashSet<_> = (0..100).map(|s| p.delay(2, s)).collect();
+        assert!(spread.len() > 50, "jitter spreads samples out");
+    }
+
+    #[test]
+    fn no_retry_past_the_deadline() {
+        let p = policy();
+        let first = Instant::now();
+        let late = first + Duration::from_secs(40);
+        assert_eq!(
+            p.decide(FailureKind::TimedOut, 1, first, late, 1),
+            RetryDecision::GiveUp,
+            "a retry that cannot finish by the deadline is not started"
+        );
+    }
+
+    #[test]
+    fn worst_case_with_the_defaults_is_under_a_minute() {
+        let cfg = Config::default();
+        let p = RetryPolicy::for_dataset(&cfg, None);
+        assert!(
+            p.worst_case() < Duration::from_secs(60),
+            "{:?}",
+            p.worst_case()
+        );
+        assert!(p.worst_case() <= p.deadline + p.attempt_timeout);
+        assert_eq!(policy().worst_case(), Duration::from_millis(40_070));
+    }
+}
