@@ -125,7 +125,7 @@ proptest! {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             perm.swap(i, (x >> 33) as usize % (i + 1));
         }
-        let holder = |s: u64| (s % 7 != 0).then_some((s.wrapping_mul(seed | 1) >> 7) as u32 % nodes);
+        let holder = |s: u64| (!s.is_multiple_of(7)).then_some((s.wrapping_mul(seed | 1) >> 7) as u32 % nodes);
         // DistributedSampler: rank r's share is padded[r + k·ws], batched by B.
         let per_rank = if drop_last { n / ws as usize } else { n.div_ceil(ws as usize) };
         let steps = if drop_last { per_rank / batch as usize } else { per_rank.div_ceil(batch as usize) };
