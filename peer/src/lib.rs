@@ -4,3 +4,8 @@
 #![forbid(unsafe_code)]
 
 pub mod assign;
+pub mod block;
+pub mod frame;
+pub mod keep;
+pub mod owner;
+pub mod view;
