@@ -5,6 +5,7 @@
 
 pub mod assign;
 pub mod block;
+pub mod conn;
 pub mod frame;
 pub mod keep;
 pub mod owner;
