@@ -745,7 +745,7 @@ mod tests {
 
     #[test]
     fn wrong_secret_closes_and_serves_nothing() {
-        let (mut a, mut b) = pair(b"right", b"wrong");
+        let (mut a, b) = pair(b"right", b"wrong");
         assert!(a.is_closed() && b.is_closed());
         assert!(events(&mut a).contains(&Event::Closed(Closed::Local(GoodbyeReason::AuthFailed))));
         assert_eq!(a.send_get(get(1), 0), Err(ConnError::NotEstablished));

@@ -9,4 +9,5 @@ pub mod conn;
 pub mod frame;
 pub mod keep;
 pub mod owner;
+pub mod serve;
 pub mod view;
