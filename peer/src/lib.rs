@@ -1,6 +1,22 @@
 //! The sans-IO core of Granary's peer layer: everything that several agents
 //! must agree on, or that is parsed from another agent's bytes. No sockets,
-//! no threads, no clock of its own: bytes and times in, events out.
+//! no threads, no clock of its own: bytes and times in, events out. The TCP
+//! (and later RDMA) drivers and a deterministic simulator sit on top.
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`view`] | immutable membership views, their canonical encoding and digest; Slurm host lists |
+//! | [`owner`] | integer-only, capacity-weighted rendezvous ownership of samples |
+//! | [`keep`] | the deterministic keep-set of every owner, and the [`keep::Directory`] of a dataset |
+//! | [`block`] | CRC-32C of a block bound to (dataset, sample, length) |
+//! | [`frame`] | the versioned wire frames and an incremental, never-panicking decoder |
+//! | [`conn`] | one connection: mutual HMAC handshake, credits, keepalive, goodbye |
+//! | [`serve`] | the owner's serving queue: earliest due first, windows, single flight |
+//! | [`assign`] | locality-aware assignment of a global step's samples |
+//!
+//! Time is always a [`conn::Nanos`] (`u64` nanoseconds since an origin the
+//! caller picks); randomness (hello nonces) is passed in. `docs/peers.md`
+//! describes the model.
 #![forbid(unsafe_code)]
 
 pub mod assign;
