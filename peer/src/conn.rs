@@ -214,6 +214,8 @@ pub enum Event {
         /// Why.
         reason: MissReason,
     },
+    /// The peer granted more request credit; [`Conn::credit`] is now this.
+    Credit(u64),
     /// Round trip measured by a ping.
     Rtt(Nanos),
     /// The connection is closed; no more events follow.
@@ -624,6 +626,7 @@ impl Conn {
             }),
             (State::Established, Frame::Credit(n)) => {
                 self.send_credit = self.send_credit.saturating_add(u64::from(n));
+                self.events.push_back(Event::Credit(self.send_credit));
             }
             (State::Established, Frame::Ping(t)) => self.push_frame(&Frame::Pong(t)),
             (State::Established, Frame::Pong(t)) => {
@@ -733,11 +736,14 @@ mod tests {
         assert!(a.is_established() && b.is_established());
         assert_eq!(
             events(&mut a),
-            [Event::Established {
-                peer: "b".into(),
-                incarnation: 1,
-                view_digest: [7; 32]
-            }]
+            [
+                Event::Established {
+                    peer: "b".into(),
+                    incarnation: 1,
+                    view_digest: [7; 32]
+                },
+                Event::Credit(4)
+            ]
         );
         assert_eq!(a.credit(), 4);
         assert!(matches!(events(&mut b)[0], Event::Established { .. }));
@@ -838,11 +844,14 @@ mod tests {
         assert_eq!(a.payload(), Some(&[0u8, 0, 0][..]));
         assert_eq!(
             events(&mut a),
-            [Event::Miss {
-                request: 1,
-                sample: 1,
-                reason: MissReason::NotKept
-            }]
+            [
+                Event::Miss {
+                    request: 1,
+                    sample: 1,
+                    reason: MissReason::NotKept
+                },
+                Event::Credit(2)
+            ]
         );
         // Two answers returned two credits.
         assert_eq!(a.credit(), 2);

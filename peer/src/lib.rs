@@ -26,4 +26,5 @@ pub mod frame;
 pub mod keep;
 pub mod owner;
 pub mod serve;
+pub mod sim;
 pub mod view;
