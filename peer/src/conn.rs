@@ -483,7 +483,7 @@ impl Conn {
         if self.decoder.payload_remaining() == 0 {
             return None;
         }
-        match self.decoder.next() {
+        match self.decoder.next_item() {
             Ok(Some(Decoded::Payload(p))) => Some(p),
             _ => None,
         }
@@ -551,7 +551,7 @@ impl Conn {
     /// Decodes and handles buffered frames until a payload or the end.
     fn process(&mut self) {
         while self.state != State::Closed && self.decoder.payload_remaining() == 0 {
-            match self.decoder.next() {
+            match self.decoder.next_item() {
                 Ok(Some(Decoded::Frame(f))) => self.on_frame(f),
                 Ok(Some(Decoded::Payload(_))) | Ok(None) => return,
                 Err(e) => {

@@ -563,7 +563,7 @@ pub fn decode_frame(buf: &[u8]) -> Result<Option<(Frame, usize)>, FrameError> {
     Ok(Some((frame, total)))
 }
 
-/// What [`Decoder::next`] yields.
+/// What [`Decoder::next_item`] yields.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Decoded<'a> {
     /// A whole frame. After a [`Frame::Data`], payload bytes come next.
@@ -614,7 +614,7 @@ impl Decoder {
     /// the transport may read up to [`Decoder::payload_remaining`] bytes
     /// straight into the extent and report them with
     /// [`Decoder::payload_direct`].
-    pub fn next(&mut self) -> Result<Option<Decoded<'_>>, FrameError> {
+    pub fn next_item(&mut self) -> Result<Option<Decoded<'_>>, FrameError> {
         if let Some(e) = self.error {
             return Err(e);
         }
@@ -825,7 +825,7 @@ mod tests {
             let mut payload = Vec::new();
             for chunk in wire.chunks(piece) {
                 d.feed(chunk);
-                while let Some(x) = d.next().unwrap() {
+                while let Some(x) = d.next_item().unwrap() {
                     match x {
                         Decoded::Frame(f) => frames.push(f),
                         Decoded::Payload(p) => payload.extend_from_slice(p),
@@ -853,23 +853,26 @@ mod tests {
         .unwrap();
         hdr.extend_from_slice(b"abc");
         d.feed(&hdr);
-        assert!(matches!(d.next(), Ok(Some(Decoded::Frame(Frame::Data(_))))));
+        assert!(matches!(
+            d.next_item(),
+            Ok(Some(Decoded::Frame(Frame::Data(_))))
+        ));
         assert_eq!(d.payload_direct(1), Err(PayloadOrderError));
-        assert_eq!(d.next(), Ok(Some(Decoded::Payload(b"abc"))));
+        assert_eq!(d.next_item(), Ok(Some(Decoded::Payload(b"abc"))));
         assert_eq!(d.payload_remaining(), 7);
         assert_eq!(d.payload_direct(8), Err(PayloadOrderError));
         assert_eq!(d.payload_direct(7), Ok(()));
-        assert_eq!(d.next(), Ok(None));
+        assert_eq!(d.next_item(), Ok(None));
         d.feed(&Frame::Ping(3).to_bytes().unwrap());
-        assert_eq!(d.next(), Ok(Some(Decoded::Frame(Frame::Ping(3)))));
+        assert_eq!(d.next_item(), Ok(Some(Decoded::Frame(Frame::Ping(3)))));
     }
 
     #[test]
     fn decoder_errors_are_sticky() {
         let mut d = Decoder::new();
         d.feed(&[9, 9, 9]);
-        assert_eq!(d.next(), Err(FrameError::UnsupportedVersion(9)));
+        assert_eq!(d.next_item(), Err(FrameError::UnsupportedVersion(9)));
         d.feed(&Frame::Ping(1).to_bytes().unwrap());
-        assert_eq!(d.next(), Err(FrameError::UnsupportedVersion(9)));
+        assert_eq!(d.next_item(), Err(FrameError::UnsupportedVersion(9)));
     }
 }

@@ -203,7 +203,7 @@ fn stream(data: &[u8], piece: usize) -> (Vec<Frame>, Option<granary_peer::frame:
     for chunk in data.chunks(piece) {
         d.feed(chunk);
         loop {
-            match d.next() {
+            match d.next_item() {
                 Ok(Some(Decoded::Frame(f))) => frames.push(f),
                 Ok(Some(Decoded::Payload(p))) => payload += p.len() as u64,
                 Ok(None) => break,

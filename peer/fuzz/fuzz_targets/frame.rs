@@ -11,14 +11,21 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     if let Ok(Some((frame, used))) = decode_frame(data) {
         let bytes = frame.to_bytes().expect("a decoded frame encodes");
-        assert_eq!(bytes, &data[..used], "re-encoding {frame:?} changed the frame");
+        assert_eq!(
+            bytes,
+            &data[..used],
+            "re-encoding {frame:?} changed the frame"
+        );
         assert_eq!(decode_frame(&bytes), Ok(Some((frame, used))));
     }
 
     let piece = 1 + data.first().map_or(0, |b| usize::from(*b) % 29);
     let whole = stream(data, data.len().max(1));
     let pieces = stream(data, piece);
-    assert_eq!(whole, pieces, "feeding whole or in {piece}-byte pieces differs");
+    assert_eq!(
+        whole, pieces,
+        "feeding whole or in {piece}-byte pieces differs"
+    );
 });
 
 /// Frames, payload bytes and the first error from a decoder fed `piece`
@@ -30,12 +37,12 @@ fn stream(data: &[u8], piece: usize) -> (Vec<Frame>, Vec<u8>, Option<FrameError>
     for chunk in data.chunks(piece) {
         d.feed(chunk);
         loop {
-            match d.next() {
+            match d.next_item() {
                 Ok(Some(Decoded::Frame(f))) => frames.push(f),
                 Ok(Some(Decoded::Payload(p))) => payload.extend_from_slice(p),
                 Ok(None) => break,
                 Err(e) => {
-                    assert_eq!(d.next(), Err(e), "errors are sticky");
+                    assert_eq!(d.next_item(), Err(e), "errors are sticky");
                     return (frames, payload, Some(e));
                 }
             }

@@ -40,7 +40,10 @@ fuzz_target!(|data: &[u8]| {
     for chunk in rest.chunks(piece) {
         c.handle_input(chunk, 2);
         while let Some(e) = c.poll_event() {
-            assert!(matches!(e, Event::Closed(_)), "unauthenticated bytes gave {e:?}");
+            assert!(
+                matches!(e, Event::Closed(_)),
+                "unauthenticated bytes gave {e:?}"
+            );
         }
     }
     assert!(!c.is_established());

@@ -1,7 +1,7 @@
 //! A deterministic simulator of N agents over this crate.
 //!
 //! Every agent runs the real [`Conn`](crate::conn::Conn),
-//! [`Server`](crate::serve::Server), [`Directory`](crate::keep::Directory)
+//! [`Server`](crate::serve::Server), [`Directory`]
 //! and block CRCs; only the clock, the network and the store are simulated.
 //! One seed fixes everything (payloads, nonces, fault coin flips), so a
 //! failing seed replays exactly: [`run`] is a pure function of its
