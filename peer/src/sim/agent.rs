@@ -225,7 +225,6 @@ impl Agent {
             self.deliver(s, Source::Store, sh);
         }
         self.serve(q, sh);
-        self.flush_all(q, sh);
     }
 
     fn conn_config(&self, sh: &Shared) -> ConnConfig {
@@ -308,7 +307,7 @@ impl Agent {
             if l.conn.send_get(get, q.now).is_ok() {
                 p.sent = true;
                 p.since = q.now;
-                sh.report.requests += 1;
+                sh.report.requests[sh.epoch as usize] += 1;
             }
         }
     }
@@ -553,8 +552,8 @@ impl Agent {
         if data.is_empty() {
             return;
         }
-        sh.report.messages += 1;
-        sh.report.peer_bytes += data.len() as u64;
+        sh.report.messages[sh.epoch as usize] += 1;
+        sh.report.peer_bytes[sh.epoch as usize] += data.len() as u64;
         if sh.cut_between(self.node, peer) {
             return;
         }

@@ -149,12 +149,12 @@ pub struct Report {
     pub peer_hits: Vec<u64>,
     /// Samples delivered from the store, per epoch.
     pub store_hits: Vec<u64>,
-    /// Peer messages (one per delivery of bytes on a link).
-    pub messages: u64,
-    /// Bytes on peer links (frames and payloads).
-    pub peer_bytes: u64,
-    /// Peer requests sent.
-    pub requests: u64,
+    /// Peer messages per epoch (one per delivery of bytes on a link).
+    pub messages: Vec<u64>,
+    /// Bytes on peer links per epoch (frames and payloads).
+    pub peer_bytes: Vec<u64>,
+    /// Peer requests sent per epoch.
+    pub requests: Vec<u64>,
     /// Misses received.
     pub misses: u64,
     /// Blocks rejected by their CRC.
@@ -396,6 +396,9 @@ pub fn run(cfg: &SimConfig) -> Result<Report, SimError> {
             &mut sh.report.local_hits,
             &mut sh.report.peer_hits,
             &mut sh.report.store_hits,
+            &mut sh.report.messages,
+            &mut sh.report.peer_bytes,
+            &mut sh.report.requests,
         ] {
             v.push(0);
         }

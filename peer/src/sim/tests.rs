@@ -144,3 +144,29 @@ fn bad_configs_are_refused() {
     cfg.samples = 10;
     assert!(matches!(run(&cfg), Err(SimError::Config(_))));
 }
+
+#[test]
+fn sixteen_agents_with_faults() {
+    let mut cfg = SimConfig::small(42);
+    cfg.nodes = 16;
+    cfg.samples = 16 * 16 * 12;
+    cfg.faults = Faults {
+        kill: Some(Kill {
+            node: 7,
+            at_step: 3,
+            down_for: 80 * MS,
+        }),
+        partition: Some(Partition {
+            a: 2,
+            b: 9,
+            from_step: 4,
+            to_step: 9,
+        }),
+        corrupt_per_mille: 5,
+        misroute_per_mille: 5,
+        slow: Some((11, 300)),
+    };
+    let r = run(&cfg).unwrap();
+    assert_eq!(r.steps, 24);
+    assert!(r.fallbacks > 0 && r.hedged > 0, "{r:?}");
+}
