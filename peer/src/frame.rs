@@ -737,6 +737,39 @@ mod tests {
     }
 
     #[test]
+    fn wire_bytes_are_pinned() {
+        let b = Frame::Get(Get {
+            request: 1,
+            fingerprint: 2,
+            sample: 3,
+            length: 4,
+            due: 5,
+        })
+        .to_bytes()
+        .unwrap();
+        let mut want = vec![1, 3, 0, 0, 40, 0, 0, 0];
+        for v in 1u64..=5 {
+            want.extend_from_slice(&v.to_le_bytes());
+        }
+        assert_eq!(b, want);
+        let m = Frame::Miss {
+            request: 0x0102,
+            sample: 7,
+            reason: MissReason::Evicted,
+        }
+        .to_bytes()
+        .unwrap();
+        assert_eq!(
+            m,
+            [1, 6, 0, 0, 17, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 3]
+        );
+        assert_eq!(
+            Frame::Goodbye(GoodbyeReason::Timeout).to_bytes().unwrap(),
+            [1, 10, 0, 0, 1, 0, 0, 0, 5]
+        );
+    }
+
+    #[test]
     fn bad_frames_are_typed_errors() {
         let good = Frame::Ping(1).to_bytes().unwrap();
         let mut b = good.clone();

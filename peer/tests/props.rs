@@ -288,3 +288,48 @@ fn frame() -> impl Strategy<Value = Frame> {
         prop::sample::select(GoodbyeReason::ALL.to_vec()).prop_map(Frame::Goodbye),
     ]
 }
+
+/// One bracket range: (low, count, width).
+fn range() -> impl Strategy<Value = (u64, u64, usize)> {
+    (0u64..200, 1u64..6, 1usize..5)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn host_lists_expand_like_scontrol(
+        elems in prop::collection::vec(
+            ("[a-z]{1,6}", prop::collection::vec(range(), 0..3), "(-[a-z]{1,3})?"),
+            1..4,
+        ),
+    ) {
+        let mut list = Vec::new();
+        let mut want = Vec::new();
+        for (prefix, ranges, suffix) in &elems {
+            if ranges.is_empty() {
+                list.push(format!("{prefix}{suffix}"));
+                want.push(format!("{prefix}{suffix}"));
+                continue;
+            }
+            let body: Vec<String> = ranges
+                .iter()
+                .map(|&(lo, n, w)| {
+                    if n == 1 {
+                        format!("{lo:0w$}")
+                    } else {
+                        format!("{lo:0w$}-{:0w$}", lo + n - 1)
+                    }
+                })
+                .collect();
+            list.push(format!("{prefix}[{}]{suffix}", body.join(",")));
+            for &(lo, n, w) in ranges {
+                for v in lo..lo + n {
+                    want.push(format!("{prefix}{v:0w$}{suffix}"));
+                }
+            }
+        }
+        let got = granary_peer::view::expand_hostlist(&list.join(",")).unwrap();
+        prop_assert_eq!(got, want);
+    }
+}
