@@ -1,6 +1,39 @@
 //! The sans-IO core of Granary's peer layer: everything that several agents
 //! must agree on, or that is parsed from another agent's bytes. No sockets,
-//! no threads, no clock of its own: bytes and times in, events out.
+//! no threads, no clock of its own: bytes and times in, events out. Transport
+//! drivers (TCP) and the simulator in [`sim`] sit on top.
+//!
+//! An agent uses it in this order: build a [`view::View`] (static list,
+//! Slurm, or handed in) and compare digests; compute a [`keep::Directory`]
+//! per dataset (owner and keep bit of every sample); open one
+//! [`conn::Conn`] per peer, feeding it socket bytes and writing what
+//! [`conn::Conn::poll_transmit`] returns; answer [`conn::Event::Request`]s
+//! through a [`serve::Server`]; check every received block with
+//! [`block::BlockCrc`] before use; on any failure read the store.
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`view`] | immutable membership views, their canonical encoding and digest; Slurm host lists |
+//! | [`owner`] | integer-only, capacity-weighted rendezvous ownership of samples |
+//! | [`keep`] | the deterministic keep-set of every owner, and the [`keep::Directory`] of a dataset |
+//! | [`block`] | CRC-32C of a block bound to (dataset, sample, length) |
+//! | [`frame`] | the versioned wire frames and an incremental, never-panicking decoder |
+//! | [`conn`] | one connection: mutual HMAC handshake, credits, keepalive, goodbye |
+//! | [`serve`] | the owner's serving queue: earliest due first, windows, single flight |
+//! | [`sim`] | a deterministic, seeded simulator of N agents over the modules above |
+//! | [`assign`] | locality-aware assignment of a global step's samples |
+//!
+//! Time is always a [`conn::Nanos`] (`u64` nanoseconds since an origin the
+//! caller picks); randomness (hello nonces) is passed in. `docs/peers.md`
+//! describes the model.
 #![forbid(unsafe_code)]
 
 pub mod assign;
+pub mod block;
+pub mod conn;
+pub mod frame;
+pub mod keep;
+pub mod owner;
+pub mod serve;
+pub mod sim;
+pub mod view;

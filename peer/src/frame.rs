@@ -1,0 +1,911 @@
+//! The peer wire format: versioned, length-bounded frames and an
+//! incremental decoder that never panics.
+//!
+//! Every frame is an 8-byte header and a body:
+//!
+//! ```text
+//! offset 0  u8     format version (1)
+//! offset 1  u8     kind
+//! offset 2  u16 LE flags, must be 0
+//! offset 4  u32 LE body length, at most MAX_BODY
+//! offset 8  body   (little-endian fields, listed per kind on `Frame`)
+//! ```
+//!
+//! A [`Frame::Data`] header is followed on the wire by `length` payload
+//! bytes that are not part of the frame: the codec never copies them. The
+//! [`Decoder`] hands back the payload bytes it already buffered (to be
+//! copied once into the reserved arena extent) and lets the transport read
+//! the rest straight into the extent ([`Decoder::payload_direct`]).
+//!
+//! The encoding is canonical: whatever decodes re-encodes to the same
+//! bytes. Anything else is a typed [`FrameError`].
+
+use std::fmt;
+
+/// The frame format version this crate writes and reads.
+pub const FORMAT_VERSION: u8 = 1;
+/// The peer protocol version carried in [`Hello`].
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Bytes of a frame header.
+pub const HEADER_LEN: usize = 8;
+/// Longest frame body.
+pub const MAX_BODY: u32 = 64 * 1024;
+/// Most items in one [`Frame::GetMany`].
+pub const MAX_VECTOR: usize = 1024;
+/// Longest payload a [`Frame::Data`] may announce (1 GiB).
+pub const MAX_PAYLOAD: u64 = 1 << 30;
+/// Longest job or node id in a [`Hello`].
+pub const MAX_ID_LEN: usize = 255;
+
+/// The first frame each side sends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hello {
+    /// Peer protocol version spoken ([`PROTOCOL_VERSION`]).
+    pub version: u16,
+    /// The job both sides must belong to.
+    pub job_id: String,
+    /// The sender's stable node id.
+    pub node_id: String,
+    /// Digest of the sender's membership view.
+    pub view_digest: [u8; 32],
+    /// The sender's incarnation (changes on every agent restart).
+    pub incarnation: u64,
+    /// Fresh randomness from the sender: the challenge the other side must
+    /// answer.
+    pub nonce: [u8; 32],
+}
+
+/// One sample wanted, with its dataset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Get {
+    /// Requester's id for this request, echoed in the answer.
+    pub request: u64,
+    /// Dataset fingerprint.
+    pub fingerprint: u64,
+    /// Sample index.
+    pub sample: u64,
+    /// Length the requester expects (from its catalog).
+    pub length: u64,
+    /// When the requester needs it, in nanoseconds of the requester's
+    /// clock as agreed on the connection (see [`crate::conn`]).
+    pub due: u64,
+}
+
+/// One item of a [`Frame::GetMany`] (the dataset is given once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Want {
+    /// Requester's id for this request.
+    pub request: u64,
+    /// Sample index.
+    pub sample: u64,
+    /// Expected length.
+    pub length: u64,
+    /// Due time.
+    pub due: u64,
+}
+
+/// The header announcing a block; `length` payload bytes follow it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DataHeader {
+    /// The request answered.
+    pub request: u64,
+    /// Sample index.
+    pub sample: u64,
+    /// Payload bytes that follow.
+    pub length: u64,
+    /// Block CRC ([`crate::block`]).
+    pub crc: u32,
+}
+
+/// Why an owner did not send a sample. The requester reads the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum MissReason {
+    /// This node does not own the sample under its view.
+    NotOwner = 1,
+    /// The owner does not keep this sample.
+    NotKept = 2,
+    /// The owner kept it but it is no longer in its arena.
+    Evicted = 3,
+    /// The owner's queue is full.
+    Overloaded = 4,
+    /// The owner is shutting down.
+    ShuttingDown = 5,
+    /// The owner's own store read failed.
+    StoreError = 6,
+    /// The expected length does not match the owner's catalog.
+    LengthMismatch = 7,
+    /// The owner does not know the dataset.
+    UnknownDataset = 8,
+    /// The due time passed before the owner could send it.
+    Late = 9,
+}
+
+impl MissReason {
+    /// Every reason, in code order.
+    pub const ALL: [MissReason; 9] = [
+        MissReason::NotOwner,
+        MissReason::NotKept,
+        MissReason::Evicted,
+        MissReason::Overloaded,
+        MissReason::ShuttingDown,
+        MissReason::StoreError,
+        MissReason::LengthMismatch,
+        MissReason::UnknownDataset,
+        MissReason::Late,
+    ];
+
+    /// The reason with wire code `code`.
+    pub fn from_code(code: u8) -> Option<MissReason> {
+        MissReason::ALL.into_iter().find(|r| *r as u8 == code)
+    }
+
+    /// A short stable name (for metrics labels).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MissReason::NotOwner => "not_owner",
+            MissReason::NotKept => "not_kept",
+            MissReason::Evicted => "evicted",
+            MissReason::Overloaded => "overloaded",
+            MissReason::ShuttingDown => "shutting_down",
+            MissReason::StoreError => "store_error",
+            MissReason::LengthMismatch => "length_mismatch",
+            MissReason::UnknownDataset => "unknown_dataset",
+            MissReason::Late => "late",
+        }
+    }
+}
+
+/// Why a connection ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum GoodbyeReason {
+    /// Orderly close.
+    Normal = 0,
+    /// The sender is shutting down.
+    ShuttingDown = 1,
+    /// The two sides hold different views or jobs.
+    ViewMismatch = 2,
+    /// The peer's authentication failed.
+    AuthFailed = 3,
+    /// The peer broke the protocol.
+    ProtocolError = 4,
+    /// The peer was silent too long.
+    Timeout = 5,
+    /// The peer speaks another protocol version.
+    VersionMismatch = 6,
+}
+
+impl GoodbyeReason {
+    /// Every reason, in code order.
+    pub const ALL: [GoodbyeReason; 7] = [
+        GoodbyeReason::Normal,
+        GoodbyeReason::ShuttingDown,
+        GoodbyeReason::ViewMismatch,
+        GoodbyeReason::AuthFailed,
+        GoodbyeReason::ProtocolError,
+        GoodbyeReason::Timeout,
+        GoodbyeReason::VersionMismatch,
+    ];
+
+    /// The reason with wire code `code`.
+    pub fn from_code(code: u8) -> Option<GoodbyeReason> {
+        GoodbyeReason::ALL.into_iter().find(|r| *r as u8 == code)
+    }
+}
+
+/// A decoded frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame {
+    /// Kind 1. `u16 version, u8 len + job id, u8 len + node id,
+    /// [32] view digest, u64 incarnation, [32] nonce`.
+    Hello(Hello),
+    /// Kind 2. `[32] HMAC-SHA256` answering the other side's hello
+    /// ([`crate::conn`] gives the transcript).
+    Auth([u8; 32]),
+    /// Kind 3. `u64 request, u64 fingerprint, u64 sample, u64 length,
+    /// u64 due`.
+    Get(Get),
+    /// Kind 4. `u64 fingerprint, u16 count (1..=MAX_VECTOR), count x
+    /// (u64 request, u64 sample, u64 length, u64 due)`.
+    GetMany {
+        /// Dataset of every item.
+        fingerprint: u64,
+        /// The samples wanted.
+        items: Vec<Want>,
+    },
+    /// Kind 5. `u64 request, u64 sample, u64 length (<= MAX_PAYLOAD),
+    /// u32 crc`; then `length` payload bytes outside the frame.
+    Data(DataHeader),
+    /// Kind 6. `u64 request, u64 sample, u8 reason`.
+    Miss {
+        /// The request answered.
+        request: u64,
+        /// Sample index.
+        sample: u64,
+        /// Why.
+        reason: MissReason,
+    },
+    /// Kind 7. `u32 grant` (> 0): the receiver may send `grant` more
+    /// requests.
+    Credit(u32),
+    /// Kind 8. `u64 token`.
+    Ping(u64),
+    /// Kind 9. `u64 token` echoed from the ping.
+    Pong(u64),
+    /// Kind 10. `u8 reason`.
+    Goodbye(GoodbyeReason),
+}
+
+impl Frame {
+    fn kind(&self) -> u8 {
+        match self {
+            Frame::Hello(_) => 1,
+            Frame::Auth(_) => 2,
+            Frame::Get(_) => 3,
+            Frame::GetMany { .. } => 4,
+            Frame::Data(_) => 5,
+            Frame::Miss { .. } => 6,
+            Frame::Credit(_) => 7,
+            Frame::Ping(_) => 8,
+            Frame::Pong(_) => 9,
+            Frame::Goodbye(_) => 10,
+        }
+    }
+
+    /// Appends the frame's bytes to `out`. Fails, writing nothing, for a
+    /// frame the decoder would reject (ids too long or empty, a vector of
+    /// no or too many items, a zero credit, a payload too long).
+    pub fn encode(&self, out: &mut Vec<u8>) -> Result<(), FrameError> {
+        let mut body = Vec::with_capacity(64);
+        match self {
+            Frame::Hello(h) => {
+                body.extend_from_slice(&h.version.to_le_bytes());
+                put_id(&mut body, &h.job_id)?;
+                put_id(&mut body, &h.node_id)?;
+                body.extend_from_slice(&h.view_digest);
+                body.extend_from_slice(&h.incarnation.to_le_bytes());
+                body.extend_from_slice(&h.nonce);
+            }
+            Frame::Auth(mac) => body.extend_from_slice(mac),
+            Frame::Get(g) => {
+                for v in [g.request, g.fingerprint, g.sample, g.length, g.due] {
+                    body.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            Frame::GetMany { fingerprint, items } => {
+                if items.is_empty() || items.len() > MAX_VECTOR {
+                    return Err(FrameError::BadCount(items.len()));
+                }
+                body.extend_from_slice(&fingerprint.to_le_bytes());
+                body.extend_from_slice(&(items.len() as u16).to_le_bytes());
+                for w in items {
+                    for v in [w.request, w.sample, w.length, w.due] {
+                        body.extend_from_slice(&v.to_le_bytes());
+                    }
+                }
+            }
+            Frame::Data(d) => {
+                if d.length > MAX_PAYLOAD {
+                    return Err(FrameError::PayloadTooLong(d.length));
+                }
+                for v in [d.request, d.sample, d.length] {
+                    body.extend_from_slice(&v.to_le_bytes());
+                }
+                body.extend_from_slice(&d.crc.to_le_bytes());
+            }
+            Frame::Miss {
+                request,
+                sample,
+                reason,
+            } => {
+                body.extend_from_slice(&request.to_le_bytes());
+                body.extend_from_slice(&sample.to_le_bytes());
+                body.push(*reason as u8);
+            }
+            Frame::Credit(n) => {
+                if *n == 0 {
+                    return Err(FrameError::ZeroCredit);
+                }
+                body.extend_from_slice(&n.to_le_bytes());
+            }
+            Frame::Ping(t) | Frame::Pong(t) => body.extend_from_slice(&t.to_le_bytes()),
+            Frame::Goodbye(r) => body.push(*r as u8),
+        }
+        out.push(FORMAT_VERSION);
+        out.push(self.kind());
+        out.extend_from_slice(&0u16.to_le_bytes());
+        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        out.extend_from_slice(&body);
+        Ok(())
+    }
+
+    /// [`Frame::encode`] into a new vector.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, FrameError> {
+        let mut v = Vec::new();
+        self.encode(&mut v)?;
+        Ok(v)
+    }
+}
+
+fn put_id(out: &mut Vec<u8>, s: &str) -> Result<(), FrameError> {
+    if s.is_empty() || s.len() > MAX_ID_LEN {
+        return Err(FrameError::BadId);
+    }
+    out.push(s.len() as u8);
+    out.extend_from_slice(s.as_bytes());
+    Ok(())
+}
+
+/// Why bytes are not a valid frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameError {
+    /// The header names a format version this crate does not read.
+    UnsupportedVersion(u8),
+    /// The header names no known frame kind.
+    UnknownKind(u8),
+    /// Header flags must be zero.
+    NonzeroFlags(u16),
+    /// The body length exceeds [`MAX_BODY`].
+    BodyTooLong(u32),
+    /// The body ends before the frame's fields do.
+    Truncated {
+        /// Frame kind.
+        kind: u8,
+    },
+    /// The body holds bytes past the frame's fields.
+    TrailingBytes {
+        /// Frame kind.
+        kind: u8,
+    },
+    /// A hello id is empty, too long or not UTF-8.
+    BadId,
+    /// A vector-get with no or more than [`MAX_VECTOR`] items.
+    BadCount(usize),
+    /// An unknown miss reason code.
+    BadMissReason(u8),
+    /// An unknown goodbye reason code.
+    BadGoodbyeReason(u8),
+    /// A data header announcing more than [`MAX_PAYLOAD`] bytes.
+    PayloadTooLong(u64),
+    /// A credit frame granting nothing.
+    ZeroCredit,
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FrameError::UnsupportedVersion(v) => write!(f, "frame format version {v} unsupported"),
+            FrameError::UnknownKind(k) => write!(f, "unknown frame kind {k}"),
+            FrameError::NonzeroFlags(x) => write!(f, "frame flags {x:#06x} must be zero"),
+            FrameError::BodyTooLong(n) => write!(f, "frame body of {n} bytes exceeds {MAX_BODY}"),
+            FrameError::Truncated { kind } => write!(f, "frame of kind {kind} is truncated"),
+            FrameError::TrailingBytes { kind } => {
+                write!(f, "frame of kind {kind} has trailing bytes")
+            }
+            FrameError::BadId => write!(f, "hello id empty, too long or not UTF-8"),
+            FrameError::BadCount(n) => write!(f, "vector-get of {n} items (1..={MAX_VECTOR})"),
+            FrameError::BadMissReason(c) => write!(f, "unknown miss reason {c}"),
+            FrameError::BadGoodbyeReason(c) => write!(f, "unknown goodbye reason {c}"),
+            FrameError::PayloadTooLong(n) => {
+                write!(f, "data payload of {n} bytes exceeds {MAX_PAYLOAD}")
+            }
+            FrameError::ZeroCredit => write!(f, "credit frame grants nothing"),
+        }
+    }
+}
+
+impl std::error::Error for FrameError {}
+
+struct Body<'a> {
+    b: &'a [u8],
+    kind: u8,
+}
+
+impl<'a> Body<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], FrameError> {
+        if self.b.len() < n {
+            return Err(FrameError::Truncated { kind: self.kind });
+        }
+        let (h, t) = self.b.split_at(n);
+        self.b = t;
+        Ok(h)
+    }
+    fn arr<const N: usize>(&mut self) -> Result<[u8; N], FrameError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8, FrameError> {
+        Ok(self.arr::<1>()?[0])
+    }
+    fn u16(&mut self) -> Result<u16, FrameError> {
+        Ok(u16::from_le_bytes(self.arr()?))
+    }
+    fn u32(&mut self) -> Result<u32, FrameError> {
+        Ok(u32::from_le_bytes(self.arr()?))
+    }
+    fn u64(&mut self) -> Result<u64, FrameError> {
+        Ok(u64::from_le_bytes(self.arr()?))
+    }
+    fn id(&mut self) -> Result<String, FrameError> {
+        let n = self.u8()? as usize;
+        if n == 0 {
+            return Err(FrameError::BadId);
+        }
+        let b = self.take(n)?;
+        std::str::from_utf8(b)
+            .map(str::to_owned)
+            .map_err(|_| FrameError::BadId)
+    }
+    fn end(&self) -> Result<(), FrameError> {
+        if self.b.is_empty() {
+            Ok(())
+        } else {
+            Err(FrameError::TrailingBytes { kind: self.kind })
+        }
+    }
+}
+
+/// Decodes one frame from the front of `buf`: `Ok(None)` when more bytes
+/// are needed, else the frame and the bytes it took (a data header's
+/// payload is not included).
+pub fn decode_frame(buf: &[u8]) -> Result<Option<(Frame, usize)>, FrameError> {
+    let Some(header) = buf.get(..HEADER_LEN) else {
+        // Reject a bad version or kind as early as the bytes allow.
+        if let Some(&v) = buf.first() {
+            if v != FORMAT_VERSION {
+                return Err(FrameError::UnsupportedVersion(v));
+            }
+        }
+        if let Some(&k) = buf.get(1) {
+            if !(1..=10).contains(&k) {
+                return Err(FrameError::UnknownKind(k));
+            }
+        }
+        return Ok(None);
+    };
+    let version = header[0];
+    let kind = header[1];
+    if version != FORMAT_VERSION {
+        return Err(FrameError::UnsupportedVersion(version));
+    }
+    if !(1..=10).contains(&kind) {
+        return Err(FrameError::UnknownKind(kind));
+    }
+    let flags = u16::from_le_bytes([header[2], header[3]]);
+    if flags != 0 {
+        return Err(FrameError::NonzeroFlags(flags));
+    }
+    let len = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    if len > MAX_BODY {
+        return Err(FrameError::BodyTooLong(len));
+    }
+    let total = HEADER_LEN + len as usize;
+    let Some(body) = buf.get(HEADER_LEN..total) else {
+        return Ok(None);
+    };
+    let mut b = Body { b: body, kind };
+    let frame = match kind {
+        1 => Frame::Hello(Hello {
+            version: b.u16()?,
+            job_id: b.id()?,
+            node_id: b.id()?,
+            view_digest: b.arr()?,
+            incarnation: b.u64()?,
+            nonce: b.arr()?,
+        }),
+        2 => Frame::Auth(b.arr()?),
+        3 => Frame::Get(Get {
+            request: b.u64()?,
+            fingerprint: b.u64()?,
+            sample: b.u64()?,
+            length: b.u64()?,
+            due: b.u64()?,
+        }),
+        4 => {
+            let fingerprint = b.u64()?;
+            let count = b.u16()? as usize;
+            if count == 0 || count > MAX_VECTOR {
+                return Err(FrameError::BadCount(count));
+            }
+            let mut items = Vec::with_capacity(count);
+            for _ in 0..count {
+                items.push(Want {
+                    request: b.u64()?,
+                    sample: b.u64()?,
+                    length: b.u64()?,
+                    due: b.u64()?,
+                });
+            }
+            Frame::GetMany { fingerprint, items }
+        }
+        5 => {
+            let d = DataHeader {
+                request: b.u64()?,
+                sample: b.u64()?,
+                length: b.u64()?,
+                crc: b.u32()?,
+            };
+            if d.length > MAX_PAYLOAD {
+                return Err(FrameError::PayloadTooLong(d.length));
+            }
+            Frame::Data(d)
+        }
+        6 => {
+            let request = b.u64()?;
+            let sample = b.u64()?;
+            let code = b.u8()?;
+            let reason = MissReason::from_code(code).ok_or(FrameError::BadMissReason(code))?;
+            Frame::Miss {
+                request,
+                sample,
+                reason,
+            }
+        }
+        7 => {
+            let n = b.u32()?;
+            if n == 0 {
+                return Err(FrameError::ZeroCredit);
+            }
+            Frame::Credit(n)
+        }
+        8 => Frame::Ping(b.u64()?),
+        9 => Frame::Pong(b.u64()?),
+        _ => {
+            let code = b.u8()?;
+            Frame::Goodbye(
+                GoodbyeReason::from_code(code).ok_or(FrameError::BadGoodbyeReason(code))?,
+            )
+        }
+    };
+    b.end()?;
+    Ok(Some((frame, total)))
+}
+
+/// What [`Decoder::next_item`] yields.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decoded<'a> {
+    /// A whole frame. After a [`Frame::Data`], payload bytes come next.
+    Frame(Frame),
+    /// Buffered bytes of the current data payload, to be copied into the
+    /// extent reserved for it.
+    Payload(&'a [u8]),
+}
+
+/// Incremental decoder over a byte stream. Errors are sticky: after one,
+/// every call returns it again.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    buf: Vec<u8>,
+    pos: usize,
+    payload_left: u64,
+    error: Option<FrameError>,
+}
+
+impl Decoder {
+    /// An empty decoder.
+    pub fn new() -> Decoder {
+        Decoder::default()
+    }
+
+    /// Appends bytes read from the stream.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        if self.pos > 0 && self.pos >= self.buf.len() / 2 {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Buffered bytes not yet returned.
+    pub fn buffered(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    /// Payload bytes of the current data frame still to come (0 outside a
+    /// payload).
+    pub fn payload_remaining(&self) -> u64 {
+        self.payload_left
+    }
+
+    /// The next frame or payload piece; `Ok(None)` when more bytes are
+    /// needed. While a payload is pending and nothing of it is buffered,
+    /// the transport may read up to [`Decoder::payload_remaining`] bytes
+    /// straight into the extent and report them with
+    /// [`Decoder::payload_direct`].
+    pub fn next_item(&mut self) -> Result<Option<Decoded<'_>>, FrameError> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        if self.payload_left > 0 {
+            let avail = self.buffered() as u64;
+            if avail == 0 {
+                return Ok(None);
+            }
+            let n = avail.min(self.payload_left) as usize;
+            let start = self.pos;
+            self.pos += n;
+            self.payload_left -= n as u64;
+            return Ok(Some(Decoded::Payload(&self.buf[start..start + n])));
+        }
+        match decode_frame(&self.buf[self.pos..]) {
+            Ok(None) => Ok(None),
+            Ok(Some((frame, used))) => {
+                self.pos += used;
+                if let Frame::Data(d) = &frame {
+                    self.payload_left = d.length;
+                }
+                Ok(Some(Decoded::Frame(frame)))
+            }
+            Err(e) => {
+                self.error = Some(e);
+                Err(e)
+            }
+        }
+    }
+
+    /// Records `n` payload bytes that the transport read straight into the
+    /// extent, bypassing the decoder. Fails (changing nothing) when `n`
+    /// exceeds what is left of the payload or bytes of it are still
+    /// buffered here (those must be taken first, in order).
+    pub fn payload_direct(&mut self, n: u64) -> Result<(), PayloadOrderError> {
+        if n > self.payload_left || (n > 0 && self.buffered() > 0) {
+            return Err(PayloadOrderError);
+        }
+        self.payload_left -= n;
+        Ok(())
+    }
+}
+
+/// [`Decoder::payload_direct`] was called out of order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PayloadOrderError;
+
+impl fmt::Display for PayloadOrderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "payload bytes reported out of order (more than remain, or buffered bytes not taken)"
+        )
+    }
+}
+
+impl std::error::Error for PayloadOrderError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn samples() -> Vec<Frame> {
+        vec![
+            Frame::Hello(Hello {
+                version: PROTOCOL_VERSION,
+                job_id: "job-1".into(),
+                node_id: "node01".into(),
+                view_digest: [3; 32],
+                incarnation: 77,
+                nonce: [9; 32],
+            }),
+            Frame::Auth([5; 32]),
+            Frame::Get(Get {
+                request: 1,
+                fingerprint: 2,
+                sample: 3,
+                length: 4,
+                due: 5,
+            }),
+            Frame::GetMany {
+                fingerprint: 8,
+                items: vec![
+                    Want {
+                        request: 1,
+                        sample: 2,
+                        length: 3,
+                        due: 4,
+                    };
+                    3
+                ],
+            },
+            Frame::Data(DataHeader {
+                request: 1,
+                sample: 2,
+                length: 5,
+                crc: 0xdead_beef,
+            }),
+            Frame::Miss {
+                request: 4,
+                sample: 5,
+                reason: MissReason::NotKept,
+            },
+            Frame::Credit(16),
+            Frame::Ping(11),
+            Frame::Pong(11),
+            Frame::Goodbye(GoodbyeReason::ShuttingDown),
+        ]
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        for f in samples() {
+            let b = f.to_bytes().unwrap();
+            assert_eq!(decode_frame(&b), Ok(Some((f.clone(), b.len()))));
+            for cut in 0..b.len() {
+                assert_eq!(decode_frame(&b[..cut]), Ok(None), "{f:?} cut at {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn wire_bytes_are_pinned() {
+        let b = Frame::Get(Get {
+            request: 1,
+            fingerprint: 2,
+            sample: 3,
+            length: 4,
+            due: 5,
+        })
+        .to_bytes()
+        .unwrap();
+        let mut want = vec![1, 3, 0, 0, 40, 0, 0, 0];
+        for v in 1u64..=5 {
+            want.extend_from_slice(&v.to_le_bytes());
+        }
+        assert_eq!(b, want);
+        let m = Frame::Miss {
+            request: 0x0102,
+            sample: 7,
+            reason: MissReason::Evicted,
+        }
+        .to_bytes()
+        .unwrap();
+        assert_eq!(
+            m,
+            [1, 6, 0, 0, 17, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 3]
+        );
+        assert_eq!(
+            Frame::Goodbye(GoodbyeReason::Timeout).to_bytes().unwrap(),
+            [1, 10, 0, 0, 1, 0, 0, 0, 5]
+        );
+    }
+
+    #[test]
+    fn bad_frames_are_typed_errors() {
+        let good = Frame::Ping(1).to_bytes().unwrap();
+        let mut b = good.clone();
+        b[0] = 2;
+        assert_eq!(decode_frame(&b), Err(FrameError::UnsupportedVersion(2)));
+        assert_eq!(decode_frame(&[2]), Err(FrameError::UnsupportedVersion(2)));
+        let mut b = good.clone();
+        b[1] = 99;
+        assert_eq!(decode_frame(&b), Err(FrameError::UnknownKind(99)));
+        let mut b = good.clone();
+        b[2] = 1;
+        assert_eq!(decode_frame(&b), Err(FrameError::NonzeroFlags(1)));
+        let mut b = good.clone();
+        b[4..8].copy_from_slice(&(MAX_BODY + 1).to_le_bytes());
+        assert_eq!(decode_frame(&b), Err(FrameError::BodyTooLong(MAX_BODY + 1)));
+        let mut b = good.clone();
+        b[4] = 9;
+        b.push(0);
+        assert_eq!(decode_frame(&b), Err(FrameError::TrailingBytes { kind: 8 }));
+        let mut b = good.clone();
+        b[4] = 7;
+        b.pop();
+        assert_eq!(decode_frame(&b), Err(FrameError::Truncated { kind: 8 }));
+        let mut b = Frame::Miss {
+            request: 1,
+            sample: 1,
+            reason: MissReason::Late,
+        }
+        .to_bytes()
+        .unwrap();
+        *b.last_mut().unwrap() = 0;
+        assert_eq!(decode_frame(&b), Err(FrameError::BadMissReason(0)));
+        let mut b = Frame::Credit(1).to_bytes().unwrap();
+        b[8] = 0;
+        assert_eq!(decode_frame(&b), Err(FrameError::ZeroCredit));
+        assert_eq!(Frame::Credit(0).to_bytes(), Err(FrameError::ZeroCredit));
+        assert_eq!(
+            Frame::GetMany {
+                fingerprint: 0,
+                items: vec![]
+            }
+            .to_bytes(),
+            Err(FrameError::BadCount(0))
+        );
+        let mut h = Frame::Hello(Hello {
+            version: 1,
+            job_id: "j".into(),
+            node_id: "n".into(),
+            view_digest: [0; 32],
+            incarnation: 0,
+            nonce: [0; 32],
+        })
+        .to_bytes()
+        .unwrap();
+        h[HEADER_LEN + 3] = 0xff; // job id byte: not UTF-8
+        assert_eq!(decode_frame(&h), Err(FrameError::BadId));
+        let d = Frame::Data(DataHeader {
+            request: 0,
+            sample: 0,
+            length: MAX_PAYLOAD + 1,
+            crc: 0,
+        });
+        assert_eq!(
+            d.to_bytes(),
+            Err(FrameError::PayloadTooLong(MAX_PAYLOAD + 1))
+        );
+    }
+
+    #[test]
+    fn decoder_splits_payload_from_frames() {
+        let mut wire = Vec::new();
+        Frame::Ping(1).encode(&mut wire).unwrap();
+        Frame::Data(DataHeader {
+            request: 7,
+            sample: 8,
+            length: 6,
+            crc: 1,
+        })
+        .encode(&mut wire)
+        .unwrap();
+        wire.extend_from_slice(b"abcdef");
+        Frame::Pong(2).encode(&mut wire).unwrap();
+        for piece in 1..wire.len() {
+            let mut d = Decoder::new();
+            let mut frames = Vec::new();
+            let mut payload = Vec::new();
+            for chunk in wire.chunks(piece) {
+                d.feed(chunk);
+                while let Some(x) = d.next_item().unwrap() {
+                    match x {
+                        Decoded::Frame(f) => frames.push(f),
+                        Decoded::Payload(p) => payload.extend_from_slice(p),
+                    }
+                }
+            }
+            assert_eq!(payload, b"abcdef");
+            assert_eq!(frames.len(), 3);
+            assert_eq!(frames[2], Frame::Pong(2));
+            assert_eq!(d.buffered(), 0);
+        }
+    }
+
+    #[test]
+    fn payload_read_directly_bypasses_the_buffer() {
+        let mut d = Decoder::new();
+        let mut hdr = Vec::new();
+        Frame::Data(DataHeader {
+            request: 1,
+            sample: 1,
+            length: 10,
+            crc: 0,
+        })
+        .encode(&mut hdr)
+        .unwrap();
+        hdr.extend_from_slice(b"abc");
+        d.feed(&hdr);
+        assert!(matches!(
+            d.next_item(),
+            Ok(Some(Decoded::Frame(Frame::Data(_))))
+        ));
+        assert_eq!(d.payload_direct(1), Err(PayloadOrderError));
+        assert_eq!(d.next_item(), Ok(Some(Decoded::Payload(b"abc"))));
+        assert_eq!(d.payload_remaining(), 7);
+        assert_eq!(d.payload_direct(8), Err(PayloadOrderError));
+        assert_eq!(d.payload_direct(7), Ok(()));
+        assert_eq!(d.next_item(), Ok(None));
+        d.feed(&Frame::Ping(3).to_bytes().unwrap());
+        assert_eq!(d.next_item(), Ok(Some(Decoded::Frame(Frame::Ping(3)))));
+    }
+
+    #[test]
+    fn decoder_errors_are_sticky() {
+        let mut d = Decoder::new();
+        d.feed(&[9, 9, 9]);
+        assert_eq!(d.next_item(), Err(FrameError::UnsupportedVersion(9)));
+        d.feed(&Frame::Ping(1).to_bytes().unwrap());
+        assert_eq!(d.next_item(), Err(FrameError::UnsupportedVersion(9)));
+    }
+}

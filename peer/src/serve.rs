@@ -1,0 +1,518 @@
+//! The owner's serving queue: which answer goes out next.
+//!
+//! * Requests for samples the owner does not serve (not owner, not kept,
+//!   evicted, ...) get an immediate miss; the requester reads the store.
+//! * Requests for samples in the arena wait in a queue ordered by due time
+//!   (earliest first, then arrival).
+//! * Requests for samples whose store read is in flight at the owner wait
+//!   for that read (single flight) and are answered when it lands; the
+//!   first request for a kept sample not yet read asks the caller to start
+//!   the one read ([`Admit::StartRead`]).
+//! * Sends are bounded twice: at most [`ServeConfig::per_conn_window`]
+//!   transmissions in flight per connection (its credit), and at most
+//!   [`ServeConfig::max_in_flight`] over all connections. A transmission
+//!   ends when the caller reports it written ([`Server::sent`]).
+//! * A connection may have at most [`ServeConfig::max_queued_per_conn`]
+//!   requests queued or waiting; more get [`MissReason::Overloaded`].
+//! * With [`ServeConfig::late_grace`] set, a request still queued that long
+//!   after its due time is answered [`MissReason::Late`] instead of sent
+//!   (the requester has read the store by then).
+//!
+//! The server never sees bytes: the caller turns [`Reply`]s into
+//! [`crate::conn::Conn::send_data`] / `send_miss` calls.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+
+use crate::conn::Nanos;
+use crate::frame::{Get, MissReason};
+
+/// The caller's name for a connection.
+pub type ConnId = u64;
+
+/// What the owner knows of a requested sample when the request arrives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Availability {
+    /// In the arena, `length` bytes with block CRC `crc`.
+    Ready {
+        /// Bytes of the sample.
+        length: u64,
+        /// Its block CRC.
+        crc: u32,
+    },
+    /// Kept by this owner, not in the arena: needs a store read (unless one
+    /// is already in flight here).
+    Kept,
+    /// A store read of it is already in flight (started outside this queue);
+    /// report it with [`Server::loaded`].
+    Loading,
+    /// Not served; answer with this miss.
+    Absent(MissReason),
+}
+
+/// What [`Server::request`] did with a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admit {
+    /// Queued for sending.
+    Queued,
+    /// Waiting for a store read already in flight.
+    Waiting,
+    /// Waiting; the caller must start the store read of this sample now and
+    /// report it with [`Server::loaded`].
+    StartRead,
+    /// Answered with a miss (see [`Server::poll`]).
+    Missed(MissReason),
+}
+
+/// An answer to send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// Send the block: a data header, then the payload from the arena.
+    /// Call [`Server::sent`] once written.
+    Send {
+        /// Connection.
+        conn: ConnId,
+        /// The request answered (with its dataset, sample, length, due).
+        get: Get,
+        /// The block CRC.
+        crc: u32,
+    },
+    /// Send a miss.
+    Miss {
+        /// Connection.
+        conn: ConnId,
+        /// The request answered.
+        get: Get,
+        /// Why.
+        reason: MissReason,
+    },
+}
+
+/// Limits of a [`Server`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServeConfig {
+    /// Transmissions in flight over all connections.
+    pub max_in_flight: usize,
+    /// Transmissions in flight per connection.
+    pub per_conn_window: usize,
+    /// Requests queued or waiting per connection before misses.
+    pub max_queued_per_conn: usize,
+    /// Answer [`MissReason::Late`] to requests queued this long past due.
+    pub late_grace: Option<Nanos>,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            max_in_flight: 64,
+            per_conn_window: 16,
+            max_queued_per_conn: 4096,
+            late_grace: None,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct ConnQueue {
+    /// (due, arrival, get, crc), earliest due first.
+    ready: BinaryHeap<Reverse<(Nanos, u64, GetKey, u32)>>,
+    waiting: usize,
+    in_flight: usize,
+}
+
+/// [`Get`] in an orderable form for the heap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct GetKey {
+    request: u64,
+    fingerprint: u64,
+    sample: u64,
+    length: u64,
+    due: u64,
+}
+
+impl From<Get> for GetKey {
+    fn from(g: Get) -> Self {
+        GetKey {
+            request: g.request,
+            fingerprint: g.fingerprint,
+            sample: g.sample,
+            length: g.length,
+            due: g.due,
+        }
+    }
+}
+
+impl From<GetKey> for Get {
+    fn from(g: GetKey) -> Self {
+        Get {
+            request: g.request,
+            fingerprint: g.fingerprint,
+            sample: g.sample,
+            length: g.length,
+            due: g.due,
+        }
+    }
+}
+
+/// The owner's serving queue. See the module documentation.
+#[derive(Debug)]
+pub struct Server {
+    cfg: ServeConfig,
+    conns: BTreeMap<ConnId, ConnQueue>,
+    /// Store reads in flight: (fingerprint, sample) -> requests waiting.
+    loads: HashMap<(u64, u64), Vec<(ConnId, Get)>>,
+    misses: VecDeque<Reply>,
+    in_flight: usize,
+    arrivals: u64,
+}
+
+impl Server {
+    /// An empty queue with these limits (zeros are raised to one).
+    pub fn new(cfg: ServeConfig) -> Server {
+        Server {
+            cfg: ServeConfig {
+                max_in_flight: cfg.max_in_flight.max(1),
+                per_conn_window: cfg.per_conn_window.max(1),
+                max_queued_per_conn: cfg.max_queued_per_conn.max(1),
+                late_grace: cfg.late_grace,
+            },
+            conns: BTreeMap::new(),
+            loads: HashMap::new(),
+            misses: VecDeque::new(),
+            in_flight: 0,
+            arrivals: 0,
+        }
+    }
+
+    /// Transmissions in flight over all connections.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Store reads this queue is waiting for.
+    pub fn loads_in_flight(&self) -> usize {
+        self.loads.len()
+    }
+
+    /// Takes in a request from connection `conn`, with what the caller
+    /// knows of the sample.
+    pub fn request(&mut self, conn: ConnId, get: Get, avail: Availability) -> Admit {
+        let q = self.conns.entry(conn).or_default();
+        if q.ready.len() + q.waiting >= self.cfg.max_queued_per_conn {
+            return self.miss(conn, get, MissReason::Overloaded);
+        }
+        let key = (get.fingerprint, get.sample);
+        // Single flight: a read in flight serves every request for it.
+        if let Some(w) = self.loads.get_mut(&key) {
+            w.push((conn, get));
+            q.waiting += 1;
+            return Admit::Waiting;
+        }
+        match avail {
+            Availability::Ready { length, crc } => {
+                if length != get.length {
+                    return self.miss(conn, get, MissReason::LengthMismatch);
+                }
+                self.arrivals += 1;
+                q.ready
+                    .push(Reverse((get.due, self.arrivals, get.into(), crc)));
+                Admit::Queued
+            }
+            Availability::Kept | Availability::Loading => {
+                q.waiting += 1;
+                self.loads.insert(key, vec![(conn, get)]);
+                if avail == Availability::Kept {
+                    Admit::StartRead
+                } else {
+                    Admit::Waiting
+                }
+            }
+            Availability::Absent(reason) => self.miss(conn, get, reason),
+        }
+    }
+
+    fn miss(&mut self, conn: ConnId, get: Get, reason: MissReason) -> Admit {
+        self.misses.push_back(Reply::Miss { conn, get, reason });
+        Admit::Missed(reason)
+    }
+
+    /// A store read landed: `Ok((length, crc))` when the sample is now in
+    /// the arena, `Err(reason)` when it will not be served. Waiting
+    /// requests move to the send queue (or get the miss). Unknown reads are
+    /// ignored.
+    pub fn loaded(
+        &mut self,
+        fingerprint: u64,
+        sample: u64,
+        result: Result<(u64, u32), MissReason>,
+    ) {
+        let Some(waiters) = self.loads.remove(&(fingerprint, sample)) else {
+            return;
+        };
+        for (conn, get) in waiters {
+            let Some(q) = self.conns.get_mut(&conn) else {
+                continue;
+            };
+            q.waiting -= 1;
+            match result {
+                Ok((length, crc)) if length == get.length => {
+                    self.arrivals += 1;
+                    q.ready
+                        .push(Reverse((get.due, self.arrivals, get.into(), crc)));
+                }
+                Ok(_) => self.misses.push_back(Reply::Miss {
+                    conn,
+                    get,
+                    reason: MissReason::LengthMismatch,
+                }),
+                Err(reason) => self.misses.push_back(Reply::Miss { conn, get, reason }),
+            }
+        }
+    }
+
+    /// The next answer to send, if any may go now: misses first, then the
+    /// earliest-due queued block whose connection has window left, while
+    /// the total in flight is under the cap.
+    pub fn poll(&mut self, now: Nanos) -> Option<Reply> {
+        if let Some(m) = self.misses.pop_front() {
+            return Some(m);
+        }
+        if self.in_flight >= self.cfg.max_in_flight {
+            return None;
+        }
+        let window = self.cfg.per_conn_window;
+        let (&conn, _) = self
+            .conns
+            .iter()
+            .filter(|(_, q)| q.in_flight < window)
+            .filter_map(|(c, q)| q.ready.peek().map(|Reverse(top)| (c, (top.0, top.1))))
+            .min_by_key(|(_, k)| *k)?;
+        let q = self.conns.get_mut(&conn)?;
+        let Reverse((due, _, key, crc)) = q.ready.pop()?;
+        let get = Get::from(key);
+        if self
+            .cfg
+            .late_grace
+            .is_some_and(|g| now > due.saturating_add(g))
+        {
+            return Some(Reply::Miss {
+                conn,
+                get,
+                reason: MissReason::Late,
+            });
+        }
+        q.in_flight += 1;
+        self.in_flight += 1;
+        Some(Reply::Send { conn, get, crc })
+    }
+
+    /// A transmission to `conn` has been written (or abandoned).
+    pub fn sent(&mut self, conn: ConnId) {
+        if let Some(q) = self.conns.get_mut(&conn) {
+            if q.in_flight > 0 {
+                q.in_flight -= 1;
+                self.in_flight -= 1;
+            }
+        }
+    }
+
+    /// Forgets everything of a closed connection (its transmissions no
+    /// longer count; store reads in flight still land for the others).
+    pub fn conn_closed(&mut self, conn: ConnId) {
+        if let Some(q) = self.conns.remove(&conn) {
+            self.in_flight -= q.in_flight;
+        }
+        for w in self.loads.values_mut() {
+            w.retain(|(c, _)| *c != conn);
+        }
+        self.misses.retain(|r| match r {
+            Reply::Send { conn: c, .. } | Reply::Miss { conn: c, .. } => *c != conn,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(request: u64, sample: u64, due: Nanos) -> Get {
+        Get {
+            request,
+            fingerprint: 1,
+            sample,
+            length: 10,
+            due,
+        }
+    }
+
+    const READY: Availability = Availability::Ready { length: 10, crc: 7 };
+
+    fn drain(s: &mut Server, now: Nanos) -> Vec<Reply> {
+        std::iter::from_fn(|| s.poll(now)).collect()
+    }
+
+    #[test]
+    fn earliest_due_first_across_connections() {
+        let mut s = Server::new(ServeConfig::default());
+        s.request(1, get(1, 1, 300), READY);
+        s.request(2, get(2, 2, 100), READY);
+        s.request(1, get(3, 3, 200), READY);
+        s.request(2, get(4, 4, 200), READY);
+        let order: Vec<u64> = drain(&mut s, 0)
+            .iter()
+            .map(|r| match r {
+                Reply::Send { get, .. } => get.request,
+                Reply::Miss { .. } => panic!("{r:?}"),
+            })
+            .collect();
+        assert_eq!(order, [2, 3, 4, 1]);
+        assert_eq!(s.in_flight(), 4);
+    }
+
+    #[test]
+    fn absent_samples_miss_at_once() {
+        let mut s = Server::new(ServeConfig::default());
+        s.request(1, get(1, 1, 0), READY);
+        assert_eq!(
+            s.request(1, get(2, 2, 0), Availability::Absent(MissReason::NotKept)),
+            Admit::Missed(MissReason::NotKept)
+        );
+        assert_eq!(
+            s.request(1, get(3, 3, 0), Availability::Ready { length: 11, crc: 0 }),
+            Admit::Missed(MissReason::LengthMismatch)
+        );
+        let r = drain(&mut s, 0);
+        assert!(matches!(
+            r[0],
+            Reply::Miss {
+                reason: MissReason::NotKept,
+                ..
+            }
+        ));
+        assert!(matches!(
+            r[1],
+            Reply::Miss {
+                reason: MissReason::LengthMismatch,
+                ..
+            }
+        ));
+        assert!(matches!(r[2], Reply::Send { .. }));
+    }
+
+    #[test]
+    fn single_flight_waits_for_the_read() {
+        let mut s = Server::new(ServeConfig::default());
+        assert_eq!(
+            s.request(1, get(1, 5, 10), Availability::Kept),
+            Admit::StartRead
+        );
+        assert_eq!(
+            s.request(2, get(2, 5, 5), Availability::Kept),
+            Admit::Waiting
+        );
+        assert_eq!(s.request(3, get(3, 5, 5), READY), Admit::Waiting);
+        assert_eq!(s.loads_in_flight(), 1);
+        assert!(drain(&mut s, 0).is_empty());
+        s.loaded(1, 5, Ok((10, 99)));
+        let r = drain(&mut s, 0);
+        assert_eq!(r.len(), 3);
+        assert!(r.iter().all(|x| matches!(x, Reply::Send { crc: 99, .. })));
+        // A read that fails answers every waiter with its reason.
+        assert_eq!(
+            s.request(1, get(4, 6, 0), Availability::Loading),
+            Admit::Waiting
+        );
+        assert_eq!(
+            s.request(2, get(5, 6, 0), Availability::Kept),
+            Admit::Waiting
+        );
+        s.loaded(1, 6, Err(MissReason::StoreError));
+        let r = drain(&mut s, 0);
+        assert_eq!(r.len(), 2);
+        assert!(r.iter().all(|x| matches!(
+            x,
+            Reply::Miss {
+                reason: MissReason::StoreError,
+                ..
+            }
+        )));
+    }
+
+    #[test]
+    fn windows_and_cap_bound_transmissions() {
+        let mut s = Server::new(ServeConfig {
+            max_in_flight: 3,
+            per_conn_window: 2,
+            ..ServeConfig::default()
+        });
+        for r in 0..5 {
+            s.request(1, get(r, r, r), READY);
+            s.request(2, get(10 + r, r, 100 + r), READY);
+        }
+        let r = drain(&mut s, 0);
+        // Connection 1 fills its window of 2; connection 2 gets the third.
+        assert_eq!(r.len(), 3);
+        let to2 = r
+            .iter()
+            .filter(|x| matches!(x, Reply::Send { conn: 2, .. }))
+            .count();
+        assert_eq!(to2, 1);
+        assert_eq!(s.poll(0), None);
+        s.sent(1);
+        assert!(matches!(s.poll(0), Some(Reply::Send { conn: 1, .. })));
+        assert_eq!(s.poll(0), None);
+        s.conn_closed(1);
+        assert_eq!(s.in_flight(), 1);
+        assert!(matches!(s.poll(0), Some(Reply::Send { conn: 2, .. })));
+    }
+
+    #[test]
+    fn overload_and_lateness_miss() {
+        let mut s = Server::new(ServeConfig {
+            max_queued_per_conn: 2,
+            late_grace: Some(50),
+            ..ServeConfig::default()
+        });
+        s.request(1, get(1, 1, 0), READY);
+        s.request(1, get(2, 2, 1000), READY);
+        assert_eq!(
+            s.request(1, get(3, 3, 0), READY),
+            Admit::Missed(MissReason::Overloaded)
+        );
+        let r = drain(&mut s, 100);
+        assert!(matches!(
+            r[0],
+            Reply::Miss {
+                reason: MissReason::Overloaded,
+                ..
+            }
+        ));
+        assert!(matches!(
+            r[1],
+            Reply::Miss {
+                reason: MissReason::Late,
+                get: Get { request: 1, .. },
+                ..
+            }
+        ));
+        assert!(matches!(
+            r[2],
+            Reply::Send {
+                get: Get { request: 2, .. },
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn closed_connection_leaves_the_read_for_others() {
+        let mut s = Server::new(ServeConfig::default());
+        s.request(1, get(1, 5, 0), Availability::Kept);
+        s.request(2, get(2, 5, 0), Availability::Kept);
+        s.conn_closed(1);
+        s.loaded(1, 5, Ok((10, 1)));
+        let r = drain(&mut s, 0);
+        assert_eq!(r.len(), 1);
+        assert!(matches!(r[0], Reply::Send { conn: 2, .. }));
+    }
+}

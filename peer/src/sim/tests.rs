@@ -1,0 +1,172 @@
+use super::*;
+
+fn total_samples(cfg: &SimConfig) -> u64 {
+    let per_step = (cfg.nodes * cfg.batch) as u64;
+    cfg.samples / per_step * per_step
+}
+
+#[test]
+fn fault_free_reads_each_sample_once_per_cluster() {
+    let mut cfg = SimConfig::small(1);
+    // Headroom for ownership imbalance: every owner keeps all it owns.
+    cfg.arena_pct = 125;
+    let r = run(&cfg).unwrap();
+    let n = total_samples(&cfg);
+    assert_eq!(n, cfg.samples);
+    assert_eq!(r.steps, 2 * (n / 64) as usize);
+    // The first epoch reads each sample from the store exactly once
+    // across the cluster (by its owner); the second not at all.
+    assert_eq!(r.store_reads[0], n, "{r:?}");
+    assert_eq!(r.store_reads[1], 0, "{r:?}");
+    assert_eq!(r.fallbacks, 0, "{r:?}");
+    assert_eq!(r.crc_failures, 0);
+    for e in 0..2 {
+        assert_eq!(r.local_hits[e] + r.peer_hits[e] + r.store_hits[e], n);
+    }
+    // Three quarters of the samples belong to another node.
+    assert!(r.peer_hits[1] > n / 2, "{r:?}");
+}
+
+#[test]
+fn arenas_just_holding_the_dataset_reread_little() {
+    let cfg = SimConfig::small(9);
+    let r = run(&cfg).unwrap();
+    let n = total_samples(&cfg);
+    assert_eq!(r.store_reads[0], n, "{r:?}");
+    // Owners holding more than a quarter of the bytes cannot keep it all.
+    assert!(r.store_reads[1] <= n * 3 / 100, "{r:?}");
+}
+
+#[test]
+fn half_the_dataset_in_arenas_reads_the_rest_each_epoch() {
+    let mut cfg = SimConfig::small(2);
+    cfg.arena_pct = 50;
+    let r = run(&cfg).unwrap();
+    let n = total_samples(&cfg);
+    assert!(
+        r.store_reads[1] > n / 3 && r.store_reads[1] < 2 * n / 3,
+        "{r:?}"
+    );
+}
+
+#[test]
+fn seeds_replay_exactly() {
+    let mut cfg = SimConfig::small(7);
+    cfg.faults.corrupt_per_mille = 20;
+    cfg.faults.misroute_per_mille = 20;
+    assert_eq!(run(&cfg), run(&cfg));
+    let mut other = cfg.clone();
+    other.seed = 8;
+    assert_ne!(run(&cfg), run(&other));
+}
+
+#[test]
+fn corrupt_and_misrouted_blocks_are_caught_and_reread() {
+    let mut cfg = SimConfig::small(3);
+    cfg.faults.corrupt_per_mille = 50;
+    cfg.faults.misroute_per_mille = 50;
+    let r = run(&cfg).unwrap();
+    assert!(r.crc_failures > 20, "{r:?}");
+    assert!(r.fallbacks >= r.crc_failures, "{r:?}");
+}
+
+#[test]
+fn killed_peer_restarts_with_nothing_lost() {
+    let mut cfg = SimConfig::small(4);
+    cfg.faults.kill = Some(Kill {
+        node: 1,
+        at_step: 40,
+        down_for: 150 * MS,
+    });
+    let r = run(&cfg).unwrap();
+    assert!(r.conns_closed > 0, "{r:?}");
+    assert!(r.fallbacks > 0, "{r:?}");
+    // The restarted node lost its arena: the second epoch reads its kept
+    // samples again, once.
+    assert!(r.store_reads[1] > 0, "{r:?}");
+}
+
+#[test]
+fn partition_falls_back_to_the_store() {
+    let mut cfg = SimConfig::small(5);
+    cfg.faults.partition = Some(Partition {
+        a: 0,
+        b: 2,
+        from_step: 35,
+        to_step: 45,
+    });
+    let r = run(&cfg).unwrap();
+    assert!(r.hedged + r.fallbacks > 0, "{r:?}");
+}
+
+#[test]
+fn slow_peer_is_hedged() {
+    let mut cfg = SimConfig::small(6);
+    cfg.faults.slow = Some((3, 400)); // 40 ms one way, past the 20 ms hedge
+    let r = run(&cfg).unwrap();
+    assert!(r.hedged > 0, "{r:?}");
+    assert!(r.late_discarded > 0, "{r:?}");
+}
+
+#[test]
+fn many_seeds_with_every_fault() {
+    for seed in 100..106 {
+        let mut cfg = SimConfig::small(seed);
+        cfg.samples = 800;
+        cfg.faults = Faults {
+            kill: Some(Kill {
+                node: (seed % 4) as usize,
+                at_step: 5,
+                down_for: 50 * MS,
+            }),
+            partition: Some(Partition {
+                a: 0,
+                b: 3,
+                from_step: 8,
+                to_step: 12,
+            }),
+            corrupt_per_mille: 10,
+            misroute_per_mille: 10,
+            slow: Some((2, 50)),
+        };
+        if let Err(e) = run(&cfg) {
+            panic!("seed {seed} failed (replay with SimConfig {cfg:?}): {e}");
+        }
+    }
+}
+
+#[test]
+fn bad_configs_are_refused() {
+    let mut cfg = SimConfig::small(1);
+    cfg.nodes = 0;
+    assert!(matches!(run(&cfg), Err(SimError::Config(_))));
+    let mut cfg = SimConfig::small(1);
+    cfg.samples = 10;
+    assert!(matches!(run(&cfg), Err(SimError::Config(_))));
+}
+
+#[test]
+fn sixteen_agents_with_faults() {
+    let mut cfg = SimConfig::small(42);
+    cfg.nodes = 16;
+    cfg.samples = 16 * 16 * 12;
+    cfg.faults = Faults {
+        kill: Some(Kill {
+            node: 7,
+            at_step: 3,
+            down_for: 80 * MS,
+        }),
+        partition: Some(Partition {
+            a: 2,
+            b: 9,
+            from_step: 4,
+            to_step: 9,
+        }),
+        corrupt_per_mille: 5,
+        misroute_per_mille: 5,
+        slow: Some((11, 300)),
+    };
+    let r = run(&cfg).unwrap();
+    assert_eq!(r.steps, 24);
+    assert!(r.fallbacks > 0 && r.hedged > 0, "{r:?}");
+}
