@@ -1013,15 +1013,17 @@ impl<V: Verbs> Driver<V> {
                 len,
                 frame,
             } => {
-                let (extent, _) = conn.gets.remove(&request).ok_or_else(|| {
+                let (extent, _) = *conn.gets.get(&request).ok_or_else(|| {
                     FailReason::Protocol(format!("data for unknown request {request}"))
                 })?;
                 if len > extent.len {
+                    // The request stays in flight: the teardown reports it.
                     return Err(FailReason::Protocol(format!(
                         "data of {len} bytes for an extent of {}",
                         extent.len
                     )));
                 }
+                conn.gets.remove(&request);
                 debug_assert!(extent.offset + u64::from(extent.len) <= arena.len);
                 events.push(Event::Landed {
                     peer,
