@@ -263,10 +263,10 @@ fn in_flight_gets_fall_back_when_the_queue_pair_is_closed() {
     ));
 }
 
-/// A peer that speaks raw verbs: whatever it sends, the driver tears the
-/// queue pair down and falls back; it never panics.
-#[test]
-fn hostile_peer_messages_tear_down_cleanly() {
+/// A driver connected to a peer that speaks raw verbs, with one get in
+/// flight; the peer sends `bytes` as one message. Returns the driver's
+/// events.
+fn hostile(seed: u64, bytes: &[u8]) -> (Vec<Event>, PeerStatus) {
     let timing = QpTiming {
         mtu: Mtu::M4096,
         timeout: 14,
@@ -274,6 +274,71 @@ fn hostile_peer_messages_tear_down_cleanly() {
         rnr_retry: 6,
         min_rnr_timer: 12,
     };
+    let fabric = Fabric::new(seed);
+    let mut a = Driver::new(fabric.add_host(), 1 << 20, cfg()).unwrap();
+    let mut raw = fabric.add_host();
+    let mut ev = Vec::new();
+    let pa = a.prepare(A, 0, &mut ev).unwrap();
+    let qp = raw
+        .create_qp(QpCaps {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+        })
+        .unwrap();
+    let buf = raw.register(8192, Access::LOCAL_WRITE).unwrap();
+    raw.modify_qp(qp, Transition::Init).unwrap();
+    let pr = SetupParams {
+        endpoint: raw.endpoint(qp).unwrap(),
+        mtu: Mtu::M4096,
+        recv_depth: 4,
+        slot_size: 4096,
+    };
+    a.connect(A, &SetupParams::decode(&pr.encode()).unwrap(), 0, &mut ev)
+        .unwrap();
+    raw.modify_qp(
+        qp,
+        Transition::Rtr {
+            remote: pa.endpoint,
+            timing,
+        },
+    )
+    .unwrap();
+    raw.modify_qp(qp, Transition::Rts { timing }).unwrap();
+    a.get(A, 1, Extent { offset: 0, len: 16 }, b"g", 0, &mut ev)
+        .unwrap();
+    for r in 0..4 {
+        raw.post_recv(
+            qp,
+            r,
+            Sge {
+                addr: buf.addr + 4096,
+                len: 1024,
+                lkey: buf.lkey,
+            },
+        )
+        .unwrap();
+    }
+    raw.write_local(&buf, buf.addr, bytes).unwrap();
+    raw.post_send(
+        qp,
+        9,
+        Sge {
+            addr: buf.addr,
+            len: bytes.len() as u32,
+            lkey: buf.lkey,
+        },
+    )
+    .unwrap();
+    for _ in 0..3 {
+        a.poll(0, &mut ev).unwrap();
+    }
+    (ev, a.status(A))
+}
+
+/// Whatever malformed message a peer sends, the driver tears the queue
+/// pair down and falls back; it never panics.
+#[test]
+fn hostile_peer_messages_tear_down_cleanly() {
     let mut bad_data = Vec::new();
     Msg::Data {
         request: 12345,
@@ -299,64 +364,7 @@ fn hostile_peer_messages_tear_down_cleanly() {
         vec![1, 9, 0, 0, 0, 0, 0, 0],
     ];
     for (i, bytes) in cases.into_iter().enumerate() {
-        let fabric = Fabric::new(i as u64 + 1);
-        let mut a = Driver::new(fabric.add_host(), 1 << 20, cfg()).unwrap();
-        let mut raw = fabric.add_host();
-        let mut ev = Vec::new();
-        let pa = a.prepare(A, 0, &mut ev).unwrap();
-        let qp = raw
-            .create_qp(QpCaps {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-            })
-            .unwrap();
-        let buf = raw.register(8192, Access::LOCAL_WRITE).unwrap();
-        raw.modify_qp(qp, Transition::Init).unwrap();
-        let pr = SetupParams {
-            endpoint: raw.endpoint(qp).unwrap(),
-            mtu: Mtu::M4096,
-            recv_depth: 4,
-            slot_size: 4096,
-        };
-        a.connect(A, &SetupParams::decode(&pr.encode()).unwrap(), 0, &mut ev)
-            .unwrap();
-        raw.modify_qp(
-            qp,
-            Transition::Rtr {
-                remote: pa.endpoint,
-                timing,
-            },
-        )
-        .unwrap();
-        raw.modify_qp(qp, Transition::Rts { timing }).unwrap();
-        a.get(A, 1, Extent { offset: 0, len: 16 }, b"g", 0, &mut ev)
-            .unwrap();
-        for r in 0..4 {
-            raw.post_recv(
-                qp,
-                r,
-                Sge {
-                    addr: buf.addr + 4096,
-                    len: 1024,
-                    lkey: buf.lkey,
-                },
-            )
-            .unwrap();
-        }
-        raw.write_local(&buf, buf.addr, &bytes).unwrap();
-        raw.post_send(
-            qp,
-            9,
-            Sge {
-                addr: buf.addr,
-                len: bytes.len() as u32,
-                lkey: buf.lkey,
-            },
-        )
-        .unwrap();
-        for _ in 0..3 {
-            a.poll(0, &mut ev).unwrap();
-        }
+        let (ev, status) = hostile(i as u64 + 1, &bytes);
         let fell: Vec<&FailReason> = ev
             .iter()
             .filter_map(|e| match e {
@@ -370,6 +378,26 @@ fn hostile_peer_messages_tear_down_cleanly() {
             matches!(fell[..], [FailReason::Protocol(_)]),
             "case {i}: {ev:?}"
         );
-        assert!(matches!(a.status(A), PeerStatus::Down { .. }), "case {i}");
+        assert!(matches!(status, PeerStatus::Down { .. }), "case {i}");
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    /// Arbitrary bytes from a peer: the get either stays in flight (the
+    /// message was well-formed and harmless), lands as announced, or falls
+    /// back exactly once; never a panic.
+    #[test]
+    fn arbitrary_peer_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
+        let (ev, status) = hostile(5, &bytes);
+        let resolved = ev
+            .iter()
+            .filter(|e| matches!(e, Event::Fallback { request: 1, .. } | Event::Landed { request: 1, .. } | Event::Answered { request: 1, .. }))
+            .count();
+        proptest::prop_assert!(resolved <= 1);
+        if resolved == 0 {
+            let up = matches!(status, PeerStatus::Up { in_flight: 1, .. });
+            proptest::prop_assert!(up, "{:?}", ev);
+        }
     }
 }
