@@ -401,3 +401,51 @@ proptest::proptest! {
         }
     }
 }
+
+/// Once a get has fallen back, its extent cannot be written any more: the
+/// queue pair was destroyed before the fallback was reported, so a late
+/// write from the owner fails instead of landing in a reused extent.
+#[test]
+fn nothing_lands_after_a_fallback() {
+    let fabric = Fabric::default();
+    let (mut a, mut b) = connected(&fabric);
+    let mut ev = Vec::new();
+    let e = Extent {
+        offset: 128,
+        len: 64,
+    };
+    a.get(A, 1, e, b"g", 0, &mut ev).unwrap();
+    let (_, eb) = pump(&mut a, &mut b, 0);
+    assert!(matches!(eb[..], [Event::GetReceived { request: 1, .. }]));
+    b.write_arena(0, &[0xab; 64]).unwrap();
+    fabric.hold(1, true); // the owner is slow
+    b.serve(B, 1, Extent { offset: 0, len: 64 }, b"h", 0, &mut ev)
+        .unwrap();
+    let late = cfg().transfer_timeout_ns + 1;
+    let mut ea = Vec::new();
+    a.poll(late, &mut ea).unwrap();
+    assert!(matches!(
+        ea[..],
+        [
+            Event::Fallback {
+                request: 1,
+                reason: FailReason::Timeout,
+                ..
+            },
+            Event::PeerDown { .. }
+        ]
+    ));
+    fabric.hold(1, false);
+    let mut eb = Vec::new();
+    for _ in 0..3 {
+        b.poll(late, &mut eb).unwrap();
+    }
+    assert!(eb.contains(&Event::ServeAborted {
+        peer: B,
+        request: 1
+    }));
+    assert_eq!(fabric.stats().writes, 0);
+    let mut got = [0u8; 64];
+    a.read_arena(e.offset, &mut got).unwrap();
+    assert_eq!(got, [0; 64], "the extent was not written");
+}
