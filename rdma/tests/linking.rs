@@ -108,6 +108,21 @@ fn rdma_build_links_libibverbs() {
             Err(granary_rdma::verbs::VerbsError::NoDevice(_))
         ));
     }
+    // Take every backend call so the link resolves all its verbs symbols.
+    use granary_rdma::real::IbvNic;
+    use granary_rdma::verbs::Verbs;
+    let calls: [*const (); 9] = [
+        <IbvNic as Verbs>::register as *const (),
+        <IbvNic as Verbs>::create_qp as *const (),
+        <IbvNic as Verbs>::modify_qp as *const (),
+        <IbvNic as Verbs>::qp_state as *const (),
+        <IbvNic as Verbs>::destroy_qp as *const (),
+        <IbvNic as Verbs>::post_send as *const (),
+        <IbvNic as Verbs>::post_write as *const (),
+        <IbvNic as Verbs>::post_recv as *const (),
+        <IbvNic as Verbs>::poll_cq as *const (),
+    ];
+    assert!(std::hint::black_box(calls).iter().all(|f| !f.is_null()));
     let names = this_binary_needs();
     assert!(
         names.iter().any(|n| n.starts_with("libibverbs.so")),
