@@ -59,6 +59,16 @@ ensure_test() {
     reserve_hugepages 256
 }
 
+# What building the RDMA backend needs (`cargo build -p granary-rdma
+# --features rdma`, see docs/rdma.md): the verbs headers and libraries
+# (rdma-sys links libibverbs and librdmacm, found through pkg-config) and
+# libclang for its bindgen. No RDMA device or kernel module is needed to
+# build, nor to run the tests (they use the fake NIC). Not called by
+# `build` or `test` on its own: call it before building with the feature.
+ensure_rdma_build() {
+    apt_install libibverbs-dev librdmacm-dev libclang-dev clang pkg-config
+}
+
 # Reserve 2 MiB hugepages so the hugetlb arena path is exercised for real.
 reserve_hugepages() {
     local want="$1" f=/proc/sys/vm/nr_hugepages

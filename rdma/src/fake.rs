@@ -1,0 +1,699 @@
+//! An in-memory fake NIC: several hosts in one process joined by a
+//! [`Fabric`], each host a [`FakeNic`] implementing [`Verbs`].
+//!
+//! It executes work requests against registered regions with the checks a
+//! real RC queue pair makes: local keys and bounds (local protection
+//! error), remote keys, bounds and rights (remote access error, which
+//! also breaks the responder's queue pair), a send with no receive posted
+//! (receiver not ready, retries exhausted), a receive buffer too small
+//! (local length error), a dead or disconnected peer (retry exceeded).
+//! An error completion moves the queue pair to ERROR and flushes every
+//! outstanding work request, as the verbs do.
+//!
+//! Work requests run when any host polls: the fabric picks queue pairs in
+//! a seeded pseudo-random order, one work request at a time, so
+//! completions interleave across queue pairs while each queue pair's own
+//! work requests complete in post order. Faults can be injected: an error
+//! status on the next matching work request, a flipped bit in the next
+//! RDMA write a host makes, a host held (its work requests wait) or
+//! killed (it never answers again).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::verbs::{
+    Access, Endpoint, Mr, Opcode, QpCaps, QpId, QpState, RemoteAddr, Sge, Transition, Verbs,
+    VerbsError, WcStatus, WorkCompletion,
+};
+
+/// Index of a host on a [`Fabric`].
+pub type HostId = usize;
+
+const PAGE: u64 = 4096;
+
+#[derive(Debug)]
+struct Region {
+    mr: Mr,
+    mem: Vec<u8>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum SendOp {
+    Send,
+    Write(RemoteAddr),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct SendWr {
+    wr_id: u64,
+    sge: Sge,
+    op: SendOp,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct RecvWr {
+    wr_id: u64,
+    sge: Sge,
+}
+
+#[derive(Debug)]
+struct FakeQp {
+    state: QpState,
+    caps: QpCaps,
+    psn: u32,
+    remote: Option<Endpoint>,
+    sq: VecDeque<SendWr>,
+    rq: VecDeque<RecvWr>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Injected {
+    qp: Option<QpId>,
+    op: Option<Opcode>,
+    status: WcStatus,
+}
+
+#[derive(Debug)]
+struct Host {
+    lid: u16,
+    gid: [u8; 16],
+    alive: bool,
+    held: bool,
+    regions: Vec<Region>,
+    qps: BTreeMap<u32, FakeQp>,
+    next_qpn: u32,
+    cq: VecDeque<WorkCompletion>,
+    faults: VecDeque<Injected>,
+    corrupt_next_write: bool,
+}
+
+/// Counters of what the fabric did, for tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FabricStats {
+    /// Sends delivered.
+    pub sends: u64,
+    /// RDMA writes landed.
+    pub writes: u64,
+    /// Error completions the fabric produced itself (not injected, not
+    /// flushed by an injected one's queue pair error), by status.
+    pub errors: Vec<(WcStatus, u64)>,
+    /// Faults injected and fired.
+    pub injected: u64,
+}
+
+impl FabricStats {
+    /// How many completions had `status`.
+    pub fn count(&self, status: WcStatus) -> u64 {
+        self.errors
+            .iter()
+            .find(|(s, _)| *s == status)
+            .map_or(0, |(_, n)| *n)
+    }
+
+    fn bump(&mut self, status: WcStatus) {
+        match self.errors.iter_mut().find(|(s, _)| *s == status) {
+            Some((_, n)) => *n += 1,
+            None => self.errors.push((status, 1)),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    hosts: Vec<Host>,
+    rng: u64,
+    stats: FabricStats,
+}
+
+/// The fabric joining fake hosts. Cloning gives another handle to it.
+#[derive(Clone, Debug)]
+pub struct Fabric {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl Default for Fabric {
+    fn default() -> Fabric {
+        Fabric::new(0x5eed)
+    }
+}
+
+impl Fabric {
+    /// An empty fabric whose work-request interleaving follows `seed`.
+    pub fn new(seed: u64) -> Fabric {
+        Fabric {
+            inner: Arc::new(Mutex::new(Inner {
+                hosts: Vec::new(),
+                rng: seed | 1,
+                stats: FabricStats::default(),
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves plain data behind: keep
+        // using it.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds a host and returns its NIC.
+    pub fn add_host(&self) -> FakeNic {
+        let mut inner = self.lock();
+        let id = inner.hosts.len();
+        let mut gid = [0u8; 16];
+        gid[..8].copy_from_slice(&0xfe80_0000_0000_0000u64.to_be_bytes());
+        gid[8..].copy_from_slice(&(id as u64 + 1).to_be_bytes());
+        inner.hosts.push(Host {
+            lid: id as u16 + 1,
+            gid,
+            alive: true,
+            held: false,
+            regions: Vec::new(),
+            qps: BTreeMap::new(),
+            next_qpn: 0x100,
+            cq: VecDeque::new(),
+            faults: VecDeque::new(),
+            corrupt_next_write: false,
+        });
+        FakeNic {
+            fabric: self.clone(),
+            host: id,
+        }
+    }
+
+    /// The next work request of `host` matching `qp` (any when `None`) and
+    /// `op` (any send-queue operation when `None`) completes with
+    /// `status` instead of executing, and its queue pair fails.
+    pub fn inject(&self, host: HostId, qp: Option<QpId>, op: Option<Opcode>, status: WcStatus) {
+        if let Some(h) = self.lock().hosts.get_mut(host) {
+            h.faults.push_back(Injected { qp, op, status });
+        }
+    }
+
+    /// Flips one bit in the bytes of the next RDMA write `host` makes.
+    pub fn corrupt_next_write(&self, host: HostId) {
+        if let Some(h) = self.lock().hosts.get_mut(host) {
+            h.corrupt_next_write = true;
+        }
+    }
+
+    /// While held, `host`'s posted work requests wait.
+    pub fn hold(&self, host: HostId, held: bool) {
+        if let Some(h) = self.lock().hosts.get_mut(host) {
+            h.held = held;
+        }
+    }
+
+    /// `host` is gone: it never executes or answers again; peers sending
+    /// to it get retry-exceeded completions.
+    pub fn kill(&self, host: HostId) {
+        if let Some(h) = self.lock().hosts.get_mut(host) {
+            h.alive = false;
+        }
+    }
+
+    /// The regions `host` registered.
+    pub fn regions(&self, host: HostId) -> Vec<Mr> {
+        self.lock()
+            .hosts
+            .get(host)
+            .map(|h| h.regions.iter().map(|r| r.mr).collect())
+            .unwrap_or_default()
+    }
+
+    /// Live queue pairs of `host`.
+    pub fn qp_count(&self, host: HostId) -> usize {
+        self.lock().hosts.get(host).map_or(0, |h| h.qps.len())
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> FabricStats {
+        self.lock().stats.clone()
+    }
+}
+
+impl Inner {
+    fn next_rand(&mut self) -> u64 {
+        // xorshift64*
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn complete(&mut self, host: HostId, wc: WorkCompletion) {
+        if wc.status != WcStatus::Success {
+            self.stats.bump(wc.status);
+        }
+        self.hosts[host].cq.push_back(wc);
+    }
+
+    /// Moves a queue pair to ERROR and flushes its queues.
+    fn fail_qp(&mut self, host: HostId, qpn: u32) {
+        let Some(qp) = self.hosts[host].qps.get_mut(&qpn) else {
+            return;
+        };
+        qp.state = QpState::Error;
+        let sq: Vec<SendWr> = qp.sq.drain(..).collect();
+        let rq: Vec<RecvWr> = qp.rq.drain(..).collect();
+        for wr in sq {
+            let opcode = match wr.op {
+                SendOp::Send => Opcode::Send,
+                SendOp::Write(_) => Opcode::Write,
+            };
+            self.complete(host, wc(wr.wr_id, qpn, opcode, WcStatus::Flushed, 0));
+        }
+        for wr in rq {
+            self.complete(host, wc(wr.wr_id, qpn, Opcode::Recv, WcStatus::Flushed, 0));
+        }
+    }
+
+    /// Runs posted work requests until none can run.
+    fn progress(&mut self) {
+        loop {
+            let ready: Vec<(HostId, u32)> = self
+                .hosts
+                .iter()
+                .enumerate()
+                .filter(|(_, h)| h.alive && !h.held)
+                .flat_map(|(i, h)| {
+                    h.qps
+                        .iter()
+                        .filter(|(_, q)| q.state == QpState::Rts && !q.sq.is_empty())
+                        .map(move |(n, _)| (i, *n))
+                })
+                .collect();
+            if ready.is_empty() {
+                return;
+            }
+            let pick = ready[(self.next_rand() % ready.len() as u64) as usize];
+            self.execute_one(pick.0, pick.1);
+        }
+    }
+
+    fn local_bytes(&self, host: HostId, sge: Sge, need: Access) -> Option<(usize, usize)> {
+        let h = &self.hosts[host];
+        let (i, r) = h
+            .regions
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.mr.lkey == sge.lkey)?;
+        if !r.mr.access.contains(need) {
+            return None;
+        }
+        let start = sge.addr.checked_sub(r.mr.addr)?;
+        let end = start.checked_add(u64::from(sge.len))?;
+        (end <= r.mr.len).then_some((i, start as usize))
+    }
+
+    fn execute_one(&mut self, host: HostId, qpn: u32) {
+        let qp = self.hosts[host]
+            .qps
+            .get_mut(&qpn)
+            .expect("picked a live qp");
+        let wr = qp.sq.pop_front().expect("picked a non-empty queue");
+        let remote = qp.remote;
+        let opcode = match wr.op {
+            SendOp::Send => Opcode::Send,
+            SendOp::Write(_) => Opcode::Write,
+        };
+        let fail = |inner: &mut Inner, status: WcStatus| {
+            inner.complete(host, wc(wr.wr_id, qpn, opcode, status, 0));
+            inner.fail_qp(host, qpn);
+        };
+        // Injected faults first.
+        let faults = &mut self.hosts[host].faults;
+        if let Some(pos) = faults
+            .iter()
+            .position(|f| f.qp.is_none_or(|q| q.0 == qpn) && f.op.is_none_or(|o| o == opcode))
+        {
+            let f = faults.remove(pos).expect("position is in range");
+            // Injected: counted apart from the fabric's own errors.
+            self.stats.injected += 1;
+            self.hosts[host]
+                .cq
+                .push_back(wc(wr.wr_id, qpn, opcode, f.status, 0));
+            return self.fail_qp(host, qpn);
+        }
+        let Some((src_region, src_off)) = self.local_bytes(host, wr.sge, Access::NONE) else {
+            return fail(self, WcStatus::LocalProtection);
+        };
+        let Some(remote) = remote else {
+            return fail(self, WcStatus::RetryExceeded);
+        };
+        let Some(dst) = self.hosts.iter().position(|h| h.gid == remote.gid) else {
+            return fail(self, WcStatus::RetryExceeded);
+        };
+        let dst_alive = self.hosts[dst].alive;
+        let connected = self.hosts[dst].qps.get(&remote.qp_num).is_some_and(|q| {
+            matches!(q.state, QpState::Rtr | QpState::Rts)
+                && q.remote
+                    .is_some_and(|e| e.qp_num == qpn && e.gid == self.hosts[host].gid)
+        });
+        if !dst_alive || !connected {
+            return fail(self, WcStatus::RetryExceeded);
+        }
+        let len = wr.sge.len as usize;
+        let mut bytes = self.hosts[host].regions[src_region].mem[src_off..src_off + len].to_vec();
+        match wr.op {
+            SendOp::Write(raddr) => {
+                let d = &self.hosts[dst];
+                let target = d.regions.iter().position(|r| {
+                    r.mr.rkey == raddr.rkey
+                        && r.mr.access.contains(Access::REMOTE_WRITE)
+                        && raddr.addr >= r.mr.addr
+                        && raddr.addr - r.mr.addr + len as u64 <= r.mr.len
+                });
+                let Some(t) = target else {
+                    fail(self, WcStatus::RemoteAccess);
+                    self.fail_qp(dst, remote.qp_num);
+                    return;
+                };
+                if std::mem::take(&mut self.hosts[host].corrupt_next_write) && !bytes.is_empty() {
+                    let i = (self.next_rand() % bytes.len() as u64) as usize;
+                    bytes[i] ^= 1 << (self.next_rand() % 8);
+                }
+                let r = &mut self.hosts[dst].regions[t];
+                let off = (raddr.addr - r.mr.addr) as usize;
+                r.mem[off..off + len].copy_from_slice(&bytes);
+                self.stats.writes += 1;
+                self.complete(host, wc(wr.wr_id, qpn, Opcode::Write, WcStatus::Success, 0));
+            }
+            SendOp::Send => {
+                let dqp = self.hosts[dst]
+                    .qps
+                    .get_mut(&remote.qp_num)
+                    .expect("checked connected");
+                let Some(rwr) = dqp.rq.pop_front() else {
+                    return fail(self, WcStatus::RnrRetryExceeded);
+                };
+                let Some((r, off)) = self.local_bytes(dst, rwr.sge, Access::LOCAL_WRITE) else {
+                    self.complete(
+                        dst,
+                        wc(
+                            rwr.wr_id,
+                            remote.qp_num,
+                            Opcode::Recv,
+                            WcStatus::LocalProtection,
+                            0,
+                        ),
+                    );
+                    self.fail_qp(dst, remote.qp_num);
+                    return fail(self, WcStatus::RemoteInvalidRequest);
+                };
+                if (rwr.sge.len as usize) < len {
+                    self.complete(
+                        dst,
+                        wc(
+                            rwr.wr_id,
+                            remote.qp_num,
+                            Opcode::Recv,
+                            WcStatus::LocalLength,
+                            0,
+                        ),
+                    );
+                    self.fail_qp(dst, remote.qp_num);
+                    return fail(self, WcStatus::RemoteInvalidRequest);
+                }
+                self.hosts[dst].regions[r].mem[off..off + len].copy_from_slice(&bytes);
+                self.stats.sends += 1;
+                self.complete(
+                    dst,
+                    wc(
+                        rwr.wr_id,
+                        remote.qp_num,
+                        Opcode::Recv,
+                        WcStatus::Success,
+                        len as u32,
+                    ),
+                );
+                self.complete(host, wc(wr.wr_id, qpn, Opcode::Send, WcStatus::Success, 0));
+            }
+        }
+    }
+}
+
+fn wc(wr_id: u64, qpn: u32, opcode: Opcode, status: WcStatus, byte_len: u32) -> WorkCompletion {
+    WorkCompletion {
+        wr_id,
+        qp: QpId(qpn),
+        opcode,
+        status,
+        byte_len,
+    }
+}
+
+/// One host's NIC on a [`Fabric`].
+#[derive(Clone, Debug)]
+pub struct FakeNic {
+    fabric: Fabric,
+    host: HostId,
+}
+
+impl FakeNic {
+    /// This host's index on the fabric.
+    pub fn host(&self) -> HostId {
+        self.host
+    }
+
+    /// The fabric.
+    pub fn fabric(&self) -> &Fabric {
+        &self.fabric
+    }
+
+    fn with_host<T>(
+        &self,
+        f: impl FnOnce(&mut Host) -> Result<T, VerbsError>,
+    ) -> Result<T, VerbsError> {
+        let mut inner = self.fabric.lock();
+        let h = &mut inner.hosts[self.host];
+        if !h.alive {
+            return Err(VerbsError::NoDevice("host killed".into()));
+        }
+        f(h)
+    }
+
+    fn region(h: &Host, mr: &Mr, addr: u64, len: usize) -> Result<(usize, usize), VerbsError> {
+        let i = h
+            .regions
+            .iter()
+            .position(|r| r.mr.id == mr.id)
+            .ok_or(VerbsError::UnknownMr(mr.id))?;
+        let r = &h.regions[i].mr;
+        let start = addr.checked_sub(r.addr).ok_or(VerbsError::OutOfBounds)?;
+        let end = start
+            .checked_add(len as u64)
+            .ok_or(VerbsError::OutOfBounds)?;
+        if end > r.len {
+            return Err(VerbsError::OutOfBounds);
+        }
+        Ok((i, start as usize))
+    }
+
+    fn post_sq(&mut self, qp: QpId, wr: SendWr) -> Result<(), VerbsError> {
+        let mut inner = self.fabric.lock();
+        let host = self.host;
+        let h = &mut inner.hosts[host];
+        if !h.alive {
+            return Err(VerbsError::NoDevice("host killed".into()));
+        }
+        let q = h.qps.get_mut(&qp.0).ok_or(VerbsError::UnknownQp(qp))?;
+        match q.state {
+            QpState::Rts => {
+                if q.sq.len() >= q.caps.max_send_wr as usize {
+                    return Err(VerbsError::QueueFull(qp));
+                }
+                q.sq.push_back(wr);
+                Ok(())
+            }
+            QpState::Error => {
+                let opcode = match wr.op {
+                    SendOp::Send => Opcode::Send,
+                    SendOp::Write(_) => Opcode::Write,
+                };
+                inner.complete(host, wc(wr.wr_id, qp.0, opcode, WcStatus::Flushed, 0));
+                Ok(())
+            }
+            state => Err(VerbsError::BadState { qp, state }),
+        }
+    }
+}
+
+impl Verbs for FakeNic {
+    fn register(&mut self, len: u64, access: Access) -> Result<Mr, VerbsError> {
+        if len == 0 || len > 1 << 40 {
+            return Err(VerbsError::Invalid("region length"));
+        }
+        let size = usize::try_from(len).map_err(|_| VerbsError::Invalid("region length"))?;
+        self.with_host(|h| {
+            let id = h.regions.len() as u32;
+            let addr = h.regions.last().map_or(0x10_0000, |r| {
+                (r.mr.addr + r.mr.len).div_ceil(PAGE) * PAGE + PAGE
+            });
+            let mr = Mr {
+                id,
+                addr,
+                len,
+                lkey: 0x1000 + id,
+                rkey: 0x7a00_0000 | (id << 8) | (h.lid as u32 & 0xff),
+                access,
+            };
+            h.regions.push(Region {
+                mr,
+                mem: vec![0; size],
+            });
+            Ok(mr)
+        })
+    }
+
+    fn write_local(&mut self, mr: &Mr, addr: u64, data: &[u8]) -> Result<(), VerbsError> {
+        self.with_host(|h| {
+            let (i, off) = FakeNic::region(h, mr, addr, data.len())?;
+            h.regions[i].mem[off..off + data.len()].copy_from_slice(data);
+            Ok(())
+        })
+    }
+
+    fn read_local(&self, mr: &Mr, addr: u64, out: &mut [u8]) -> Result<(), VerbsError> {
+        self.with_host(|h| {
+            let (i, off) = FakeNic::region(h, mr, addr, out.len())?;
+            out.copy_from_slice(&h.regions[i].mem[off..off + out.len()]);
+            Ok(())
+        })
+    }
+
+    fn create_qp(&mut self, caps: QpCaps) -> Result<QpId, VerbsError> {
+        if caps.max_send_wr == 0 || caps.max_recv_wr == 0 {
+            return Err(VerbsError::Invalid("queue depth 0"));
+        }
+        self.with_host(|h| {
+            let qpn = h.next_qpn;
+            h.next_qpn += 1;
+            h.qps.insert(
+                qpn,
+                FakeQp {
+                    state: QpState::Reset,
+                    caps,
+                    psn: (qpn * 7919) & 0xff_ffff,
+                    remote: None,
+                    sq: VecDeque::new(),
+                    rq: VecDeque::new(),
+                },
+            );
+            Ok(QpId(qpn))
+        })
+    }
+
+    fn endpoint(&self, qp: QpId) -> Result<Endpoint, VerbsError> {
+        self.with_host(|h| {
+            let q = h.qps.get(&qp.0).ok_or(VerbsError::UnknownQp(qp))?;
+            Ok(Endpoint {
+                qp_num: qp.0,
+                lid: h.lid,
+                gid: h.gid,
+                psn: q.psn,
+            })
+        })
+    }
+
+    fn modify_qp(&mut self, qp: QpId, to: Transition) -> Result<(), VerbsError> {
+        self.with_host(|h| {
+            let q = h.qps.get_mut(&qp.0).ok_or(VerbsError::UnknownQp(qp))?;
+            let bad = VerbsError::BadState { qp, state: q.state };
+            match (q.state, to) {
+                (QpState::Reset, Transition::Init) => q.state = QpState::Init,
+                (QpState::Init, Transition::Rtr { remote, .. }) => {
+                    q.remote = Some(remote);
+                    q.state = QpState::Rtr;
+                }
+                (QpState::Rtr, Transition::Rts { .. }) => q.state = QpState::Rts,
+                _ => return Err(bad),
+            }
+            Ok(())
+        })
+    }
+
+    fn qp_state(&self, qp: QpId) -> Result<QpState, VerbsError> {
+        self.with_host(|h| {
+            h.qps
+                .get(&qp.0)
+                .map(|q| q.state)
+                .ok_or(VerbsError::UnknownQp(qp))
+        })
+    }
+
+    fn destroy_qp(&mut self, qp: QpId) -> Result<(), VerbsError> {
+        self.with_host(|h| {
+            h.qps.remove(&qp.0).ok_or(VerbsError::UnknownQp(qp))?;
+            // Completions already queued for it are dropped, as a real
+            // destroy leaves nothing to poll.
+            h.cq.retain(|c| c.qp != qp);
+            Ok(())
+        })
+    }
+
+    fn post_send(&mut self, qp: QpId, wr_id: u64, local: Sge) -> Result<(), VerbsError> {
+        self.post_sq(
+            qp,
+            SendWr {
+                wr_id,
+                sge: local,
+                op: SendOp::Send,
+            },
+        )
+    }
+
+    fn post_write(
+        &mut self,
+        qp: QpId,
+        wr_id: u64,
+        local: Sge,
+        remote: RemoteAddr,
+    ) -> Result<(), VerbsError> {
+        self.post_sq(
+            qp,
+            SendWr {
+                wr_id,
+                sge: local,
+                op: SendOp::Write(remote),
+            },
+        )
+    }
+
+    fn post_recv(&mut self, qp: QpId, wr_id: u64, local: Sge) -> Result<(), VerbsError> {
+        let mut inner = self.fabric.lock();
+        let host = self.host;
+        let h = &mut inner.hosts[host];
+        if !h.alive {
+            return Err(VerbsError::NoDevice("host killed".into()));
+        }
+        let q = h.qps.get_mut(&qp.0).ok_or(VerbsError::UnknownQp(qp))?;
+        match q.state {
+            QpState::Init | QpState::Rtr | QpState::Rts => {
+                if q.rq.len() >= q.caps.max_recv_wr as usize {
+                    return Err(VerbsError::QueueFull(qp));
+                }
+                q.rq.push_back(RecvWr { wr_id, sge: local });
+                Ok(())
+            }
+            QpState::Error => {
+                inner.complete(host, wc(wr_id, qp.0, Opcode::Recv, WcStatus::Flushed, 0));
+                Ok(())
+            }
+            state => Err(VerbsError::BadState { qp, state }),
+        }
+    }
+
+    fn poll_cq(&mut self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize, VerbsError> {
+        let mut inner = self.fabric.lock();
+        if !inner.hosts[self.host].alive {
+            return Err(VerbsError::NoDevice("host killed".into()));
+        }
+        inner.progress();
+        let cq = &mut inner.hosts[self.host].cq;
+        let n = max.min(cq.len());
+        out.extend(cq.drain(..n));
+        Ok(n)
+    }
+}

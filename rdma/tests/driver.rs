@@ -1,0 +1,451 @@
+//! Driver behaviour beyond the conformance suite: guards on the caller's
+//! input, misses and control frames, backoff, and a hostile peer.
+
+use granary_rdma::driver::{
+    Driver, DriverConfig, DriverError, Event, Extent, FailReason, PeerStatus,
+};
+use granary_rdma::fake::{Fabric, FakeNic};
+use granary_rdma::msg::Msg;
+use granary_rdma::setup::SetupParams;
+use granary_rdma::verbs::{Access, Mtu, QpCaps, QpTiming, Sge, Transition, Verbs};
+
+const A: u32 = 1; // a's name for b
+const B: u32 = 2; // b's name for a
+
+fn cfg() -> DriverConfig {
+    DriverConfig {
+        recv_depth: 8,
+        send_depth: 8,
+        ..DriverConfig::default()
+    }
+}
+
+fn connected(fabric: &Fabric) -> (Driver<FakeNic>, Driver<FakeNic>) {
+    let mut a = Driver::new(fabric.add_host(), 1 << 20, cfg()).unwrap();
+    let mut b = Driver::new(fabric.add_host(), 1 << 20, cfg()).unwrap();
+    let mut ev = Vec::new();
+    let pa = a.prepare(A, 0, &mut ev).unwrap();
+    let pb = b.prepare(B, 0, &mut ev).unwrap();
+    a.connect(A, &pb, 0, &mut ev).unwrap();
+    b.connect(B, &pa, 0, &mut ev).unwrap();
+    assert!(ev.is_empty());
+    (a, b)
+}
+
+fn pump(a: &mut Driver<FakeNic>, b: &mut Driver<FakeNic>, now: u64) -> (Vec<Event>, Vec<Event>) {
+    let (mut ea, mut eb) = (Vec::new(), Vec::new());
+    for _ in 0..4 {
+        a.poll(now, &mut ea).unwrap();
+        b.poll(now, &mut eb).unwrap();
+    }
+    (ea, eb)
+}
+
+#[test]
+fn caller_input_is_checked() {
+    let fabric = Fabric::default();
+    let (mut a, mut b) = connected(&fabric);
+    let mut ev = Vec::new();
+    let big = Extent {
+        offset: (1 << 20) - 10,
+        len: 11,
+    };
+    assert_eq!(
+        a.get(A, 1, big, b"g", 0, &mut ev),
+        Err(DriverError::OutOfArena(big))
+    );
+    assert_eq!(
+        a.get(99, 1, Extent { offset: 0, len: 8 }, b"g", 0, &mut ev),
+        Err(DriverError::NotConnected(99))
+    );
+    let e = Extent { offset: 0, len: 8 };
+    a.get(A, 1, e, b"g", 0, &mut ev).unwrap();
+    assert_eq!(
+        a.get(A, 1, e, b"g", 0, &mut ev),
+        Err(DriverError::DuplicateRequest(1))
+    );
+    assert!(matches!(
+        a.get(A, 2, e, &vec![0; 5000], 0, &mut ev),
+        Err(DriverError::MessageTooLong(_))
+    ));
+    let (_, eb) = pump(&mut a, &mut b, 0);
+    assert!(matches!(
+        eb[..],
+        [Event::GetReceived {
+            request: 1,
+            len: 8,
+            ..
+        }]
+    ));
+    let src = Extent { offset: 0, len: 9 };
+    assert_eq!(
+        b.serve(B, 1, src, b"h", 0, &mut ev),
+        Err(DriverError::TooLong { len: 9, extent: 8 })
+    );
+    assert_eq!(
+        b.serve(B, 7, Extent { offset: 0, len: 1 }, b"h", 0, &mut ev),
+        Err(DriverError::UnknownRequest(7))
+    );
+    b.serve(B, 1, Extent { offset: 0, len: 8 }, b"h", 0, &mut ev)
+        .unwrap();
+    assert_eq!(
+        b.serve(B, 1, Extent { offset: 0, len: 8 }, b"h", 0, &mut ev),
+        Err(DriverError::UnknownRequest(1)),
+        "served only once"
+    );
+    let (ea, eb) = pump(&mut a, &mut b, 0);
+    assert!(matches!(
+        ea[..],
+        [Event::Landed {
+            request: 1,
+            len: 8,
+            ..
+        }]
+    ));
+    assert_eq!(
+        eb,
+        vec![Event::Served {
+            peer: B,
+            request: 1
+        }]
+    );
+    assert!(ev.is_empty());
+}
+
+#[test]
+fn misses_and_control_frames_pass_through() {
+    let fabric = Fabric::default();
+    let (mut a, mut b) = connected(&fabric);
+    let mut ev = Vec::new();
+    a.get(
+        A,
+        5,
+        Extent {
+            offset: 64,
+            len: 100,
+        },
+        b"get5",
+        0,
+        &mut ev,
+    )
+    .unwrap();
+    a.send_control(A, b"ping", 0, &mut ev).unwrap();
+    let (_, eb) = pump(&mut a, &mut b, 0);
+    assert_eq!(eb.len(), 2);
+    assert_eq!(
+        eb[1],
+        Event::Control {
+            peer: B,
+            frame: b"ping".to_vec()
+        }
+    );
+    b.answer(B, 5, b"miss", 0, &mut ev).unwrap();
+    b.send_control(B, b"pong", 0, &mut ev).unwrap();
+    let (ea, _) = pump(&mut a, &mut b, 0);
+    assert_eq!(
+        ea,
+        vec![
+            Event::Answered {
+                peer: A,
+                request: 5,
+                frame: b"miss".to_vec()
+            },
+            Event::Control {
+                peer: A,
+                frame: b"pong".to_vec()
+            }
+        ]
+    );
+    assert_eq!(
+        a.status(A),
+        PeerStatus::Up {
+            in_flight: 0,
+            credits: 8
+        }
+    );
+}
+
+#[test]
+fn backoff_doubles_up_to_its_cap_and_close_does_not_back_off() {
+    let fabric = Fabric::default();
+    let c = DriverConfig {
+        backoff_initial_ns: 100,
+        backoff_max_ns: 350,
+        setup_timeout_ns: 10,
+        ..cfg()
+    };
+    let mut a = Driver::new(fabric.add_host(), 1 << 20, c).unwrap();
+    let mut ev = Vec::new();
+    let mut now = 0;
+    let mut waits = Vec::new();
+    for _ in 0..4 {
+        a.prepare(A, now, &mut ev).unwrap();
+        assert_eq!(a.status(A), PeerStatus::Connecting);
+        now += 11; // setup times out
+        a.poll(now, &mut ev).unwrap();
+        let Some(Event::PeerDown {
+            reason: FailReason::Timeout,
+            retry_at,
+            ..
+        }) = ev.pop()
+        else {
+            panic!("setup timeout: {ev:?}");
+        };
+        assert!(matches!(
+            a.prepare(A, now, &mut ev),
+            Err(DriverError::BackingOff { .. })
+        ));
+        waits.push(retry_at - now);
+        now = retry_at;
+    }
+    assert_eq!(waits, vec![100, 200, 350, 350]);
+    a.prepare(A, now, &mut ev).unwrap();
+    a.close(A, now, &mut ev);
+    assert_eq!(a.status(A), PeerStatus::Idle);
+    a.prepare(A, now, &mut ev).expect("no backoff after close");
+    // Every queue pair made was destroyed but the last.
+    assert_eq!(fabric.qp_count(0), 1);
+}
+
+#[test]
+fn in_flight_gets_fall_back_when_the_queue_pair_is_closed() {
+    let fabric = Fabric::default();
+    let (mut a, mut b) = connected(&fabric);
+    let mut ev = Vec::new();
+    for r in 0..20 {
+        a.get(
+            A,
+            r,
+            Extent {
+                offset: r * 64,
+                len: 64,
+            },
+            b"g",
+            0,
+            &mut ev,
+        )
+        .unwrap();
+    }
+    pump(&mut a, &mut b, 0);
+    a.close(A, 0, &mut ev);
+    let fell: Vec<u64> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::Fallback {
+                request,
+                reason: FailReason::Closed,
+                ..
+            } => Some(*request),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(fell, (0..20).collect::<Vec<_>>());
+    assert!(matches!(ev.last(), Some(Event::PeerDown { .. })));
+    // The owner's queue pair now points at nothing: its answer fails and
+    // its pending gets are dropped for the owner to release.
+    let mut eb = Vec::new();
+    b.serve(B, 0, Extent { offset: 0, len: 64 }, b"h", 0, &mut eb)
+        .unwrap();
+    for _ in 0..3 {
+        b.poll(0, &mut eb).unwrap();
+    }
+    let aborted = eb
+        .iter()
+        .filter(|e| matches!(e, Event::ServeAborted { .. }))
+        .count();
+    assert_eq!(aborted, 20);
+    assert!(matches!(
+        eb.last(),
+        Some(Event::PeerDown {
+            reason: FailReason::Completion(_),
+            ..
+        })
+    ));
+}
+
+/// A driver connected to a peer that speaks raw verbs, with one get in
+/// flight; the peer sends `bytes` as one message. Returns the driver's
+/// events.
+fn hostile(seed: u64, bytes: &[u8]) -> (Vec<Event>, PeerStatus) {
+    let timing = QpTiming {
+        mtu: Mtu::M4096,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 6,
+        min_rnr_timer: 12,
+    };
+    let fabric = Fabric::new(seed);
+    let mut a = Driver::new(fabric.add_host(), 1 << 20, cfg()).unwrap();
+    let mut raw = fabric.add_host();
+    let mut ev = Vec::new();
+    let pa = a.prepare(A, 0, &mut ev).unwrap();
+    let qp = raw
+        .create_qp(QpCaps {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+        })
+        .unwrap();
+    let buf = raw.register(8192, Access::LOCAL_WRITE).unwrap();
+    raw.modify_qp(qp, Transition::Init).unwrap();
+    let pr = SetupParams {
+        endpoint: raw.endpoint(qp).unwrap(),
+        mtu: Mtu::M4096,
+        recv_depth: 4,
+        slot_size: 4096,
+    };
+    a.connect(A, &SetupParams::decode(&pr.encode()).unwrap(), 0, &mut ev)
+        .unwrap();
+    raw.modify_qp(
+        qp,
+        Transition::Rtr {
+            remote: pa.endpoint,
+            timing,
+        },
+    )
+    .unwrap();
+    raw.modify_qp(qp, Transition::Rts { timing }).unwrap();
+    a.get(A, 1, Extent { offset: 0, len: 16 }, b"g", 0, &mut ev)
+        .unwrap();
+    for r in 0..4 {
+        raw.post_recv(
+            qp,
+            r,
+            Sge {
+                addr: buf.addr + 4096,
+                len: 1024,
+                lkey: buf.lkey,
+            },
+        )
+        .unwrap();
+    }
+    raw.write_local(&buf, buf.addr, bytes).unwrap();
+    raw.post_send(
+        qp,
+        9,
+        Sge {
+            addr: buf.addr,
+            len: bytes.len() as u32,
+            lkey: buf.lkey,
+        },
+    )
+    .unwrap();
+    for _ in 0..3 {
+        a.poll(0, &mut ev).unwrap();
+    }
+    (ev, a.status(A))
+}
+
+/// Whatever malformed message a peer sends, the driver tears the queue
+/// pair down and falls back; it never panics.
+#[test]
+fn hostile_peer_messages_tear_down_cleanly() {
+    let mut bad_data = Vec::new();
+    Msg::Data {
+        request: 12345,
+        len: 8,
+        frame: b"h",
+    }
+    .encode(0, &mut bad_data);
+    let mut too_long = Vec::new();
+    Msg::Data {
+        request: 1,
+        len: 4096,
+        frame: b"h",
+    }
+    .encode(0, &mut too_long);
+    let mut overflow = Vec::new();
+    Msg::Credit.encode(u16::MAX, &mut overflow);
+    let cases: Vec<Vec<u8>> = vec![
+        vec![],
+        vec![0xff; 40],
+        bad_data,
+        too_long,
+        overflow,
+        vec![1, 9, 0, 0, 0, 0, 0, 0],
+    ];
+    for (i, bytes) in cases.into_iter().enumerate() {
+        let (ev, status) = hostile(i as u64 + 1, &bytes);
+        let fell: Vec<&FailReason> = ev
+            .iter()
+            .filter_map(|e| match e {
+                Event::Fallback {
+                    request: 1, reason, ..
+                } => Some(reason),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            matches!(fell[..], [FailReason::Protocol(_)]),
+            "case {i}: {ev:?}"
+        );
+        assert!(matches!(status, PeerStatus::Down { .. }), "case {i}");
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    /// Arbitrary bytes from a peer: the get either stays in flight (the
+    /// message was well-formed and harmless), lands as announced, or falls
+    /// back exactly once; never a panic.
+    #[test]
+    fn arbitrary_peer_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
+        let (ev, status) = hostile(5, &bytes);
+        let resolved = ev
+            .iter()
+            .filter(|e| matches!(e, Event::Fallback { request: 1, .. } | Event::Landed { request: 1, .. } | Event::Answered { request: 1, .. }))
+            .count();
+        proptest::prop_assert!(resolved <= 1);
+        if resolved == 0 {
+            let up = matches!(status, PeerStatus::Up { in_flight: 1, .. });
+            proptest::prop_assert!(up, "{:?}", ev);
+        }
+    }
+}
+
+/// Once a get has fallen back, its extent cannot be written any more: the
+/// queue pair was destroyed before the fallback was reported, so a late
+/// write from the owner fails instead of landing in a reused extent.
+#[test]
+fn nothing_lands_after_a_fallback() {
+    let fabric = Fabric::default();
+    let (mut a, mut b) = connected(&fabric);
+    let mut ev = Vec::new();
+    let e = Extent {
+        offset: 128,
+        len: 64,
+    };
+    a.get(A, 1, e, b"g", 0, &mut ev).unwrap();
+    let (_, eb) = pump(&mut a, &mut b, 0);
+    assert!(matches!(eb[..], [Event::GetReceived { request: 1, .. }]));
+    b.write_arena(0, &[0xab; 64]).unwrap();
+    fabric.hold(1, true); // the owner is slow
+    b.serve(B, 1, Extent { offset: 0, len: 64 }, b"h", 0, &mut ev)
+        .unwrap();
+    let late = cfg().transfer_timeout_ns + 1;
+    let mut ea = Vec::new();
+    a.poll(late, &mut ea).unwrap();
+    assert!(matches!(
+        ea[..],
+        [
+            Event::Fallback {
+                request: 1,
+                reason: FailReason::Timeout,
+                ..
+            },
+            Event::PeerDown { .. }
+        ]
+    ));
+    fabric.hold(1, false);
+    let mut eb = Vec::new();
+    for _ in 0..3 {
+        b.poll(late, &mut eb).unwrap();
+    }
+    assert!(eb.contains(&Event::ServeAborted {
+        peer: B,
+        request: 1
+    }));
+    assert_eq!(fabric.stats().writes, 0);
+    let mut got = [0u8; 64];
+    a.read_arena(e.offset, &mut got).unwrap();
+    assert_eq!(got, [0; 64], "the extent was not written");
+}

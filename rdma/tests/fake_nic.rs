@@ -1,0 +1,311 @@
+//! The fake NIC's checks and error completions, at the verbs level.
+
+use granary_rdma::fake::{Fabric, FakeNic};
+use granary_rdma::verbs::{
+    Access, Mr, Mtu, Opcode, QpCaps, QpId, QpState, QpTiming, RemoteAddr, Sge, Transition, Verbs,
+    VerbsError, WcStatus, WorkCompletion,
+};
+
+const TIMING: QpTiming = QpTiming {
+    mtu: Mtu::M4096,
+    timeout: 14,
+    retry_cnt: 7,
+    rnr_retry: 6,
+    min_rnr_timer: 12,
+};
+const CAPS: QpCaps = QpCaps {
+    max_send_wr: 16,
+    max_recv_wr: 16,
+};
+
+struct Pair {
+    fabric: Fabric,
+    a: FakeNic,
+    b: FakeNic,
+    qa: QpId,
+    qb: QpId,
+}
+
+fn pair() -> Pair {
+    let fabric = Fabric::new(42);
+    let mut a = fabric.add_host();
+    let mut b = fabric.add_host();
+    let qa = a.create_qp(CAPS).unwrap();
+    let qb = b.create_qp(CAPS).unwrap();
+    let (ea, eb) = (a.endpoint(qa).unwrap(), b.endpoint(qb).unwrap());
+    for (nic, qp, remote) in [(&mut a, qa, eb), (&mut b, qb, ea)] {
+        assert_eq!(nic.qp_state(qp).unwrap(), QpState::Reset);
+        nic.modify_qp(qp, Transition::Init).unwrap();
+        nic.modify_qp(
+            qp,
+            Transition::Rtr {
+                remote,
+                timing: TIMING,
+            },
+        )
+        .unwrap();
+        nic.modify_qp(qp, Transition::Rts { timing: TIMING })
+            .unwrap();
+        assert_eq!(nic.qp_state(qp).unwrap(), QpState::Rts);
+    }
+    Pair {
+        fabric,
+        a,
+        b,
+        qa,
+        qb,
+    }
+}
+
+fn sge(mr: &Mr, off: u64, len: u32) -> Sge {
+    Sge {
+        addr: mr.addr + off,
+        len,
+        lkey: mr.lkey,
+    }
+}
+
+fn poll(nic: &mut FakeNic) -> Vec<WorkCompletion> {
+    let mut out = Vec::new();
+    nic.poll_cq(1000, &mut out).unwrap();
+    out
+}
+
+#[test]
+fn write_then_send_lands_in_order() {
+    let mut p = pair();
+    let src = p.a.register(4096, Access::LOCAL_WRITE).unwrap();
+    let dst =
+        p.b.register(4096, Access::LOCAL_WRITE.union(Access::REMOTE_WRITE))
+            .unwrap();
+    p.a.write_local(&src, src.addr, b"payload!header").unwrap();
+    p.b.post_recv(p.qb, 7, sge(&dst, 1024, 64)).unwrap();
+    let remote = RemoteAddr {
+        addr: dst.addr + 100,
+        rkey: dst.rkey,
+    };
+    p.a.post_write(p.qa, 1, sge(&src, 0, 8), remote).unwrap();
+    p.a.post_send(p.qa, 2, sge(&src, 8, 6)).unwrap();
+    let wa = poll(&mut p.a);
+    assert_eq!(
+        wa.iter()
+            .map(|w| (w.wr_id, w.opcode, w.status))
+            .collect::<Vec<_>>(),
+        vec![
+            (1, Opcode::Write, WcStatus::Success),
+            (2, Opcode::Send, WcStatus::Success)
+        ]
+    );
+    let wb = poll(&mut p.b);
+    assert_eq!(wb.len(), 1);
+    assert_eq!((wb[0].wr_id, wb[0].byte_len), (7, 6));
+    let mut got = [0u8; 8];
+    p.b.read_local(&dst, dst.addr + 100, &mut got).unwrap();
+    assert_eq!(&got, b"payload!");
+    let mut hdr = [0u8; 6];
+    p.b.read_local(&dst, dst.addr + 1024, &mut hdr).unwrap();
+    assert_eq!(&hdr, b"header");
+}
+
+#[test]
+fn region_without_remote_write_rejects_writes_and_breaks_both_ends() {
+    let mut p = pair();
+    let src = p.a.register(4096, Access::LOCAL_WRITE).unwrap();
+    let dst = p.b.register(4096, Access::LOCAL_WRITE).unwrap();
+    p.b.post_recv(p.qb, 9, sge(&dst, 0, 64)).unwrap();
+    let remote = RemoteAddr {
+        addr: dst.addr,
+        rkey: dst.rkey,
+    };
+    p.a.post_write(p.qa, 1, sge(&src, 0, 8), remote).unwrap();
+    p.a.post_send(p.qa, 2, sge(&src, 0, 8)).unwrap();
+    let wa = poll(&mut p.a);
+    assert_eq!(wa[0].status, WcStatus::RemoteAccess);
+    assert_eq!(wa[1].status, WcStatus::Flushed, "later work is flushed");
+    assert_eq!(p.a.qp_state(p.qa).unwrap(), QpState::Error);
+    assert_eq!(p.b.qp_state(p.qb).unwrap(), QpState::Error);
+    let wb = poll(&mut p.b);
+    assert_eq!(wb[0].status, WcStatus::Flushed, "the receive is flushed");
+}
+
+#[test]
+fn bad_rkey_and_out_of_bounds_are_remote_access_errors() {
+    for (delta_addr, delta_key) in [(0u64, 1u32), (4090, 0)] {
+        let mut p = pair();
+        let src = p.a.register(4096, Access::LOCAL_WRITE).unwrap();
+        let dst =
+            p.b.register(4096, Access::LOCAL_WRITE.union(Access::REMOTE_WRITE))
+                .unwrap();
+        let remote = RemoteAddr {
+            addr: dst.addr + delta_addr,
+            rkey: dst.rkey + delta_key,
+        };
+        p.a.post_write(p.qa, 1, sge(&src, 0, 8), remote).unwrap();
+        assert_eq!(poll(&mut p.a)[0].status, WcStatus::RemoteAccess);
+    }
+}
+
+#[test]
+fn bad_lkey_is_a_local_protection_error() {
+    let mut p = pair();
+    let src = p.a.register(4096, Access::LOCAL_WRITE).unwrap();
+    let mut s = sge(&src, 0, 8);
+    s.lkey += 99;
+    p.a.post_send(p.qa, 1, s).unwrap();
+    assert_eq!(poll(&mut p.a)[0].status, WcStatus::LocalProtection);
+    let s = sge(&src, 4095, 8);
+    let mut p = pair();
+    let src2 = p.a.register(4096, Access::LOCAL_WRITE).unwrap();
+    assert_eq!(src2.lkey, src.lkey);
+    p.a.post_send(p.qa, 1, s).unwrap();
+    assert_eq!(poll(&mut p.a)[0].status, WcStatus::LocalProtection);
+}
+
+#[test]
+fn send_without_receive_is_receiver_not_ready() {
+    let mut p = pair();
+    let src = p.a.register(4096, Access::LOCAL_WRITE).unwrap();
+    p.a.post_send(p.qa, 1, sge(&src, 0, 8)).unwrap();
+    assert_eq!(poll(&mut p.a)[0].status, WcStatus::RnrRetryExceeded);
+    assert_eq!(p.fabric.stats().count(WcStatus::RnrRetryExceeded), 1);
+}
+
+#[test]
+fn short_receive_is_a_length_error() {
+    let mut p = pair();
+    let src = p.a.register(4096, Access::LOCAL_WRITE).unwrap();
+    let dst = p.b.register(4096, Access::LOCAL_WRITE).unwrap();
+    p.b.post_recv(p.qb, 3, sge(&dst, 0, 4)).unwrap();
+    p.a.post_send(p.qa, 1, sge(&src, 0, 8)).unwrap();
+    assert_eq!(poll(&mut p.a)[0].status, WcStatus::RemoteInvalidRequest);
+    assert_eq!(poll(&mut p.b)[0].status, WcStatus::LocalLength);
+}
+
+#[test]
+fn dead_peer_is_retry_exceeded() {
+    let mut p = pair();
+    let src = p.a.register(4096, Access::LOCAL_WRITE).unwrap();
+    p.fabric.kill(p.b.host());
+    p.a.post_send(p.qa, 1, sge(&src, 0, 8)).unwrap();
+    assert_eq!(poll(&mut p.a)[0].status, WcStatus::RetryExceeded);
+    assert!(matches!(
+        p.b.poll_cq(1, &mut Vec::new()),
+        Err(VerbsError::NoDevice(_))
+    ));
+}
+
+#[test]
+fn injected_errors_fire_once_on_the_matching_request() {
+    for status in [
+        WcStatus::RetryExceeded,
+        WcStatus::RnrRetryExceeded,
+        WcStatus::RemoteAccess,
+        WcStatus::Flushed,
+    ] {
+        let mut p = pair();
+        let src = p.a.register(4096, Access::LOCAL_WRITE).unwrap();
+        let dst = p.b.register(4096, Access::LOCAL_WRITE).unwrap();
+        for i in 0..3 {
+            p.b.post_recv(p.qb, i, sge(&dst, 64 * i, 64)).unwrap();
+        }
+        p.fabric
+            .inject(p.a.host(), Some(p.qa), Some(Opcode::Send), status);
+        p.a.post_send(p.qa, 1, sge(&src, 0, 8)).unwrap();
+        p.a.post_send(p.qa, 2, sge(&src, 0, 8)).unwrap();
+        let wa = poll(&mut p.a);
+        assert_eq!(wa[0].status, status);
+        assert_eq!(wa[1].status, WcStatus::Flushed);
+        assert_eq!(p.fabric.stats().injected, 1);
+        // Posting to the failed queue pair completes flushed at once.
+        p.a.post_send(p.qa, 3, sge(&src, 0, 8)).unwrap();
+        assert_eq!(poll(&mut p.a)[0].status, WcStatus::Flushed);
+    }
+}
+
+#[test]
+fn state_machine_and_queue_limits() {
+    let fabric = Fabric::new(1);
+    let mut a = fabric.add_host();
+    let src = a.register(4096, Access::LOCAL_WRITE).unwrap();
+    let qp = a.create_qp(CAPS).unwrap();
+    assert!(matches!(
+        a.post_send(qp, 1, sge(&src, 0, 8)),
+        Err(VerbsError::BadState { .. })
+    ));
+    assert!(matches!(
+        a.modify_qp(qp, Transition::Rts { timing: TIMING }),
+        Err(VerbsError::BadState { .. })
+    ));
+    a.modify_qp(qp, Transition::Init).unwrap();
+    for i in 0..16 {
+        a.post_recv(qp, i, sge(&src, 0, 8)).unwrap();
+    }
+    assert_eq!(
+        a.post_recv(qp, 99, sge(&src, 0, 8)),
+        Err(VerbsError::QueueFull(qp))
+    );
+    assert_eq!(
+        a.write_local(&src, src.addr + 4090, &[0; 8]),
+        Err(VerbsError::OutOfBounds)
+    );
+    a.destroy_qp(qp).unwrap();
+    assert_eq!(a.qp_state(qp), Err(VerbsError::UnknownQp(qp)));
+}
+
+#[test]
+fn queue_pairs_interleave_but_each_keeps_its_order() {
+    let fabric = Fabric::new(7);
+    let mut a = fabric.add_host();
+    let mut peers: Vec<FakeNic> = (0..3).map(|_| fabric.add_host()).collect();
+    let src = a.register(4096, Access::LOCAL_WRITE).unwrap();
+    let mut qps = Vec::new();
+    for b in peers.iter_mut() {
+        let qa = a.create_qp(CAPS).unwrap();
+        let qb = b.create_qp(CAPS).unwrap();
+        let (ea, eb) = (a.endpoint(qa).unwrap(), b.endpoint(qb).unwrap());
+        for (nic, qp, remote) in [(&mut a, qa, eb), (&mut *b, qb, ea)] {
+            nic.modify_qp(qp, Transition::Init).unwrap();
+            nic.modify_qp(
+                qp,
+                Transition::Rtr {
+                    remote,
+                    timing: TIMING,
+                },
+            )
+            .unwrap();
+            nic.modify_qp(qp, Transition::Rts { timing: TIMING })
+                .unwrap();
+        }
+        let dst = b.register(4096, Access::LOCAL_WRITE).unwrap();
+        for i in 0..10 {
+            b.post_recv(qb, i, sge(&dst, 0, 64)).unwrap();
+        }
+        qps.push(qa);
+    }
+    for i in 0..10u64 {
+        for (k, qa) in qps.iter().enumerate() {
+            a.post_send(*qa, (k as u64) << 8 | i, sge(&src, 0, 8))
+                .unwrap();
+        }
+    }
+    let wa = poll(&mut a);
+    assert_eq!(wa.len(), 30);
+    assert!(wa.iter().all(|w| w.status == WcStatus::Success));
+    for qa in &qps {
+        let ids: Vec<u64> = wa
+            .iter()
+            .filter(|w| w.qp == *qa)
+            .map(|w| w.wr_id & 0xff)
+            .collect();
+        assert_eq!(
+            ids,
+            (0..10).collect::<Vec<_>>(),
+            "post order within a queue pair"
+        );
+    }
+    let issue_order: Vec<u64> = (0..10u64)
+        .flat_map(|i| (0..3u64).map(move |k| k << 8 | i))
+        .collect();
+    let got: Vec<u64> = wa.iter().map(|w| w.wr_id).collect();
+    assert_ne!(got, issue_order, "queue pairs interleave");
+}
