@@ -134,10 +134,8 @@ fn vanished_and_unreadable_files_are_reported_per_sample() {
     let dataset = CString::new(DATASET).unwrap();
     let mut client = std::ptr::null_mut();
     // SAFETY: a NUL-terminated path and a writable out pointer.
-    assert_eq!(
-        unsafe { ffi::granary_connect(path.as_ptr(), &mut client) },
-        0
-    );
+    let rc = unsafe { ffi::granary_connect(path.as_ptr(), &mut client) };
+    assert_eq!(rc, 0);
     // SAFETY: all-zero is a valid value of this plain C struct; it is
     // initialised by the library right after.
     let mut opts: ffi::GranarySessionOptions = unsafe { std::mem::zeroed() };

@@ -54,7 +54,7 @@ impl SampleSource for Laggy {
         self.inner.in_flight() + self.held.len()
     }
     unsafe fn submit(&mut self, tag: u64, index: u64, dest: *mut u8) -> Result<(), SourceFull> {
-        if index % SLOW_EVERY == 0 {
+        if index.is_multiple_of(SLOW_EVERY) {
             self.slow.insert(tag);
         }
         // SAFETY: the caller's guarantee, passed on unchanged.

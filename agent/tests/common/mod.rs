@@ -528,7 +528,7 @@ pub fn honest_loader_of(
             );
             all.sort_unstable();
             all.dedup();
-            if n % ws == 0 {
+            if n.is_multiple_of(ws) {
                 assert_eq!(
                     all.len() as u64,
                     n / ws,
