@@ -103,9 +103,11 @@ impl<T: RingItem> Slots<T> {
             }
         }
         #[cfg(feature = "loom")]
-        // SAFETY: as above; loom checks the exclusivity claim.
-        unsafe {
-            (*self.base.as_ptr().add(i)).with_mut(|p| p.write(v))
+        {
+            // SAFETY: `i` < capacity (caller), so the cell is in the ring.
+            let cell = unsafe { &*self.base.as_ptr().wrapping_add(i) };
+            // SAFETY: as above; loom checks the exclusivity claim.
+            cell.with_mut(|p| unsafe { p.write(v) })
         }
     }
 
@@ -137,9 +139,11 @@ impl<T: RingItem> Slots<T> {
             }
         }
         #[cfg(feature = "loom")]
-        // SAFETY: as above; loom checks that the producer is not writing it.
-        unsafe {
-            (*self.base.as_ptr().add(i)).with(|p| p.read())
+        {
+            // SAFETY: `i` < capacity (caller), so the cell is in the ring.
+            let cell = unsafe { &*self.base.as_ptr().wrapping_add(i) };
+            // SAFETY: as above; loom checks that the producer is not writing it.
+            cell.with(|p| unsafe { p.read() })
         }
     }
 }
