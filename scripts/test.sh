@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Runs every test of the project on a fresh machine (CI runs exactly this).
 # Installs what it needs first (scripts/setup.sh test). Steps:
-#   1. workspace tests (unit, integration, cross-process, C example), release profile
-#   2. loom models of the ring and header publication
-#   3. Miri over the ring / validation / lease logic with heap-backed memory
-#   4. fuzz smoke runs of the validation and handshake targets
-#   5. Python package: pip install torch & co. and ./client-c/python, pytest
+#   1. lint: cargo fmt --check, clippy -D warnings on every target (and on
+#      granary-shm with its loom feature)
+#   2. workspace tests (unit, integration, cross-process, C example), release
+#      profile; then the #[ignore]d tests whose precondition holds here
+#   3. loom models of the ring and header publication
+#   4. Miri over the ring / validation / lease logic with heap-backed memory
+#   5. fuzz smoke runs of the validation and handshake targets
+#   6. Python package: pip install torch & co. and ./client-c/python, pytest
+#   7. every #[ignore]d test with its reason, and whether it ran
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
@@ -14,10 +18,30 @@ step() { printf '\n==== %s [%s]\n' "$1" "$(date +%T)"; }
 step "setup"
 scripts/setup.sh test
 
+step "lint"
+cargo fmt --all --check
+cargo clippy --release --workspace --all-targets -- -D warnings
+cargo clippy --release -p granary-shm --features loom --all-targets -- -D warnings
+
 step "workspace tests"
 cargo build --release --workspace --all-targets
 cargo nextest run --release --workspace --no-fail-fast
 cargo test --release --workspace --doc
+
+# #[ignore]d tests that can run here after all.
+ran_ignored=()
+if [ "$(id -u)" -eq 0 ]; then
+    step "tests that need root"
+    cargo nextest run --release -p granary-agent --test bad_input --run-ignored only \
+        -E 'test(=a_uid_outside_the_allowlist_gets_no_fds)'
+    ran_ignored+=(a_uid_outside_the_allowlist_gets_no_fds)
+fi
+if [ -n "${GRANARY_TEST_SCYLLA:-}" ]; then
+    step "tests against a real ScyllaDB/Cassandra ($GRANARY_TEST_SCYLLA)"
+    cargo nextest run --release -p granary-agent --test cql_real --run-ignored only
+    ran_ignored+=(cql_real_ingest_serve_verify_and_resume
+        cql_real_missing_rows_wrong_sizes_and_a_table_without_size)
+fi
 
 step "loom"
 scripts/ci-shm.sh loom
@@ -30,5 +54,8 @@ scripts/ci-shm.sh fuzz
 
 step "python"
 client-c/python/ci.sh
+
+step "ignored tests"
+scripts/ignored-tests.sh "${ran_ignored[@]}"
 
 step "done"

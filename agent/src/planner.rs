@@ -618,7 +618,7 @@ mod tests {
     fn pytorch_share(perm: &[u64], ws: u32, rank: u32, drop_last: bool) -> Vec<u64> {
         let n = perm.len() as u64;
         let ws64 = u64::from(ws);
-        let num_samples = if drop_last && n % ws64 != 0 {
+        let num_samples = if drop_last && !n.is_multiple_of(ws64) {
             // math.ceil((n - ws) / ws), which is 0 when n < ws.
             if n < ws64 {
                 0

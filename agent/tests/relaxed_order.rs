@@ -55,7 +55,7 @@ impl SampleSource for Laggy {
         self.inner.in_flight() + self.held.len()
     }
     fn submit(&mut self, tag: u64, index: u64, dest: ArenaSlice) -> Result<(), SourceFull> {
-        if index % SLOW_EVERY == 0 {
+        if index.is_multiple_of(SLOW_EVERY) {
             self.slow.insert(tag);
         }
         self.inner.submit(tag, index, dest)

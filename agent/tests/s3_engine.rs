@@ -275,8 +275,7 @@ fn unreachable_store_is_a_clear_error_and_the_other_datasets_serve() {
     let client = Client::connect(&agent.sock).unwrap();
     let err = client
         .open_session(&SessionOptions::new("remote"))
-        .err()
-        .expect("opening an unreachable dataset must fail");
+        .expect_err("opening an unreachable dataset must fail");
     assert_eq!(err.code(), ErrorCode::Io, "{err}");
     let msg = err.message();
     assert!(

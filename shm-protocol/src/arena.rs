@@ -183,7 +183,7 @@ fn meminfo_value(key: &str) -> Option<u64> {
 }
 
 fn mib(bytes: u64) -> String {
-    if bytes % (1 << 20) == 0 {
+    if bytes.is_multiple_of(1 << 20) {
         format!("{} MiB", bytes >> 20)
     } else {
         format!("{} KiB", bytes.div_ceil(1024))

@@ -39,7 +39,13 @@ impl Barriers {
     #[inline]
     pub(crate) fn after_publish(self) {
         match self {
-            Barriers::Agent => std::sync::atomic::compiler_fence(Ordering::SeqCst),
+            Barriers::Agent => {
+                // Under loom, the point where a loader's `membarrier` may
+                // land in the agent's thread (see `model`).
+                #[cfg(feature = "loom")]
+                model::interrupt_point();
+                std::sync::atomic::compiler_fence(Ordering::SeqCst)
+            }
             _ => fence(Ordering::SeqCst),
         }
     }
@@ -101,13 +107,85 @@ mod imp {
     }
 }
 
-#[cfg(any(feature = "loom", miri))]
+#[cfg(all(not(feature = "loom"), miri))]
 mod imp {
     pub(super) fn register() -> bool {
         false
     }
 
     pub(super) fn global_expedited() {}
+}
+
+#[cfg(feature = "loom")]
+mod imp {
+    pub(super) fn register() -> bool {
+        false
+    }
+
+    pub(super) fn global_expedited() {
+        super::model::membarrier();
+    }
+}
+
+/// The loom model of `membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED)` between
+/// one agent thread and the loaders of a model (docs/testing.md, "The
+/// asymmetric barriers").
+///
+/// The kernel sends an interrupt to every CPU running the agent; each runs a
+/// full barrier between two of the agent's instructions and acknowledges,
+/// and the call returns once all have. Modelled the same way: the loader
+/// posts a request (after its own `SeqCst` fence) and waits for the
+/// acknowledgement; the agent serves a pending request at its next
+/// [`interrupt_point`] with a `SeqCst` fence, then acknowledges. The points
+/// are where the barrier can make a difference to the wake-up protocol:
+/// before the agent's index store, between that store and its load of the
+/// waiting flag (inside `after_publish`), and after the load; the model's
+/// agent thread calls the first and last itself around each publication.
+/// A thread that is not running has gone through a context switch, itself a
+/// full barrier: [`agent_exit`] (fence, then a flag) stands for that, so a
+/// loader's request never waits on an agent that has finished.
+#[cfg(feature = "loom")]
+pub mod model {
+    use loom::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering::SeqCst};
+
+    struct Interrupts {
+        requested: AtomicUsize,
+        served: AtomicUsize,
+        agent_gone: AtomicBool,
+    }
+
+    loom::lazy_static! {
+        static ref STATE: Interrupts = Interrupts {
+            requested: AtomicUsize::new(0),
+            served: AtomicUsize::new(0),
+            agent_gone: AtomicBool::new(false),
+        };
+    }
+
+    /// The loader's side of the call: request, wait until served.
+    pub(crate) fn membarrier() {
+        let want = STATE.requested.fetch_add(1, SeqCst) + 1;
+        while STATE.served.load(SeqCst) < want && !STATE.agent_gone.load(SeqCst) {
+            loom::thread::yield_now();
+        }
+        fence(SeqCst);
+    }
+
+    /// A point of the agent's thread where a pending interrupt is served.
+    pub fn interrupt_point() {
+        let pending = STATE.requested.load(SeqCst);
+        if pending > STATE.served.load(SeqCst) {
+            fence(SeqCst);
+            STATE.served.store(pending, SeqCst);
+        }
+    }
+
+    /// The agent's thread stops running (call it last in the model's agent
+    /// thread).
+    pub fn agent_exit() {
+        fence(SeqCst);
+        STATE.agent_gone.store(true, SeqCst);
+    }
 }
 
 #[cfg(all(test, not(feature = "loom"), not(miri)))]

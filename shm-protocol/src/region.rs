@@ -142,7 +142,7 @@ mod tests {
         assert_eq!(r.len(), 10_000);
         for i in 0..r.len() {
             // SAFETY: i < len, region is live and zero-initialised.
-            assert_eq!(unsafe { r.as_ptr().add(i).read() }, 0);
+            assert_eq!(unsafe { r.as_ptr().wrapping_add(i).read() }, 0);
         }
         assert!(r.contains(r.as_ptr(), 10_000));
         assert!(!r.contains(r.as_ptr(), 10_001));

@@ -67,11 +67,12 @@ impl<T: RingItem> Slots<T> {
     /// Number of u64 words in a `T`, or 0 when `T` is not a whole number of
     /// 8-aligned words (then items are copied whole).
     #[cfg(not(feature = "loom"))]
-    const WORDS: usize = if std::mem::size_of::<T>() % 8 == 0 && std::mem::align_of::<T>() >= 8 {
-        std::mem::size_of::<T>() / 8
-    } else {
-        0
-    };
+    const WORDS: usize =
+        if std::mem::size_of::<T>().is_multiple_of(8) && std::mem::align_of::<T>() >= 8 {
+            std::mem::size_of::<T>() / 8
+        } else {
+            0
+        };
 
     /// # Safety
     /// `i` < capacity; the ring protocol gives the caller (the producer)
@@ -91,7 +92,10 @@ impl<T: RingItem> Slots<T> {
                     // and are aligned. One volatile store per word: another
                     // process maps the slot, and word stores avoid staging the
                     // whole item on the stack first.
-                    unsafe { dst.add(w).write_volatile(src.add(w).read()) };
+                    let word = unsafe { src.wrapping_add(w).read() };
+                    // SAFETY: as for the read just above: `dst + w` is an
+                    // aligned word of slot `i`, which the producer owns.
+                    unsafe { dst.wrapping_add(w).write_volatile(word) };
                 }
             } else {
                 // SAFETY: as above, for an item that is not made of words.
@@ -99,9 +103,11 @@ impl<T: RingItem> Slots<T> {
             }
         }
         #[cfg(feature = "loom")]
-        // SAFETY: as above; loom checks the exclusivity claim.
-        unsafe {
-            (*self.base.as_ptr().add(i)).with_mut(|p| p.write(v))
+        {
+            // SAFETY: `i` < capacity (caller), so the cell is in the ring.
+            let cell = unsafe { &*self.base.as_ptr().wrapping_add(i) };
+            // SAFETY: as above; loom checks the exclusivity claim.
+            cell.with_mut(|p| unsafe { p.write(v) })
         }
     }
 
@@ -122,7 +128,9 @@ impl<T: RingItem> Slots<T> {
                     // valid `T` (RingItem), so a torn or hostile write cannot
                     // create an invalid value; volatile because another
                     // process may write the slot.
-                    unsafe { dst.add(w).write(src.add(w).read_volatile()) };
+                    let word = unsafe { src.wrapping_add(w).read_volatile() };
+                    // SAFETY: `dst + w` is an aligned word of the local `out`.
+                    unsafe { dst.wrapping_add(w).write(word) };
                 }
                 out
             } else {
@@ -131,9 +139,11 @@ impl<T: RingItem> Slots<T> {
             }
         }
         #[cfg(feature = "loom")]
-        // SAFETY: as above; loom checks that the producer is not writing it.
-        unsafe {
-            (*self.base.as_ptr().add(i)).with(|p| p.read())
+        {
+            // SAFETY: `i` < capacity (caller), so the cell is in the ring.
+            let cell = unsafe { &*self.base.as_ptr().wrapping_add(i) };
+            // SAFETY: as above; loom checks that the producer is not writing it.
+            cell.with(|p| unsafe { p.read() })
         }
     }
 }
@@ -296,13 +306,11 @@ fn heap_ring_imp<T: RingItem>(capacity: u32, name: &'static str) -> (Producer<T>
     let base = NonNull::new(region.as_ptr()).expect("region base is non-null");
     let keep: KeepAlive = region;
     // SAFETY: the heap region is page-aligned, zeroed (a valid empty ring),
-    // exactly ring_bytes long and kept alive by `keep`; one end of each kind.
-    unsafe {
-        (
-            producer_from_raw(base, capacity, name, Arc::clone(&keep)),
-            consumer_from_raw(base, capacity, name, keep),
-        )
-    }
+    // exactly ring_bytes long and kept alive by `keep`; the only producer.
+    let producer = unsafe { producer_from_raw(base, capacity, name, Arc::clone(&keep)) };
+    // SAFETY: as above; the only consumer.
+    let consumer = unsafe { consumer_from_raw(base, capacity, name, keep) };
+    (producer, consumer)
 }
 
 #[cfg(feature = "loom")]

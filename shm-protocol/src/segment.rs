@@ -34,7 +34,7 @@ use std::{
     io,
     mem::size_of,
     os::fd::{AsFd, BorrowedFd, OwnedFd},
-    ptr::{addr_of_mut, NonNull},
+    ptr::NonNull,
     sync::Arc,
 };
 
@@ -116,21 +116,21 @@ impl AgentSegment {
         let hdr = region.as_ptr() as *mut SegmentHeader;
         // SAFETY: the region is fresh, zeroed, at least a header long, page
         // aligned and not yet visible to any other process (its fd has not
-        // left this process), so plain writes cannot race.
-        unsafe {
-            addr_of_mut!((*hdr).header_size).write(SEGMENT_HEADER_SIZE as u32);
-            addr_of_mut!((*hdr).creator_pid).write(std::process::id());
-            addr_of_mut!((*hdr).flags).write(flags);
-            addr_of_mut!((*hdr).segment_size).write(geometry.segment_size);
-            addr_of_mut!((*hdr).session_id).write(spec.session_id);
-            addr_of_mut!((*hdr).ready_offset).write(geometry.ready_offset);
-            addr_of_mut!((*hdr).ready_capacity).write(geometry.ready_capacity);
-            addr_of_mut!((*hdr).ready_item_size).write(size_of::<BatchDescriptor>() as u32);
-            addr_of_mut!((*hdr).release_offset).write(geometry.release_offset);
-            addr_of_mut!((*hdr).release_capacity).write(geometry.release_capacity);
-            addr_of_mut!((*hdr).release_item_size).write(size_of::<ReleaseDescriptor>() as u32);
-            addr_of_mut!((*hdr).arena_size).write(spec.arena_size);
-        }
+        // left this process), so an exclusive reference cannot race; it ends
+        // before `publish_header` takes a shared one.
+        let h = unsafe { &mut *hdr };
+        h.header_size = SEGMENT_HEADER_SIZE as u32;
+        h.creator_pid = std::process::id();
+        h.flags = flags;
+        h.segment_size = geometry.segment_size;
+        h.session_id = spec.session_id;
+        h.ready_offset = geometry.ready_offset;
+        h.ready_capacity = geometry.ready_capacity;
+        h.ready_item_size = size_of::<BatchDescriptor>() as u32;
+        h.release_offset = geometry.release_offset;
+        h.release_capacity = geometry.release_capacity;
+        h.release_item_size = size_of::<ReleaseDescriptor>() as u32;
+        h.arena_size = spec.arena_size;
         publish_header(header(&region), spec.instance_epoch);
         AgentSegment {
             region,
@@ -176,12 +176,12 @@ impl AgentSegment {
         // SAFETY: bases come from the trusted geometry, lie inside the mapping
         // kept alive by `keep`, are 128-aligned; this is the only agent-side
         // producer/consumer pair (endpoints_taken).
-        let (mut p, mut c) = unsafe {
-            (
-                producer_from_raw(ready, self.geometry.ready_capacity, "ready", keep.clone()),
-                consumer_from_raw(release, self.geometry.release_capacity, "release", keep),
-            )
+        let mut p = unsafe {
+            producer_from_raw(ready, self.geometry.ready_capacity, "ready", keep.clone())
         };
+        // SAFETY: as above, for the release ring's only agent-side consumer.
+        let mut c =
+            unsafe { consumer_from_raw(release, self.geometry.release_capacity, "release", keep) };
         if self.flags & crate::layout::SEGMENT_FLAG_ASYMMETRIC != 0 {
             p.set_barriers(Barriers::Agent);
             c.set_barriers(Barriers::Agent);
@@ -411,7 +411,7 @@ impl LoaderSegment {
                 actual: region.len() as u64,
             });
         }
-        if region.as_ptr() as usize % 128 != 0 {
+        if !(region.as_ptr() as usize).is_multiple_of(128) {
             return Err(Violation::Misaligned {
                 what: "segment base",
                 offset: region.as_ptr() as u64,
@@ -448,12 +448,12 @@ impl LoaderSegment {
         // SAFETY: the geometry was validated to be exactly what the creator
         // lays out for these capacities and to fit inside the mapping, which
         // `keep` keeps alive; bases are 128-aligned; one pair per attach.
-        let (mut c, mut p) = unsafe {
-            (
-                consumer_from_raw(ready, self.geometry.ready_capacity, "ready", keep.clone()),
-                producer_from_raw(release, self.geometry.release_capacity, "release", keep),
-            )
+        let mut c = unsafe {
+            consumer_from_raw(ready, self.geometry.ready_capacity, "ready", keep.clone())
         };
+        // SAFETY: as above, for the release ring's only loader-side producer.
+        let mut p =
+            unsafe { producer_from_raw(release, self.geometry.release_capacity, "release", keep) };
         if self.snapshot.flags & crate::layout::SEGMENT_FLAG_ASYMMETRIC != 0 {
             c.set_barriers(Barriers::Loader);
             p.set_barriers(Barriers::Loader);

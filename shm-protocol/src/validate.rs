@@ -84,6 +84,10 @@ impl HeaderSnapshot {
     /// `hdr` must be valid for reads of [`SEGMENT_HEADER_SIZE`] bytes and
     /// 8-byte aligned.
     #[cfg(not(feature = "loom"))]
+    #[allow(
+        clippy::multiple_unsafe_ops_per_block,
+        reason = "one volatile copy per header field, all under the one safety contract"
+    )]
     pub(crate) unsafe fn read(hdr: *const SegmentHeader) -> HeaderSnapshot {
         use std::ptr::addr_of;
         // SAFETY: caller guarantees the header is readable; the atomics are
@@ -223,7 +227,7 @@ pub fn check_batch(d: &BatchDescriptor, arena_size: u64) -> Result<(), Violation
         });
     }
     if d.sample_count > 0 {
-        if d.table_offset % 8 != 0 {
+        if !d.table_offset.is_multiple_of(8) {
             return Err(Violation::Misaligned {
                 what: "sample table",
                 offset: d.table_offset,
@@ -265,7 +269,7 @@ pub fn copy_sample_table(
         // and 8-byte alignment (the arena base is page aligned); every bit
         // pattern is a valid SampleEntry; volatile because the writer is
         // another process.
-        let e = unsafe { table.add(i).read_volatile() };
+        let e = unsafe { table.wrapping_add(i).read_volatile() };
         check_sample(&e, arena_size)?;
         out.push(e);
     }
@@ -344,7 +348,7 @@ mod tests {
         let base = arena.as_ptr() as *mut SampleEntry;
         for (i, e) in entries.iter().enumerate() {
             // SAFETY: two 32-byte entries at the start of a 4 KiB region.
-            unsafe { base.add(i).write(*e) };
+            unsafe { base.wrapping_add(i).write(*e) };
         }
         let d = BatchDescriptor {
             table_offset: 0,

@@ -182,6 +182,32 @@ fn blocking_pop_parks_and_is_woken() {
     });
 }
 
+/// The barriers production uses when the agent registered for `membarrier`
+/// (`SEGMENT_FLAG_ASYMMETRIC`): the agent publishes with a compiler fence
+/// only, the loader parks at once and calls the modelled `membarrier`, which
+/// the agent's thread serves with a full barrier at one of its interrupt
+/// points (`barrier::model`). No wake-up may be lost wherever it lands.
+#[test]
+fn asymmetric_blocking_pop_parks_and_is_woken() {
+    use granary_shm::barrier::{model as interrupts, Barriers};
+    model("asymmetric_blocking_pop_parks_and_is_woken", || {
+        let (mut p, mut c) = ring(4);
+        p.set_barriers(Barriers::Agent);
+        c.set_barriers(Barriers::Loader);
+        let h = thread::spawn(move || {
+            for v in 0..2 {
+                interrupts::interrupt_point(); // before the index store
+                assert!(p.try_push(v).unwrap()); // in after_publish: between store and flag load
+                interrupts::interrupt_point(); // after the flag load
+            }
+            interrupts::agent_exit();
+        });
+        assert_eq!(c.pop_blocking(None), Ok(0));
+        assert_eq!(c.pop_blocking(None), Ok(1));
+        h.join().unwrap();
+    });
+}
+
 /// The producer parks at once on a full two-slot ring while the consumer
 /// pops with `try_pop`: the consumer's commit must wake it.
 #[test]

@@ -410,7 +410,7 @@ fn long_run_wraps_many_times() {
                 6 => Op::Pop,
                 7 => Op::PopInto((rng.next_u64() % 70) as usize),
                 _ => {
-                    if rng.next_u64() % 2 == 0 {
+                    if rng.next_u64().is_multiple_of(2) {
                         Op::Free
                     } else {
                         Op::Available

@@ -533,7 +533,7 @@ mod tests {
     /// Scale check: a million samples through the clairvoyant cache (run
     /// with `--ignored`; prints the time taken).
     #[test]
-    #[ignore]
+    #[ignore = "scale measurement (a million samples, prints the time); run by hand"]
     fn a_million_samples() {
         let n = 1_000_000;
         let sizes = lognormal_sizes(n, 1000, 0.6, 5);

@@ -404,19 +404,35 @@ pub fn assert_fds_back_to(baseline: &BTreeMap<String, usize>) {
 }
 
 /// A command that re-runs this test binary's test `test_fn` alone, in the
-/// role `role`; the child test returns at once when [`ROLE_VAR`] is unset.
+/// role `role`. Child entry points are `#[ignore]`d (hence `--ignored`) and
+/// named `*_child`, which `.config/nextest.toml` filters out of every run.
 pub fn child_command(test_fn: &str, role: &str, sock: &Path) -> Command {
     let exe = std::env::current_exe().expect("current exe");
     let mut c = Command::new(exe);
-    c.args(["--exact", test_fn, "--nocapture", "--test-threads=1", "-q"])
-        .env(ROLE_VAR, role)
-        .env(SOCKET_VAR, sock);
+    c.args([
+        "--exact",
+        test_fn,
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+        "-q",
+    ])
+    .env(ROLE_VAR, role)
+    .env(SOCKET_VAR, sock);
     c
 }
 
 /// The role this process was started in, if it is a child.
 pub fn child_role() -> Option<String> {
     std::env::var(ROLE_VAR).ok()
+}
+
+/// The role of a child entry point; panics when the test binary was run
+/// without one (a child entry is no test on its own).
+pub fn expect_child_role(test_fn: &str) -> String {
+    child_role().unwrap_or_else(|| {
+        panic!("{test_fn} is a child process entry point, run only by its parent test")
+    })
 }
 
 /// The socket path a child was given.
@@ -528,7 +544,7 @@ pub fn honest_loader_of(
             );
             all.sort_unstable();
             all.dedup();
-            if n % ws == 0 {
+            if n.is_multiple_of(ws) {
                 assert_eq!(
                     all.len() as u64,
                     n / ws,
