@@ -429,8 +429,8 @@ pub unsafe extern "C" fn granary_batch_len(batch: *const GranaryBatch) -> usize 
 /// `batch` is NULL or a live batch handle.
 #[no_mangle]
 pub unsafe extern "C" fn granary_batch_epoch(batch: *const GranaryBatch) -> u32 {
-    // SAFETY: NULL or a live handle, per the caller.
     value(0, || {
+        // SAFETY: NULL or a live handle, per the caller.
         unsafe { batch.as_ref() }.map_or(0, |b| b.batch.epoch())
     })
 }
@@ -443,8 +443,8 @@ pub unsafe extern "C" fn granary_batch_epoch(batch: *const GranaryBatch) -> u32 
 /// `batch` is NULL or a live batch handle.
 #[no_mangle]
 pub unsafe extern "C" fn granary_batch_index(batch: *const GranaryBatch) -> u64 {
-    // SAFETY: NULL or a live handle, per the caller.
     value(0, || {
+        // SAFETY: NULL or a live handle, per the caller.
         unsafe { batch.as_ref() }.map_or(0, |b| b.batch.index())
     })
 }
@@ -631,6 +631,7 @@ mod tests {
             GranaryStatus::GranaryEBusy,
             GranaryStatus::GranaryEInternal,
             GranaryStatus::GranaryEClosed,
+            GranaryStatus::GranaryEShortRead,
         ];
         assert_eq!(all.len(), ErrorCode::ALL.len());
         for (s, c) in all.iter().zip(ErrorCode::ALL) {
