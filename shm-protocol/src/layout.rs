@@ -208,7 +208,9 @@ pub struct SampleEntry {
     pub label: i32,
     /// CRC-32C (Castagnoli) of the sample's bytes.
     pub crc32c: u32,
-    /// 0, or a negative [`crate::ErrorCode`] for this sample (then `length` is 0).
+    /// 0, or a negative [`crate::ErrorCode`] for this sample (then `length`
+    /// is 0): one of [`crate::ErrorCode::SAMPLE_FAILURES`], naming why the
+    /// read failed.
     pub status: i32,
 }
 
