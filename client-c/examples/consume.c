@@ -275,6 +275,10 @@ int main(int argc, char **argv) {
                     continue;
                 }
                 if (s.status != GRANARY_OK) {
+                    /* The sample could not be read; its status says why:
+                       NOT_FOUND, IO, TIMEOUT, CORRUPT or SHORT_READ. */
+                    fprintf(stderr, "consume: sample %" PRIu64 " failed: %s (%d)\n", s.id,
+                            granary_strerror(s.status), s.status);
                     errors++;
                     continue;
                 }

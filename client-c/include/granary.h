@@ -85,7 +85,8 @@ typedef enum granary_status {
      */
     GRANARY_E_END_OF_STREAM = -10,
     /**
-     * The data source failed to read a sample (per batch or per sample).
+     * The data source failed to read a sample (per batch or per sample): a
+     * transient failure that persisted through every retry.
      */
     GRANARY_E_IO = -11,
     /**
@@ -108,6 +109,11 @@ typedef enum granary_status {
      * The object was already released or closed.
      */
     GRANARY_E_CLOSED = -16,
+    /**
+     * A sample is shorter or longer than catalogued: it changed in the
+     * source since the catalog was made (a sample's `status`).
+     */
+    GRANARY_E_SHORT_READ = -17,
 } granary_status;
 
 /**
@@ -242,7 +248,11 @@ typedef struct granary_sample {
      */
     int32_t label;
     /**
-     * 0, or a negative `GRANARY_E_*` code for this sample (then `length` is 0).
+     * 0, or why this sample failed (then `length` is 0):
+     * `GRANARY_E_NOT_FOUND` (gone from the source), `GRANARY_E_IO` (a
+     * transient failure persisted), `GRANARY_E_TIMEOUT` (the read timed
+     * out), `GRANARY_E_CORRUPT` (the bytes failed a check) or
+     * `GRANARY_E_SHORT_READ` (the size changed since the catalog was made).
      */
     int32_t status;
     /**

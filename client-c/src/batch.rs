@@ -15,6 +15,14 @@ use granary_shm::arena::ArenaView;
 use granary_shm::layout::{BATCH_END_OF_EPOCH, BATCH_END_OF_STREAM};
 use granary_shm::{BatchDescriptor, ErrorCode, ReleaseDescriptor, SampleEntry};
 
+/// The error a status word names (validated tables hold only known codes).
+fn status_code(status: i32) -> Option<ErrorCode> {
+    match status {
+        0 => None,
+        s => Some(ErrorCode::from_i32(s).unwrap_or(ErrorCode::Internal)),
+    }
+}
+
 /// Releases of batches dropped without [`crate::Session::release`]; the
 /// session drains it into the release ring on its next call.
 #[derive(Debug, Default)]
@@ -122,10 +130,7 @@ impl Batch {
 
     /// The batch's error, if its status is not 0.
     pub fn error(&self) -> Option<ErrorCode> {
-        match self.desc.status {
-            0 => None,
-            s => Some(ErrorCode::from_i32(s).unwrap_or(ErrorCode::Internal)),
-        }
+        status_code(self.desc.status)
     }
 
     /// True for the last batch of its epoch.
@@ -181,9 +186,18 @@ impl<'a> Sample<'a> {
         self.entry.label
     }
 
-    /// 0, or the negative [`ErrorCode`] value for this sample (then it is empty).
+    /// 0, or the negative [`ErrorCode`] value for this sample (then it is
+    /// empty): one of [`ErrorCode::SAMPLE_FAILURES`], naming why it failed.
     pub fn status(&self) -> i32 {
         self.entry.status
+    }
+
+    /// Why the sample failed, if it did: `NotFound` (gone from the source),
+    /// `Io` (a transient failure persisted), `Timeout` (the read timed out),
+    /// `Corrupt` (its bytes failed a check) or `ShortRead` (its size changed
+    /// since the catalog was made).
+    pub fn error(&self) -> Option<ErrorCode> {
+        status_code(self.entry.status)
     }
 
     /// CRC-32C (Castagnoli) of the bytes, as recorded by the agent.

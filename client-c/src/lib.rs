@@ -45,6 +45,7 @@ mod batch;
 mod client;
 mod error;
 pub mod ffi;
+mod heartbeat;
 mod options;
 mod session;
 
@@ -53,7 +54,9 @@ pub use client::Client;
 pub use error::{Error, Result};
 pub use granary_shm::ErrorCode;
 pub use options::{SessionInfo, SessionOptions, DEFAULT_BATCH_SIZE, DEFAULT_OPEN_TIMEOUT};
-pub use session::{Session, CLOSE_WAIT, RELEASE_WAIT, WAIT_SLICE};
+pub use session::{
+    agent_silence_limit, Session, CLOSE_WAIT, MIN_AGENT_SILENCE, RELEASE_WAIT, WAIT_SLICE,
+};
 
 /// Version of the client ABI: the C header's `GRANARY_ABI_VERSION`, and the
 /// value the handshake's open-session request carries.

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use granary_shm::handshake::{OpenSession, SessionOpened};
+use granary_shm::validate::HeaderSnapshot;
 
 use crate::ABI_VERSION;
 
@@ -93,17 +94,21 @@ pub struct SessionInfo {
     pub ready_capacity: u32,
     /// Release ring capacity chosen by the agent.
     pub release_capacity: u32,
+    /// How often the agent beats and expects this loader to, in
+    /// milliseconds; 0: no liveness checks.
+    pub heartbeat_interval_ms: u64,
 }
 
 impl SessionInfo {
-    pub(crate) fn new(reply: &SessionOpened, ready_capacity: u32, release_capacity: u32) -> Self {
+    pub(crate) fn new(reply: &SessionOpened, segment: &HeaderSnapshot) -> Self {
         SessionInfo {
             session_id: reply.session_id,
             samples_per_epoch: reply.samples_per_epoch,
             batches_per_epoch: reply.batches_per_epoch,
             arena_size: reply.arena_size,
-            ready_capacity,
-            release_capacity,
+            ready_capacity: segment.ready_capacity,
+            release_capacity: segment.release_capacity,
+            heartbeat_interval_ms: segment.heartbeat_interval_ms,
         }
     }
 }

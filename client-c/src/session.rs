@@ -12,6 +12,15 @@
 //! closed) and the socket for hang-up, so a dead agent costs a loader at most
 //! its own timeout. The agent wakes a parked loader when it fences or closes
 //! a session.
+//!
+//! Heartbeats: every call beats the segment's `loader_heartbeat` word (and
+//! so does every wake-up while waiting, and the process's background thread,
+//! [`crate::heartbeat`]). While no batch is ready the session also reads the
+//! agent's `heartbeat_ms`: once it is older than
+//! `max(3 × heartbeat_interval_ms, 1 s)` the call fails with
+//! [`ErrorCode::Disconnected`] ("agent unresponsive") instead of waiting for
+//! ever. That failure is not sticky: if the agent resumes, the next call
+//! goes on.
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -26,7 +35,7 @@ use granary_shm::ring::{Consumer, Producer};
 use granary_shm::segment::LoaderSegment;
 use granary_shm::socket::{SeqPacket, SocketError};
 use granary_shm::validate::copy_sample_table;
-use granary_shm::{BatchDescriptor, ErrorCode, ReleaseDescriptor, SampleEntry};
+use granary_shm::{monotonic_ms, BatchDescriptor, ErrorCode, ReleaseDescriptor, SampleEntry};
 
 use crate::batch::{Batch, Returns};
 use crate::error::{Error, Result};
@@ -42,6 +51,25 @@ pub const RELEASE_WAIT: Duration = Duration::from_secs(1);
 
 /// How long closing waits for the agent to confirm.
 pub const CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+/// The shortest silence after which an agent counts as unresponsive.
+pub const MIN_AGENT_SILENCE: Duration = Duration::from_secs(1);
+
+/// How long an agent that beats every `interval_ms` may stay silent before
+/// the loader gives up on it: `max(3 × interval, MIN_AGENT_SILENCE)`;
+/// `None` (never) for an interval of 0.
+pub fn agent_silence_limit(interval_ms: u64) -> Option<Duration> {
+    (interval_ms > 0)
+        .then(|| Duration::from_millis(interval_ms.saturating_mul(3)).max(MIN_AGENT_SILENCE))
+}
+
+/// The agent's heartbeat word as last seen, and when (loader's
+/// [`monotonic_ms`]).
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    value: u64,
+    at_ms: u64,
+}
 
 /// Source of process-unique session keys (batches remember theirs).
 static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
@@ -67,7 +95,11 @@ enum Stream {
 pub struct Session {
     conn: SeqPacket,
     arena: ArenaView,
-    segment: LoaderSegment,
+    /// Shared with the process's heartbeat thread (which holds a weak
+    /// reference only).
+    segment: Arc<LoaderSegment>,
+    /// The agent's heartbeat as last seen.
+    agent_beat: Seen,
     ready: Consumer<BatchDescriptor>,
     release: Producer<ReleaseDescriptor>,
     info: SessionInfo,
@@ -196,13 +228,28 @@ impl Session {
         let (ready, release) = segment
             .take_endpoints()
             .ok_or_else(|| Error::new(ErrorCode::Internal, "ring endpoints already taken"))?;
+        let segment = Arc::new(segment);
+        segment.beat();
+        crate::heartbeat::process()
+            .register(&segment)
+            .map_err(|e| {
+                Error::new(
+                    ErrorCode::Internal,
+                    format!("starting the heartbeat thread: {e}"),
+                )
+            })?;
+        let agent_beat = Seen {
+            value: segment.heartbeat_ms(),
+            at_ms: monotonic_ms(),
+        };
         Ok(Session {
             conn,
             arena,
             segment,
+            agent_beat,
             ready,
             release,
-            info: SessionInfo::new(&reply, hdr.ready_capacity, hdr.release_capacity),
+            info: SessionInfo::new(&reply, &hdr),
             key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
             next_seq: 0,
             stream: Stream::Open,
@@ -234,6 +281,7 @@ impl Session {
     /// and the stream goes on). A batch whose [`Batch::status`] is negative is
     /// returned as `Ok`: check it, and release it like any other.
     pub fn next_batch(&mut self, timeout: Option<Duration>) -> Result<Batch> {
+        self.segment.beat();
         self.usable()?;
         self.flush_releases(Duration::ZERO)?;
         let nonblocking = timeout == Some(Duration::ZERO);
@@ -262,6 +310,7 @@ impl Session {
                 }
                 return Err(self.fail(e));
             }
+            self.agent_responsive()?;
             let slice = match deadline {
                 None => WAIT_SLICE,
                 Some(deadline) => {
@@ -282,7 +331,41 @@ impl Session {
             if let Err(v) = self.ready.wait_for_data(Some(slice)) {
                 return Err(self.fail(Error::violation("ready ring", &v)));
             }
+            self.segment.beat();
         }
+    }
+
+    /// Has the agent beaten recently enough? Its heartbeat counts as stale
+    /// when it is older than the limit on the shared clock *and* this
+    /// session has itself seen it unchanged for that long (so a clock that
+    /// differs between the two processes cannot fail a healthy session).
+    fn agent_responsive(&mut self) -> Result<()> {
+        let interval = self.segment.heartbeat_interval_ms();
+        let Some(limit) = agent_silence_limit(interval) else {
+            return Ok(());
+        };
+        let now = monotonic_ms();
+        let beat = self.segment.heartbeat_ms();
+        if beat != self.agent_beat.value {
+            self.agent_beat = Seen {
+                value: beat,
+                at_ms: now,
+            };
+            return Ok(());
+        }
+        let unchanged = now.saturating_sub(self.agent_beat.at_ms);
+        let age = now.checked_sub(beat).unwrap_or(unchanged);
+        if u128::from(age.min(unchanged)) <= limit.as_millis() {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorCode::Disconnected,
+            format!(
+                "agent unresponsive: no heartbeat for {age} ms (session {}; the agent beats every {interval} ms, the limit is {} ms)",
+                self.info.session_id,
+                limit.as_millis()
+            ),
+        ))
     }
 
     /// Takes the next batch if one is ready ([`ErrorCode::WouldBlock`] otherwise).
@@ -297,6 +380,7 @@ impl Session {
     /// for [`RELEASE_WAIT`], the release is kept and pushed by a later call;
     /// the batch counts as released either way.
     pub fn release(&mut self, batch: Batch) -> Result<()> {
+        self.segment.beat();
         if batch.session_key() != self.key {
             return Err(Error::new(
                 ErrorCode::InvalidArgument,
@@ -323,6 +407,7 @@ impl Session {
             return Ok(());
         }
         self.closed = true;
+        self.segment.beat();
         if self.liveness().is_err() {
             return Ok(());
         }
@@ -536,6 +621,7 @@ impl Session {
                 self.pending.drain(..done);
                 return Err(self.fail(Error::violation("release ring", &v)));
             }
+            self.segment.beat();
         };
         self.pending.drain(..done);
         result

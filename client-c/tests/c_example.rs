@@ -7,6 +7,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use granary::ErrorCode;
 use support::{plan_epoch, watchdog, Behaviour, Dataset, Fixture, WATCHDOG};
 
 fn crate_dir() -> PathBuf {
@@ -128,7 +129,10 @@ fn c_example_reads_and_verifies_every_sample() {
     let bad_crc = Dataset::new("c-bad-crc", 12)
         .max_len(300)
         .with(Behaviour::BadCrc);
-    let fx = Fixture::start(vec![ds.clone(), flaky, scribbled, bad_crc]);
+    let kinds = Dataset::new("c-kinds", 24)
+        .max_len(400)
+        .with(Behaviour::SampleFailuresAt(0));
+    let fx = Fixture::start(vec![ds.clone(), flaky, scribbled, bad_crc, kinds]);
     let sock = fx.socket_path().to_owned();
 
     for bin in [&static_bin, &shared_bin] {
@@ -177,6 +181,23 @@ fn c_example_reads_and_verifies_every_sample() {
         "{}",
         stdout(&out)
     );
+
+    // Each failed sample reports its own kind: code and text.
+    let out = run(Command::new(&static_bin)
+        .arg("-f")
+        .arg(&sock)
+        .args(["c-kinds", "5"]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains(" errors=5 mismatches=0"),
+        "{}",
+        stdout(&out)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    for kind in ErrorCode::SAMPLE_FAILURES {
+        let line = format!("failed: {} ({})", kind.message(), kind.as_i32());
+        assert!(err.contains(&line), "{line:?} not in:\n{err}");
+    }
 
     // The checks are real: a wrong byte under a matching CRC fails the
     // content check, a wrong CRC fails even without it.

@@ -66,7 +66,22 @@ fn abi_version_and_error_strings() {
         assert!(!text.is_empty());
         assert_eq!(text, code.message());
     }
-    for unknown in [1, 2, -17, -1000, i32::MIN, i32::MAX] {
+    // Each way a sample can fail has its own code and text.
+    let kinds: Vec<(i32, String)> = ErrorCode::SAMPLE_FAILURES
+        .iter()
+        .map(|c| (c.as_i32(), cstr(granary_strerror(c.as_i32()))))
+        .collect();
+    assert_eq!(
+        kinds.iter().map(|k| k.0).collect::<Vec<_>>(),
+        [-8, -11, -2, -13, -17]
+    );
+    assert!(kinds[4].1.contains("catalogued"), "{}", kinds[4].1);
+    assert!(kinds[1].1.contains("transient"), "{}", kinds[1].1);
+    assert_eq!(
+        GranaryStatus::GranaryEShortRead as i32,
+        ErrorCode::ShortRead.as_i32()
+    );
+    for unknown in [1, 2, -18, -1000, i32::MIN, i32::MAX] {
         assert_eq!(cstr(granary_strerror(unknown)), "unknown error");
     }
     // The same static pointer every time.

@@ -50,11 +50,14 @@ pub enum ErrorCode {
     Internal = -15,
     /// The object was already released or closed.
     Closed = -16,
+    /// A sample is shorter or longer than catalogued: it changed in the
+    /// source since the catalog was made.
+    ShortRead = -17,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order (0, -1, -2, ...).
-    pub const ALL: [ErrorCode; 17] = [
+    pub const ALL: [ErrorCode; 18] = [
         ErrorCode::Ok,
         ErrorCode::InvalidArgument,
         ErrorCode::Timeout,
@@ -72,6 +75,19 @@ impl ErrorCode {
         ErrorCode::Busy,
         ErrorCode::Internal,
         ErrorCode::Closed,
+        ErrorCode::ShortRead,
+    ];
+
+    /// The codes a failed sample's status can carry (in a sample entry), one
+    /// per way a read can fail: the sample is gone (`NotFound`), a transient
+    /// failure persisted (`Io`), the read timed out (`Timeout`), the bytes
+    /// failed a check (`Corrupt`), or the sample changed size (`ShortRead`).
+    pub const SAMPLE_FAILURES: [ErrorCode; 5] = [
+        ErrorCode::NotFound,
+        ErrorCode::Io,
+        ErrorCode::Timeout,
+        ErrorCode::Corrupt,
+        ErrorCode::ShortRead,
     ];
 
     /// The integer on the wire and across the C ABI.
@@ -99,12 +115,17 @@ impl ErrorCode {
             ErrorCode::NotFound => "no such dataset or session",
             ErrorCode::Fenced => "session fenced after a protocol violation",
             ErrorCode::EndOfStream => "end of stream: all requested epochs delivered",
-            ErrorCode::Io => "the data source failed to read a sample",
+            ErrorCode::Io => {
+                "the data source failed to read a sample (a transient failure persisted)"
+            }
             ErrorCode::NoMemory => "out of memory",
             ErrorCode::Corrupt => "descriptor or sample table failed validation",
             ErrorCode::Busy => "the agent is busy (session limit reached)",
             ErrorCode::Internal => "internal error",
             ErrorCode::Closed => "already released or closed",
+            ErrorCode::ShortRead => {
+                "the sample is shorter or longer than catalogued (changed since the catalog was made)"
+            }
         }
     }
 }
@@ -323,7 +344,26 @@ mod tests {
             assert!(!c.message().is_empty());
         }
         assert_eq!(ErrorCode::from_i32(1), None);
-        assert_eq!(ErrorCode::from_i32(-17), None);
+        assert_eq!(ErrorCode::from_i32(-17), Some(ErrorCode::ShortRead));
+        assert_eq!(ErrorCode::from_i32(-18), None);
         assert_eq!(ErrorCode::from_i32(i32::MIN), None);
+    }
+
+    #[test]
+    fn sample_failure_kinds_have_distinct_codes_and_messages() {
+        let codes: Vec<i32> = ErrorCode::SAMPLE_FAILURES
+            .iter()
+            .map(|c| c.as_i32())
+            .collect();
+        assert_eq!(codes, [-8, -11, -2, -13, -17]);
+        let mut messages: Vec<&str> = ErrorCode::SAMPLE_FAILURES
+            .iter()
+            .map(|c| c.message())
+            .collect();
+        messages.sort_unstable();
+        messages.dedup();
+        assert_eq!(messages.len(), 5);
+        assert!(ErrorCode::ShortRead.message().contains("catalog"));
+        assert!(ErrorCode::Io.message().contains("transient"));
     }
 }

@@ -24,7 +24,7 @@ use crate::sync::{AtomicU32, AtomicU64};
 pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"GRNRYSEG");
 
 /// Version of every layout in this module. Attach rejects any other value.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 
 /// Producer and consumer words live on separate lines of this size (two
 /// 64-byte lines, so the adjacent-line prefetcher cannot couple them either).
@@ -62,8 +62,10 @@ pub mod state {
 /// Written by the agent once at creation; `magic`, `layout_version` and
 /// `instance_epoch` are stored last with release ordering. The loader can
 /// write this memory, so the agent never reads the geometry fields back: it
-/// keeps its own copy from creation. Only `state`, `violation` and
-/// `heartbeat_ms` change after creation, and only the agent writes them.
+/// keeps its own copy from creation. After creation the agent writes only
+/// `state`, `violation` and `heartbeat_ms`, and the loader writes only
+/// `loader_heartbeat` (which the agent treats as an untrusted number and only
+/// compares for change).
 #[repr(C)]
 pub struct SegmentHeader {
     /// [`SEGMENT_MAGIC`], stored last.
@@ -102,10 +104,20 @@ pub struct SegmentHeader {
     pub state: AtomicU32,
     /// When fenced: the [`crate::Violation::code`] that caused it.
     pub violation: AtomicU32,
-    /// Agent liveness: milliseconds on the agent's monotonic clock, bumped periodically.
+    /// Agent liveness: milliseconds of `CLOCK_MONOTONIC` ([`crate::monotonic_ms`],
+    /// one clock for every process of the machine), stored at creation and
+    /// then every `heartbeat_interval_ms`.
     pub heartbeat_ms: AtomicU64,
+    /// How often the agent stores `heartbeat_ms`, and how often it expects
+    /// `loader_heartbeat` to change, in milliseconds; 0: no liveness checks
+    /// either way. Written once at creation.
+    pub heartbeat_interval_ms: u64,
+    /// Loader liveness: a counter only the loader writes, bumped on every
+    /// library call and by a background thread every
+    /// `heartbeat_interval_ms / 2`. Its value means nothing; only change does.
+    pub loader_heartbeat: AtomicU64,
     /// Zero; room for later fields without moving the rings.
-    pub reserved: [u64; 19],
+    pub reserved: [u64; 17],
 }
 
 /// One cache-line pair written only by a ring's producer.
@@ -196,7 +208,9 @@ pub struct SampleEntry {
     pub label: i32,
     /// CRC-32C (Castagnoli) of the sample's bytes.
     pub crc32c: u32,
-    /// 0, or a negative [`crate::ErrorCode`] for this sample (then `length` is 0).
+    /// 0, or a negative [`crate::ErrorCode`] for this sample (then `length`
+    /// is 0): one of [`crate::ErrorCode::SAMPLE_FAILURES`], naming why the
+    /// read failed.
     pub status: i32,
 }
 
@@ -294,7 +308,9 @@ mod pinned {
     const _: () = assert!(offset_of!(SegmentHeader, state) == 88);
     const _: () = assert!(offset_of!(SegmentHeader, violation) == 92);
     const _: () = assert!(offset_of!(SegmentHeader, heartbeat_ms) == 96);
-    const _: () = assert!(offset_of!(SegmentHeader, reserved) == 104);
+    const _: () = assert!(offset_of!(SegmentHeader, heartbeat_interval_ms) == 104);
+    const _: () = assert!(offset_of!(SegmentHeader, loader_heartbeat) == 112);
+    const _: () = assert!(offset_of!(SegmentHeader, reserved) == 120);
 
     const _: () = assert!(size_of::<ProducerLine>() == LINE && align_of::<ProducerLine>() == LINE);
     const _: () = assert!(size_of::<ConsumerLine>() == LINE && align_of::<ConsumerLine>() == LINE);

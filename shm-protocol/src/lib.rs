@@ -19,6 +19,7 @@
 //! * [`handshake`]: the session handshake as a sans-IO codec.
 //! * [`socket`]: `SOCK_SEQPACKET` Unix sockets with fd passing and peer credentials.
 //! * [`error`]: typed errors and the stable error-code table.
+//! * [`clock`]: [`monotonic_ms`], the clock heartbeats are measured on.
 //!
 //! `docs/shm-layout.md` describes the formats byte by byte.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -27,6 +28,7 @@
 #[cfg(not(feature = "loom"))]
 pub mod arena;
 pub mod barrier;
+pub mod clock;
 pub mod error;
 pub mod futex;
 pub mod handshake;
@@ -42,5 +44,6 @@ pub mod socket;
 mod sync;
 pub mod validate;
 
+pub use clock::monotonic_ms;
 pub use error::{AttachError, ErrorCode, Violation, WaitError};
 pub use layout::{BatchDescriptor, ReleaseDescriptor, SampleEntry, LAYOUT_VERSION};

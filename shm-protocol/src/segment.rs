@@ -39,7 +39,10 @@ use std::{
 };
 
 /// What the agent decides when it creates a segment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// `Default` gives zeros (no valid capacities): fill what matters and take
+/// the rest with `..SegmentSpec::default()`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SegmentSpec {
     /// Session id.
     pub session_id: u64,
@@ -51,6 +54,10 @@ pub struct SegmentSpec {
     pub arena_size: u64,
     /// Per-creation random value echoed in the handshake reply.
     pub instance_epoch: u64,
+    /// How often the agent beats ([`AgentSegment::heartbeat`]) and expects
+    /// the loader's counter to change, in milliseconds; 0: no liveness
+    /// checks either way.
+    pub heartbeat_interval_ms: u64,
 }
 
 #[cfg(not(feature = "loom"))]
@@ -131,6 +138,11 @@ impl AgentSegment {
         h.release_capacity = geometry.release_capacity;
         h.release_item_size = size_of::<ReleaseDescriptor>() as u32;
         h.arena_size = spec.arena_size;
+        h.heartbeat_interval_ms = spec.heartbeat_interval_ms;
+        // A loader that attaches before the agent's first periodic beat
+        // sees a fresh heartbeat, not zero.
+        h.heartbeat_ms
+            .store(crate::clock::monotonic_ms(), Ordering::Relaxed);
         publish_header(header(&region), spec.instance_epoch);
         AgentSegment {
             region,
@@ -205,11 +217,20 @@ impl AgentSegment {
         self.wake_loader();
     }
 
-    /// Records agent liveness for the loader.
+    /// Records agent liveness for the loader: `now_ms` is
+    /// [`crate::monotonic_ms`] (loaders compare it with their own reading).
     pub fn heartbeat(&self, now_ms: u64) {
         header(&self.region)
             .heartbeat_ms
             .store(now_ms, Ordering::Relaxed);
+    }
+
+    /// The loader's heartbeat counter. Untrusted: any value is possible;
+    /// only compare it with an earlier reading to see whether it changed.
+    pub fn loader_heartbeat(&self) -> u64 {
+        header(&self.region)
+            .loader_heartbeat
+            .load(Ordering::Relaxed)
     }
 
     /// Bumps the ready ring's futex word and wakes a parked loader.
@@ -292,7 +313,9 @@ pub mod model {
                     state: AtomicU32::new(0),
                     violation: AtomicU32::new(0),
                     heartbeat_ms: AtomicU64::new(0),
-                    reserved: [0; 19],
+                    heartbeat_interval_ms: 0,
+                    loader_heartbeat: AtomicU64::new(0),
+                    reserved: [0; 17],
                 },
                 fields: loom::cell::UnsafeCell::new(HeaderSnapshot::default()),
             }
@@ -316,6 +339,7 @@ pub mod model {
                         release_capacity: g.release_capacity,
                         release_item_size: size_of::<ReleaseDescriptor>() as u32,
                         arena_size: spec.arena_size,
+                        heartbeat_interval_ms: spec.heartbeat_interval_ms,
                         ..HeaderSnapshot::default()
                     })
                 }
@@ -471,9 +495,26 @@ impl LoaderSegment {
         header(&self.region).violation.load(Ordering::Relaxed)
     }
 
-    /// The agent's last heartbeat (ms on its monotonic clock).
+    /// The agent's last heartbeat: [`crate::monotonic_ms`] when it beat.
+    /// Untrusted like everything the agent's side of the header holds; a
+    /// loader compares it with its own [`crate::monotonic_ms`].
     pub fn heartbeat_ms(&self) -> u64 {
         header(&self.region).heartbeat_ms.load(Ordering::Relaxed)
+    }
+
+    /// How often the agent beats and expects this loader to, in
+    /// milliseconds, as read at attach; 0: no liveness checks.
+    pub fn heartbeat_interval_ms(&self) -> u64 {
+        self.snapshot.heartbeat_interval_ms
+    }
+
+    /// Shows the agent that this loader is alive: adds 1 to the header's
+    /// `loader_heartbeat` counter. Cheap (one relaxed atomic add); safe from
+    /// any thread, also concurrently with the session's own calls.
+    pub fn beat(&self) {
+        header(&self.region)
+            .loader_heartbeat
+            .fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -488,6 +529,7 @@ mod tests {
             release_capacity: 16,
             arena_size: 1 << 20,
             instance_epoch: 0xfeed,
+            heartbeat_interval_ms: 250,
         }
     }
 
@@ -517,6 +559,38 @@ mod tests {
         });
         assert_eq!(l.state(), state::FENCED);
         assert_eq!(l.violation(), 3);
+    }
+
+    #[test]
+    fn heartbeats_cross_in_both_directions() {
+        let before = crate::monotonic_ms();
+        let a = AgentSegment::create_heap(spec()).unwrap();
+        let l = LoaderSegment::attach_region(a.region().clone(), Some(0xfeed)).unwrap();
+        assert_eq!(l.heartbeat_interval_ms(), 250);
+        assert_eq!(l.info().heartbeat_interval_ms, 250);
+        // Creation stores a first agent heartbeat on the shared clock.
+        let first = l.heartbeat_ms();
+        assert!(first >= before && first <= crate::monotonic_ms(), "{first}");
+        a.heartbeat(first + 7);
+        assert_eq!(l.heartbeat_ms(), first + 7);
+        // The loader's counter starts at zero and moves with every beat.
+        assert_eq!(a.loader_heartbeat(), 0);
+        l.beat();
+        l.beat();
+        assert_eq!(a.loader_heartbeat(), 2);
+        let h = header(a.region());
+        assert_eq!(h.reserved, [0; 17]);
+    }
+
+    #[test]
+    fn zero_interval_reads_back_as_zero() {
+        let a = AgentSegment::create_heap(SegmentSpec {
+            heartbeat_interval_ms: 0,
+            ..spec()
+        })
+        .unwrap();
+        let l = LoaderSegment::attach_region(a.region().clone(), None).unwrap();
+        assert_eq!(l.heartbeat_interval_ms(), 0);
     }
 
     #[test]

@@ -74,6 +74,8 @@ pub struct HeaderSnapshot {
     pub release_item_size: u32,
     /// Arena size.
     pub arena_size: u64,
+    /// Agent heartbeat interval in milliseconds (0: no liveness checks).
+    pub heartbeat_interval_ms: u64,
 }
 
 impl HeaderSnapshot {
@@ -111,6 +113,7 @@ impl HeaderSnapshot {
                 release_capacity: addr_of!((*hdr).release_capacity).read_volatile(),
                 release_item_size: addr_of!((*hdr).release_item_size).read_volatile(),
                 arena_size: addr_of!((*hdr).arena_size).read_volatile(),
+                heartbeat_interval_ms: addr_of!((*hdr).heartbeat_interval_ms).read_volatile(),
             }
         }
     }

@@ -95,6 +95,7 @@ fn spec(session_id: u64, ready_capacity: u32, release_capacity: u32) -> SegmentS
         release_capacity,
         arena_size: ARENA_SIZE,
         instance_epoch: EPOCH,
+        heartbeat_interval_ms: 100,
     }
 }
 

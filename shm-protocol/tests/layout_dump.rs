@@ -41,6 +41,8 @@ fn render() -> String {
             state,
             violation,
             heartbeat_ms,
+            heartbeat_interval_ms,
+            loader_heartbeat,
             reserved
         }
     );

@@ -287,6 +287,7 @@ fn header_publish_attach() {
         release_capacity: 16,
         arena_size: 1 << 20,
         instance_epoch: EPOCH,
+        heartbeat_interval_ms: 100,
     };
     model("header_publish_attach", move || {
         let seg = Arc::new(ModelSegment::new());
@@ -299,6 +300,7 @@ fn header_publish_attach() {
                 assert_eq!(snap.instance_epoch, EPOCH);
                 assert_eq!(snap.session_id, 42);
                 assert_eq!(snap.arena_size, 1 << 20);
+                assert_eq!(snap.heartbeat_interval_ms, 100);
                 assert_eq!((g.ready_capacity, g.release_capacity), (8, 16));
             }
             Err(AttachError::BadMagic(0)) => {}

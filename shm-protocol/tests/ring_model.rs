@@ -328,6 +328,7 @@ fn segment_ready_ring(
         release_capacity: 2,
         arena_size: 0,
         instance_epoch: 5,
+        heartbeat_interval_ms: 0,
     })
     .expect("heap segment");
     let ctrl = agent

@@ -297,6 +297,8 @@ fn granary_segment(ready: u32, release: u32, epoch: u64) -> Result<(AgentSegment
         release_capacity: release,
         arena_size: 1 << 20,
         instance_epoch: epoch,
+        // The ring benchmark measures the rings only: no liveness checks.
+        heartbeat_interval_ms: 0,
     })?;
     let fd = seg
         .fd()

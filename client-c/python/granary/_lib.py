@@ -38,6 +38,7 @@ E_CORRUPT = -13
 E_BUSY = -14
 E_INTERNAL = -15
 E_CLOSED = -16
+E_SHORT_READ = -17
 
 CODE_NAMES = {
     OK: "GRANARY_OK",
@@ -57,6 +58,16 @@ CODE_NAMES = {
     E_BUSY: "GRANARY_E_BUSY",
     E_INTERNAL: "GRANARY_E_INTERNAL",
     E_CLOSED: "GRANARY_E_CLOSED",
+    E_SHORT_READ: "GRANARY_E_SHORT_READ",
+}
+
+# Why a single sample failed (its status), by the short name of the kind.
+SAMPLE_FAILURE_KINDS = {
+    E_NOT_FOUND: "NotFound",
+    E_IO: "Io",
+    E_TIMEOUT: "Timeout",
+    E_CORRUPT: "Corrupt",
+    E_SHORT_READ: "ShortRead",
 }
 
 

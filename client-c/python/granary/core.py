@@ -30,7 +30,7 @@ from typing import Iterator, Optional
 
 from . import _lib
 from ._lib import lib
-from .errors import EndOfStream, GranaryError, ReleasedError, check, error_for
+from .errors import EndOfStream, GranaryError, ReleasedError, check, error_for, failure_kind
 
 DEFAULT_SOCKET = "/run/granary/granary.sock"
 DEFAULT_TIMEOUT = 30.0
@@ -144,12 +144,28 @@ class Sample:
         return self._addr
 
     @property
+    def kind(self) -> Optional[str]:
+        """Why the sample failed, or None: ``"NotFound"`` (gone from the
+        source), ``"Io"`` (a transient failure persisted), ``"Timeout"`` (the
+        read timed out), ``"Corrupt"`` (its bytes failed a check) or
+        ``"ShortRead"`` (its size changed since the catalog was made)."""
+        self._check()
+        return failure_kind(self._status)
+
+    @property
     def error(self) -> Optional[GranaryError]:
-        """The sample's error as an exception, or None."""
+        """The sample's error as an exception (:class:`~granary.errors.NotFound`,
+        :class:`~granary.errors.SourceError`, :class:`~granary.errors.Timeout`,
+        :class:`~granary.errors.Corrupt` or :class:`~granary.errors.ShortRead`),
+        or None."""
         self._check()
         if self._status == 0:
             return None
-        return error_for(self._status, f"sample {self._id} could not be read", "granary.Sample")
+        return error_for(
+            self._status,
+            f"sample {self._id} could not be read ({failure_kind(self._status)})",
+            "granary.Sample",
+        )
 
     def __len__(self) -> int:
         self._check()

@@ -48,7 +48,8 @@ class InvalidArgument(GranaryError, ValueError):
 
 
 class Timeout(GranaryError, TimeoutError):
-    """No batch arrived within the timeout; the session goes on."""
+    """No batch arrived within the timeout (the session goes on); for a
+    sample: reading it timed out on every attempt."""
 
     code = _lib.E_TIMEOUT
 
@@ -58,7 +59,8 @@ class WouldBlock(GranaryError):
 
 
 class Disconnected(GranaryError, ConnectionError):
-    """The agent is gone (not listening, exited, crashed) or closed the session."""
+    """The agent is gone (not listening, exited, crashed), closed the session,
+    or stopped beating its heartbeat ("agent unresponsive")."""
 
     code = _lib.E_DISCONNECTED
 
@@ -76,7 +78,7 @@ class PermissionDenied(GranaryError, PermissionError):
 
 
 class NotFound(GranaryError, LookupError):
-    """No such dataset."""
+    """No such dataset; for a sample: it is gone from the source."""
 
     code = _lib.E_NOT_FOUND
 
@@ -92,7 +94,8 @@ class EndOfStream(GranaryError):
 
 
 class SourceError(GranaryError):
-    """The data source failed to read a sample (per batch or per sample)."""
+    """The data source failed to read a sample (per batch or per sample): a
+    transient failure persisted through every retry."""
 
     code = _lib.E_IO
 
@@ -102,6 +105,8 @@ class NoMemory(GranaryError):
 
 
 class Corrupt(GranaryError):
+    """A descriptor failed validation; for a sample: its bytes failed a check."""
+
     code = _lib.E_CORRUPT
 
 
@@ -117,6 +122,13 @@ class ReleasedError(GranaryError, ValueError):
     """A sample, batch or session was used after its release or close."""
 
     code = _lib.E_CLOSED
+
+
+class ShortRead(GranaryError):
+    """A sample is shorter or longer than catalogued: it changed in the
+    source since the catalog was made."""
+
+    code = _lib.E_SHORT_READ
 
 
 _BY_CODE = {
@@ -138,8 +150,18 @@ _BY_CODE = {
         Busy,
         InternalError,
         ReleasedError,
+        ShortRead,
     )
 }
+
+
+def failure_kind(status: int) -> str | None:
+    """The short name of why a sample failed, from its status: ``"NotFound"``,
+    ``"Io"``, ``"Timeout"``, ``"Corrupt"`` or ``"ShortRead"``; None for 0; the
+    ``GRANARY_E_*`` name for any other code."""
+    if status == 0:
+        return None
+    return _lib.SAMPLE_FAILURE_KINDS.get(status) or _lib.CODE_NAMES.get(status, str(status))
 
 
 def error_for(code: int, detail: str = "", context: str = "") -> GranaryError:

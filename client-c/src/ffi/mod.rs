@@ -631,6 +631,7 @@ mod tests {
             GranaryStatus::GranaryEBusy,
             GranaryStatus::GranaryEInternal,
             GranaryStatus::GranaryEClosed,
+            GranaryStatus::GranaryEShortRead,
         ];
         assert_eq!(all.len(), ErrorCode::ALL.len());
         for (s, c) in all.iter().zip(ErrorCode::ALL) {

@@ -48,7 +48,8 @@ pub enum GranaryStatus {
     GranaryEFenced = -9,
     /// Every batch of the requested epochs has been delivered.
     GranaryEEndOfStream = -10,
-    /// The data source failed to read a sample (per batch or per sample).
+    /// The data source failed to read a sample (per batch or per sample): a
+    /// transient failure that persisted through every retry.
     GranaryEIo = -11,
     /// Memory (arena or process) is exhausted.
     GranaryENoMemory = -12,
@@ -60,6 +61,9 @@ pub enum GranaryStatus {
     GranaryEInternal = -15,
     /// The object was already released or closed.
     GranaryEClosed = -16,
+    /// A sample is shorter or longer than catalogued: it changed in the
+    /// source since the catalog was made (a sample's `status`).
+    GranaryEShortRead = -17,
 }
 
 /// Parameters of `granary_session_open()`. Fill it with
@@ -130,7 +134,11 @@ pub struct GranarySample {
     pub id: u64,
     /// Class label, -1 when the dataset has none.
     pub label: i32,
-    /// 0, or a negative `GRANARY_E_*` code for this sample (then `length` is 0).
+    /// 0, or why this sample failed (then `length` is 0):
+    /// `GRANARY_E_NOT_FOUND` (gone from the source), `GRANARY_E_IO` (a
+    /// transient failure persisted), `GRANARY_E_TIMEOUT` (the read timed
+    /// out), `GRANARY_E_CORRUPT` (the bytes failed a check) or
+    /// `GRANARY_E_SHORT_READ` (the size changed since the catalog was made).
     pub status: i32,
     /// CRC-32C (Castagnoli) of the bytes, as recorded by the agent.
     pub crc32c: u32,

@@ -169,6 +169,12 @@ pub enum Behaviour {
     HangUpOnGate,
     /// Publish nothing; fence the session when the gate is opened.
     FenceOnGate,
+    /// Publish this many batches, then stop beating the heartbeat and
+    /// publishing, and stay connected: a hung (or stopped) agent.
+    HeartbeatStopsAfter(u64),
+    /// In batch `n` (batch status 0), sample `i` fails with
+    /// `ErrorCode::SAMPLE_FAILURES[i % 5]`.
+    SampleFailuresAt(u64),
 }
 
 /// A dataset the fixture serves.
@@ -184,6 +190,9 @@ pub struct Dataset {
     pub behaviour: Behaviour,
     /// Pause between two publications (a slow agent), if any.
     pub pace: Option<Duration>,
+    /// The segment's `heartbeat_interval_ms` (the fixture beats every loop
+    /// turn, about every millisecond, unless its behaviour says otherwise).
+    pub heartbeat_ms: u64,
 }
 
 impl Dataset {
@@ -195,7 +204,14 @@ impl Dataset {
             max_len: 64 * 1024,
             behaviour: Behaviour::Normal,
             pace: None,
+            heartbeat_ms: DEFAULT_HEARTBEAT_MS,
         }
+    }
+
+    /// The same dataset with heartbeat interval `ms` (0: no liveness checks).
+    pub fn heartbeat(mut self, ms: u64) -> Dataset {
+        self.heartbeat_ms = ms;
+        self
     }
 
     /// The same dataset with a misbehaviour.
@@ -239,6 +255,9 @@ impl Dataset {
     }
 }
 
+/// The fixture's heartbeat interval unless a dataset says otherwise.
+pub const DEFAULT_HEARTBEAT_MS: u64 = 1000;
+
 /// Counters the fixture keeps, for assertions.
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -278,6 +297,8 @@ struct Shared {
     stats: Arc<Stats>,
     next_session: AtomicU64,
     handlers: Mutex<Vec<JoinHandle<()>>>,
+    /// Every session's segment, in the order the sessions were served.
+    segments: Mutex<Vec<Arc<AgentSegment>>>,
 }
 
 /// The fixture agent. Stops (and joins its threads) on drop.
@@ -324,6 +345,7 @@ impl Fixture {
             stats: Arc::default(),
             next_session: AtomicU64::new(1),
             handlers: Mutex::new(Vec::new()),
+            segments: Mutex::new(Vec::new()),
         });
         let s = Arc::clone(&shared);
         let acceptor = std::thread::Builder::new()
@@ -351,6 +373,13 @@ impl Fixture {
     /// Lets [`Behaviour::Gated`] sessions publish.
     pub fn open_gate(&self) {
         self.shared.gate.store(true, Ordering::SeqCst);
+    }
+
+    /// The loader heartbeat counter of the `i`-th session served (0-based),
+    /// read as the agent reads it; `None` before that session exists.
+    pub fn loader_heartbeat(&self, i: usize) -> Option<u64> {
+        let segments = self.shared.segments.lock().unwrap();
+        segments.get(i).map(|s| s.loader_heartbeat())
     }
 
     /// Waits until `n` session handlers have finished (or `limit` passes).
@@ -500,10 +529,15 @@ fn align8(v: u64) -> u64 {
     v.div_ceil(8) * 8
 }
 
+/// How sample `i` of a [`Behaviour::SampleFailuresAt`] batch fails.
+pub fn sample_failure(i: usize) -> ErrorCode {
+    ErrorCode::SAMPLE_FAILURES[i % ErrorCode::SAMPLE_FAILURES.len()]
+}
+
 /// A session's memory and the descriptors it will publish, in order.
 struct Served {
     arena: Arena,
-    segment: AgentSegment,
+    segment: Arc<AgentSegment>,
     plan: Vec<BatchDescriptor>,
     session_id: u64,
     samples_per_epoch: u64,
@@ -567,14 +601,24 @@ impl Served {
                     });
                 }
                 let io_error = matches!(ds.behaviour, Behaviour::IoErrorAt(n) if n == real);
+                let sample_failures =
+                    matches!(ds.behaviour, Behaviour::SampleFailuresAt(n) if n == real);
                 let entries: Vec<SampleEntry> = ids
                     .iter()
-                    .map(|&id| {
-                        if io_error {
+                    .enumerate()
+                    .map(|(i, &id)| {
+                        let failure = if io_error {
+                            Some(ErrorCode::Io)
+                        } else if sample_failures {
+                            Some(sample_failure(i))
+                        } else {
+                            None
+                        };
+                        if let Some(code) = failure {
                             SampleEntry {
                                 sample_id: id,
                                 label: sample_label(id),
-                                status: ErrorCode::Io.as_i32(),
+                                status: code.as_i32(),
                                 ..Default::default()
                             }
                         } else {
@@ -625,6 +669,7 @@ impl Served {
             release_capacity: pick(req.release_capacity, 16),
             arena_size: arena.size(),
             instance_epoch: splitmix64(&mut (nanos ^ session_id)),
+            heartbeat_interval_ms: ds.heartbeat_ms,
         })
         .map_err(|e| e.to_string())?;
         let first = epochs
@@ -633,7 +678,7 @@ impl Served {
             .unwrap_or_default();
         Ok(Served {
             arena,
-            segment,
+            segment: Arc::new(segment),
             plan,
             session_id,
             samples_per_epoch: first.iter().map(|b| b.len() as u64).sum(),
@@ -678,7 +723,14 @@ impl Served {
         drop(loader_fd);
         stats.sessions.fetch_add(1, Ordering::SeqCst);
 
-        let (mut ready, mut release) = self.segment.take_endpoints().expect("fresh segment");
+        let (mut ready, mut release) = Arc::get_mut(&mut self.segment)
+            .and_then(AgentSegment::take_endpoints)
+            .expect("fresh segment");
+        shared
+            .segments
+            .lock()
+            .unwrap()
+            .push(Arc::clone(&self.segment));
         release.set_spin(Duration::ZERO);
         let mut leases: LeaseTable<()> = LeaseTable::new(reply.instance_epoch ^ 0x5eed);
         let _ = conn.set_nonblocking(true);
@@ -712,6 +764,11 @@ impl Served {
                 break;
             }
             let mut busy = false;
+            let hung =
+                matches!(ds.behaviour, Behaviour::HeartbeatStopsAfter(n) if next as u64 >= n);
+            if !hung {
+                self.segment.heartbeat(granary_shm::monotonic_ms());
+            }
             let holding = matches!(ds.behaviour, Behaviour::HoldReleases)
                 && !shared.gate.load(Ordering::SeqCst);
             if !holding && !reclaim(&mut release, &mut leases, &self.segment) {
@@ -760,6 +817,7 @@ impl Served {
             }
             let held = match ds.behaviour {
                 Behaviour::Silent | Behaviour::HangUpOnGate | Behaviour::FenceOnGate => true,
+                Behaviour::HeartbeatStopsAfter(_) => hung,
                 Behaviour::Gated => !gate,
                 _ => false,
             };

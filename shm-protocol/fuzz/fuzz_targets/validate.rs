@@ -79,6 +79,7 @@ fn patched_segment(bytes: &[u8]) {
         release_capacity: cap(bytes.get(1)),
         arena_size: le_u64(bytes, 2),
         instance_epoch: 0xe90c,
+        heartbeat_interval_ms: le_u64(bytes, 10),
     };
     let mut agent = AgentSegment::create_heap(spec).expect("valid capacities");
     let len = agent.geometry().segment_size as usize;
@@ -122,6 +123,7 @@ fn patched_segment(bytes: &[u8]) {
     let _ = release.wait_for_data(Some(Duration::ZERO));
     let _ = release.pop_into(&mut [ReleaseDescriptor::default(); 4]);
     agent.heartbeat(1);
+    let _ = agent.loader_heartbeat();
     agent.wake_loader();
 }
 
@@ -153,6 +155,8 @@ fn use_loader(mut seg: LoaderSegment, len: usize) {
     let _ = seg.state();
     let _ = seg.violation();
     let _ = seg.heartbeat_ms();
+    let _ = seg.heartbeat_interval_ms();
+    seg.beat();
 }
 
 fn batch(bytes: &[u8]) {
