@@ -165,7 +165,7 @@ impl Session {
         let (ready, release) = segment
             .take_endpoints()
             .expect("a fresh segment has its endpoints");
-        let loader_beat = loader_heartbeat(&segment);
+        let loader_beat = segment.loader_heartbeat();
         Session {
             id,
             conn,
@@ -374,7 +374,7 @@ impl Session {
     /// Reads the loader's heartbeat word; a change counts as being heard
     /// from at `now`. Returns how long the loader has been silent.
     pub fn silence(&mut self, now: Instant) -> std::time::Duration {
-        let beat = loader_heartbeat(&self.segment);
+        let beat = self.segment.loader_heartbeat();
         if beat != self.loader_beat {
             self.loader_beat = beat;
             self.last_heard = now;
@@ -393,12 +393,6 @@ impl Session {
             .collect();
         (loans, pins)
     }
-}
-
-/// The loader's heartbeat word (an untrusted number, compared only for
-/// change).
-fn loader_heartbeat(_segment: &AgentSegment) -> u64 {
-    0
 }
 
 #[cfg(test)]
@@ -426,6 +420,7 @@ mod tests {
             release_capacity: 64,
             arena_size: 1 << 20,
             instance_epoch: 1,
+            heartbeat_interval_ms: 0,
         })
         .unwrap();
         Session::new(SessionSetup {

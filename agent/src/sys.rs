@@ -16,16 +16,6 @@ pub(crate) fn random_u64() -> u64 {
     u64::from_le_bytes(b)
 }
 
-/// Milliseconds of `CLOCK_MONOTONIC`, the clock every process of the
-/// machine shares: what the agent writes as its heartbeat.
-pub(crate) fn monotonic_ms() -> u64 {
-    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .expect("CLOCK_MONOTONIC is always available");
-    (ts.tv_sec() as u64)
-        .saturating_mul(1000)
-        .saturating_add(ts.tv_nsec() as u64 / 1_000_000)
-}
-
 /// Waits until one of `fds` is readable or `timeout` has passed. The
 /// caller keeps the descriptors open for the call.
 pub(crate) fn poll_readable(fds: &[RawFd], timeout: Duration) -> io::Result<()> {

@@ -86,7 +86,7 @@ fn vanished_and_unreadable_files_are_reported_per_sample() {
                 // or an unreadable file is an I/O error.
                 let want = match smp.id() {
                     11 => ErrorCode::NotFound,
-                    123 => ErrorCode::Corrupt,
+                    123 => ErrorCode::ShortRead,
                     _ => ErrorCode::Io,
                 };
                 assert_eq!(smp.status(), want.as_i32(), "sample {}", smp.id());
@@ -188,7 +188,7 @@ fn vanished_and_unreadable_files_are_reported_per_sample() {
             if smp.status != 0 {
                 let want = match smp.id {
                     11 => ErrorCode::NotFound.as_i32(),
-                    123 => ErrorCode::Corrupt.as_i32(),
+                    123 => ErrorCode::ShortRead.as_i32(),
                     _ => io,
                 };
                 assert_eq!(smp.status, want, "sample {}", smp.id);

@@ -10,8 +10,8 @@ use crate::ABI_VERSION;
 /// How long opening a session waits for the agent's reply by default.
 pub const DEFAULT_OPEN_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Samples per batch when the caller does not say.
-pub const DEFAULT_BATCH_SIZE: u32 = 32;
+/// Samples per batch when none is given (the protocol's default).
+pub use granary_shm::handshake::DEFAULT_BATCH_SIZE;
 
 /// Parameters of a session (the fields of the handshake's open-session
 /// request, plus client-side settings).

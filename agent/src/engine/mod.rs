@@ -357,7 +357,7 @@ impl Engine {
             return;
         }
         self.last_heartbeat = now;
-        let ms = crate::sys::monotonic_ms();
+        let ms = granary_shm::monotonic_ms();
         for s in self.sessions.values() {
             s.segment().heartbeat(ms);
         }

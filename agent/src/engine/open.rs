@@ -166,6 +166,7 @@ impl Engine {
             ),
             arena_size: self.arena.size(),
             instance_epoch: crate::sys::random_u64(),
+            heartbeat_interval_ms: self.cfg.sessions.heartbeat_ms,
         };
         let segment = AgentSegment::create_memfd(spec).map_err(|e| {
             (
@@ -189,8 +190,7 @@ impl Engine {
             max_window: self.cfg.prefetch.window_batches,
             now: self.clock.now(),
         });
-        session.segment().heartbeat(crate::sys::monotonic_ms());
-        let reply = SessionOpened {
+                let reply = SessionOpened {
             session_id: id,
             instance_epoch: spec.instance_epoch,
             arena_size: self.arena.size(),

@@ -72,7 +72,8 @@ impl FailureKind {
         match self {
             FailureKind::NotFound => ErrorCode::NotFound,
             FailureKind::Transient | FailureKind::Permanent => ErrorCode::Io,
-            FailureKind::Short | FailureKind::Corrupt => ErrorCode::Corrupt,
+            FailureKind::Short => ErrorCode::ShortRead,
+            FailureKind::Corrupt => ErrorCode::Corrupt,
             FailureKind::TimedOut => ErrorCode::Timeout,
         }
     }
