@@ -77,6 +77,8 @@ struct Inflight {
     key: SampleKey,
     dest: u64,
     started: Instant,
+    /// When the first attempt at this sample started.
+    first: Instant,
     attempt: u32,
     len: u32,
 }
@@ -165,16 +167,19 @@ impl Engine {
                 continue;
             }
             let ds = Dataset::open_now(d, &cfg)
-                .map_err(|e| io::Error::other(format!("dataset {:?}: {e}", d.name)))?;
+                .map_err(|e| io::Error::other(format!("dataset {:?}: {e}", d.name())))?;
             if ds.source().is_some_and(|s| s.is_empty()) {
                 return Err(io::Error::other(format!(
                     "dataset {:?} has no samples",
-                    d.name
+                    d.name()
                 )));
             }
             datasets.push(ds);
         }
-        datasets.extend(extra);
+        datasets.extend(extra.into_iter().map(|mut d| {
+            d.retry = cfg.prefetch.retry_settings(&Default::default());
+            d
+        }));
         let deadline = Instant::now() + STARTUP_LOAD_WAIT;
         for d in &mut datasets {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -631,12 +636,12 @@ impl Engine {
             }
         }
         for (k, dest, len) in reads {
-            self.start_read(k, dest, len, 0);
+            self.start_read(k, dest, len, 0, Instant::now());
         }
         moved
     }
 
-    fn start_read(&mut self, k: SampleKey, dest: u64, len: u64, attempt: u32) {
+    fn start_read(&mut self, k: SampleKey, dest: u64, len: u64, attempt: u32, first: Instant) {
         let ds = k.dataset as usize;
         let Some(src) = self.datasets[ds].source_mut() else {
             let _ = self.cache.fail(k, ErrorCode::Io.as_i32().unsigned_abs());
@@ -662,6 +667,7 @@ impl Engine {
             key: k,
             dest,
             started: Instant::now(),
+            first,
             attempt,
             len: len32,
         };
@@ -686,7 +692,7 @@ impl Engine {
             }
         }
         for r in due {
-            self.start_read(r.key, r.dest, u64::from(r.len), r.attempt);
+            self.start_read(r.key, r.dest, u64::from(r.len), r.attempt, r.first);
         }
     }
 
@@ -780,15 +786,17 @@ impl Engine {
                     let _ = self.cache.complete(inf.key, crc);
                 }
                 Err(e)
-                    if inf.attempt < self.cfg.prefetch.read_retries
+                    if self.datasets[inf.key.dataset as usize]
+                        .retry
+                        .may_retry(inf.attempt, inf.first.elapsed())
                         && self.datasets[inf.key.dataset as usize]
                             .source()
                             .is_some_and(|src| src.is_retryable(e)) =>
                 {
                     self.metrics.read_retries.fetch_add(1, Ordering::Relaxed);
-                    let backoff = Duration::from_millis(
-                        self.cfg.prefetch.retry_backoff_ms << inf.attempt.min(10),
-                    );
+                    let backoff = self.datasets[inf.key.dataset as usize]
+                        .retry
+                        .delay(inf.attempt);
                     self.retry_queue.push((
                         Instant::now() + backoff,
                         Inflight {
