@@ -8,9 +8,9 @@
 //! commented default file (`default.toml` beside this module) that
 //! `granaryd print-default-config` prints.
 //!
-//! Module map: [`arena`], [`socket`], [`prefetch`] (with the retry
-//! settings), [`cache`], [`sessions`], [`metrics`] and [`dataset`] hold one
-//! section each; `size` the byte-size type; `validate` the rules between
+//! Module map: `arena`, `socket`, `prefetch` (with the retry settings),
+//! `cache`, `sessions`, `metrics` and `dataset` hold one section each (their
+//! types are re-exported here); `size` the byte-size type; `validate` the rules between
 //! settings; `document` parses the TOML text keeping positions, so that
 //! errors name the field's path and line; `error` the error types.
 //!
@@ -28,16 +28,16 @@
 //! assert_eq!(cfg.datasets[0].name(), "imagenet");
 //! ```
 
-pub mod arena;
-pub mod cache;
-pub mod dataset;
+mod arena;
+mod cache;
+mod dataset;
 mod document;
 mod error;
-pub mod metrics;
-pub mod prefetch;
-pub mod sessions;
+mod metrics;
+mod prefetch;
+mod sessions;
 mod size;
-pub mod socket;
+mod socket;
 mod validate;
 
 #[cfg(test)]
