@@ -11,7 +11,7 @@
 //! still running wait for it; once an attempt has failed, they get its
 //! error at once, with when the next attempt is due.
 
-use crate::config::{Config, DatasetConfig, DeliveryOrder, SourceKind};
+use crate::config::{Config, DatasetConfig, DeliveryOrder, RetrySettings, SourceKind};
 use crate::source::{self, SampleSource};
 use std::io;
 use std::sync::mpsc::{self, Receiver, TryRecvError};
@@ -54,6 +54,9 @@ pub struct Dataset {
     kind: &'static str,
     /// `order = "relaxed"`: late samples give way to ready ones.
     pub relaxed: bool,
+    /// How its failed reads are retried (`[prefetch]` with the dataset's
+    /// `[dataset.retry]` applied).
+    pub retry: RetrySettings,
     /// What to open it from again (`None`: a source handed over ready).
     config: Option<Box<(DatasetConfig, Config)>>,
     state: State,
@@ -102,6 +105,7 @@ impl Dataset {
             name: name.to_owned(),
             kind: source.kind(),
             relaxed: false,
+            retry: RetrySettings::default(),
             config: None,
             state: State::Ready(source),
             attempts: 1,
@@ -113,13 +117,10 @@ impl Dataset {
 
     fn with_state(config: &DatasetConfig, agent: &Config, state: State, attempts: u32) -> Dataset {
         Dataset {
-            name: config.name.clone(),
-            kind: match config.kind {
-                SourceKind::Fs => "fs",
-                SourceKind::S3 => "s3",
-                SourceKind::Cql => "cql",
-            },
-            relaxed: config.order == DeliveryOrder::Relaxed,
+            name: config.name().to_owned(),
+            kind: config.kind().as_str(),
+            relaxed: config.order() == DeliveryOrder::Relaxed,
+            retry: agent.retry_for(config),
             config: Some(Box::new((config.clone(), agent.clone()))),
             state,
             attempts,
@@ -137,7 +138,7 @@ impl Dataset {
     /// Whether the configuration says the dataset is opened in the
     /// background (remote stores) rather than before start-up.
     pub fn is_remote(config: &DatasetConfig) -> bool {
-        config.kind != SourceKind::Fs
+        config.kind() != SourceKind::Fs
     }
 
     fn start_attempt(&mut self) {

@@ -7,16 +7,18 @@
 //! total deadline per sample; anything else fails the sample at once.
 //!
 //! Worst case from the first attempt to a failed sample, with the
-//! defaults (`read_timeout_ms` = 10 s, 4 attempts, backoff 10 ms doubling
-//! to at most 2 s, deadline 45 s): every attempt times out, so
-//! `4 × 10 s + (10 + 20 + 40) ms` ≈ 40.1 s, below the 45 s deadline; a
-//! store that answers errors at once fails the sample after about 70 ms of
-//! backoff. The deadline stops a retry whose attempt could not finish in
-//! time (a retry is only started if `now + backoff + read_timeout` is within
-//! the deadline), so no sample takes longer than the deadline plus one
-//! attempt's timeout in any configuration.
+//! defaults (`read_timeout_ms` = 10 s, `read_retries` = 3, backoff 100 ms
+//! doubling to at most 2 s, `sample_deadline_ms` = 20 s): when every
+//! attempt times out, the first ends at 10 s, the first retry starts at
+//! about 10.1 s and ends at about 20.1 s, and no retry starts after the
+//! 20 s deadline: about 20.1 s. A store that answers errors at once fails
+//! the sample after 0.7 s of backoff. In any configuration a sample fails
+//! within `sample_deadline_ms + read_timeout_ms` (30 s with the defaults):
+//! no retry starts after the deadline, and an attempt lasts at most the
+//! read timeout. Remote datasets default to 8 retries (`dataset.retries`),
+//! bounded by the same deadline.
 
-use crate::config::{Config, DatasetConfig};
+use crate::config::{Config, RetrySettings};
 use crate::source::FailureKind;
 use std::time::{Duration, Instant};
 
@@ -38,22 +40,22 @@ pub struct RetryPolicy {
     pub backoff: Duration,
     /// Upper bound of any backoff.
     pub backoff_max: Duration,
-    /// No retry starts once it could not end within this time from the
-    /// sample's first attempt.
+    /// No retry starts later than this after the sample's first attempt.
     pub deadline: Duration,
     /// One attempt's time limit (`prefetch.read_timeout_ms`).
     pub attempt_timeout: Duration,
 }
 
 impl RetryPolicy {
-    /// The policy of `dataset` (the agent-wide one when `None`).
-    pub fn for_dataset(cfg: &Config, dataset: Option<&DatasetConfig>) -> RetryPolicy {
-        let r = cfg.retry_for(dataset);
+    /// The policy of a dataset with retry settings `r` (`[prefetch]` with
+    /// its `[dataset.retry]` applied), attempts limited to
+    /// `prefetch.read_timeout_ms`.
+    pub fn new(cfg: &Config, r: &RetrySettings) -> RetryPolicy {
         RetryPolicy {
-            attempts: r.read_retries.saturating_add(1),
-            backoff: Duration::from_millis(r.retry_backoff_ms),
-            backoff_max: Duration::from_millis(r.retry_backoff_max_ms),
-            deadline: Duration::from_millis(r.sample_deadline_ms),
+            attempts: r.retries.saturating_add(1),
+            backoff: r.backoff,
+            backoff_max: r.backoff_max,
+            deadline: r.deadline,
             attempt_timeout: Duration::from_millis(cfg.prefetch.read_timeout_ms),
         }
     }
@@ -95,16 +97,15 @@ impl RetryPolicy {
         let Some(at) = now.checked_add(self.delay(made, seed)) else {
             return RetryDecision::GiveUp;
         };
-        let end = at.checked_add(self.attempt_timeout);
-        match (end, first.checked_add(self.deadline)) {
-            (Some(end), Some(deadline)) if end <= deadline => RetryDecision::RetryAt(at),
+        match first.checked_add(self.deadline) {
+            Some(deadline) if at < deadline => RetryDecision::RetryAt(at),
             _ => RetryDecision::GiveUp,
         }
     }
 
     /// The longest a sample can take from its first attempt to being
     /// reported failed: every attempt running into its timeout, with the
-    /// largest backoffs, bounded by the deadline plus one attempt.
+    /// largest backoffs; never more than the deadline plus one attempt.
     pub fn worst_case(&self) -> Duration {
         let mut total = self.attempt_timeout;
         for retry in 1..self.attempts {
@@ -112,11 +113,10 @@ impl RetryPolicy {
                 .backoff
                 .saturating_mul(1u32 << retry.saturating_sub(1).min(31))
                 .min(self.backoff_max);
-            let next = total + backoff + self.attempt_timeout;
-            if next > self.deadline {
+            if total + backoff >= self.deadline {
                 break;
             }
-            total = next;
+            total += backoff + self.attempt_timeout;
         }
         total
     }
@@ -192,24 +192,31 @@ mod tests {
     fn no_retry_past_the_deadline() {
         let p = policy();
         let first = Instant::now();
-        let late = first + Duration::from_secs(40);
+        let late = first + Duration::from_secs(45);
         assert_eq!(
             p.decide(FailureKind::TimedOut, 1, first, late, 1),
             RetryDecision::GiveUp,
-            "a retry that cannot finish by the deadline is not started"
+            "no retry starts after the deadline"
         );
+        let early = first + Duration::from_secs(30);
+        assert!(matches!(
+            p.decide(FailureKind::TimedOut, 1, first, early, 1),
+            RetryDecision::RetryAt(_)
+        ));
     }
 
     #[test]
     fn worst_case_with_the_defaults_is_under_a_minute() {
         let cfg = Config::default();
-        let p = RetryPolicy::for_dataset(&cfg, None);
+        let p = RetryPolicy::new(&cfg, &RetrySettings::default());
         assert!(
             p.worst_case() < Duration::from_secs(60),
             "{:?}",
             p.worst_case()
         );
         assert!(p.worst_case() <= p.deadline + p.attempt_timeout);
+        // 4 attempts of 10 s, backoffs of 10, 20 and 40 ms: all within 45 s.
         assert_eq!(policy().worst_case(), Duration::from_millis(40_070));
+        assert_eq!(p.worst_case(), Duration::from_millis(20_100));
     }
 }

@@ -445,8 +445,11 @@ granary_samples_served_total 8
         let cfg = Config::from_toml_str(&s.toml(Path::new("/tmp/x.sock"))).unwrap();
         assert_eq!(cfg.prefetch.read_retries, 5);
         let d = &cfg.datasets[0];
-        assert_eq!(d.prefix.as_deref(), Some("a/b"));
-        assert_eq!(d.access_key_id.as_deref(), Some("k\"ey"));
+        let granary_agent::config::DatasetConfig::S3(s3) = d else {
+            panic!("not an S3 dataset: {d:?}");
+        };
+        assert_eq!(s3.prefix.as_deref(), Some("a/b"));
+        assert_eq!(s3.access_key_id.as_deref(), Some("k\"ey"));
         let back = S3Settings::from_dataset(d).unwrap();
         assert_eq!(back.secret_access_key.as_deref(), Some("se\\cret"));
         assert_eq!(back.endpoint.as_deref(), Some("http://127.0.0.1:9000"));

@@ -199,16 +199,20 @@ impl Engine {
                 continue;
             }
             let ds = Dataset::open_now(d, &cfg)
-                .map_err(|e| io::Error::other(format!("dataset {:?}: {e}", d.name)))?;
+                .map_err(|e| io::Error::other(format!("dataset {:?}: {e}", d.name())))?;
             if ds.source().is_some_and(|s| s.is_empty()) {
                 return Err(io::Error::other(format!(
                     "dataset {:?} has no samples",
-                    d.name
+                    d.name()
                 )));
             }
             datasets.push(ds);
         }
-        datasets.extend(extra);
+        // Datasets handed over ready follow `[prefetch]`'s retry settings.
+        for mut d in extra {
+            d.retry = cfg.prefetch.retry_settings(&Default::default());
+            datasets.push(d);
+        }
         let deadline = Instant::now() + STARTUP_LOAD_WAIT;
         for d in &mut datasets {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -221,7 +225,7 @@ impl Engine {
         }
         let retry = datasets
             .iter()
-            .map(|d| RetryPolicy::for_dataset(&cfg, d.config()))
+            .map(|d| RetryPolicy::new(&cfg, &d.retry))
             .collect();
         let opts = ArenaOptions {
             size: cfg.arena.size.bytes(),

@@ -36,7 +36,7 @@ pub mod session;
 pub use catalog::{CqlCatalog, CqlEntry};
 pub use fetcher::{CqlFetcher, FetchOptions, FetchRequest, FetchStats, Full};
 
-use crate::config::{parse_cql_host, DatasetConfig, SourceKind};
+use crate::config::{parse_cql_host, DatasetConfig};
 use crate::uring_reader::ReadRetry;
 use scylla::client::session::Session;
 use scylla::errors::{
@@ -154,44 +154,27 @@ impl CqlSettings {
     /// The settings of a `kind = "cql"` dataset; the password comes from
     /// [`PASSWORD_ENV`] when a user is named without one.
     pub fn from_dataset(ds: &DatasetConfig) -> Result<CqlSettings, CqlError> {
-        let bad = |m: String| CqlError::Settings(format!("dataset {:?}: {m}", ds.name));
-        if ds.kind != SourceKind::Cql {
-            return Err(bad("is not a CQL dataset".to_owned()));
-        }
-        let hosts = ds
-            .hosts
-            .clone()
-            .filter(|h| !h.is_empty())
-            .ok_or_else(|| bad("`hosts` is not set".to_owned()))?;
-        let keyspace = ds
-            .keyspace
-            .clone()
-            .ok_or_else(|| bad("`keyspace` is not set".to_owned()))?;
-        let mut s = CqlSettings::new(hosts, keyspace);
-        if let Some(t) = &ds.data_table {
-            s.data_table = t.clone();
-        }
-        if let Some(t) = &ds.metadata_table {
-            s.metadata_table = t.clone();
-        }
+        let DatasetConfig::Cql(ds) = ds else {
+            return Err(CqlError::Settings(format!(
+                "dataset {:?}: is not a CQL dataset",
+                ds.name()
+            )));
+        };
+        let mut s = CqlSettings::new(ds.hosts.clone(), ds.keyspace.clone());
+        s.data_table = ds.data_table.clone();
+        s.metadata_table = ds.metadata_table.clone();
         s.username = ds.username.clone();
         s.password = ds.password.as_ref().map(|p| p.expose().to_owned());
-        s.tls = ds.tls.unwrap_or(false);
+        s.tls = ds.tls;
         s.tls_ca_file = ds.tls_ca_file.clone();
         s.pool = match (ds.connections_per_host, ds.connections_per_shard) {
             (Some(n), _) => Pool::PerHost(n),
             (None, Some(n)) => Pool::PerShard(n),
             (None, None) => Pool::PerShard(1),
         };
-        if let Some(n) = ds.max_inflight {
-            s.max_inflight = n;
-        }
-        if let Some(ms) = ds.request_timeout_ms {
-            s.request_timeout = Duration::from_millis(ms);
-        }
-        if let Some(r) = ds.retries {
-            s.retries = r;
-        }
+        s.max_inflight = ds.max_inflight;
+        s.request_timeout = Duration::from_millis(ds.request_timeout_ms);
+        s.retries = ds.retries;
         s.fill_from_env(|k| std::env::var(k).ok());
         s.check()?;
         Ok(s)
@@ -755,11 +738,13 @@ impl fmt::Debug for CqlDataset {
 impl CqlDataset {
     /// Connects, loads the catalog and prepares the read statement for a
     /// `kind = "cql"` dataset (blocking).
-    pub fn open(ds: &DatasetConfig) -> Result<CqlDataset, CqlError> {
+    /// Each read is one attempt (the engine's retry policy is the only
+    /// retry layer), limited to `read_timeout` or the dataset's
+    /// `request_timeout_ms`, whichever is shorter.
+    pub fn open(ds: &DatasetConfig, read_timeout: Duration) -> Result<CqlDataset, CqlError> {
         let mut settings = CqlSettings::from_dataset(ds)?;
-        // One attempt per request: the engine's retry policy is the only
-        // retry layer.
         settings.retries = 0;
+        settings.request_timeout = settings.request_timeout.min(read_timeout);
         CqlDataset::connect(&settings)
     }
 

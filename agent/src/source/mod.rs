@@ -28,7 +28,7 @@ mod task_queue;
 
 pub use fs::{Catalog, CatalogEntry, CatalogError};
 
-use crate::config::{Config, DatasetConfig, DatasetLocation, SourceKind};
+use crate::config::{Config, DatasetConfig, DatasetLocation};
 use crate::uring_reader::{ReadRequest, UringReader};
 use granary_shm::arena::ArenaSlice;
 use granary_shm::ErrorCode;
@@ -285,37 +285,39 @@ pub trait SampleSource: Send {
 /// `prefetch.max_inflight_reads`, or the dataset's `max_inflight`.
 pub fn open(dataset: &DatasetConfig, cfg: &Config) -> io::Result<Box<dyn SampleSource>> {
     let capacity = cfg.prefetch.max_inflight_reads;
-    match dataset.kind {
-        SourceKind::Fs => {
+    let read_timeout = Duration::from_millis(cfg.prefetch.read_timeout_ms);
+    match dataset {
+        DatasetConfig::Fs(_) => {
             let catalog = open_catalog(dataset).map_err(io::Error::other)?;
             Ok(Box::new(FsSource::new(catalog, capacity)?))
         }
-        SourceKind::S3 => Ok(Box::new(s3::S3Dataset::open(
+        DatasetConfig::S3(s3) => Ok(Box::new(s3::S3Dataset::open(
             dataset,
-            dataset.max_inflight.unwrap_or(capacity),
+            s3.max_inflight.unwrap_or(capacity),
+            read_timeout,
         )?)),
-        SourceKind::Cql => Ok(Box::new(cql::CqlDataset::open(dataset)?)),
+        DatasetConfig::Cql(_) => Ok(Box::new(cql::CqlDataset::open(dataset, read_timeout)?)),
     }
 }
 
 /// Builds the catalog of a configured filesystem dataset: a directory tree
 /// ([`Catalog::from_dir`]) or a manifest ([`Catalog::from_manifest`]).
 pub fn open_catalog(dataset: &DatasetConfig) -> Result<Catalog, CatalogError> {
-    if dataset.kind != SourceKind::Fs {
+    let DatasetConfig::Fs(fs) = dataset else {
         return Err(CatalogError::Io {
-            path: dataset.name.clone().into(),
+            path: dataset.name().into(),
             action: "catalog",
             source: io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "not a filesystem dataset (remote datasets are opened with source::open)",
             ),
         });
-    }
-    match dataset.location() {
+    };
+    match fs.location() {
         Some(DatasetLocation::Root(root)) => Catalog::from_dir(root),
         Some(DatasetLocation::Manifest(manifest)) => Catalog::from_manifest(manifest),
         None => Err(CatalogError::NoLocation {
-            dataset: dataset.name.clone(),
+            dataset: fs.name.clone(),
         }),
     }
 }

@@ -35,7 +35,7 @@ pub use catalog::{S3Catalog, S3Entry};
 pub use dataset::S3Dataset;
 pub use fetcher::{FetchOptions, FetchRequest, FetchStats, Full, S3Fetcher};
 
-use crate::config::{DatasetConfig, SourceKind};
+use crate::config::DatasetConfig;
 use crate::uring_reader::ReadRetry;
 use object_store::aws::AmazonS3Builder;
 use object_store::client::{HttpError, HttpErrorKind};
@@ -131,16 +131,13 @@ impl S3Settings {
     /// The settings of a `kind = "s3"` dataset, completed from the process
     /// environment ([`fill_from_env`](Self::fill_from_env)).
     pub fn from_dataset(ds: &DatasetConfig) -> Result<S3Settings, S3Error> {
-        if ds.kind != SourceKind::S3 {
+        let DatasetConfig::S3(ds) = ds else {
             return Err(S3Error::Settings(format!(
                 "dataset {:?} is not an S3 dataset",
-                ds.name
+                ds.name()
             )));
-        }
-        let bucket = ds.bucket.clone().ok_or_else(|| {
-            S3Error::Settings(format!("dataset {:?}: `bucket` is not set", ds.name))
-        })?;
-        let mut s = S3Settings::new(bucket);
+        };
+        let mut s = S3Settings::new(ds.bucket.clone());
         s.endpoint = ds.endpoint.clone();
         s.region = ds.region.clone();
         s.access_key_id = ds.access_key_id.clone();
@@ -148,14 +145,10 @@ impl S3Settings {
             .secret_access_key
             .as_ref()
             .map(|k| k.expose().to_string());
-        s.path_style = ds.path_style.unwrap_or(true);
-        s.allow_http = ds.allow_http.unwrap_or(false);
-        if let Some(ms) = ds.request_timeout_ms {
-            s.request_timeout = Duration::from_millis(ms);
-        }
-        if let Some(r) = ds.retries {
-            s.retries = r;
-        }
+        s.path_style = ds.path_style;
+        s.allow_http = ds.allow_http;
+        s.request_timeout = Duration::from_millis(ds.request_timeout_ms);
+        s.retries = ds.retries;
         s.fill_from_env(|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
         Ok(s)
     }
@@ -531,15 +524,18 @@ impl S3Layout {
     /// The layout of a `kind = "s3"` dataset: `prefix`, or `manifest` (an
     /// object key, or `file://PATH` for a local file).
     pub fn from_dataset(ds: &DatasetConfig) -> Result<S3Layout, S3Error> {
+        let DatasetConfig::S3(ds) = ds else {
+            return Err(S3Error::Settings(format!(
+                "dataset {:?} is not an S3 dataset",
+                ds.name()
+            )));
+        };
         match (&ds.prefix, &ds.manifest) {
             (Some(p), None) => Ok(S3Layout::Prefix(p.clone())),
-            (None, Some(m)) => {
-                let m = m.to_string_lossy();
-                Ok(match m.strip_prefix("file://") {
-                    Some(path) => S3Layout::ManifestFile(path.into()),
-                    None => S3Layout::ManifestObject(m.into_owned()),
-                })
-            }
+            (None, Some(m)) => Ok(match m.strip_prefix("file://") {
+                Some(path) => S3Layout::ManifestFile(path.into()),
+                None => S3Layout::ManifestObject(m.clone()),
+            }),
             _ => Err(S3Error::Settings(format!(
                 "dataset {:?}: set exactly one of `prefix` and `manifest`",
                 ds.name

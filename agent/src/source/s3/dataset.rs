@@ -33,11 +33,13 @@ impl fmt::Debug for S3Dataset {
 impl S3Dataset {
     /// Connects, lists (or reads the manifest of) the dataset, and makes a
     /// fetcher with `capacity` requests in flight. Blocking.
-    pub fn open(ds: &DatasetConfig, capacity: u32) -> io::Result<S3Dataset> {
+    /// Each request is one attempt (the engine's retry policy is the only
+    /// retry layer), limited to `read_timeout` or the dataset's
+    /// `request_timeout_ms`, whichever is shorter.
+    pub fn open(ds: &DatasetConfig, capacity: u32, read_timeout: Duration) -> io::Result<S3Dataset> {
         let mut settings = S3Settings::from_dataset(ds).map_err(io::Error::other)?;
-        // One attempt per request: the engine's retry policy is the only
-        // retry layer.
         settings.retries = 0;
+        settings.request_timeout = settings.request_timeout.min(read_timeout);
         let layout = S3Layout::from_dataset(ds).map_err(io::Error::other)?;
         let source = S3Source::connect(&settings, capacity).map_err(io::Error::other)?;
         let catalog = source.catalog(&layout).map_err(|e| match e {

@@ -1,0 +1,366 @@
+//! `[[dataset]]`: one table per dataset, its keys set by its `kind` (`fs`,
+//! the default, `s3` or `cql`). Each kind is its own struct that rejects the
+//! keys of the others.
+
+use super::prefetch::RetryOverride;
+use serde::Deserialize;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Longest dataset name, in bytes.
+pub(crate) const MAX_DATASET_NAME_BYTES: usize = 255;
+/// Largest `dataset[i].retries`.
+pub(crate) const MAX_REMOTE_RETRIES: u32 = 100;
+/// Largest `dataset[i].max_inflight`.
+pub(crate) const MAX_REMOTE_INFLIGHT: u32 = 32768;
+/// Largest `dataset[i].connections_per_host` / `connections_per_shard`.
+pub(crate) const MAX_CQL_CONNECTIONS: u32 = 64;
+
+/// One `[[dataset]]`, by `kind`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum DatasetConfig {
+    /// `kind = "fs"` (the default): a local or network filesystem.
+    Fs(FsConfig),
+    /// `kind = "s3"`: an S3-compatible bucket.
+    S3(S3Config),
+    /// `kind = "cql"`: ScyllaDB or Cassandra tables.
+    Cql(CqlConfig),
+}
+
+/// `dataset[i].kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    /// `"fs"`: a local or network filesystem. The default.
+    #[default]
+    Fs,
+    /// `"s3"`: an S3-compatible bucket.
+    S3,
+    /// `"cql"`: ScyllaDB or Cassandra tables.
+    Cql,
+}
+
+impl SourceKind {
+    /// The name written in the configuration: `"fs"`, `"s3"` or `"cql"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::Fs => "fs",
+            SourceKind::S3 => "s3",
+            SourceKind::Cql => "cql",
+        }
+    }
+}
+
+/// `dataset[i].order`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryOrder {
+    /// Batches exactly as planned.
+    #[default]
+    Strict,
+    /// Late samples give way to ready ones of later batches of the epoch.
+    Relaxed,
+}
+
+/// A `kind = "fs"` dataset.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FsConfig {
+    /// `dataset[i].name`: what loaders ask for; non-empty, unique, at most 255
+    /// bytes, no control characters.
+    pub name: String,
+    /// `dataset[i].order`: `"strict"` (the default) delivers every batch
+    /// exactly as planned; `"relaxed"` lets a ready sample of a later batch
+    /// of the same epoch take the place of a late one while the loader
+    /// waits, the late one moving back (every sample still comes exactly
+    /// once per epoch). See docs/planner.md.
+    #[serde(default)]
+    pub order: DeliveryOrder,
+    /// `[dataset.retry]`: this dataset's retry settings.
+    #[serde(default)]
+    pub retry: RetryOverride,
+    /// `dataset[i].root`: a directory tree with one folder per class.
+    /// Exactly one of `root` and `manifest` must be set.
+    #[serde(default)]
+    pub root: Option<PathBuf>,
+    /// `dataset[i].manifest`: a file listing `path<TAB>label` per line.
+    #[serde(default)]
+    pub manifest: Option<PathBuf>,
+}
+
+/// A `kind = "s3"` dataset.
+#[derive(Clone, PartialEq, Eq, Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct S3Config {
+    /// `dataset[i].name`: see [`FsConfig::name`].
+    pub name: String,
+    /// `dataset[i].order`: see [`FsConfig::order`].
+    #[serde(default)]
+    pub order: DeliveryOrder,
+    /// `[dataset.retry]`: this dataset's retry settings.
+    #[serde(default)]
+    pub retry: RetryOverride,
+    /// `dataset[i].bucket` (required): the bucket.
+    pub bucket: String,
+    /// `dataset[i].prefix`: the folder whose objects are the samples (class
+    /// folders under it); `""` for the whole bucket. Exactly one of
+    /// `prefix` and `manifest` must be set.
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// `dataset[i].manifest`: the key of a manifest object in the bucket, or
+    /// `file://PATH` for a local file.
+    #[serde(default)]
+    pub manifest: Option<String>,
+    /// `dataset[i].endpoint`: base URL of the S3 API, e.g.
+    /// `"http://127.0.0.1:8333"`. Default: `AWS_ENDPOINT_URL`, else AWS.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// `dataset[i].region`: signing region. Default: `AWS_REGION`, else
+    /// `us-east-1`.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// `dataset[i].access_key_id`: with `secret_access_key`; both unset:
+    /// `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`.
+    #[serde(default)]
+    pub access_key_id: Option<String>,
+    /// `dataset[i].secret_access_key`: see `access_key_id`.
+    #[serde(default)]
+    pub secret_access_key: Option<Secret>,
+    /// `dataset[i].path_style`: path-style addressing
+    /// (`endpoint/bucket/key`). Default true.
+    #[serde(default = "yes")]
+    pub path_style: bool,
+    /// `dataset[i].allow_http`: accept an `http://` endpoint (for loopback
+    /// and test servers). Default false.
+    #[serde(default)]
+    pub allow_http: bool,
+    /// `dataset[i].request_timeout_ms`: one request attempt (a GET, headers
+    /// and body) must finish within this. Default 10000.
+    #[serde(default = "default_request_timeout_ms")]
+    pub request_timeout_ms: u64,
+    /// `dataset[i].retries`: retries of a failed sample read (timeouts,
+    /// connection errors, HTTP 5xx), with exponential backoff and jitter:
+    /// this dataset's `read_retries` unless `[dataset.retry]` sets one.
+    /// Default 8, at most 100.
+    #[serde(default = "default_remote_retries")]
+    pub retries: u32,
+    /// `dataset[i].max_inflight`: sample reads in flight at once for this
+    /// dataset. Default: `prefetch.max_inflight_reads`; at most 32768.
+    #[serde(default)]
+    pub max_inflight: Option<u32>,
+}
+
+/// A `kind = "cql"` dataset.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CqlConfig {
+    /// `dataset[i].name`: see [`FsConfig::name`].
+    pub name: String,
+    /// `dataset[i].order`: see [`FsConfig::order`].
+    #[serde(default)]
+    pub order: DeliveryOrder,
+    /// `[dataset.retry]`: this dataset's retry settings.
+    #[serde(default)]
+    pub retry: RetryOverride,
+    /// `dataset[i].hosts` (required): contact points, `"host:port"` (port
+    /// 9042 when left out; IPv6 as `"[::1]:9042"`). The driver learns the
+    /// rest of the cluster from them.
+    pub hosts: Vec<String>,
+    /// `dataset[i].keyspace` (required): the keyspace of both tables.
+    pub keyspace: String,
+    /// `dataset[i].data_table`: `(id uuid PRIMARY KEY, data blob, …)`.
+    /// Default `"data"`.
+    #[serde(default = "default_data_table")]
+    pub data_table: String,
+    /// `dataset[i].metadata_table`: `(id uuid PRIMARY KEY, label int, size
+    /// int)`. Default `"metadata"`.
+    #[serde(default = "default_metadata_table")]
+    pub metadata_table: String,
+    /// `dataset[i].username`: password authentication; the password is
+    /// `password`, else `GRANARY_CQL_PASSWORD` from the environment.
+    #[serde(default)]
+    pub username: Option<String>,
+    /// `dataset[i].password`: see `username`.
+    #[serde(default)]
+    pub password: Option<Secret>,
+    /// `dataset[i].tls`: connect with TLS. Default false.
+    #[serde(default)]
+    pub tls: bool,
+    /// `dataset[i].tls_ca_file` (with `tls = true`): PEM file of the
+    /// certificate authorities to trust instead of the system's.
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
+    /// `dataset[i].connections_per_host`: connections to each node.
+    /// Default: one per shard (ScyllaDB), one per node (Cassandra).
+    #[serde(default)]
+    pub connections_per_host: Option<u32>,
+    /// `dataset[i].connections_per_shard`: connections to each shard of
+    /// each ScyllaDB node (a Cassandra node counts as one shard).
+    #[serde(default)]
+    pub connections_per_shard: Option<u32>,
+    /// `dataset[i].max_inflight`: sample reads in flight at once for this
+    /// dataset. Default 2048, at most 32768.
+    #[serde(default = "default_cql_max_inflight")]
+    pub max_inflight: u32,
+    /// `dataset[i].request_timeout_ms`: one read must finish within this.
+    /// Default 10000.
+    #[serde(default = "default_request_timeout_ms")]
+    pub request_timeout_ms: u64,
+    /// `dataset[i].retries`: retries of a failed sample read (overload,
+    /// unavailable and read timeouts), with exponential backoff and jitter:
+    /// this dataset's `read_retries` unless `[dataset.retry]` sets one.
+    /// Default 8, at most 100.
+    #[serde(default = "default_remote_retries")]
+    pub retries: u32,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_request_timeout_ms() -> u64 {
+    10_000
+}
+fn default_remote_retries() -> u32 {
+    8
+}
+fn default_data_table() -> String {
+    "data".to_owned()
+}
+fn default_metadata_table() -> String {
+    "metadata".to_owned()
+}
+fn default_cql_max_inflight() -> u32 {
+    2048
+}
+
+impl DatasetConfig {
+    /// `dataset[i].name`.
+    pub fn name(&self) -> &str {
+        match self {
+            DatasetConfig::Fs(d) => &d.name,
+            DatasetConfig::S3(d) => &d.name,
+            DatasetConfig::Cql(d) => &d.name,
+        }
+    }
+
+    /// `dataset[i].kind`.
+    pub fn kind(&self) -> SourceKind {
+        match self {
+            DatasetConfig::Fs(_) => SourceKind::Fs,
+            DatasetConfig::S3(_) => SourceKind::S3,
+            DatasetConfig::Cql(_) => SourceKind::Cql,
+        }
+    }
+
+    /// `dataset[i].order`.
+    pub fn order(&self) -> DeliveryOrder {
+        match self {
+            DatasetConfig::Fs(d) => d.order,
+            DatasetConfig::S3(d) => d.order,
+            DatasetConfig::Cql(d) => d.order,
+        }
+    }
+
+    /// `[dataset.retry]`.
+    pub fn retry(&self) -> &RetryOverride {
+        match self {
+            DatasetConfig::Fs(d) => &d.retry,
+            DatasetConfig::S3(d) => &d.retry,
+            DatasetConfig::Cql(d) => &d.retry,
+        }
+    }
+}
+
+/// Where a filesystem dataset's samples come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DatasetLocation<'a> {
+    /// A directory tree of class folders.
+    Root(&'a Path),
+    /// A manifest file.
+    Manifest(&'a Path),
+}
+
+impl FsConfig {
+    /// The dataset's location, or `None` unless exactly one of `root` and
+    /// `manifest` is set (which validation reports).
+    pub fn location(&self) -> Option<DatasetLocation<'_>> {
+        match (&self.root, &self.manifest) {
+            (Some(r), None) => Some(DatasetLocation::Root(r)),
+            (None, Some(m)) => Some(DatasetLocation::Manifest(m)),
+            _ => None,
+        }
+    }
+}
+
+/// A credential read from the configuration: printed as `<redacted>` by
+/// `Debug`, so logging a config never leaks it.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret itself, for the one place that must use it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// Whether `name` is a CQL name Granary accepts for a keyspace or table:
+/// 1 to 48 characters, lowercase ASCII letters, digits and `_`, starting
+/// with a letter — the names CQL takes unquoted and unchanged.
+pub(crate) fn is_cql_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    (1..=48).contains(&b.len())
+        && b[0].is_ascii_lowercase()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_')
+}
+
+/// Splits a `dataset[i].hosts` entry into host and port: `"host:port"`,
+/// `"host"` (port 9042), `"[v6]:port"` or `"[v6]"`.
+pub(crate) fn parse_cql_host(entry: &str) -> Result<(String, u16), String> {
+    let (host, port) = if let Some(rest) = entry.strip_prefix('[') {
+        let (h, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("{entry:?}: '[' without ']'"))?;
+        match after {
+            "" => (h, None),
+            p => (
+                h,
+                Some(
+                    p.strip_prefix(':')
+                        .ok_or_else(|| format!("{entry:?}: expected ':' after ']'"))?,
+                ),
+            ),
+        }
+    } else {
+        match entry.rsplit_once(':') {
+            Some((h, _)) if h.contains(':') => {
+                return Err(format!(
+                    "{entry:?}: write an IPv6 address in brackets, e.g. \"[::1]:9042\""
+                ))
+            }
+            Some((h, p)) => (h, Some(p)),
+            None => (entry, None),
+        }
+    };
+    if host.is_empty() || host.chars().any(|c| c.is_whitespace() || c == '/') {
+        return Err(format!("{entry:?} names no host"));
+    }
+    let port = match port {
+        None => 9042,
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p > 0)
+            .ok_or_else(|| format!("{entry:?}: {p:?} is not a port (1..=65535)"))?,
+    };
+    Ok((host.to_owned(), port))
+}

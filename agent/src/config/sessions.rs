@@ -1,0 +1,42 @@
+//! `[sessions]`: limits and timeouts of loader sessions.
+
+use serde::Deserialize;
+
+/// Largest ring capacity, in slots (the shared-memory layout's limit).
+pub(crate) const MAX_RING_CAPACITY: u32 = 1 << 20;
+
+/// `[sessions]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionsConfig {
+    /// `sessions.max_sessions`: concurrent loader sessions; further
+    /// connections are refused. Default 64.
+    pub max_sessions: u32,
+    /// `sessions.ready_ring_capacity`: slots of each session's ready ring
+    /// (batches published to the loader); a power of two in 2..=1048576.
+    /// Default 64.
+    pub ready_ring_capacity: u32,
+    /// `sessions.release_ring_capacity`: slots of each session's release ring
+    /// (batches handed back by the loader); a power of two in 2..=1048576.
+    /// Default 64.
+    pub release_ring_capacity: u32,
+    /// `sessions.client_timeout_ms`: a loader silent (no heartbeat, no
+    /// release) for this long, in milliseconds, is taken for dead and its
+    /// session is closed. Default 60000.
+    pub client_timeout_ms: u64,
+    /// `sessions.heartbeat_ms`: how often, in milliseconds, the agent and the
+    /// loaders signal liveness to each other. Default 1000.
+    pub heartbeat_ms: u64,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        Self {
+            max_sessions: 64,
+            ready_ring_capacity: 64,
+            release_ring_capacity: 64,
+            client_timeout_ms: 60_000,
+            heartbeat_ms: 1_000,
+        }
+    }
+}

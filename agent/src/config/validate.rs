@@ -1,0 +1,494 @@
+//! The rules single settings and relations between settings must obey,
+//! checked once the TOML has been read. Every problem is reported, each
+//! naming its field.
+
+use super::arena::{ARENA_BYTES_PER_INFLIGHT_READ, ARENA_GRANULE, MIN_ARENA_BYTES};
+use super::dataset::{
+    is_cql_name, parse_cql_host, MAX_CQL_CONNECTIONS, MAX_DATASET_NAME_BYTES, MAX_REMOTE_INFLIGHT,
+    MAX_REMOTE_RETRIES,
+};
+use super::prefetch::{MAX_INFLIGHT_READS, MAX_READ_RETRIES};
+use super::sessions::MAX_RING_CAPACITY;
+use super::socket::MAX_SOCKET_PATH_BYTES;
+use super::{
+    ByteSize, Config, ConfigError, CqlConfig, DatasetConfig, FsConfig, Problem, RetrySettings,
+    S3Config,
+};
+use std::collections::HashSet;
+use std::net::SocketAddr;
+
+/// Collects problems.
+#[derive(Default)]
+struct Problems(Vec<Problem>);
+
+impl Problems {
+    fn bad(&mut self, field: &str, reason: impl Into<String>) {
+        self.0.push(Problem::new(field, reason.into()));
+    }
+}
+
+impl Config {
+    /// Checks the rules that single fields and relations between fields must
+    /// obey; reports every problem found, each naming its field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut p = Problems::default();
+        self.validate_arena(&mut p);
+        self.validate_socket(&mut p);
+        self.validate_prefetch(&mut p);
+        self.validate_sessions(&mut p);
+        let addr = &self.metrics.address;
+        if !addr.is_empty() && addr.parse::<SocketAddr>().is_err() {
+            p.bad(
+                "metrics.address",
+                format!("{addr:?} is not IP:PORT (e.g. \"127.0.0.1:9464\"); use \"\" to disable metrics"),
+            );
+        }
+        self.validate_datasets(&mut p);
+        if p.0.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid {
+                file: None,
+                problems: p.0,
+            })
+        }
+    }
+
+    fn validate_arena(&self, p: &mut Problems) {
+        let size = self.arena.size.bytes();
+        if size < MIN_ARENA_BYTES {
+            p.bad(
+                "arena.size",
+                format!("{} is below the minimum of 64 MiB", self.arena.size),
+            );
+        }
+        if size % ARENA_GRANULE != 0 {
+            let up = size.div_ceil(ARENA_GRANULE).saturating_mul(ARENA_GRANULE);
+            p.bad(
+                "arena.size",
+                format!(
+                    "{size} bytes is not a multiple of 2 MiB (the huge page size); use {up} ({})",
+                    ByteSize(up)
+                ),
+            );
+        }
+        let need = u64::from(self.prefetch.max_inflight_reads) * ARENA_BYTES_PER_INFLIGHT_READ;
+        if size >= MIN_ARENA_BYTES && size < need {
+            p.bad(
+                "arena.size",
+                format!(
+                    "{} cannot hold the prefetch window: prefetch.max_inflight_reads = {} needs at least {} \
+                     (1 MiB per in-flight read)",
+                    self.arena.size,
+                    self.prefetch.max_inflight_reads,
+                    ByteSize(need)
+                ),
+            );
+        }
+    }
+
+    fn validate_socket(&self, p: &mut Problems) {
+        let sock = self.socket.path.as_os_str();
+        if sock.is_empty() {
+            p.bad("socket.path", "must not be empty");
+        } else if sock.len() > MAX_SOCKET_PATH_BYTES {
+            p.bad(
+                "socket.path",
+                format!(
+                    "{} is {} bytes long; a Unix socket path holds at most {MAX_SOCKET_PATH_BYTES}",
+                    self.socket.path.display(),
+                    sock.len()
+                ),
+            );
+        }
+        let mode = self.socket.mode.bits();
+        if mode & 0o600 != 0o600 {
+            p.bad(
+                "socket.mode",
+                format!(
+                    "{} does not give the owner read and write permission (0600)",
+                    self.socket.mode
+                ),
+            );
+        }
+        if !self.socket.allowed_gids.is_empty() && mode & 0o060 != 0o060 {
+            p.bad(
+                "socket.mode",
+                format!(
+                    "{} does not give the group read and write permission (0060), \
+                     so the members of socket.allowed_gids could not connect",
+                    self.socket.mode
+                ),
+            );
+        }
+    }
+
+    fn validate_prefetch(&self, p: &mut Problems) {
+        let pf = &self.prefetch;
+        if pf.window_batches == 0 {
+            p.bad("prefetch.window_batches", "must be at least 1");
+        }
+        if pf.max_inflight_reads == 0 || pf.max_inflight_reads > MAX_INFLIGHT_READS {
+            p.bad(
+                "prefetch.max_inflight_reads",
+                format!(
+                    "{} is outside 1..={MAX_INFLIGHT_READS}",
+                    pf.max_inflight_reads
+                ),
+            );
+        }
+        if pf.initial_window == 0 {
+            p.bad("prefetch.initial_window", "must be at least 1");
+        } else if pf.initial_window > pf.window_batches {
+            p.bad(
+                "prefetch.initial_window",
+                format!(
+                    "{} exceeds prefetch.window_batches = {}",
+                    pf.initial_window, pf.window_batches
+                ),
+            );
+        }
+        if pf.read_timeout_ms == 0 {
+            p.bad("prefetch.read_timeout_ms", "must be at least 1");
+        } else if pf.read_timeout_ms >= self.sessions.client_timeout_ms {
+            p.bad(
+                "prefetch.read_timeout_ms",
+                format!(
+                    "{} ms must be below sessions.client_timeout_ms = {} ms, or a loader waiting on \
+                     a slow read would be taken for dead before the read fails",
+                    pf.read_timeout_ms, self.sessions.client_timeout_ms
+                ),
+            );
+        }
+        let retry = pf.retry_settings(&Default::default());
+        self.validate_retry(&retry, "prefetch.", p);
+    }
+
+    /// The rules of retry settings, in `[prefetch]` (`prefix` =
+    /// `"prefetch."`) or a dataset's `[dataset.retry]`.
+    fn validate_retry(&self, r: &RetrySettings, prefix: &str, p: &mut Problems) {
+        let field = |k: &str| format!("{prefix}{k}");
+        let ms = |d: std::time::Duration| d.as_millis();
+        if r.retries > MAX_READ_RETRIES {
+            p.bad(
+                &field("read_retries"),
+                format!("{} is above the maximum of {MAX_READ_RETRIES}", r.retries),
+            );
+        }
+        if r.backoff.is_zero() {
+            p.bad(&field("retry_backoff_ms"), "must be at least 1");
+        } else if r.backoff_max < r.backoff {
+            p.bad(
+                &field("retry_backoff_max_ms"),
+                format!(
+                    "{} ms is below retry_backoff_ms = {} ms",
+                    ms(r.backoff_max),
+                    ms(r.backoff)
+                ),
+            );
+        }
+        let read_timeout = u128::from(self.prefetch.read_timeout_ms);
+        if ms(r.deadline) < read_timeout {
+            p.bad(
+                &field("sample_deadline_ms"),
+                format!(
+                    "{} ms is below prefetch.read_timeout_ms = {read_timeout} ms: a sample must \
+                     have time for at least one whole read",
+                    ms(r.deadline)
+                ),
+            );
+        } else if ms(r.deadline) >= u128::from(self.sessions.client_timeout_ms) {
+            p.bad(
+                &field("sample_deadline_ms"),
+                format!(
+                    "{} ms must be below sessions.client_timeout_ms = {} ms, or a loader waiting \
+                     on a failing sample would be taken for dead before the sample fails",
+                    ms(r.deadline),
+                    self.sessions.client_timeout_ms
+                ),
+            );
+        }
+    }
+
+    fn validate_sessions(&self, p: &mut Problems) {
+        let ss = &self.sessions;
+        if ss.max_sessions == 0 {
+            p.bad("sessions.max_sessions", "must be at least 1");
+        }
+        for (field, cap) in [
+            ("sessions.ready_ring_capacity", ss.ready_ring_capacity),
+            ("sessions.release_ring_capacity", ss.release_ring_capacity),
+        ] {
+            if !cap.is_power_of_two() || !(2..=MAX_RING_CAPACITY).contains(&cap) {
+                p.bad(
+                    field,
+                    format!("{cap} is not a power of two in 2..={MAX_RING_CAPACITY}"),
+                );
+            }
+        }
+        if ss.client_timeout_ms == 0 {
+            p.bad("sessions.client_timeout_ms", "must be at least 1");
+        }
+        if ss.heartbeat_ms == 0 {
+            p.bad("sessions.heartbeat_ms", "must be at least 1");
+        } else if ss.heartbeat_ms >= ss.client_timeout_ms {
+            p.bad(
+                "sessions.heartbeat_ms",
+                format!(
+                    "{} ms must be below sessions.client_timeout_ms = {} ms",
+                    ss.heartbeat_ms, ss.client_timeout_ms
+                ),
+            );
+        }
+    }
+
+    fn validate_datasets(&self, p: &mut Problems) {
+        if self.datasets.is_empty() {
+            p.bad("dataset", "at least one [[dataset]] is required");
+        }
+        // A dataset's retry table is checked once [prefetch]'s retry
+        // settings pass, so that one mistake is not reported once per dataset.
+        let prefetch_retry_ok = {
+            let mut q = Problems::default();
+            self.validate_retry(
+                &self.prefetch.retry_settings(&Default::default()),
+                "",
+                &mut q,
+            );
+            q.0.is_empty()
+        };
+        let mut seen = HashSet::new();
+        for (i, ds) in self.datasets.iter().enumerate() {
+            let field = |name: &str| format!("dataset[{i}].{name}");
+            let name = ds.name();
+            if name.is_empty() {
+                p.bad(&field("name"), "must not be empty");
+            } else if name.len() > MAX_DATASET_NAME_BYTES {
+                p.bad(
+                    &field("name"),
+                    format!(
+                        "is {} bytes long; at most {MAX_DATASET_NAME_BYTES}",
+                        name.len()
+                    ),
+                );
+            } else if name.chars().any(char::is_control) {
+                p.bad(
+                    &field("name"),
+                    format!("{name:?} contains control characters"),
+                );
+            } else if !seen.insert(name) {
+                p.bad(
+                    &field("name"),
+                    format!("{name:?} is used by an earlier dataset"),
+                );
+            }
+            if prefetch_retry_ok && *ds.retry() != Default::default() {
+                self.validate_retry(&self.retry_for(ds), &field("retry."), p);
+            }
+            match ds {
+                DatasetConfig::Fs(fs) => validate_fs(fs, &field, p),
+                DatasetConfig::S3(s3) => {
+                    validate_s3(s3, &field, p);
+                    self.validate_remote(
+                        s3.request_timeout_ms,
+                        s3.retries,
+                        s3.max_inflight,
+                        &field,
+                        p,
+                    );
+                }
+                DatasetConfig::Cql(cql) => {
+                    validate_cql(cql, &field, p);
+                    self.validate_remote(
+                        cql.request_timeout_ms,
+                        cql.retries,
+                        Some(cql.max_inflight),
+                        &field,
+                        p,
+                    );
+                }
+            }
+        }
+    }
+
+    /// The rules of the fields remote stores share.
+    fn validate_remote(
+        &self,
+        request_timeout_ms: u64,
+        retries: u32,
+        max_inflight: Option<u32>,
+        field: &dyn Fn(&str) -> String,
+        p: &mut Problems,
+    ) {
+        let client_timeout = self.sessions.client_timeout_ms;
+        if request_timeout_ms == 0 {
+            p.bad(&field("request_timeout_ms"), "must be at least 1");
+        } else if request_timeout_ms >= client_timeout {
+            p.bad(
+                &field("request_timeout_ms"),
+                format!(
+                    "{request_timeout_ms} ms must be below sessions.client_timeout_ms = {client_timeout} ms"
+                ),
+            );
+        }
+        if retries > MAX_REMOTE_RETRIES {
+            p.bad(
+                &field("retries"),
+                format!("{retries} is above the maximum of {MAX_REMOTE_RETRIES}"),
+            );
+        }
+        if let Some(n) = max_inflight {
+            if !(1..=MAX_REMOTE_INFLIGHT).contains(&n) {
+                p.bad(
+                    &field("max_inflight"),
+                    format!("{n} is outside 1..={MAX_REMOTE_INFLIGHT}"),
+                );
+            }
+        }
+    }
+}
+
+/// The rules of a `kind = "fs"` dataset.
+fn validate_fs(ds: &FsConfig, field: &dyn Fn(&str) -> String, p: &mut Problems) {
+    match (&ds.root, &ds.manifest) {
+        (None, None) => p.bad(
+            &field("root"),
+            "set either `root` (a directory tree) or `manifest` (a file)",
+        ),
+        (Some(_), Some(_)) => p.bad(&field("manifest"), "set only one of `root` and `manifest`"),
+        (Some(r), None) if r.as_os_str().is_empty() => p.bad(&field("root"), "must not be empty"),
+        (None, Some(m)) if m.as_os_str().is_empty() => {
+            p.bad(&field("manifest"), "must not be empty")
+        }
+        _ => {}
+    }
+}
+
+/// The rules of a `kind = "s3"` dataset.
+fn validate_s3(ds: &S3Config, field: &dyn Fn(&str) -> String, p: &mut Problems) {
+    let b = &ds.bucket;
+    if b.is_empty() || b.contains('/') || b.chars().any(char::is_whitespace) {
+        p.bad(
+            &field("bucket"),
+            format!("{b:?} is not a bucket name (non-empty, no '/' or spaces)"),
+        );
+    }
+    match (&ds.prefix, &ds.manifest) {
+        (None, None) => p.bad(
+            &field("prefix"),
+            "set either `prefix` (a folder of the bucket; \"\" for all of it) or `manifest`",
+        ),
+        (Some(_), Some(_)) => p.bad(
+            &field("manifest"),
+            "set only one of `prefix` and `manifest`",
+        ),
+        (None, Some(m)) if m.is_empty() || m == "file://" => {
+            p.bad(&field("manifest"), "must not be empty")
+        }
+        _ => {}
+    }
+    if let Some(e) = &ds.endpoint {
+        if let Some(rest) = e.strip_prefix("http://") {
+            if rest.is_empty() {
+                p.bad(&field("endpoint"), format!("{e:?} names no host"));
+            } else if !ds.allow_http {
+                p.bad(
+                    &field("allow_http"),
+                    format!(
+                        "endpoint {e} is plain HTTP; set allow_http = true to use it (meant for loopback and test servers)"
+                    ),
+                );
+            }
+        } else if e.strip_prefix("https://").is_none_or(str::is_empty) {
+            p.bad(
+                &field("endpoint"),
+                format!("{e:?} is not an http:// or https:// URL"),
+            );
+        }
+    }
+    if ds.access_key_id.is_some() != ds.secret_access_key.is_some() {
+        let missing = if ds.access_key_id.is_some() {
+            "secret_access_key"
+        } else {
+            "access_key_id"
+        };
+        p.bad(
+            &field(missing),
+            "access_key_id and secret_access_key go together: set both, or neither (then \
+             AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY are used)",
+        );
+    }
+}
+
+/// The rules of a `kind = "cql"` dataset.
+fn validate_cql(ds: &CqlConfig, field: &dyn Fn(&str) -> String, p: &mut Problems) {
+    if ds.hosts.is_empty() {
+        p.bad(
+            &field("hosts"),
+            "required for kind = \"cql\": contact points such as [\"10.0.0.1:9042\"]",
+        );
+    }
+    for (j, h) in ds.hosts.iter().enumerate() {
+        if let Err(e) = parse_cql_host(h) {
+            p.bad(&field(&format!("hosts[{j}]")), e);
+        }
+    }
+    let name_rule = "is not a CQL name Granary accepts (1 to 48 lowercase letters, digits or \
+                     '_', starting with a letter)";
+    for (key, value) in [
+        ("keyspace", &ds.keyspace),
+        ("data_table", &ds.data_table),
+        ("metadata_table", &ds.metadata_table),
+    ] {
+        if !is_cql_name(value) {
+            p.bad(&field(key), format!("{value:?} {name_rule}"));
+        }
+    }
+    if ds.data_table == ds.metadata_table {
+        p.bad(
+            &field("metadata_table"),
+            format!(
+                "{:?} is also the data table; the two tables must differ",
+                ds.metadata_table
+            ),
+        );
+    }
+    match (&ds.username, &ds.password) {
+        (Some(u), _) if u.is_empty() => p.bad(&field("username"), "must not be empty"),
+        (None, Some(_)) => p.bad(
+            &field("username"),
+            "a password is set without a username; set both (or the username and \
+             GRANARY_CQL_PASSWORD in the environment)",
+        ),
+        _ => {}
+    }
+    if let Some(f) = &ds.tls_ca_file {
+        if f.as_os_str().is_empty() {
+            p.bad(&field("tls_ca_file"), "must not be empty");
+        } else if !ds.tls {
+            p.bad(
+                &field("tls"),
+                "tls_ca_file is set but TLS is off; set tls = true",
+            );
+        }
+    }
+    if ds.connections_per_host.is_some() && ds.connections_per_shard.is_some() {
+        p.bad(
+            &field("connections_per_shard"),
+            "set only one of connections_per_host and connections_per_shard",
+        );
+    }
+    for (key, value) in [
+        ("connections_per_host", ds.connections_per_host),
+        ("connections_per_shard", ds.connections_per_shard),
+    ] {
+        if let Some(n) = value {
+            if !(1..=MAX_CQL_CONNECTIONS).contains(&n) {
+                p.bad(
+                    &field(key),
+                    format!("{n} is outside 1..={MAX_CQL_CONNECTIONS}"),
+                );
+            }
+        }
+    }
+}
