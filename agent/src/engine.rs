@@ -175,6 +175,7 @@ impl Engine {
             datasets.push(ds);
         }
         datasets.extend(extra);
+        metrics.register_datasets(datasets.iter().map(|d| (d.name.as_str(), d.kind())));
         let deadline = Instant::now() + STARTUP_LOAD_WAIT;
         for d in &mut datasets {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -212,7 +213,7 @@ impl Engine {
         cc.transient_reserve = transient_reserve(&cfg, &datasets, &cc);
         let cache = Cache::new(cc).map_err(|e| io::Error::other(format!("cache: {e}")))?;
         let server = Server::bind(&cfg.socket)?;
-        metrics.arena_size.store(size, Ordering::Relaxed);
+        metrics.arena_size.set(size);
         let now = Instant::now();
         Ok(Engine {
             cfg,
@@ -349,7 +350,7 @@ impl Engine {
                         .get(&sid)
                         .is_some_and(|s| !s.leases.is_empty())
                     {
-                        self.metrics.loaders_lost.fetch_add(1, Ordering::Relaxed);
+                        self.metrics.loaders_lost.inc_by(1);
                     }
                     self.end_session(sid, false);
                 }
@@ -470,7 +471,7 @@ impl Engine {
         {
             return; // the loader is gone already
         }
-        self.metrics.sessions_opened.fetch_add(1, Ordering::Relaxed);
+        self.metrics.sessions_opened.inc_by(1);
         if let Ok(plan) = SessionPlan::new(params, req.first_epoch, req.epoch_count) {
             if let Err(e) = self.cache.add_session(id, ds as u32, plan) {
                 eprintln!("granaryd: session {id}: cache cannot index its plan: {e}");
@@ -516,8 +517,8 @@ impl Engine {
     }
 
     fn fence(&mut self, sid: u64, v: Violation) {
-        self.metrics.violations.fetch_add(1, Ordering::Relaxed);
-        self.metrics.sessions_fenced.fetch_add(1, Ordering::Relaxed);
+        self.metrics.violations.inc_by(1);
+        self.metrics.sessions_fenced.inc_by(1);
         if let Some(s) = self.sessions.get(&sid) {
             eprintln!("granaryd: session {sid} fenced: {v}");
             s.segment.fence(&v);
@@ -597,13 +598,11 @@ impl Engine {
                 let k = key(ds, sample);
                 let pinned = match self.cache.access(k) {
                     Lookup::Ready(_) | Lookup::InFlight { .. } => {
-                        self.metrics
-                            .count_epoch(&self.datasets[ds].name, b.epoch, 1, 0);
+                        self.metrics.count_epoch(ds, b.epoch, 1, 0);
                         self.cache.pin(k).is_ok()
                     }
                     Lookup::Failed { pins, .. } if pins > 0 => {
-                        self.metrics
-                            .count_epoch(&self.datasets[ds].name, b.epoch, 0, 1);
+                        self.metrics.count_epoch(ds, b.epoch, 0, 1);
                         false
                     }
                     Lookup::Absent | Lookup::Failed { .. } => {
@@ -614,8 +613,7 @@ impl Engine {
                         match self.cache.reserve(k, len) {
                             Ok(r) => {
                                 budget -= 1;
-                                self.metrics
-                                    .count_epoch(&self.datasets[ds].name, b.epoch, 0, 1);
+                                self.metrics.count_epoch(ds, b.epoch, 0, 1);
                                 reads.push((k, r.extent.offset, len));
                                 true // reserve pins once for us
                             }
@@ -667,7 +665,7 @@ impl Engine {
         };
         match submitted {
             Ok(()) => {
-                self.metrics.reads_submitted.fetch_add(1, Ordering::Relaxed);
+                self.metrics.reads_submitted.inc_by(1);
                 self.inflight.insert(tag, inflight);
             }
             // Queue full: try again next turn, into the same extent.
@@ -769,9 +767,7 @@ impl Engine {
             self.metrics.read_latency.observe(inf.started.elapsed());
             match &c.result {
                 Ok(n) if *n == inf.len => {
-                    self.metrics
-                        .bytes_read
-                        .fetch_add(u64::from(*n), Ordering::Relaxed);
+                    self.metrics.bytes_read.inc_by(u64::from(*n));
                     let crc = self
                         .arena
                         .read_at(inf.dest, inf.len as usize)
@@ -785,7 +781,7 @@ impl Engine {
                             .source()
                             .is_some_and(|src| src.is_retryable(e)) =>
                 {
-                    self.metrics.read_retries.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.read_retries.inc_by(1);
                     let backoff = Duration::from_millis(
                         self.cfg.prefetch.retry_backoff_ms << inf.attempt.min(10),
                     );
@@ -798,7 +794,7 @@ impl Engine {
                     ));
                 }
                 other => {
-                    self.metrics.read_errors.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.read_errors.inc_by(1);
                     let d = &mut self.datasets[inf.key.dataset as usize];
                     self.metrics.dataset_health(&d.name, |h| h.read_errors += 1);
                     let what = d
@@ -870,9 +866,7 @@ impl Engine {
             }
             if self.datasets[ds].relaxed && matches!(s.ready.unconsumed(), Ok(0)) {
                 let swaps = relax_front(&mut s.pending, &self.cache, ds);
-                self.metrics
-                    .relaxed_swaps
-                    .fetch_add(swaps, Ordering::Relaxed);
+                self.metrics.relaxed_swaps.inc_by(swaps);
             }
             let Some(front) = s.pending.front() else {
                 break;
@@ -968,13 +962,9 @@ impl Engine {
             };
             let _ = s.ready.try_stage(d);
             let _ = self.cache.advance_session_by(sid, n as u64);
-            self.metrics
-                .samples_served
-                .fetch_add(n as u64, Ordering::Relaxed);
-            self.metrics
-                .bytes_served
-                .fetch_add(total, Ordering::Relaxed);
-            self.metrics.batches_served.fetch_add(1, Ordering::Relaxed);
+            self.metrics.samples_served.inc_by(n as u64);
+            self.metrics.bytes_served.inc_by(total);
+            self.metrics.batches_served.inc_by(1);
             s.window = (s.window + 1).min(self.cfg.prefetch.window_batches);
             published = true;
         }
@@ -990,9 +980,7 @@ impl Engine {
         if !published {
             match s.ready.unconsumed() {
                 Ok(0) if !s.ended => {
-                    self.metrics
-                        .loader_wait_ns
-                        .fetch_add(dt.as_nanos() as u64, Ordering::Relaxed);
+                    self.metrics.loader_wait_ns.inc_by(dt.as_nanos() as u64);
                 }
                 Ok(_) => {}
                 Err(v) => {
@@ -1009,17 +997,18 @@ impl Engine {
         let m = &self.metrics;
         let tables_free = self.tables.free_bytes();
         let tables_used = self.tables.size() - tables_free;
-        m.arena_free.store(a.free + tables_free, Ordering::Relaxed);
-        m.arena_cached.store(a.cached, Ordering::Relaxed);
-        m.arena_pinned
-            .store(a.pinned + tables_used, Ordering::Relaxed);
-        m.arena_in_flight.store(a.in_flight, Ordering::Relaxed);
-        m.reads_in_flight
-            .store(self.inflight.len() as u64, Ordering::Relaxed);
-        m.sessions_open
-            .store(self.sessions.len() as u64, Ordering::Relaxed);
-        m.cache_hits.store(self.cache.hits(), Ordering::Relaxed);
-        m.cache_misses.store(self.cache.misses(), Ordering::Relaxed);
+        m.arena_free.set(a.free + tables_free);
+        m.arena_cached.set(a.cached);
+        m.arena_pinned.set(a.pinned + tables_used);
+        m.arena_in_flight.set(a.in_flight);
+        m.reads_in_flight.set(self.inflight.len() as u64);
+        m.sessions_open.set(self.sessions.len() as u64);
+        m.cache_hits
+            .inner()
+            .store(self.cache.hits(), Ordering::Relaxed);
+        m.cache_misses
+            .inner()
+            .store(self.cache.misses(), Ordering::Relaxed);
     }
 }
 

@@ -19,13 +19,13 @@ use granary::{Client, SessionOptions};
 use granary_agent::cache::sim::{self, SimConfig};
 use granary_agent::cache::PolicyKind;
 use granary_agent::planner::{PlanParams, SessionPlan};
-use granary_agent::synth;
 use granary_bench::agent::{series_value, Agent, AgentSettings};
 use granary_bench::cli::Args;
 use granary_bench::data;
 use granary_bench::loader::{self, Wait};
 use granary_bench::report::Json;
 use granary_bench::sys;
+use granary_tools::synth;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -153,8 +153,8 @@ fn run() -> Result<()> {
         let lookups = agent.epoch_lookups("policy");
         let series = agent.series();
         let m = agent.metrics();
-        let reads = m.reads_submitted.load(Ordering::Relaxed);
-        let waited_s = m.loader_wait_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        let reads = m.reads_submitted.get();
+        let waited_s = m.loader_wait_ns.get() as f64 / 1e9;
         drop(client);
         agent.stop().map_err(|e| format!("agent: {e}"))?;
 

@@ -8,11 +8,11 @@
 //! standard error and passes: no cluster can run where CI runs. See
 //! docs/scylla.md.
 
-use granary_agent::ingest::cql::{self as ingest_cql, CqlIngestOptions};
 use granary_agent::source::cql::{is_retryable, CqlDataset, CqlError, CqlSettings, CqlSource};
 use granary_agent::source::{Catalog, SampleSource};
-use granary_agent::synth::{self, SynthSpec};
 use granary_agent::uring_reader::Completion;
+use granary_tools::ingest::cql::{self as ingest_cql, CqlIngestOptions};
+use granary_tools::synth::{self, SynthSpec};
 use std::collections::HashMap;
 use std::io;
 use std::path::Path;
