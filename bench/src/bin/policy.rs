@@ -68,6 +68,12 @@ fn run() -> Result<()> {
     let files = args.u64("files", 4_000)?;
     let mean = args.u64("mean-size", 50_000)?;
     let epochs = args.u32("epochs", 4)?.max(1);
+    if epochs as usize > granary_agent::metrics::EPOCH_SLOTS {
+        return Err(format!(
+            "--epochs {epochs}: the agent keeps per-epoch counters for {} epochs only",
+            granary_agent::metrics::EPOCH_SLOTS
+        ));
+    }
     let batch = args.u32("batch", granary::DEFAULT_BATCH_SIZE)?;
     let window = args.u32("window", 16)?;
     let inflight = args.u32("inflight", 64)?;
