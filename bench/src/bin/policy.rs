@@ -28,7 +28,6 @@ use granary_bench::sys;
 use granary_tools::synth;
 use std::fmt::Write as _;
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 type Result<T> = std::result::Result<T, String>;
