@@ -43,6 +43,7 @@
 
 pub mod future;
 pub mod policy;
+#[cfg(feature = "sim")]
 pub mod sim;
 
 use std::collections::{BTreeMap, HashMap};

@@ -53,7 +53,7 @@ pub fn run(cfg: Config) -> io::Result<()> {
             "4 KiB pages"
         }
     );
-    eprintln!("granaryd: {status}");
+    tracing::info!("{status}");
     notifier.ready(&status)?;
     let mut last_watchdog = Instant::now();
     let interval = notifier.watchdog_interval();
@@ -66,6 +66,6 @@ pub fn run(cfg: Config) -> io::Result<()> {
         }
     })?;
     let _ = notifier.stopping();
-    eprintln!("granaryd: stopped");
+    tracing::info!("stopped");
     Ok(())
 }

@@ -299,13 +299,13 @@ impl Dataset {
             _ => {
                 let more = std::mem::take(&mut self.failures_unlogged);
                 if more > 0 {
-                    eprintln!(
-                        "granaryd: dataset {:?}: {more} more samples failed in the last {} s",
+                    tracing::warn!(
+                        "dataset {:?}: {more} more samples failed in the last {} s",
                         self.name,
                         ERROR_LOG_INTERVAL.as_secs()
                     );
                 }
-                eprintln!("granaryd: dataset {:?}: {}", self.name, what());
+                tracing::warn!("dataset {:?}: {}", self.name, what());
                 self.failures_logged = Some(now);
             }
         }

@@ -1,4 +1,7 @@
-//! The Granary agent library: everything `granaryd` and `granary` do.
+//! The Granary agent library: everything `granaryd` does.
+//!
+//! The operator CLI `granary`, the ingest into S3/CQL and the synthetic
+//! dataset generator live in the `granary-tools` crate (`tools/`).
 #![deny(unsafe_op_in_unsafe_fn)]
 pub mod cache;
 pub mod config;
@@ -6,15 +9,13 @@ pub mod daemon;
 pub mod dataset;
 pub mod engine;
 pub mod extent;
-pub mod ingest;
+pub mod logging;
 pub mod metrics;
 pub mod notify;
 pub mod planner;
-pub mod progress;
 pub mod retry;
 pub mod server;
 pub mod session;
 pub mod source;
-pub mod synth;
 mod sys;
 pub mod uring_reader;

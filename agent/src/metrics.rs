@@ -1,18 +1,33 @@
-//! The agent's metrics: lock-free counters and gauges, a read-latency
-//! histogram, the Prometheus text rendering, and a tiny HTTP endpoint.
+//! The agent's metrics: counters, gauges and a read-latency histogram the
+//! engine updates without locks or allocations, rendered in the
+//! OpenMetrics text format by `prometheus-client`, and served over HTTP by
+//! [`MetricsServer`] (see `docs/operations.md` for every metric).
 //!
-//! The engine thread updates the atomics; the HTTP thread and `granary
-//! status` read them. Nothing here blocks the data path.
+//! The engine thread updates atomics only: [`Counter::inc_by`],
+//! [`Gauge::set`], [`Histogram::observe`], [`Metrics::count_epoch`] (dense
+//! per-dataset slots, indexed by the dataset's position in the engine, and a
+//! bounded table of epochs per dataset). The HTTP thread and `granary
+//! status` read them; a scrape allocates, a sample never does.
 
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::io::{self, BufRead, BufReader, Write};
+use std::fmt;
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::sync::Mutex;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+pub use prometheus_client::metrics::counter::Counter;
+
+/// A gauge of non-negative integers (bytes, counts).
+pub type Gauge = prometheus_client::metrics::gauge::Gauge<u64, AtomicU64>;
 
 /// Upper bounds (seconds) of the read-latency histogram buckets.
 pub const LATENCY_BUCKETS: [f64; 14] = [
@@ -20,7 +35,14 @@ pub const LATENCY_BUCKETS: [f64; 14] = [
     1.0,
 ];
 
-/// A cumulative histogram over [`LATENCY_BUCKETS`].
+/// Epochs of one dataset that keep series of their own
+/// (`granary_epoch_lookups_total`): the most recently started ones. An
+/// older epoch's series disappears when a newer one needs its slot, so a
+/// loader's choice of `first_epoch` cannot grow the label set.
+pub const EPOCH_SLOTS: usize = 8;
+
+/// A cumulative histogram over [`LATENCY_BUCKETS`], lock-free (the
+/// `prometheus-client` histogram takes a lock per observation).
 #[derive(Debug, Default)]
 pub struct Histogram {
     buckets: [AtomicU64; LATENCY_BUCKETS.len()],
@@ -61,86 +83,56 @@ impl Histogram {
         }
         Some(f64::INFINITY)
     }
+}
 
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        let mut cum = 0;
-        for (i, b) in self.buckets.iter().enumerate() {
-            cum += b.load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {cum}", LATENCY_BUCKETS[i]);
-        }
-        let count = self.count();
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(
-            out,
-            "{name}_sum {}",
-            self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9
-        );
-        let _ = writeln!(out, "{name}_count {count}");
+/// A [`Histogram`] shared with the registry.
+#[derive(Debug, Clone, Default)]
+pub struct SharedHistogram(Arc<Histogram>);
+
+impl std::ops::Deref for SharedHistogram {
+    type Target = Histogram;
+
+    fn deref(&self) -> &Histogram {
+        &self.0
     }
 }
 
-/// Every metric the agent exports.
-#[derive(Debug, Default)]
-pub struct Metrics {
-    /// Samples handed to loaders (counted once per batch publication).
-    pub samples_served: AtomicU64,
-    /// Bytes handed to loaders.
-    pub bytes_served: AtomicU64,
-    /// Batches published.
-    pub batches_served: AtomicU64,
-    /// Sample lookups that found the sample in the arena.
-    pub cache_hits: AtomicU64,
-    /// Sample lookups that needed a read from the source.
-    pub cache_misses: AtomicU64,
-    /// Reads submitted to the source.
-    pub reads_submitted: AtomicU64,
-    /// Reads that failed after retries.
-    pub read_errors: AtomicU64,
-    /// Reads retried.
-    pub read_retries: AtomicU64,
-    /// Samples moved ahead of late ones (`order = "relaxed"`).
-    pub relaxed_swaps: AtomicU64,
-    /// Reads currently in flight (gauge).
-    pub reads_in_flight: AtomicU64,
-    /// Bytes read from the source.
-    pub bytes_read: AtomicU64,
-    /// Read latency.
-    pub read_latency: Histogram,
-    /// Nanoseconds loaders spent with an empty ready ring while their next batch was not ready.
-    pub loader_wait_ns: AtomicU64,
-    /// Arena bytes free (gauge).
-    pub arena_free: AtomicU64,
-    /// Arena bytes cached and unpinned (gauge).
-    pub arena_cached: AtomicU64,
-    /// Arena bytes pinned by published batches (gauge).
-    pub arena_pinned: AtomicU64,
-    /// Arena bytes reserved for reads in flight (gauge).
-    pub arena_in_flight: AtomicU64,
-    /// Arena size (gauge).
-    pub arena_size: AtomicU64,
-    /// Sessions open (gauge).
-    pub sessions_open: AtomicU64,
-    /// Sessions opened since start.
-    pub sessions_opened: AtomicU64,
-    /// Protocol violations detected.
-    pub violations: AtomicU64,
-    /// Sessions fenced.
-    pub sessions_fenced: AtomicU64,
-    /// Sessions ended because their loader went silent.
-    pub sessions_timed_out: AtomicU64,
-    /// Connections refused by the credential allowlist.
-    pub connections_refused: AtomicU64,
-    /// Loaders that went away with batches on loan.
-    pub loaders_lost: AtomicU64,
-    /// Per (dataset, epoch): samples found in the arena / read from the source
-    /// when a session first needed them. Bounded by datasets × epochs used.
-    pub epochs: Mutex<BTreeMap<(String, u32), EpochCounts>>,
-    /// Per dataset: whether it serves, and its samples that failed for good.
-    pub datasets: Mutex<BTreeMap<String, DatasetHealth>>,
+impl EncodeMetric for SharedHistogram {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
 }
 
-/// How one dataset is doing.
+impl TypedMetric for Histogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for Histogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), fmt::Error> {
+        let count = self.count();
+        let mut buckets = [(f64::INFINITY, 0u64); LATENCY_BUCKETS.len() + 1];
+        let mut below = 0;
+        for (i, b) in self.buckets.iter().enumerate() {
+            let n = b.load(Ordering::Relaxed);
+            buckets[i] = (LATENCY_BUCKETS[i], n);
+            below += n;
+        }
+        buckets[LATENCY_BUCKETS.len()] = (f64::INFINITY, count.saturating_sub(below));
+        let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        encoder
+            .encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// How one dataset is doing (a snapshot; see [`Metrics::dataset_health`]).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct DatasetHealth {
     /// `"fs"`, `"s3"`, `"cql"`.
@@ -156,26 +148,472 @@ pub struct DatasetHealth {
 /// Hits and misses of one epoch of one dataset, over all sessions.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct EpochCounts {
-    /// Samples present in the arena (or already being read) when needed.
+    /// Samples present in the arena (or already being read) when a session
+    /// first needed them.
     pub hits: u64,
     /// Samples that had to be read from the source.
     pub misses: u64,
 }
 
-/// A label value with `\` and `"` escaped, as the text format wants.
-fn escape_label(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"")
+/// Marks an [`EpochSlot`] that holds no epoch.
+const NO_EPOCH: u64 = u64::MAX;
+
+/// One epoch's counters in a dataset's bounded epoch table.
+#[derive(Debug)]
+struct EpochSlot {
+    /// The epoch counted here, or [`NO_EPOCH`].
+    epoch: AtomicU64,
+    /// When the slot was taken (the table's clock), for eviction.
+    born: AtomicU64,
+    hits: AtomicU64,
+    misses: AtomicU64,
 }
 
-fn load(a: &AtomicU64) -> u64 {
-    a.load(Ordering::Relaxed)
+impl Default for EpochSlot {
+    fn default() -> EpochSlot {
+        EpochSlot {
+            epoch: AtomicU64::new(NO_EPOCH),
+            born: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The counters of one dataset.
+#[derive(Debug)]
+struct DatasetStats {
+    name: Box<str>,
+    kind: &'static str,
+    ready: AtomicBool,
+    load_attempts: AtomicU64,
+    read_errors: AtomicU64,
+    /// Samples needed, over every epoch: found in the arena / read.
+    hits: AtomicU64,
+    misses: AtomicU64,
+    epochs: [EpochSlot; EPOCH_SLOTS],
+    /// The epoch table's clock: slots taken so far.
+    clock: AtomicU64,
+    /// The slot used last (most samples of a turn share an epoch).
+    last: AtomicU64,
+}
+
+impl DatasetStats {
+    fn new(name: &str, kind: &'static str) -> DatasetStats {
+        DatasetStats {
+            name: name.into(),
+            kind,
+            ready: AtomicBool::new(false),
+            load_attempts: AtomicU64::new(0),
+            read_errors: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            epochs: Default::default(),
+            clock: AtomicU64::new(0),
+            last: AtomicU64::new(0),
+        }
+    }
+
+    /// The slot of `epoch`, taking the oldest one when it has none. Written
+    /// by the engine thread only; a scrape racing a slot's reuse may read
+    /// that slot's old or new counts, never anything else.
+    fn slot(&self, epoch: u64) -> &EpochSlot {
+        let last = &self.epochs[self.last.load(Ordering::Relaxed) as usize % EPOCH_SLOTS];
+        if last.epoch.load(Ordering::Relaxed) == epoch {
+            return last;
+        }
+        let (mut oldest, mut oldest_born) = (0, u64::MAX);
+        for (i, s) in self.epochs.iter().enumerate() {
+            let e = s.epoch.load(Ordering::Relaxed);
+            if e == epoch {
+                self.last.store(i as u64, Ordering::Relaxed);
+                return s;
+            }
+            let born = if e == NO_EPOCH {
+                0
+            } else {
+                s.born.load(Ordering::Relaxed)
+            };
+            if born < oldest_born {
+                (oldest, oldest_born) = (i, born);
+            }
+        }
+        let s = &self.epochs[oldest];
+        s.epoch.store(NO_EPOCH, Ordering::Release);
+        s.hits.store(0, Ordering::Relaxed);
+        s.misses.store(0, Ordering::Relaxed);
+        s.born.store(
+            self.clock.fetch_add(1, Ordering::Relaxed) + 1,
+            Ordering::Relaxed,
+        );
+        s.epoch.store(epoch, Ordering::Release);
+        self.last.store(oldest as u64, Ordering::Relaxed);
+        s
+    }
+
+    fn health(&self) -> DatasetHealth {
+        DatasetHealth {
+            kind: self.kind,
+            ready: self.ready.load(Ordering::Relaxed),
+            load_attempts: self.load_attempts.load(Ordering::Relaxed),
+            read_errors: self.read_errors.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The epochs in the table, in epoch order.
+    fn epoch_counts(&self) -> Vec<(u64, EpochCounts)> {
+        let mut v: Vec<(u64, EpochCounts)> = self
+            .epochs
+            .iter()
+            .filter_map(|s| {
+                let e = s.epoch.load(Ordering::Acquire);
+                let c = EpochCounts {
+                    hits: s.hits.load(Ordering::Relaxed),
+                    misses: s.misses.load(Ordering::Relaxed),
+                };
+                (e != NO_EPOCH && s.epoch.load(Ordering::Acquire) == e).then_some((e, c))
+            })
+            .collect();
+        v.sort_unstable_by_key(|(e, _)| *e);
+        v
+    }
+}
+
+/// The per-dataset counters, set once the engine knows its datasets.
+type DatasetTable = Arc<OnceLock<Box<[DatasetStats]>>>;
+
+/// Every metric the agent exports.
+pub struct Metrics {
+    /// Samples handed to loaders (counted once per batch publication).
+    pub samples_served: Counter,
+    /// Bytes handed to loaders.
+    pub bytes_served: Counter,
+    /// Batches published.
+    pub batches_served: Counter,
+    /// The cache's own total of lookups that found the sample in the arena
+    /// (the engine mirrors it with `inner().store`).
+    pub cache_hits: Counter,
+    /// The cache's own total of lookups that needed a read from the source.
+    pub cache_misses: Counter,
+    /// Reads submitted to the source.
+    pub reads_submitted: Counter,
+    /// Reads that failed after retries.
+    pub read_errors: Counter,
+    /// Reads retried.
+    pub read_retries: Counter,
+    /// Samples moved ahead of late ones (`order = "relaxed"`).
+    pub relaxed_swaps: Counter,
+    /// Reads currently in flight.
+    pub reads_in_flight: Gauge,
+    /// Bytes read from the source.
+    pub bytes_read: Counter,
+    /// Read latency.
+    pub read_latency: SharedHistogram,
+    /// Nanoseconds loaders spent with an empty ready ring while their next
+    /// batch was not ready (exported in seconds).
+    pub loader_wait_ns: Counter,
+    /// Arena bytes free.
+    pub arena_free: Gauge,
+    /// Arena bytes cached and unpinned.
+    pub arena_cached: Gauge,
+    /// Arena bytes pinned by published batches.
+    pub arena_pinned: Gauge,
+    /// Arena bytes reserved for reads in flight.
+    pub arena_in_flight: Gauge,
+    /// Arena size.
+    pub arena_size: Gauge,
+    /// Sessions open.
+    pub sessions_open: Gauge,
+    /// Sessions opened since start.
+    pub sessions_opened: Counter,
+    /// Protocol violations detected.
+    pub violations: Counter,
+    /// Sessions fenced.
+    pub sessions_fenced: Counter,
+    /// Sessions ended because their loader neither released a batch nor
+    /// beat its heartbeat for `sessions.client_timeout_ms`.
+    pub sessions_timed_out: Counter,
+    /// Connections refused by the credential allowlist.
+    pub connections_refused: Counter,
+    /// Loaders that went away with batches on loan.
+    pub loaders_lost: Counter,
+    datasets: DatasetTable,
+    registry: Registry,
+}
+
+impl fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+/// The labelled and derived metrics, read at scrape time.
+#[derive(Debug)]
+struct Derived {
+    cache: [(&'static str, &'static str, Counter); 2],
+    loader_wait_ns: Counter,
+    arena: [(&'static str, Gauge); 4],
+    datasets: DatasetTable,
+}
+
+impl Collector for Derived {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let mut e = enc.encode_descriptor(
+            "granary_cache_lookups",
+            "Sample lookups by result and tier (the cache's count).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (result, tier, c) in &self.cache {
+            c.encode(e.encode_family(&[("result", *result), ("tier", *tier)])?)?;
+        }
+        let wait = ConstCounter::new(self.loader_wait_ns.get() as f64 / 1e9);
+        wait.encode(enc.encode_descriptor(
+            "granary_loader_wait_seconds",
+            "Time loaders waited for a batch that was not ready.",
+            None,
+            MetricType::Counter,
+        )?)?;
+        let mut e = enc.encode_descriptor(
+            "granary_arena_bytes",
+            "Arena bytes by state.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (state, g) in &self.arena {
+            g.encode(e.encode_family(&[("state", *state)])?)?;
+        }
+        let Some(datasets) = self.datasets.get() else {
+            return Ok(());
+        };
+        let mut e = enc.encode_descriptor(
+            "granary_dataset_ready",
+            "Whether a dataset's catalog is loaded and it serves (1) or its store is unavailable (0).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for d in datasets.iter() {
+            let v = ConstGauge::new(i64::from(d.ready.load(Ordering::Relaxed)));
+            v.encode(e.encode_family(&[("dataset", &*d.name), ("kind", d.kind)])?)?;
+        }
+        let mut e = enc.encode_descriptor(
+            "granary_dataset_load_attempts",
+            "Attempts to load a dataset's catalog.",
+            None,
+            MetricType::Counter,
+        )?;
+        for d in datasets.iter() {
+            let v = ConstCounter::new(d.load_attempts.load(Ordering::Relaxed));
+            v.encode(e.encode_family(&[("dataset", &*d.name)])?)?;
+        }
+        let mut e = enc.encode_descriptor(
+            "granary_dataset_read_errors",
+            "Sample reads of a dataset that failed for good.",
+            None,
+            MetricType::Counter,
+        )?;
+        for d in datasets.iter() {
+            let v = ConstCounter::new(d.read_errors.load(Ordering::Relaxed));
+            v.encode(e.encode_family(&[("dataset", &*d.name)])?)?;
+        }
+        let mut e = enc.encode_descriptor(
+            "granary_dataset_lookups",
+            "Samples sessions needed per dataset, by where they were found (hit: in the arena or already being read; miss: read from the source).",
+            None,
+            MetricType::Counter,
+        )?;
+        for d in datasets.iter() {
+            for (result, v) in [("hit", &d.hits), ("miss", &d.misses)] {
+                let v = ConstCounter::new(v.load(Ordering::Relaxed));
+                v.encode(e.encode_family(&[("dataset", &*d.name), ("result", result)])?)?;
+            }
+        }
+        let mut e = enc.encode_descriptor(
+            "granary_epoch_lookups",
+            "Samples needed per dataset and epoch (the most recent epochs only), by where they were found.",
+            None,
+            MetricType::Counter,
+        )?;
+        for d in datasets.iter() {
+            for (epoch, c) in d.epoch_counts() {
+                let epoch = epoch.to_string();
+                for (result, v) in [("hit", c.hits), ("miss", c.misses)] {
+                    ConstCounter::new(v).encode(e.encode_family(&[
+                        ("dataset", &*d.name),
+                        ("epoch", epoch.as_str()),
+                        ("result", result),
+                    ])?)?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Metrics {
+    /// Every metric at zero, registered for rendering.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let m = Metrics {
+            samples_served: Counter::default(),
+            bytes_served: Counter::default(),
+            batches_served: Counter::default(),
+            cache_hits: Counter::default(),
+            cache_misses: Counter::default(),
+            reads_submitted: Counter::default(),
+            read_errors: Counter::default(),
+            read_retries: Counter::default(),
+            relaxed_swaps: Counter::default(),
+            reads_in_flight: Gauge::default(),
+            bytes_read: Counter::default(),
+            read_latency: SharedHistogram::default(),
+            loader_wait_ns: Counter::default(),
+            arena_free: Gauge::default(),
+            arena_cached: Gauge::default(),
+            arena_pinned: Gauge::default(),
+            arena_in_flight: Gauge::default(),
+            arena_size: Gauge::default(),
+            sessions_open: Gauge::default(),
+            sessions_opened: Counter::default(),
+            violations: Counter::default(),
+            sessions_fenced: Counter::default(),
+            sessions_timed_out: Counter::default(),
+            connections_refused: Counter::default(),
+            loaders_lost: Counter::default(),
+            datasets: Arc::default(),
+            registry: Registry::default(),
+        };
+        for (name, help, c) in [
+            (
+                "granary_samples_served",
+                "Samples handed to loaders.",
+                &m.samples_served,
+            ),
+            (
+                "granary_bytes_served",
+                "Bytes handed to loaders.",
+                &m.bytes_served,
+            ),
+            (
+                "granary_batches_served",
+                "Batches published to loaders.",
+                &m.batches_served,
+            ),
+            (
+                "granary_reads",
+                "Reads submitted to the source.",
+                &m.reads_submitted,
+            ),
+            (
+                "granary_read_errors",
+                "Reads that failed after retries.",
+                &m.read_errors,
+            ),
+            ("granary_read_retries", "Reads retried.", &m.read_retries),
+            (
+                "granary_relaxed_swaps",
+                "Samples delivered ahead of a late one (order = relaxed).",
+                &m.relaxed_swaps,
+            ),
+            (
+                "granary_read_bytes",
+                "Bytes read from the source.",
+                &m.bytes_read,
+            ),
+            (
+                "granary_sessions_opened",
+                "Sessions opened.",
+                &m.sessions_opened,
+            ),
+            (
+                "granary_violations",
+                "Protocol violations by loaders.",
+                &m.violations,
+            ),
+            (
+                "granary_sessions_fenced",
+                "Sessions fenced after a violation.",
+                &m.sessions_fenced,
+            ),
+            (
+                "granary_sessions_timed_out",
+                "Sessions ended because their loader went silent for sessions.client_timeout_ms.",
+                &m.sessions_timed_out,
+            ),
+            (
+                "granary_connections_refused",
+                "Connections refused by the allowlist.",
+                &m.connections_refused,
+            ),
+            (
+                "granary_loaders_lost",
+                "Loaders that disappeared with batches on loan.",
+                &m.loaders_lost,
+            ),
+        ] {
+            registry.register(name, help, c.clone());
+        }
+        for (name, help, g) in [
+            (
+                "granary_reads_in_flight",
+                "Reads in flight.",
+                &m.reads_in_flight,
+            ),
+            ("granary_arena_size_bytes", "Arena size.", &m.arena_size),
+            ("granary_sessions_open", "Sessions open.", &m.sessions_open),
+        ] {
+            registry.register(name, help, g.clone());
+        }
+        registry.register(
+            "granary_read_latency_seconds",
+            "Source read latency.",
+            m.read_latency.clone(),
+        );
+        registry.register_collector(Box::new(Derived {
+            cache: [
+                ("hit", "arena", m.cache_hits.clone()),
+                ("miss", "store", m.cache_misses.clone()),
+            ],
+            loader_wait_ns: m.loader_wait_ns.clone(),
+            arena: [
+                ("free", m.arena_free.clone()),
+                ("cached", m.arena_cached.clone()),
+                ("pinned", m.arena_pinned.clone()),
+                ("in_flight", m.arena_in_flight.clone()),
+            ],
+            datasets: Arc::clone(&m.datasets),
+        }));
+        Metrics { registry, ..m }
+    }
+
+    /// Names the engine's datasets, in the engine's order (index `i` of
+    /// [`count_epoch`](Self::count_epoch) is the `i`-th): called once by the
+    /// engine before it serves. A second call keeps the first table.
+    pub fn register_datasets<'a>(
+        &self,
+        datasets: impl IntoIterator<Item = (&'a str, &'static str)>,
+    ) {
+        let table: Box<[DatasetStats]> = datasets
+            .into_iter()
+            .map(|(name, kind)| DatasetStats::new(name, kind))
+            .collect();
+        let _ = self.datasets.set(table);
+    }
+
+    fn dataset(&self, index: usize) -> Option<&DatasetStats> {
+        self.datasets.get().and_then(|t| t.get(index))
+    }
+
     /// Cache hit ratio so far (0 when nothing was looked up).
     pub fn hit_ratio(&self) -> f64 {
-        let h = load(&self.cache_hits) as f64;
-        let m = load(&self.cache_misses) as f64;
+        let h = self.cache_hits.get() as f64;
+        let m = self.cache_misses.get() as f64;
         if h + m == 0.0 {
             0.0
         } else {
@@ -183,239 +621,72 @@ impl Metrics {
         }
     }
 
-    /// Adds per-epoch lookups for a dataset.
-    pub fn count_epoch(&self, dataset: &str, epoch: u32, hits: u64, misses: u64) {
-        if let Ok(mut m) = self.epochs.lock() {
-            let e = m.entry((dataset.to_string(), epoch)).or_default();
-            e.hits += hits;
-            e.misses += misses;
-        }
+    /// Adds lookups of epoch `epoch` of the engine's dataset `dataset`
+    /// (its index): no lock, no allocation.
+    pub fn count_epoch(&self, dataset: usize, epoch: u32, hits: u64, misses: u64) {
+        let Some(d) = self.dataset(dataset) else {
+            return;
+        };
+        d.hits.fetch_add(hits, Ordering::Relaxed);
+        d.misses.fetch_add(misses, Ordering::Relaxed);
+        let s = d.slot(u64::from(epoch));
+        s.hits.fetch_add(hits, Ordering::Relaxed);
+        s.misses.fetch_add(misses, Ordering::Relaxed);
     }
 
-    /// Updates a dataset's health entry.
+    /// Updates the health of the dataset named `dataset` (a registered
+    /// one; others are ignored). Cold path: a scan by name, no lock.
     pub fn dataset_health(&self, dataset: &str, update: impl FnOnce(&mut DatasetHealth)) {
-        if let Ok(mut m) = self.datasets.lock() {
-            update(m.entry(dataset.to_string()).or_default());
-        }
-    }
-
-    /// Hit ratio per epoch of `dataset`, in epoch order.
-    pub fn epoch_hit_ratios(&self, dataset: &str) -> Vec<(u32, f64)> {
-        let Ok(m) = self.epochs.lock() else {
-            return Vec::new();
+        let Some(d) = self
+            .datasets
+            .get()
+            .and_then(|t| t.iter().find(|d| &*d.name == dataset))
+        else {
+            return;
         };
-        m.iter()
-            .filter(|((d, _), _)| d == dataset)
-            .map(|((_, e), c)| {
-                let total = c.hits + c.misses;
-                (
-                    *e,
-                    if total == 0 {
-                        0.0
-                    } else {
-                        c.hits as f64 / total as f64
-                    },
-                )
-            })
-            .collect()
+        let mut h = d.health();
+        update(&mut h);
+        d.ready.store(h.ready, Ordering::Relaxed);
+        d.load_attempts.store(h.load_attempts, Ordering::Relaxed);
+        d.read_errors.store(h.read_errors, Ordering::Relaxed);
     }
 
-    /// Renders the Prometheus text exposition format (version 0.0.4).
+    /// Every registered dataset's health, by name.
+    pub fn dataset_healths(&self) -> BTreeMap<String, DatasetHealth> {
+        self.datasets
+            .get()
+            .map(|t| t.iter().map(|d| (d.name.to_string(), d.health())).collect())
+            .unwrap_or_default()
+    }
+
+    /// The epochs of `dataset` still in its table, in epoch order.
+    pub fn epoch_counts(&self, dataset: &str) -> Vec<(u64, EpochCounts)> {
+        self.datasets
+            .get()
+            .and_then(|t| t.iter().find(|d| &*d.name == dataset))
+            .map(DatasetStats::epoch_counts)
+            .unwrap_or_default()
+    }
+
+    /// Renders the OpenMetrics text exposition format.
     pub fn render(&self) -> String {
-        let mut s = String::with_capacity(4096);
-        let counter = |s: &mut String, name: &str, help: &str, v: u64| {
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
-        };
-        let gauge = |s: &mut String, name: &str, help: &str, v: u64| {
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-        };
-        counter(
-            &mut s,
-            "granary_samples_served_total",
-            "Samples handed to loaders.",
-            load(&self.samples_served),
-        );
-        counter(
-            &mut s,
-            "granary_bytes_served_total",
-            "Bytes handed to loaders.",
-            load(&self.bytes_served),
-        );
-        counter(
-            &mut s,
-            "granary_batches_served_total",
-            "Batches published to loaders.",
-            load(&self.batches_served),
-        );
-        let _ = writeln!(
-            s,
-            "# HELP granary_cache_lookups_total Sample lookups by result and tier.\n# TYPE granary_cache_lookups_total counter\n\
-             granary_cache_lookups_total{{result=\"hit\",tier=\"arena\"}} {}\n\
-             granary_cache_lookups_total{{result=\"miss\",tier=\"store\"}} {}",
-            load(&self.cache_hits),
-            load(&self.cache_misses)
-        );
-        counter(
-            &mut s,
-            "granary_reads_total",
-            "Reads submitted to the source.",
-            load(&self.reads_submitted),
-        );
-        counter(
-            &mut s,
-            "granary_read_errors_total",
-            "Reads that failed after retries.",
-            load(&self.read_errors),
-        );
-        counter(
-            &mut s,
-            "granary_read_retries_total",
-            "Reads retried.",
-            load(&self.read_retries),
-        );
-        counter(
-            &mut s,
-            "granary_relaxed_swaps_total",
-            "Samples delivered ahead of a late one (order = relaxed).",
-            load(&self.relaxed_swaps),
-        );
-        counter(
-            &mut s,
-            "granary_read_bytes_total",
-            "Bytes read from the source.",
-            load(&self.bytes_read),
-        );
-        gauge(
-            &mut s,
-            "granary_reads_in_flight",
-            "Reads in flight.",
-            load(&self.reads_in_flight),
-        );
-        self.read_latency.render(
-            &mut s,
-            "granary_read_latency_seconds",
-            "Source read latency.",
-        );
-        let _ = writeln!(
-            s,
-            "# HELP granary_loader_wait_seconds_total Time loaders waited for a batch that was not ready.\n# TYPE granary_loader_wait_seconds_total counter\ngranary_loader_wait_seconds_total {}",
-            load(&self.loader_wait_ns) as f64 / 1e9
-        );
-        let _ = writeln!(
-            s,
-            "# HELP granary_arena_bytes Arena bytes by state.\n# TYPE granary_arena_bytes gauge\n\
-             granary_arena_bytes{{state=\"free\"}} {}\n\
-             granary_arena_bytes{{state=\"cached\"}} {}\n\
-             granary_arena_bytes{{state=\"pinned\"}} {}\n\
-             granary_arena_bytes{{state=\"in_flight\"}} {}",
-            load(&self.arena_free),
-            load(&self.arena_cached),
-            load(&self.arena_pinned),
-            load(&self.arena_in_flight)
-        );
-        gauge(
-            &mut s,
-            "granary_arena_size_bytes",
-            "Arena size.",
-            load(&self.arena_size),
-        );
-        gauge(
-            &mut s,
-            "granary_sessions_open",
-            "Sessions open.",
-            load(&self.sessions_open),
-        );
-        counter(
-            &mut s,
-            "granary_sessions_opened_total",
-            "Sessions opened.",
-            load(&self.sessions_opened),
-        );
-        counter(
-            &mut s,
-            "granary_violations_total",
-            "Protocol violations by loaders.",
-            load(&self.violations),
-        );
-        counter(
-            &mut s,
-            "granary_sessions_fenced_total",
-            "Sessions fenced after a violation.",
-            load(&self.sessions_fenced),
-        );
-        counter(
-            &mut s,
-            "granary_sessions_timed_out_total",
-            "Sessions ended because their loader neither released nor beat its heartbeat for sessions.client_timeout_ms.",
-            load(&self.sessions_timed_out),
-        );
-        counter(
-            &mut s,
-            "granary_connections_refused_total",
-            "Connections refused by the allowlist.",
-            load(&self.connections_refused),
-        );
-        counter(
-            &mut s,
-            "granary_loaders_lost_total",
-            "Loaders that disappeared with batches on loan.",
-            load(&self.loaders_lost),
-        );
-        if let Ok(m) = self.datasets.lock() {
-            let _ = writeln!(
-                s,
-                "# HELP granary_dataset_ready Whether a dataset's catalog is loaded and it serves (1) or its store is unavailable (0).\n# TYPE granary_dataset_ready gauge"
-            );
-            for (d, h) in m.iter() {
-                let d = escape_label(d);
-                let _ = writeln!(
-                    s,
-                    "granary_dataset_ready{{dataset=\"{d}\",kind=\"{}\"}} {}",
-                    h.kind,
-                    u8::from(h.ready)
-                );
-            }
-            let _ = writeln!(
-                s,
-                "# HELP granary_dataset_load_attempts_total Attempts to load a dataset's catalog.\n# TYPE granary_dataset_load_attempts_total counter"
-            );
-            for (d, h) in m.iter() {
-                let d = escape_label(d);
-                let _ = writeln!(
-                    s,
-                    "granary_dataset_load_attempts_total{{dataset=\"{d}\"}} {}",
-                    h.load_attempts
-                );
-            }
-            let _ = writeln!(
-                s,
-                "# HELP granary_dataset_read_errors_total Sample reads of a dataset that failed for good.\n# TYPE granary_dataset_read_errors_total counter"
-            );
-            for (d, h) in m.iter() {
-                let d = escape_label(d);
-                let _ = writeln!(
-                    s,
-                    "granary_dataset_read_errors_total{{dataset=\"{d}\"}} {}",
-                    h.read_errors
-                );
-            }
-        }
-        if let Ok(m) = self.epochs.lock() {
-            let _ = writeln!(
-                s,
-                "# HELP granary_epoch_lookups_total Samples needed per dataset and epoch, by where they were found.\n# TYPE granary_epoch_lookups_total counter"
-            );
-            for ((d, e), c) in m.iter() {
-                let d = escape_label(d);
-                let _ = writeln!(s, "granary_epoch_lookups_total{{dataset=\"{d}\",epoch=\"{e}\",result=\"hit\"}} {}", c.hits);
-                let _ = writeln!(s, "granary_epoch_lookups_total{{dataset=\"{d}\",epoch=\"{e}\",result=\"miss\"}} {}", c.misses);
-            }
-        }
+        let mut s = String::with_capacity(8192);
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
         s
     }
 }
 
-/// A running metrics endpoint.
+/// The content type of [`Metrics::render`].
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The longest request head the endpoint reads (request line and headers).
+pub const MAX_REQUEST_HEAD: usize = 8 * 1024;
+
+/// How long the endpoint waits on one client's read or write.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A running metrics endpoint: one thread, one client at a time.
 #[derive(Debug)]
 pub struct MetricsServer {
     addr: SocketAddr,
@@ -436,11 +707,10 @@ impl MetricsServer {
             .spawn(move || {
                 while !stop2.load(Ordering::Relaxed) {
                     match listener.accept() {
-                        Ok((stream, _)) => {
-                            let _ = serve(stream, &metrics);
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            std::thread::sleep(Duration::from_millis(20));
+                        Ok((stream, peer)) => {
+                            if let Err(e) = serve(stream, &metrics) {
+                                tracing::debug!("metrics request from {peer}: {e}");
+                            }
                         }
                         Err(_) => std::thread::sleep(Duration::from_millis(20)),
                     }
@@ -468,46 +738,71 @@ impl Drop for MetricsServer {
     }
 }
 
-fn serve(stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut request_line = String::new();
-    reader.read_line(&mut request_line)?;
-    // Drain headers (bounded).
-    let mut line = String::new();
-    for _ in 0..100 {
-        line.clear();
-        if reader.read_line(&mut line)? == 0 || line == "\r\n" || line == "\n" {
+/// Reads a request head of at most [`MAX_REQUEST_HEAD`] bytes, up to the
+/// blank line that ends it; returns its request line.
+fn read_head(stream: &mut TcpStream) -> io::Result<String> {
+    let mut head = [0u8; MAX_REQUEST_HEAD];
+    let mut len = 0;
+    loop {
+        if len == head.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "request head over 8 KiB",
+            ));
+        }
+        let n = stream.read(&mut head[len..])?;
+        if n == 0 {
+            break;
+        }
+        len += n;
+        let h = &head[..len];
+        if h.windows(4).any(|w| w == b"\r\n\r\n") || h.windows(2).any(|w| w == b"\n\n") {
             break;
         }
     }
-    let mut parts = request_line.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (status, ctype, body) = if method == "GET" && (path == "/metrics" || path == "/") {
-        ("200 OK", "text/plain; version=0.0.4", metrics.render())
-    } else {
-        (
-            "404 Not Found",
+    let h = &head[..len];
+    let end = h.iter().position(|&b| b == b'\n').unwrap_or(len);
+    Ok(String::from_utf8_lossy(&h[..end]).trim_end().to_owned())
+}
+
+fn serve(mut stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
+    stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;
+    let (status, ctype, body) = match read_head(&mut stream) {
+        Ok(line) => {
+            let mut parts = line.split_whitespace();
+            let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            if method == "GET" && (path == "/metrics" || path == "/") {
+                ("200 OK", CONTENT_TYPE, metrics.render())
+            } else {
+                (
+                    "404 Not Found",
+                    "text/plain",
+                    "not found: try GET /metrics\n".to_string(),
+                )
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => (
+            "431 Request Header Fields Too Large",
             "text/plain",
-            "not found: try /metrics\n".to_string(),
-        )
+            "request head over 8 KiB\n".to_string(),
+        ),
+        Err(e) => return Err(e),
     };
-    let mut w = stream;
     write!(
-        w,
+        stream,
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )?;
-    w.flush()
+    stream.flush()
 }
 
 /// Fetches `/metrics` from a running agent (used by `granary status`).
 pub fn scrape(addr: SocketAddr, timeout: Duration) -> io::Result<String> {
-    use std::io::Read;
     let mut s = TcpStream::connect_timeout(&addr, timeout)?;
     s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
     write!(
         s,
         "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
@@ -520,7 +815,8 @@ pub fn scrape(addr: SocketAddr, timeout: Duration) -> io::Result<String> {
     }
 }
 
-/// Parses Prometheus text into (series, value) pairs, skipping comments.
+/// Parses Prometheus or OpenMetrics text into (series, value) pairs,
+/// skipping comments and `# EOF`.
 pub fn parse_text(body: &str) -> Vec<(String, f64)> {
     body.lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
@@ -535,38 +831,137 @@ pub fn parse_text(body: &str) -> Vec<(String, f64)> {
 mod tests {
     use super::*;
 
+    fn get(series: &[(String, f64)], k: &str) -> Option<f64> {
+        series.iter().find(|(n, _)| n == k).map(|(_, v)| *v)
+    }
+
     #[test]
     fn histogram_quantiles_and_render() {
-        let h = Histogram::default();
+        let m = Metrics::new();
+        let h = &m.read_latency;
         for _ in 0..90 {
             h.observe(Duration::from_micros(80));
         }
         for _ in 0..10 {
             h.observe(Duration::from_millis(30));
         }
-        assert_eq!(h.count(), 100);
+        h.observe(Duration::from_secs(3));
+        assert_eq!(h.count(), 101);
         assert_eq!(h.quantile(0.5), Some(0.000_1));
         assert_eq!(h.quantile(0.99), Some(0.05));
-        let mut s = String::new();
-        h.render(&mut s, "x", "y");
-        assert!(s.contains("x_bucket{le=\"+Inf\"} 100"));
+        let s = parse_text(&m.render());
+        assert_eq!(
+            get(&s, "granary_read_latency_seconds_bucket{le=\"+Inf\"}"),
+            Some(101.0)
+        );
+        assert_eq!(get(&s, "granary_read_latency_seconds_count"), Some(101.0));
+        assert_eq!(
+            get(&s, "granary_read_latency_seconds_bucket{le=\"1.0\"}"),
+            Some(100.0)
+        );
     }
 
     #[test]
-    fn endpoint_serves_prometheus_text() {
+    fn endpoint_serves_the_text_format_with_todays_names() {
         let m = Arc::new(Metrics::default());
-        m.samples_served.store(42, Ordering::Relaxed);
-        m.cache_hits.store(3, Ordering::Relaxed);
-        m.cache_misses.store(1, Ordering::Relaxed);
+        m.samples_served.inc_by(42);
+        m.cache_hits.inner().store(3, Ordering::Relaxed);
+        m.cache_misses.inner().store(1, Ordering::Relaxed);
+        m.arena_pinned.set(4096);
+        m.loader_wait_ns.inc_by(1_500_000_000);
+        m.register_datasets([("a\"b", "fs"), ("remote", "s3")]);
+        m.dataset_health("remote", |h| h.load_attempts += 2);
+        m.dataset_health("a\"b", |h| h.ready = true);
         let srv = MetricsServer::start("127.0.0.1:0".parse().unwrap(), Arc::clone(&m)).unwrap();
         let body = scrape(srv.addr(), Duration::from_secs(5)).unwrap();
-        let series = parse_text(&body);
-        let get = |k: &str| series.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
-        assert_eq!(get("granary_samples_served_total"), Some(42.0));
+        assert!(body.ends_with("# EOF\n"), "{body}");
+        let s = parse_text(&body);
+        assert_eq!(get(&s, "granary_samples_served_total"), Some(42.0));
         assert_eq!(
-            get("granary_cache_lookups_total{result=\"hit\",tier=\"arena\"}"),
+            get(
+                &s,
+                "granary_cache_lookups_total{result=\"hit\",tier=\"arena\"}"
+            ),
             Some(3.0)
         );
+        assert_eq!(
+            get(&s, "granary_arena_bytes{state=\"pinned\"}"),
+            Some(4096.0)
+        );
+        assert_eq!(get(&s, "granary_loader_wait_seconds_total"), Some(1.5));
+        assert_eq!(
+            get(&s, "granary_dataset_ready{dataset=\"a\\\"b\",kind=\"fs\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            get(
+                &s,
+                "granary_dataset_load_attempts_total{dataset=\"remote\"}"
+            ),
+            Some(2.0)
+        );
         assert!((m.hit_ratio() - 0.75).abs() < 1e-9);
+    }
+
+    #[test]
+    fn epoch_table_is_bounded_and_keeps_the_newest_epochs() {
+        let m = Metrics::new();
+        m.register_datasets([("d", "fs"), ("e", "fs")]);
+        // A loader's first_epoch far out, then a job going through epochs.
+        m.count_epoch(0, 4_000_000_000, 1, 0);
+        for epoch in 0..20u32 {
+            m.count_epoch(0, epoch, 2, 1);
+            m.count_epoch(0, epoch, 1, 0);
+        }
+        m.count_epoch(1, 7, 0, 5);
+        m.count_epoch(9, 7, 0, 5); // unknown dataset: ignored
+        let d = m.epoch_counts("d");
+        assert_eq!(d.len(), EPOCH_SLOTS);
+        let epochs: Vec<u64> = d.iter().map(|(e, _)| *e).collect();
+        assert_eq!(epochs, (12..20).collect::<Vec<u64>>());
+        assert!(d
+            .iter()
+            .all(|(_, c)| *c == EpochCounts { hits: 3, misses: 1 }));
+        assert_eq!(
+            m.epoch_counts("e"),
+            [(7, EpochCounts { hits: 0, misses: 5 })]
+        );
+        let s = parse_text(&m.render());
+        let epoch_series = s
+            .iter()
+            .filter(|(k, _)| k.starts_with("granary_epoch_lookups_total{dataset=\"d\""))
+            .count();
+        assert_eq!(epoch_series, 2 * EPOCH_SLOTS);
+        assert_eq!(
+            get(
+                &s,
+                "granary_dataset_lookups_total{dataset=\"d\",result=\"hit\"}"
+            ),
+            Some(61.0)
+        );
+    }
+
+    #[test]
+    fn an_oversized_request_head_gets_431_and_the_endpoint_still_serves() {
+        let m = Arc::new(Metrics::default());
+        let srv = MetricsServer::start("127.0.0.1:0".parse().unwrap(), Arc::clone(&m)).unwrap();
+        let mut s = TcpStream::connect(srv.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let junk = vec![b'a'; 64 * 1024];
+        let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nX: ");
+        let _ = s.write_all(&junk);
+        let mut resp = String::new();
+        let _ = s.read_to_string(&mut resp);
+        assert!(resp.starts_with("HTTP/1.1 431"), "{resp}");
+        // A client that sends nothing is dropped after the timeout.
+        let idle = TcpStream::connect(srv.addr()).unwrap();
+        let body = scrape(srv.addr(), Duration::from_secs(10)).unwrap();
+        assert!(body.contains("granary_samples_served_total 0"), "{body}");
+        drop(idle);
+        let mut s = TcpStream::connect(srv.addr()).unwrap();
+        s.write_all(b"POST /x HTTP/1.1\r\n\r\n").unwrap();
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).unwrap();
+        assert!(resp.starts_with("HTTP/1.1 404"), "{resp}");
     }
 }

@@ -14,7 +14,6 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::BorrowedFd;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 
 /// Identifies a loader connection.
 pub type ConnId = u64;
@@ -115,7 +114,7 @@ impl Server {
                     Err(SocketError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(SocketError::Io(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(SocketError::Protocol(p)) => {
-                        metrics.violations.fetch_add(1, Ordering::Relaxed);
+                        metrics.violations.inc_by(1);
                         let _ = conn.sock.send_message(
                             &Message::Error(ErrorReply {
                                 code: p.code(),
@@ -158,7 +157,7 @@ impl Server {
                 }
             };
             if !self.allow.allows(self.agent_uid, cred.uid, cred.gid) {
-                metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
+                metrics.connections_refused.inc_by(1);
                 eprintln!(
                     "granaryd: refused pid {} uid {} gid {}: not in socket.allowed_uids / allowed_gids",
                     cred.pid, cred.uid, cred.gid

@@ -128,7 +128,7 @@ fn vanished_and_unreadable_files_are_reported_per_sample() {
     // Each failed sample is read at least once; the second epoch reads it
     // again unless the first epoch's error batch was still on loan.
     assert!(
-        load(&m.read_errors) >= bad.len() as u64,
+        m.read_errors.get() >= bad.len() as u64,
         "read errors counted"
     );
 
@@ -200,7 +200,7 @@ fn vanished_and_unreadable_files_are_reported_per_sample() {
                 // SAFETY: `data` points at `length` readable bytes of the
                 // arena mapping while the batch is on loan.
                 let bytes = unsafe { std::slice::from_raw_parts(smp.data, smp.length as usize) };
-                let info = granary_agent::synth::verify_sample(bytes).unwrap();
+                let info = granary_tools::synth::verify_sample(bytes).unwrap();
                 assert_eq!(info, agent.spec.sample_info(smp.id));
             }
         }
@@ -456,8 +456,8 @@ fn a_uid_outside_the_allowlist_gets_no_fds() {
         String::from_utf8_lossy(&out.stderr)
     );
     let m = &agent.metrics;
-    assert!(load(&m.connections_refused) >= 2, "refusals counted");
-    assert_eq!(load(&m.sessions_opened), 0);
+    assert!(m.connections_refused.get() >= 2, "refusals counted");
+    assert_eq!(m.sessions_opened.get(), 0);
     println!("foreign uid refused twice in {:.1?}", start.elapsed());
 
     // The agent's own uid still gets a session.

@@ -6,13 +6,13 @@
 mod common;
 mod common_cql;
 
-use common::{load, watchdog, TestAgent};
+use common::{watchdog, TestAgent};
 use common_cql::{FakeCluster, Tables, KS};
 use granary::{Client, ErrorCode, SessionOptions};
 use granary_agent::config::Config;
-use granary_agent::ingest::cql::{self as ingest_cql, CqlIngestOptions};
 use granary_agent::source::Catalog;
-use granary_agent::synth::{self, SynthSpec};
+use granary_tools::ingest::cql::{self as ingest_cql, CqlIngestOptions};
+use granary_tools::synth::{self, SynthSpec};
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -115,8 +115,8 @@ max_inflight = 64
         assert!(counts.iter().all(|&c| c == 1), "epoch {epoch}: {counts:?}");
     }
     let m = &agent.metrics;
-    assert_eq!(load(&m.reads_submitted), FILES, "one read per sample");
-    assert_eq!(load(&m.read_errors), 0);
+    assert_eq!(m.reads_submitted.get(), FILES, "one read per sample");
+    assert_eq!(m.read_errors.get(), 0);
     assert_eq!(fake.read_count() as u64, FILES);
     assert!(fake.unexpected().is_empty(), "{:?}", fake.unexpected());
     agent.stop();

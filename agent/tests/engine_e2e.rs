@@ -7,7 +7,7 @@ use granary::{Client, SessionOptions};
 use granary_agent::config::Config;
 use granary_agent::engine::Engine;
 use granary_agent::metrics::Metrics;
-use granary_agent::synth::{self, SynthSpec};
+use granary_tools::synth::{self, SynthSpec};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -130,7 +130,7 @@ root = "{}"
     }
     // Both jobs and both epochs were served; the source was read at most once
     // per sample while everything fits in the arena.
-    assert!(metrics.reads_submitted.load(Ordering::Relaxed) <= 600);
+    assert!(metrics.reads_submitted.get() <= 600);
     stop.store(true, Ordering::Relaxed);
     engine.join().unwrap();
     done.store(true, Ordering::Relaxed);

@@ -328,8 +328,8 @@ fn hostile_loaders_are_fenced_and_nobody_else_notices() {
     let mut fenced_expected = 0;
     let mut violations_expected = 0;
     for (i, &(role, outcome)) in ROLES.iter().enumerate() {
-        let fenced0 = load(&m.sessions_fenced);
-        let violations0 = load(&m.violations);
+        let fenced0 = m.sessions_fenced.get();
+        let violations0 = m.violations.get();
         let mut child = child_command(CHILD_FN, role, &agent.sock)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -354,7 +354,7 @@ fn hostile_loaders_are_fenced_and_nobody_else_notices() {
                 wait_for(
                     &format!("{role} to be fenced"),
                     Duration::from_secs(20),
-                    || load(&m.sessions_fenced) > fenced0,
+                    || m.sessions_fenced.get() > fenced0,
                 );
             }
             Outcome::Dropped => {
@@ -362,7 +362,7 @@ fn hostile_loaders_are_fenced_and_nobody_else_notices() {
                 wait_for(
                     &format!("{role} to be counted"),
                     Duration::from_secs(20),
-                    || load(&m.violations) > violations0,
+                    || m.violations.get() > violations0,
                 );
             }
             Outcome::Refused => {}
@@ -375,8 +375,8 @@ fn hostile_loaders_are_fenced_and_nobody_else_notices() {
             !honest.is_finished(),
             "the honest loader stopped during {role}"
         );
-        assert_eq!(load(&m.sessions_fenced), fenced_expected, "after {role}");
-        assert_eq!(load(&m.violations), violations_expected, "after {role}");
+        assert_eq!(m.sessions_fenced.get(), fenced_expected, "after {role}");
+        assert_eq!(m.violations.get(), violations_expected, "after {role}");
     }
 
     stop.store(true, Ordering::Relaxed);
@@ -398,7 +398,7 @@ fn hostile_loaders_are_fenced_and_nobody_else_notices() {
 
     let after = agent.wait_idle(Duration::from_secs(20));
     after.assert_balanced();
-    assert_eq!(load(&m.sessions_open), 0);
+    assert_eq!(m.sessions_open.get(), 0);
     assert_fds_back_to(&fds_before);
     println!(
         "hostile_loader: {} hostile loaders ({fenced_expected} fenced), honest loader verified \

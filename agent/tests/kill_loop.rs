@@ -62,7 +62,7 @@ fn kill_loop_child() {
             Err(e) => panic!("child: next_batch: {e}"),
         };
         if let Some(first) = b.sample(0) {
-            granary_agent::synth::verify_sample(&first.to_vec()).expect("child: sample content");
+            granary_tools::synth::verify_sample(&first.to_vec()).expect("child: sample content");
         }
         held.push_back(b);
         while held.len() > hold {
@@ -183,19 +183,19 @@ fn kill_minus_nine_loop_leaks_nothing() {
     wait_for(
         "the agent to notice every death",
         Duration::from_secs(20),
-        || load(&m.loaders_lost) >= killed_holding && load(&m.sessions_open) == 0,
+        || m.loaders_lost.get() >= killed_holding && m.sessions_open.get() == 0,
     );
     let after = agent.wait_idle(Duration::from_secs(20));
     after.assert_balanced();
     assert_eq!(after.pinned, 0, "{after:?}");
     assert_eq!(after.in_flight, 0, "{after:?}");
-    assert_eq!(load(&m.sessions_open), 0);
+    assert_eq!(m.sessions_open.get(), 0);
     assert_eq!(
-        load(&m.violations),
+        m.violations.get(),
         0,
         "an honest or killed loader counted as a violation"
     );
-    assert!(load(&m.sessions_opened) > killed_holding);
+    assert!(m.sessions_opened.get() > killed_holding);
     assert_fds_back_to(&fds_before);
 
     // Still serving: a fresh session gets a full, verified epoch.
@@ -217,7 +217,7 @@ fn kill_minus_nine_loop_leaks_nothing() {
         "kill_loop: {children_killed} kills in {ITERATIONS} rounds ({killed_holding} holding \
          batches) in {loop_time:.1?}, \
          honest loader verified {epochs} epoch(s), loaders lost {}, total {:.1?}",
-        load(&m.loaders_lost),
+        m.loaders_lost.get(),
         started.elapsed()
     );
     agent.stop();

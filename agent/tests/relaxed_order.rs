@@ -6,15 +6,15 @@
 
 mod common;
 
-use common::{honest_loader_of, load, verify, watchdog, Honest, TestAgent};
+use common::{honest_loader_of, verify, watchdog, Honest, TestAgent};
 use granary::{Client, ErrorCode, SessionOptions};
 use granary_agent::config::Config;
 use granary_agent::dataset::Dataset;
 use granary_agent::planner::{EpochPlan, PlanParams};
 use granary_agent::source::Completion;
 use granary_agent::source::{Catalog, FsSource, SampleMeta, SampleSource, SourceFull};
-use granary_agent::synth::{self, SynthSpec};
 use granary_shm::arena::ArenaSlice;
+use granary_tools::synth::{self, SynthSpec};
 use std::collections::HashSet;
 use std::io;
 use std::os::fd::BorrowedFd;
@@ -169,7 +169,7 @@ fn strict_order_waits_for_late_samples_and_keeps_the_plan() {
         honest_loader_of(&agent.sock, "laggy", &spec, h, &AtomicBool::new(true)),
         2
     );
-    assert_eq!(load(&agent.metrics.relaxed_swaps), 0);
+    assert_eq!(agent.metrics.relaxed_swaps.get(), 0);
     agent.wait_idle(Duration::from_secs(10)).assert_balanced();
     agent.stop();
 }
@@ -224,7 +224,7 @@ fn relaxed_order_moves_late_samples_back_and_delivers_each_once_per_epoch() {
         );
         moved += got.iter().zip(&want).filter(|(g, w)| g != w).count();
     }
-    let swaps = load(&agent.metrics.relaxed_swaps);
+    let swaps = agent.metrics.relaxed_swaps.get();
     eprintln!("{swaps} samples moved ahead; {moved} batches differ from the plan");
     assert!(swaps > 0 && moved > 0, "nothing was reordered");
     agent.wait_idle(Duration::from_secs(10)).assert_balanced();

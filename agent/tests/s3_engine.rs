@@ -7,17 +7,17 @@
 mod common;
 mod common_s3;
 
-use common::{honest_loader_of, load, wait_for, watchdog, Honest, TestAgent};
+use common::{honest_loader_of, wait_for, watchdog, Honest, TestAgent};
 use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
 use common_s3::{synth, Seaweed, BUCKET};
 use granary::{Client, ErrorCode, SessionOptions};
 use granary_agent::config::Config;
 use granary_agent::dataset::Dataset;
-use granary_agent::ingest::{self, IngestOptions};
 use granary_agent::source::s3::fault::FaultyStore;
 use granary_agent::source::s3::{FetchOptions, S3Dataset, S3Layout, S3Source};
-use granary_agent::synth::SynthSpec;
 use granary_agent::uring_reader::ReadRetry;
+use granary_tools::ingest::{self, IngestOptions};
+use granary_tools::synth::SynthSpec;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -142,9 +142,9 @@ fn engine_serves_an_ingested_bucket_byte_for_byte() {
     let m = &agent.metrics;
     // The arena holds the whole dataset: one GET per sample, the second
     // epoch served from memory.
-    assert_eq!(load(&m.reads_submitted), FILES, "one GET per sample");
-    assert_eq!(load(&m.read_errors), 0);
-    assert_eq!(load(&m.samples_served), 2 * FILES);
+    assert_eq!(m.reads_submitted.get(), FILES, "one GET per sample");
+    assert_eq!(m.read_errors.get(), 0);
+    assert_eq!(m.samples_served.get(), 2 * FILES);
     agent.wait_idle(Duration::from_secs(10)).assert_balanced();
     agent.stop();
 }
@@ -170,9 +170,9 @@ fn store_killed_and_restarted_mid_epoch_the_epoch_completes() {
         // epoch unread when the server goes away.
         let loader = s.spawn(move || honest_loader_of(sock, "synth", spec, honest(1, 8, 25), stop));
         wait_for("the first batches", Duration::from_secs(60), || {
-            load(&m.samples_served) >= 80
+            m.samples_served.get() >= 80
         });
-        let read_before = load(&m.reads_submitted);
+        let read_before = m.reads_submitted.get();
         weed.kill();
         eprintln!("killed the server after {read_before} reads");
         std::thread::sleep(Duration::from_secs(1));
@@ -183,7 +183,7 @@ fn store_killed_and_restarted_mid_epoch_the_epoch_completes() {
         // 0 and every byte right: nothing lost, nothing twice.
         assert_eq!(loader.join().unwrap(), 1);
     });
-    assert_eq!(load(&m.read_errors), 0, "no sample failed for good");
+    assert_eq!(m.read_errors.get(), 0, "no sample failed for good");
     agent.wait_idle(Duration::from_secs(10)).assert_balanced();
     agent.stop();
 }
@@ -237,7 +237,7 @@ fn five_percent_of_gets_failing_still_deliver_every_sample() {
         before + during >= 10,
         "too few faults injected: {before} + {during}"
     );
-    assert_eq!(load(&agent.metrics.read_errors), 0);
+    assert_eq!(agent.metrics.read_errors.get(), 0);
     agent.wait_idle(Duration::from_secs(10)).assert_balanced();
     agent.stop();
 }
@@ -374,7 +374,7 @@ fn store_dies_mid_run_loaders_get_error_batches_then_recover() {
         });
         let m = Arc::clone(&agent.metrics);
         wait_for("the first batches", Duration::from_secs(60), || {
-            load(&m.samples_served) >= 40
+            m.samples_served.get() >= 40
         });
         weed.kill();
         eprintln!("killed the server");
@@ -399,8 +399,8 @@ fn store_dies_mid_run_loaders_get_error_batches_then_recover() {
         assert!(seen.good_before > 0 && seen.error_batches > 0 && seen.failed_samples > 0);
         assert!(seen.good_after >= 3);
     });
-    assert!(load(&agent.metrics.read_errors) > 0);
-    let health = agent.metrics.datasets.lock().unwrap().clone();
+    assert!(agent.metrics.read_errors.get() > 0);
+    let health = agent.metrics.dataset_healths();
     assert!(
         health["synth"].ready && health["synth"].read_errors > 0,
         "{health:?}"

@@ -1,13 +1,13 @@
 //! Benchmark datasets: synthetic ImageNet-like trees
-//! ([`granary_agent::synth`]) generated once and reused.
+//! ([`granary_tools::synth`]) generated once and reused.
 //!
 //! They live under `$GRANARY_BENCH_DATA` when set, else under `bench/.data/`
 //! of this checkout (ignored by git), one folder per dataset shape, so a
 //! second run finds them ready (the generator's marker file says so).
 
-use granary_agent::progress::ProgressBar;
 use granary_agent::source::fs::Catalog;
-use granary_agent::synth::{self, SynthSpec};
+use granary_tools::progress::ProgressBar;
+use granary_tools::synth::{self, SynthSpec};
 use std::io;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

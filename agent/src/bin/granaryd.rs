@@ -1,43 +1,68 @@
 //! `granaryd`: the Granary agent daemon (a thin binary over the library).
 
+use clap::{Parser, Subcommand};
 use granary_agent::config::Config;
+use granary_agent::logging::{self, LogFormat};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: granaryd run --config FILE
-       granaryd validate --config FILE
-       granaryd print-default-config";
+/// The Granary agent: a per-node cache that streams training samples to
+/// data loaders through shared memory.
+#[derive(Debug, Parser)]
+#[command(name = "granaryd", version, about, propagate_version = true)]
+struct Cli {
+    /// Log format on standard error: text or json (default: $GRANARY_LOG_FORMAT, else text).
+    /// Which events: $RUST_LOG (default info).
+    #[arg(long, global = true, value_name = "FORMAT")]
+    log_format: Option<LogFormat>,
+    #[command(subcommand)]
+    command: Cmd,
+}
 
-fn config_arg(args: &[String]) -> Result<&str, String> {
-    match args {
-        [flag, path] if flag == "--config" || flag == "-c" => Ok(path),
-        _ => Err(format!("expected --config FILE\n{USAGE}")),
-    }
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Serve until SIGTERM or SIGINT.
+    Run {
+        /// The configuration file (TOML).
+        #[arg(short, long, value_name = "FILE")]
+        config: PathBuf,
+    },
+    /// Check a configuration file and exit.
+    Validate {
+        /// The configuration file (TOML).
+        #[arg(short, long, value_name = "FILE")]
+        config: PathBuf,
+    },
+    /// Print the default configuration, commented.
+    PrintDefaultConfig,
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("print-default-config") => {
+    let cli = Cli::parse();
+    let mut logging_on = false;
+    let result = match cli.command {
+        Cmd::PrintDefaultConfig => {
             print!("{}", Config::default_toml());
             Ok(())
         }
-        Some("validate") => config_arg(&args[1..]).and_then(|p| {
-            Config::load(p)
-                .map(|c| println!("{p}: OK ({} dataset(s))", c.datasets.len()))
-                .map_err(|e| e.to_string())
-        }),
-        Some("run") => config_arg(&args[1..]).and_then(|p| {
-            let cfg = Config::load(p).map_err(|e| e.to_string())?;
-            granary_agent::daemon::run(cfg).map_err(|e| e.to_string())
-        }),
-        Some("-h" | "--help" | "help") => {
-            println!("{USAGE}");
-            Ok(())
-        }
-        _ => Err(USAGE.to_string()),
+        Cmd::Validate { config } => Config::load(&config)
+            .map(|c| println!("{}: OK ({} dataset(s))", config.display(), c.datasets.len()))
+            .map_err(|e| e.to_string()),
+        Cmd::Run { config } => LogFormat::resolve(cli.log_format)
+            .map_err(|e| format!("{}: {e}", logging::FORMAT_ENV))
+            .and_then(|format| {
+                logging::init(format);
+                logging_on = true;
+                let cfg = Config::load(&config).map_err(|e| e.to_string())?;
+                granary_agent::daemon::run(cfg).map_err(|e| e.to_string())
+            }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if logging_on => {
+            tracing::error!("{e}");
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("granaryd: {e}");
             ExitCode::FAILURE

@@ -315,7 +315,7 @@ impl fmt::Debug for Secret {
 /// Whether `name` is a CQL name Granary accepts for a keyspace or table:
 /// 1 to 48 characters, lowercase ASCII letters, digits and `_`, starting
 /// with a letter — the names CQL takes unquoted and unchanged.
-pub(crate) fn is_cql_name(name: &str) -> bool {
+pub fn is_cql_name(name: &str) -> bool {
     let b = name.as_bytes();
     (1..=48).contains(&b.len())
         && b[0].is_ascii_lowercase()
@@ -325,7 +325,7 @@ pub(crate) fn is_cql_name(name: &str) -> bool {
 
 /// Splits a `dataset[i].hosts` entry into host and port: `"host:port"`,
 /// `"host"` (port 9042), `"[v6]:port"` or `"[v6]"`.
-pub(crate) fn parse_cql_host(entry: &str) -> Result<(String, u16), String> {
+pub fn parse_cql_host(entry: &str) -> Result<(String, u16), String> {
     let (host, port) = if let Some(rest) = entry.strip_prefix('[') {
         let (h, after) = rest
             .split_once(']')

@@ -47,7 +47,7 @@ mod tests;
 
 pub use arena::{ArenaConfig, HugePages};
 pub use cache::{CacheConfig, CachePolicy};
-pub(crate) use dataset::{is_cql_name, parse_cql_host};
+pub use dataset::{is_cql_name, parse_cql_host};
 pub use dataset::{
     CqlConfig, DatasetConfig, DatasetLocation, DeliveryOrder, FsConfig, S3Config, Secret,
     SourceKind,

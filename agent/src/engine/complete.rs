@@ -8,7 +8,6 @@ use crate::retry::RetryDecision;
 use crate::source::{FailureKind, SampleError};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 impl Engine {
@@ -58,9 +57,7 @@ impl Engine {
                 .observe(now.saturating_duration_since(inf.started));
             let failure = match &c.result {
                 Ok(n) if *n == inf.len => {
-                    self.metrics
-                        .bytes_read
-                        .fetch_add(u64::from(*n), Ordering::Relaxed);
+                    self.metrics.bytes_read.inc_by(u64::from(*n));
                     let crc = self.arena.crc32c(inf.dest, inf.len as usize).unwrap_or(0);
                     let _ = self.cache.complete(inf.key, crc);
                     continue;
@@ -87,7 +84,7 @@ impl Engine {
         let seed = self.instance_key ^ inf.key.index;
         match self.retry[ds].decide(err.kind, inf.attempt, inf.first, now, seed) {
             RetryDecision::RetryAt(at) => {
-                self.metrics.read_retries.fetch_add(1, Ordering::Relaxed);
+                self.metrics.read_retries.inc_by(1);
                 self.retry_queue.push((
                     at,
                     Inflight {
@@ -97,7 +94,7 @@ impl Engine {
                 ));
             }
             RetryDecision::GiveUp => {
-                self.metrics.read_errors.fetch_add(1, Ordering::Relaxed);
+                self.metrics.read_errors.inc_by(1);
                 let d = &mut self.datasets[ds];
                 self.metrics.dataset_health(&d.name, |h| h.read_errors += 1);
                 let what = d

@@ -213,6 +213,7 @@ impl Engine {
             d.retry = cfg.prefetch.retry_settings(&Default::default());
             datasets.push(d);
         }
+        metrics.register_datasets(datasets.iter().map(|d| (d.name.as_str(), d.kind())));
         let deadline = Instant::now() + STARTUP_LOAD_WAIT;
         for d in &mut datasets {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -254,7 +255,7 @@ impl Engine {
         cc.transient_reserve = transient_reserve(&cfg, &datasets, &cc);
         let cache = Cache::new(cc).map_err(|e| io::Error::other(format!("cache: {e}")))?;
         let server = Server::bind(&cfg.socket)?;
-        metrics.arena_size.store(size, Ordering::Relaxed);
+        metrics.arena_size.set(size);
         let now = clock.now();
         Ok(Engine {
             cfg,
@@ -416,16 +417,17 @@ impl Engine {
         let m = &self.metrics;
         let tables_free = self.tables.free_bytes();
         let tables_used = self.tables.size() - tables_free;
-        m.arena_free.store(a.free + tables_free, Ordering::Relaxed);
-        m.arena_cached.store(a.cached, Ordering::Relaxed);
-        m.arena_pinned
-            .store(a.pinned + tables_used, Ordering::Relaxed);
-        m.arena_in_flight.store(a.in_flight, Ordering::Relaxed);
-        m.reads_in_flight
-            .store(self.inflight.len() as u64, Ordering::Relaxed);
-        m.sessions_open
-            .store(self.sessions.len() as u64, Ordering::Relaxed);
-        m.cache_hits.store(self.cache.hits(), Ordering::Relaxed);
-        m.cache_misses.store(self.cache.misses(), Ordering::Relaxed);
+        m.arena_free.set(a.free + tables_free);
+        m.arena_cached.set(a.cached);
+        m.arena_pinned.set(a.pinned + tables_used);
+        m.arena_in_flight.set(a.in_flight);
+        m.reads_in_flight.set(self.inflight.len() as u64);
+        m.sessions_open.set(self.sessions.len() as u64);
+        m.cache_hits
+            .inner()
+            .store(self.cache.hits(), Ordering::Relaxed);
+        m.cache_misses
+            .inner()
+            .store(self.cache.misses(), Ordering::Relaxed);
     }
 }

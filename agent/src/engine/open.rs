@@ -14,7 +14,6 @@ use granary_shm::handshake::{Message, OpenSession, SessionOpened};
 use granary_shm::segment::{AgentSegment, SegmentSpec};
 use granary_shm::{ErrorCode, Violation};
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// A refusal of an open, as the loader is told.
@@ -69,7 +68,7 @@ impl Engine {
                     .collect();
                 for sid in mine {
                     if self.sessions.get(&sid).is_some_and(|s| s.loans() > 0) {
-                        self.metrics.loaders_lost.fetch_add(1, Ordering::Relaxed);
+                        self.metrics.loaders_lost.inc_by(1);
                     }
                     self.end_session(sid, None);
                 }
@@ -120,7 +119,7 @@ impl Engine {
             }
         };
         if sent {
-            self.metrics.sessions_opened.fetch_add(1, Ordering::Relaxed);
+            self.metrics.sessions_opened.inc_by(1);
         } else {
             // The loader is gone already.
             self.end_session(sid, None);
@@ -190,7 +189,7 @@ impl Engine {
             max_window: self.cfg.prefetch.window_batches,
             now: self.clock.now(),
         });
-                let reply = SessionOpened {
+        let reply = SessionOpened {
             session_id: id,
             instance_epoch: spec.instance_epoch,
             arena_size: self.arena.size(),
@@ -243,8 +242,8 @@ impl Engine {
 
     /// Fences a session for a protocol violation and ends it.
     pub(super) fn fence(&mut self, sid: u64, v: Violation) {
-        self.metrics.violations.fetch_add(1, Ordering::Relaxed);
-        self.metrics.sessions_fenced.fetch_add(1, Ordering::Relaxed);
+        self.metrics.violations.inc_by(1);
+        self.metrics.sessions_fenced.inc_by(1);
         tracing::warn!(session = sid, "session fenced: {v}");
         self.end_session(sid, Some(&v));
     }
@@ -269,9 +268,7 @@ impl Engine {
                 quiet.as_millis(),
                 limit.as_millis()
             );
-            self.metrics
-                .sessions_timed_out
-                .fetch_add(1, Ordering::Relaxed);
+            self.metrics.sessions_timed_out.inc_by(1);
             self.end_session(sid, None);
         }
         !silent.is_empty()

@@ -10,7 +10,6 @@ use crate::cache::Lookup;
 use crate::session::{Loan, Session};
 use granary_shm::layout::{BATCH_END_OF_EPOCH, BATCH_END_OF_STREAM};
 use granary_shm::{BatchDescriptor, ErrorCode, SampleEntry, Violation};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 impl Engine {
@@ -40,9 +39,7 @@ impl Engine {
             let ended = s.ended();
             match s.ready.unconsumed() {
                 Ok(0) if !ended => {
-                    self.metrics
-                        .loader_wait_ns
-                        .fetch_add(dt.as_nanos() as u64, Ordering::Relaxed);
+                    self.metrics.loader_wait_ns.inc_by(dt.as_nanos() as u64);
                 }
                 Ok(_) => {}
                 Err(v) => {
@@ -94,9 +91,7 @@ impl Engine {
             if self.datasets[ds].relaxed && matches!(s.ready.unconsumed(), Ok(0)) {
                 let ready = |x: u64| matches!(cache.lookup(key(ds, x)), Lookup::Ready(_));
                 let swaps = s.relax_front(present, ready);
-                self.metrics
-                    .relaxed_swaps
-                    .fetch_add(swaps, Ordering::Relaxed);
+                self.metrics.relaxed_swaps.inc_by(swaps);
             }
             let Some(n) = s
                 .pending()
@@ -186,13 +181,9 @@ impl Engine {
             };
             let _ = s.ready.try_stage(d);
             let _ = self.cache.advance_session_by(s.id(), n as u64);
-            self.metrics
-                .samples_served
-                .fetch_add(n as u64, Ordering::Relaxed);
-            self.metrics
-                .bytes_served
-                .fetch_add(total, Ordering::Relaxed);
-            self.metrics.batches_served.fetch_add(1, Ordering::Relaxed);
+            self.metrics.samples_served.inc_by(n as u64);
+            self.metrics.bytes_served.inc_by(total);
+            self.metrics.batches_served.inc_by(1);
             published = true;
         };
         s.ready.publish();

@@ -8,7 +8,6 @@ use super::{key, Engine, Inflight};
 use crate::cache::Lookup;
 use crate::session::Request;
 use granary_shm::ErrorCode;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 impl Engine {
@@ -34,13 +33,12 @@ impl Engine {
         let mut budget = (src.capacity() as usize).saturating_sub(src.in_flight() + retrying);
         let cache = &mut self.cache;
         let metrics = &self.metrics;
-        let name = &self.datasets[ds].name;
         let mut reads = Vec::new();
         let moved = s.request_with(|epoch, sample| {
             let k = key(ds, sample);
             match cache.access(k) {
                 Lookup::Ready(_) | Lookup::InFlight { .. } => {
-                    metrics.count_epoch(name, epoch, 1, 0);
+                    metrics.count_epoch(ds, epoch, 1, 0);
                     if cache.pin(k).is_ok() {
                         Request::Pinned
                     } else {
@@ -48,7 +46,7 @@ impl Engine {
                     }
                 }
                 Lookup::Failed { pins, .. } if pins > 0 => {
-                    metrics.count_epoch(name, epoch, 0, 1);
+                    metrics.count_epoch(ds, epoch, 0, 1);
                     Request::Unpinned
                 }
                 Lookup::Absent | Lookup::Failed { .. } => {
@@ -59,7 +57,7 @@ impl Engine {
                     match cache.reserve(k, len) {
                         Ok(r) => {
                             budget -= 1;
-                            metrics.count_epoch(name, epoch, 0, 1);
+                            metrics.count_epoch(ds, epoch, 0, 1);
                             reads.push((k, r.extent.offset, len));
                             // The reservation holds one pin: ours.
                             Request::Pinned
@@ -117,7 +115,7 @@ impl Engine {
             self.inflight.remove(tag);
             self.retry_queue.push((inf.started, inf));
         } else {
-            self.metrics.reads_submitted.fetch_add(1, Ordering::Relaxed);
+            self.metrics.reads_submitted.inc_by(1);
         }
     }
 

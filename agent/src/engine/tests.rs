@@ -19,7 +19,6 @@ use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -426,7 +425,7 @@ fn a_transient_failure_is_retried_after_backoff() {
     assert_eq!(got[0].0.status, 0);
     assert!(got[0].1.iter().any(|e| e.sample_id - 1000 == victim));
     assert_eq!(h.script.lock().unwrap().attempts[&victim], 2);
-    assert_eq!(h.engine.metrics.read_retries.load(Ordering::Relaxed), 1);
+    assert_eq!(h.engine.metrics.read_retries.get(), 1);
 }
 
 #[test]
@@ -510,7 +509,7 @@ fn relaxed_order_lets_ready_samples_pass_a_late_one() {
         }
     }
     assert!(got.len() > before, "batches flow past the late sample");
-    assert!(h.engine.metrics.relaxed_swaps.load(Ordering::Relaxed) > 0);
+    assert!(h.engine.metrics.relaxed_swaps.get() > 0);
     h.script.lock().unwrap().held.clear();
     got.extend(drain(&mut h, &mut loader));
     let mut ids: Vec<u64> = got
@@ -539,10 +538,7 @@ fn a_silent_loader_loses_its_session_and_its_pins() {
     assert!(!h.engine.sessions.contains_key(&sid), "silent too long");
     let a = h.engine.cache.accounting();
     assert_eq!(a.pinned, 0, "its pins came back: {a:?}");
-    assert_eq!(
-        h.engine.metrics.sessions_timed_out.load(Ordering::Relaxed),
-        1
-    );
+    assert_eq!(h.engine.metrics.sessions_timed_out.get(), 1);
 }
 
 #[test]

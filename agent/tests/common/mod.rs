@@ -10,7 +10,7 @@ use granary_agent::config::Config;
 use granary_agent::engine::Engine;
 use granary_agent::metrics::Metrics;
 use granary_agent::planner::{EpochPlan, PlanParams};
-use granary_agent::synth::{self, SynthSpec};
+use granary_tools::synth::{self, SynthSpec};
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -254,10 +254,10 @@ root = "{data}"
         loop {
             assert!(self.alive(), "the engine thread died");
             let a = self.acct();
-            let settled = load(&m.sessions_open) == 0
+            let settled = m.sessions_open.get() == 0
                 && a.pinned == 0
                 && a.in_flight == 0
-                && load(&m.reads_in_flight) == 0
+                && m.reads_in_flight.get() == 0
                 && a.sum() == a.size
                 && a == self.acct();
             if settled {
@@ -266,8 +266,8 @@ root = "{data}"
             assert!(
                 Instant::now() < end,
                 "the agent did not settle within {timeout:?}: {a:?}, sessions open {}, reads in flight {}",
-                load(&m.sessions_open),
-                load(&m.reads_in_flight)
+                m.sessions_open.get(),
+                m.reads_in_flight.get()
             );
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -287,10 +287,6 @@ impl Drop for TestAgent {
     }
 }
 
-pub fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
-    a.load(Ordering::Relaxed)
-}
-
 /// The arena gauges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Acct {
@@ -304,11 +300,11 @@ pub struct Acct {
 impl Acct {
     pub fn of(m: &Metrics) -> Acct {
         Acct {
-            free: load(&m.arena_free),
-            cached: load(&m.arena_cached),
-            pinned: load(&m.arena_pinned),
-            in_flight: load(&m.arena_in_flight),
-            size: load(&m.arena_size),
+            free: m.arena_free.get(),
+            cached: m.arena_cached.get(),
+            pinned: m.arena_pinned.get(),
+            in_flight: m.arena_in_flight.get(),
+            size: m.arena_size.get(),
         }
     }
 

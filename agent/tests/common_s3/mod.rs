@@ -27,11 +27,11 @@ pub fn synth(
     files: u64,
     classes: u32,
     mean_size: u64,
-) -> granary_agent::synth::SynthSpec {
-    let mut spec = granary_agent::synth::SynthSpec::new(dir.join("synth"));
+) -> granary_tools::synth::SynthSpec {
+    let mut spec = granary_tools::synth::SynthSpec::new(dir.join("synth"));
     spec.num_files = files;
     spec.num_classes = classes;
     spec.mean_size = mean_size;
-    granary_agent::synth::generate(&spec, |_, _| {}).unwrap();
+    granary_tools::synth::generate(&spec, |_, _| {}).unwrap();
     spec
 }

@@ -334,7 +334,7 @@ fn granary_epoch(
     let run = std::thread::scope(|s| {
         s.spawn(|| {
             while !done.load(Ordering::Relaxed) {
-                let n = agent.metrics().reads_in_flight.load(Ordering::Relaxed);
+                let n = agent.metrics().reads_in_flight.get();
                 peak.fetch_max(n, Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(2));
             }
@@ -359,7 +359,7 @@ fn granary_epoch(
         knobs: k,
         files_per_s: ds.len() as f64 / secs,
         secs,
-        bytes_read: m.bytes_read.load(Ordering::Relaxed),
+        bytes_read: m.bytes_read.get(),
         stat,
         first_batch: run.first_batch,
         waited: run.epochs.iter().map(|e| e.waited).sum(),

@@ -65,9 +65,6 @@
 //! in the last line's `*_detail` arrays.
 
 use granary::{Client, SessionOptions};
-use granary_agent::ingest::{self, IngestOptions, Phase};
-use granary_agent::progress::ProgressBar;
-use granary_agent::synth;
 use granary_bench::agent::{Agent, AgentSettings, S3Dataset};
 use granary_bench::cli::Args;
 use granary_bench::data::{self, Dataset};
@@ -77,6 +74,9 @@ use granary_bench::report::{median, Json};
 use granary_bench::seaweed::Seaweed;
 use granary_bench::sys;
 use granary_bench::touch::touch;
+use granary_tools::ingest::{self, IngestOptions, Phase};
+use granary_tools::progress::ProgressBar;
+use granary_tools::synth;
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Write as _};
 use std::net::SocketAddr;

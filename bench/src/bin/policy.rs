@@ -19,16 +19,15 @@ use granary::{Client, SessionOptions};
 use granary_agent::cache::sim::{self, SimConfig};
 use granary_agent::cache::PolicyKind;
 use granary_agent::planner::{PlanParams, SessionPlan};
-use granary_agent::synth;
 use granary_bench::agent::{series_value, Agent, AgentSettings};
 use granary_bench::cli::Args;
 use granary_bench::data;
 use granary_bench::loader::{self, Wait};
 use granary_bench::report::Json;
 use granary_bench::sys;
+use granary_tools::synth;
 use std::fmt::Write as _;
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 type Result<T> = std::result::Result<T, String>;
@@ -68,6 +67,12 @@ fn run() -> Result<()> {
     let files = args.u64("files", 4_000)?;
     let mean = args.u64("mean-size", 50_000)?;
     let epochs = args.u32("epochs", 4)?.max(1);
+    if epochs as usize > granary_agent::metrics::EPOCH_SLOTS {
+        return Err(format!(
+            "--epochs {epochs}: the agent keeps per-epoch counters for {} epochs only",
+            granary_agent::metrics::EPOCH_SLOTS
+        ));
+    }
     let batch = args.u32("batch", granary::DEFAULT_BATCH_SIZE)?;
     let window = args.u32("window", 16)?;
     let inflight = args.u32("inflight", 64)?;
@@ -122,7 +127,7 @@ fn run() -> Result<()> {
             align: cc.align,
             transient_reserve: cc.transient_reserve,
             sample_sizes: ds.sizes(),
-            sessions: vec![plan],
+            sessions: vec![plan.clone()],
         };
         let predicted = sim::simulate(&sim_cfg, policy)
             .map_err(|e| format!("simulating {}: {e}", policy.as_str()))?;
@@ -153,8 +158,8 @@ fn run() -> Result<()> {
         let lookups = agent.epoch_lookups("policy");
         let series = agent.series();
         let m = agent.metrics();
-        let reads = m.reads_submitted.load(Ordering::Relaxed);
-        let waited_s = m.loader_wait_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        let reads = m.reads_submitted.get();
+        let waited_s = m.loader_wait_ns.get() as f64 / 1e9;
         drop(client);
         agent.stop().map_err(|e| format!("agent: {e}"))?;
 

@@ -32,7 +32,6 @@
 //! the best configuration next to the default one.
 
 use granary::{Client, SessionOptions};
-use granary_agent::synth;
 use granary_bench::agent::{Agent, AgentSettings};
 use granary_bench::cli::Args;
 use granary_bench::data;
@@ -40,8 +39,8 @@ use granary_bench::loader::{self, Wait};
 use granary_bench::report::Json;
 use granary_bench::sys;
 use granary_bench::touch::{gbps, touch, MemRead};
+use granary_tools::synth;
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 type Result<T> = std::result::Result<T, String>;
@@ -404,7 +403,7 @@ fn measure(
         }
     }
     let lookups = agent.epoch_lookups("warm");
-    let reads = agent.metrics().reads_submitted.load(Ordering::Relaxed);
+    let reads = agent.metrics().reads_submitted.get();
     let cold_timed: u64 = lookups
         .iter()
         .filter(|l| l.epoch > 0)

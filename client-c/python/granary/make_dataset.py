@@ -10,7 +10,7 @@ give the same labels (class folders in sorted order) and, with these
 names, the same sample order.
 
 ``python -m granary.make_dataset --synth DIR --files N`` writes the
-self-verifying synthetic format of the quickstart (``agent/src/synth.rs``,
+self-verifying synthetic format of the quickstart (``tools/src/synth.rs``,
 bit for bit the same files; see :mod:`granary.synth`).
 
 Both are idempotent: a marker file in ``DIR`` records the parameters, and a

@@ -1,9 +1,9 @@
-"""The synthetic dataset format of ``agent/src/synth.rs``, in Python.
+"""The synthetic dataset format of ``tools/src/synth.rs``, in Python.
 
 Every sample can be checked from its own bytes: a 32-byte header (magic
 ``GRNSYNTH``, file id, class, total length, header checksum), a stream key,
 then SplitMix64 outputs seeded from the key and the header checksum. See the
-module documentation of ``agent/src/synth.rs`` for the table.
+module documentation of ``tools/src/synth.rs`` for the table.
 
 :func:`verify` checks a sample and returns ``(file_id, class, length)``;
 :func:`generate` writes the same tree as the Rust generator

@@ -44,7 +44,7 @@ def test_synthetic_files_verify_and_corruption_is_caught(tmp_path):
 
 
 def test_python_generator_writes_what_the_rust_generator_writes():
-    # SHA-256 of files 0, 10, ..., 290 as agent/src/synth.rs writes them for
+    # SHA-256 of files 0, 10, ..., 290 as tools/src/synth.rs writes them for
     # 300 files with the defaults (100 classes, ~110 KB, sigma 0.5, seed 0).
     import hashlib
 

@@ -36,7 +36,11 @@ impl S3Dataset {
     /// Each request is one attempt (the engine's retry policy is the only
     /// retry layer), limited to `read_timeout` or the dataset's
     /// `request_timeout_ms`, whichever is shorter.
-    pub fn open(ds: &DatasetConfig, capacity: u32, read_timeout: Duration) -> io::Result<S3Dataset> {
+    pub fn open(
+        ds: &DatasetConfig,
+        capacity: u32,
+        read_timeout: Duration,
+    ) -> io::Result<S3Dataset> {
         let mut settings = S3Settings::from_dataset(ds).map_err(io::Error::other)?;
         settings.retries = 0;
         settings.request_timeout = settings.request_timeout.min(read_timeout);

@@ -26,7 +26,7 @@ pub mod s3;
 
 pub use s3::{ingest, parse_s3_url, IngestOptions};
 
-use crate::source::Catalog;
+use granary_agent::source::Catalog;
 use std::fmt;
 use std::future::Future;
 use std::path::{Path, PathBuf};

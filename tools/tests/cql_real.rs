@@ -8,12 +8,12 @@
 //! `#[ignore]`d: scripts/test.sh runs them when `GRANARY_TEST_SCYLLA` is set
 //! and lists them as not run otherwise. See docs/scylla.md.
 
-use granary_agent::ingest::cql::{self as ingest_cql, CqlIngestOptions};
 use granary_agent::source::cql::{CqlDataset, CqlError, CqlSettings, CqlSource};
 use granary_agent::source::{Catalog, SampleSource};
 use granary_agent::source::{Completion, FailureKind, SampleError};
-use granary_agent::synth::{self, SynthSpec};
 use granary_shm::arena::Arena;
+use granary_tools::ingest::cql::{self as ingest_cql, CqlIngestOptions};
+use granary_tools::synth::{self, SynthSpec};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -14,37 +14,101 @@
 //!   write a dataset folder into ScyllaDB/Cassandra tables (password from
 //!   `GRANARY_CQL_PASSWORD`); see `docs/scylla.md`.
 
-use granary_agent::ingest::{IngestError, IngestReport, Phase};
+use clap::{Args, Parser, Subcommand};
 use granary_agent::metrics::{parse_text, scrape};
-use granary_agent::progress::ProgressBar;
-use granary_agent::synth::{self, SynthSpec};
+use granary_tools::ingest::{IngestError, IngestReport, Phase};
+use granary_tools::progress::ProgressBar;
+use granary_tools::synth::{self, SynthSpec};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: granary status [--metrics ADDR]
-       granary demo [--dir DIR] [--files N] [--epochs E]
-       granary ingest SRC_DIR --to s3://BUCKET/PREFIX [--endpoint URL] [--region R]
-                      [--concurrency N] [--verify] [--resume]
-       granary ingest SRC_DIR --to cql://HOST:PORT[,HOST:PORT...]/KEYSPACE
-                      [--data-table T] [--metadata-table M] [--username U]
-                      [--replication N|DC:N,...] [--tls] [--tls-ca-file F]
-                      [--concurrency N] [--verify] [--resume]
-                      (password: GRANARY_CQL_PASSWORD)";
+/// The Granary operator CLI: the agent's counters, the quickstart demo,
+/// and the ingest of a dataset folder into S3 or CQL tables.
+#[derive(Debug, Parser)]
+#[command(name = "granary", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
 
-fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
-    args.windows(2)
-        .find(|w| w[0] == name)
-        .map(|w| w[1].as_str())
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Print the agent's counters as a table.
+    Status {
+        /// The agent's metrics endpoint (`[metrics] address`).
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9464")]
+        metrics: String,
+    },
+    /// The quickstart: generate a synthetic dataset, start granaryd on it,
+    /// run two C loaders (ranks 0 and 1 of one job), verify every byte,
+    /// summarise.
+    Demo {
+        /// Where the dataset and the agent's configuration go.
+        #[arg(long, value_name = "DIR", default_value = ".granary-data")]
+        dir: PathBuf,
+        /// Files in the synthetic dataset.
+        #[arg(long, value_name = "N", default_value_t = 20_000)]
+        files: u64,
+        /// Epochs each loader reads.
+        #[arg(long, value_name = "E", default_value_t = 3)]
+        epochs: u32,
+    },
+    /// Copy a dataset folder into an S3 bucket (credentials from
+    /// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY; see docs/s3.md) or into
+    /// CQL tables (password from GRANARY_CQL_PASSWORD; see docs/scylla.md).
+    Ingest(IngestArgs),
+}
+
+#[derive(Debug, Args)]
+struct IngestArgs {
+    /// The dataset folder (class folders of files, as the fs source reads).
+    #[arg(value_name = "SRC_DIR")]
+    src: String,
+    /// s3://BUCKET/PREFIX or cql://HOST:PORT[,HOST:PORT...]/KEYSPACE.
+    #[arg(long, value_name = "URL")]
+    to: String,
+    /// Files written at once (default: the store's own).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    concurrency: Option<u64>,
+    /// Read everything back afterwards and compare byte for byte.
+    #[arg(long)]
+    verify: bool,
+    /// Skip files the store already holds as they are.
+    #[arg(long)]
+    resume: bool,
+    /// S3: the endpoint URL (plain http:// allowed when given here).
+    #[arg(long, value_name = "URL", help_heading = "S3")]
+    endpoint: Option<String>,
+    /// S3: the region.
+    #[arg(long, value_name = "R", help_heading = "S3")]
+    region: Option<String>,
+    /// CQL: the data table.
+    #[arg(long, value_name = "T", help_heading = "CQL")]
+    data_table: Option<String>,
+    /// CQL: the metadata table.
+    #[arg(long, value_name = "M", help_heading = "CQL")]
+    metadata_table: Option<String>,
+    /// CQL: the user name (password from GRANARY_CQL_PASSWORD).
+    #[arg(long, value_name = "U", help_heading = "CQL")]
+    username: Option<String>,
+    /// CQL: the keyspace's replication, N or DC:N,...
+    #[arg(long, value_name = "R", help_heading = "CQL")]
+    replication: Option<String>,
+    /// CQL: connect with TLS.
+    #[arg(long, help_heading = "CQL")]
+    tls: bool,
+    /// CQL: the CA certificates to trust (implies --tls).
+    #[arg(long, value_name = "FILE", help_heading = "CQL")]
+    tls_ca_file: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let r = match args.first().map(String::as_str) {
-        Some("status") => status(flag(&args, "--metrics").unwrap_or("127.0.0.1:9464")),
-        Some("demo") => demo(&args),
-        Some("ingest") => ingest(&args),
-        _ => Err(USAGE.to_string()),
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Cmd::Status { metrics } => status(&metrics),
+        Cmd::Demo { dir, files, epochs } => demo(dir, files, epochs),
+        Cmd::Ingest(args) => ingest(&args),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -81,16 +145,7 @@ impl Drop for Agent {
     }
 }
 
-fn demo(args: &[String]) -> Result<(), String> {
-    let dir = PathBuf::from(flag(args, "--dir").unwrap_or(".granary-data"));
-    let files: u64 = flag(args, "--files")
-        .unwrap_or("20000")
-        .parse()
-        .map_err(|e| format!("--files: {e}"))?;
-    let epochs: u32 = flag(args, "--epochs")
-        .unwrap_or("3")
-        .parse()
-        .map_err(|e| format!("--epochs: {e}"))?;
+fn demo(dir: PathBuf, files: u64, epochs: u32) -> Result<(), String> {
     let data = dir.join("synth");
     let mut spec = SynthSpec::new(&data);
     spec.num_files = files;
@@ -207,29 +262,42 @@ fn demo(args: &[String]) -> Result<(), String> {
     }
     let total = start.elapsed();
     let body = scrape(metrics_addr, Duration::from_secs(3)).unwrap_or_default();
-    let hit_rates = epoch_hit_rates(&body, "synth");
+    let epoch_reads = epoch_source_reads(&body, "synth");
     let (n, bytes): (u64, u64) = per_epoch.iter().fold((0, 0), |a, e| (a.0 + e.0, a.1 + e.1));
     let series = parse_text(&body);
     let metric = |name: &str| series.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
     println!("first-batch latency: {first_ms:.1} ms");
-    if let (Some(reads), Some(hp)) = (
+    // Source reads per epoch: samples of the epoch that no session had
+    // read or asked for before. The two ranks do not cross epoch
+    // boundaries together, so the rank ahead also reads samples the other
+    // one needs in its current epoch: an epoch's reads are not all its own.
+    for (i, (s, b, secs)) in per_epoch.iter().enumerate() {
+        let reads = epoch_reads
+            .get(&(i as u64))
+            .map_or("source reads n/a".to_string(), |r| {
+                format!("{r:.0} read from the source")
+            });
+        println!(
+            "epoch {i}: {s} samples, {:.0} samples/s, {:.0} MB/s, {reads}",
+            *s as f64 / secs.max(1e-9),
+            *b as f64 / 1e6 / secs.max(1e-9)
+        );
+    }
+    if let (Some(reads), Some(size)) = (
         metric("granary_reads_total"),
         metric("granary_arena_size_bytes"),
     ) {
+        let arena = n as f64 - reads;
         println!(
-            "agent: {reads:.0} source reads for {files} files x {epochs} epochs; arena {:.0} MiB",
-            hp / 1048576.0
-        );
-    }
-    for (i, (s, b, secs)) in per_epoch.iter().enumerate() {
-        let hit = hit_rates
-            .iter()
-            .find(|(e, _)| *e == i as u32)
-            .map_or("n/a".to_string(), |(_, r)| format!("{:.1}%", r * 100.0));
-        println!(
-            "epoch {i}: {s} samples, {:.0} samples/s, {:.0} MB/s, hit rate {hit}",
-            *s as f64 / secs.max(1e-9),
-            *b as f64 / 1e6 / secs.max(1e-9)
+            "source: {reads:.0} reads for {files} files x {epochs} epochs{}; {:.0} of {n} samples ({:.1} %) served from the arena without a read of their own (arena {:.0} MiB)",
+            if reads as u64 == files {
+                " (each file read once)"
+            } else {
+                ""
+            },
+            arena.max(0.0),
+            100.0 * arena.max(0.0) / (n as f64).max(1.0),
+            size / 1048576.0
         );
     }
     println!(
@@ -249,30 +317,20 @@ fn demo(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// Hit ratio per epoch of `dataset` from the agent's metrics text.
-fn epoch_hit_rates(body: &str, dataset: &str) -> Vec<(u32, f64)> {
-    let mut m: std::collections::BTreeMap<u32, (f64, f64)> = Default::default();
+/// Samples of each epoch of `dataset` that had to be read from the source
+/// (`granary_epoch_lookups_total{result="miss"}`), by epoch.
+fn epoch_source_reads(body: &str, dataset: &str) -> std::collections::BTreeMap<u64, f64> {
+    let mut m = std::collections::BTreeMap::new();
     let prefix = format!("granary_epoch_lookups_total{{dataset=\"{dataset}\",epoch=\"");
     for (k, v) in parse_text(body) {
-        let Some(rest) = k.strip_prefix(&prefix) else {
+        let Some((epoch, tail)) = k.strip_prefix(&prefix).and_then(|r| r.split_once('"')) else {
             continue;
         };
-        let Some((epoch, tail)) = rest.split_once('"') else {
-            continue;
-        };
-        let Ok(epoch) = epoch.parse::<u32>() else {
-            continue;
-        };
-        let e = m.entry(epoch).or_default();
-        if tail.contains("\"hit\"") {
-            e.0 += v;
-        } else {
-            e.1 += v;
+        if let (Ok(epoch), true) = (epoch.parse::<u64>(), tail.contains("\"miss\"")) {
+            *m.entry(epoch).or_insert(0.0) += v;
         }
     }
-    m.into_iter()
-        .map(|(e, (h, miss))| (e, if h + miss > 0.0 { h / (h + miss) } else { 0.0 }))
-        .collect()
+    m
 }
 
 fn sibling(name: &str) -> Result<PathBuf, String> {
@@ -285,28 +343,22 @@ fn sibling(name: &str) -> Result<PathBuf, String> {
     }
 }
 
-fn ingest(args: &[String]) -> Result<(), String> {
-    use granary_agent::ingest::{self, IngestOptions};
+fn ingest(args: &IngestArgs) -> Result<(), String> {
     use granary_agent::source::s3::S3Settings;
-    let src = args
-        .get(1)
-        .filter(|a| !a.starts_with("--"))
-        .ok_or_else(|| format!("ingest: which folder?\n{USAGE}"))?;
-    let to = flag(args, "--to").ok_or_else(|| {
-        format!("ingest: --to s3://BUCKET/PREFIX or cql://HOSTS/KEYSPACE is required\n{USAGE}")
-    })?;
+    use granary_tools::ingest::{self, IngestOptions};
+    let (src, to) = (args.src.as_str(), args.to.as_str());
     if to.starts_with("cql://") {
-        return ingest_cql(args, src, to);
+        return ingest_cql(args);
     }
     let (bucket, prefix) = ingest::parse_s3_url(to).map_err(|e| format!("--to: {e}"))?;
     let mut settings = S3Settings::new(bucket);
-    if let Some(e) = flag(args, "--endpoint") {
+    if let Some(e) = &args.endpoint {
         // An endpoint given on the command line is used as given, plain
         // HTTP included.
         settings.allow_http = e.starts_with("http://");
-        settings.endpoint = Some(e.to_owned());
+        settings.endpoint = Some(e.clone());
     }
-    settings.region = flag(args, "--region").map(str::to_owned);
+    settings.region = args.region.clone();
     settings.fill_from_env(|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
     if settings
         .endpoint
@@ -316,9 +368,8 @@ fn ingest(args: &[String]) -> Result<(), String> {
         settings.allow_http = true;
     }
     let mut opts = IngestOptions::new(src, settings, &prefix);
-    let flags = IngestFlags::parse(args)?;
-    opts.concurrency = flags.concurrency.unwrap_or(opts.concurrency);
-    (opts.verify, opts.resume) = (flags.verify, flags.resume);
+    opts.concurrency = concurrency(args).unwrap_or(opts.concurrency);
+    (opts.verify, opts.resume) = (args.verify, args.resume);
     let words = IngestWords {
         wrote: "uploaded",
         same: "size",
@@ -329,33 +380,11 @@ fn ingest(args: &[String]) -> Result<(), String> {
     })
 }
 
-/// The flags both ingests take: `--concurrency` (`None` when not given),
-/// `--verify`, `--resume`.
-struct IngestFlags {
-    concurrency: Option<usize>,
-    verify: bool,
-    resume: bool,
+/// `--concurrency`, when given.
+fn concurrency(args: &IngestArgs) -> Option<usize> {
+    args.concurrency
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
 }
-
-impl IngestFlags {
-    fn parse(args: &[String]) -> Result<IngestFlags, String> {
-        let concurrency = match flag(args, "--concurrency") {
-            Some(c) => Some(
-                c.parse()
-                    .ok()
-                    .filter(|&n: &usize| n > 0)
-                    .ok_or_else(|| format!("--concurrency {c:?}: expected a positive integer"))?,
-            ),
-            None => None,
-        };
-        Ok(IngestFlags {
-            concurrency,
-            verify: args.iter().any(|a| a == "--verify"),
-            resume: args.iter().any(|a| a == "--resume"),
-        })
-    }
-}
-
 /// How an ingest's summary says what it did.
 struct IngestWords {
     /// What happened to the files moved: `uploaded`, `written`.
@@ -430,31 +459,31 @@ impl Bars {
     }
 }
 
-fn ingest_cql(args: &[String], src: &str, to: &str) -> Result<(), String> {
-    use granary_agent::ingest::cql::{self, CqlIngestOptions, Replication};
+fn ingest_cql(args: &IngestArgs) -> Result<(), String> {
     use granary_agent::source::cql::CqlSettings;
+    use granary_tools::ingest::cql::{self, CqlIngestOptions, Replication};
+    let (src, to) = (args.src.as_str(), args.to.as_str());
     let (hosts, keyspace) = cql::parse_cql_url(to).map_err(|e| format!("--to: {e}"))?;
     let mut settings = CqlSettings::new(hosts, keyspace);
-    if let Some(t) = flag(args, "--data-table") {
-        settings.data_table = t.to_owned();
+    if let Some(t) = &args.data_table {
+        settings.data_table = t.clone();
     }
-    if let Some(t) = flag(args, "--metadata-table") {
-        settings.metadata_table = t.to_owned();
+    if let Some(t) = &args.metadata_table {
+        settings.metadata_table = t.clone();
     }
-    settings.username = flag(args, "--username").map(str::to_owned);
+    settings.username = args.username.clone();
     settings.fill_from_env(|k| std::env::var(k).ok());
-    settings.tls = args.iter().any(|a| a == "--tls");
-    if let Some(f) = flag(args, "--tls-ca-file") {
+    settings.tls = args.tls;
+    if let Some(f) = &args.tls_ca_file {
         settings.tls = true;
-        settings.tls_ca_file = Some(f.into());
+        settings.tls_ca_file = Some(f.clone());
     }
     let mut opts = CqlIngestOptions::new(src, settings);
-    if let Some(r) = flag(args, "--replication") {
+    if let Some(r) = &args.replication {
         opts.replication = Replication::parse(r).map_err(|e| format!("--replication: {e}"))?;
     }
-    let flags = IngestFlags::parse(args)?;
-    opts.concurrency = flags.concurrency.unwrap_or(opts.concurrency);
-    (opts.verify, opts.resume) = (flags.verify, flags.resume);
+    opts.concurrency = concurrency(args).unwrap_or(opts.concurrency);
+    (opts.verify, opts.resume) = (args.verify, args.resume);
     let words = IngestWords {
         wrote: "written",
         same: "label and size",

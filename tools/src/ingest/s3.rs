@@ -2,7 +2,7 @@
 //! into an S3 bucket.
 //!
 //! File `root/REL` becomes object `prefix/REL`, so the S3 catalog of
-//! `prefix` ([`crate::source::s3::S3Catalog::list`]) gives the same samples
+//! `prefix` ([`granary_agent::source::s3::S3Catalog::list`]) gives the same samples
 //! with the same ids, labels and sizes as the folder. The rest is
 //! [`super`]'s, with these store-specific parts:
 //!
@@ -15,8 +15,8 @@
 //!   its file.
 
 use super::{drive, walk, IngestError, IngestReport, Item, Items, Phase, Target};
-use crate::source::s3::{classify, with_retries, S3Settings};
 use futures_util::StreamExt;
+use granary_agent::source::s3::{classify, with_retries, S3Settings};
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, ObjectStore, PutOptions, PutPayload};
 use std::collections::HashMap;

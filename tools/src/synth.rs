@@ -14,7 +14,7 @@
 //! with `CCC` and `IIIIIIII` zero-padded to at least 3 and 8 digits (more
 //! when the counts need them). Because padding keeps the byte order of the
 //! names equal to numeric order, the filesystem catalog of the tree
-//! ([`crate::source::Catalog::from_dir`]) gives file `i` sample id `i` and
+//! ([`granary_agent::source::Catalog::from_dir`]) gives file `i` sample id `i` and
 //! label `c`.
 //!
 //! # Sizes
@@ -606,7 +606,7 @@ fn fill_stream(state: u64, out: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::Catalog;
+    use granary_agent::source::Catalog;
 
     fn small(root: &Path, n: u64, classes: u32) -> SynthSpec {
         SynthSpec {

@@ -19,10 +19,10 @@
 //!   label and size, and every blob read back and compared byte for byte.
 
 use super::{drive, walk, IngestError, IngestReport, Item, Items, Phase, Target};
-use crate::source::cql::{
+use futures_util::TryStreamExt;
+use granary_agent::source::cql::{
     with_retries, AttemptError, CqlCatalog, CqlSettings, CqlSource, CATALOG_PAGE_SIZE,
 };
-use futures_util::TryStreamExt;
 use scylla::client::session::Session;
 use scylla::serialize::row::SerializeRow;
 use scylla::statement::prepared::PreparedStatement;
@@ -147,10 +147,10 @@ pub fn parse_cql_url(url: &str) -> Result<(Vec<String>, String), String> {
         .ok_or_else(|| format!("{url:?} names no keyspace (cql://HOST:PORT/KEYSPACE)"))?;
     let hosts: Vec<String> = hosts.split(',').map(str::to_owned).collect();
     for h in &hosts {
-        crate::config::parse_cql_host(h)?;
+        granary_agent::config::parse_cql_host(h)?;
     }
     let keyspace = keyspace.trim_end_matches('/');
-    if !crate::config::is_cql_name(keyspace) {
+    if !granary_agent::config::is_cql_name(keyspace) {
         return Err(format!(
             "keyspace {keyspace:?}: 1 to 48 lowercase letters, digits or '_', starting with a letter"
         ));
@@ -192,7 +192,7 @@ pub fn ingest(
             size: f.size,
         });
     }
-    let setup = |e: crate::source::cql::CqlError| IngestError::Setup(e.to_string());
+    let setup = |e: granary_agent::source::cql::CqlError| IngestError::Setup(e.to_string());
     let source = CqlSource::connect(&opts.settings).map_err(setup)?;
     let settings = Arc::new(opts.settings.clone());
     source.block_on(async {
@@ -245,7 +245,10 @@ pub fn ingest(
 
 /// Runs `statement` (a schema change) once, with a long timeout; the driver
 /// waits for schema agreement afterwards.
-async fn schema_change(session: &Session, cql: String) -> Result<(), crate::source::cql::CqlError> {
+async fn schema_change(
+    session: &Session,
+    cql: String,
+) -> Result<(), granary_agent::source::cql::CqlError> {
     let mut st = Statement::new(cql.clone());
     st.set_request_timeout(Some(SCHEMA_TIMEOUT));
     session
@@ -254,7 +257,7 @@ async fn schema_change(session: &Session, cql: String) -> Result<(), crate::sour
         .map(|_| ())
         .map_err(|e| {
             let e = AttemptError::from(e);
-            crate::source::cql::CqlError::request(format!("run {cql:?}"), (e, 1))
+            granary_agent::source::cql::CqlError::request(format!("run {cql:?}"), (e, 1))
         })
 }
 
@@ -262,7 +265,7 @@ async fn create_schema(
     session: &Session,
     settings: &CqlSettings,
     replication: &Replication,
-) -> Result<(), crate::source::cql::CqlError> {
+) -> Result<(), granary_agent::source::cql::CqlError> {
     schema_change(
         session,
         format!(
@@ -301,7 +304,8 @@ async fn prepare(
     .await
     .map_err(|e| {
         IngestError::Setup(
-            crate::source::cql::CqlError::request(format!("prepare {cql:?}"), e).to_string(),
+            granary_agent::source::cql::CqlError::request(format!("prepare {cql:?}"), e)
+                .to_string(),
         )
     })?;
     st.set_consistency(Consistency::LocalQuorum);
@@ -342,7 +346,7 @@ async fn read_metadata(
     .await
     .map_err(|e| {
         IngestError::Setup(
-            crate::source::cql::CqlError::request(format!("read {table}"), e).to_string(),
+            granary_agent::source::cql::CqlError::request(format!("read {table}"), e).to_string(),
         )
     })
 }

@@ -1,0 +1,134 @@
+//! `granaryd`'s command line: help, version, bad arguments, and the log
+//! formats of `run` (a real process, stopped with SIGTERM).
+
+use granary_tools::synth::{self, SynthSpec};
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn granaryd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_granaryd"))
+        .args(args)
+        .env_remove("GRANARY_LOG_FORMAT")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run granaryd")
+}
+
+fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+#[test]
+fn help_version_and_bad_arguments() {
+    let out = granaryd(&["--version"]);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("granaryd {}", env!("CARGO_PKG_VERSION"))
+    );
+    let out = granaryd(&["--help"]);
+    assert!(out.status.success());
+    let help = text(&out);
+    for word in ["run", "validate", "print-default-config", "--log-format"] {
+        assert!(help.contains(word), "{word} missing from:\n{help}");
+    }
+    let out = granaryd(&["run"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("--config <FILE>"), "{}", text(&out));
+    let out = granaryd(&["serve"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("unrecognized subcommand"),
+        "{}",
+        text(&out)
+    );
+    let out = granaryd(&["--log-format", "yaml", "run", "--config", "x.toml"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("\"yaml\""), "{}", text(&out));
+}
+
+/// Starts `granaryd run` on a small dataset with `extra` arguments and
+/// environment, waits for its socket, stops it; returns its stderr.
+fn run_and_stop(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> String {
+    let data = dir.join("synth");
+    if !data.exists() {
+        let mut spec = SynthSpec::new(&data);
+        spec.num_files = 20;
+        spec.mean_size = 2_000;
+        spec.num_classes = 4;
+        synth::generate(&spec, |_, _| {}).unwrap();
+    }
+    let sock = dir.join("granary.sock");
+    let _ = std::fs::remove_file(&sock);
+    let config = dir.join("granaryd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[arena]\nsize = \"64MiB\"\nhugepages = \"off\"\n[socket]\npath = \"{}\"\n\
+             [prefetch]\nmax_inflight_reads = 32\n[metrics]\naddress = \"\"\n[[dataset]]\nname = \"synth\"\nroot = \"{}\"\n",
+            sock.display(),
+            data.display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_granaryd"))
+        .args(extra)
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .env_remove("GRANARY_LOG_FORMAT")
+        .env_remove("RUST_LOG")
+        .envs(env.iter().copied())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !sock.exists() {
+        assert!(child.try_wait().unwrap().is_none(), "granaryd exited early");
+        assert!(t0.elapsed() < Duration::from_secs(60), "no socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) of our own child.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    err
+}
+
+#[test]
+fn run_logs_text_by_default_and_json_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = run_and_stop(dir.path(), &[], &[]);
+    let serving = log
+        .lines()
+        .find(|l| l.contains("serving on"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(serving.contains("INFO"), "{serving}");
+    assert!(log.lines().any(|l| l.ends_with("stopped")), "{log}");
+
+    let log = run_and_stop(dir.path(), &["--log-format", "json"], &[]);
+    let lines: Vec<&str> = log.lines().collect();
+    assert!(lines.len() >= 2, "{log}");
+    for l in &lines {
+        assert!(l.starts_with('{') && l.ends_with('}'), "not JSON: {l}");
+        assert!(l.contains("\"level\":\""), "{l}");
+    }
+    assert!(lines.iter().any(|l| l.contains("serving on")), "{log}");
+
+    // The environment picks the format too; RUST_LOG filters.
+    let log = run_and_stop(dir.path(), &[], &[("GRANARY_LOG_FORMAT", "json")]);
+    assert!(log.lines().all(|l| l.starts_with('{')), "{log}");
+    let log = run_and_stop(dir.path(), &[], &[("RUST_LOG", "error")]);
+    assert!(!log.contains("serving on"), "{log}");
+}
