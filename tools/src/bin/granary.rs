@@ -57,7 +57,7 @@ enum Cmd {
     /// Copy a dataset folder into an S3 bucket (credentials from
     /// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY; see docs/s3.md) or into
     /// CQL tables (password from GRANARY_CQL_PASSWORD; see docs/scylla.md).
-    Ingest(IngestArgs),
+    Ingest(Box<IngestArgs>),
 }
 
 #[derive(Debug, Args)]
