@@ -13,6 +13,13 @@
 //! path. [`ReadRetry`] is the policy the fetcher applies on top: which errors
 //! deserve another attempt, and when.
 //!
+//! A reader built [`with_timeout`](UringReader::with_timeout) links an
+//! `IORING_OP_LINK_TIMEOUT` to every open and every read it hands to the
+//! kernel: a step that has not completed when the timeout expires is
+//! cancelled, and its request fails with `ETIME` (not resubmitted), naming
+//! the step and the file. A hung device or a pipe with no writer thus fails
+//! one sample instead of holding a slot of the queue for ever.
+//!
 //! See `docs/fetcher.md`.
 
 use std::ffi::CString;
@@ -25,8 +32,9 @@ use std::time::{Duration, Instant};
 
 use io_uring::{opcode, squeue, types, IoUring, Probe};
 
-/// Largest queue depth a reader accepts (the ring holds four entries per
-/// request, and the kernel caps a ring at 32768 entries).
+/// Largest queue depth a reader accepts (the ring holds up to eight entries
+/// per request, and the kernel caps a ring at 32768 entries; chains that do
+/// not fit wait for the next submission).
 pub const MAX_QUEUE_DEPTH: u32 = 8192;
 
 /// How many times one request is resubmitted after `EINTR`, `EAGAIN` or
@@ -39,6 +47,7 @@ const DROP_DRAIN_LIMIT: Duration = Duration::from_secs(30);
 const KIND_OPEN: u64 = 0;
 const KIND_READ: u64 = 1;
 const KIND_CLOSE: u64 = 2;
+const KIND_TIMEOUT: u64 = 3;
 
 /// One read: `len` bytes at `offset` of a file into `dest`.
 #[derive(Debug)]
@@ -186,6 +195,8 @@ struct Op {
     resubmits: u32,
     /// Whether any step has been handed to the ring yet.
     issued: bool,
+    /// Whether a linked timeout of the step or chain in flight expired.
+    timed_out: bool,
 }
 
 impl Op {
@@ -207,6 +218,18 @@ impl Op {
     fn settle(&mut self) {
         let open = self.open_res.take();
         let read = self.read_res.take();
+        if std::mem::take(&mut self.timed_out) {
+            // The step the timeout guarded was cancelled: no resubmit. (A
+            // step that completed as its timeout fired keeps its result.)
+            if open.is_some_and(|res| res < 0) {
+                self.fail("open", Some(libc::ETIME), None);
+                return;
+            }
+            if read.is_some_and(|res| res < 0) {
+                self.fail("read", Some(libc::ETIME), None);
+                return;
+            }
+        }
         if let Some(res) = open {
             if res < 0 {
                 // A failed open cancels the linked read; its result means nothing.
@@ -259,6 +282,10 @@ pub struct UringReader {
     deferred: Vec<u32>,
     cqes: Vec<(u64, i32)>,
     linked: bool,
+    /// The limit linked to every open and read, if any. The kernel reads
+    /// the timespec when the entry is submitted, which may be after the
+    /// reader has moved: it lives on the heap.
+    timeout: Option<(Duration, Box<types::Timespec>)>,
 }
 
 impl fmt::Debug for UringReader {
@@ -267,6 +294,7 @@ impl fmt::Debug for UringReader {
             .field("queue_depth", &self.ops.len())
             .field("in_flight", &self.in_flight())
             .field("linked", &self.linked)
+            .field("timeout", &self.timeout.is_some())
             .finish()
     }
 }
@@ -299,7 +327,9 @@ impl UringReader {
                 format!("queue depth {queue_depth} is outside 1..={MAX_QUEUE_DEPTH}"),
             ));
         }
-        let ring = IoUring::new((queue_depth * 4).next_power_of_two())?;
+        // Room for every request's chain at once (five entries with
+        // timeouts), within the kernel's cap of 32768 entries.
+        let ring = IoUring::new((queue_depth * 8).next_power_of_two().min(32768))?;
         if !ring.params().is_feature_ext_arg() {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -312,11 +342,12 @@ impl UringReader {
             opcode::OpenAt::CODE,
             opcode::Read::CODE,
             opcode::Close::CODE,
+            opcode::LinkTimeout::CODE,
         ];
         if !codes.iter().all(|&c| probe.is_supported(c)) {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
-                "io_uring without OPENAT, READ or CLOSE",
+                "io_uring without OPENAT, READ, CLOSE or LINK_TIMEOUT",
             ));
         }
         // Linked chains need a direct-descriptor slot per request, and the
@@ -332,7 +363,22 @@ impl UringReader {
             deferred: Vec::new(),
             cqes: Vec::new(),
             linked,
+            timeout: None,
         })
+    }
+
+    /// Limits every open and every read to `limit` (`None`: no limit) with a
+    /// linked `IORING_OP_LINK_TIMEOUT`; a step still running at the limit is
+    /// cancelled and its request fails with `ETIME`. Applies to requests
+    /// submitted from now on.
+    pub fn with_timeout(mut self, limit: Option<Duration>) -> Self {
+        self.timeout = limit.map(|d| (d, Box::new(types::Timespec::from(d))));
+        self
+    }
+
+    /// The limit on each open and read, if any.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout.as_ref().map(|(d, _)| *d)
     }
 
     /// Whether file reads go to the kernel as linked chains on direct
@@ -395,6 +441,7 @@ impl UringReader {
             error: None,
             resubmits: 0,
             issued: false,
+            timed_out: false,
         };
         if let Some(slot) = self.ops.get_mut(idx as usize) {
             *slot = Some(op);
@@ -491,7 +538,7 @@ impl UringReader {
                 }
                 KIND_READ => op.read_res = Some(res),
                 KIND_CLOSE => op.file = FileState::Closed,
-                _ => continue,
+                _ => op.timed_out |= res == -libc::ETIME,
             }
             op.pending = op.pending.saturating_sub(1);
             if op.pending == 0 {
@@ -503,6 +550,10 @@ impl UringReader {
     /// Decides and queues the next step of request `idx`, or finishes it.
     fn advance(&mut self, idx: u32, out: &mut Vec<Completion>) {
         let linked = self.linked;
+        let limit = self
+            .timeout
+            .as_ref()
+            .map(|(_, ts)| std::ptr::from_ref::<types::Timespec>(ts));
         let Some(Some(op)) = self.ops.get_mut(idx as usize) else {
             return;
         };
@@ -521,34 +572,43 @@ impl UringReader {
                 self.free.push(idx);
                 return;
             }
-            (false, FileState::Open(fd)) => vec![read_entry(op, types::Fd(fd), idx)],
+            (false, FileState::Open(fd)) => {
+                guarded(read_entry(op, types::Fd(fd), idx), idx, limit, None)
+            }
             (false, FileState::Closed) => {
                 let open = opcode::OpenAt::new(types::Fd(libc::AT_FDCWD), op.path.as_ptr());
                 if linked {
                     let slot = types::DestinationSlot::try_from_slot_target(idx).ok();
-                    vec![
-                        open.file_index(slot)
-                            .flags(libc::O_RDONLY)
-                            .build()
-                            .flags(squeue::Flags::IO_LINK)
-                            .user_data(ud(idx, KIND_OPEN)),
-                        // A hard link: the close runs even after a short read.
-                        read_entry(op, types::Fixed(idx), idx).flags(squeue::Flags::IO_HARDLINK),
+                    let open = open
+                        .file_index(slot)
+                        .flags(libc::O_RDONLY)
+                        .build()
+                        .user_data(ud(idx, KIND_OPEN));
+                    let mut chain = guarded(open, idx, limit, Some(squeue::Flags::IO_LINK));
+                    // A hard link: the close runs even after a short or
+                    // timed-out read.
+                    let read = read_entry(op, types::Fixed(idx), idx);
+                    chain.extend(guarded(read, idx, limit, Some(squeue::Flags::IO_HARDLINK)));
+                    chain.push(
                         opcode::Close::new(types::Fixed(idx))
                             .build()
                             .user_data(ud(idx, KIND_CLOSE)),
-                    ]
+                    );
+                    chain
                 } else {
-                    vec![open
+                    let open = open
                         .flags(libc::O_RDONLY | libc::O_CLOEXEC)
                         .build()
-                        .user_data(ud(idx, KIND_OPEN))]
+                        .user_data(ud(idx, KIND_OPEN));
+                    guarded(open, idx, limit, None)
                 }
             }
         };
         // SAFETY: every entry points at memory that outlives the operation:
         // the path is owned by this request's `Op`, which stays in `ops`
-        // until its last CQE has been reaped; `dest` (plus progress) is
+        // until its last CQE has been reaped; the timeout's timespec is a
+        // heap box owned by the reader, read by the kernel at submission and
+        // never changed or freed while the ring lives; `dest` (plus progress) is
         // covered by the caller's contract on `submit`; the descriptor is the
         // one this request opened, or its own direct slot `idx`. A chain is
         // pushed whole or not at all.
@@ -565,6 +625,29 @@ impl UringReader {
 
 fn ud(idx: u32, kind: u64) -> u64 {
     (u64::from(idx) << 2) | kind
+}
+
+/// `step` alone, or, with a `limit`, `step` linked to an
+/// `IORING_OP_LINK_TIMEOUT` that cancels it when the limit expires. `then`
+/// links whatever follows in the chain to the last entry (`IO_LINK`, or
+/// `IO_HARDLINK` to run it even when `step` fails).
+fn guarded(
+    step: squeue::Entry,
+    idx: u32,
+    limit: Option<*const types::Timespec>,
+    then: Option<squeue::Flags>,
+) -> Vec<squeue::Entry> {
+    let then = then.unwrap_or(squeue::Flags::empty());
+    match limit {
+        None => vec![step.flags(then)],
+        Some(ts) => vec![
+            step.flags(squeue::Flags::IO_LINK | then),
+            opcode::LinkTimeout::new(ts)
+                .build()
+                .flags(then)
+                .user_data(ud(idx, KIND_TIMEOUT)),
+        ],
+    }
 }
 
 /// A read of the rest of `op` through `fd`.

@@ -127,7 +127,12 @@ root = "{}"
     ))
     .unwrap();
     let laggy = Laggy {
-        inner: FsSource::new(Catalog::from_dir(&data).unwrap(), 64).unwrap(),
+        inner: FsSource::new(
+            Catalog::from_dir(&data).unwrap(),
+            64,
+            Duration::from_secs(10),
+        )
+        .unwrap(),
         slow: HashSet::new(),
         held: Vec::new(),
     };

@@ -289,7 +289,7 @@ pub fn open(dataset: &DatasetConfig, cfg: &Config) -> io::Result<Box<dyn SampleS
     match dataset {
         DatasetConfig::Fs(_) => {
             let catalog = open_catalog(dataset).map_err(io::Error::other)?;
-            Ok(Box::new(FsSource::new(catalog, capacity)?))
+            Ok(Box::new(FsSource::new(catalog, capacity, read_timeout)?))
         }
         DatasetConfig::S3(s3) => Ok(Box::new(s3::S3Dataset::open(
             dataset,
@@ -341,10 +341,12 @@ impl std::fmt::Debug for FsSource {
 }
 
 impl FsSource {
-    /// A source reading `catalog`'s files, `capacity` at a time.
-    pub fn new(catalog: Catalog, capacity: u32) -> io::Result<FsSource> {
+    /// A source reading `catalog`'s files, `capacity` at a time; an open or
+    /// read that takes longer than `read_timeout` is cancelled and fails its
+    /// sample with `ETIME` ([`FailureKind::TimedOut`]).
+    pub fn new(catalog: Catalog, capacity: u32, read_timeout: Duration) -> io::Result<FsSource> {
         Ok(FsSource {
-            reader: UringReader::new(capacity)?,
+            reader: UringReader::new(capacity)?.with_timeout(Some(read_timeout)),
             landing: Landing::default(),
             catalog,
         })

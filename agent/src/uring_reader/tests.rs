@@ -540,3 +540,118 @@ fn short_reads_continue_where_they_stopped() {
     assert_eq!(*done[0].result.as_ref().expect("read"), 5);
     assert_eq!(&buf, b"abcde");
 }
+
+/// A FIFO at `path`, held open for reading and writing by the returned
+/// descriptor so that opening it does not block, with nothing ever written.
+fn silent_fifo(path: &Path) -> std::fs::File {
+    let c = cpath(path);
+    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+    let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+    assert_eq!(rc, 0, "mkfifo: {}", io::Error::last_os_error());
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .expect("open fifo")
+}
+
+#[test]
+fn a_read_that_never_completes_times_out_and_others_succeed() {
+    let dir = TestDir::new();
+    let fifo = dir.path("silent.fifo");
+    let _held = silent_fifo(&fifo);
+    let file = dir.path("plain.bin");
+    let data = content(3, 5000);
+    fs::write(&file, &data).expect("write file");
+    let limit = Duration::from_millis(300);
+    for linked in modes() {
+        let mut reader = UringReader::with_linking(2, linked)
+            .expect("reader")
+            .with_timeout(Some(limit));
+        assert_eq!(reader.timeout(), Some(limit));
+        let mut hung = vec![0u8; 64];
+        let mut plain = vec![0u8; data.len()];
+        let start = Instant::now();
+        let done = run_all(
+            &mut reader,
+            vec![
+                path_request(1, &fifo, 0, 64, hung.as_mut_ptr()),
+                path_request(2, &file, 0, data.len() as u32, plain.as_mut_ptr()),
+            ],
+        );
+        let elapsed = start.elapsed();
+        assert_eq!(done.len(), 2);
+        for c in &done {
+            match c.tag {
+                1 => {
+                    let err = c.result.as_ref().expect_err("the silent read fails");
+                    assert_eq!(errno(err), Some(libc::ETIME), "linked {linked}: {err}");
+                    assert!(err.to_string().contains("silent.fifo"), "{err}");
+                    assert!(err.to_string().starts_with("read "), "{err}");
+                }
+                2 => assert_eq!(c.result.as_ref().ok(), Some(&(data.len() as u32))),
+                t => panic!("unexpected tag {t}"),
+            }
+        }
+        assert_eq!(plain, data);
+        assert!(
+            elapsed >= limit,
+            "linked {linked}: failed after {elapsed:?}"
+        );
+        assert!(
+            elapsed < limit + Duration::from_secs(3),
+            "linked {linked}: took {elapsed:?}"
+        );
+        // The slot of the timed-out request is usable again.
+        let mut again = vec![0u8; data.len()];
+        let done = run_all(
+            &mut reader,
+            vec![
+                path_request(3, &file, 0, data.len() as u32, again.as_mut_ptr()),
+                path_request(4, &file, 0, data.len() as u32, plain.as_mut_ptr()),
+            ],
+        );
+        assert!(done.iter().all(|c| c.result.is_ok()), "{done:?}");
+        assert_eq!(again, data);
+    }
+}
+
+#[test]
+fn a_fifo_without_a_writer_times_out() {
+    let dir = TestDir::new();
+    let fifo = dir.path("nowriter.fifo");
+    let c = cpath(&fifo);
+    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let limit = Duration::from_millis(300);
+    for linked in modes() {
+        let mut reader = UringReader::with_linking(1, linked)
+            .expect("reader")
+            .with_timeout(Some(limit));
+        let mut buf = vec![0u8; 8];
+        let start = Instant::now();
+        // Nobody ever opens the FIFO for writing: depending on how the
+        // kernel runs the open (blocking in a worker, or non-blocking inline)
+        // either the open or the read never completes.
+        let done = run_all(
+            &mut reader,
+            vec![path_request(1, &fifo, 0, 8, buf.as_mut_ptr())],
+        );
+        let elapsed = start.elapsed();
+        let err = done[0].result.as_ref().expect_err("the open fails");
+        assert_eq!(errno(err), Some(libc::ETIME), "linked {linked}: {err}");
+        let text = err.to_string();
+        assert!(
+            text.starts_with("open ") || text.starts_with("read "),
+            "{text}"
+        );
+        assert!(text.contains("nowriter.fifo"), "{text}");
+        assert!(elapsed >= limit && elapsed < limit + Duration::from_secs(3));
+    }
+}
+
+#[test]
+fn without_a_timeout_reads_are_not_limited() {
+    let reader = UringReader::new(1).expect("reader");
+    assert_eq!(reader.timeout(), None);
+}
