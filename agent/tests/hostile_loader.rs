@@ -306,23 +306,18 @@ fn hostile_loaders_are_fenced_and_nobody_else_notices() {
     let fds_before = fd_kinds(&open_fds());
 
     let stop = Arc::new(AtomicBool::new(false));
-    let honest = {
-        let sock = agent.sock.clone();
-        let spec = agent.spec.clone();
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || {
-            let h = Honest {
-                seed: 5,
-                rank: 0,
-                world_size: 1,
-                batch_size: 8,
-                min_epochs: 1,
-                max_epochs: 1000,
-                pause: Duration::from_millis(1),
-            };
-            honest_loader(&sock, &spec, h, &stop)
-        })
-    };
+    let honest = agent.spawn_honest(
+        Honest {
+            seed: 5,
+            rank: 0,
+            world_size: 1,
+            batch_size: 8,
+            min_epochs: 1,
+            max_epochs: 1000,
+            pause: Duration::from_millis(1),
+        },
+        &stop,
+    );
 
     let m = &agent.metrics;
     let mut fenced_expected = 0;

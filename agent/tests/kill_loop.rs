@@ -97,23 +97,18 @@ fn kill_minus_nine_loop_leaks_nothing() {
     assert!(session_memfds().is_empty());
 
     let stop = Arc::new(AtomicBool::new(false));
-    let honest = {
-        let sock = agent.sock.clone();
-        let spec = agent.spec.clone();
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || {
-            let h = Honest {
-                seed: 7,
-                rank: 1,
-                world_size: 2,
-                batch_size: 16,
-                min_epochs: 1,
-                max_epochs: 1000,
-                pause: Duration::from_millis(1),
-            };
-            honest_loader(&sock, &spec, h, &stop)
-        })
-    };
+    let honest = agent.spawn_honest(
+        Honest {
+            seed: 7,
+            rank: 1,
+            world_size: 2,
+            batch_size: 16,
+            min_epochs: 1,
+            max_epochs: 1000,
+            pause: Duration::from_millis(1),
+        },
+        &stop,
+    );
 
     let seed = time_seed();
     println!("kill_loop: seed {seed}");

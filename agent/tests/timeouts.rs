@@ -145,23 +145,18 @@ fn a_stopped_loader_loses_its_session_and_its_pins_come_back() {
 
     // An honest loader that keeps reading throughout.
     let stop = Arc::new(AtomicBool::new(false));
-    let honest = {
-        let sock = agent.sock.clone();
-        let spec = agent.spec.clone();
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || {
-            let h = Honest {
-                seed: 11,
-                rank: 0,
-                world_size: 1,
-                batch_size: 16,
-                min_epochs: 1,
-                max_epochs: 1000,
-                pause: Duration::from_millis(2),
-            };
-            honest_loader(&sock, &spec, h, &stop)
-        })
-    };
+    let honest = agent.spawn_honest(
+        Honest {
+            seed: 11,
+            rank: 0,
+            world_size: 1,
+            batch_size: 16,
+            min_epochs: 1,
+            max_epochs: 1000,
+            pause: Duration::from_millis(2),
+        },
+        &stop,
+    );
 
     signal(&child, libc::SIGSTOP);
     let stopped = Instant::now();

@@ -471,6 +471,15 @@ pub fn honest_loader(sock: &Path, spec: &SynthSpec, h: Honest, stop: &AtomicBool
     honest_loader_of(sock, DATASET, spec, h, stop)
 }
 
+impl TestAgent {
+    /// Runs [`honest_loader`] on this agent's dataset in a thread of its
+    /// own until `stop` is set; the thread returns the epochs it read.
+    pub fn spawn_honest(&self, h: Honest, stop: &Arc<AtomicBool>) -> JoinHandle<u32> {
+        let (sock, spec, stop) = (self.sock.clone(), self.spec.clone(), Arc::clone(stop));
+        std::thread::spawn(move || honest_loader(&sock, &spec, h, &stop))
+    }
+}
+
 /// [`honest_loader`] of dataset `dataset`.
 pub fn honest_loader_of(
     sock: &Path,
