@@ -107,6 +107,10 @@ pub struct CacheConfig {
     /// session engine sizes it to cover the prefetch windows (under MinIO,
     /// transient reads can use nothing else once the cache is full).
     pub transient_reserve: u64,
+    /// Bytes at the end of the range for the samples this agent keeps for
+    /// its peers ([`Residency::Kept`], see [`Cache::reserve_kept`]): never
+    /// evicted, outside the policy's reach. 0 without peers.
+    pub keep_reserve: u64,
     /// The eviction policy.
     pub policy: PolicyKind,
 }
@@ -120,14 +124,26 @@ impl CacheConfig {
             arena_size,
             align: DEFAULT_ALIGN,
             transient_reserve: arena_size / 16 / DEFAULT_ALIGN * DEFAULT_ALIGN,
+            keep_reserve: 0,
             policy,
         }
     }
 
     /// The most bytes retained extents may take:
-    /// `arena_size - transient_reserve` (0 if the reserve is larger).
+    /// `arena_size - transient_reserve - keep_reserve` (0 if the reserves
+    /// are larger).
     pub fn retain_limit(&self) -> u64 {
-        self.arena_size.saturating_sub(self.transient_reserve)
+        self.arena_size
+            .saturating_sub(self.transient_reserve)
+            .saturating_sub(self.keep_reserve)
+    }
+
+    /// The transient area's size: `transient_reserve`, less what the keep
+    /// area takes beyond the retained area.
+    fn transient_len(&self) -> u64 {
+        self.arena_size
+            .saturating_sub(self.keep_reserve)
+            .saturating_sub(self.retain_limit())
     }
 
     /// The largest extent the cache can place: the aligned room in the
@@ -143,7 +159,7 @@ impl CacheConfig {
                 .map_or(0, |s| (end - s) / align * align)
         };
         let split = self.base.saturating_add(self.retain_limit());
-        room(self.base, self.retain_limit()).max(room(split, self.transient_reserve))
+        room(self.base, self.retain_limit()).max(room(split, self.transient_len()))
     }
 
     /// The bytes a sample of `len` bytes takes in the arena: `len` rounded
@@ -179,6 +195,12 @@ impl CacheConfig {
                 self.transient_reserve, self.arena_size
             )));
         }
+        if self.keep_reserve > self.arena_size - self.transient_reserve {
+            return Err(CacheError::BadConfig(format!(
+                "keep_reserve {} + transient_reserve {} exceed arena_size {}",
+                self.keep_reserve, self.transient_reserve, self.arena_size
+            )));
+        }
         Ok(())
     }
 }
@@ -191,6 +213,9 @@ pub enum Residency {
     /// Freed when its last pin goes (or when its read ends, if no pin is
     /// left by then): a read the policy chose not to cache.
     Transient,
+    /// Held in the keep area for the job's peers: stays after its last
+    /// unpin and is never evicted.
+    Kept,
 }
 
 /// Room reserved for a read, returned by [`Cache::reserve`].
@@ -272,7 +297,8 @@ pub struct Accounting {
     pub size: u64,
     /// Bytes in no extent.
     pub free: u64,
-    /// Ready, unpinned entries (evictable; all retained).
+    /// Ready, unpinned entries (retained ones are evictable; kept ones
+    /// are not).
     pub cached: u64,
     /// Ready entries with at least one pin.
     pub pinned: u64,
@@ -283,6 +309,9 @@ pub struct Accounting {
     /// Of `cached + pinned + in_flight`, the bytes of retained entries
     /// (never above the retain limit).
     pub retained: u64,
+    /// Of `cached + pinned + in_flight`, the bytes of kept entries (in the
+    /// keep area).
+    pub kept: u64,
 }
 
 impl Accounting {
@@ -501,6 +530,7 @@ struct SessionRecord {
 struct Areas {
     retained: ExtentAllocator,
     transient: ExtentAllocator,
+    kept: ExtentAllocator,
     /// Every live extent's offset and the sample it holds, in offset order,
     /// for finding a victim's neighbours.
     owners: BTreeMap<u64, SampleKey>,
@@ -511,7 +541,11 @@ impl Areas {
         let limit = config.retain_limit();
         Areas {
             retained: ExtentAllocator::with_base(config.base, limit),
-            transient: ExtentAllocator::with_base(config.base + limit, config.arena_size - limit),
+            transient: ExtentAllocator::with_base(config.base + limit, config.transient_len()),
+            kept: ExtentAllocator::with_base(
+                config.base + config.arena_size - config.keep_reserve,
+                config.keep_reserve,
+            ),
             owners: BTreeMap::new(),
         }
     }
@@ -532,6 +566,7 @@ impl Areas {
                 .transient
                 .try_alloc(need, align)
                 .or_else(|_| self.retained.try_alloc(need, align)),
+            Residency::Kept => self.kept.try_alloc(need, align),
         }?;
         self.owners.insert(extent.offset, key);
         Ok(extent)
@@ -541,8 +576,10 @@ impl Areas {
     fn owner(&mut self, offset: u64) -> &mut ExtentAllocator {
         if offset < self.transient.base() {
             &mut self.retained
-        } else {
+        } else if offset < self.kept.base() {
             &mut self.transient
+        } else {
+            &mut self.kept
         }
     }
 
@@ -553,11 +590,13 @@ impl Areas {
     }
 
     fn is_allocated(&self, extent: Extent) -> bool {
-        self.retained.is_allocated(extent) || self.transient.is_allocated(extent)
+        self.retained.is_allocated(extent)
+            || self.transient.is_allocated(extent)
+            || self.kept.is_allocated(extent)
     }
 
     fn free_bytes(&self) -> u64 {
-        self.retained.free_bytes() + self.transient.free_bytes()
+        self.retained.free_bytes() + self.transient.free_bytes() + self.kept.free_bytes()
     }
 
     fn largest_free(&self) -> u64 {
@@ -567,12 +606,13 @@ impl Areas {
     }
 
     fn live_extents(&self) -> usize {
-        self.retained.live_extents() + self.transient.live_extents()
+        self.retained.live_extents() + self.transient.live_extents() + self.kept.live_extents()
     }
 
     fn check(&self) -> Result<(), String> {
         self.retained.check()?;
         self.transient.check()?;
+        self.kept.check()?;
         if self.owners.len() != self.live_extents() {
             return Err(format!(
                 "{} extents have owners, {} are live",
@@ -712,6 +752,39 @@ impl Cache {
             Lookup::Absent | Lookup::Failed { .. } => self.stats.misses += 1,
         }
         found
+    }
+
+    /// Reserves room in the keep area for reading sample `key` of `len`
+    /// bytes, which this agent keeps for its peers: recorded InFlight with
+    /// one pin, like [`reserve`](Self::reserve), and never evicted once
+    /// Ready (it stays after its last unpin).
+    ///
+    /// # Errors
+    ///
+    /// As [`reserve`](Self::reserve); [`CacheError::NoSpace`] when the keep
+    /// area is full (read it with [`reserve`](Self::reserve) instead).
+    pub fn reserve_kept(&mut self, key: SampleKey, len: u64) -> Result<Reservation, CacheError> {
+        if len == 0 {
+            return Err(CacheError::ZeroLength);
+        }
+        let need = self
+            .config
+            .extent_len(len)
+            .ok_or(CacheError::TooLarge { len, largest: 0 })?;
+        match self.entries.get(&key) {
+            None | Some(Entry::Failed { pins: 0, .. }) => {}
+            Some(e) => {
+                return Err(CacheError::AlreadyPresent {
+                    key,
+                    state: e.state(),
+                })
+            }
+        }
+        if !self.areas.kept.can_alloc(need, self.config.align) {
+            self.stats.no_space += 1;
+            return Err(CacheError::NoSpace { key, need });
+        }
+        self.start_read(key, need, len, Residency::Kept, 0)
     }
 
     /// Reserves room for reading sample `key` of `len` bytes and records it
@@ -952,6 +1025,7 @@ impl Cache {
                 self.acct.transient += need;
                 self.stats.transient_reservations += 1;
             }
+            Residency::Kept => self.acct.kept += need,
         }
         Ok(Reservation {
             key,
@@ -1045,7 +1119,9 @@ impl Cache {
             self.acct.pinned += extent.len;
         } else {
             self.acct.cached += extent.len;
-            self.policy.insert(key);
+            if residency != Residency::Kept {
+                self.policy.insert(key);
+            }
         }
         match ready.lookup() {
             Lookup::Ready(r) => Ok(Completion::Ready(r)),
@@ -1087,6 +1163,7 @@ impl Cache {
         match residency {
             Residency::Retained => self.acct.retained -= extent.len,
             Residency::Transient => self.acct.transient -= extent.len,
+            Residency::Kept => self.acct.kept -= extent.len,
         }
         self.stats.failures += 1;
         Ok(())
@@ -1158,6 +1235,7 @@ impl Cache {
                         self.acct.cached += extent.len;
                         self.policy.insert(key);
                     }
+                    Residency::Kept => self.acct.cached += extent.len,
                     Residency::Transient => {
                         self.areas
                             .free(extent)
@@ -1329,6 +1407,11 @@ impl Cache {
                         sum.pinned += extent.len;
                     } else if residency == Residency::Transient {
                         return Err(format!("{key}: transient, ready and unpinned"));
+                    } else if residency == Residency::Kept {
+                        sum.cached += extent.len;
+                        if self.policy.contains(*key) {
+                            return Err(format!("{key}: kept but a policy candidate"));
+                        }
                     } else {
                         sum.cached += extent.len;
                         candidates += 1;
@@ -1363,6 +1446,12 @@ impl Cache {
                     }
                 }
                 Residency::Transient => sum.transient += extent.len,
+                Residency::Kept => {
+                    sum.kept += extent.len;
+                    if extent.offset < self.areas.kept.base() {
+                        return Err(format!("{key}: kept extent {extent} outside its area"));
+                    }
+                }
             }
             if matches!(entry, Entry::Ready { pins: 0, .. }) {
                 continue;
@@ -1420,8 +1509,54 @@ mod tests {
             arena_size: arena,
             align: 16,
             transient_reserve: reserve,
+            keep_reserve: 0,
             policy,
         }
+    }
+
+    #[test]
+    fn kept_samples_live_in_their_area_and_are_never_evicted() {
+        let mut cfg = config(1024, 256, PolicyKind::Lru);
+        cfg.keep_reserve = 256;
+        assert_eq!(cfg.retain_limit(), 512);
+        let mut c = Cache::new(cfg).unwrap();
+        // Two kept samples fill the keep area; a third is refused.
+        for i in 0..2 {
+            let r = c.reserve_kept(k(i), 100).unwrap();
+            assert_eq!(r.residency, Residency::Kept);
+            assert!(r.extent.offset >= 768, "{:?}", r.extent);
+            c.complete(k(i), 7).unwrap();
+            c.unpin(k(i)).unwrap();
+        }
+        assert!(matches!(
+            c.reserve_kept(k(2), 100),
+            Err(CacheError::NoSpace { .. })
+        ));
+        assert_eq!(c.accounting().kept, 224);
+        c.check_invariants().unwrap();
+        // Fill the retained and transient areas over and over: the kept
+        // samples stay Ready.
+        for i in 10..60 {
+            if let Ok(r) = c.reserve(k(i), 200) {
+                assert_ne!(r.residency, Residency::Kept);
+                c.complete(k(i), 1).unwrap();
+                c.unpin(k(i)).unwrap();
+            }
+            c.check_invariants().unwrap();
+        }
+        for i in 0..2 {
+            assert!(matches!(c.lookup(k(i)), Lookup::Ready(r) if r.crc32c == 7 && r.pins == 0));
+            assert_eq!(c.forget(k(i)), Err(CacheError::Busy(k(i))));
+        }
+        // Pinned and unpinned again, a kept sample is still not evictable.
+        c.pin(k(0)).unwrap();
+        c.unpin(k(0)).unwrap();
+        assert!(!c.policy().contains(k(0)));
+        c.check_invariants().unwrap();
+        // The reserves cannot exceed the arena.
+        let mut bad = config(1024, 512, PolicyKind::Lru);
+        bad.keep_reserve = 513;
+        assert!(Cache::new(bad).is_err());
     }
 
     /// Reserve, complete, unpin: the sample ends cached (or freed).

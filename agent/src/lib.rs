@@ -11,6 +11,7 @@ pub mod engine;
 pub mod extent;
 pub mod logging;
 pub mod metrics;
+pub mod peers;
 pub mod notify;
 pub mod planner;
 pub mod retry;

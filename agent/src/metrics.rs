@@ -337,6 +337,8 @@ pub struct Metrics {
     pub connections_refused: Counter,
     /// Loaders that went away with batches on loan.
     pub loaders_lost: Counter,
+    /// The peer tier's series (`granary_tier_*`, `granary_peer_*`).
+    pub peers: crate::peers::metrics::PeerMetrics,
     datasets: DatasetTable,
     registry: Registry,
 }
@@ -486,6 +488,7 @@ impl Metrics {
             sessions_timed_out: Counter::default(),
             connections_refused: Counter::default(),
             loaders_lost: Counter::default(),
+            peers: Default::default(),
             datasets: Arc::default(),
             registry: Registry::default(),
         };
@@ -575,6 +578,7 @@ impl Metrics {
             "Source read latency.",
             m.read_latency.clone(),
         );
+        m.peers.register(&mut registry);
         registry.register_collector(Box::new(Derived {
             cache: [
                 ("hit", "arena", m.cache_hits.clone()),

@@ -508,6 +508,37 @@ impl ArenaSlice {
         }
         n
     }
+
+    /// Copies `bytes` to `at` bytes into the slice; returns how many were
+    /// copied (at most `len() - at`, 0 when `at` is past the end).
+    pub fn copy_at(&self, at: usize, bytes: &[u8]) -> usize {
+        let n = bytes.len().min(self.len.saturating_sub(at));
+        if n == 0 {
+            return 0;
+        }
+        // SAFETY: `at + n <= len` (computed above) and `offset + len <=
+        // region.len()`, so the destination lies in the region, which stays
+        // mapped while `self.region` is held; the holder of the slice is
+        // its only writer; the source is disjoint ordinary memory.
+        let dst = self.as_mut_ptr().wrapping_add(at);
+        // SAFETY: as above: `dst..dst + n` lies in the mapped region and
+        // only the holder writes it; the source is disjoint.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, n);
+        }
+        n
+    }
+
+    /// CRC-32C of the whole slice, computed in place. The holder must know
+    /// that nothing writes the range meanwhile (its read has completed).
+    pub fn crc32c(&self) -> u32 {
+        // SAFETY: `offset + len <= region.len()` (checked when the slice was
+        // made) and the region stays mapped while `self.region` is held;
+        // loaders map it read-only and the holder guarantees no write of
+        // the range during the call.
+        let bytes = unsafe { std::slice::from_raw_parts(self.as_mut_ptr().cast_const(), self.len) };
+        crc32c::crc32c(bytes)
+    }
 }
 
 /// A loader's read-only mapping of the arena.

@@ -190,6 +190,7 @@ pub fn simulate(config: &SimConfig, policy: PolicyKind) -> Result<SimResult, Sim
         arena_size: config.arena_size,
         align: config.align,
         transient_reserve: config.transient_reserve,
+        keep_reserve: 0,
         policy,
     })?;
     let retain_limit = cache.config().retain_limit().max(1);

@@ -26,6 +26,7 @@ const TYPES: &[(&str, &[&str])] = &[
     ("cache", &["CacheConfig"]),
     ("sessions", &["SessionsConfig"]),
     ("metrics", &["MetricsConfig"]),
+    ("peers", &["PeersConfig"]),
     ("dataset.fs", &["FsConfig", "DatasetConfig::Fs"]),
     ("dataset.s3", &["S3Config", "DatasetConfig::S3"]),
     ("dataset.cql", &["CqlConfig", "DatasetConfig::Cql"]),

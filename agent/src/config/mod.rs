@@ -9,7 +9,7 @@
 //! `granaryd print-default-config` prints.
 //!
 //! Module map: `arena`, `socket`, `prefetch` (with the retry settings),
-//! `cache`, `sessions`, `metrics` and `dataset` hold one section each (their
+//! `cache`, `sessions`, `metrics`, `peers` and `dataset` hold one section each (their
 //! types are re-exported here); `size` the byte-size type; `validate` the rules between
 //! settings; `document` parses the TOML text keeping positions, so that
 //! errors name the field's path and line; `error` the error types.
@@ -34,6 +34,7 @@ mod dataset;
 mod document;
 mod error;
 mod metrics;
+mod peers;
 mod prefetch;
 mod sessions;
 mod size;
@@ -54,6 +55,7 @@ pub use dataset::{
 };
 pub use error::{ConfigError, Problem};
 pub use metrics::MetricsConfig;
+pub use peers::{MemberConfig, Membership, PeersConfig};
 pub use prefetch::{PrefetchConfig, RetryOverride, RetrySettings};
 pub use sessions::SessionsConfig;
 pub use size::ByteSize;
@@ -88,6 +90,9 @@ pub struct Config {
     /// `[metrics]`: the Prometheus endpoint.
     #[serde(default)]
     pub metrics: MetricsConfig,
+    /// `[peers]`: the agents of one job sharing their arenas.
+    #[serde(default)]
+    pub peers: PeersConfig,
     /// `[[dataset]]`: the datasets this agent serves (at least one).
     #[serde(default, rename = "dataset")]
     pub datasets: Vec<DatasetConfig>,
@@ -126,6 +131,9 @@ impl Config {
             }
         };
         resolve(&mut cfg.socket.path);
+        if let Some(p) = cfg.peers.secret_file.as_mut() {
+            resolve(p);
+        }
         for ds in &mut cfg.datasets {
             match ds {
                 DatasetConfig::Fs(fs) => {

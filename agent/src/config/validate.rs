@@ -36,6 +36,7 @@ impl Config {
         self.validate_socket(&mut p);
         self.validate_prefetch(&mut p);
         self.validate_sessions(&mut p);
+        self.validate_peers(&mut p);
         let addr = &self.metrics.address;
         if !addr.is_empty() && addr.parse::<SocketAddr>().is_err() {
             p.bad(
@@ -51,6 +52,100 @@ impl Config {
                 file: None,
                 problems: p.0,
             })
+        }
+    }
+
+    fn validate_peers(&self, p: &mut Problems) {
+        use super::Membership;
+        let c = &self.peers;
+        if !c.enabled() {
+            return;
+        }
+        if c.secret.is_none() == c.secret_file.is_none() {
+            p.bad(
+                "peers.secret",
+                "give exactly one of peers.secret and peers.secret_file (the per-job secret)",
+            );
+        }
+        if c.secret.as_ref().is_some_and(|s| s.expose().is_empty()) {
+            p.bad("peers.secret", "is empty");
+        }
+        if !(1..=90).contains(&c.keep_percent) {
+            p.bad(
+                "peers.keep_percent",
+                format!("{} is outside 1..=90", c.keep_percent),
+            );
+        }
+        for (field, v) in [
+            ("peers.hedge_after_ms", c.hedge_after_ms),
+            ("peers.connect_timeout_ms", c.connect_timeout_ms),
+            ("peers.idle_timeout_ms", c.idle_timeout_ms),
+        ] {
+            if v == 0 {
+                p.bad(field, "must be above 0");
+            }
+        }
+        if c.idle_timeout_ms > 0 && c.idle_timeout_ms < 300 {
+            p.bad(
+                "peers.idle_timeout_ms",
+                format!("{} ms is too short (at least 300)", c.idle_timeout_ms),
+            );
+        }
+        if c.max_requests == 0 || c.max_requests > 65536 {
+            p.bad(
+                "peers.max_requests",
+                format!("{} is outside 1..=65536", c.max_requests),
+            );
+        }
+        if !c.listen.is_empty() && c.listen.parse::<SocketAddr>().is_err() {
+            p.bad(
+                "peers.listen",
+                format!("{:?} is not IP:PORT (e.g. \"0.0.0.0:7170\")", c.listen),
+            );
+        }
+        let bad_id = |s: &str| s.is_empty() || s.len() > 255 || s.chars().any(|c| c.is_control() || c == ' ');
+        if !c.node_id.is_empty() && bad_id(&c.node_id) {
+            p.bad("peers.node_id", format!("{:?} is not a node id (1 to 255 bytes, no spaces)", c.node_id));
+        }
+        match c.membership {
+            Membership::Off => {}
+            Membership::Slurm => {
+                if !c.members.is_empty() {
+                    p.bad("peers.members", "is only for membership = \"static\"");
+                }
+                if c.port == 0 {
+                    p.bad("peers.port", "must be above 0");
+                }
+            }
+            Membership::Static => {
+                if c.job_id.is_empty() {
+                    p.bad("peers.job_id", "is required with membership = \"static\"");
+                }
+                if c.members.is_empty() {
+                    p.bad("peers.members", "is empty (membership = \"static\" needs the list)");
+                }
+                let mut ids = HashSet::new();
+                for (i, m) in c.members.iter().enumerate() {
+                    if bad_id(&m.id) {
+                        p.bad(&format!("peers.members[{i}].id"), format!("{:?} is not a node id", m.id));
+                    }
+                    if !ids.insert(m.id.as_str()) {
+                        p.bad(&format!("peers.members[{i}].id"), format!("{:?} is listed twice", m.id));
+                    }
+                    if m.addr.rsplit_once(':').and_then(|(_, port)| port.parse::<u16>().ok()).is_none() {
+                        p.bad(&format!("peers.members[{i}].addr"), format!("{:?} is not HOST:PORT", m.addr));
+                    }
+                    if m.keep.is_some_and(|k| k.bytes() == 0) {
+                        p.bad(&format!("peers.members[{i}].keep"), "is 0");
+                    }
+                }
+                if !c.node_id.is_empty() && !ids.contains(c.node_id.as_str()) {
+                    p.bad(
+                        "peers.node_id",
+                        format!("{:?} is not one of peers.members", c.node_id),
+                    );
+                }
+            }
         }
     }
 

@@ -28,13 +28,16 @@ impl Engine {
     /// Waits up to `wait` for any dataset's read to finish (a plain sleep
     /// when none is in flight), then collects what finished.
     pub(super) fn wait_for_completions(&mut self, wait: Duration) -> io::Result<()> {
-        let fds: Vec<i32> = self
+        let mut fds: Vec<i32> = self
             .datasets
             .iter()
             .filter_map(|d| d.source())
             .filter(|src| src.in_flight() > 0)
             .map(|src| src.wait_fd().as_raw_fd())
             .collect();
+        if let Some(t) = &self.peers {
+            fds.push(t.net.wake_fd().as_raw_fd());
+        }
         if fds.is_empty() {
             std::thread::sleep(wait);
             return Ok(());
@@ -58,8 +61,11 @@ impl Engine {
             let failure = match &c.result {
                 Ok(n) if *n == inf.len => {
                     self.metrics.bytes_read.inc_by(u64::from(*n));
+                    self.metrics.peers.store_samples.inc();
+                    self.metrics.peers.store_bytes.inc_by(u64::from(*n));
                     let crc = self.arena.crc32c(inf.dest, inf.len as usize).unwrap_or(0);
-                    let _ = self.cache.complete(inf.key, crc);
+                    let done = self.cache.complete(inf.key, crc);
+                    self.peer_loaded(inf.key, Self::loaded_of(&done));
                     continue;
                 }
                 Ok(n) => SampleError::new(
@@ -111,6 +117,7 @@ impl Engine {
                 let _ = self
                     .cache
                     .fail(inf.key, err.kind.code().as_i32().unsigned_abs());
+                self.peer_loaded(inf.key, None);
             }
         }
     }

@@ -21,6 +21,7 @@
 mod clock;
 mod complete;
 mod open;
+mod peers;
 mod publish;
 mod release;
 mod request;
@@ -127,6 +128,9 @@ pub struct Engine {
     completions: Vec<Completion>,
     last_turn: Instant,
     last_heartbeat: Instant,
+    /// The peer tier, when `[peers]` is on.
+    peers: Option<crate::peers::PeerTier>,
+    peer_events: Vec<crate::peers::net::Event>,
 }
 
 /// Bytes of the arena set aside for sample tables.
@@ -252,8 +256,24 @@ impl Engine {
         };
         let mut cc = CacheConfig::new(size - tables_len, policy);
         cc.base = tables_len;
-        cc.transient_reserve = transient_reserve(&cfg, &datasets, &cc);
+        if cfg.peers.enabled() {
+            cc.keep_reserve = (cc.arena_size / 100 * u64::from(cfg.peers.keep_percent))
+                / cc.align
+                * cc.align;
+        }
+        cc.transient_reserve =
+            transient_reserve(&cfg, &datasets, &cc).min(cc.arena_size - cc.keep_reserve);
         let cache = Cache::new(cc).map_err(|e| io::Error::other(format!("cache: {e}")))?;
+        let peers = if cfg.peers.enabled() {
+            Some(crate::peers::PeerTier::start(
+                &cfg,
+                cc.keep_reserve,
+                cc.align,
+                datasets.len(),
+            )?)
+        } else {
+            None
+        };
         let server = Server::bind(&cfg.socket)?;
         metrics.arena_size.set(size);
         let now = clock.now();
@@ -277,6 +297,8 @@ impl Engine {
             completions: Vec::new(),
             last_turn: now,
             last_heartbeat: now,
+            peers,
+            peer_events: Vec::new(),
         })
     }
 
@@ -289,6 +311,11 @@ impl Engine {
     /// reserve and policy).
     pub fn cache_config(&self) -> &CacheConfig {
         self.cache.config()
+    }
+
+    /// The peer tier, when `[peers]` is on.
+    pub fn peers(&self) -> Option<&crate::peers::PeerTier> {
+        self.peers.as_ref()
     }
 
     /// Whether the arena got hugepages.
@@ -307,7 +334,10 @@ impl Engine {
                 tick(self);
             }
             if !progressed {
-                let wait = if self.sessions.is_empty() && self.inflight.is_empty() {
+                let wait = if self.sessions.is_empty()
+                    && self.inflight.is_empty()
+                    && self.peers.as_ref().is_none_or(|t| t.gets.is_empty())
+                {
                     Duration::from_millis(20)
                 } else {
                     Duration::from_millis(1)
@@ -333,6 +363,8 @@ impl Engine {
 
         let mut progressed = self.poll_connections();
         progressed |= self.poll_datasets(now);
+        self.peer_directories();
+        progressed |= self.poll_peers(now);
         self.heartbeat(now);
         let ids: Vec<u64> = self.sessions.keys().copied().collect();
         for &id in &ids {

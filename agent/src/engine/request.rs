@@ -6,6 +6,7 @@
 
 use super::{key, Engine, Inflight};
 use crate::cache::Lookup;
+use crate::peers::Route;
 use crate::session::Request;
 use granary_shm::ErrorCode;
 use std::time::Instant;
@@ -33,12 +34,14 @@ impl Engine {
         let mut budget = (src.capacity() as usize).saturating_sub(src.in_flight() + retrying);
         let cache = &mut self.cache;
         let metrics = &self.metrics;
+        let peers = self.peers.as_ref();
         let mut reads = Vec::new();
         let moved = s.request_with(|epoch, sample| {
             let k = key(ds, sample);
             match cache.access(k) {
                 Lookup::Ready(_) | Lookup::InFlight { .. } => {
                     metrics.count_epoch(ds, epoch, 1, 0);
+                    metrics.peers.arena_samples.inc();
                     if cache.pin(k).is_ok() {
                         Request::Pinned
                     } else {
@@ -50,15 +53,25 @@ impl Engine {
                     Request::Unpinned
                 }
                 Lookup::Absent | Lookup::Failed { .. } => {
-                    if budget == 0 {
+                    let route = peers.map_or(Route::Store, |t| t.route(ds, sample));
+                    let from_store = !matches!(route, Route::Peer(_));
+                    if from_store && budget == 0 {
                         return Request::Stop;
                     }
                     let len = src.meta(sample).size;
-                    match cache.reserve(k, len) {
+                    let reserved = match route {
+                        Route::Keep => cache
+                            .reserve_kept(k, len)
+                            .or_else(|_| cache.reserve(k, len)),
+                        _ => cache.reserve(k, len),
+                    };
+                    match reserved {
                         Ok(r) => {
-                            budget -= 1;
+                            if from_store {
+                                budget -= 1;
+                            }
                             metrics.count_epoch(ds, epoch, 0, 1);
-                            reads.push((k, r.extent.offset, len));
+                            reads.push((k, r.extent.offset, len, route));
                             // The reservation holds one pin: ours.
                             Request::Pinned
                         }
@@ -69,7 +82,7 @@ impl Engine {
                 }
             }
         });
-        for (k, dest, len) in reads {
+        for (k, dest, len, route) in reads {
             let Ok(len) = u32::try_from(len) else {
                 let what = src_describe(self, k.dataset as usize, k.index);
                 self.datasets[k.dataset as usize]
@@ -77,6 +90,10 @@ impl Engine {
                 let _ = self.cache.fail(k, ErrorCode::Io.as_i32().unsigned_abs());
                 continue;
             };
+            if let Route::Peer(member) = route {
+                self.start_peer_get(member, k, dest, len);
+                continue;
+            }
             self.start_read(Inflight {
                 key: k,
                 dest,

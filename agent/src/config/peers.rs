@@ -1,0 +1,106 @@
+//! `[peers]`: the agents of one job sharing their arenas (`docs/peers.md`).
+
+use super::{ByteSize, Secret};
+use serde::Deserialize;
+use std::path::PathBuf;
+
+/// Where the job's membership view comes from. It is never voted: the
+/// launcher's list is the truth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Membership {
+    /// No peers: this agent reads every sample it serves from the store.
+    #[default]
+    Off,
+    /// The list in `peers.members`.
+    Static,
+    /// Slurm's variables (`SLURM_JOB_ID`, `SLURM_JOB_NODELIST`,
+    /// `SLURM_RESTART_COUNT`), every node listening on `peers.port`.
+    Slurm,
+}
+
+/// One member of a static view.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberConfig {
+    /// `peers.members[i].id`: the node's stable id.
+    pub id: String,
+    /// `peers.members[i].addr`: `HOST:PORT` its agent listens on for peers.
+    pub addr: String,
+    /// `peers.members[i].keep`: bytes of its arena kept for the job. Default:
+    /// this agent's own (`peers.keep_percent` of its sample cache).
+    #[serde(default)]
+    pub keep: Option<ByteSize>,
+}
+
+/// `[peers]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PeersConfig {
+    /// `peers.membership`: `"off"` (default), `"static"` or `"slurm"`.
+    pub membership: Membership,
+    /// `peers.job_id`: the job every member belongs to. Required with
+    /// `"static"`; `SLURM_JOB_ID` with `"slurm"`.
+    pub job_id: String,
+    /// `peers.node_id`: this agent's id in the view. Default: the host
+    /// name (`SLURMD_NODENAME` under Slurm).
+    pub node_id: String,
+    /// `peers.listen`: `IP:PORT` of the peer listener. Default: the port of
+    /// this node's entry on all addresses (`0.0.0.0`).
+    pub listen: String,
+    /// `peers.port`: the port every agent listens on with `"slurm"`.
+    /// Default 7170.
+    pub port: u16,
+    /// `peers.members`: the static view (`"static"`).
+    pub members: Vec<MemberConfig>,
+    /// `peers.secret`: the per-job secret peers authenticate each other
+    /// with (HMAC-SHA256 challenge). Give it or `peers.secret_file`.
+    pub secret: Option<Secret>,
+    /// `peers.secret_file`: a file holding the secret (trailing newline
+    /// ignored).
+    pub secret_file: Option<PathBuf>,
+    /// `peers.keep_percent`: share of this agent's sample cache that holds
+    /// the samples it owns for the job (its keep-set), in percent, 1 to 90.
+    /// Default 50.
+    pub keep_percent: u32,
+    /// `peers.hedge_after_ms`: a sample asked of a peer that has not begun
+    /// to arrive after this long is read from the store as well (the first
+    /// copy wins). Default 2000.
+    pub hedge_after_ms: u64,
+    /// `peers.connect_timeout_ms`: time to connect and authenticate.
+    /// Default 3000.
+    pub connect_timeout_ms: u64,
+    /// `peers.idle_timeout_ms`: a connection silent this long is closed
+    /// (keepalives go out at a third of it). Default 15000.
+    pub idle_timeout_ms: u64,
+    /// `peers.max_requests`: requests outstanding on one connection (the
+    /// credit each side grants). Default 256.
+    pub max_requests: u32,
+}
+
+impl Default for PeersConfig {
+    fn default() -> Self {
+        PeersConfig {
+            membership: Membership::Off,
+            job_id: String::new(),
+            node_id: String::new(),
+            listen: String::new(),
+            port: 7170,
+            members: Vec::new(),
+            secret: None,
+            secret_file: None,
+            keep_percent: 50,
+            hedge_after_ms: 2000,
+            connect_timeout_ms: 3000,
+            idle_timeout_ms: 15000,
+            max_requests: 256,
+        }
+    }
+}
+
+impl PeersConfig {
+    /// Whether this agent shares its arena with peers.
+    pub fn enabled(&self) -> bool {
+        self.membership != Membership::Off
+    }
+}

@@ -1,0 +1,425 @@
+//! The peer tier's phase: samples asked of peers and what came back, and
+//! peers' requests served from the arena.
+//!
+//! * A miss the request phase routes to a peer ([`Route::Peer`]) reserves
+//!   its extent as any read does and sends a request; the block lands
+//!   straight in the extent and completes the sample like a store read
+//!   (its CRC checked first). Any failure — a miss, a bad CRC, a lost
+//!   connection — reads the store into the same extent; so does a request
+//!   whose block has not begun to arrive after `peers.hedge_after_ms`
+//!   (the later block is dropped).
+//! * A peer's request is answered from the arena when the sample is there
+//!   (pinned until its block is written), waits for the read in flight
+//!   when it is being read (single flight), or starts the one store read of
+//!   a sample this agent keeps, into the keep area. Anything else gets a
+//!   miss with its reason.
+
+use super::{key, Engine, Inflight};
+use crate::cache::{Completion as CacheCompletion, Lookup, SampleKey};
+use crate::peers::net::{Event, GetFailure, OutGet};
+use crate::peers::{PeerGet, Serving};
+use granary_peer::block::block_crc_of;
+use granary_peer::frame::{Get, MissReason};
+use granary_peer::serve::{Admit, Availability, Reply};
+use std::sync::Arc;
+use std::time::Instant;
+
+impl Engine {
+    /// Computes the directory of every dataset that became ready.
+    pub(super) fn peer_directories(&mut self) {
+        let Some(tier) = self.peers.as_mut() else {
+            return;
+        };
+        for (i, d) in self.datasets.iter().enumerate() {
+            if tier.fingerprint_of(i).is_none() {
+                if let Some(src) = d.source() {
+                    tier.ensure_dataset(i, &d.name, src);
+                }
+            }
+        }
+    }
+
+    /// Asks peer `member` for sample `k`, landing in the extent at `dest`.
+    pub(super) fn start_peer_get(&mut self, member: usize, k: SampleKey, dest: u64, len: u32) {
+        let now = self.clock.now();
+        let Some(tier) = self.peers.as_mut() else {
+            return;
+        };
+        let Some(fingerprint) = tier.fingerprint_of(k.dataset as usize) else {
+            return;
+        };
+        let slice = match self.arena.slice(dest, len as usize) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("peer read of {k} into the arena refused: {e}");
+                return;
+            }
+        };
+        let request = tier.next_request();
+        let claim = Arc::default();
+        let due = tier.net.nanos() + tier.hedge_after.as_nanos() as u64;
+        tier.gets.insert(
+            request,
+            PeerGet {
+                key: k,
+                dest,
+                len,
+                claim: Arc::clone(&claim),
+                sent: now,
+            },
+        );
+        self.metrics.peers.gets_sent.inc();
+        tier.net.get(
+            member,
+            OutGet {
+                get: Get {
+                    request,
+                    fingerprint,
+                    sample: k.index,
+                    length: u64::from(len),
+                    due,
+                },
+                dest: slice,
+                claim,
+            },
+        );
+    }
+
+    /// Handles the transport's events, hedges late requests and sends the
+    /// answers that may go. Returns whether anything happened.
+    pub(super) fn poll_peers(&mut self, now: Instant) -> bool {
+        let Some(tier) = self.peers.as_mut() else {
+            return false;
+        };
+        let mut events = std::mem::take(&mut self.peer_events);
+        tier.net.drain(&mut events);
+        let any = !events.is_empty();
+        for e in events.drain(..) {
+            self.on_peer_event(e);
+        }
+        self.peer_events = events;
+        self.hedge_late(now);
+        self.pump_serving();
+        any
+    }
+
+    fn on_peer_event(&mut self, e: Event) {
+        let m = Arc::clone(&self.metrics);
+        match e {
+            Event::Up {
+                conn,
+                member,
+                incarnation,
+            } => {
+                if let Some(t) = self.peers.as_mut() {
+                    tracing::info!(
+                        conn,
+                        peer = t.member_id(member),
+                        incarnation = format_args!("{incarnation:016x}"),
+                        "peer connection up"
+                    );
+                    t.up[member] = true;
+                    m.peers.set_up(t.member_id(member), true);
+                }
+            }
+            Event::Down { conn, member, why } => {
+                tracing::debug!(conn, "peer connection down: {why}");
+                self.peer_conn_down(conn, member);
+            }
+            Event::Request { conn, get } => self.peer_request(conn, get),
+            Event::Landed { request, crc32c } => {
+                let Some(g) = self.peers.as_mut().and_then(|t| t.gets.remove(&request)) else {
+                    return;
+                };
+                m.peers.peer_samples.inc();
+                m.peers.peer_bytes.inc_by(u64::from(g.len));
+                let _ = self.cache.complete(g.key, crc32c);
+            }
+            Event::Failed { request, why } => {
+                let Some(g) = self.peers.as_mut().and_then(|t| t.gets.remove(&request)) else {
+                    return;
+                };
+                match &why {
+                    GetFailure::Miss(r) => m.peers.get_failed(r.as_str()),
+                    GetFailure::Corrupt => {
+                        m.peers.crc_failures.inc();
+                        m.peers.get_failed("corrupt");
+                        tracing::warn!("a block of {} from a peer failed its CRC; reading the store", g.key);
+                    }
+                    GetFailure::Lost(why) => {
+                        m.peers.get_failed("connection");
+                        tracing::debug!("peer request for {} lost: {why}", g.key);
+                    }
+                }
+                self.read_store_instead(&g);
+            }
+            Event::LateDiscarded { request } => {
+                tracing::debug!(request, "a block from a peer came after its hedge");
+                m.peers.late_discarded.inc();
+            }
+            Event::Sent { conn, request } => {
+                if let Some(t) = self.peers.as_mut() {
+                    t.serve.sent(conn);
+                    if let Some(s) = t.serving.remove(&(conn, request)) {
+                        if s.pinned {
+                            let _ = self.cache.unpin(s.key);
+                        }
+                    }
+                }
+            }
+            Event::Rtt { member, nanos } => {
+                if let Some(t) = self.peers.as_ref() {
+                    m.peers
+                        .observe_rtt(t.member_id(member), nanos as f64 / 1e9);
+                }
+            }
+        }
+    }
+
+    /// A request to a peer failed: the store is read into its extent.
+    fn read_store_instead(&mut self, g: &PeerGet) {
+        let now = self.clock.now();
+        self.start_read(Inflight {
+            key: g.key,
+            dest: g.dest,
+            len: g.len,
+            attempt: 1,
+            started: now,
+            first: now,
+        });
+    }
+
+    /// Requests whose block has not begun to arrive after the hedge delay
+    /// are read from the store as well; the first copy wins.
+    fn hedge_late(&mut self, now: Instant) {
+        let Some(tier) = self.peers.as_mut() else {
+            return;
+        };
+        let after = tier.hedge_after;
+        let late: Vec<u64> = tier
+            .gets
+            .iter()
+            .filter(|(_, g)| now.saturating_duration_since(g.sent) >= after)
+            .map(|(&r, _)| r)
+            .collect();
+        let mut hedge = Vec::new();
+        for r in late {
+            let claimed = tier.gets.get(&r).is_some_and(|g| g.claim.abandon());
+            if claimed {
+                if let Some(g) = tier.gets.remove(&r) {
+                    hedge.push(g);
+                }
+            }
+        }
+        for g in hedge {
+            self.metrics.peers.hedged.inc();
+            self.read_store_instead(&g);
+        }
+    }
+
+    /// Admits a peer's request.
+    fn peer_request(&mut self, conn: u64, get: Get) {
+        let Some(tier) = self.peers.as_mut() else {
+            return;
+        };
+        let mut pinned_key = None;
+        let avail = match tier.by_fingerprint.get(&get.fingerprint).copied() {
+            None => Availability::Absent(MissReason::UnknownDataset),
+            Some(ds) => {
+                let d = tier.datasets[ds].as_ref();
+                let owner = d.and_then(|d| d.dir.owner(get.sample));
+                let src = self.datasets[ds].source();
+                let len = src
+                    .filter(|s| get.sample < s.len())
+                    .map(|s| s.meta(get.sample).size);
+                if owner != Some(tier.me) {
+                    Availability::Absent(MissReason::NotOwner)
+                } else if len != Some(get.length) {
+                    Availability::Absent(MissReason::LengthMismatch)
+                } else {
+                    let k = key(ds, get.sample);
+                    let kept = d.is_some_and(|d| d.dir.is_kept(get.sample));
+                    match self.cache.lookup(k) {
+                        Lookup::Ready(r) => {
+                            if self.cache.pin(k).is_ok() {
+                                pinned_key = Some(k);
+                                Availability::Ready {
+                                    length: r.len,
+                                    crc: block_crc_of(get.fingerprint, get.sample, r.len, r.crc32c),
+                                }
+                            } else {
+                                Availability::Absent(MissReason::Evicted)
+                            }
+                        }
+                        Lookup::InFlight { .. } => {
+                            if self.cache.pin(k).is_ok() {
+                                pinned_key = Some(k);
+                                Availability::Loading
+                            } else {
+                                Availability::Absent(MissReason::StoreError)
+                            }
+                        }
+                        Lookup::Failed { pins, .. } if pins > 0 => {
+                            Availability::Absent(MissReason::StoreError)
+                        }
+                        Lookup::Absent | Lookup::Failed { .. } if kept => {
+                            pinned_key = Some(k);
+                            Availability::Kept
+                        }
+                        Lookup::Absent | Lookup::Failed { .. } => {
+                            Availability::Absent(MissReason::NotKept)
+                        }
+                    }
+                }
+            }
+        };
+        let Some(tier) = self.peers.as_mut() else {
+            return;
+        };
+        let admit = tier.serve.request(conn, get, avail);
+        let Some(k) = pinned_key else {
+            return;
+        };
+        // A `Kept` sample is pinned by its reservation, if the read starts.
+        let pinned = avail != Availability::Kept;
+        tier.serving
+            .insert((conn, get.request), Serving { key: k, pinned });
+        if admit == Admit::StartRead && self.start_kept_read(k, get.fingerprint) {
+            if let Some(s) = self
+                .peers
+                .as_mut()
+                .and_then(|t| t.serving.get_mut(&(conn, get.request)))
+            {
+                s.pinned = true;
+            }
+        }
+    }
+
+    /// The one store read of a kept sample a peer asked for; false when it
+    /// could not start (the waiting requests get a miss).
+    fn start_kept_read(&mut self, k: SampleKey, fingerprint: u64) -> bool {
+        let len = self.datasets[k.dataset as usize]
+            .source()
+            .map_or(0, |s| s.meta(k.index).size);
+        let reserved = self
+            .cache
+            .reserve_kept(k, len)
+            .or_else(|_| self.cache.reserve(k, len));
+        let (Ok(r), Ok(len32)) = (reserved, u32::try_from(len)) else {
+            // No room: the waiting request gets a miss.
+            if let Some(t) = self.peers.as_mut() {
+                t.serve
+                    .loaded(fingerprint, k.index, Err(MissReason::Overloaded));
+            }
+            return false;
+        };
+        let now = self.clock.now();
+        self.start_read(Inflight {
+            key: k,
+            dest: r.extent.offset,
+            len: len32,
+            attempt: 1,
+            started: now,
+            first: now,
+        });
+        true
+    }
+
+    /// A read of `k` ended (`Some(crc)`: Ready with that CRC-32C): peers
+    /// waiting for it are answered.
+    pub(super) fn peer_loaded(&mut self, k: SampleKey, done: Option<(u64, u32)>) {
+        let Some(tier) = self.peers.as_mut() else {
+            return;
+        };
+        let Some(fp) = tier.fingerprint_of(k.dataset as usize) else {
+            return;
+        };
+        let result = match done {
+            Some((len, crc)) => Ok((len, block_crc_of(fp, k.index, len, crc))),
+            None => Err(MissReason::StoreError),
+        };
+        tier.serve.loaded(fp, k.index, result);
+    }
+
+    /// Hands every answer that may go now to the transport.
+    fn pump_serving(&mut self) {
+        let Some(tier) = self.peers.as_mut() else {
+            return;
+        };
+        let now = tier.net.nanos();
+        while let Some(reply) = tier.serve.poll(now) {
+            match reply {
+                Reply::Send { conn, get, crc } => {
+                    let s = tier.serving.get(&(conn, get.request)).copied();
+                    let ready = s.and_then(|s| match self.cache.lookup(s.key) {
+                        Lookup::Ready(r) if s.pinned => Some(r),
+                        _ => None,
+                    });
+                    match ready.map(|r| self.arena.slice(r.offset, r.len as usize)) {
+                        Some(Ok(src)) => {
+                            self.metrics.peers.served.inc();
+                            self.metrics.peers.served_bytes.inc_by(get.length);
+                            tier.net.send_block(conn, get, crc, src);
+                        }
+                        _ => {
+                            tier.serve.sent(conn);
+                            self.metrics.peers.served_miss(MissReason::Evicted.as_str());
+                            tier.net.send_miss(conn, get, MissReason::Evicted);
+                            if let Some(s) = tier.serving.remove(&(conn, get.request)) {
+                                if s.pinned {
+                                    let _ = self.cache.unpin(s.key);
+                                }
+                            }
+                        }
+                    }
+                }
+                Reply::Miss { conn, get, reason } => {
+                    self.metrics.peers.served_miss(reason.as_str());
+                    tier.net.send_miss(conn, get, reason);
+                    if let Some(s) = tier.serving.remove(&(conn, get.request)) {
+                        if s.pinned {
+                            let _ = self.cache.unpin(s.key);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A connection ended: its queued answers are dropped and their pins
+    /// released.
+    fn peer_conn_down(&mut self, conn: u64, member: Option<usize>) {
+        let Some(tier) = self.peers.as_mut() else {
+            return;
+        };
+        tier.serve.conn_closed(conn);
+        let gone: Vec<(u64, u64)> = tier
+            .serving
+            .keys()
+            .filter(|(c, _)| *c == conn)
+            .copied()
+            .collect();
+        for id in gone {
+            if let Some(s) = tier.serving.remove(&id) {
+                if s.pinned {
+                    let _ = self.cache.unpin(s.key);
+                }
+            }
+        }
+        if let Some(m) = member {
+            if !tier.net.is_up(m) {
+                tier.up[m] = false;
+                self.metrics.peers.set_up(tier.member_id(m), false);
+            }
+        }
+    }
+
+    /// The result of a completed read as the cache took it, for
+    /// [`peer_loaded`](Self::peer_loaded).
+    pub(super) fn loaded_of(c: &Result<CacheCompletion, crate::cache::CacheError>) -> Option<(u64, u32)> {
+        match c {
+            Ok(CacheCompletion::Ready(r)) => Some((r.len, r.crc32c)),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! The job's membership view, from the launcher, never voted: the static
+//! list of the configuration, or Slurm's variables; and the job secret.
+
+use crate::config::{Membership, PeersConfig};
+use granary_peer::view::{Member, View, ViewError};
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+
+/// Why the view or the secret could not be had.
+#[derive(Debug)]
+pub enum MembershipError {
+    /// Peers are off.
+    Off,
+    /// The view is not valid.
+    View(ViewError),
+    /// The secret file could not be read.
+    SecretFile(PathBuf, std::io::Error),
+    /// No secret, or an empty one.
+    NoSecret,
+}
+
+impl fmt::Display for MembershipError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MembershipError::Off => f.write_str("peers.membership is \"off\""),
+            MembershipError::View(e) => write!(f, "membership view: {e}"),
+            MembershipError::SecretFile(p, e) => {
+                write!(f, "peers.secret_file {}: {e}", p.display())
+            }
+            MembershipError::NoSecret => f.write_str("the job secret is missing or empty"),
+        }
+    }
+}
+
+impl std::error::Error for MembershipError {}
+
+/// This agent's node id: `peers.node_id`, else `SLURMD_NODENAME` under
+/// Slurm, else the host name.
+pub(crate) fn node_id(cfg: &PeersConfig) -> String {
+    if !cfg.node_id.is_empty() {
+        return cfg.node_id.clone();
+    }
+    if cfg.membership == Membership::Slurm {
+        if let Ok(n) = std::env::var("SLURMD_NODENAME") {
+            if !n.is_empty() {
+                return n;
+            }
+        }
+    }
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .map(|h| h.split('.').next().unwrap_or_default().to_string())
+        .unwrap_or_default()
+}
+
+/// The view the configuration describes; `keep_bytes` is this agent's keep
+/// area, the default keep of every member; `env` holds Slurm's variables.
+pub fn view_from_config(
+    cfg: &PeersConfig,
+    keep_bytes: u64,
+    env: &HashMap<String, String>,
+) -> Result<View, MembershipError> {
+    match cfg.membership {
+        Membership::Off => Err(MembershipError::Off),
+        Membership::Static => View::new(
+            cfg.job_id.clone(),
+            0,
+            cfg.members.iter().map(|m| {
+                Member::new(
+                    m.id.clone(),
+                    m.addr.clone(),
+                    m.keep.map_or(keep_bytes, |k| k.bytes()),
+                )
+            }),
+        )
+        .map_err(MembershipError::View),
+        Membership::Slurm => {
+            View::from_slurm(env, cfg.port, keep_bytes).map_err(MembershipError::View)
+        }
+    }
+}
+
+/// The job secret: `peers.secret`, or the contents of `peers.secret_file`
+/// without trailing whitespace.
+pub fn load_secret(cfg: &PeersConfig) -> Result<Vec<u8>, MembershipError> {
+    let secret = match (&cfg.secret, &cfg.secret_file) {
+        (Some(s), _) => s.expose().as_bytes().to_vec(),
+        (None, Some(p)) => {
+            let mut b =
+                std::fs::read(p).map_err(|e| MembershipError::SecretFile(p.clone(), e))?;
+            while b.last().is_some_and(|c| c.is_ascii_whitespace()) {
+                b.pop();
+            }
+            b
+        }
+        (None, None) => Vec::new(),
+    };
+    if secret.is_empty() {
+        return Err(MembershipError::NoSecret);
+    }
+    Ok(secret)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn cfg(peers: &str) -> Config {
+        Config::from_toml_str(&format!(
+            "[peers]\n{peers}\n[[dataset]]\nname = \"d\"\nroot = \"/tmp\"\n"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn static_view_takes_keep_defaults_and_overrides() {
+        let c = cfg(r#"membership = "static"
+job_id = "j1"
+node_id = "b"
+secret = "s3cret"
+members = [{ id = "a", addr = "127.0.0.2:7170" }, { id = "b", addr = "127.0.0.3:7170", keep = "1GiB" }]"#);
+        let v = view_from_config(&c.peers, 4096, &HashMap::new()).unwrap();
+        assert_eq!(v.job_id(), "j1");
+        assert_eq!(v.len(), 2);
+        assert_eq!(v.members()[v.index_of("a").unwrap()].capacity, 4096);
+        assert_eq!(v.members()[v.index_of("b").unwrap()].capacity, 1 << 30);
+        assert_eq!(node_id(&c.peers), "b");
+        assert_eq!(load_secret(&c.peers).unwrap(), b"s3cret");
+    }
+
+    #[test]
+    fn slurm_view_comes_from_the_variables() {
+        let c = cfg(r#"membership = "slurm"
+node_id = "gpu02"
+port = 7300
+secret = "x""#);
+        let env: HashMap<String, String> = [
+            ("SLURM_JOB_ID", "4242"),
+            ("SLURM_JOB_NODELIST", "gpu[01-03]"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let v = view_from_config(&c.peers, 10, &env).unwrap();
+        assert_eq!(v.job_id(), "4242");
+        assert_eq!(v.len(), 3);
+        let m = &v.members()[v.index_of("gpu02").unwrap()];
+        assert_eq!(m.addr, "gpu02:7300");
+        // Without the variables: a clear error.
+        let e = view_from_config(&c.peers, 10, &HashMap::new()).unwrap_err();
+        assert!(e.to_string().contains("SLURM_JOB_ID"), "{e}");
+    }
+
+    #[test]
+    fn secret_file_is_read_and_trimmed_and_errors_are_clear() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("job.secret");
+        std::fs::write(&p, "abc\n").unwrap();
+        let c = cfg(&format!(
+            "membership = \"static\"\njob_id = \"j\"\nsecret_file = \"{}\"\nmembers = [{{ id = \"a\", addr = \"h:1\" }}]",
+            p.display()
+        ));
+        assert_eq!(load_secret(&c.peers).unwrap(), b"abc");
+        std::fs::write(&p, "\n").unwrap();
+        assert!(matches!(
+            load_secret(&c.peers),
+            Err(MembershipError::NoSecret)
+        ));
+        std::fs::remove_file(&p).unwrap();
+        let e = load_secret(&c.peers).unwrap_err();
+        assert!(e.to_string().contains("job.secret"), "{e}");
+    }
+}

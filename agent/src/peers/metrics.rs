@@ -1,0 +1,189 @@
+//! The peer tier's metrics: where samples came from (arena, peer, store),
+//! what was asked of peers and what they answered, what this agent served,
+//! and each peer's state and round trip. Registered with the agent's other
+//! metrics (`docs/operations.md` lists them).
+
+use crate::metrics::{Counter, Gauge};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Labels of one series: `[(name, value)]`.
+pub type Labels = Vec<(String, String)>;
+
+/// Upper bounds (seconds) of the round-trip histogram.
+const RTT_BUCKETS: [f64; 10] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.05, 0.25,
+];
+
+fn rtt_histogram() -> Histogram {
+    Histogram::new(RTT_BUCKETS)
+}
+
+/// The peer tier's counters.
+#[derive(Debug)]
+pub struct PeerMetrics {
+    /// Samples a session needed, by where they came from: `arena` (already
+    /// here or being read here), `peer`, `store`.
+    pub tier_samples: Family<Labels, Counter>,
+    /// Bytes brought in, by tier (`peer`, `store`).
+    pub tier_bytes: Family<Labels, Counter>,
+    /// Requests sent to peers.
+    pub gets_sent: Counter,
+    /// Requests that came back without the block, by reason (a miss
+    /// reason, `corrupt` or `connection`): each was read from the store.
+    pub gets_failed: Family<Labels, Counter>,
+    /// Blocks that failed their CRC check.
+    pub crc_failures: Counter,
+    /// Requests also sent to the store because the block had not begun to
+    /// arrive within `peers.hedge_after_ms`.
+    pub hedged: Counter,
+    /// Blocks that arrived after their hedge's store read began: dropped.
+    pub late_discarded: Counter,
+    /// Blocks served to peers.
+    pub served: Counter,
+    /// Bytes served to peers.
+    pub served_bytes: Counter,
+    /// Peers' requests answered with a miss, by reason.
+    pub served_misses: Family<Labels, Counter>,
+    /// 1 while an authenticated connection to the peer is up.
+    pub peer_up: Family<Labels, Gauge>,
+    /// Round trips to each peer, from keepalives.
+    pub rtt: Family<Labels, Histogram, fn() -> Histogram>,
+    /// Handles on the `tier` series, updated without locks.
+    pub arena_samples: Counter,
+    /// See `arena_samples`.
+    pub peer_samples: Counter,
+    /// See `arena_samples`.
+    pub store_samples: Counter,
+    /// See `arena_samples`.
+    pub peer_bytes: Counter,
+    /// See `arena_samples`.
+    pub store_bytes: Counter,
+}
+
+impl Default for PeerMetrics {
+    fn default() -> Self {
+        let tier_samples: Family<Labels, Counter> = Family::default();
+        let tier_bytes: Family<Labels, Counter> = Family::default();
+        let handle = |f: &Family<Labels, Counter>, tier: &str| {
+            f.get_or_create(&label("tier", tier)).clone()
+        };
+        PeerMetrics {
+            arena_samples: handle(&tier_samples, "arena"),
+            peer_samples: handle(&tier_samples, "peer"),
+            store_samples: handle(&tier_samples, "store"),
+            peer_bytes: handle(&tier_bytes, "peer"),
+            store_bytes: handle(&tier_bytes, "store"),
+            tier_samples,
+            tier_bytes,
+            gets_sent: Counter::default(),
+            gets_failed: Family::default(),
+            crc_failures: Counter::default(),
+            hedged: Counter::default(),
+            late_discarded: Counter::default(),
+            served: Counter::default(),
+            served_bytes: Counter::default(),
+            served_misses: Family::default(),
+            peer_up: Family::default(),
+            rtt: Family::new_with_constructor(rtt_histogram),
+        }
+    }
+}
+
+/// `[(name, value)]` labels.
+pub fn label(name: &str, value: &str) -> Labels {
+    vec![(name.to_string(), value.to_string())]
+}
+
+impl PeerMetrics {
+    /// Counts a request that failed for `reason`.
+    pub fn get_failed(&self, reason: &str) {
+        self.gets_failed
+            .get_or_create(&label("reason", reason))
+            .inc();
+    }
+
+    /// Counts a miss this agent answered, for `reason`.
+    pub fn served_miss(&self, reason: &str) {
+        self.served_misses
+            .get_or_create(&label("reason", reason))
+            .inc();
+    }
+
+    /// Records whether the connection to `peer` is up.
+    pub fn set_up(&self, peer: &str, up: bool) {
+        self.peer_up
+            .get_or_create(&label("peer", peer))
+            .set(u64::from(up));
+    }
+
+    /// Records a round trip to `peer`.
+    pub fn observe_rtt(&self, peer: &str, secs: f64) {
+        self.rtt.get_or_create(&label("peer", peer)).observe(secs);
+    }
+
+    /// Registers every series with `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "granary_tier_samples",
+            "Samples sessions needed, by where they came from (arena, peer, store).",
+            self.tier_samples.clone(),
+        );
+        registry.register(
+            "granary_tier_bytes",
+            "Bytes brought into the arena, by tier (peer, store).",
+            self.tier_bytes.clone(),
+        );
+        registry.register(
+            "granary_peer_gets",
+            "Samples asked of peers.",
+            self.gets_sent.clone(),
+        );
+        registry.register(
+            "granary_peer_gets_failed",
+            "Samples asked of peers that did not come, by reason; each was read from the store.",
+            self.gets_failed.clone(),
+        );
+        registry.register(
+            "granary_peer_crc_failures",
+            "Blocks from peers that failed their CRC check.",
+            self.crc_failures.clone(),
+        );
+        registry.register(
+            "granary_peer_hedged",
+            "Samples asked of a peer and read from the store as well (late).",
+            self.hedged.clone(),
+        );
+        registry.register(
+            "granary_peer_late_discarded",
+            "Blocks from peers dropped because the store read had begun.",
+            self.late_discarded.clone(),
+        );
+        registry.register(
+            "granary_peer_served",
+            "Blocks served to peers.",
+            self.served.clone(),
+        );
+        registry.register(
+            "granary_peer_served_bytes",
+            "Bytes served to peers.",
+            self.served_bytes.clone(),
+        );
+        registry.register(
+            "granary_peer_served_misses",
+            "Peers' requests answered with a miss, by reason.",
+            self.served_misses.clone(),
+        );
+        registry.register(
+            "granary_peer_up",
+            "1 while an authenticated connection to the peer is up.",
+            self.peer_up.clone(),
+        );
+        registry.register(
+            "granary_peer_rtt_seconds",
+            "Round trips to each peer (keepalives).",
+            self.rtt.clone(),
+        );
+    }
+}

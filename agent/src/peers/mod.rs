@@ -1,0 +1,279 @@
+//! The peer tier: the agents of one job sharing their arenas.
+//!
+//! Every agent of the job computes, from the same membership view and the
+//! same catalog, who owns each sample and which samples each owner keeps
+//! (`granary_peer::keep::Directory`). A session's miss for a sample a live
+//! peer owns and keeps goes to that peer before the store; the owner reads
+//! each sample it keeps from the store once, holds it in the keep area of
+//! its arena (never evicted) and serves it; every peer failure falls back to
+//! the store. Sessions' shares do not change: only where the bytes come
+//! from does (`docs/peers.md`).
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | `membership` | the view from the configuration (static list, Slurm), the job secret |
+//! | [`net`] | the TCP transport: listener, one connection per peer, payloads straight to and from the arena |
+//! | [`metrics`] | the tier's Prometheus series |
+//! | this module | [`PeerTier`]: routing, our requests, the serving queue |
+//!
+//! The engine drives it from `engine/peers.rs`.
+
+mod membership;
+pub mod metrics;
+pub(crate) mod net;
+
+pub use membership::{load_secret, view_from_config, MembershipError};
+
+use crate::cache::SampleKey;
+use crate::config::Config;
+use crate::source::SampleSource;
+use granary_peer::conn::ConnConfig;
+use granary_peer::keep::Directory;
+use granary_peer::serve::{ServeConfig, Server};
+use granary_peer::view::View;
+use net::{Claim, Net, NetConfig};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Where a missing sample is read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// The store, as without peers.
+    Store,
+    /// The store, into the keep area: this agent owns and keeps it.
+    Keep,
+    /// The peer with this member index, which owns and keeps it.
+    Peer(usize),
+}
+
+/// A dataset's identity across agents: SHA-256 over its name and every
+/// sample's id and size, folded to 64 bits. Agents serving the same
+/// catalog under the same name agree on it; any difference (another
+/// version of the dataset) makes them disagree, and their peers answer
+/// `UnknownDataset`.
+pub fn fingerprint(name: &str, src: &dyn SampleSource) -> u64 {
+    let mut h = Sha256::new();
+    h.update(b"granary-dataset-v1\0");
+    h.update((name.len() as u64).to_le_bytes());
+    h.update(name.as_bytes());
+    h.update(src.len().to_le_bytes());
+    for i in 0..src.len() {
+        let m = src.meta(i);
+        h.update(m.sample_id.to_le_bytes());
+        h.update(m.size.to_le_bytes());
+    }
+    let d = h.finalize();
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&d[..8]);
+    u64::from_le_bytes(b)
+}
+
+/// A dataset's place in the job: its fingerprint and directory.
+#[derive(Debug)]
+pub(crate) struct DatasetPeers {
+    pub fingerprint: u64,
+    pub dir: Directory,
+}
+
+/// A sample asked of a peer, on its way.
+#[derive(Debug, Clone)]
+pub(crate) struct PeerGet {
+    pub key: SampleKey,
+    /// Arena offset and length of the reserved extent.
+    pub dest: u64,
+    pub len: u32,
+    pub claim: Arc<Claim>,
+    pub sent: Instant,
+}
+
+/// A peer's request being served: the pin it holds, if any.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Serving {
+    pub key: SampleKey,
+    pub pinned: bool,
+}
+
+/// The peer tier of one agent (see the module documentation).
+#[derive(Debug)]
+pub struct PeerTier {
+    pub(crate) net: Net,
+    pub(crate) view: Arc<View>,
+    pub(crate) me: usize,
+    pub(crate) hedge_after: Duration,
+    align: u64,
+    /// By the engine's dataset index; `None` until the dataset is ready.
+    pub(crate) datasets: Vec<Option<DatasetPeers>>,
+    pub(crate) by_fingerprint: HashMap<u64, usize>,
+    /// Our requests in flight, by request id (ids are never reused).
+    pub(crate) gets: HashMap<u64, PeerGet>,
+    next_request: u64,
+    pub(crate) serve: Server,
+    /// Peers' requests admitted, by (connection, request id).
+    pub(crate) serving: HashMap<(u64, u64), Serving>,
+    /// Per member: whether a connection is up.
+    pub(crate) up: Vec<bool>,
+}
+
+impl PeerTier {
+    /// Starts the tier from the configuration: the view, the job secret,
+    /// the listener. `keep_bytes` is the size of this agent's keep area and
+    /// `align` the cache's extent alignment (the directory sizes samples by
+    /// their extents).
+    pub fn start(cfg: &Config, keep_bytes: u64, align: u64, datasets: usize) -> io::Result<PeerTier> {
+        let view = view_from_config(&cfg.peers, keep_bytes, &std::env::vars().collect())
+            .map_err(|e| io::Error::other(format!("peers: {e}")))?;
+        let node_id = membership::node_id(&cfg.peers);
+        let me = view.index_of(&node_id).ok_or_else(|| {
+            io::Error::other(format!(
+                "peers: this node's id {node_id:?} is not in the view (set peers.node_id)"
+            ))
+        })?;
+        let secret = load_secret(&cfg.peers).map_err(|e| io::Error::other(format!("peers: {e}")))?;
+        let listen: SocketAddr = if cfg.peers.listen.is_empty() {
+            let addr = &view.members()[me].addr;
+            let port = addr
+                .rsplit_once(':')
+                .and_then(|(_, p)| p.parse::<u16>().ok())
+                .ok_or_else(|| io::Error::other(format!("peers: bad address {addr:?}")))?;
+            SocketAddr::from(([0, 0, 0, 0], port))
+        } else {
+            cfg.peers
+                .listen
+                .parse()
+                .map_err(|e| io::Error::other(format!("peers.listen: {e}")))?
+        };
+        let view = Arc::new(view);
+        let p = &cfg.peers;
+        let idle = Duration::from_millis(p.idle_timeout_ms);
+        let mut conn = ConnConfig::new(
+            view.job_id(),
+            node_id.clone(),
+            view.digest().0,
+            crate::sys::random_u64(),
+            secret,
+        );
+        conn.initial_credit = p.max_requests;
+        conn.handshake_timeout = Duration::from_millis(p.connect_timeout_ms).as_nanos() as u64;
+        conn.idle_timeout = idle.as_nanos() as u64;
+        conn.keepalive = (idle / 3).as_nanos() as u64;
+        let net = Net::start(
+            NetConfig {
+                view: Arc::clone(&view),
+                me,
+                conn,
+                connect_timeout: Duration::from_millis(p.connect_timeout_ms),
+                redial_after: Duration::from_millis(1000),
+            },
+            listen,
+        )?;
+        tracing::info!(
+            job = view.job_id(),
+            node = %node_id,
+            members = view.len(),
+            listen = %net.local_addr(),
+            keep_bytes,
+            "peer tier started"
+        );
+        let hedge_after = Duration::from_millis(p.hedge_after_ms);
+        Ok(PeerTier {
+            net,
+            me,
+            hedge_after,
+            align: align.max(1),
+            datasets: (0..datasets).map(|_| None).collect(),
+            by_fingerprint: HashMap::new(),
+            gets: HashMap::new(),
+            next_request: 1,
+            serve: Server::new(ServeConfig {
+                max_in_flight: 64,
+                per_conn_window: 16,
+                max_queued_per_conn: (p.max_requests as usize).max(1) * 2,
+                late_grace: Some(hedge_after.as_nanos() as u64),
+            }),
+            serving: HashMap::new(),
+            up: vec![false; view.len()],
+            view,
+        })
+    }
+
+    /// The address the peer listener is bound to.
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.net.local_addr()
+    }
+
+    /// The view.
+    pub fn view(&self) -> &View {
+        &self.view
+    }
+
+    /// This agent's index in the view.
+    pub fn me(&self) -> usize {
+        self.me
+    }
+
+    /// Computes dataset `ds`'s directory once its source is ready.
+    pub(crate) fn ensure_dataset(&mut self, ds: usize, name: &str, src: &dyn SampleSource) {
+        if self.datasets.get(ds).is_none_or(|d| d.is_some()) {
+            return;
+        }
+        let fp = fingerprint(name, src);
+        let sizes: Vec<u64> = (0..src.len())
+            .map(|i| src.meta(i).size.next_multiple_of(self.align))
+            .collect();
+        let budgets: Vec<u64> = self.view.members().iter().map(|m| m.capacity).collect();
+        match Directory::compute(&self.view, fp, &sizes, &budgets) {
+            Ok(dir) => {
+                tracing::info!(
+                    dataset = name,
+                    fingerprint = format_args!("{fp:016x}"),
+                    kept_here = dir.kept_bytes(self.me),
+                    "peer directory computed"
+                );
+                self.by_fingerprint.insert(fp, ds);
+                self.datasets[ds] = Some(DatasetPeers {
+                    fingerprint: fp,
+                    dir,
+                });
+            }
+            Err(e) => tracing::warn!(dataset = name, "no peer directory: {e}; reading the store"),
+        }
+    }
+
+    /// Where a sample missing from the arena is read from.
+    pub(crate) fn route(&self, ds: usize, sample: u64) -> Route {
+        let Some(Some(d)) = self.datasets.get(ds) else {
+            return Route::Store;
+        };
+        let (Some(owner), true) = (d.dir.owner(sample), d.dir.is_kept(sample)) else {
+            return Route::Store;
+        };
+        if owner == self.me {
+            Route::Keep
+        } else if self.net.reachable(owner) {
+            Route::Peer(owner)
+        } else {
+            Route::Store
+        }
+    }
+
+    /// A fresh request id.
+    pub(crate) fn next_request(&mut self) -> u64 {
+        let r = self.next_request;
+        self.next_request += 1;
+        r
+    }
+
+    /// The fingerprint of dataset `ds`, once its directory is computed.
+    pub(crate) fn fingerprint_of(&self, ds: usize) -> Option<u64> {
+        self.datasets.get(ds)?.as_ref().map(|d| d.fingerprint)
+    }
+
+    /// The id of member `m`.
+    pub(crate) fn member_id(&self, m: usize) -> &str {
+        &self.view.members()[m].id
+    }
+}

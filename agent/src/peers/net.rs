@@ -1,0 +1,919 @@
+//! The TCP transport of the peer tier: a listener, one connection per peer
+//! opened lazily, and the bytes between each socket and its sans-IO
+//! [`Conn`] (handshake, credits, keepalive and frames are all the
+//! connection state machine's; this module only moves bytes).
+//!
+//! It runs on a small tokio runtime of its own. The engine talks to it
+//! with commands (ask a peer for a sample, answer a peer's request) and
+//! reads what happened from an event queue whose eventfd it polls with its
+//! sources' descriptors.
+//!
+//! Payloads never pass through a buffer of ours: a block we asked for is
+//! received straight into the arena extent reserved for it
+//! ([`crate::sys::recv_into`]), and a block we serve is sent straight from
+//! the pinned extent of the cached sample ([`crate::sys::send_from`]).
+//! The only bytes copied are those the frame decoder had already buffered
+//! past a data header.
+//!
+//! A request and a hedged store read never write the same extent at once:
+//! each request carries a [`Claim`]; the receiver takes it before writing
+//! the first byte, the engine takes it before starting the store read, and
+//! whoever comes second gives way (a block arriving after the store read
+//! began is received into a scratch buffer and dropped).
+
+use crate::sys;
+use granary_peer::block::block_crc_of;
+use granary_peer::conn::{Closed, Conn, ConnConfig, Event as ConnEvent, Nanos, Transmit};
+use granary_peer::frame::{DataHeader, Get, GoodbyeReason, MissReason};
+use granary_peer::view::View;
+use granary_shm::arena::ArenaSlice;
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Notify};
+
+/// The transport's name for one connection.
+pub(crate) type ConnId = u64;
+
+/// Who may write a requested sample's extent: the receiver of the peer's
+/// block or the store read of a hedge, never both.
+#[derive(Debug, Default)]
+pub(crate) struct Claim(AtomicU8);
+
+const WAITING: u8 = 0;
+const RECEIVING: u8 = 1;
+const ABANDONED: u8 = 2;
+
+impl Claim {
+    /// The receiver's claim before writing the first byte of the block.
+    fn receive(&self) -> bool {
+        self.0
+            .compare_exchange(WAITING, RECEIVING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The engine's claim before reading the store into the extent: false
+    /// once the block has begun to arrive.
+    pub(crate) fn abandon(&self) -> bool {
+        self.0
+            .compare_exchange(WAITING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+}
+
+/// A sample asked of a peer.
+#[derive(Debug)]
+pub(crate) struct OutGet {
+    /// The request as it goes on the wire (`request` is ours).
+    pub get: Get,
+    /// The reserved extent the block lands in.
+    pub dest: ArenaSlice,
+    /// Shared with the engine (hedging).
+    pub claim: Arc<Claim>,
+}
+
+/// Why a request to a peer did not bring the sample.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum GetFailure {
+    /// The owner answered with a miss.
+    Miss(MissReason),
+    /// The block failed its CRC (corrupted or misrouted).
+    Corrupt,
+    /// The connection could not be made or was lost.
+    Lost(String),
+}
+
+/// What the transport tells the engine.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// An authenticated connection to member `member`.
+    Up {
+        conn: ConnId,
+        member: usize,
+        incarnation: u64,
+    },
+    /// A connection ended (`member` if it had authenticated).
+    Down {
+        conn: ConnId,
+        member: Option<usize>,
+        why: String,
+    },
+    /// A peer wants a sample (`due` on our clock, see [`Net::nanos`]).
+    Request { conn: ConnId, get: Get },
+    /// The block of our request `request` landed in its extent and passed
+    /// its CRC; `crc32c` is the plain CRC-32C of its bytes.
+    Landed { request: u64, crc32c: u32 },
+    /// Our request `request` failed.
+    Failed { request: u64, why: GetFailure },
+    /// A block arrived after the engine had read the store instead; it was
+    /// dropped.
+    LateDiscarded { request: u64 },
+    /// The block we served for `request` on `conn` is written (or will
+    /// never be): its extent may be unpinned.
+    Sent { conn: ConnId, request: u64 },
+    /// A round trip to `member`, measured by a keepalive.
+    Rtt { member: usize, nanos: u64 },
+}
+
+/// A command for one connection.
+enum Cmd {
+    Get(OutGet),
+    Data { header: DataHeader, src: ArenaSlice },
+    Miss { get: Get, reason: MissReason },
+}
+
+/// How a member's connection stands, for our own requests.
+enum Slot {
+    /// None; the next request dials.
+    Idle,
+    /// Being dialed; requests wait here.
+    Dialing(Vec<OutGet>),
+    /// Requests go to this connection.
+    Up(ConnId),
+    /// The last dial failed: requests fail at once until then.
+    Down(Instant),
+}
+
+/// What [`Net::start`] needs.
+#[derive(Debug, Clone)]
+pub(crate) struct NetConfig {
+    /// The view every member shares.
+    pub view: Arc<View>,
+    /// Our index in it.
+    pub me: usize,
+    /// Our side of every connection (`expected_peer` is set per dial).
+    pub conn: ConnConfig,
+    /// Time to connect before the handshake.
+    pub connect_timeout: Duration,
+    /// After a failed dial, requests to that member fail for this long.
+    pub redial_after: Duration,
+}
+
+struct Shared {
+    cfg: NetConfig,
+    origin: Instant,
+    events: Mutex<VecDeque<Event>>,
+    wake: EventFd,
+    slots: Mutex<Vec<Slot>>,
+    conns: Mutex<HashMap<ConnId, mpsc::UnboundedSender<Cmd>>>,
+    next_conn: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these locks is a bug that already
+    // stopped a task; the data stays consistent enough to go on.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared {
+    fn now(&self) -> Nanos {
+        self.origin.elapsed().as_nanos() as Nanos
+    }
+
+    fn emit(&self, e: Event) {
+        lock(&self.events).push_back(e);
+        // The counter cannot overflow at our rates; a failed write leaves
+        // the engine to find the event on its next turn.
+        let _ = self.wake.write(1);
+    }
+
+    fn emit_all(&self, es: impl IntoIterator<Item = Event>) {
+        let mut q = lock(&self.events);
+        let before = q.len();
+        q.extend(es);
+        if q.len() > before {
+            let _ = self.wake.write(1);
+        }
+    }
+}
+
+/// The running transport. Dropping it stops every connection.
+pub(crate) struct Net {
+    shared: Arc<Shared>,
+    local: SocketAddr,
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for Net {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Net").field("listen", &self.local).finish()
+    }
+}
+
+impl Net {
+    /// Binds the listener on `listen` and starts the runtime.
+    pub(crate) fn start(cfg: NetConfig, listen: SocketAddr) -> io::Result<Net> {
+        let std_listener = StdListener::bind(listen)
+            .map_err(|e| io::Error::new(e.kind(), format!("peer listener on {listen}: {e}")))?;
+        std_listener.set_nonblocking(true)?;
+        let local = std_listener.local_addr()?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("granary-peers")
+            .enable_io()
+            .enable_time()
+            .build()?;
+        let members = cfg.view.len();
+        let shared = Arc::new(Shared {
+            cfg,
+            origin: Instant::now(),
+            events: Mutex::new(VecDeque::new()),
+            wake: EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+                .map_err(io::Error::from)?,
+            slots: Mutex::new((0..members).map(|_| Slot::Idle).collect()),
+            conns: Mutex::new(HashMap::new()),
+            next_conn: AtomicU64::new(1),
+        });
+        let listener = {
+            let _guard = rt.enter();
+            TcpListener::from_std(std_listener)?
+        };
+        rt.spawn(accept_loop(Arc::clone(&shared), listener));
+        Ok(Net {
+            shared,
+            local,
+            rt: Some(rt),
+        })
+    }
+
+    /// The address the listener is bound to.
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Nanoseconds on the transport's clock (due times are on it).
+    pub(crate) fn nanos(&self) -> Nanos {
+        self.shared.now()
+    }
+
+    /// Readable while events may be waiting.
+    pub(crate) fn wake_fd(&self) -> BorrowedFd<'_> {
+        self.shared.wake.as_fd()
+    }
+
+    /// Whether requests to `member` may be tried (not marked down after a
+    /// failed dial).
+    pub(crate) fn reachable(&self, member: usize) -> bool {
+        let mut slots = lock(&self.shared.slots);
+        match slots.get(member) {
+            Some(Slot::Down(until)) if Instant::now() < *until => false,
+            Some(Slot::Down(_)) => {
+                slots[member] = Slot::Idle;
+                true
+            }
+            Some(_) => true,
+            None => false,
+        }
+    }
+
+    /// Whether an authenticated connection to `member` carries our
+    /// requests now.
+    pub(crate) fn is_up(&self, member: usize) -> bool {
+        matches!(lock(&self.shared.slots).get(member), Some(Slot::Up(_)))
+    }
+
+    /// Asks `member` for a sample. The outcome comes back as an event
+    /// ([`Event::Landed`] or [`Event::Failed`]).
+    pub(crate) fn get(&self, member: usize, g: OutGet) {
+        let request = g.get.request;
+        let mut slots = lock(&self.shared.slots);
+        let Some(slot) = slots.get_mut(member) else {
+            drop(slots);
+            self.shared.emit(Event::Failed {
+                request,
+                why: GetFailure::Lost(format!("no member {member}")),
+            });
+            return;
+        };
+        match slot {
+            Slot::Up(conn) => {
+                let conn = *conn;
+                let tx = lock(&self.shared.conns).get(&conn).cloned();
+                match tx {
+                    Some(tx) => {
+                        if let Err(mpsc::error::SendError(Cmd::Get(g))) = tx.send(Cmd::Get(g)) {
+                            *slot = Slot::Idle;
+                            drop(slots);
+                            self.fail_lost(g, "connection closed");
+                        }
+                    }
+                    None => {
+                        *slot = Slot::Dialing(vec![g]);
+                        drop(slots);
+                        self.dial(member);
+                    }
+                }
+            }
+            Slot::Dialing(q) => q.push(g),
+            Slot::Idle => {
+                *slot = Slot::Dialing(vec![g]);
+                drop(slots);
+                self.dial(member);
+            }
+            Slot::Down(_) => {
+                drop(slots);
+                self.fail_lost(g, "peer unreachable");
+            }
+        }
+    }
+
+    fn fail_lost(&self, g: OutGet, why: &str) {
+        self.shared.emit(Event::Failed {
+            request: g.get.request,
+            why: GetFailure::Lost(why.to_string()),
+        });
+    }
+
+    fn dial(&self, member: usize) {
+        if let Some(rt) = &self.rt {
+            rt.spawn(dial(Arc::clone(&self.shared), member));
+        }
+    }
+
+    /// Answers request `get` of connection `conn` with the block in `src`
+    /// (pinned by the caller until [`Event::Sent`]).
+    pub(crate) fn send_block(&self, conn: ConnId, get: Get, crc: u32, src: ArenaSlice) {
+        let header = DataHeader {
+            request: get.request,
+            sample: get.sample,
+            length: get.length,
+            crc,
+        };
+        let tx = lock(&self.shared.conns).get(&conn).cloned();
+        let sent = tx.is_some_and(|tx| tx.send(Cmd::Data { header, src }).is_ok());
+        if !sent {
+            self.shared.emit(Event::Sent {
+                conn,
+                request: get.request,
+            });
+        }
+    }
+
+    /// Answers request `get` of connection `conn` with a miss.
+    pub(crate) fn send_miss(&self, conn: ConnId, get: Get, reason: MissReason) {
+        if let Some(tx) = lock(&self.shared.conns).get(&conn) {
+            let _ = tx.send(Cmd::Miss { get, reason });
+        }
+    }
+
+    /// Moves every pending event to `out`.
+    pub(crate) fn drain(&self, out: &mut Vec<Event>) {
+        // Reset the eventfd first: an event pushed after this is seen now
+        // or wakes the next poll.
+        let _ = self.shared.wake.read();
+        out.extend(lock(&self.shared.events).drain(..));
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            // Tasks still holding arena ranges keep the mapping alive
+            // (ArenaSlice); none is left writing once the runtime is gone.
+            rt.shutdown_timeout(Duration::from_secs(2));
+        }
+    }
+}
+
+async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, from)) => {
+                tracing::debug!(%from, "peer connection accepted");
+                tokio::spawn(run_conn(Arc::clone(&shared), stream, None, Vec::new()));
+            }
+            Err(e) => {
+                tracing::warn!("peer listener: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn dial(shared: Arc<Shared>, member: usize) {
+    let addr = shared.cfg.view.members()[member].addr.clone();
+    let connect = tokio::time::timeout(shared.cfg.connect_timeout, TcpStream::connect(&addr)).await;
+    let err = match connect {
+        Ok(Ok(stream)) => {
+            let queued = match std::mem::replace(&mut lock(&shared.slots)[member], Slot::Idle) {
+                Slot::Dialing(q) => q,
+                other => {
+                    lock(&shared.slots)[member] = other;
+                    Vec::new()
+                }
+            };
+            // Requests made while the handshake runs wait in the slot.
+            lock(&shared.slots)[member] = Slot::Dialing(Vec::new());
+            run_conn(shared, stream, Some(member), queued).await;
+            return;
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no connection within {:?}", shared.cfg.connect_timeout),
+    };
+    tracing::warn!(peer = %shared.cfg.view.members()[member].id, %addr, "dial failed: {err}");
+    let until = Instant::now() + shared.cfg.redial_after;
+    let queued = match std::mem::replace(&mut lock(&shared.slots)[member], Slot::Down(until)) {
+        Slot::Dialing(q) => q,
+        _ => Vec::new(),
+    };
+    shared.emit_all(queued.into_iter().map(|g| Event::Failed {
+        request: g.get.request,
+        why: GetFailure::Lost(format!("dial {addr}: {err}")),
+    }));
+}
+
+/// The block being received.
+struct Landing {
+    request: u64,
+    sample: u64,
+    fingerprint: u64,
+    crc: u32,
+    /// `None`: the engine read the store instead; the bytes are dropped.
+    dest: Option<ArenaSlice>,
+    got: usize,
+    len: usize,
+}
+
+/// One connection's state, shared by its reading and writing halves.
+struct State {
+    conn: Conn,
+    member: Option<usize>,
+    /// Our requests sent, by request id.
+    expects: HashMap<u64, OutGet>,
+    /// Our requests waiting for credit or the handshake.
+    backlog: VecDeque<OutGet>,
+    /// Blocks to send, in the order of their data headers.
+    sends: VecDeque<(u64, ArenaSlice)>,
+}
+
+struct ConnCtx {
+    shared: Arc<Shared>,
+    id: ConnId,
+    stream: Arc<TcpStream>,
+    state: Mutex<State>,
+    write: Notify,
+    closed: Notify,
+}
+
+impl ConnCtx {
+    fn st(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+}
+
+async fn run_conn(
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    dialed: Option<usize>,
+    queued: Vec<OutGet>,
+) {
+    let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+    let _ = stream.set_nodelay(true);
+    let mut cfg = shared.cfg.conn.clone();
+    cfg.expected_peer = dialed.map(|m| shared.cfg.view.members()[m].id.clone());
+    let mut nonce = [0u8; 32];
+    for chunk in nonce.chunks_mut(8) {
+        chunk.copy_from_slice(&sys::random_u64().to_le_bytes());
+    }
+    let conn = match Conn::new(cfg, nonce, shared.now()) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("peer connection refused by its own configuration: {e:?}");
+            shared.emit_all(queued.into_iter().map(|g| Event::Failed {
+                request: g.get.request,
+                why: GetFailure::Lost("bad peer configuration".into()),
+            }));
+            return;
+        }
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    lock(&shared.conns).insert(id, tx);
+    let ctx = Arc::new(ConnCtx {
+        shared,
+        id,
+        stream: Arc::new(stream),
+        state: Mutex::new(State {
+            conn,
+            member: None,
+            expects: HashMap::new(),
+            backlog: queued.into(),
+            sends: VecDeque::new(),
+        }),
+        write: Notify::new(),
+        closed: Notify::new(),
+    });
+    let writer = tokio::spawn(write_loop(Arc::clone(&ctx)));
+    ctx.write.notify_one();
+    let why = read_loop(&ctx, &mut rx).await;
+    finish(&ctx, dialed, &why);
+    // Let the writer flush a goodbye, then stop it.
+    ctx.write.notify_one();
+    let _ = tokio::time::timeout(Duration::from_millis(500), writer).await;
+}
+
+/// Reads, handles commands and timers until the connection closes; returns
+/// why it closed.
+async fn read_loop(ctx: &Arc<ConnCtx>, rx: &mut mpsc::UnboundedReceiver<Cmd>) -> String {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut landing: Option<Landing> = None;
+    loop {
+        if let Some(why) = handle_events(ctx, &mut landing) {
+            return why;
+        }
+        let deadline = {
+            let st = ctx.st();
+            st.conn.poll_timeout()
+        };
+        let sleep = match deadline {
+            Some(at) => Duration::from_nanos(at.saturating_sub(ctx.shared.now())),
+            None => Duration::from_secs(3600),
+        };
+        tokio::select! {
+            r = ctx.stream.readable() => {
+                if let Err(e) = r {
+                    return format!("socket: {e}");
+                }
+                match receive(ctx, &mut landing, &mut buf) {
+                    Ok(true) => {}
+                    Ok(false) => return "closed by the peer".into(),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return format!("receive: {e}"),
+                }
+            }
+            cmd = rx.recv() => {
+                let Some(cmd) = cmd else { return "transport stopped".into() };
+                command(ctx, cmd);
+            }
+            _ = tokio::time::sleep(sleep) => {
+                let now = ctx.shared.now();
+                ctx.st().conn.handle_timeout(now);
+                ctx.write.notify_one();
+            }
+            _ = ctx.closed.notified() => {
+                let mut st = ctx.st();
+                st.conn.close(GoodbyeReason::ProtocolError);
+            }
+        }
+    }
+}
+
+/// One non-blocking receive: payload bytes straight into the landing
+/// extent, anything else into `buf` for the decoder. Returns false at the
+/// end of the stream.
+fn receive(ctx: &ConnCtx, landing: &mut Option<Landing>, buf: &mut [u8]) -> io::Result<bool> {
+    let now = ctx.shared.now();
+    let direct = {
+        let st = ctx.st();
+        landing.is_some() && st.conn.payload_remaining() > 0
+    };
+    if let (true, Some(l)) = (direct, landing.as_mut()) {
+        let want = l.len - l.got;
+        let n = match &l.dest {
+            Some(dest) => {
+                let dest = dest.clone();
+                ctx.stream
+                    .try_io(tokio::io::Interest::READABLE, || {
+                        sys::recv_into(ctx.stream.as_fd(), &dest, l.got, want)
+                    })?
+            }
+            None => {
+                let cap = want.min(buf.len());
+                ctx.stream.try_read(&mut buf[..cap])?
+            }
+        };
+        if n == 0 {
+            return Ok(false);
+        }
+        l.got += n;
+        ctx.st()
+            .conn
+            .payload_direct(n as u64, now)
+            .map_err(|e| io::Error::other(format!("{e:?}")))?;
+        return Ok(true);
+    }
+    let n = ctx.stream.try_read(buf)?;
+    if n == 0 {
+        return Ok(false);
+    }
+    ctx.st().conn.handle_input(&buf[..n], now);
+    Ok(true)
+}
+
+/// Handles the connection's events (and the buffered payload bytes of a
+/// block being received). Returns why the connection closed, if it did.
+fn handle_events(ctx: &Arc<ConnCtx>, landing: &mut Option<Landing>) -> Option<String> {
+    let mut out = Vec::new();
+    let mut closed = None;
+    {
+        let mut st = ctx.st();
+        loop {
+            if let Some(l) = landing.as_mut() {
+                while let Some(piece) = st.conn.payload() {
+                    if let Some(dest) = &l.dest {
+                        dest.copy_at(l.got, piece);
+                    }
+                    l.got += piece.len();
+                }
+                if st.conn.payload_remaining() > 0 {
+                    break;
+                }
+                if let Some(l) = landing.take() {
+                    out.push(landed(l));
+                }
+            }
+            let Some(ev) = st.conn.poll_event() else {
+                break;
+            };
+            match ev {
+                ConnEvent::Established {
+                    peer, incarnation, ..
+                } => match ctx.shared.cfg.view.index_of(&peer) {
+                    Some(m) if m != ctx.shared.cfg.me => {
+                        st.member = Some(m);
+                        out.push(Event::Up {
+                            conn: ctx.id,
+                            member: m,
+                            incarnation,
+                        });
+                        adopt(ctx, &mut st, m);
+                        flush_backlog(ctx, &mut st);
+                    }
+                    _ => {
+                        tracing::warn!(%peer, "peer is not a member of this job's view; closing");
+                        st.conn.close(GoodbyeReason::ViewMismatch);
+                    }
+                },
+                ConnEvent::Request(get) => out.push(Event::Request { conn: ctx.id, get }),
+                ConnEvent::Data(h) => match st.expects.remove(&h.request) {
+                    Some(g) if g.get.sample == h.sample && g.get.length == h.length => {
+                        let dest = g.claim.receive().then_some(g.dest);
+                        *landing = Some(Landing {
+                            request: h.request,
+                            sample: h.sample,
+                            fingerprint: g.get.fingerprint,
+                            crc: h.crc,
+                            dest,
+                            got: 0,
+                            len: h.length as usize,
+                        });
+                    }
+                    other => {
+                        let what = if other.is_some() {
+                            "a block other than the one asked for"
+                        } else {
+                            "a block nobody asked for"
+                        };
+                        tracing::warn!(conn = ctx.id, "peer sent {what}; closing");
+                        if let Some(g) = other {
+                            out.push(Event::Failed {
+                                request: g.get.request,
+                                why: GetFailure::Corrupt,
+                            });
+                        }
+                        st.conn.close(GoodbyeReason::ProtocolError);
+                    }
+                },
+                ConnEvent::Miss {
+                    request, reason, ..
+                } => {
+                    if st.expects.remove(&request).is_some() {
+                        out.push(Event::Failed {
+                            request,
+                            why: GetFailure::Miss(reason),
+                        });
+                    }
+                }
+                ConnEvent::Credit(_) => flush_backlog(ctx, &mut st),
+                ConnEvent::Rtt(nanos) => {
+                    if let Some(member) = st.member {
+                        out.push(Event::Rtt { member, nanos });
+                    }
+                }
+                ConnEvent::Closed(c) => {
+                    closed = Some(match c {
+                        Closed::Local(r) => format!("closed here ({r:?})"),
+                        Closed::Remote(r) => format!("closed by the peer ({r:?})"),
+                        Closed::Malformed(e) => format!("peer sent malformed bytes: {e}"),
+                    });
+                    break;
+                }
+            }
+        }
+    }
+    ctx.shared.emit_all(out);
+    ctx.write.notify_one();
+    closed
+}
+
+/// The event for a block fully received.
+fn landed(l: Landing) -> Event {
+    let Some(dest) = l.dest else {
+        return Event::LateDiscarded { request: l.request };
+    };
+    let plain = dest.crc32c();
+    if block_crc_of(l.fingerprint, l.sample, l.len as u64, plain) == l.crc {
+        Event::Landed {
+            request: l.request,
+            crc32c: plain,
+        }
+    } else {
+        Event::Failed {
+            request: l.request,
+            why: GetFailure::Corrupt,
+        }
+    }
+}
+
+/// Makes this connection the one our requests to `member` use, unless
+/// another already is; takes over requests queued while dialing.
+fn adopt(ctx: &ConnCtx, st: &mut State, member: usize) {
+    let mut slots = lock(&ctx.shared.slots);
+    match std::mem::replace(&mut slots[member], Slot::Up(ctx.id)) {
+        Slot::Dialing(q) => st.backlog.extend(q),
+        Slot::Up(other) if other != ctx.id && lock(&ctx.shared.conns).contains_key(&other) => {
+            // Both sides dialed at once: the first connection up keeps
+            // carrying requests; this one serves only.
+            slots[member] = Slot::Up(other);
+        }
+        _ => {}
+    }
+}
+
+fn flush_backlog(ctx: &ConnCtx, st: &mut State) {
+    if !st.conn.is_established() {
+        return;
+    }
+    let now = ctx.shared.now();
+    while st.conn.credit() > 0 {
+        let Some(g) = st.backlog.pop_front() else {
+            break;
+        };
+        match st.conn.send_get(g.get, now) {
+            Ok(()) => {
+                st.expects.insert(g.get.request, g);
+            }
+            Err(_) => {
+                st.backlog.push_front(g);
+                break;
+            }
+        }
+    }
+}
+
+fn command(ctx: &ConnCtx, cmd: Cmd) {
+    let mut st = ctx.st();
+    match cmd {
+        Cmd::Get(g) => {
+            st.backlog.push_back(g);
+            flush_backlog(ctx, &mut st);
+        }
+        Cmd::Data { header, src } => {
+            if st.conn.send_data(header).is_ok() {
+                st.sends.push_back((header.request, src));
+            } else {
+                drop(st);
+                ctx.shared.emit(Event::Sent {
+                    conn: ctx.id,
+                    request: header.request,
+                });
+            }
+        }
+        Cmd::Miss { get, reason } => {
+            let _ = st.conn.send_miss(get.request, get.sample, reason);
+        }
+    }
+    ctx.write.notify_one();
+}
+
+/// Writes what the connection queues: frame bytes, and each block's payload
+/// straight from its pinned extent.
+async fn write_loop(ctx: Arc<ConnCtx>) {
+    loop {
+        let next = {
+            let mut st = ctx.st();
+            match st.conn.poll_transmit() {
+                Some(Transmit::Bytes(b)) => Some(Ok(b)),
+                Some(Transmit::Payload(h)) => {
+                    let src = st.sends.pop_front();
+                    Some(Err(Some((h, src))))
+                }
+                None if st.conn.is_closed() => Some(Err(None)),
+                None => None,
+            }
+        };
+        let result = match next {
+            None => {
+                ctx.write.notified().await;
+                continue;
+            }
+            Some(Ok(bytes)) => write_bytes(&ctx.stream, &bytes).await,
+            // Closed and everything written.
+            Some(Err(None)) => return,
+            Some(Err(Some((h, src)))) => {
+                let r = match &src {
+                    Some((request, src)) if *request == h.request && src.len() as u64 >= h.length => {
+                        write_extent(&ctx.stream, src, h.length as usize).await
+                    }
+                    _ => Err(io::Error::other("no pinned extent for a block to send")),
+                };
+                ctx.shared.emit(Event::Sent {
+                    conn: ctx.id,
+                    request: h.request,
+                });
+                r
+            }
+        };
+        if let Err(e) = result {
+            tracing::debug!(conn = ctx.id, "peer write: {e}");
+            ctx.closed.notify_one();
+            return;
+        }
+    }
+}
+
+async fn write_bytes(stream: &TcpStream, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        stream.writable().await?;
+        match stream.try_write(bytes) {
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+async fn write_extent(stream: &TcpStream, src: &ArenaSlice, len: usize) -> io::Result<()> {
+    let mut at = 0;
+    while at < len {
+        stream.writable().await?;
+        match stream.try_io(tokio::io::Interest::WRITABLE, || {
+            sys::send_from(stream.as_fd(), src, at, len - at)
+        }) {
+            Ok(n) => at += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Fails what the connection still owed and forgets it.
+fn finish(ctx: &ConnCtx, dialed: Option<usize>, why: &str) {
+    lock(&ctx.shared.conns).remove(&ctx.id);
+    let mut out = Vec::new();
+    let member = {
+        let mut st = ctx.st();
+        st.conn.close(GoodbyeReason::Normal);
+        for (request, g) in st.expects.drain() {
+            drop(g);
+            out.push(Event::Failed {
+                request,
+                why: GetFailure::Lost(why.to_string()),
+            });
+        }
+        for g in st.backlog.drain(..) {
+            out.push(Event::Failed {
+                request: g.get.request,
+                why: GetFailure::Lost(why.to_string()),
+            });
+        }
+        for (request, _) in st.sends.drain(..) {
+            out.push(Event::Sent {
+                conn: ctx.id,
+                request,
+            });
+        }
+        st.member
+    };
+    if let Some(m) = member.or(dialed) {
+        let mut slots = lock(&ctx.shared.slots);
+        match std::mem::replace(&mut slots[m], Slot::Idle) {
+            Slot::Up(c) if c != ctx.id => slots[m] = Slot::Up(c),
+            Slot::Dialing(q) if member.is_none() => {
+                // The handshake failed: requests that waited for it fail.
+                out.extend(q.into_iter().map(|g| Event::Failed {
+                    request: g.get.request,
+                    why: GetFailure::Lost(why.to_string()),
+                }));
+                slots[m] = Slot::Down(Instant::now() + ctx.shared.cfg.redial_after);
+            }
+            Slot::Dialing(q) => slots[m] = Slot::Dialing(q),
+            Slot::Down(t) => slots[m] = Slot::Down(t),
+            _ => {}
+        }
+    }
+    out.push(Event::Down {
+        conn: ctx.id,
+        member,
+        why: why.to_string(),
+    });
+    tracing::info!(conn = ctx.id, peer = ?member.map(|m| ctx.shared.cfg.view.members()[m].id.clone()), "peer connection ended: {why}");
+    ctx.shared.emit_all(out);
+}
