@@ -401,15 +401,15 @@ async fn dial(shared: Arc<Shared>, member: usize) {
     let connect = tokio::time::timeout(shared.cfg.connect_timeout, TcpStream::connect(&addr)).await;
     let err = match connect {
         Ok(Ok(stream)) => {
-            let queued = match std::mem::replace(&mut lock(&shared.slots)[member], Slot::Idle) {
-                Slot::Dialing(q) => q,
-                other => {
-                    lock(&shared.slots)[member] = other;
-                    Vec::new()
+            // Requests made while the handshake runs wait in the slot; those
+            // made while connecting go with the connection.
+            let queued = {
+                let mut slots = lock(&shared.slots);
+                match &mut slots[member] {
+                    Slot::Dialing(q) => std::mem::take(q),
+                    _ => Vec::new(),
                 }
             };
-            // Requests made while the handshake runs wait in the slot.
-            lock(&shared.slots)[member] = Slot::Dialing(Vec::new());
             run_conn(shared, stream, Some(member), queued).await;
             return;
         }
@@ -418,7 +418,8 @@ async fn dial(shared: Arc<Shared>, member: usize) {
     };
     tracing::warn!(peer = %shared.cfg.view.members()[member].id, %addr, "dial failed: {err}");
     let until = Instant::now() + shared.cfg.redial_after;
-    let queued = match std::mem::replace(&mut lock(&shared.slots)[member], Slot::Down(until)) {
+    let previous = std::mem::replace(&mut lock(&shared.slots)[member], Slot::Down(until));
+    let queued = match previous {
         Slot::Dialing(q) => q,
         _ => Vec::new(),
     };

@@ -1,0 +1,344 @@
+//! Three real `granaryd` processes on 127.0.0.2, .3 and .4 sharing their
+//! arenas as the peers of one job, each with two loader ranks (a job of six
+//! ranks), on an S3 dataset in a SeaweedFS the test starts:
+//!
+//! * two epochs: every sample of every epoch delivered exactly once per job
+//!   and byte for byte; the first epoch reads each sample from the store
+//!   once across the three agents; the second reads at most 1 % of them
+//!   (the arenas together hold the dataset);
+//! * one agent killed with `kill -9` mid-epoch and restarted: its loaders
+//!   reopen at the epoch, nothing lost, nothing duplicated, and the others
+//!   keep being served (their requests to the dead peer go to the store);
+//! * a peer whose blocks are corrupted: detected by the CRC, read again
+//!   from the store, counted;
+//! * an agent with the wrong job secret: no connection authenticates, so it
+//!   serves nothing and is served nothing.
+
+mod common;
+mod common_s3;
+
+use common::{verify, watchdog};
+use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
+use common_s3::{synth, Seaweed, BUCKET};
+use granary::{Client, ErrorCode, SessionOptions};
+use granary_agent::metrics::{parse_text, scrape};
+use granary_tools::ingest::{self, IngestOptions};
+use granary_tools::synth::SynthSpec;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const FILES: u64 = 480;
+const MEAN: u64 = 96 * 1024;
+const NODES: usize = 3;
+const RANKS_PER_NODE: u32 = 2;
+const SEED: u64 = 7;
+const BATCH: u32 = 16;
+const SECRET: &str = "the-job-secret";
+
+fn free_port(ip: &str) -> u16 {
+    TcpListener::bind(format!("{ip}:0"))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One `granaryd` of the job.
+struct Agent {
+    node: usize,
+    dir: PathBuf,
+    config: PathBuf,
+    sock: PathBuf,
+    metrics: SocketAddr,
+    child: Option<Child>,
+}
+
+impl Agent {
+    fn ip(node: usize) -> String {
+        format!("127.0.0.{}", node + 2)
+    }
+
+    fn start(&mut self) {
+        let log = std::fs::File::create(self.dir.join(format!("agent{}.log", self.node))).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_granaryd"))
+            .arg("run")
+            .arg("--config")
+            .arg(&self.config)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start granaryd");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Client::connect(&self.sock).is_err() {
+            assert!(Instant::now() < deadline, "agent {} did not start:\n{}", self.node, self.log());
+            if let Some(Ok(Some(st))) = self.child.as_mut().map(Child::try_wait) {
+                panic!("agent {} exited with {st}:\n{}", self.node, self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_file(&self.sock);
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join(format!("agent{}.log", self.node))).unwrap_or_default()
+    }
+
+    /// The sum of every series of metric `name` (labels ignored), or of
+    /// the series whose labels contain `with`.
+    fn metric(&self, name: &str, with: &str) -> f64 {
+        let body = scrape(self.metrics, Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("agent {}: metrics: {e}\n{}", self.node, self.log()));
+        parse_text(&body)
+            .into_iter()
+            .filter(|(k, _)| {
+                let base = k.split('{').next().unwrap_or_default();
+                base == name && k.contains(with)
+            })
+            .map(|(_, v)| v)
+            .sum()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+struct Cluster {
+    _weed: Seaweed,
+    _tmp: tempfile::TempDir,
+    spec: SynthSpec,
+    agents: Vec<Agent>,
+}
+
+/// Writes the configuration of every agent (`secret_of(node)` gives each
+/// its job secret) and starts them.
+fn cluster(name: &str, secret_of: impl Fn(usize) -> String) -> Cluster {
+    let weed = Seaweed::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = synth(tmp.path(), FILES, 10, MEAN);
+    let opts = IngestOptions::new(&spec.root, weed.settings(), name);
+    let report = ingest::ingest(&opts, |_, _, _, _| {}).unwrap();
+    assert_eq!(report.files, FILES);
+    let peer_ports: Vec<u16> = (0..NODES).map(|n| free_port(&Agent::ip(n))).collect();
+    let members: Vec<String> = (0..NODES)
+        .map(|n| format!("{{ id = \"n{n}\", addr = \"{}:{}\" }}", Agent::ip(n), peer_ports[n]))
+        .collect();
+    let mut agents = Vec::new();
+    for node in 0..NODES {
+        let dir = tmp.path().join(format!("node{node}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("granary.sock");
+        let metrics: SocketAddr = format!("{}:{}", Agent::ip(node), free_port(&Agent::ip(node)))
+            .parse()
+            .unwrap();
+        let toml = format!(
+            r#"
+[arena]
+size = "64MiB"
+hugepages = "off"
+populate = false
+[socket]
+path = "{sock}"
+[prefetch]
+max_inflight_reads = 64
+window_batches = 4
+initial_window = 2
+read_retries = 2
+retry_backoff_ms = 20
+[metrics]
+address = "{metrics}"
+[peers]
+membership = "static"
+job_id = "{name}"
+node_id = "n{node}"
+secret = "{secret}"
+hedge_after_ms = 20000
+members = [{members}]
+[[dataset]]
+name = "data"
+kind = "s3"
+endpoint = "{endpoint}"
+allow_http = true
+region = "{REGION}"
+bucket = "{BUCKET}"
+prefix = "{name}"
+access_key_id = "{ACCESS_KEY}"
+secret_access_key = "{SECRET_KEY}"
+"#,
+            sock = sock.display(),
+            secret = secret_of(node),
+            members = members.join(", "),
+            endpoint = weed.endpoint(),
+        );
+        let config = dir.join("granaryd.toml");
+        std::fs::write(&config, toml).unwrap();
+        agents.push(Agent {
+            node,
+            dir,
+            config,
+            sock,
+            metrics,
+            child: None,
+        });
+    }
+    for a in &mut agents {
+        a.start();
+    }
+    Cluster {
+        _weed: weed,
+        _tmp: tmp,
+        spec,
+        agents,
+    }
+}
+
+/// One rank reading epoch `epoch` through `sock`: the sample ids it got,
+/// each verified byte for byte. `None` when the agent went away first.
+fn read_epoch(sock: &Path, spec: &SynthSpec, rank: u32, epoch: u32) -> Option<Vec<u64>> {
+    let client = Client::connect(sock).ok()?;
+    let mut o = SessionOptions::new("data");
+    o.seed = SEED;
+    o.rank = rank;
+    o.world_size = NODES as u32 * RANKS_PER_NODE;
+    o.batch_size = BATCH;
+    o.first_epoch = epoch;
+    o.epoch_count = 1;
+    let mut s = client.open_session(&o).ok()?;
+    let mut ids = Vec::new();
+    loop {
+        let b = match s.next_batch(Some(Duration::from_secs(60))) {
+            Ok(b) => b,
+            Err(e) if e.code() == ErrorCode::EndOfStream => break,
+            Err(_) => return None,
+        };
+        assert_eq!(b.status(), 0, "rank {rank}: batch status");
+        assert_eq!(b.epoch(), epoch);
+        for smp in b.samples() {
+            verify(spec, &smp);
+            ids.push(smp.id());
+        }
+        let end = b.is_end_of_epoch();
+        if s.release(b).is_err() {
+            return None;
+        }
+        if end {
+            break;
+        }
+    }
+    let _ = s.close();
+    Some(ids)
+}
+
+/// Runs epoch `epoch` on every rank of the job; `during` runs while the
+/// loaders read (and may kill and restart agents). Asserts the job got
+/// every sample exactly once.
+fn run_epoch(c: &mut Cluster, epoch: u32, during: impl FnOnce(&mut Cluster)) {
+    let mut handles = Vec::new();
+    for node in 0..NODES {
+        for r in 0..RANKS_PER_NODE {
+            let rank = node as u32 * RANKS_PER_NODE + r;
+            let (sock, spec) = (c.agents[node].sock.clone(), c.spec.clone());
+            handles.push(std::thread::spawn(move || {
+                // A rank whose agent died reopens the epoch on the
+                // restarted agent and reads it whole again: the loader
+                // side of a restart (what it had is discarded).
+                let deadline = Instant::now() + Duration::from_secs(240);
+                loop {
+                    if let Some(ids) = read_epoch(&sock, &spec, rank, epoch) {
+                        return ids;
+                    }
+                    assert!(Instant::now() < deadline, "rank {rank} never finished epoch {epoch}");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }));
+        }
+    }
+    during(c);
+    let mut all: Vec<u64> = Vec::new();
+    for h in handles {
+        all.extend(h.join().expect("a loader failed"));
+    }
+    all.sort_unstable();
+    let n = all.len();
+    all.dedup();
+    assert_eq!(n, all.len(), "epoch {epoch}: a sample delivered twice in the job");
+    assert_eq!(all, (0..FILES).collect::<Vec<_>>(), "epoch {epoch}: samples missing");
+}
+
+fn sum(c: &Cluster, name: &str, with: &str) -> f64 {
+    c.agents.iter().map(|a| a.metric(name, with)).sum()
+}
+
+#[test]
+fn three_agents_read_each_sample_from_the_store_once() {
+    let _w = watchdog("three_agents_read_each_sample_from_the_store_once", 600);
+    let mut c = cluster("job1", |_| SECRET.to_string());
+    run_epoch(&mut c, 0, |_| {});
+    let reads0 = sum(&c, "granary_reads_total", "");
+    let peer0 = sum(&c, "granary_tier_samples_total", "tier=\"peer\"");
+    let served0 = sum(&c, "granary_peer_served_total", "");
+    eprintln!("epoch 0: store reads {reads0}, samples from peers {peer0}, blocks served {served0}");
+    // Every sample had to come from the store once (nothing was cached);
+    // no more reads than samples means none was read twice.
+    assert_eq!(reads0, FILES as f64, "epoch 0 store reads");
+    assert!(peer0 > 0.0, "no sample came from a peer");
+    assert_eq!(peer0, served0, "blocks received and served disagree");
+    assert_eq!(sum(&c, "granary_peer_crc_failures_total", ""), 0.0);
+    run_epoch(&mut c, 1, |_| {});
+    let reads1 = sum(&c, "granary_reads_total", "") - reads0;
+    let peer1 = sum(&c, "granary_tier_samples_total", "tier=\"peer\"") - peer0;
+    eprintln!("epoch 1: store reads {reads1}, samples from peers {peer1}");
+    assert!(
+        reads1 <= FILES as f64 / 100.0,
+        "epoch 1 read {reads1} samples from the store (at most 1 % of {FILES})"
+    );
+    assert!(peer1 > 0.0, "no sample came from a peer in epoch 1");
+}
+
+#[test]
+fn an_agent_killed_mid_epoch_and_restarted_loses_nothing() {
+    let _w = watchdog("an_agent_killed_mid_epoch_and_restarted_loses_nothing", 600);
+    let mut c = cluster("job2", |_| SECRET.to_string());
+    run_epoch(&mut c, 0, |c| {
+        // Mid-epoch: some samples served, not all.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while c.agents[1].metric("granary_samples_served_total", "") < (FILES / 12) as f64 {
+            assert!(Instant::now() < deadline, "agent 1 served nothing");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        c.agents[1].kill9();
+        std::thread::sleep(Duration::from_millis(300));
+        c.agents[1].start();
+    });
+    // The others noticed and fell back to the store for its samples.
+    run_epoch(&mut c, 1, |_| {});
+    assert_eq!(sum(&c, "granary_peer_crc_failures_total", ""), 0.0);
+}
+
+#[test]
+fn a_wrong_job_secret_gets_nothing_served() {
+    let _w = watchdog("a_wrong_job_secret_gets_nothing_served", 600);
+    let mut c = cluster("job3", |n| if n == 2 { "another-secret".into() } else { SECRET.into() });
+    run_epoch(&mut c, 0, |_| {});
+    let odd = &c.agents[2];
+    assert_eq!(odd.metric("granary_peer_served_total", ""), 0.0, "{}", odd.log());
+    assert_eq!(odd.metric("granary_tier_samples_total", "tier=\"peer\""), 0.0);
+    assert_eq!(odd.metric("granary_peer_up", ""), 0.0);
+    // The two that share the secret did share.
+    assert!(c.agents[0].metric("granary_tier_samples_total", "tier=\"peer\"") > 0.0);
+    // Node 2 read its share from the store, the others theirs: every
+    // sample still once per epoch (checked by run_epoch).
+}
