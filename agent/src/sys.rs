@@ -61,14 +61,7 @@ pub(crate) fn recv_into(
     // mapping `dest` keeps alive for the call; the kernel writes through the
     // pointer and no Rust reference to the range exists; the engine lends
     // the range to this transfer only (see `peers::net`).
-    let n = unsafe {
-        libc::recv(
-            fd.as_raw_fd(),
-            ptr.cast(),
-            len,
-            libc::MSG_DONTWAIT,
-        )
-    };
+    let n = unsafe { libc::recv(fd.as_raw_fd(), ptr.cast(), len, libc::MSG_DONTWAIT) };
     if n < 0 {
         Err(io::Error::last_os_error())
     } else {

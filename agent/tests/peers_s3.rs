@@ -22,11 +22,15 @@ use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
 use common_s3::{synth, Seaweed, BUCKET};
 use granary::{Client, ErrorCode, SessionOptions};
 use granary_agent::metrics::{parse_text, scrape};
+use granary_peer::frame::{Decoded, Decoder, Frame};
 use granary_tools::ingest::{self, IngestOptions};
 use granary_tools::synth::SynthSpec;
-use std::net::{SocketAddr, TcpListener};
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const FILES: u64 = 480;
@@ -36,6 +40,9 @@ const RANKS_PER_NODE: u32 = 2;
 const SEED: u64 = 7;
 const BATCH: u32 = 16;
 const SECRET: &str = "the-job-secret";
+
+/// Epochs a rank had to reopen because its agent went away.
+static REOPENED: AtomicU64 = AtomicU64::new(0);
 
 fn free_port(ip: &str) -> u16 {
     TcpListener::bind(format!("{ip}:0"))
@@ -74,7 +81,12 @@ impl Agent {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(60);
         while Client::connect(&self.sock).is_err() {
-            assert!(Instant::now() < deadline, "agent {} did not start:\n{}", self.node, self.log());
+            assert!(
+                Instant::now() < deadline,
+                "agent {} did not start:\n{}",
+                self.node,
+                self.log()
+            );
             if let Some(Ok(Some(st))) = self.child.as_mut().map(Child::try_wait) {
                 panic!("agent {} exited with {st}:\n{}", self.node, self.log());
             }
@@ -91,7 +103,8 @@ impl Agent {
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join(format!("agent{}.log", self.node))).unwrap_or_default()
+        std::fs::read_to_string(self.dir.join(format!("agent{}.log", self.node)))
+            .unwrap_or_default()
     }
 
     /// The sum of every series of metric `name` (labels ignored), or of
@@ -117,15 +130,117 @@ impl Drop for Agent {
 }
 
 struct Cluster {
+    proxies: Vec<CorruptingProxy>,
     _weed: Seaweed,
     _tmp: tempfile::TempDir,
     spec: SynthSpec,
     agents: Vec<Agent>,
 }
 
+/// A TCP proxy in front of one agent's peer listener that decodes the peer
+/// frames going both ways and flips the first payload byte of every block
+/// sent by node `corrupt` (`None`: forwards untouched). Counts the blocks it
+/// corrupted.
+struct CorruptingProxy {
+    addr: SocketAddr,
+    corrupted: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl CorruptingProxy {
+    fn start(ip: &str, upstream: SocketAddr, corrupt: Option<String>) -> CorruptingProxy {
+        let listener = TcpListener::bind(format!("{ip}:0")).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let corrupted = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (count, halt) = (Arc::clone(&corrupted), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if halt.load(Ordering::Relaxed) {
+                    return;
+                }
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(upstream) else {
+                    continue;
+                };
+                for (from, to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    let (count, corrupt) = (Arc::clone(&count), corrupt.clone());
+                    std::thread::spawn(move || pump(from, to, corrupt, &count));
+                }
+            }
+        });
+        CorruptingProxy {
+            addr,
+            corrupted,
+            stop,
+        }
+    }
+}
+
+impl Drop for CorruptingProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = TcpStream::connect(self.addr);
+    }
+}
+
+/// Copies one direction, flipping the first payload byte of every block
+/// when the sender (named by its hello) is `corrupt`.
+fn pump(mut from: TcpStream, mut to: TcpStream, corrupt: Option<String>, count: &AtomicU64) {
+    let mut dec = Decoder::new();
+    let mut sender = String::new();
+    // Stream offsets: of the next byte read, and of payload bytes to flip.
+    let mut fed = 0u64;
+    let mut flips: Vec<u64> = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let chunk = &mut buf[..n];
+        dec.feed(chunk);
+        let end = fed + n as u64;
+        while let Ok(Some(item)) = dec.next_item() {
+            if let Decoded::Frame(f) = item {
+                match f {
+                    Frame::Hello(h) => sender = h.node_id,
+                    Frame::Data(h) if h.length > 0 && corrupt.as_deref() == Some(&sender) => {
+                        flips.push(end - dec.buffered() as u64);
+                        count.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        flips.retain(|&at| {
+            if (fed..end).contains(&at) {
+                chunk[(at - fed) as usize] ^= 0x5a;
+                false
+            } else {
+                at >= end
+            }
+        });
+        fed = end;
+        if to.write_all(chunk).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(Shutdown::Write);
+}
+
 /// Writes the configuration of every agent (`secret_of(node)` gives each
 /// its job secret) and starts them.
 fn cluster(name: &str, secret_of: impl Fn(usize) -> String) -> Cluster {
+    cluster_with(name, secret_of, None)
+}
+
+/// [`cluster`], with every agent's peer listener behind a
+/// [`CorruptingProxy`] that corrupts the blocks of node `corrupt`.
+fn cluster_with(name: &str, secret_of: impl Fn(usize) -> String, corrupt: Option<&str>) -> Cluster {
     let weed = Seaweed::start();
     let tmp = tempfile::tempdir().unwrap();
     let spec = synth(tmp.path(), FILES, 10, MEAN);
@@ -133,8 +248,28 @@ fn cluster(name: &str, secret_of: impl Fn(usize) -> String) -> Cluster {
     let report = ingest::ingest(&opts, |_, _, _, _| {}).unwrap();
     assert_eq!(report.files, FILES);
     let peer_ports: Vec<u16> = (0..NODES).map(|n| free_port(&Agent::ip(n))).collect();
+    let listen: Vec<SocketAddr> = (0..NODES)
+        .map(|n| {
+            format!("{}:{}", Agent::ip(n), peer_ports[n])
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    let mut proxies = Vec::new();
+    let advertised: Vec<SocketAddr> = match corrupt {
+        None => listen.clone(),
+        Some(bad) => listen
+            .iter()
+            .map(|&up| {
+                let p = CorruptingProxy::start("127.0.0.5", up, Some(bad.to_string()));
+                let a = p.addr;
+                proxies.push(p);
+                a
+            })
+            .collect(),
+    };
     let members: Vec<String> = (0..NODES)
-        .map(|n| format!("{{ id = \"n{n}\", addr = \"{}:{}\" }}", Agent::ip(n), peer_ports[n]))
+        .map(|n| format!("{{ id = \"n{n}\", addr = \"{}\" }}", advertised[n]))
         .collect();
     let mut agents = Vec::new();
     for node in 0..NODES {
@@ -164,6 +299,7 @@ address = "{metrics}"
 membership = "static"
 job_id = "{name}"
 node_id = "n{node}"
+listen = "{listen}"
 secret = "{secret}"
 hedge_after_ms = 20000
 members = [{members}]
@@ -179,6 +315,7 @@ access_key_id = "{ACCESS_KEY}"
 secret_access_key = "{SECRET_KEY}"
 "#,
             sock = sock.display(),
+            listen = listen[node],
             secret = secret_of(node),
             members = members.join(", "),
             endpoint = weed.endpoint(),
@@ -198,6 +335,7 @@ secret_access_key = "{SECRET_KEY}"
         a.start();
     }
     Cluster {
+        proxies,
         _weed: weed,
         _tmp: tmp,
         spec,
@@ -260,7 +398,11 @@ fn run_epoch(c: &mut Cluster, epoch: u32, during: impl FnOnce(&mut Cluster)) {
                     if let Some(ids) = read_epoch(&sock, &spec, rank, epoch) {
                         return ids;
                     }
-                    assert!(Instant::now() < deadline, "rank {rank} never finished epoch {epoch}");
+                    REOPENED.fetch_add(1, Ordering::Relaxed);
+                    assert!(
+                        Instant::now() < deadline,
+                        "rank {rank} never finished epoch {epoch}"
+                    );
                     std::thread::sleep(Duration::from_millis(200));
                 }
             }));
@@ -274,8 +416,16 @@ fn run_epoch(c: &mut Cluster, epoch: u32, during: impl FnOnce(&mut Cluster)) {
     all.sort_unstable();
     let n = all.len();
     all.dedup();
-    assert_eq!(n, all.len(), "epoch {epoch}: a sample delivered twice in the job");
-    assert_eq!(all, (0..FILES).collect::<Vec<_>>(), "epoch {epoch}: samples missing");
+    assert_eq!(
+        n,
+        all.len(),
+        "epoch {epoch}: a sample delivered twice in the job"
+    );
+    assert_eq!(
+        all,
+        (0..FILES).collect::<Vec<_>>(),
+        "epoch {epoch}: samples missing"
+    );
 }
 
 fn sum(c: &Cluster, name: &str, with: &str) -> f64 {
@@ -323,6 +473,10 @@ fn an_agent_killed_mid_epoch_and_restarted_loses_nothing() {
         std::thread::sleep(Duration::from_millis(300));
         c.agents[1].start();
     });
+    assert!(
+        REOPENED.load(Ordering::Relaxed) > 0,
+        "the kill did not interrupt a loader (the epoch had ended)"
+    );
     // The others noticed and fell back to the store for its samples.
     run_epoch(&mut c, 1, |_| {});
     assert_eq!(sum(&c, "granary_peer_crc_failures_total", ""), 0.0);
@@ -331,14 +485,52 @@ fn an_agent_killed_mid_epoch_and_restarted_loses_nothing() {
 #[test]
 fn a_wrong_job_secret_gets_nothing_served() {
     let _w = watchdog("a_wrong_job_secret_gets_nothing_served", 600);
-    let mut c = cluster("job3", |n| if n == 2 { "another-secret".into() } else { SECRET.into() });
+    let mut c = cluster("job3", |n| {
+        if n == 2 {
+            "another-secret".into()
+        } else {
+            SECRET.into()
+        }
+    });
     run_epoch(&mut c, 0, |_| {});
     let odd = &c.agents[2];
-    assert_eq!(odd.metric("granary_peer_served_total", ""), 0.0, "{}", odd.log());
-    assert_eq!(odd.metric("granary_tier_samples_total", "tier=\"peer\""), 0.0);
+    assert_eq!(
+        odd.metric("granary_peer_served_total", ""),
+        0.0,
+        "{}",
+        odd.log()
+    );
+    assert_eq!(
+        odd.metric("granary_tier_samples_total", "tier=\"peer\""),
+        0.0
+    );
     assert_eq!(odd.metric("granary_peer_up", ""), 0.0);
     // The two that share the secret did share.
     assert!(c.agents[0].metric("granary_tier_samples_total", "tier=\"peer\"") > 0.0);
     // Node 2 read its share from the store, the others theirs: every
     // sample still once per epoch (checked by run_epoch).
+}
+
+#[test]
+fn corrupted_blocks_are_detected_and_read_from_the_store() {
+    let _w = watchdog("corrupted_blocks_are_detected_and_read_from_the_store", 600);
+    let mut c = cluster_with("job4", |_| SECRET.to_string(), Some("n1"));
+    run_epoch(&mut c, 0, |_| {});
+    let corrupted: u64 = c
+        .proxies
+        .iter()
+        .map(|p| p.corrupted.load(Ordering::Relaxed))
+        .sum();
+    let crc_failures = sum(&c, "granary_peer_crc_failures_total", "");
+    let failed = sum(&c, "granary_peer_gets_failed_total", "reason=\"corrupt\"");
+    eprintln!("blocks corrupted {corrupted}, CRC failures {crc_failures}");
+    assert!(corrupted > 0, "no block of n1 went through a proxy");
+    // Every corrupted block was caught (and read again from the store:
+    // run_epoch verified every sample byte for byte).
+    assert_eq!(crc_failures, corrupted as f64);
+    assert_eq!(failed, crc_failures);
+    assert_eq!(
+        c.agents[1].metric("granary_peer_crc_failures_total", ""),
+        0.0
+    );
 }

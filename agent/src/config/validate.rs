@@ -103,9 +103,17 @@ impl Config {
                 format!("{:?} is not IP:PORT (e.g. \"0.0.0.0:7170\")", c.listen),
             );
         }
-        let bad_id = |s: &str| s.is_empty() || s.len() > 255 || s.chars().any(|c| c.is_control() || c == ' ');
+        let bad_id = |s: &str| {
+            s.is_empty() || s.len() > 255 || s.chars().any(|c| c.is_control() || c == ' ')
+        };
         if !c.node_id.is_empty() && bad_id(&c.node_id) {
-            p.bad("peers.node_id", format!("{:?} is not a node id (1 to 255 bytes, no spaces)", c.node_id));
+            p.bad(
+                "peers.node_id",
+                format!(
+                    "{:?} is not a node id (1 to 255 bytes, no spaces)",
+                    c.node_id
+                ),
+            );
         }
         match c.membership {
             Membership::Off => {}
@@ -122,18 +130,34 @@ impl Config {
                     p.bad("peers.job_id", "is required with membership = \"static\"");
                 }
                 if c.members.is_empty() {
-                    p.bad("peers.members", "is empty (membership = \"static\" needs the list)");
+                    p.bad(
+                        "peers.members",
+                        "is empty (membership = \"static\" needs the list)",
+                    );
                 }
                 let mut ids = HashSet::new();
                 for (i, m) in c.members.iter().enumerate() {
                     if bad_id(&m.id) {
-                        p.bad(&format!("peers.members[{i}].id"), format!("{:?} is not a node id", m.id));
+                        p.bad(
+                            &format!("peers.members[{i}].id"),
+                            format!("{:?} is not a node id", m.id),
+                        );
                     }
                     if !ids.insert(m.id.as_str()) {
-                        p.bad(&format!("peers.members[{i}].id"), format!("{:?} is listed twice", m.id));
+                        p.bad(
+                            &format!("peers.members[{i}].id"),
+                            format!("{:?} is listed twice", m.id),
+                        );
                     }
-                    if m.addr.rsplit_once(':').and_then(|(_, port)| port.parse::<u16>().ok()).is_none() {
-                        p.bad(&format!("peers.members[{i}].addr"), format!("{:?} is not HOST:PORT", m.addr));
+                    if m.addr
+                        .rsplit_once(':')
+                        .and_then(|(_, port)| port.parse::<u16>().ok())
+                        .is_none()
+                    {
+                        p.bad(
+                            &format!("peers.members[{i}].addr"),
+                            format!("{:?} is not HOST:PORT", m.addr),
+                        );
                     }
                     if m.keep.is_some_and(|k| k.bytes() == 0) {
                         p.bad(&format!("peers.members[{i}].keep"), "is 0");

@@ -257,9 +257,8 @@ impl Engine {
         let mut cc = CacheConfig::new(size - tables_len, policy);
         cc.base = tables_len;
         if cfg.peers.enabled() {
-            cc.keep_reserve = (cc.arena_size / 100 * u64::from(cfg.peers.keep_percent))
-                / cc.align
-                * cc.align;
+            cc.keep_reserve =
+                (cc.arena_size / 100 * u64::from(cfg.peers.keep_percent)) / cc.align * cc.align;
         }
         cc.transient_reserve =
             transient_reserve(&cfg, &datasets, &cc).min(cc.arena_size - cc.keep_reserve);

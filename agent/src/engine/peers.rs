@@ -144,7 +144,10 @@ impl Engine {
                     GetFailure::Corrupt => {
                         m.peers.crc_failures.inc();
                         m.peers.get_failed("corrupt");
-                        tracing::warn!("a block of {} from a peer failed its CRC; reading the store", g.key);
+                        tracing::warn!(
+                            "a block of {} from a peer failed its CRC; reading the store",
+                            g.key
+                        );
                     }
                     GetFailure::Lost(why) => {
                         m.peers.get_failed("connection");
@@ -169,8 +172,7 @@ impl Engine {
             }
             Event::Rtt { member, nanos } => {
                 if let Some(t) = self.peers.as_ref() {
-                    m.peers
-                        .observe_rtt(t.member_id(member), nanos as f64 / 1e9);
+                    m.peers.observe_rtt(t.member_id(member), nanos as f64 / 1e9);
                 }
             }
         }
@@ -416,7 +418,9 @@ impl Engine {
 
     /// The result of a completed read as the cache took it, for
     /// [`peer_loaded`](Self::peer_loaded).
-    pub(super) fn loaded_of(c: &Result<CacheCompletion, crate::cache::CacheError>) -> Option<(u64, u32)> {
+    pub(super) fn loaded_of(
+        c: &Result<CacheCompletion, crate::cache::CacheError>,
+    ) -> Option<(u64, u32)> {
         match c {
             Ok(CacheCompletion::Ready(r)) => Some((r.len, r.crc32c)),
             _ => None,

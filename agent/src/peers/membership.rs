@@ -88,8 +88,7 @@ pub fn load_secret(cfg: &PeersConfig) -> Result<Vec<u8>, MembershipError> {
     let secret = match (&cfg.secret, &cfg.secret_file) {
         (Some(s), _) => s.expose().as_bytes().to_vec(),
         (None, Some(p)) => {
-            let mut b =
-                std::fs::read(p).map_err(|e| MembershipError::SecretFile(p.clone(), e))?;
+            let mut b = std::fs::read(p).map_err(|e| MembershipError::SecretFile(p.clone(), e))?;
             while b.last().is_some_and(|c| c.is_ascii_whitespace()) {
                 b.pop();
             }

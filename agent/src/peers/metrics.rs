@@ -66,9 +66,8 @@ impl Default for PeerMetrics {
     fn default() -> Self {
         let tier_samples: Family<Labels, Counter> = Family::default();
         let tier_bytes: Family<Labels, Counter> = Family::default();
-        let handle = |f: &Family<Labels, Counter>, tier: &str| {
-            f.get_or_create(&label("tier", tier)).clone()
-        };
+        let handle =
+            |f: &Family<Labels, Counter>, tier: &str| f.get_or_create(&label("tier", tier)).clone();
         PeerMetrics {
             arena_samples: handle(&tier_samples, "arena"),
             peer_samples: handle(&tier_samples, "peer"),

@@ -123,7 +123,12 @@ impl PeerTier {
     /// the listener. `keep_bytes` is the size of this agent's keep area and
     /// `align` the cache's extent alignment (the directory sizes samples by
     /// their extents).
-    pub fn start(cfg: &Config, keep_bytes: u64, align: u64, datasets: usize) -> io::Result<PeerTier> {
+    pub fn start(
+        cfg: &Config,
+        keep_bytes: u64,
+        align: u64,
+        datasets: usize,
+    ) -> io::Result<PeerTier> {
         let view = view_from_config(&cfg.peers, keep_bytes, &std::env::vars().collect())
             .map_err(|e| io::Error::other(format!("peers: {e}")))?;
         let node_id = membership::node_id(&cfg.peers);
@@ -132,7 +137,8 @@ impl PeerTier {
                 "peers: this node's id {node_id:?} is not in the view (set peers.node_id)"
             ))
         })?;
-        let secret = load_secret(&cfg.peers).map_err(|e| io::Error::other(format!("peers: {e}")))?;
+        let secret =
+            load_secret(&cfg.peers).map_err(|e| io::Error::other(format!("peers: {e}")))?;
         let listen: SocketAddr = if cfg.peers.listen.is_empty() {
             let addr = &view.members()[me].addr;
             let port = addr

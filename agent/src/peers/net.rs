@@ -578,10 +578,9 @@ fn receive(ctx: &ConnCtx, landing: &mut Option<Landing>, buf: &mut [u8]) -> io::
         let n = match &l.dest {
             Some(dest) => {
                 let dest = dest.clone();
-                ctx.stream
-                    .try_io(tokio::io::Interest::READABLE, || {
-                        sys::recv_into(ctx.stream.as_fd(), &dest, l.got, want)
-                    })?
+                ctx.stream.try_io(tokio::io::Interest::READABLE, || {
+                    sys::recv_into(ctx.stream.as_fd(), &dest, l.got, want)
+                })?
             }
             None => {
                 let cap = want.min(buf.len());
@@ -818,7 +817,9 @@ async fn write_loop(ctx: Arc<ConnCtx>) {
             Some(Err(None)) => return,
             Some(Err(Some((h, src)))) => {
                 let r = match &src {
-                    Some((request, src)) if *request == h.request && src.len() as u64 >= h.length => {
+                    Some((request, src))
+                        if *request == h.request && src.len() as u64 >= h.length =>
+                    {
                         write_extent(&ctx.stream, src, h.length as usize).await
                     }
                     _ => Err(io::Error::other("no pinned extent for a block to send")),
