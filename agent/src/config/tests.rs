@@ -870,3 +870,46 @@ fn the_default_file_has_every_key_of_the_types() {
     in_file.dedup();
     assert_eq!(in_file, want, "keys of the default file vs the types");
 }
+
+#[test]
+fn peers_are_off_by_default_and_bad_peer_settings_name_their_field() {
+    let ds = "[[dataset]]\nname = \"d\"\nroot = \"/tmp\"\n";
+    let cfg = Config::from_toml_str(ds).unwrap();
+    assert!(!cfg.peers.enabled());
+    let ok = format!(
+        "[peers]\nmembership = \"static\"\njob_id = \"j\"\nnode_id = \"a\"\nsecret = \"s\"\n\
+         members = [{{ id = \"a\", addr = \"10.0.0.1:7170\" }}, {{ id = \"b\", addr = \"h:7170\", keep = \"1GiB\" }}]\n{ds}"
+    );
+    let cfg = Config::from_toml_str(&ok).unwrap();
+    assert!(cfg.peers.enabled());
+    assert_eq!(cfg.peers.members[1].keep.unwrap().bytes(), 1 << 30);
+    let bad = format!(
+        "[peers]\nmembership = \"static\"\nnode_id = \"zz\"\nkeep_percent = 95\nmax_requests = 0\n\
+         listen = \"nowhere\"\nidle_timeout_ms = 100\n\
+         members = [{{ id = \"a\", addr = \"10.0.0.1\" }}, {{ id = \"a\", addr = \"h:1\" }}]\n{ds}"
+    );
+    let fields = invalid_fields(&bad);
+    for f in [
+        "peers.secret",
+        "peers.job_id",
+        "peers.keep_percent",
+        "peers.max_requests",
+        "peers.listen",
+        "peers.idle_timeout_ms",
+        "peers.members[0].addr",
+        "peers.members[1].id",
+        "peers.node_id",
+    ] {
+        assert!(fields.iter().any(|x| x == f), "{f} not reported: {fields:?}");
+    }
+    let slurm = format!(
+        "[peers]\nmembership = \"slurm\"\nsecret_file = \"/x\"\nsecret = \"y\"\n\
+         members = [{{ id = \"a\", addr = \"h:1\" }}]\n{ds}"
+    );
+    let fields = invalid_fields(&slurm);
+    assert!(fields.contains(&"peers.secret".to_string()), "{fields:?}");
+    assert!(fields.contains(&"peers.members".to_string()), "{fields:?}");
+    // An unknown key is refused with its path.
+    let e = parse_err(&format!("[peers]\nmembers_list = []\n{ds}"));
+    assert!(e.to_string().contains("members_list"), "{e}");
+}

@@ -123,14 +123,113 @@ fn status(addr: &str) -> Result<(), String> {
     let sa = addr.parse().map_err(|e| format!("--metrics {addr}: {e}"))?;
     let body = scrape(sa, Duration::from_secs(3))
         .map_err(|e| format!("cannot reach the agent's metrics at {addr}: {e}"))?;
+    let series = parse_text(&body);
+    print!("{}", tiers_and_peers(&series));
     println!("{:<60} {:>16}", "metric", "value");
-    for (k, v) in parse_text(&body) {
+    for (k, v) in series {
         if k.contains("_bucket") {
             continue;
         }
         println!("{k:<60} {v:>16}");
     }
     Ok(())
+}
+
+/// The sum of the series of metric `name` whose labels contain `with`.
+fn value(series: &[(String, f64)], name: &str, with: &str) -> f64 {
+    series
+        .iter()
+        .filter(|(k, _)| k.split('{').next() == Some(name) && k.contains(with))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// Where samples came from (arena, peers, store) and, with peers, each
+/// peer's connection and round trip.
+fn tiers_and_peers(series: &[(String, f64)]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let tiers: Vec<(&str, f64)> = ["arena", "peer", "store"]
+        .into_iter()
+        .map(|t| {
+            let with = format!("tier=\"{t}\"");
+            (t, value(series, "granary_tier_samples_total", &with))
+        })
+        .collect();
+    let total: f64 = tiers.iter().map(|t| t.1).sum();
+    if total > 0.0 {
+        let _ = writeln!(out, "samples by tier:");
+        for (t, n) in &tiers {
+            let _ = writeln!(out, "  {t:<8} {n:>14} ({:.1} %)", 100.0 * n / total);
+        }
+    }
+    let mut peers: Vec<(String, f64)> = series
+        .iter()
+        .filter(|(k, _)| k.starts_with("granary_peer_up{"))
+        .map(|(k, v)| {
+            let id = k
+                .split("peer=\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or("?");
+            (id.to_string(), *v)
+        })
+        .collect();
+    if peers.is_empty() {
+        return out;
+    }
+    peers.sort_by(|a, b| a.0.cmp(&b.0));
+    let _ = writeln!(
+        out,
+        "peers: {} asked, {} served, {} CRC failures, {} hedged",
+        value(series, "granary_peer_gets_total", ""),
+        value(series, "granary_peer_served_total", ""),
+        value(series, "granary_peer_crc_failures_total", ""),
+        value(series, "granary_peer_hedged_total", ""),
+    );
+    for (id, up) in peers {
+        let with = format!("peer=\"{id}\"");
+        let n = value(series, "granary_peer_rtt_seconds_count", &with);
+        let rtt = if n > 0.0 {
+            format!(
+                "mean round trip {:.3} ms",
+                1e3 * value(series, "granary_peer_rtt_seconds_sum", &with) / n
+            )
+        } else {
+            "no round trip measured yet".to_string()
+        };
+        let state = if up > 0.0 { "up" } else { "down" };
+        let _ = writeln!(out, "  {id:<20} {state:<5} {rtt}");
+    }
+    out.push('\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_shows_tiers_and_peers() {
+        let body = "granary_tier_samples_total{tier=\"arena\"} 50\n\
+granary_tier_samples_total{tier=\"peer\"} 30\n\
+granary_tier_samples_total{tier=\"store\"} 20\n\
+granary_peer_gets_total 31\n\
+granary_peer_served_total 12\n\
+granary_peer_up{peer=\"n1\"} 1\n\
+granary_peer_up{peer=\"n2\"} 0\n\
+granary_peer_rtt_seconds_sum{peer=\"n1\"} 0.002\n\
+granary_peer_rtt_seconds_count{peer=\"n1\"} 4\n";
+        let s = tiers_and_peers(&parse_text(body));
+        assert!(s.contains("arena") && s.contains("50 (50.0 %)"), "{s}");
+        assert!(s.contains("peer ") && s.contains("30 (30.0 %)"), "{s}");
+        assert!(s.contains("31 asked, 12 served"), "{s}");
+        assert!(s.contains("n1") && s.contains("up") && s.contains("0.500 ms"), "{s}");
+        assert!(s.contains("n2") && s.contains("down"), "{s}");
+        // Without peer series: tiers only.
+        let s = tiers_and_peers(&parse_text("granary_tier_samples_total{tier=\"store\"} 5\n"));
+        assert!(s.contains("store") && !s.contains("peers:"), "{s}");
+    }
 }
 
 struct Agent(Child);
