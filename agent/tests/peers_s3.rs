@@ -123,6 +123,19 @@ impl Agent {
     }
 }
 
+/// Where `a`'s peer listener is, from its configuration.
+fn peer_addr(a: &Agent) -> SocketAddr {
+    let cfg = std::fs::read_to_string(&a.config).unwrap();
+    let line = cfg
+        .lines()
+        .find(|l| l.starts_with("listen = "))
+        .expect("listen in the test configuration");
+    line.trim_start_matches("listen = ")
+        .trim_matches('"')
+        .parse()
+        .unwrap()
+}
+
 impl Drop for Agent {
     fn drop(&mut self) {
         self.kill9();
@@ -492,7 +505,28 @@ fn a_wrong_job_secret_gets_nothing_served() {
             SECRET.into()
         }
     });
+    // Strangers on agent 0's peer port: garbage, a truncated frame, a
+    // connection that says nothing. The agent closes them and serves on.
+    let peer0 = peer_addr(&c.agents[0]);
+    let mut strangers = Vec::new();
+    for junk in [
+        &b"GET / HTTP/1.1\r\n\r\n"[..],
+        &[1, 1, 0, 0, 255, 255, 0, 0][..],
+        &[][..],
+    ] {
+        let mut s = TcpStream::connect(peer0).unwrap();
+        s.write_all(junk).unwrap();
+        strangers.push(s);
+    }
     run_epoch(&mut c, 0, |_| {});
+    // The garbage got the connection closed (end of stream after at most a
+    // hello and a goodbye).
+    for mut s in strangers.into_iter().take(2) {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut got = Vec::new();
+        let r = s.read_to_end(&mut got);
+        assert!(r.is_ok() && got.len() < 1024, "{r:?} {}", got.len());
+    }
     let odd = &c.agents[2];
     assert_eq!(
         odd.metric("granary_peer_served_total", ""),
