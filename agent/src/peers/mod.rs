@@ -25,7 +25,7 @@ pub(crate) mod net;
 pub use membership::{load_secret, view_from_config, MembershipError};
 
 use crate::cache::SampleKey;
-use crate::config::Config;
+use crate::config::{Config, PeersConfig};
 use crate::source::SampleSource;
 use granary_peer::conn::ConnConfig;
 use granary_peer::keep::Directory;
@@ -153,7 +153,7 @@ impl PeerTier {
                 .map_err(|e| io::Error::other(format!("peers.listen: {e}")))?
         };
         let view = Arc::new(view);
-        let p = &cfg.peers;
+        let p: &PeersConfig = &cfg.peers;
         let idle = Duration::from_millis(p.idle_timeout_ms);
         let mut conn = ConnConfig::new(
             view.job_id(),

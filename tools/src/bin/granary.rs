@@ -224,10 +224,15 @@ granary_peer_rtt_seconds_count{peer=\"n1\"} 4\n";
         assert!(s.contains("arena") && s.contains("50 (50.0 %)"), "{s}");
         assert!(s.contains("peer ") && s.contains("30 (30.0 %)"), "{s}");
         assert!(s.contains("31 asked, 12 served"), "{s}");
-        assert!(s.contains("n1") && s.contains("up") && s.contains("0.500 ms"), "{s}");
+        assert!(
+            s.contains("n1") && s.contains("up") && s.contains("0.500 ms"),
+            "{s}"
+        );
         assert!(s.contains("n2") && s.contains("down"), "{s}");
         // Without peer series: tiers only.
-        let s = tiers_and_peers(&parse_text("granary_tier_samples_total{tier=\"store\"} 5\n"));
+        let s = tiers_and_peers(&parse_text(
+            "granary_tier_samples_total{tier=\"store\"} 5\n",
+        ));
         assert!(s.contains("store") && !s.contains("peers:"), "{s}");
     }
 }
