@@ -205,38 +205,6 @@ fn tiers_and_peers(series: &[(String, f64)]) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn status_shows_tiers_and_peers() {
-        let body = "granary_tier_samples_total{tier=\"arena\"} 50\n\
-granary_tier_samples_total{tier=\"peer\"} 30\n\
-granary_tier_samples_total{tier=\"store\"} 20\n\
-granary_peer_gets_total 31\n\
-granary_peer_served_total 12\n\
-granary_peer_up{peer=\"n1\"} 1\n\
-granary_peer_up{peer=\"n2\"} 0\n\
-granary_peer_rtt_seconds_sum{peer=\"n1\"} 0.002\n\
-granary_peer_rtt_seconds_count{peer=\"n1\"} 4\n";
-        let s = tiers_and_peers(&parse_text(body));
-        assert!(s.contains("arena") && s.contains("50 (50.0 %)"), "{s}");
-        assert!(s.contains("peer ") && s.contains("30 (30.0 %)"), "{s}");
-        assert!(s.contains("31 asked, 12 served"), "{s}");
-        assert!(
-            s.contains("n1") && s.contains("up") && s.contains("0.500 ms"),
-            "{s}"
-        );
-        assert!(s.contains("n2") && s.contains("down"), "{s}");
-        // Without peer series: tiers only.
-        let s = tiers_and_peers(&parse_text(
-            "granary_tier_samples_total{tier=\"store\"} 5\n",
-        ));
-        assert!(s.contains("store") && !s.contains("peers:"), "{s}");
-    }
-}
-
 struct Agent(Child);
 
 impl Drop for Agent {
@@ -596,4 +564,36 @@ fn ingest_cql(args: &IngestArgs) -> Result<(), String> {
     run_ingest(src, to, opts.verify, words, |progress| {
         cql::ingest(&opts, progress)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_shows_tiers_and_peers() {
+        let body = "granary_tier_samples_total{tier=\"arena\"} 50\n\
+granary_tier_samples_total{tier=\"peer\"} 30\n\
+granary_tier_samples_total{tier=\"store\"} 20\n\
+granary_peer_gets_total 31\n\
+granary_peer_served_total 12\n\
+granary_peer_up{peer=\"n1\"} 1\n\
+granary_peer_up{peer=\"n2\"} 0\n\
+granary_peer_rtt_seconds_sum{peer=\"n1\"} 0.002\n\
+granary_peer_rtt_seconds_count{peer=\"n1\"} 4\n";
+        let s = tiers_and_peers(&parse_text(body));
+        assert!(s.contains("arena") && s.contains("50 (50.0 %)"), "{s}");
+        assert!(s.contains("peer ") && s.contains("30 (30.0 %)"), "{s}");
+        assert!(s.contains("31 asked, 12 served"), "{s}");
+        assert!(
+            s.contains("n1") && s.contains("up") && s.contains("0.500 ms"),
+            "{s}"
+        );
+        assert!(s.contains("n2") && s.contains("down"), "{s}");
+        // Without peer series: tiers only.
+        let s = tiers_and_peers(&parse_text(
+            "granary_tier_samples_total{tier=\"store\"} 5\n",
+        ));
+        assert!(s.contains("store") && !s.contains("peers:"), "{s}");
+    }
 }
