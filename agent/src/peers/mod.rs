@@ -230,7 +230,15 @@ impl PeerTier {
         let sizes: Vec<u64> = (0..src.len())
             .map(|i| src.meta(i).size.next_multiple_of(self.align))
             .collect();
-        let budgets: Vec<u64> = self.view.members().iter().map(|m| m.capacity).collect();
+        // Each dataset gets an equal share of every member's keep area (the
+        // same configuration on every agent gives the same shares).
+        let shares = self.datasets.len().max(1) as u64;
+        let budgets: Vec<u64> = self
+            .view
+            .members()
+            .iter()
+            .map(|m| m.capacity / shares)
+            .collect();
         match Directory::compute(&self.view, fp, &sizes, &budgets) {
             Ok(dir) => {
                 tracing::info!(

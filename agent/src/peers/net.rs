@@ -919,3 +919,32 @@ fn finish(ctx: &ConnCtx, dialed: Option<usize>, why: &str) {
     tracing::info!(conn = ctx.id, peer = ?member.map(|m| ctx.shared.cfg.view.members()[m].id.clone()), "peer connection ended: {why}");
     ctx.shared.emit_all(out);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_goes_to_the_receiver_or_the_hedge_never_both() {
+        let c = Claim::default();
+        assert!(c.receive());
+        assert!(
+            !c.abandon(),
+            "the hedge may not write a block being received"
+        );
+        assert!(!c.receive());
+        let c = Claim::default();
+        assert!(c.abandon());
+        assert!(!c.receive(), "the block may not land after the hedge began");
+        assert!(!c.abandon());
+        // Raced from two threads many times: exactly one side wins.
+        for _ in 0..1000 {
+            let c = Arc::new(Claim::default());
+            let c2 = Arc::clone(&c);
+            let t = std::thread::spawn(move || c2.receive());
+            let hedged = c.abandon();
+            let received = t.join().unwrap();
+            assert!(hedged ^ received);
+        }
+    }
+}
