@@ -150,6 +150,15 @@ struct Cluster {
     agents: Vec<Agent>,
 }
 
+/// What the proxies in front of the peer listeners do to the bytes a node
+/// sends: flip the first payload byte of its blocks, or hold each chunk
+/// back for a while.
+#[derive(Clone, Debug)]
+enum Fault {
+    Corrupt(String),
+    Slow(String, Duration),
+}
+
 /// A TCP proxy in front of one agent's peer listener that decodes the peer
 /// frames going both ways and flips the first payload byte of every block
 /// sent by node `corrupt` (`None`: forwards untouched). Counts the blocks it
@@ -161,7 +170,7 @@ struct CorruptingProxy {
 }
 
 impl CorruptingProxy {
-    fn start(ip: &str, upstream: SocketAddr, corrupt: Option<String>) -> CorruptingProxy {
+    fn start(ip: &str, upstream: SocketAddr, fault: Fault) -> CorruptingProxy {
         let listener = TcpListener::bind(format!("{ip}:0")).unwrap();
         let addr = listener.local_addr().unwrap();
         let corrupted = Arc::new(AtomicU64::new(0));
@@ -180,8 +189,8 @@ impl CorruptingProxy {
                     (client.try_clone().unwrap(), server.try_clone().unwrap()),
                     (server, client),
                 ] {
-                    let (count, corrupt) = (Arc::clone(&count), corrupt.clone());
-                    std::thread::spawn(move || pump(from, to, corrupt, &count));
+                    let (count, fault) = (Arc::clone(&count), fault.clone());
+                    std::thread::spawn(move || pump(from, to, &fault, &count));
                 }
             }
         });
@@ -202,7 +211,11 @@ impl Drop for CorruptingProxy {
 
 /// Copies one direction, flipping the first payload byte of every block
 /// when the sender (named by its hello) is `corrupt`.
-fn pump(mut from: TcpStream, mut to: TcpStream, corrupt: Option<String>, count: &AtomicU64) {
+fn pump(mut from: TcpStream, mut to: TcpStream, fault: &Fault, count: &AtomicU64) {
+    let corrupt = match fault {
+        Fault::Corrupt(n) => Some(n.clone()),
+        Fault::Slow(..) => None,
+    };
     let mut dec = Decoder::new();
     let mut sender = String::new();
     // Stream offsets: of the next byte read, and of payload bytes to flip.
@@ -238,6 +251,11 @@ fn pump(mut from: TcpStream, mut to: TcpStream, corrupt: Option<String>, count: 
             }
         });
         fed = end;
+        if let Fault::Slow(node, d) = fault {
+            if *node == sender {
+                std::thread::sleep(*d);
+            }
+        }
         if to.write_all(chunk).is_err() {
             break;
         }
@@ -248,12 +266,17 @@ fn pump(mut from: TcpStream, mut to: TcpStream, corrupt: Option<String>, count: 
 /// Writes the configuration of every agent (`secret_of(node)` gives each
 /// its job secret) and starts them.
 fn cluster(name: &str, secret_of: impl Fn(usize) -> String) -> Cluster {
-    cluster_with(name, secret_of, None)
+    cluster_with(name, secret_of, None, 20_000)
 }
 
 /// [`cluster`], with every agent's peer listener behind a
-/// [`CorruptingProxy`] that corrupts the blocks of node `corrupt`.
-fn cluster_with(name: &str, secret_of: impl Fn(usize) -> String, corrupt: Option<&str>) -> Cluster {
+/// [`CorruptingProxy`] doing `fault`, and `peers.hedge_after_ms`.
+fn cluster_with(
+    name: &str,
+    secret_of: impl Fn(usize) -> String,
+    fault: Option<Fault>,
+    hedge_after_ms: u64,
+) -> Cluster {
     let weed = Seaweed::start();
     let tmp = tempfile::tempdir().unwrap();
     let spec = synth(tmp.path(), FILES, 10, MEAN);
@@ -269,12 +292,12 @@ fn cluster_with(name: &str, secret_of: impl Fn(usize) -> String, corrupt: Option
         })
         .collect();
     let mut proxies = Vec::new();
-    let advertised: Vec<SocketAddr> = match corrupt {
+    let advertised: Vec<SocketAddr> = match fault {
         None => listen.clone(),
         Some(bad) => listen
             .iter()
             .map(|&up| {
-                let p = CorruptingProxy::start("127.0.0.5", up, Some(bad.to_string()));
+                let p = CorruptingProxy::start("127.0.0.5", up, bad.clone());
                 let a = p.addr;
                 proxies.push(p);
                 a
@@ -314,7 +337,7 @@ job_id = "{name}"
 node_id = "n{node}"
 listen = "{listen}"
 secret = "{secret}"
-hedge_after_ms = 20000
+hedge_after_ms = {hedge_after_ms}
 members = [{members}]
 [[dataset]]
 name = "data"
@@ -548,7 +571,12 @@ fn a_wrong_job_secret_gets_nothing_served() {
 #[test]
 fn corrupted_blocks_are_detected_and_read_from_the_store() {
     let _w = watchdog("corrupted_blocks_are_detected_and_read_from_the_store", 600);
-    let mut c = cluster_with("job4", |_| SECRET.to_string(), Some("n1"));
+    let mut c = cluster_with(
+        "job4",
+        |_| SECRET.to_string(),
+        Some(Fault::Corrupt("n1".into())),
+        20_000,
+    );
     run_epoch(&mut c, 0, |_| {});
     let corrupted: u64 = c
         .proxies
@@ -566,5 +594,34 @@ fn corrupted_blocks_are_detected_and_read_from_the_store() {
     assert_eq!(
         c.agents[1].metric("granary_peer_crc_failures_total", ""),
         0.0
+    );
+}
+
+#[test]
+fn a_slow_peer_is_hedged_by_the_store() {
+    let _w = watchdog("a_slow_peer_is_hedged_by_the_store", 600);
+    // Everything n1 sends (its blocks and its own requests) waits 1.5 s per
+    // chunk; requests hedge after 300 ms. Nothing is lost and the hedges
+    // read the store. (Owners answer requests that reach them that late
+    // with a `Late` miss rather than a block; a block that does arrive
+    // after its hedge began is dropped.)
+    let mut c = cluster_with(
+        "job5",
+        |_| SECRET.to_string(),
+        Some(Fault::Slow("n1".into(), Duration::from_millis(1500))),
+        300,
+    );
+    run_epoch(&mut c, 0, |_| {});
+    let hedged = sum(&c, "granary_peer_hedged_total", "");
+    let late = sum(&c, "granary_peer_late_discarded_total", "");
+    eprintln!("hedged {hedged}, late blocks dropped {late}");
+    assert!(hedged > 0.0, "no request to the slow peer was hedged");
+    assert_eq!(sum(&c, "granary_peer_crc_failures_total", ""), 0.0);
+    // A hedged sample is read from the store by the requester: more store
+    // reads than samples, by at most the hedges.
+    let reads = sum(&c, "granary_reads_total", "");
+    assert!(
+        reads >= FILES as f64 && reads <= FILES as f64 + hedged,
+        "{reads} reads"
     );
 }
