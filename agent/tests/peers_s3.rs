@@ -157,6 +157,9 @@ struct Cluster {
 enum Fault {
     Corrupt(String),
     Slow(String, Duration),
+    /// Forward the node's first block only up to its first payload byte,
+    /// then cut the connection (both ways).
+    Cut(String),
 }
 
 /// A TCP proxy in front of one agent's peer listener that decodes the peer
@@ -214,8 +217,13 @@ impl Drop for CorruptingProxy {
 fn pump(mut from: TcpStream, mut to: TcpStream, fault: &Fault, count: &AtomicU64) {
     let corrupt = match fault {
         Fault::Corrupt(n) => Some(n.clone()),
-        Fault::Slow(..) => None,
+        Fault::Slow(..) | Fault::Cut(_) => None,
     };
+    let cut = match fault {
+        Fault::Cut(n) => Some(n.clone()),
+        _ => None,
+    };
+    let mut cut_at: Option<u64> = None;
     let mut dec = Decoder::new();
     let mut sender = String::new();
     // Stream offsets: of the next byte read, and of payload bytes to flip.
@@ -238,6 +246,12 @@ fn pump(mut from: TcpStream, mut to: TcpStream, fault: &Fault, count: &AtomicU64
                         flips.push(end - dec.buffered() as u64);
                         count.fetch_add(1, Ordering::Relaxed);
                     }
+                    Frame::Data(h)
+                        if h.length > 1 && cut.as_deref() == Some(&sender) && cut_at.is_none() =>
+                    {
+                        cut_at = Some(end - dec.buffered() as u64 + 1);
+                        count.fetch_add(1, Ordering::Relaxed);
+                    }
                     _ => {}
                 }
             }
@@ -250,6 +264,14 @@ fn pump(mut from: TcpStream, mut to: TcpStream, fault: &Fault, count: &AtomicU64
                 at >= end
             }
         });
+        if let Some(at) = cut_at.filter(|&at| at <= end) {
+            // The header and one payload byte go through; then nothing.
+            let keep = at.saturating_sub(fed) as usize;
+            let _ = to.write_all(&chunk[..keep]);
+            let _ = to.shutdown(Shutdown::Both);
+            let _ = from.shutdown(Shutdown::Both);
+            return;
+        }
         fed = end;
         if let Fault::Slow(node, d) = fault {
             if *node == sender {
@@ -623,5 +645,39 @@ fn a_slow_peer_is_hedged_by_the_store() {
     assert!(
         reads >= FILES as f64 && reads <= FILES as f64 + hedged,
         "{reads} reads"
+    );
+}
+
+#[test]
+fn a_connection_cut_in_the_middle_of_a_block_fails_over_to_the_store() {
+    let _w = watchdog(
+        "a_connection_cut_in_the_middle_of_a_block_fails_over_to_the_store",
+        600,
+    );
+    // Every connection carrying n1's blocks is cut one byte into its first
+    // block. The requesters' half-received samples go to the store; nothing
+    // hangs, nothing is lost.
+    let mut c = cluster_with(
+        "job6",
+        |_| SECRET.to_string(),
+        Some(Fault::Cut("n1".into())),
+        20_000,
+    );
+    run_epoch(&mut c, 0, |_| {});
+    let cuts: u64 = c
+        .proxies
+        .iter()
+        .map(|p| p.corrupted.load(Ordering::Relaxed))
+        .sum();
+    let lost = sum(
+        &c,
+        "granary_peer_gets_failed_total",
+        "reason=\"connection\"",
+    );
+    eprintln!("connections cut mid-block {cuts}, requests failed over {lost}");
+    assert!(cuts > 0, "no block of n1 was cut");
+    assert!(
+        lost >= cuts as f64,
+        "{lost} requests failed over for {cuts} cuts"
     );
 }

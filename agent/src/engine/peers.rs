@@ -42,18 +42,20 @@ impl Engine {
     /// Asks peer `member` for sample `k`, landing in the extent at `dest`.
     pub(super) fn start_peer_get(&mut self, member: usize, k: SampleKey, dest: u64, len: u32) {
         let now = self.clock.now();
-        let Some(tier) = self.peers.as_mut() else {
+        let fingerprint = self
+            .peers
+            .as_ref()
+            .and_then(|t| t.fingerprint_of(k.dataset as usize));
+        let slice = self.arena.slice(dest, len as usize);
+        let (Some(tier), Some(fingerprint), Ok(slice)) = (self.peers.as_mut(), fingerprint, slice)
+        else {
+            // Cannot happen with a directory and an extent from the cache;
+            // the reservation must not stay in flight for ever.
+            tracing::error!("peer read of {k} could not start");
+            let _ = self
+                .cache
+                .fail(k, granary_shm::ErrorCode::Internal.as_i32().unsigned_abs());
             return;
-        };
-        let Some(fingerprint) = tier.fingerprint_of(k.dataset as usize) else {
-            return;
-        };
-        let slice = match self.arena.slice(dest, len as usize) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!("peer read of {k} into the arena refused: {e}");
-                return;
-            }
         };
         let request = tier.next_request();
         let claim = Arc::default();
@@ -224,6 +226,20 @@ impl Engine {
         let Some(tier) = self.peers.as_mut() else {
             return;
         };
+        if tier.serving.contains_key(&(conn, get.request)) {
+            // A request id reused while the first is pending: answered
+            // with a miss, the first keeps its pin.
+            tracing::warn!(
+                conn,
+                request = get.request,
+                "peer reused a request id in flight"
+            );
+            self.metrics
+                .peers
+                .served_miss(MissReason::Overloaded.as_str());
+            tier.net.send_miss(conn, get, MissReason::Overloaded);
+            return;
+        }
         let mut pinned_key = None;
         let avail = match tier.by_fingerprint.get(&get.fingerprint).copied() {
             None => Availability::Absent(MissReason::UnknownDataset),
@@ -303,11 +319,14 @@ impl Engine {
         let len = self.datasets[k.dataset as usize]
             .source()
             .map_or(0, |s| s.meta(k.index).size);
-        let reserved = self
-            .cache
-            .reserve_kept(k, len)
-            .or_else(|_| self.cache.reserve(k, len));
-        let (Ok(r), Ok(len32)) = (reserved, u32::try_from(len)) else {
+        let reserved = u32::try_from(len).map_err(|_| ()).and_then(|len32| {
+            self.cache
+                .reserve_kept(k, len)
+                .or_else(|_| self.cache.reserve(k, len))
+                .map(|r| (r, len32))
+                .map_err(|_| ())
+        });
+        let Ok((r, len32)) = reserved else {
             // No room: the waiting request gets a miss.
             if let Some(t) = self.peers.as_mut() {
                 t.serve

@@ -118,6 +118,7 @@ impl Engine {
                 let _ = self
                     .cache
                     .fail(inf.key, ErrorCode::Internal.as_i32().unsigned_abs());
+                self.peer_loaded(inf.key, None);
                 return;
             }
         };
@@ -125,6 +126,7 @@ impl Engine {
             let _ = self
                 .cache
                 .fail(inf.key, ErrorCode::Io.as_i32().unsigned_abs());
+            self.peer_loaded(inf.key, None);
             return;
         };
         let tag = self.inflight.insert(inf);

@@ -58,6 +58,11 @@ impl Claim {
             .is_ok()
     }
 
+    /// Whether the engine has read the store instead.
+    fn is_abandoned(&self) -> bool {
+        self.0.load(Ordering::Acquire) == ABANDONED
+    }
+
     /// The engine's claim before reading the store into the extent: false
     /// once the block has begun to arrive.
     pub(crate) fn abandon(&self) -> bool {
@@ -162,6 +167,8 @@ struct Shared {
     wake: EventFd,
     slots: Mutex<Vec<Slot>>,
     conns: Mutex<HashMap<ConnId, mpsc::UnboundedSender<Cmd>>>,
+    /// Authenticated connections and their member.
+    established: Mutex<HashMap<ConnId, usize>>,
     next_conn: AtomicU64,
 }
 
@@ -228,6 +235,7 @@ impl Net {
                 .map_err(io::Error::from)?,
             slots: Mutex::new((0..members).map(|_| Slot::Idle).collect()),
             conns: Mutex::new(HashMap::new()),
+            established: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
         });
         let listener = {
@@ -418,10 +426,18 @@ async fn dial(shared: Arc<Shared>, member: usize) {
     };
     tracing::warn!(peer = %shared.cfg.view.members()[member].id, %addr, "dial failed: {err}");
     let until = Instant::now() + shared.cfg.redial_after;
-    let previous = std::mem::replace(&mut lock(&shared.slots)[member], Slot::Down(until));
-    let queued = match previous {
-        Slot::Dialing(q) => q,
-        _ => Vec::new(),
+    let queued = {
+        let mut slots = lock(&shared.slots);
+        match &mut slots[member] {
+            // A connection the peer opened to us may have been adopted
+            // meanwhile: it stays.
+            Slot::Dialing(q) => {
+                let q = std::mem::take(q);
+                slots[member] = Slot::Down(until);
+                q
+            }
+            _ => Vec::new(),
+        }
     };
     shared.emit_all(queued.into_iter().map(|g| Event::Failed {
         request: g.get.request,
@@ -509,23 +525,52 @@ async fn run_conn(
         write: Notify::new(),
         closed: Notify::new(),
     });
-    let writer = tokio::spawn(write_loop(Arc::clone(&ctx)));
+    let mut writer = tokio::spawn(write_loop(Arc::clone(&ctx)));
     ctx.write.notify_one();
-    let why = read_loop(&ctx, &mut rx).await;
-    finish(&ctx, dialed, &why);
-    // Let the writer flush a goodbye, then stop it.
+    let (why, landing) = read_loop(&ctx, &mut rx).await;
+    // No new command reaches this connection; those queued are answered.
+    lock(&ctx.shared.conns).remove(&ctx.id);
+    rx.close();
+    let mut dropped = Vec::new();
+    while let Ok(cmd) = rx.try_recv() {
+        match cmd {
+            Cmd::Get(g) => dropped.push(Event::Failed {
+                request: g.get.request,
+                why: GetFailure::Lost(why.clone()),
+            }),
+            Cmd::Data { header, .. } => dropped.push(Event::Sent {
+                conn: id,
+                request: header.request,
+            }),
+            Cmd::Miss { .. } => {}
+        }
+    }
+    // Let the writer flush a goodbye, then stop it: once it has ended, no
+    // pinned extent is being sent and the pins may go.
+    ctx.st().conn.close(GoodbyeReason::Normal);
     ctx.write.notify_one();
-    let _ = tokio::time::timeout(Duration::from_millis(500), writer).await;
+    if tokio::time::timeout(Duration::from_millis(500), &mut writer)
+        .await
+        .is_err()
+    {
+        writer.abort();
+        let _ = writer.await;
+    }
+    ctx.shared.emit_all(dropped);
+    finish(&ctx, dialed, &why, landing);
 }
 
 /// Reads, handles commands and timers until the connection closes; returns
-/// why it closed.
-async fn read_loop(ctx: &Arc<ConnCtx>, rx: &mut mpsc::UnboundedReceiver<Cmd>) -> String {
+/// why it closed, and the block it was receiving, if any.
+async fn read_loop(
+    ctx: &Arc<ConnCtx>,
+    rx: &mut mpsc::UnboundedReceiver<Cmd>,
+) -> (String, Option<Landing>) {
     let mut buf = vec![0u8; 64 * 1024];
     let mut landing: Option<Landing> = None;
     loop {
         if let Some(why) = handle_events(ctx, &mut landing) {
-            return why;
+            return (why, landing);
         }
         let deadline = {
             let st = ctx.st();
@@ -538,17 +583,19 @@ async fn read_loop(ctx: &Arc<ConnCtx>, rx: &mut mpsc::UnboundedReceiver<Cmd>) ->
         tokio::select! {
             r = ctx.stream.readable() => {
                 if let Err(e) = r {
-                    return format!("socket: {e}");
+                    return (format!("socket: {e}"), landing);
                 }
                 match receive(ctx, &mut landing, &mut buf) {
                     Ok(true) => {}
-                    Ok(false) => return "closed by the peer".into(),
+                    Ok(false) => return ("closed by the peer".into(), landing),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return format!("receive: {e}"),
+                    Err(e) => return (format!("receive: {e}"), landing),
                 }
             }
             cmd = rx.recv() => {
-                let Some(cmd) = cmd else { return "transport stopped".into() };
+                let Some(cmd) = cmd else {
+                    return ("transport stopped".into(), landing);
+                };
                 command(ctx, cmd);
             }
             _ = tokio::time::sleep(sleep) => {
@@ -621,9 +668,12 @@ fn handle_events(ctx: &Arc<ConnCtx>, landing: &mut Option<Landing>) -> Option<St
                     l.got += piece.len();
                 }
                 if st.conn.payload_remaining() > 0 {
-                    break;
-                }
-                if let Some(l) = landing.take() {
+                    if !st.conn.is_closed() {
+                        break;
+                    }
+                    // Closed mid-block: the Closed event ends the
+                    // connection and the block fails (see `finish`).
+                } else if let Some(l) = landing.take() {
                     out.push(landed(l));
                 }
             }
@@ -734,6 +784,7 @@ fn landed(l: Landing) -> Event {
 /// another already is; takes over requests queued while dialing.
 fn adopt(ctx: &ConnCtx, st: &mut State, member: usize) {
     let mut slots = lock(&ctx.shared.slots);
+    lock(&ctx.shared.established).insert(ctx.id, member);
     match std::mem::replace(&mut slots[member], Slot::Up(ctx.id)) {
         Slot::Dialing(q) => st.backlog.extend(q),
         Slot::Up(other) if other != ctx.id && lock(&ctx.shared.conns).contains_key(&other) => {
@@ -754,6 +805,10 @@ fn flush_backlog(ctx: &ConnCtx, st: &mut State) {
         let Some(g) = st.backlog.pop_front() else {
             break;
         };
+        if g.claim.is_abandoned() {
+            // Hedged while waiting for credit: the store has it.
+            continue;
+        }
         match st.conn.send_get(g.get, now) {
             Ok(()) => {
                 st.expects.insert(g.get.request, g);
@@ -867,9 +922,20 @@ async fn write_extent(stream: &TcpStream, src: &ArenaSlice, len: usize) -> io::R
 }
 
 /// Fails what the connection still owed and forgets it.
-fn finish(ctx: &ConnCtx, dialed: Option<usize>, why: &str) {
-    lock(&ctx.shared.conns).remove(&ctx.id);
+fn finish(ctx: &ConnCtx, dialed: Option<usize>, why: &str, landing: Option<Landing>) {
+    lock(&ctx.shared.established).remove(&ctx.id);
     let mut out = Vec::new();
+    if let Some(l) = landing {
+        // Cut off mid-block: nothing writes the extent any more, the
+        // engine reads the store into it.
+        out.push(match l.dest {
+            Some(_) => Event::Failed {
+                request: l.request,
+                why: GetFailure::Lost(format!("{why} in the middle of a block")),
+            },
+            None => Event::LateDiscarded { request: l.request },
+        });
+    }
     let member = {
         let mut st = ctx.st();
         st.conn.close(GoodbyeReason::Normal);
@@ -896,8 +962,17 @@ fn finish(ctx: &ConnCtx, dialed: Option<usize>, why: &str) {
     };
     if let Some(m) = member.or(dialed) {
         let mut slots = lock(&ctx.shared.slots);
+        // Another authenticated connection to the same member (both sides
+        // dialed at once) takes over.
+        let other = lock(&ctx.shared.established)
+            .iter()
+            .find(|(_, &mm)| mm == m)
+            .map(|(&c, _)| c);
         match std::mem::replace(&mut slots[m], Slot::Idle) {
             Slot::Up(c) if c != ctx.id => slots[m] = Slot::Up(c),
+            Slot::Up(_) if other.is_some() => {
+                slots[m] = Slot::Up(other.unwrap_or_default());
+            }
             Slot::Dialing(q) if member.is_none() => {
                 // The handshake failed: requests that waited for it fail.
                 out.extend(q.into_iter().map(|g| Event::Failed {
