@@ -232,14 +232,14 @@ impl Session {
     }
 
     /// Step 1: plans batches until the window is full or the plan ends.
-    /// Batches published and not yet taken by the loader count towards the
-    /// window (their samples stay pinned until released), so a deep ready
-    /// ring does not stretch it. A bad ring head reads as none here; the
-    /// publish step fences the session for it.
+    /// Batches on loan (published, whether or not the loader took them, and
+    /// not yet released) count towards the window: their samples and sample
+    /// tables stay pinned until released, so neither a deep ready ring nor a
+    /// loader that takes batches and never releases them stretches it. A
+    /// session thus never holds more than its largest window of batches.
     pub fn plan_ahead(&mut self) -> Result<(), PlanError> {
-        let published = self.ready.unconsumed().unwrap_or(0);
-        while !self.planned_all
-            && self.pending.len().saturating_add(published) < self.window as usize
+        let on_loan = self.leases.len();
+        while !self.planned_all && self.pending.len().saturating_add(on_loan) < self.window as usize
         {
             match self.cursor.next_batch()? {
                 Some(b) => self.pending.push_back(PendingBatch {

@@ -900,7 +900,10 @@ fn peers_are_off_by_default_and_bad_peer_settings_name_their_field() {
         "peers.members[1].id",
         "peers.node_id",
     ] {
-        assert!(fields.iter().any(|x| x == f), "{f} not reported: {fields:?}");
+        assert!(
+            fields.iter().any(|x| x == f),
+            "{f} not reported: {fields:?}"
+        );
     }
     let slurm = format!(
         "[peers]\nmembership = \"slurm\"\nsecret_file = \"/x\"\nsecret = \"y\"\n\

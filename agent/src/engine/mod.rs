@@ -434,7 +434,15 @@ impl Engine {
         }
         let mut held: std::collections::HashMap<SampleKey, u32> = Default::default();
         let mut entries = Vec::new();
+        let window = self.cfg.prefetch.window_batches as usize;
         for s in self.sessions.values() {
+            // A window of batches, and the end-of-stream marker.
+            assert!(
+                s.loans() <= window + 1,
+                "session {} has {} batches on loan, its window is {window}",
+                s.id(),
+                s.loans()
+            );
             let ds = s.dataset();
             let pending = s.pending().iter().flat_map(|b| b.pinned_samples());
             let loaned = s.loaned().flat_map(|l| l.pinned.iter().copied());

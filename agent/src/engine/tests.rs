@@ -640,3 +640,64 @@ fn a_failed_sample_read_again_stays_pinned_by_every_batch_that_publishes_it() {
     h.turns(2);
     assert_eq!(h.engine.cache.pins(kx), 0, "every pin came back");
 }
+
+/// A loader that takes batches and never releases them gets one window of
+/// batches (`prefetch.window_batches = 4` here) and then waits; another
+/// session on the same agent reads its epoch meanwhile.
+#[test]
+fn batches_on_loan_count_towards_the_window() {
+    let mut h = harness("", false);
+    let (hoarder, mut greedy) = h.open(4, 8);
+    h.auto(true);
+    let mut taken = 0;
+    for _ in 0..200 {
+        h.turns(1);
+        taken += greedy.take().len();
+        h.clock.advance(Duration::from_millis(1));
+    }
+    assert_eq!(taken, 4, "one window of batches, not the 8 epochs");
+    assert_eq!(h.engine.sessions[&hoarder].loans(), 4);
+    assert!(h.engine.sessions[&hoarder].pending().is_empty());
+    let (_, mut honest) = h.open(4, 1);
+    let all = drain(&mut h, &mut honest);
+    assert_eq!(
+        all.len(),
+        (SAMPLES / 4) as usize + 1,
+        "an epoch, then the end"
+    );
+    assert_eq!(greedy.take().len(), 0, "still waiting for releases");
+}
+
+/// Ring capacities a loader asks for are bounded by the agent.
+#[test]
+fn rings_larger_than_the_agents_limit_are_refused_at_open() {
+    let mut h = harness("", false);
+    let mut req = OpenSession {
+        dataset: "fake".into(),
+        seed: 3,
+        rank: 0,
+        world_size: 1,
+        batch_size: 4,
+        drop_last: false,
+        first_epoch: 0,
+        epoch_count: 1,
+        ready_capacity: 8192,
+        release_capacity: 0,
+        client_abi: 1,
+    };
+    let Err((code, why)) = h.engine.open_session(0, 0, &req) else {
+        panic!("a ready ring of 8192 slots was accepted");
+    };
+    assert_eq!(code, ErrorCode::InvalidArgument);
+    assert!(why.starts_with("ready_capacity: 8192"), "{why}");
+    req.ready_capacity = 0;
+    req.release_capacity = 1 << 20;
+    let Err((_, why)) = h.engine.open_session(0, 0, &req) else {
+        panic!("a release ring of 2^20 slots was accepted");
+    };
+    assert!(why.starts_with("release_capacity:"), "{why}");
+    req.ready_capacity = super::open::MAX_LOADER_RING;
+    req.release_capacity = super::open::MAX_LOADER_RING;
+    assert!(h.engine.open_session(0, 0, &req).is_ok());
+    assert!(h.engine.sessions.len() == 1);
+}
