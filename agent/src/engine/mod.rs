@@ -243,6 +243,9 @@ impl Engine {
             name: "granary-arena".to_string(),
         };
         let arena = Arena::create(&opts).map_err(|e| io::Error::other(format!("arena: {e}")))?;
+        arena
+            .check_loader_access()
+            .map_err(|e| io::Error::other(format!("arena self-check: {e}")))?;
         if let Some(reason) = arena.fallback_reason() {
             tracing::warn!("arena uses 4 KiB pages, not hugepages: {reason}");
         }
