@@ -118,10 +118,9 @@ fn sessions_per_user_and_batch_size_are_bounded_at_open() {
     let o = SessionOptions::new(DATASET);
     let first = client.open_session(&o).expect("first session");
     let second = client.open_session(&o).expect("second session");
-    let e = client
-        .open_session(&o)
-        .err()
-        .expect("a third session of the same user was accepted");
+    let Err(e) = client.open_session(&o) else {
+        panic!("a third session of the same user was accepted");
+    };
     assert_eq!(e.code(), ErrorCode::Busy);
     assert!(
         e.message().contains("sessions.max_sessions_per_uid"),
