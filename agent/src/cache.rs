@@ -33,6 +33,9 @@
 //!   vanished) is *parked*: its extent stays reserved until the read
 //!   completes or fails, and only then returns (to the cache if retained,
 //!   to the free space if transient).
+//! * **Failures heal.** A Failed record keeps the pins of the batches that
+//!   reported it; a later [`Cache::reserve`] reads the sample again and the
+//!   new entry takes those pins over, so a pin is never lost on the way.
 //! * **Accounting.** `free + cached + pinned + in_flight == arena size`,
 //!   in bytes of reserved extents (lengths rounded up to the alignment):
 //!   [`Accounting`], checked by [`Cache::check_invariants`].
@@ -371,8 +374,7 @@ pub enum CacheError {
         /// Bytes needed (rounded up to the alignment).
         need: u64,
     },
-    /// The sample is already in flight or Ready (pin it instead), or failed
-    /// with pins still held.
+    /// The sample is already in flight or Ready (pin it instead).
     AlreadyPresent {
         /// The sample.
         key: SampleKey,
@@ -771,20 +773,12 @@ impl Cache {
             .config
             .extent_len(len)
             .ok_or(CacheError::TooLarge { len, largest: 0 })?;
-        match self.entries.get(&key) {
-            None | Some(Entry::Failed { pins: 0, .. }) => {}
-            Some(e) => {
-                return Err(CacheError::AlreadyPresent {
-                    key,
-                    state: e.state(),
-                })
-            }
-        }
+        let carried = self.retry_pins(key)?;
         if !self.areas.kept.can_alloc(need, self.config.align) {
             self.stats.no_space += 1;
             return Err(CacheError::NoSpace { key, need });
         }
-        self.start_read(key, need, len, Residency::Kept, 0)
+        self.start_read(key, need, len, Residency::Kept, 0, carried)
     }
 
     /// Reserves room for reading sample `key` of `len` bytes and records it
@@ -797,8 +791,10 @@ impl Cache {
     /// (MinIO once full; clairvoyant's bypass; any policy when the sample is
     /// larger than the retain limit or nothing is evictable) and takes free
     /// space outside the retained set; should there be none, evicting
-    /// policies evict to make some. A failed entry without pins is replaced
-    /// (a retry).
+    /// policies evict to make some. A Failed entry is replaced (a retry):
+    /// the new entry takes over the pins of the batches that reported the
+    /// failure, which unpin it when they are done, so none of its holders
+    /// ever refers to bytes without a pin.
     ///
     /// # Errors
     ///
@@ -815,15 +811,7 @@ impl Cache {
             Some(n) if n <= largest => n,
             _ => return Err(CacheError::TooLarge { len, largest }),
         };
-        match self.entries.get(&key) {
-            None | Some(Entry::Failed { pins: 0, .. }) => {}
-            Some(e) => {
-                return Err(CacheError::AlreadyPresent {
-                    key,
-                    state: e.state(),
-                })
-            }
-        }
+        let carried = self.retry_pins(key)?;
         let align = self.config.align;
         let limit = self.config.retain_limit();
         let mut evicted = 0u32;
@@ -832,7 +820,7 @@ impl Cache {
             loop {
                 if self.acct.retained + need <= limit && self.areas.retained.can_alloc(need, align)
                 {
-                    return self.start_read(key, need, len, Residency::Retained, evicted);
+                    return self.start_read(key, need, len, Residency::Retained, evicted, carried);
                 }
                 self.plan_victims(key, need, &mut victims);
                 if victims.is_empty() || !self.policy.admit(key, need, &victims) {
@@ -848,7 +836,7 @@ impl Cache {
             if self.areas.transient.can_alloc(need, align)
                 || self.areas.retained.can_alloc(need, align)
             {
-                return self.start_read(key, need, len, Residency::Transient, evicted);
+                return self.start_read(key, need, len, Residency::Transient, evicted, carried);
             }
             let victim = if self.policy.evicts() {
                 self.policy.victim()
@@ -994,6 +982,21 @@ impl Cache {
         }
     }
 
+    /// The pins a new read of `key` takes over: none for an absent sample,
+    /// those of a Failed record (its holders, batches that reported the
+    /// failure, unpin the new entry when they are done).
+    fn retry_pins(&self, key: SampleKey) -> Result<u32, CacheError> {
+        match self.entries.get(&key) {
+            None => Ok(0),
+            Some(&Entry::Failed { pins, .. }) if pins < u32::MAX => Ok(pins),
+            Some(Entry::Failed { .. }) => Err(CacheError::PinOverflow(key)),
+            Some(e) => Err(CacheError::AlreadyPresent {
+                key,
+                state: e.state(),
+            }),
+        }
+    }
+
     fn start_read(
         &mut self,
         key: SampleKey,
@@ -1001,6 +1004,7 @@ impl Cache {
         len: u64,
         residency: Residency,
         evicted: u32,
+        carried: u32,
     ) -> Result<Reservation, CacheError> {
         let extent = self
             .areas
@@ -1011,7 +1015,7 @@ impl Cache {
             Entry::InFlight {
                 extent,
                 len,
-                pins: 1,
+                pins: carried + 1,
                 residency,
             },
         );
@@ -1133,8 +1137,8 @@ impl Cache {
 
     /// The read of `key` failed with error `code`: its extent is freed and
     /// the entry is Failed, keeping its pins (each holder unpins it). A
-    /// later [`reserve`](Self::reserve) retries once no pin is left;
-    /// [`forget`](Self::forget) drops the record.
+    /// later [`reserve`](Self::reserve) retries, taking the pins over;
+    /// [`forget`](Self::forget) drops a record without pins.
     ///
     /// # Errors
     ///
@@ -1682,24 +1686,36 @@ mod tests {
                 code: 42
             })
         );
-        // Still pinned: no retry yet.
+        // Still pinned by the two that reported the failure: a retry takes
+        // their pins over, so neither ever holds bytes without a pin.
+        let r = c.reserve(k(5), 50).unwrap();
+        assert!(matches!(c.lookup(k(5)), Lookup::InFlight { pins: 3, .. }));
         assert!(matches!(
             c.reserve(k(5), 50),
             Err(CacheError::AlreadyPresent { .. })
         ));
-        c.unpin(k(5)).unwrap();
+        c.complete(k(5), 9).unwrap();
+        c.unpin(k(5)).unwrap(); // the retrier is done
+        c.unpin(k(5)).unwrap(); // the first holder releases its error batch
+        assert!(matches!(c.lookup(k(5)), Lookup::Ready(s) if s.pins == 1));
+        let a = c.accounting();
+        assert_eq!((a.pinned, a.free), (r.extent.len, 1024 - r.extent.len));
         c.unpin(k(5)).unwrap();
         assert_eq!(c.unpin(k(5)), Err(CacheError::NotPinned(k(5))));
+        assert_eq!(c.accounting().cached, r.extent.len);
         c.check_invariants().unwrap();
-        // A retry replaces the record.
-        fill(&mut c, k(5), 50);
-        assert!(matches!(c.lookup(k(5)), Lookup::Ready(_)));
+        // A failed record without pins is replaced the same way.
+        c.reserve(k(7), 8).unwrap();
+        c.unpin(k(7)).unwrap();
+        c.fail(k(7), 1).unwrap();
+        fill(&mut c, k(7), 8);
+        assert!(matches!(c.lookup(k(7)), Lookup::Ready(s) if s.pins == 0));
         c.reserve(k(6), 8).unwrap();
         c.unpin(k(6)).unwrap();
         c.fail(k(6), 1).unwrap();
         c.forget(k(6)).unwrap();
         assert_eq!(c.lookup(k(6)), Lookup::Absent);
-        assert_eq!(c.stats().failures, 2);
+        assert_eq!(c.stats().failures, 3);
         c.check_invariants().unwrap();
     }
 

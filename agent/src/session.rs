@@ -32,8 +32,8 @@ use std::time::Instant;
 pub(crate) struct Slot {
     /// The sample's index in its dataset.
     pub sample: u64,
-    /// Whether this batch holds a cache pin on it (meaningful once the slot
-    /// has been requested).
+    /// Whether this batch holds a cache pin on it: set when the slot is
+    /// requested (every requested slot is pinned).
     pub pinned: bool,
 }
 
@@ -72,8 +72,6 @@ impl PendingBatch {
 pub(crate) enum Request {
     /// Requested; the batch now holds a pin on it.
     Pinned,
-    /// Requested without a pin (its read failed and others hold it).
-    Unpinned,
     /// Not now (no read budget or no room): stop requesting this turn.
     Stop,
 }
@@ -81,7 +79,8 @@ pub(crate) enum Request {
 /// What a lent batch holds on to until the loader releases it.
 #[derive(Debug)]
 pub(crate) struct Loan {
-    /// Samples pinned by this batch (dataset indices).
+    /// The batch's samples (dataset indices) in the order of its sample
+    /// table; the batch holds one pin on each.
     pub pinned: Vec<u64>,
     /// Arena extent of the sample table.
     pub table: Option<Extent>,
@@ -211,6 +210,11 @@ impl Session {
         self.leases.len()
     }
 
+    /// The batches on loan, in no order.
+    pub fn loaned(&self) -> impl Iterator<Item = &Loan> + '_ {
+        self.leases.iter().map(|(_, loan)| loan)
+    }
+
     /// Batches being prepared.
     pub fn pending(&self) -> &VecDeque<PendingBatch> {
         &self.pending
@@ -228,14 +232,14 @@ impl Session {
     }
 
     /// Step 1: plans batches until the window is full or the plan ends.
-    /// Batches published and not yet taken by the loader count towards the
-    /// window (their samples stay pinned until released), so a deep ready
-    /// ring does not stretch it. A bad ring head reads as none here; the
-    /// publish step fences the session for it.
+    /// Batches on loan (published, whether or not the loader took them, and
+    /// not yet released) count towards the window: their samples and sample
+    /// tables stay pinned until released, so neither a deep ready ring nor a
+    /// loader that takes batches and never releases them stretches it. A
+    /// session thus never holds more than its largest window of batches.
     pub fn plan_ahead(&mut self) -> Result<(), PlanError> {
-        let published = self.ready.unconsumed().unwrap_or(0);
-        while !self.planned_all
-            && self.pending.len().saturating_add(published) < self.window as usize
+        let on_loan = self.leases.len();
+        while !self.planned_all && self.pending.len().saturating_add(on_loan) < self.window as usize
         {
             match self.cursor.next_batch()? {
                 Some(b) => self.pending.push_back(PendingBatch {
@@ -269,7 +273,6 @@ impl Session {
                 match decide(b.epoch, slot.sample) {
                     Request::Stop => return moved,
                     Request::Pinned => slot.pinned = true,
-                    Request::Unpinned => slot.pinned = false,
                 }
                 b.requested += 1;
                 moved = true;
@@ -475,12 +478,13 @@ mod tests {
         let mut rest = Vec::new();
         s.request_with(|_, x| {
             rest.push(x);
-            Request::Unpinned
+            Request::Pinned
         });
         assert_eq!(rest.len(), 1);
         let b = s.take_publishable(|_| true).unwrap();
         let pinned: Vec<u64> = b.pinned_samples().collect();
-        assert_eq!(pinned, seen, "the unpinned slot is not counted");
+        seen.extend(rest);
+        assert_eq!(pinned, seen, "every requested slot, in order");
     }
 
     #[test]

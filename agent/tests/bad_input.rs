@@ -277,6 +277,11 @@ fn malformed_configs_are_rejected_naming_the_field() {
             &["arena.size", "max_inflight_reads"],
         ),
         (
+            "arena larger than the machine's memory",
+            format!("[arena]\nsize = \"64TiB\"\n{dataset}"),
+            &["arena.size", "64 TiB", "MemTotal"],
+        ),
+        (
             "missing dataset root",
             "[[dataset]]\nname = \"d\"\n".to_string(),
             &["dataset[0].root"],

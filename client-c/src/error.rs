@@ -101,7 +101,8 @@ impl From<ArenaError> for Error {
             ArenaError::SizeMismatch { .. }
             | ArenaError::NotSealed { .. }
             | ArenaError::OutOfBounds { .. }
-            | ArenaError::InvalidSize => ErrorCode::Protocol,
+            | ArenaError::InvalidSize
+            | ArenaError::LoaderCanWrite(_) => ErrorCode::Protocol,
         };
         Error::new(code, e.to_string())
     }

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, FcntlArg, OFlag, SealFlag};
 use nix::sys::memfd::{memfd_create, MFdFlags};
-use nix::sys::stat::{fstat, Mode};
+use nix::sys::stat::{fchmod, fstat, Mode};
 
 use crate::region::Region;
 
@@ -117,6 +117,9 @@ pub enum ArenaError {
     },
     /// The size is zero or too large for this machine's address space.
     InvalidSize,
+    /// The start-up self-check found a way to write through the descriptor
+    /// loaders get (see [`Arena::check_loader_access`]).
+    LoaderCanWrite(&'static str),
 }
 
 impl ArenaError {
@@ -150,6 +153,10 @@ impl fmt::Display for ArenaError {
             ArenaError::InvalidSize => {
                 f.write_str("arena size is zero or too large for this address space")
             }
+            ArenaError::LoaderCanWrite(how) => write!(
+                f,
+                "the arena descriptor loaders get allows {how}: refusing to share the arena"
+            ),
         }
     }
 }
@@ -316,6 +323,10 @@ impl Arena {
             FcntlArg::F_ADD_SEALS(REQUIRED_SEALS | SealFlag::F_SEAL_SEAL),
         )
         .map_err(|e| ArenaError::os("F_ADD_SEALS", e))?;
+        // Read-only for everyone: a loader cannot re-open its read-only
+        // descriptor for writing through /proc/self/fd (the agent's own
+        // mapping and descriptor keep their access).
+        fchmod(&fd, Mode::S_IRUSR).map_err(|e| ArenaError::os("fchmod", e))?;
         Ok(Arena {
             fd: Some(fd),
             region: Arc::new(region),
@@ -382,6 +393,68 @@ impl Arena {
             Mode::empty(),
         )
         .map_err(|e| io::Error::from_raw_os_error(e as i32))
+    }
+
+    /// The start-up self-check: everything a loader holding the descriptor
+    /// of [`loader_fd`](Self::loader_fd) could try in order to write into the
+    /// arena must fail. The file's mode has no write bit; the descriptor
+    /// cannot be mapped writable, written, nor have a hole punched in it;
+    /// re-opening it for writing through `/proc/self/fd` is refused (a
+    /// privileged process, which may re-open it anyway, still cannot map,
+    /// write or punch through the new descriptor: the seals forbid it).
+    /// Nothing to check for a heap arena.
+    ///
+    /// # Errors
+    ///
+    /// [`ArenaError::LoaderCanWrite`] naming the way that worked, or
+    /// [`ArenaError::Os`] when the check itself could not run.
+    pub fn check_loader_access(&self) -> Result<(), ArenaError> {
+        if self.fd.is_none() {
+            return Ok(());
+        }
+        let ro = self.loader_fd().map_err(|source| ArenaError::Os {
+            op: "re-open read-only",
+            source,
+        })?;
+        let st = fstat(&ro).map_err(|e| ArenaError::os("fstat", e))?;
+        if st.st_mode & 0o222 != 0 {
+            return Err(ArenaError::LoaderCanWrite("a mode with write bits"));
+        }
+        self.check_no_write_through(ro.as_fd())?;
+        let path = format!("/proc/self/fd/{}", ro.as_raw_fd());
+        match nix::fcntl::open(
+            path.as_str(),
+            OFlag::O_RDWR | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) {
+            Err(_) => Ok(()),
+            // Only with CAP_DAC_OVERRIDE: the seals must hold.
+            Ok(rw) if nix::unistd::geteuid().is_root() => self.check_no_write_through(rw.as_fd()),
+            Ok(_) => Err(ArenaError::LoaderCanWrite(
+                "re-opening for writing through /proc/self/fd",
+            )),
+        }
+    }
+
+    /// Mapping `fd` writable, writing through it and punching a hole in it
+    /// must all fail.
+    fn check_no_write_through(&self, fd: BorrowedFd<'_>) -> Result<(), ArenaError> {
+        let len = usize::try_from(self.size).map_err(|_| ArenaError::InvalidSize)?;
+        if Region::map_shared_rw(fd, len, false).is_ok() {
+            return Err(ArenaError::LoaderCanWrite("a writable mapping"));
+        }
+        // At start-up nothing is published yet: a write that got through
+        // would only put a zero over a zero.
+        if nix::sys::uio::pwrite(fd, &[0], 0).is_ok() {
+            return Err(ArenaError::LoaderCanWrite("write(2)"));
+        }
+        let punch = nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
+            | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
+        let page = libc::off_t::try_from(self.size.min(1 << 21)).unwrap_or(4096);
+        if nix::fcntl::fallocate(fd, punch, 0, page).is_ok() {
+            return Err(ArenaError::LoaderCanWrite("punching a hole"));
+        }
+        Ok(())
     }
 
     /// Copies `bytes` into the arena at `offset`.
@@ -697,6 +770,34 @@ mod tests {
         let view = ArenaView::map(a.loader_fd().unwrap(), 8192).unwrap();
         assert_eq!(view.read_at(8000, 4).unwrap(), b"tail");
         assert!(!view.region().is_writable());
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "needs memfd/socket syscalls")]
+    fn loaders_cannot_write_through_their_descriptor() {
+        let mut o = ArenaOptions::new(1 << 20);
+        o.hugepages = HugePages::Off;
+        o.populate = false;
+        let a = Arena::create(&o).unwrap();
+        // Mode 0400: nobody may re-open the file for writing.
+        let st = fstat(a.fd().unwrap()).unwrap();
+        assert_eq!(st.st_mode & 0o777, 0o400);
+        a.check_loader_access().unwrap();
+        let ro = a.loader_fd().unwrap();
+        assert!(Region::map_shared_rw(ro.as_fd(), 1 << 20, false).is_err());
+        assert!(nix::sys::uio::pwrite(&ro, b"x", 0).is_err());
+        let path = format!("/proc/self/fd/{}", ro.as_raw_fd());
+        let reopened = nix::fcntl::open(path.as_str(), OFlag::O_RDWR, Mode::empty());
+        if !nix::unistd::geteuid().is_root() {
+            assert!(reopened.is_err(), "re-opened for writing");
+        } else if let Ok(rw) = reopened {
+            // Root bypasses the mode; the seals still refuse every write.
+            assert!(Region::map_shared_rw(rw.as_fd(), 1 << 20, false).is_err());
+            assert!(nix::sys::uio::pwrite(&rw, b"x", 0).is_err());
+        }
+        // The agent's own mapping still writes.
+        a.write_at(0, b"ok").unwrap();
+        assert_eq!(a.read_at(0, 2).unwrap(), b"ok");
     }
 
     #[test]

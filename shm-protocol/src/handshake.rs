@@ -31,6 +31,7 @@ use std::fmt;
 
 use crate::error::ErrorCode;
 use crate::layout::MAX_RING_CAPACITY;
+use crate::validate::MAX_BATCH_SAMPLES;
 
 /// Version carried in every frame header. A peer speaking another version is
 /// answered with [`ErrorCode::Version`].
@@ -115,6 +116,12 @@ impl OpenSession {
         }
         if self.batch_size == 0 {
             return invalid("batch_size: must be at least 1".into());
+        }
+        if self.batch_size > MAX_BATCH_SAMPLES {
+            return invalid(format!(
+                "batch_size: {} is above the limit of {MAX_BATCH_SAMPLES} samples",
+                self.batch_size
+            ));
         }
         if self.world_size == 0 {
             return invalid("world_size: must be at least 1".into());
@@ -666,6 +673,11 @@ mod tests {
             ("dataset", Box::new(|o| o.dataset.clear())),
             ("dataset", Box::new(|o| o.dataset = "x".repeat(256))),
             ("batch_size", Box::new(|o| o.batch_size = 0)),
+            (
+                "batch_size",
+                Box::new(|o| o.batch_size = MAX_BATCH_SAMPLES + 1),
+            ),
+            ("batch_size", Box::new(|o| o.batch_size = 1_000_000)),
             ("world_size", Box::new(|o| o.world_size = 0)),
             ("rank", Box::new(|o| o.rank = 8)),
             ("epoch_count", Box::new(|o| o.epoch_count = 0)),
@@ -698,6 +710,7 @@ mod tests {
         o.dataset = "é".repeat(127); // 254 bytes
         o.ready_capacity = MAX_RING_CAPACITY;
         o.release_capacity = 2;
+        o.batch_size = MAX_BATCH_SAMPLES;
         o.first_epoch = u32::MAX - 1;
         o.epoch_count = 1;
         assert_eq!(o.validate(), Ok(()));

@@ -72,6 +72,11 @@ impl<P> LeaseTable<P> {
         self.leases.is_empty()
     }
 
+    /// Every batch on loan: its sequence number and payload, in no order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &P)> + '_ {
+        self.leases.iter().map(|(&seq, (_, p))| (seq, p))
+    }
+
     /// Takes back every lease (the loader died or was fenced).
     pub fn drain(&mut self) -> impl Iterator<Item = (u64, P)> + '_ {
         self.leases.drain().map(|(seq, (_, p))| (seq, p))

@@ -45,7 +45,7 @@ fn main() -> ExitCode {
             print!("{}", Config::default_toml());
             Ok(())
         }
-        Cmd::Validate { config } => Config::load(&config)
+        Cmd::Validate { config } => Config::load_for_this_machine(&config)
             .map(|c| println!("{}: OK ({} dataset(s))", config.display(), c.datasets.len()))
             .map_err(|e| e.to_string()),
         Cmd::Run { config } => LogFormat::resolve(cli.log_format)
@@ -53,7 +53,7 @@ fn main() -> ExitCode {
             .and_then(|format| {
                 logging::init(format);
                 logging_on = true;
-                let cfg = Config::load(&config).map_err(|e| e.to_string())?;
+                let cfg = Config::load_for_this_machine(&config).map_err(|e| e.to_string())?;
                 granary_agent::daemon::run(cfg).map_err(|e| e.to_string())
             }),
     };

@@ -11,7 +11,8 @@
 //! Module map: `arena`, `socket`, `prefetch` (with the retry settings),
 //! `cache`, `sessions`, `metrics`, `peers` and `dataset` hold one section each (their
 //! types are re-exported here); `size` the byte-size type; `validate` the rules between
-//! settings; `document` parses the TOML text keeping positions, so that
+//! settings; `machine` the checks against the machine the agent is to run
+//! on (its memory); `document` parses the TOML text keeping positions, so that
 //! errors name the field's path and line; `error` the error types.
 //!
 //! ```
@@ -33,6 +34,7 @@ mod cache;
 mod dataset;
 mod document;
 mod error;
+mod machine;
 mod metrics;
 mod peers;
 mod prefetch;

@@ -12,6 +12,10 @@ pub struct SessionsConfig {
     /// `sessions.max_sessions`: concurrent loader sessions; further
     /// connections are refused. Default 64.
     pub max_sessions: u32,
+    /// `sessions.max_sessions_per_uid`: concurrent sessions one user (the
+    /// loader's uid) may hold; further opens by that user are refused.
+    /// Left out: `max_sessions`.
+    pub max_sessions_per_uid: Option<u32>,
     /// `sessions.ready_ring_capacity`: slots of each session's ready ring
     /// (batches published to the loader); a power of two in 2..=1048576.
     /// Default 64.
@@ -33,6 +37,7 @@ impl Default for SessionsConfig {
     fn default() -> Self {
         Self {
             max_sessions: 64,
+            max_sessions_per_uid: None,
             ready_ring_capacity: 64,
             release_ring_capacity: 64,
             client_timeout_ms: 60_000,

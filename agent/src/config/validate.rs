@@ -334,6 +334,9 @@ impl Config {
         if ss.max_sessions == 0 {
             p.bad("sessions.max_sessions", "must be at least 1");
         }
+        if ss.max_sessions_per_uid == Some(0) {
+            p.bad("sessions.max_sessions_per_uid", "must be at least 1");
+        }
         for (field, cap) in [
             ("sessions.ready_ring_capacity", ss.ready_ring_capacity),
             ("sessions.release_ring_capacity", ss.release_ring_capacity),

@@ -30,7 +30,7 @@ mod tests;
 
 pub use clock::{Clock, SystemClock};
 
-use crate::cache::{Cache, CacheConfig, PolicyKind, SampleKey};
+use crate::cache::{Cache, CacheConfig, Lookup, PolicyKind, SampleKey};
 use crate::config::Config;
 use crate::dataset::{Dataset, LoadEvent};
 use crate::extent::ExtentAllocator;
@@ -243,6 +243,9 @@ impl Engine {
             name: "granary-arena".to_string(),
         };
         let arena = Arena::create(&opts).map_err(|e| io::Error::other(format!("arena: {e}")))?;
+        arena
+            .check_loader_access()
+            .map_err(|e| io::Error::other(format!("arena self-check: {e}")))?;
         if let Some(reason) = arena.fallback_reason() {
             tracing::warn!("arena uses 4 KiB pages, not hugepages: {reason}");
         }
@@ -379,7 +382,7 @@ impl Engine {
             progressed |= self.publish(id, dt);
         }
         self.update_gauges();
-        if cfg!(debug_assertions) {
+        if cfg!(any(debug_assertions, test)) {
             self.check_invariants();
         }
         Ok(progressed)
@@ -423,23 +426,76 @@ impl Engine {
     }
 
     /// Every sample referenced by a batch on loan or being prepared is
-    /// pinned in the cache, and the cache's own books balance. Runs after
-    /// every turn in debug builds; a violation is a bug, so it panics.
+    /// pinned in the cache (at least once per batch holding it), every
+    /// sample a batch on loan published as ready is still where its sample
+    /// table says with the same bytes (CRC-32C), and the cache's own books
+    /// balance. Runs after every turn in debug builds and in the unit tests;
+    /// a violation is a bug, so it panics.
     fn check_invariants(&self) {
         if let Err(e) = self.cache.check_invariants() {
             panic!("cache invariant broken: {e}");
         }
+        let mut held: std::collections::HashMap<SampleKey, u32> = Default::default();
+        let mut entries = Vec::new();
+        let window = self.cfg.prefetch.window_batches as usize;
         for s in self.sessions.values() {
-            for b in s.pending() {
-                for x in b.pinned_samples() {
-                    let k = key(s.dataset(), x);
+            // A window of batches, and the end-of-stream marker.
+            assert!(
+                s.loans() <= window + 1,
+                "session {} has {} batches on loan, its window is {window}",
+                s.id(),
+                s.loans()
+            );
+            let ds = s.dataset();
+            let pending = s.pending().iter().flat_map(|b| b.pinned_samples());
+            let loaned = s.loaned().flat_map(|l| l.pinned.iter().copied());
+            for x in pending.chain(loaned) {
+                *held.entry(key(ds, x)).or_default() += 1;
+            }
+            for loan in s.loaned() {
+                let Some(table) = loan.table else { continue };
+                let d = granary_shm::BatchDescriptor {
+                    table_offset: table.offset,
+                    sample_count: loan.pinned.len() as u32,
+                    ..Default::default()
+                };
+                if let Err(e) =
+                    granary_shm::validate::copy_sample_table(self.arena.region(), &d, &mut entries)
+                {
+                    panic!(
+                        "session {}: a loaned sample table reads back as {e}",
+                        s.id()
+                    );
+                }
+                for (&x, e) in loan.pinned.iter().zip(&entries) {
+                    if e.status != 0 {
+                        continue;
+                    }
+                    let k = key(ds, x);
+                    let Lookup::Ready(r) = self.cache.lookup(k) else {
+                        panic!("session {}: {k} is on loan as ready but is not", s.id());
+                    };
                     assert!(
-                        self.cache.pins(k) > 0,
-                        "session {} holds a pin on {k} that the cache does not have",
+                        r.offset == e.offset && r.len == u64::from(e.length),
+                        "session {}: {k} moved while on loan",
+                        s.id()
+                    );
+                    let crc = self.arena.crc32c(e.offset, e.length as usize).ok();
+                    assert_eq!(
+                        crc,
+                        Some(e.crc32c),
+                        "session {}: the bytes of {k} changed while on loan",
                         s.id()
                     );
                 }
             }
+        }
+        for (k, n) in held {
+            let pins = self.cache.pins(k);
+            assert!(
+                pins >= n,
+                "{n} batch(es) hold a pin on {k}, the cache counts {pins}"
+            );
         }
     }
 

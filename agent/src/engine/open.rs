@@ -19,6 +19,12 @@ use std::time::{Duration, Instant};
 /// A refusal of an open, as the loader is told.
 pub(super) type Refusal = (ErrorCode, String);
 
+/// The largest ring a loader may ask for, in slots, unless the agent's
+/// configured default is larger (the operator's choice is the limit then):
+/// a ring never holds more than a window of batches, and a larger one only
+/// costs the agent memory.
+pub(crate) const MAX_LOADER_RING: u32 = 4096;
+
 /// A session just opened: the reply and the descriptors that go with it.
 pub(super) struct Opened {
     pub reply: SessionOpened,
@@ -144,6 +150,24 @@ impl Engine {
                 format!("session limit reached ({})", self.cfg.sessions.max_sessions),
             ));
         }
+        self.check_uid_quota(conn)?;
+        let ss = &self.cfg.sessions;
+        for (field, asked, default) in [
+            ("ready_capacity", req.ready_capacity, ss.ready_ring_capacity),
+            (
+                "release_capacity",
+                req.release_capacity,
+                ss.release_ring_capacity,
+            ),
+        ] {
+            let limit = default.max(MAX_LOADER_RING);
+            if asked > limit {
+                return Err((
+                    ErrorCode::InvalidArgument,
+                    format!("{field}: {asked} slots is above this agent's limit of {limit}"),
+                ));
+            }
+        }
         let params = PlanParams {
             num_samples,
             seed: req.seed,
@@ -204,6 +228,33 @@ impl Engine {
         }
         self.sessions.insert(id, session);
         Ok((Opened { reply, arena_fd }, id))
+    }
+
+    /// Refuses a further session of the user behind `conn` once it holds
+    /// `sessions.max_sessions_per_uid` (a connection whose credentials are
+    /// unknown counts for nobody).
+    fn check_uid_quota(&self, conn: ConnId) -> Result<(), Refusal> {
+        let ss = &self.cfg.sessions;
+        let quota = ss.max_sessions_per_uid.unwrap_or(ss.max_sessions);
+        let uid_of = |c: ConnId| self.server.credentials(c).map(|cred| cred.uid);
+        let Some(uid) = uid_of(conn) else {
+            return Ok(());
+        };
+        let held = self
+            .sessions
+            .values()
+            .filter(|s| uid_of(s.conn()) == Some(uid))
+            .count();
+        if held >= quota as usize {
+            return Err((
+                ErrorCode::Busy,
+                format!(
+                    "uid {uid} holds {held} sessions, the limit per user \
+                     (sessions.max_sessions_per_uid) is {quota}"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Ends a session and takes back everything it held. A fenced session's

@@ -42,16 +42,15 @@ impl Engine {
                 Lookup::Ready(_) | Lookup::InFlight { .. } => {
                     metrics.count_epoch(ds, epoch, 1, 0);
                     metrics.peers.arena_samples.inc();
-                    if cache.pin(k).is_ok() {
-                        Request::Pinned
-                    } else {
-                        Request::Unpinned
+                    match cache.pin(k) {
+                        Ok(_) => Request::Pinned,
+                        // Too many pins: look again once some are gone.
+                        Err(_) => Request::Stop,
                     }
                 }
-                Lookup::Failed { pins, .. } if pins > 0 => {
-                    metrics.count_epoch(ds, epoch, 0, 1);
-                    Request::Unpinned
-                }
+                // A failed sample is read again (the dataset's retry policy
+                // anew): the new read takes over the pins of the batches
+                // that reported the failure, and this batch pins it too.
                 Lookup::Absent | Lookup::Failed { .. } => {
                     let route = peers.map_or(Route::Store, |t| t.route(ds, sample));
                     let from_store = !matches!(route, Route::Peer(_));

@@ -4,6 +4,7 @@
 
 use super::clock::manual::ManualClock;
 use super::Engine;
+use crate::cache::Lookup;
 use crate::config::Config;
 use crate::dataset::Dataset;
 use crate::metrics::Metrics;
@@ -555,4 +556,148 @@ fn releases_count_as_signs_of_life() {
         h.clock.advance(Duration::from_millis(limit / 2));
     }
     assert!(h.engine.sessions.contains_key(&sid));
+}
+
+/// The entry of sample `x` in a sample table.
+fn entry_of(table: &[SampleEntry], x: u64) -> SampleEntry {
+    *table.iter().find(|e| e.sample_id - 1000 == x).unwrap()
+}
+
+/// Turns (1 ms apart) until `loader` has a batch; returns the first.
+fn next_batch(h: &mut Harness, loader: &mut Loader) -> (BatchDescriptor, Vec<SampleEntry>) {
+    for _ in 0..50 {
+        h.turns(1);
+        if let Some(b) = loader.take().into_iter().next() {
+            return b;
+        }
+        h.clock.advance(Duration::from_millis(1));
+    }
+    panic!("no batch after 50 turns");
+}
+
+/// The interleaving that once published a sample without a pin: sample X
+/// fails (once) while an error batch of session A holding it is on loan;
+/// session B's batch, waiting for another sample, requests X; A returns its
+/// batch; session C reads X again, takes and returns its batch; B's batch
+/// then went out with X "ready" and unpinned (its extent free for reuse, or
+/// B never published if the re-read was dropped). Now B's request reads X
+/// again at once, pinned by every batch that publishes it, and B gets X's
+/// bytes.
+#[test]
+fn a_failed_sample_read_again_stays_pinned_by_every_batch_that_publishes_it() {
+    let mut h = harness("read_retries = 0", false);
+    let (_, mut a) = h.open(4, 1);
+    h.turns(1);
+    let first = h.submitted();
+    let x = first[0];
+    {
+        let mut s = h.script.lock().unwrap();
+        s.failures
+            .insert(x, VecDeque::from([FailureKind::NotFound]));
+        s.auto = true;
+    }
+    let (da, ta) = next_batch(&mut h, &mut a);
+    assert_eq!(da.status, ErrorCode::Io.as_i32(), "A's batch reports X");
+    assert_eq!(entry_of(&ta, x).status, ErrorCode::NotFound.as_i32());
+    let kx = super::key(0, x);
+    assert!(matches!(
+        h.engine.cache.lookup(kx),
+        Lookup::Failed { pins: 1, .. }
+    ));
+    // B: one batch of every sample, kept waiting by a sample held back.
+    let z = (0..SAMPLES).find(|i| !first.contains(i)).unwrap();
+    h.script.lock().unwrap().held.push(z);
+    let (_, mut b) = h.open(SAMPLES as u32, 1);
+    h.turns(3);
+    assert!(b.take().is_empty(), "B waits for sample {z}");
+    // A returns its error batch.
+    a.give_back(&da);
+    h.turns(1);
+    // C, on A's plan, gets X (read again, fine this time) and returns it.
+    let (_, mut c) = h.open(4, 1);
+    let (dc, tc) = next_batch(&mut h, &mut c);
+    assert_eq!(dc.status, 0);
+    assert_eq!(c.bytes(&entry_of(&tc, x)), content(x));
+    c.give_back(&dc);
+    h.turns(1);
+    // Z arrives: B's batch goes out with X ready and pinned while on loan.
+    h.script.lock().unwrap().held.clear();
+    let (db, tb) = next_batch(&mut h, &mut b);
+    assert_eq!(db.status, 0, "the failure healed for B");
+    let ex = entry_of(&tb, x);
+    assert_eq!(ex.status, 0);
+    for _ in 0..3 {
+        h.turns(1);
+        assert!(h.engine.cache.pins(kx) > 0, "B's loan pins X");
+        assert_eq!(b.bytes(&ex), content(x));
+    }
+    assert_eq!(
+        h.script.lock().unwrap().attempts[&x],
+        2,
+        "one failed read, then one read for everybody"
+    );
+    b.give_back(&db);
+    h.turns(2);
+    assert_eq!(h.engine.cache.pins(kx), 0, "every pin came back");
+}
+
+/// A loader that takes batches and never releases them gets one window of
+/// batches (`prefetch.window_batches = 4` here) and then waits; another
+/// session on the same agent reads its epoch meanwhile.
+#[test]
+fn batches_on_loan_count_towards_the_window() {
+    let mut h = harness("", false);
+    let (hoarder, mut greedy) = h.open(4, 8);
+    h.auto(true);
+    let mut taken = 0;
+    for _ in 0..200 {
+        h.turns(1);
+        taken += greedy.take().len();
+        h.clock.advance(Duration::from_millis(1));
+    }
+    assert_eq!(taken, 4, "one window of batches, not the 8 epochs");
+    assert_eq!(h.engine.sessions[&hoarder].loans(), 4);
+    assert!(h.engine.sessions[&hoarder].pending().is_empty());
+    let (_, mut honest) = h.open(4, 1);
+    let all = drain(&mut h, &mut honest);
+    assert_eq!(
+        all.len(),
+        (SAMPLES / 4) as usize + 1,
+        "an epoch, then the end"
+    );
+    assert_eq!(greedy.take().len(), 0, "still waiting for releases");
+}
+
+/// Ring capacities a loader asks for are bounded by the agent.
+#[test]
+fn rings_larger_than_the_agents_limit_are_refused_at_open() {
+    let mut h = harness("", false);
+    let mut req = OpenSession {
+        dataset: "fake".into(),
+        seed: 3,
+        rank: 0,
+        world_size: 1,
+        batch_size: 4,
+        drop_last: false,
+        first_epoch: 0,
+        epoch_count: 1,
+        ready_capacity: 8192,
+        release_capacity: 0,
+        client_abi: 1,
+    };
+    let Err((code, why)) = h.engine.open_session(0, 0, &req) else {
+        panic!("a ready ring of 8192 slots was accepted");
+    };
+    assert_eq!(code, ErrorCode::InvalidArgument);
+    assert!(why.starts_with("ready_capacity: 8192"), "{why}");
+    req.ready_capacity = 0;
+    req.release_capacity = 1 << 20;
+    let Err((_, why)) = h.engine.open_session(0, 0, &req) else {
+        panic!("a release ring of 2^20 slots was accepted");
+    };
+    assert!(why.starts_with("release_capacity:"), "{why}");
+    req.ready_capacity = super::open::MAX_LOADER_RING;
+    req.release_capacity = super::open::MAX_LOADER_RING;
+    assert!(h.engine.open_session(0, 0, &req).is_ok());
+    assert!(h.engine.sessions.len() == 1);
 }
