@@ -60,8 +60,7 @@ impl Server {
             listener,
             conns: HashMap::new(),
             next_id: 1,
-            // SAFETY: getuid cannot fail and has no preconditions.
-            agent_uid: unsafe { libc::getuid() },
+            agent_uid: nix::unistd::getuid().as_raw(),
             allow: cfg.clone(),
         })
     }

@@ -22,15 +22,16 @@
 //!
 //! See `docs/fetcher.md`.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::fmt;
 use std::io;
-use std::os::fd::RawFd;
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::os::fd::{AsFd, BorrowedFd, RawFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use io_uring::{opcode, squeue, types, IoUring, Probe};
+use crate::sys::uring::{Cqe, Entry, PushError, Ring, Step, Target};
+use granary_shm::arena::ArenaSlice;
+use io_uring::{opcode, squeue, types, Probe};
 
 /// Largest queue depth a reader accepts (the ring holds up to eight entries
 /// per request, and the kernel caps a ring at 32768 entries; chains that do
@@ -44,12 +45,12 @@ const TRANSIENT_RESUBMITS: u32 = 8;
 /// How long dropping a reader waits for its outstanding reads.
 const DROP_DRAIN_LIMIT: Duration = Duration::from_secs(30);
 
-const KIND_OPEN: u64 = 0;
-const KIND_READ: u64 = 1;
-const KIND_CLOSE: u64 = 2;
-const KIND_TIMEOUT: u64 = 3;
+const KIND_OPEN: u8 = 0;
+const KIND_READ: u8 = 1;
+const KIND_CLOSE: u8 = 2;
+const KIND_TIMEOUT: u8 = 3;
 
-/// One read: `len` bytes at `offset` of a file into `dest`.
+/// One read: `len` bytes at `offset` of a file into the start of `dest`.
 #[derive(Debug)]
 pub struct ReadRequest {
     /// The caller's identifier, returned in the [`Completion`].
@@ -61,9 +62,10 @@ pub struct ReadRequest {
     pub offset: u64,
     /// How many bytes to read; the file must hold them all.
     pub len: u32,
-    /// Destination: memory the caller reserved for this read (an arena
-    /// extent). See [`UringReader::submit`] for what must hold.
-    pub dest: *mut u8,
+    /// Destination: the arena range reserved for this read, at least `len`
+    /// bytes; the reader holds it (and so the mapping) until the read's
+    /// completion has been returned.
+    pub dest: ArenaSlice,
 }
 
 /// The outcome of one [`ReadRequest`].
@@ -181,10 +183,10 @@ enum FileState {
 #[derive(Debug)]
 struct Op {
     tag: u64,
-    path: CString,
+    path: Arc<CStr>,
     offset: u64,
     len: u32,
-    dest: usize,
+    dest: ArenaSlice,
     done: u32,
     file: FileState,
     /// CQEs still expected for the step or chain in flight.
@@ -273,19 +275,18 @@ impl Op {
 /// Single-threaded: one owner submits and polls. Requests are handed to the
 /// kernel in batches, on the next [`poll_completions`](Self::poll_completions).
 pub struct UringReader {
-    ring: IoUring,
+    ring: Ring,
     ops: Vec<Option<Op>>,
     free: Vec<u32>,
     /// Requests that completed without reaching the kernel (bad input).
     ready: Vec<Completion>,
     /// Requests whose next step did not fit in the submission queue.
     deferred: Vec<u32>,
-    cqes: Vec<(u64, i32)>,
+    cqes: Vec<Cqe>,
     linked: bool,
-    /// The limit linked to every open and read, if any. The kernel reads
-    /// the timespec when the entry is submitted, which may be after the
-    /// reader has moved: it lives on the heap.
-    timeout: Option<(Duration, Box<types::Timespec>)>,
+    /// The limit linked to every open and read, if any (shared with the
+    /// ring's entries in flight, which the kernel reads at submission).
+    timeout: Option<(Duration, Arc<types::Timespec>)>,
 }
 
 impl fmt::Debug for UringReader {
@@ -299,10 +300,10 @@ impl fmt::Debug for UringReader {
     }
 }
 
-impl std::os::fd::AsRawFd for UringReader {
+impl AsFd for UringReader {
     /// The io_uring's descriptor: readable while completions are waiting.
-    fn as_raw_fd(&self) -> RawFd {
-        self.ring.as_raw_fd()
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.ring.as_fd()
     }
 }
 
@@ -329,7 +330,10 @@ impl UringReader {
         }
         // Room for every request's chain at once (five entries with
         // timeouts), within the kernel's cap of 32768 entries.
-        let ring = IoUring::new((queue_depth * 8).next_power_of_two().min(32768))?;
+        let ring = Ring::new(
+            (queue_depth * 8).next_power_of_two().min(32768),
+            queue_depth,
+        )?;
         if !ring.params().is_feature_ext_arg() {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -372,7 +376,7 @@ impl UringReader {
     /// cancelled and its request fails with `ETIME`. Applies to requests
     /// submitted from now on.
     pub fn with_timeout(mut self, limit: Option<Duration>) -> Self {
-        self.timeout = limit.map(|d| (d, Box::new(types::Timespec::from(d))));
+        self.timeout = limit.map(|d| (d, Arc::new(types::Timespec::from(d))));
         self
     }
 
@@ -399,27 +403,26 @@ impl UringReader {
 
     /// Accepts `req`, or gives it back in [`Full`] when `queue_depth`
     /// requests are in flight. Accepted requests reach the kernel in one
-    /// batch on the next [`poll_completions`](Self::poll_completions). Bad requests (null
-    /// `dest`, a range past `u64::MAX`) complete with an `InvalidInput` error.
+    /// batch on the next [`poll_completions`](Self::poll_completions). Bad
+    /// requests (a `dest` shorter than `len`, a range past `u64::MAX`)
+    /// complete with an `InvalidInput` error.
     ///
-    /// # Safety
-    ///
-    /// `req.dest` must be valid for writes of `req.len` bytes, and nothing may
-    /// read or write that memory, until this request's [`Completion`] has
-    /// been returned by `poll_completions` (dropping the reader waits for
-    /// outstanding reads, up to 30 seconds).
-    pub unsafe fn submit(&mut self, req: ReadRequest) -> Result<(), Full> {
+    /// The reader holds `req.dest` until the request's [`Completion`] has
+    /// been returned; dropping the reader waits for outstanding reads (up to
+    /// 30 seconds) and leaks the ranges of those that did not finish, so the
+    /// kernel never writes into memory that was unmapped.
+    pub fn submit(&mut self, req: ReadRequest) -> Result<(), Full> {
         if self.in_flight() >= self.ops.len() {
             return Err(Full(req));
         }
-        let bad = (req.dest.is_null() && req.len > 0)
+        let bad = req.len as usize > req.dest.len()
             || req.offset.checked_add(u64::from(req.len)).is_none();
         if bad {
             self.ready.push(Completion {
                 tag: req.tag,
                 result: Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    "read request with a null destination or a range past u64::MAX",
+                    "read request with a destination shorter than its length or a range past u64::MAX",
                 )),
             });
             return Ok(());
@@ -429,10 +432,10 @@ impl UringReader {
         };
         let op = Op {
             tag: req.tag,
-            path: req.path,
+            path: Arc::from(req.path),
             offset: req.offset,
             len: req.len,
-            dest: req.dest as usize,
+            dest: req.dest,
             done: 0,
             file: FileState::Closed,
             pending: 0,
@@ -449,6 +452,21 @@ impl UringReader {
         let mut sink = Vec::new();
         self.advance(idx, &mut sink);
         self.ready.append(&mut sink);
+        Ok(())
+    }
+
+    /// Accepts request `tag` and completes it at once with `err`, without
+    /// reading (a request the caller could not express, such as a file of
+    /// 4 GiB or more); gives the tag back in [`Full`] when `queue_depth`
+    /// requests are in flight.
+    pub fn reject(&mut self, tag: u64, err: io::Error) -> Result<(), Full<u64>> {
+        if self.in_flight() >= self.ops.len() {
+            return Err(Full(tag));
+        }
+        self.ready.push(Completion {
+            tag,
+            result: Err(err),
+        });
         Ok(())
     }
 
@@ -481,7 +499,7 @@ impl UringReader {
                 let ts = types::Timespec::from(remaining.unwrap_or_default());
                 let args = types::SubmitArgs::new().timespec(&ts);
                 self.ring.submitter().submit_with_args(1, &args)
-            } else if !self.ring.submission().is_empty() {
+            } else if self.ring.has_unsubmitted() {
                 self.ring.submitter().submit()
             } else {
                 Ok(0)
@@ -497,7 +515,7 @@ impl UringReader {
             if out.len() > start || expired || self.in_flight() == 0 {
                 // Steps queued while reaping (continuations, closes, next
                 // chains) go to the kernel now rather than on the next poll.
-                if !self.ring.submission().is_empty() {
+                if self.ring.has_unsubmitted() {
                     if let Err(e) = self.ring.submitter().submit() {
                         if !matches!(
                             e.raw_os_error(),
@@ -516,33 +534,29 @@ impl UringReader {
     /// or chain is complete.
     fn reap(&mut self, out: &mut Vec<Completion>) {
         self.cqes.clear();
-        self.cqes
-            .extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+        self.ring.reap(&mut self.cqes);
         for i in 0..self.cqes.len() {
-            let Some(&(user_data, res)) = self.cqes.get(i) else {
+            let Some(&Cqe { slot, kind, result }) = self.cqes.get(i) else {
                 break;
             };
-            let Ok(idx) = u32::try_from(user_data >> 2) else {
-                continue;
-            };
             let linked = self.linked;
-            let Some(Some(op)) = self.ops.get_mut(idx as usize) else {
+            let Some(Some(op)) = self.ops.get_mut(slot as usize) else {
                 continue;
             };
-            match user_data & 3 {
+            match kind {
                 KIND_OPEN => {
-                    op.open_res = Some(res);
-                    if res >= 0 && !linked {
-                        op.file = FileState::Open(res);
+                    op.open_res = Some(result);
+                    if result >= 0 && !linked {
+                        op.file = FileState::Open(result);
                     }
                 }
-                KIND_READ => op.read_res = Some(res),
+                KIND_READ => op.read_res = Some(result),
                 KIND_CLOSE => op.file = FileState::Closed,
-                _ => op.timed_out |= res == -libc::ETIME,
+                _ => op.timed_out |= result == -libc::ETIME,
             }
             op.pending = op.pending.saturating_sub(1);
             if op.pending == 0 {
-                self.advance(idx, out);
+                self.advance(slot, out);
             }
         }
     }
@@ -550,18 +564,17 @@ impl UringReader {
     /// Decides and queues the next step of request `idx`, or finishes it.
     fn advance(&mut self, idx: u32, out: &mut Vec<Completion>) {
         let linked = self.linked;
-        let limit = self
-            .timeout
-            .as_ref()
-            .map(|(_, ts)| std::ptr::from_ref::<types::Timespec>(ts));
+        let limit = self.timeout.as_ref().map(|(_, ts)| ts);
         let Some(Some(op)) = self.ops.get_mut(idx as usize) else {
             return;
         };
         op.settle();
-        let entries = match (op.finished(), op.file) {
-            (true, FileState::Open(fd)) => vec![opcode::Close::new(types::Fd(fd))
-                .build()
-                .user_data(ud(idx, KIND_CLOSE))],
+        let chain = match (op.finished(), op.file) {
+            (true, FileState::Open(fd)) => vec![entry(
+                Step::Close { fd: Target::Fd(fd) },
+                KIND_CLOSE,
+                squeue::Flags::empty(),
+            )],
             (true, FileState::Closed) => {
                 if let Some(op) = self.ops.get_mut(idx as usize).and_then(Option::take) {
                     out.push(Completion {
@@ -573,110 +586,89 @@ impl UringReader {
                 return;
             }
             (false, FileState::Open(fd)) => {
-                guarded(read_entry(op, types::Fd(fd), idx), idx, limit, None)
+                guarded(read_step(op, Target::Fd(fd)), KIND_READ, limit, None)
             }
             (false, FileState::Closed) => {
-                let open = opcode::OpenAt::new(types::Fd(libc::AT_FDCWD), op.path.as_ptr());
+                let open = Step::Open {
+                    path: &op.path,
+                    direct: linked,
+                };
                 if linked {
-                    let slot = types::DestinationSlot::try_from_slot_target(idx).ok();
-                    let open = open
-                        .file_index(slot)
-                        .flags(libc::O_RDONLY)
-                        .build()
-                        .user_data(ud(idx, KIND_OPEN));
-                    let mut chain = guarded(open, idx, limit, Some(squeue::Flags::IO_LINK));
+                    let mut chain = guarded(open, KIND_OPEN, limit, Some(squeue::Flags::IO_LINK));
                     // A hard link: the close runs even after a short or
                     // timed-out read.
-                    let read = read_entry(op, types::Fixed(idx), idx);
-                    chain.extend(guarded(read, idx, limit, Some(squeue::Flags::IO_HARDLINK)));
-                    chain.push(
-                        opcode::Close::new(types::Fixed(idx))
-                            .build()
-                            .user_data(ud(idx, KIND_CLOSE)),
-                    );
+                    let read = read_step(op, Target::Fixed(idx));
+                    chain.extend(guarded(
+                        read,
+                        KIND_READ,
+                        limit,
+                        Some(squeue::Flags::IO_HARDLINK),
+                    ));
+                    chain.push(entry(
+                        Step::Close {
+                            fd: Target::Fixed(idx),
+                        },
+                        KIND_CLOSE,
+                        squeue::Flags::empty(),
+                    ));
                     chain
                 } else {
-                    let open = open
-                        .flags(libc::O_RDONLY | libc::O_CLOEXEC)
-                        .build()
-                        .user_data(ud(idx, KIND_OPEN));
-                    guarded(open, idx, limit, None)
+                    guarded(open, KIND_OPEN, limit, None)
                 }
             }
         };
-        // SAFETY: every entry points at memory that outlives the operation:
-        // the path is owned by this request's `Op`, which stays in `ops`
-        // until its last CQE has been reaped; the timeout's timespec is a
-        // heap box owned by the reader, read by the kernel at submission and
-        // never changed or freed while the ring lives; `dest` (plus progress) is
-        // covered by the caller's contract on `submit`; the descriptor is the
-        // one this request opened, or its own direct slot `idx`. A chain is
-        // pushed whole or not at all.
-        let pushed = unsafe { self.ring.submission().push_multiple(&entries) };
-        match pushed {
+        let n = u8::try_from(chain.len()).unwrap_or(u8::MAX);
+        match self.ring.push(idx, &chain) {
             Ok(()) => {
-                op.pending = u8::try_from(entries.len()).unwrap_or(u8::MAX);
+                op.pending = n;
                 op.issued = true;
             }
-            Err(_) => self.deferred.push(idx),
+            Err(PushError::Full) => self.deferred.push(idx),
+            Err(PushError::Invalid) => {
+                // Not reached: a request's step is pushed only once its
+                // previous one has completed, and reads fit their range.
+                // Fail the request rather than submit it.
+                op.fail("read", Some(libc::EINVAL), None);
+                op.issued = true;
+                self.deferred.push(idx);
+            }
         }
     }
 }
 
-fn ud(idx: u32, kind: u64) -> u64 {
-    (u64::from(idx) << 2) | kind
+/// An entry of kind `kind` with link flags `flags`.
+fn entry(step: Step<'_>, kind: u8, flags: squeue::Flags) -> Entry<'_> {
+    Entry { step, kind, flags }
 }
 
 /// `step` alone, or, with a `limit`, `step` linked to an
 /// `IORING_OP_LINK_TIMEOUT` that cancels it when the limit expires. `then`
 /// links whatever follows in the chain to the last entry (`IO_LINK`, or
 /// `IO_HARDLINK` to run it even when `step` fails).
-fn guarded(
-    step: squeue::Entry,
-    idx: u32,
-    limit: Option<*const types::Timespec>,
+fn guarded<'a>(
+    step: Step<'a>,
+    kind: u8,
+    limit: Option<&'a Arc<types::Timespec>>,
     then: Option<squeue::Flags>,
-) -> Vec<squeue::Entry> {
+) -> Vec<Entry<'a>> {
     let then = then.unwrap_or(squeue::Flags::empty());
     match limit {
-        None => vec![step.flags(then)],
-        Some(ts) => vec![
-            step.flags(squeue::Flags::IO_LINK | then),
-            opcode::LinkTimeout::new(ts)
-                .build()
-                .flags(then)
-                .user_data(ud(idx, KIND_TIMEOUT)),
+        None => vec![entry(step, kind, then)],
+        Some(limit) => vec![
+            entry(step, kind, squeue::Flags::IO_LINK | then),
+            entry(Step::LinkTimeout { limit }, KIND_TIMEOUT, then),
         ],
     }
 }
 
 /// A read of the rest of `op` through `fd`.
-fn read_entry(op: &Op, fd: impl Into<ReadFd>, idx: u32) -> squeue::Entry {
-    let rest = op.len - op.done;
-    let dest = (op.dest + op.done as usize) as *mut u8;
-    let offset = op.offset + u64::from(op.done);
-    let read = match fd.into() {
-        ReadFd::Fd(fd) => opcode::Read::new(fd, dest, rest),
-        ReadFd::Fixed(fd) => opcode::Read::new(fd, dest, rest),
-    };
-    read.offset(offset).build().user_data(ud(idx, KIND_READ))
-}
-
-/// The two kinds of descriptor a read can go through.
-enum ReadFd {
-    Fd(types::Fd),
-    Fixed(types::Fixed),
-}
-
-impl From<types::Fd> for ReadFd {
-    fn from(fd: types::Fd) -> Self {
-        ReadFd::Fd(fd)
-    }
-}
-
-impl From<types::Fixed> for ReadFd {
-    fn from(fd: types::Fixed) -> Self {
-        ReadFd::Fixed(fd)
+fn read_step(op: &Op, fd: Target) -> Step<'_> {
+    Step::Read {
+        fd,
+        dest: &op.dest,
+        at: op.done,
+        len: op.len - op.done,
+        offset: op.offset + u64::from(op.done),
     }
 }
 
@@ -695,114 +687,6 @@ impl Drop for UringReader {
             }
             sink.clear();
         }
-    }
-}
-
-/// What [`read_files_into`] measured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReadStats {
-    /// From the first submission to the last completion.
-    pub elapsed: Duration,
-    /// Bytes read.
-    pub bytes: u64,
-    /// Files read.
-    pub files: usize,
-}
-
-/// Reads each `(path, len)` of `files`, whole, into `buf`, one after the
-/// other in list order, with `queue_depth` reads in flight; the cold-read
-/// benchmark's workload.
-///
-/// Fails on the first file that cannot be read (the error names it), when
-/// `buf` is shorter than the sum of the lengths, or when the reader cannot be
-/// created. Returns only after every read it started has finished.
-pub fn read_files_into<P: AsRef<Path>>(
-    files: &[(P, u32)],
-    buf: &mut [u8],
-    queue_depth: u32,
-) -> io::Result<ReadStats> {
-    let mut requests = Vec::with_capacity(files.len());
-    let mut at = 0usize;
-    for (i, (path, len)) in files.iter().enumerate() {
-        let path = CString::new(path.as_ref().as_os_str().as_bytes()).map_err(|_| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("path {} contains a NUL byte", path.as_ref().display()),
-            )
-        })?;
-        let end = at
-            .checked_add(*len as usize)
-            .filter(|&end| end <= buf.len())
-            .ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "buffer of {} bytes too small for {} files",
-                        buf.len(),
-                        files.len()
-                    ),
-                )
-            })?;
-        requests.push((i as u64, path, at, *len));
-        at = end;
-    }
-    let mut reader = UringReader::new(queue_depth)?;
-    let base = buf.as_mut_ptr();
-    let mut pending = requests.into_iter();
-    let mut next = pending.next();
-    let mut done = Vec::new();
-    let mut first_error = None;
-    let mut bytes = 0u64;
-    let start = Instant::now();
-    loop {
-        while first_error.is_none() {
-            let Some((tag, path, at, len)) = next.take() else {
-                break;
-            };
-            let req = ReadRequest {
-                tag,
-                path,
-                offset: 0,
-                len,
-                // `at + len <= buf.len()` was checked above.
-                dest: base.wrapping_add(at),
-            };
-            // SAFETY: `dest` lies inside `buf`, which stays mutably borrowed
-            // (and untouched) until every request has completed: the loop
-            // below runs until nothing is in flight. Ranges are disjoint.
-            match unsafe { reader.submit(req) } {
-                Ok(()) => next = pending.next(),
-                Err(Full(req)) => {
-                    next = Some((tag, req.path, at, len));
-                    break;
-                }
-            }
-        }
-        if reader.in_flight() == 0 && (next.is_none() || first_error.is_some()) {
-            break;
-        }
-        if let Err(e) = reader.poll_completions(Some(Duration::from_secs(1)), &mut done) {
-            first_error.get_or_insert(e);
-            // Requests may still be in the kernel; keep polling until they finish.
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        for c in done.drain(..) {
-            match c.result {
-                Ok(n) => bytes += u64::from(n),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-    }
-    let elapsed = start.elapsed();
-    match first_error {
-        Some(e) => Err(e),
-        None => Ok(ReadStats {
-            elapsed,
-            bytes,
-            files: files.len(),
-        }),
     }
 }
 

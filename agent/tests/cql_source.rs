@@ -73,16 +73,14 @@ fn fetch_one(
     len: u32,
 ) -> (io::Result<Vec<u8>>, granary_agent::source::cql::FetchStats) {
     let mut f = source.fetcher_with(options).unwrap();
-    let mut buf = vec![0u8; len as usize];
+    let arena = granary_shm::arena::Arena::heap(u64::from(len.max(1))).unwrap();
     let req = FetchRequest {
         tag: 7,
         id,
         len,
-        dest: buf.as_mut_ptr(),
+        dest: arena.slice(0, len as usize).unwrap(),
     };
-    // SAFETY: `buf` outlives the request and is not touched until its
-    // completion has been collected below.
-    unsafe { f.submit(req) }.unwrap();
+    f.submit(req).unwrap();
     let mut done = Vec::new();
     while done.is_empty() {
         f.poll_completions(Some(Duration::from_secs(30)), &mut done)
@@ -90,7 +88,12 @@ fn fetch_one(
     }
     let c = done.pop().unwrap();
     assert_eq!(c.tag, 7);
-    (c.result.map(|_| buf), f.stats())
+    let stats = f.stats();
+    drop(f);
+    (
+        c.result.map(|_| arena.read_at(0, len as usize).unwrap()),
+        stats,
+    )
 }
 
 fn fast_options(settings: &CqlSettings) -> FetchOptions {

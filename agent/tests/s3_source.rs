@@ -14,6 +14,7 @@ use granary_agent::source::s3::{
 };
 use granary_agent::source::Catalog;
 use granary_agent::uring_reader::{Completion, ReadRetry};
+use granary_shm::arena::{Arena, ArenaSlice};
 use granary_tools::ingest::{self, IngestOptions};
 use granary_tools::synth::verify_sample;
 use std::collections::HashMap;
@@ -53,8 +54,7 @@ fn fetch_all(
         spans.push((total, e.size as usize));
         total += e.size as usize;
     }
-    let mut buf = vec![0u8; total];
-    let base = buf.as_mut_ptr();
+    let arena = Arena::heap(total.max(1) as u64).unwrap();
     let mut fetcher = source.fetcher_with(options).unwrap();
     let mut results: Vec<Option<io::Result<u32>>> = (0..catalog.len()).map(|_| None).collect();
     let mut next = 0usize;
@@ -64,11 +64,10 @@ fn fetch_all(
     let t0 = Instant::now();
     while done < catalog.len() {
         while next < catalog.len() {
-            let dest = base.wrapping_add(spans[next].0);
+            let (at, len) = spans[next];
+            let dest = arena.slice(at as u64, len).unwrap();
             let req = catalog.request(next as u64, next as u64, dest).unwrap();
-            // SAFETY: each request gets its own span of `buf`, which is not
-            // touched until every completion has been collected below.
-            match unsafe { fetcher.submit(req) } {
+            match fetcher.submit(req) {
                 Ok(()) => next += 1,
                 Err(_) => break,
             }
@@ -94,7 +93,7 @@ fn fetch_all(
     let stats = fetcher.stats();
     drop(fetcher);
     Fetched {
-        buf,
+        buf: arena.read_at(0, total).unwrap(),
         spans,
         results,
         max_in_flight,
@@ -332,10 +331,10 @@ fn missing_keys_and_bad_credentials_fail_at_once_naming_the_key() {
     let weed = Seaweed::start();
     let source = S3Source::connect(&weed.settings(), 8).unwrap();
     let mut fetcher = source.fetcher().unwrap();
-    let mut buf = vec![0u8; 64];
+    let buf = heap(64);
     let e = fetch_one(
         &mut fetcher,
-        FetchRequest::whole(1, "no/such/key.bin", 64, buf.as_mut_ptr()),
+        FetchRequest::whole(1, "no/such/key.bin", 64, whole(&buf)),
     )
     .unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
@@ -349,7 +348,7 @@ fn missing_keys_and_bad_credentials_fail_at_once_naming_the_key() {
     let mut fetcher = source.fetcher().unwrap();
     let e = fetch_one(
         &mut fetcher,
-        FetchRequest::whole(1, "any.bin", 64, buf.as_mut_ptr()),
+        FetchRequest::whole(1, "any.bin", 64, whole(&buf)),
     )
     .unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
@@ -378,14 +377,10 @@ fn a_request_slower_than_the_timeout_fails_then_succeeds_without_the_delay() {
     let source = S3Source::connect(&settings, 8).unwrap();
     let key = "slow/class_000/img_00000000.bin";
     let len = std::fs::metadata(spec.path_of(0)).unwrap().len() as u32;
-    let mut buf = vec![0u8; len as usize];
+    let buf = heap(len as usize);
     let mut fetcher = source.fetcher().unwrap();
     let t0 = Instant::now();
-    let e = fetch_one(
-        &mut fetcher,
-        FetchRequest::whole(1, key, len, buf.as_mut_ptr()),
-    )
-    .unwrap_err();
+    let e = fetch_one(&mut fetcher, FetchRequest::whole(1, key, len, whole(&buf))).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
     assert!(is_retryable(&e));
     assert!(
@@ -396,14 +391,11 @@ fn a_request_slower_than_the_timeout_fails_then_succeeds_without_the_delay() {
     assert!(t0.elapsed() >= Duration::from_millis(600));
 
     proxy.set_delay(Duration::ZERO);
-    let n = fetch_one(
-        &mut fetcher,
-        FetchRequest::whole(2, key, len, buf.as_mut_ptr()),
-    )
-    .unwrap();
+    let n = fetch_one(&mut fetcher, FetchRequest::whole(2, key, len, whole(&buf))).unwrap();
     assert_eq!(n, len);
-    assert_eq!(buf, std::fs::read(spec.path_of(0)).unwrap());
-    verify_sample(&buf).unwrap();
+    let bytes = read_back(&buf);
+    assert_eq!(bytes, std::fs::read(spec.path_of(0)).unwrap());
+    verify_sample(&bytes).unwrap();
 }
 
 /// Throughput of whole-sample GETs from SeaweedFS on loopback, at 64 and
@@ -440,10 +432,23 @@ fn fetch_throughput() {
     );
 }
 
+/// A heap arena of `len` bytes.
+fn heap(len: usize) -> Arena {
+    Arena::heap(len as u64).unwrap()
+}
+
+/// All of `arena`, as a destination.
+fn whole(arena: &Arena) -> ArenaSlice {
+    arena.slice(0, arena.size() as usize).unwrap()
+}
+
+/// The bytes of `arena`.
+fn read_back(arena: &Arena) -> Vec<u8> {
+    arena.read_at(0, arena.size() as usize).unwrap()
+}
+
 fn fetch_one(f: &mut granary_agent::source::s3::S3Fetcher, req: FetchRequest) -> io::Result<u32> {
-    // SAFETY: the callers keep the destination alive and untouched until
-    // the completion is returned here.
-    unsafe { f.submit(req).unwrap() };
+    f.submit(req).unwrap();
     let mut out = Vec::new();
     let t0 = Instant::now();
     while out.is_empty() {

@@ -828,16 +828,9 @@ impl super::SampleSource for CqlDataset {
             tag,
             id: e.id,
             len: e.size as u32,
-            dest: self.landing.hold(tag, dest),
+            dest,
         };
-        // SAFETY: `dest` is valid for the sample's size (checked above) and
-        // held by the landing until the completion is returned (or leaked
-        // if the fetcher is dropped first).
-        let r = unsafe { self.fetcher.submit(req) };
-        if r.is_err() {
-            self.landing.refused(tag);
-        }
-        r.map_err(|_| super::SourceFull)
+        self.fetcher.submit(req).map_err(|_| super::SourceFull)
     }
 
     fn poll_completions(

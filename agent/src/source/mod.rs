@@ -32,11 +32,10 @@ use crate::config::{Config, DatasetConfig, DatasetLocation};
 use crate::uring_reader::{ReadRequest, UringReader};
 use granary_shm::arena::ArenaSlice;
 use granary_shm::ErrorCode;
-use std::collections::HashMap;
 use std::ffi::CString;
 use std::fmt;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
@@ -153,33 +152,17 @@ pub struct Completion {
     pub result: Result<u32, SampleError>,
 }
 
-/// The arena ranges of a source's reads in flight, held from submission to
-/// completion so that the mapping cannot go away under a read; and the
-/// conversion of the readers' completions into [`Completion`]s.
-///
-/// A source dropped with reads still in flight (its reader could not
-/// confirm they ended) leaks their ranges: the arena stays mapped.
+/// The conversion of the readers' and fetchers' completions into
+/// [`Completion`]s. (The arena ranges of reads in flight are held by the
+/// reader or fetcher itself, from submission to completion, and leaked if
+/// it is dropped before its reads could be confirmed to have ended.)
 #[derive(Debug, Default)]
 pub(crate) struct Landing {
-    held: HashMap<u64, ArenaSlice>,
     raw: Vec<crate::uring_reader::Completion>,
 }
 
 impl Landing {
-    /// Holds `dest` for the read `tag`; returns where the read writes.
-    fn hold(&mut self, tag: u64, dest: ArenaSlice) -> *mut u8 {
-        let ptr = dest.as_mut_ptr();
-        self.held.insert(tag, dest);
-        ptr
-    }
-
-    /// The read `tag` was not accepted: nothing writes into its range.
-    fn refused(&mut self, tag: u64) {
-        self.held.remove(&tag);
-    }
-
-    /// Polls `reader` and converts what finished, releasing the ranges of
-    /// finished reads.
+    /// Polls `reader` and converts what finished.
     fn poll(
         &mut self,
         out: &mut Vec<Completion>,
@@ -189,22 +172,12 @@ impl Landing {
         reader(&mut self.raw)?;
         let n = self.raw.len();
         for c in self.raw.drain(..) {
-            self.held.remove(&c.tag);
             out.push(Completion {
                 tag: c.tag,
                 result: c.result.map_err(|e| SampleError::from_io(&e)),
             });
         }
         Ok(n)
-    }
-}
-
-impl Drop for Landing {
-    fn drop(&mut self) {
-        if !self.held.is_empty() {
-            // Reads that may still be running: keep their memory mapped.
-            std::mem::forget(std::mem::take(&mut self.held));
-        }
     }
 }
 
@@ -324,8 +297,6 @@ pub fn open_catalog(dataset: &DatasetConfig) -> Result<Catalog, CatalogError> {
 
 /// A filesystem dataset: its catalog and an io_uring reader of its own.
 pub struct FsSource {
-    // The reader first: dropping it waits for the kernel's reads, then the
-    // landing releases (or, if that wait gave up, leaks) their ranges.
     reader: UringReader,
     landing: Landing,
     catalog: Catalog,
@@ -401,18 +372,16 @@ impl SampleSource for FsSource {
             u32::try_from(e.size),
             CString::new(e.path.as_os_str().as_bytes()),
         ) else {
-            // A file of 4 GiB or more, or a path with a NUL byte: give it
-            // back as a bad request, completed with an error at once.
-            let req = ReadRequest {
-                tag,
-                path: CString::default(),
-                offset: 0,
-                len: 1,
-                dest: std::ptr::null_mut(),
-            };
-            // SAFETY: a null destination is refused by the reader without
-            // being touched; it completes with an InvalidInput error.
-            return unsafe { self.reader.submit(req) }.map_err(|_| SourceFull);
+            // A file of 4 GiB or more, or a path with a NUL byte: completed
+            // with an error at once.
+            let err = io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{}: a file of 4 GiB or more, or a path with a NUL byte",
+                    e.path.display()
+                ),
+            );
+            return self.reader.reject(tag, err).map_err(|_| SourceFull);
         };
         if dest.len() < len as usize {
             return Err(SourceFull);
@@ -422,17 +391,9 @@ impl SampleSource for FsSource {
             path,
             offset: 0,
             len,
-            dest: self.landing.hold(tag, dest),
+            dest,
         };
-        // SAFETY: `dest` is valid for `len` bytes (checked above) and held
-        // by the landing, which keeps the mapping alive until the read's
-        // completion is returned (or leaks it if the reader is dropped
-        // first); the engine lends each range to one read at a time.
-        let r = unsafe { self.reader.submit(req) };
-        if r.is_err() {
-            self.landing.refused(tag);
-        }
-        r.map_err(|_| SourceFull)
+        self.reader.submit(req).map_err(|_| SourceFull)
     }
 
     fn poll_completions(
@@ -446,8 +407,6 @@ impl SampleSource for FsSource {
     }
 
     fn wait_fd(&self) -> BorrowedFd<'_> {
-        // SAFETY: the ring's descriptor lives as long as the reader, which
-        // `self` owns for the borrow's lifetime.
-        unsafe { BorrowedFd::borrow_raw(self.reader.as_raw_fd()) }
+        self.reader.as_fd()
     }
 }

@@ -20,22 +20,25 @@
 //!   descriptors wakes up;
 //! * [`TaskQueue::poll_completions`]: drains the queue, waiting on the
 //!   eventfd until a deadline when asked to;
-//! * [`Dest`]: the caller's memory as a task sees it, and the one place
-//!   where fetched bytes are copied into it;
+//! * [`Dest`]: the caller's arena range as a task sees it, and the one
+//!   place where fetched bytes are copied into it; the task holds it (and
+//!   so the arena's mapping) until its future is dropped;
 //! * [`Attempts::run`]: one request's attempts, retried with backoff, and
 //!   the counters of [`FetchStats`];
 //! * dropping: the running tasks are aborted, then the drop waits (up to
 //!   30 seconds) until every task's future is gone. An aborted task may be
 //!   copying into its destination on a worker thread at that moment; only
-//!   once its future has been dropped can the owner reuse the memory, which
-//!   is what the `submit` contracts of the fetchers promise.
+//!   once its future has been dropped can the owner lend the range to
+//!   another read. A task still running after the wait keeps its range,
+//!   and the mapping, alive.
 
 use crate::uring_reader::{Completion, ReadRetry};
+use granary_shm::arena::ArenaSlice;
 use std::collections::HashMap;
 use std::fs::File;
 use std::future::Future;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -110,20 +113,13 @@ impl Drop for LiveGuard {
     }
 }
 
-/// The destination of one request: `len` bytes of the caller's memory,
-/// movable to a worker thread. Only [`TaskQueue::spawn`] makes one, from
-/// memory its caller vouches for.
-#[derive(Clone, Copy)]
+/// The destination of one request: the first `len` bytes of an arena
+/// range, held by the request's task. Only [`TaskQueue::spawn`] makes one.
+#[derive(Clone)]
 pub(crate) struct Dest {
-    ptr: *mut u8,
+    slice: ArenaSlice,
     len: usize,
 }
-
-// SAFETY: a `Dest` is only used by the one task of its request (it is not
-// `Sync`, so no two threads share one); `TaskQueue::spawn`'s contract makes
-// the memory the request's alone until its completion has been returned,
-// and `Drop for TaskQueue` waits until no task can touch it any more.
-unsafe impl Send for Dest {}
 
 impl Dest {
     /// The destination's length in bytes.
@@ -141,15 +137,7 @@ impl Dest {
             bytes.len(),
             self.len
         );
-        if bytes.is_empty() {
-            return;
-        }
-        let to = self.ptr.wrapping_add(at);
-        // SAFETY: `to..to + bytes.len()` lies inside the `len` bytes at
-        // `ptr` (asserted above), which `TaskQueue::spawn`'s contract makes
-        // valid for writes and used by nothing else while the request runs;
-        // `bytes` is a buffer the task received, so the two cannot overlap.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), to, bytes.len()) };
+        self.slice.copy_at(at, bytes);
     }
 }
 
@@ -248,7 +236,7 @@ impl TaskQueue {
         }
         let shared = Arc::new(Shared {
             done: Mutex::new(Vec::new()),
-            event: File::from(eventfd()?),
+            event: File::from(crate::sys::eventfd::eventfd()?),
             live: Mutex::new(0),
             live_cv: Condvar::new(),
             counters: Counters::default(),
@@ -315,18 +303,12 @@ impl TaskQueue {
     }
 
     /// Accepts request `tag` and starts it at once on the runtime, without
-    /// blocking: `task` gets the destination (`len` bytes at `dest`) and
-    /// the request's [`Attempts`], and returns the future that fetches. Its
-    /// output — the bytes delivered, or the error — becomes the completion.
-    ///
-    /// # Safety
-    ///
-    /// `dest` must be valid for writes of `len` bytes (any pointer when
-    /// `len` is 0), and nothing else may read or write that memory, until
-    /// this request's completion has been returned by `poll_completions`
-    /// (dropping the queue cancels outstanding requests and waits, up to 30
-    /// seconds, until none can write any more).
-    pub(crate) unsafe fn spawn<F, Fut>(&mut self, tag: u64, dest: *mut u8, len: u32, task: F)
+    /// blocking: `task` gets the destination (the first `len` bytes of
+    /// `dest`, which must hold them) and the request's [`Attempts`], and
+    /// returns the future that fetches. Its output — the bytes delivered,
+    /// or the error — becomes the completion. The task holds `dest` until
+    /// its future is dropped.
+    pub(crate) fn spawn<F, Fut>(&mut self, tag: u64, dest: ArenaSlice, len: u32, task: F)
     where
         F: FnOnce(Dest, Attempts) -> Fut,
         Fut: Future<Output = io::Result<u32>> + Send + 'static,
@@ -341,9 +323,10 @@ impl TaskQueue {
         self.next_id += 1;
         *self.shared.live.lock().unwrap_or_else(|p| p.into_inner()) += 1;
         let guard = LiveGuard(self.shared.clone());
+        debug_assert!(len as usize <= dest.len());
         let dest = Dest {
-            ptr: dest,
-            len: len as usize,
+            len: (len as usize).min(dest.len()),
+            slice: dest,
         };
         let attempts = Attempts {
             shared: self.shared.clone(),
@@ -399,7 +382,7 @@ impl TaskQueue {
             if left.is_zero() {
                 break;
             }
-            wait_readable(self.shared.event.as_fd(), left)?;
+            crate::sys::eventfd::wait_readable(self.shared.event.as_fd(), left)?;
         }
         Ok(out.len() - start)
     }
@@ -431,38 +414,4 @@ impl Drop for TaskQueue {
                 .unwrap_or_else(|p| p.into_inner().0);
         }
     }
-}
-
-/// A non-blocking, close-on-exec eventfd.
-fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: eventfd(2) takes no pointers.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a descriptor we just opened and own alone.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Waits until `fd` is readable or `timeout` has passed.
-fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<()> {
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
-    };
-    // SAFETY: `pfd` and `ts` are valid for the call; one descriptor; a null
-    // signal mask leaves the mask unchanged.
-    let r = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-    Ok(())
 }

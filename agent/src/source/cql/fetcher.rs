@@ -34,6 +34,7 @@ pub use crate::source::task_queue::FetchStats;
 use crate::source::task_queue::{AttemptFailure, Attempts, Dest, TaskQueue};
 pub use crate::uring_reader::Full;
 use crate::uring_reader::{Completion, QueuedRequest, ReadRetry};
+use granary_shm::arena::ArenaSlice;
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 use std::fmt;
@@ -54,8 +55,9 @@ pub struct FetchRequest {
     /// The blob's length according to the catalog: the bytes written to
     /// `dest` on success.
     pub len: u32,
-    /// Destination (an arena extent); see [`CqlFetcher::submit`].
-    pub dest: *mut u8,
+    /// Destination: the arena range reserved for this read, at least `len`
+    /// bytes; the fetcher holds it until the completion is returned.
+    pub dest: ArenaSlice,
 }
 
 impl QueuedRequest for FetchRequest {
@@ -184,27 +186,27 @@ impl CqlFetcher {
 
     /// Accepts `req`, or gives it back in [`Full`] when `capacity` requests
     /// are in flight. The request starts at once on the runtime; this never
-    /// blocks. A request with a null `dest` and a non-zero length completes
+    /// blocks. A request whose `dest` is shorter than its length completes
     /// with an `InvalidInput` error.
     ///
-    /// # Safety
-    ///
-    /// `req.dest` must be valid for writes of `req.len` bytes, and nothing
-    /// may read or write that memory, until this request's [`Completion`]
-    /// has been returned by `poll_completions` (dropping the fetcher cancels
-    /// outstanding requests and waits, up to 30 seconds, until none can
-    /// write any more).
-    pub unsafe fn submit(&mut self, req: FetchRequest) -> Result<(), Full<FetchRequest>> {
+    /// The request's task holds `req.dest` (and so the arena's mapping)
+    /// until it ends; dropping the fetcher cancels outstanding requests and
+    /// waits, up to 30 seconds, until none can write any more.
+    pub fn submit(&mut self, req: FetchRequest) -> Result<(), Full<FetchRequest>> {
         if self.queue.is_full() {
             return Err(Full(req));
         }
-        if req.dest.is_null() && req.len > 0 {
+        if req.dest.len() < req.len as usize {
             let err = FetchError {
                 table: self.table.to_string(),
                 id: req.id,
                 attempts: 0,
                 retryable: false,
-                message: "null destination".to_owned(),
+                message: format!(
+                    "destination of {} bytes for a blob of {}",
+                    req.dest.len(),
+                    req.len
+                ),
             };
             self.queue
                 .reject(req.tag, io::Error::new(io::ErrorKind::InvalidInput, err));
@@ -219,14 +221,13 @@ impl CqlFetcher {
         let retry = self.options.retry;
         let task = move |dest: Dest, attempts: Attempts| async move {
             let job = &job;
-            match attempts.run(retry, move || job.attempt(dest)).await {
-                Ok(()) => Ok(dest.len() as u32),
+            let len = dest.len() as u32;
+            match attempts.run(retry, move || job.attempt(dest.clone())).await {
+                Ok(()) => Ok(len),
                 Err((err, attempts)) => Err(job.failed(err, attempts)),
             }
         };
-        // SAFETY: the caller's contract on `req.dest` is `spawn`'s; a null
-        // `dest` with a non-zero length was rejected above.
-        unsafe { self.queue.spawn(req.tag, req.dest, req.len, task) };
+        self.queue.spawn(req.tag, req.dest, req.len, task);
         Ok(())
     }
 

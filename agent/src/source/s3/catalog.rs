@@ -356,7 +356,12 @@ impl S3Catalog {
     /// The fetch request for sample `sample_id` into `dest`, tagged `tag`;
     /// `None` when the id is out of range or the sample is larger than a
     /// request can carry (4 GiB).
-    pub fn request(&self, sample_id: u64, tag: u64, dest: *mut u8) -> Option<super::FetchRequest> {
+    pub fn request(
+        &self,
+        sample_id: u64,
+        tag: u64,
+        dest: granary_shm::arena::ArenaSlice,
+    ) -> Option<super::FetchRequest> {
         let e = self.get(sample_id)?;
         let len = u32::try_from(e.size).ok()?;
         Some(super::FetchRequest {

@@ -34,6 +34,7 @@ use crate::source::task_queue::{AttemptFailure, Attempts, Dest, TaskQueue};
 pub use crate::uring_reader::Full;
 use crate::uring_reader::{Completion, QueuedRequest, ReadRetry};
 use futures_util::StreamExt;
+use granary_shm::arena::ArenaSlice;
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectStore};
 use std::fmt;
@@ -58,14 +59,14 @@ pub struct FetchRequest {
     /// must be exactly `len` bytes long. `false`: a ranged GET of
     /// `offset..offset + len`, which the object must contain.
     pub whole_object: bool,
-    /// Destination: memory reserved for this fetch (an arena extent). See
-    /// [`S3Fetcher::submit`] for what must hold.
-    pub dest: *mut u8,
+    /// Destination: the arena range reserved for this fetch, at least `len`
+    /// bytes; the fetcher holds it until the completion is returned.
+    pub dest: ArenaSlice,
 }
 
 impl FetchRequest {
     /// A whole-object fetch.
-    pub fn whole(tag: u64, key: impl Into<ObjectPath>, len: u32, dest: *mut u8) -> FetchRequest {
+    pub fn whole(tag: u64, key: impl Into<ObjectPath>, len: u32, dest: ArenaSlice) -> FetchRequest {
         FetchRequest {
             tag,
             key: key.into(),
@@ -82,7 +83,7 @@ impl FetchRequest {
         key: impl Into<ObjectPath>,
         offset: u64,
         len: u32,
-        dest: *mut u8,
+        dest: ArenaSlice,
     ) -> FetchRequest {
         FetchRequest {
             tag,
@@ -230,22 +231,18 @@ impl S3Fetcher {
 
     /// Accepts `req`, or gives it back in [`Full`] when `capacity` requests
     /// are in flight. The request starts at once on the runtime; it never
-    /// blocks the caller. A request with a null `dest` (and a non-zero
-    /// length) or a range past `u64::MAX` completes with an `InvalidInput`
+    /// blocks the caller. A request whose `dest` is shorter than its length
+    /// or whose range ends past `u64::MAX` completes with an `InvalidInput`
     /// error.
     ///
-    /// # Safety
-    ///
-    /// `req.dest` must be valid for writes of `req.len` bytes, and nothing
-    /// may read or write that memory, until this request's [`Completion`]
-    /// has been returned by `poll_completions` (dropping the fetcher cancels
-    /// outstanding requests and waits, up to 30 seconds, until none can
-    /// write any more).
-    pub unsafe fn submit(&mut self, req: FetchRequest) -> Result<(), Full<FetchRequest>> {
+    /// The request's task holds `req.dest` (and so the arena's mapping)
+    /// until it ends; dropping the fetcher cancels outstanding requests and
+    /// waits, up to 30 seconds, until none can write any more.
+    pub fn submit(&mut self, req: FetchRequest) -> Result<(), Full<FetchRequest>> {
         if self.queue.is_full() {
             return Err(Full(req));
         }
-        let bad = (req.dest.is_null() && req.len > 0)
+        let bad = req.dest.len() < req.len as usize
             || req.offset.checked_add(u64::from(req.len)).is_none();
         if bad {
             let err = FetchError {
@@ -253,7 +250,7 @@ impl S3Fetcher {
                 range: None,
                 attempts: 0,
                 retryable: false,
-                message: "null destination or a range past u64::MAX".to_owned(),
+                message: "destination shorter than the length, or a range past u64::MAX".to_owned(),
             };
             self.queue
                 .reject(req.tag, io::Error::new(io::ErrorKind::InvalidInput, err));
@@ -270,9 +267,27 @@ impl S3Fetcher {
         let task = move |dest, attempts| async move {
             fetch(&*store, &spec, dest, timeout, retry, &attempts).await
         };
-        // SAFETY: the caller's contract on `req.dest` is `spawn`'s; a null
-        // `dest` with a non-zero length was rejected above.
-        unsafe { self.queue.spawn(req.tag, req.dest, req.len, task) };
+        self.queue.spawn(req.tag, req.dest, req.len, task);
+        Ok(())
+    }
+
+    /// Accepts request `tag` and completes it at once with an
+    /// `InvalidInput` error about `key` saying `why` (a sample no request
+    /// can carry); gives the tag back in [`Full`] when `capacity` requests
+    /// are in flight.
+    pub fn reject(&mut self, tag: u64, key: String, why: String) -> Result<(), Full<u64>> {
+        if self.queue.is_full() {
+            return Err(Full(tag));
+        }
+        let err = FetchError {
+            key,
+            range: None,
+            attempts: 0,
+            retryable: false,
+            message: why,
+        };
+        self.queue
+            .reject(tag, io::Error::new(io::ErrorKind::InvalidInput, err));
         Ok(())
     }
 
@@ -305,19 +320,22 @@ async fn fetch(
     retry: ReadRetry,
     attempts: &Attempts,
 ) -> io::Result<u32> {
-    let one = move || async move {
-        tokio::time::timeout(timeout, attempt(store, req, dest))
-            .await
-            .unwrap_or_else(|_| {
-                Err(AttemptError {
-                    kind: io::ErrorKind::TimedOut,
-                    retryable: true,
-                    message: format!(
-                        "timed out: no complete response within {} ms",
-                        timeout.as_millis()
-                    ),
+    let one = move || {
+        let dest = dest.clone();
+        async move {
+            tokio::time::timeout(timeout, attempt(store, req, dest))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(AttemptError {
+                        kind: io::ErrorKind::TimedOut,
+                        retryable: true,
+                        message: format!(
+                            "timed out: no complete response within {} ms",
+                            timeout.as_millis()
+                        ),
+                    })
                 })
-            })
+        }
     };
     match attempts.run(retry, one).await {
         Ok(()) => Ok(req.len),
