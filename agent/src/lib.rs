@@ -24,4 +24,3 @@ pub mod source;
 mod sys;
 #[cfg(test)]
 mod testutil;
-pub mod uring_reader;

@@ -7,13 +7,13 @@ mod common_s3;
 
 use common_s3::delay_proxy::DelayProxy;
 use common_s3::{synth, Seaweed, BUCKET};
+use granary_agent::source::queue::IoCompletion as Completion;
 use granary_agent::source::s3::fault::FaultyStore;
 use granary_agent::source::s3::{
     fetch_error, is_retryable, FetchOptions, FetchRequest, FetchStats, S3Catalog, S3Layout,
     S3Source,
 };
 use granary_agent::source::Catalog;
-use granary_agent::uring_reader::{Completion, ReadRetry};
 use granary_shm::arena::{Arena, ArenaSlice};
 use granary_tools::ingest::{self, IngestOptions};
 use granary_tools::synth::verify_sample;
@@ -31,16 +31,26 @@ fn ingest_dir(weed: &Seaweed, src: &Path, prefix: &str) -> ingest::IngestReport 
 
 /// Fetches every sample of `catalog` into one buffer with `capacity` in
 /// flight (the queue kept full); `on_completion(n)` runs after the n-th
-/// completion. Returns the buffer, each sample's span, the completions by
-/// sample, the most seen in flight, and the fetcher's counters.
+/// sample is done. The fetcher makes one attempt per request; like the
+/// engine's retry policy, a sample whose fetch failed with a retryable
+/// error is submitted again after [`RESUBMIT_DELAY`], up to
+/// [`RESUBMITS`] times. Returns the buffer, each sample's span, the final
+/// result by sample, the most seen in flight, the resubmissions and the
+/// fetcher's counters.
 struct Fetched {
     buf: Vec<u8>,
     spans: Vec<(usize, usize)>,
     results: Vec<Option<io::Result<u32>>>,
     max_in_flight: usize,
+    resubmits: u64,
     stats: FetchStats,
     elapsed: Duration,
 }
+
+/// Most resubmissions of one sample in [`fetch_all`].
+const RESUBMITS: u32 = 100;
+/// Wait before a resubmission in [`fetch_all`].
+const RESUBMIT_DELAY: Duration = Duration::from_millis(50);
 
 fn fetch_all(
     source: &S3Source,
@@ -57,30 +67,51 @@ fn fetch_all(
     let arena = Arena::heap(total.max(1) as u64).unwrap();
     let mut fetcher = source.fetcher_with(options).unwrap();
     let mut results: Vec<Option<io::Result<u32>>> = (0..catalog.len()).map(|_| None).collect();
-    let mut next = 0usize;
+    let mut tries = vec![0u32; catalog.len()];
+    let mut ready: std::collections::VecDeque<usize> = (0..catalog.len()).collect();
+    let mut later: Vec<(Instant, usize)> = Vec::new();
     let mut done = 0usize;
+    let mut resubmits = 0u64;
     let mut max_in_flight = 0;
     let mut out: Vec<Completion> = Vec::new();
     let t0 = Instant::now();
     while done < catalog.len() {
-        while next < catalog.len() {
-            let (at, len) = spans[next];
+        let now = Instant::now();
+        later.retain(|&(at, i)| {
+            if at <= now {
+                ready.push_back(i);
+            }
+            at > now
+        });
+        while let Some(&i) = ready.front() {
+            let (at, len) = spans[i];
             let dest = arena.slice(at as u64, len).unwrap();
-            let req = catalog.request(next as u64, next as u64, dest).unwrap();
+            let req = catalog.request(i as u64, i as u64, dest).unwrap();
             match fetcher.submit(req) {
-                Ok(()) => next += 1,
+                Ok(()) => {
+                    ready.pop_front();
+                }
                 Err(_) => break,
             }
         }
         max_in_flight = max_in_flight.max(fetcher.in_flight());
         out.clear();
+        let wait = if later.is_empty() { 200 } else { 10 };
         fetcher
-            .poll_completions(Some(Duration::from_millis(200)), &mut out)
+            .poll_completions(Some(Duration::from_millis(wait)), &mut out)
             .unwrap();
         for c in out.drain(..) {
-            let slot = &mut results[c.tag as usize];
-            assert!(slot.is_none(), "sample {} completed twice", c.tag);
-            *slot = Some(c.result);
+            let i = c.tag as usize;
+            assert!(results[i].is_none(), "sample {i} completed twice");
+            if let Err(e) = &c.result {
+                if is_retryable(e) && tries[i] < RESUBMITS {
+                    tries[i] += 1;
+                    resubmits += 1;
+                    later.push((Instant::now() + RESUBMIT_DELAY, i));
+                    continue;
+                }
+            }
+            results[i] = Some(c.result);
             done += 1;
             on_completion(done);
         }
@@ -97,6 +128,7 @@ fn fetch_all(
         spans,
         results,
         max_in_flight,
+        resubmits,
         stats,
         elapsed,
     }
@@ -255,12 +287,7 @@ fn five_percent_injected_failures_still_deliver_every_sample() {
     ingest_dir(&weed, &spec.root, "faulty");
     let settings = weed.settings();
     let faulty = Arc::new(FaultyStore::new(settings.build_store().unwrap(), 0.05, 7));
-    let mut opts = options(64);
-    opts.retry = ReadRetry {
-        retries: 10,
-        base_delay: Duration::from_millis(5),
-        max_delay: Duration::from_millis(100),
-    };
+    let opts = options(64);
     let source = S3Source::with_store(faulty.clone(), BUCKET, opts.clone()).unwrap();
     let catalog = source.catalog(&S3Layout::Prefix("faulty".into())).unwrap();
     assert_eq!(catalog.len(), 300);
@@ -268,13 +295,15 @@ fn five_percent_injected_failures_still_deliver_every_sample() {
     verify_all(&catalog, &f);
     let (before, during) = faulty.injected();
     eprintln!(
-        "{} GETs, {before} failed before the response, {during} in the body; {} retries",
+        "{} GETs, {before} failed before the response, {during} in the body; {} resubmitted",
         faulty.gets(),
-        f.stats.retries
+        f.resubmits
     );
     assert!(before > 0 && during > 0, "{before} {during}");
-    assert_eq!(f.stats.retries, before + during);
-    assert_eq!(f.stats.failures, 0);
+    // Every injected failure failed one request, which was retryable.
+    assert_eq!(f.resubmits, before + during);
+    assert_eq!(f.stats.failures, before + during);
+    assert_eq!(f.stats.attempts, f.stats.requests);
 }
 
 #[test]
@@ -285,11 +314,9 @@ fn server_killed_and_restarted_mid_fetch_loses_nothing() {
     ingest_dir(&weed, &spec.root, "restart");
     let mut settings = weed.settings();
     settings.request_timeout = Duration::from_secs(2);
-    settings.retries = 40;
     let source = S3Source::connect(&settings, 16).unwrap();
     let catalog = source.catalog(&S3Layout::Prefix("restart".into())).unwrap();
-    let mut opts = source.options().clone();
-    opts.retry.max_delay = Duration::from_millis(500);
+    let opts = source.options().clone();
 
     let mut restarter = None;
     let mut weed_slot = Some(weed);
@@ -313,13 +340,13 @@ fn server_killed_and_restarted_mid_fetch_loses_nothing() {
     weed = restarter.expect("the kill happened").join().unwrap();
     verify_all(&catalog, &f);
     eprintln!(
-        "600 samples, {} retries, {} timeouts, {:.2} s",
-        f.stats.retries,
+        "600 samples, {} resubmitted, {} timeouts, {:.2} s",
+        f.resubmits,
         f.stats.timeouts,
         f.elapsed.as_secs_f64()
     );
-    assert!(f.stats.retries > 0);
-    assert_eq!(f.stats.failures, 0);
+    assert!(f.resubmits > 0);
+    assert_eq!(f.stats.failures, f.resubmits);
     // The restarted server still holds everything.
     let again = source.catalog(&S3Layout::Prefix("restart".into())).unwrap();
     assert_eq!(again, catalog);
@@ -373,7 +400,6 @@ fn a_request_slower_than_the_timeout_fails_then_succeeds_without_the_delay() {
     .unwrap();
     let mut settings = weed.settings_via(proxy.local_addr());
     settings.request_timeout = Duration::from_millis(300);
-    settings.retries = 1;
     let source = S3Source::connect(&settings, 8).unwrap();
     let key = "slow/class_000/img_00000000.bin";
     let len = std::fs::metadata(spec.path_of(0)).unwrap().len() as u32;
@@ -387,8 +413,10 @@ fn a_request_slower_than_the_timeout_fails_then_succeeds_without_the_delay() {
         e.to_string().contains(key) && e.to_string().contains("300 ms"),
         "{e}"
     );
-    assert_eq!(fetcher.stats().timeouts, 2);
-    assert!(t0.elapsed() >= Duration::from_millis(600));
+    // One attempt, cut at the timeout.
+    assert_eq!(fetcher.stats().timeouts, 1);
+    assert_eq!(fetcher.stats().attempts, 1);
+    assert!(t0.elapsed() >= Duration::from_millis(300));
 
     proxy.set_delay(Duration::ZERO);
     let n = fetch_one(&mut fetcher, FetchRequest::whole(2, key, len, whole(&buf))).unwrap();

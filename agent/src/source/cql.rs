@@ -23,7 +23,7 @@
 //!   `SELECT data FROM ks.data WHERE id = ?` per sample, thousands in flight
 //!   on a small tokio runtime, the blob copied once, from the driver's
 //!   receive buffer into the caller's memory. Its interface has the shape of
-//!   [`crate::uring_reader::UringReader`] and the S3 fetcher.
+//!   [`crate::source::fs::reader::UringReader`] and the S3 fetcher.
 //!
 //! [`CqlSource`] ties the session and its runtime together; [`CqlDataset`]
 //! adds the catalog and a fetcher and is what the engine drives, through
@@ -37,7 +37,6 @@ pub use catalog::{CqlCatalog, CqlEntry};
 pub use fetcher::{CqlFetcher, FetchOptions, FetchRequest, FetchStats, Full};
 
 use crate::config::{parse_cql_host, DatasetConfig};
-use crate::uring_reader::ReadRetry;
 use scylla::client::session::Session;
 use scylla::errors::{
     DbError, ExecutionError, NextPageError, NextRowError, PagerExecutionError, PrepareError,
@@ -65,10 +64,6 @@ pub const DEFAULT_METADATA_TABLE: &str = "metadata";
 /// Environment variable holding the password when the configuration (or
 /// the command line) names a user but no password.
 pub const PASSWORD_ENV: &str = "GRANARY_CQL_PASSWORD";
-/// Upper bound of the backoff before the first retry; it doubles per retry.
-pub const RETRY_BASE_DELAY: Duration = Duration::from_millis(50);
-/// Upper bound of any backoff.
-pub const RETRY_MAX_DELAY: Duration = Duration::from_secs(2);
 /// Rows per page when the metadata table is read.
 pub const CATALOG_PAGE_SIZE: i32 = 5000;
 
@@ -257,21 +252,11 @@ impl CqlSettings {
         format!("cql://{}/{id}", self.data_ref())
     }
 
-    /// The retry policy these settings ask for.
-    pub fn retry_policy(&self) -> ReadRetry {
-        ReadRetry {
-            retries: self.retries,
-            base_delay: RETRY_BASE_DELAY,
-            max_delay: RETRY_MAX_DELAY,
-        }
-    }
-
     /// Fetch options for these settings.
     pub fn fetch_options(&self) -> FetchOptions {
         FetchOptions {
             capacity: self.max_inflight,
             request_timeout: self.request_timeout,
-            retry: self.retry_policy(),
         }
     }
 }
@@ -485,11 +470,12 @@ impl fmt::Display for FetchError {
 impl std::error::Error for FetchError {}
 
 /// Whether a fetch error may go away on its own: the [`FetchError`] inside
-/// says so; other errors are judged by [`crate::uring_reader::is_retryable`].
+/// says so (timeouts, connection errors, overload); other errors are judged
+/// by their [`crate::source::FailureKind`].
 pub fn is_retryable(err: &io::Error) -> bool {
     match fetch_error(err) {
         Some(f) => f.retryable,
-        None => crate::uring_reader::is_retryable(err),
+        None => crate::source::SampleError::from_io(err).kind.retryable(),
     }
 }
 
@@ -596,30 +582,16 @@ impl From<NextRowError> for AttemptError {
     }
 }
 
-/// Runs `op` until it succeeds, fails with a non-retryable error, or
-/// `policy.retries` retries have failed, sleeping the policy's backoff
-/// (jittered by `seed`) between attempts. Returns the last error with the
-/// number of attempts made.
-pub async fn with_retries<T, F, Fut>(
-    policy: ReadRetry,
-    seed: u64,
-    mut op: F,
-) -> Result<T, (AttemptError, u32)>
+/// Runs `op` once, and gives its error with the number of attempts (1).
+/// The agent makes one attempt per request: a sample is read again by the
+/// engine's retry policy, a dataset whose catalog cannot be read is opened
+/// again in the background (`crate::dataset`).
+pub(crate) async fn once<T, F, Fut>(op: F) -> Result<T, (AttemptError, u32)>
 where
-    F: FnMut() -> Fut,
+    F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<T, AttemptError>>,
 {
-    let mut attempts = 0u32;
-    loop {
-        attempts += 1;
-        match op().await {
-            Ok(v) => return Ok(v),
-            Err(e) if e.retryable() && attempts <= policy.retries => {
-                tokio::time::sleep(policy.delay(attempts, seed)).await;
-            }
-            Err(e) => return Err((e, attempts)),
-        }
-    }
+    op().await.map_err(|e| (e, 1))
 }
 
 impl CqlError {

@@ -3,9 +3,9 @@
 //! fetchers share.
 //!
 //! Both fetchers ([`super::s3::S3Fetcher`], [`super::cql::CqlFetcher`]) have
-//! the shape of [`crate::uring_reader::UringReader`]: a single-threaded
+//! the shape of [`super::fs::reader::UringReader`]: a single-threaded
 //! owner submits requests without blocking, up to a capacity, and collects
-//! [`Completion`]s in any order, waiting on a descriptor when it has nothing
+//! [`IoCompletion`]s in any order, waiting on a descriptor when it has nothing
 //! else to do. Only what one request does differs between them (a GET whose
 //! body is streamed into memory, a prepared read whose blob is copied);
 //! everything around it is a [`TaskQueue`]:
@@ -23,8 +23,8 @@
 //! * [`Dest`]: the caller's arena range as a task sees it, and the one
 //!   place where fetched bytes are copied into it; the task holds it (and
 //!   so the arena's mapping) until its future is dropped;
-//! * [`Attempts::run`]: one request's attempts, retried with backoff, and
-//!   the counters of [`FetchStats`];
+//! * [`Attempts::once`]: a request's one attempt (the engine's retry
+//!   policy decides on another), counted in [`FetchStats`];
 //! * dropping: the running tasks are aborted, then the drop waits (up to
 //!   30 seconds) until every task's future is gone. An aborted task may be
 //!   copying into its destination on a worker thread at that moment; only
@@ -32,7 +32,7 @@
 //!   another read. A task still running after the wait keeps its range,
 //!   and the mapping, alive.
 
-use crate::uring_reader::{Completion, ReadRetry};
+use crate::source::queue::IoCompletion;
 use granary_shm::arena::ArenaSlice;
 use std::collections::HashMap;
 use std::fs::File;
@@ -54,10 +54,9 @@ const DROP_DRAIN_LIMIT: Duration = Duration::from_secs(30);
 pub struct FetchStats {
     /// Requests accepted.
     pub requests: u64,
-    /// Attempts made (requests + retries).
+    /// Attempts made: one per request that ran (a request refused before
+    /// running makes none).
     pub attempts: u64,
-    /// Attempts that failed and were retried.
-    pub retries: u64,
     /// Attempts that ran out of time.
     pub timeouts: u64,
     /// Requests that completed with an error.
@@ -70,7 +69,6 @@ pub struct FetchStats {
 struct Counters {
     requests: AtomicU64,
     attempts: AtomicU64,
-    retries: AtomicU64,
     timeouts: AtomicU64,
     failures: AtomicU64,
     bytes: AtomicU64,
@@ -79,7 +77,7 @@ struct Counters {
 /// State shared by the owner and the tasks.
 struct Shared {
     /// Finished requests: (internal id, completion).
-    done: Mutex<Vec<(u64, Completion)>>,
+    done: Mutex<Vec<(u64, IoCompletion)>>,
     /// An eventfd, signalled after every push to `done`.
     event: File,
     /// Tasks whose future has not been dropped yet.
@@ -141,57 +139,36 @@ impl Dest {
     }
 }
 
-/// A failed attempt as [`Attempts::run`] judges it.
+/// A failed attempt as [`Attempts::once`] counts it.
 pub(crate) trait AttemptFailure {
     /// The kind it is reported with (`TimedOut` counts as a timeout).
     fn kind(&self) -> io::ErrorKind;
-    /// Whether another attempt may succeed.
-    fn retryable(&self) -> bool;
 }
 
-/// What a task gets besides its destination: the counters its attempts are
-/// tallied in, and the seed that spreads its backoff (the request's
-/// internal id).
+/// What a task gets besides its destination: the counters its attempt is
+/// tallied in.
 pub(crate) struct Attempts {
     shared: Arc<Shared>,
-    seed: u64,
 }
 
 impl Attempts {
-    /// Runs `attempt` until it succeeds, fails with an error that is not
-    /// retryable, or `retry.retries` retries have failed, sleeping
-    /// `retry`'s backoff (exponential, jittered) before each retry. Every
-    /// attempt, retry and timeout is counted. On failure: the last error and
-    /// the number of attempts made.
-    pub(crate) async fn run<E, F, Fut>(
-        &self,
-        retry: ReadRetry,
-        mut attempt: F,
-    ) -> Result<(), (E, u32)>
+    /// Runs the request's one attempt and counts it (and its timeout, if
+    /// it ran out of time). A failed request is retried, if at all, by the
+    /// engine's retry policy, as a new request.
+    pub(crate) async fn once<E, Fut>(&self, attempt: Fut) -> Result<(), E>
     where
         E: AttemptFailure,
-        F: FnMut() -> Fut,
         Fut: Future<Output = Result<(), E>>,
     {
         let c = &self.shared.counters;
-        let mut attempts = 0u32;
-        loop {
-            attempts += 1;
-            c.attempts.fetch_add(1, Ordering::Relaxed);
-            let err = match attempt().await {
-                Ok(()) => return Ok(()),
-                Err(e) => e,
-            };
-            if err.kind() == io::ErrorKind::TimedOut {
+        c.attempts.fetch_add(1, Ordering::Relaxed);
+        let r = attempt.await;
+        if let Err(e) = &r {
+            if e.kind() == io::ErrorKind::TimedOut {
                 c.timeouts.fetch_add(1, Ordering::Relaxed);
             }
-            if err.retryable() && attempts <= retry.retries {
-                c.retries.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(retry.delay(attempts, self.seed)).await;
-                continue;
-            }
-            return Err((err, attempts));
         }
+        r
     }
 }
 
@@ -204,7 +181,7 @@ pub(crate) struct TaskQueue {
     owner: &'static str,
     shared: Arc<Shared>,
     /// Requests that completed without running (bad input).
-    ready: Vec<Completion>,
+    ready: Vec<IoCompletion>,
     /// Abort handles of running tasks, by internal id.
     running: HashMap<u64, AbortHandle>,
     next_id: u64,
@@ -275,7 +252,6 @@ impl TaskQueue {
         FetchStats {
             requests: c.requests.load(Ordering::Relaxed),
             attempts: c.attempts.load(Ordering::Relaxed),
-            retries: c.retries.load(Ordering::Relaxed),
             timeouts: c.timeouts.load(Ordering::Relaxed),
             failures: c.failures.load(Ordering::Relaxed),
             bytes: c.bytes.load(Ordering::Relaxed),
@@ -296,7 +272,7 @@ impl TaskQueue {
         let c = &self.shared.counters;
         c.requests.fetch_add(1, Ordering::Relaxed);
         c.failures.fetch_add(1, Ordering::Relaxed);
-        self.ready.push(Completion {
+        self.ready.push(IoCompletion {
             tag,
             result: Err(err),
         });
@@ -330,7 +306,6 @@ impl TaskQueue {
         };
         let attempts = Attempts {
             shared: self.shared.clone(),
-            seed: id,
         };
         let fetch = task(dest, attempts);
         let shared = self.shared.clone();
@@ -346,7 +321,7 @@ impl TaskQueue {
                 .done
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .push((id, Completion { tag, result }));
+                .push((id, IoCompletion { tag, result }));
             shared.signal();
         };
         let handle = self.runtime.spawn(run);
@@ -359,7 +334,7 @@ impl TaskQueue {
     pub(crate) fn poll_completions(
         &mut self,
         wait: Option<Duration>,
-        out: &mut Vec<Completion>,
+        out: &mut Vec<IoCompletion>,
     ) -> io::Result<usize> {
         let start = out.len();
         let deadline = wait.map(|d| Instant::now() + d);

@@ -19,7 +19,7 @@
 //! and within each label the same sizes in another order (by id rather than
 //! by path).
 
-use super::{with_retries, AttemptError, CqlError, CqlSettings};
+use super::{once, AttemptError, CqlError, CqlSettings};
 use futures_util::TryStreamExt;
 use scylla::client::session::Session;
 use scylla::statement::{Consistency, Statement};
@@ -97,11 +97,9 @@ impl CqlCatalog {
         let mut statement = Statement::new(format!("SELECT id, label, size FROM {table}"));
         statement.set_page_size(super::CATALOG_PAGE_SIZE);
         statement.set_consistency(Consistency::LocalQuorum);
-        let rows = with_retries(settings.retry_policy(), 1, || {
-            read_rows(session, &statement, &table, size_type)
-        })
-        .await
-        .map_err(|e| CqlError::request(format!("read {table}"), e))??;
+        let rows = once(|| read_rows(session, &statement, &table, size_type))
+            .await
+            .map_err(|e| CqlError::request(format!("read {table}"), e))??;
         CqlCatalog::from_rows(&table, rows)
     }
 
@@ -217,7 +215,7 @@ async fn check_schema(session: &Session, settings: &CqlSettings) -> Result<SizeT
         settings.keyspace
     ));
     statement.set_consistency(Consistency::One);
-    let rows = with_retries(settings.retry_policy(), 2, || async {
+    let rows = once(|| async {
         let result = session.query_unpaged(statement.clone(), ()).await?;
         let rows = result
             .into_rows_result()

@@ -5,7 +5,7 @@
 //! The owner calls [`CqlFetcher::submit`] — which never blocks — up to
 //! [`CqlFetcher::capacity`] times, and collects finished reads with
 //! [`CqlFetcher::poll_completions`], in any order, exactly like
-//! [`crate::uring_reader::UringReader`] and the S3 fetcher. Each accepted
+//! [`crate::source::fs::reader::UringReader`] and the S3 fetcher. Each accepted
 //! request becomes one task on the runtime:
 //!
 //! 1. one execution of the prepared `SELECT data FROM ks.data WHERE id = ?`,
@@ -15,9 +15,9 @@
 //!    the bytes the driver received — and copied once into `dest`; no row is
 //!    an error naming the id (`NotFound`), and so is a blob whose length is
 //!    not the catalog's;
-//! 3. on failure, [`super::classify`] decides: timeouts, broken
-//!    connections, overloaded, unavailable and read timeouts are retried
-//!    after an exponential, jittered backoff; anything else fails at once;
+//! 3. one attempt: on failure, [`super::classify`] says whether another
+//!    may succeed (timeouts, broken connections, overloaded, unavailable,
+//!    read timeouts); the engine's retry policy decides on another;
 //! 4. the completion is queued and the eventfd ([`CqlFetcher::wake_fd`]) is
 //!    signalled.
 //!
@@ -30,10 +30,10 @@
 //! the S3 fetcher uses too (`source/task_queue.rs`).
 
 use super::{AttemptError, FetchError};
+pub use crate::source::queue::Full;
+use crate::source::queue::{IoCompletion as Completion, QueuedRequest};
 pub use crate::source::task_queue::FetchStats;
 use crate::source::task_queue::{AttemptFailure, Attempts, Dest, TaskQueue};
-pub use crate::uring_reader::Full;
-use crate::uring_reader::{Completion, QueuedRequest, ReadRetry};
 use granary_shm::arena::ArenaSlice;
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
@@ -74,9 +74,6 @@ pub struct FetchOptions {
     pub capacity: u32,
     /// Time limit of one attempt. Default 10 s.
     pub request_timeout: Duration,
-    /// Retries of retryable failures and their backoff. Default 8 retries,
-    /// 50 ms first backoff, at most 2 s.
-    pub retry: ReadRetry,
 }
 
 impl Default for FetchOptions {
@@ -84,11 +81,6 @@ impl Default for FetchOptions {
         FetchOptions {
             capacity: super::DEFAULT_MAX_INFLIGHT,
             request_timeout: super::DEFAULT_REQUEST_TIMEOUT,
-            retry: ReadRetry {
-                retries: super::DEFAULT_RETRIES,
-                base_delay: super::RETRY_BASE_DELAY,
-                max_delay: super::RETRY_MAX_DELAY,
-            },
         }
     }
 }
@@ -96,10 +88,6 @@ impl Default for FetchOptions {
 impl AttemptFailure for AttemptError {
     fn kind(&self) -> io::ErrorKind {
         self.failure.kind
-    }
-
-    fn retryable(&self) -> bool {
-        self.failure.retryable
     }
 }
 
@@ -218,13 +206,12 @@ impl CqlFetcher {
             table: self.table.clone(),
             row: req.id,
         };
-        let retry = self.options.retry;
         let task = move |dest: Dest, attempts: Attempts| async move {
             let job = &job;
             let len = dest.len() as u32;
-            match attempts.run(retry, move || job.attempt(dest.clone())).await {
+            match attempts.once(job.attempt(dest)).await {
                 Ok(()) => Ok(len),
-                Err((err, attempts)) => Err(job.failed(err, attempts)),
+                Err(err) => Err(job.failed(err)),
             }
         };
         self.queue.spawn(req.tag, req.dest, req.len, task);
@@ -291,14 +278,14 @@ impl Job {
     }
 
     /// The completion's error after the last failed attempt.
-    fn failed(&self, err: AttemptError, attempts: u32) -> io::Error {
+    fn failed(&self, err: AttemptError) -> io::Error {
         io::Error::new(
             err.failure.kind,
             FetchError {
                 table: self.table.to_string(),
                 id: self.row,
-                attempts,
-                retryable: err.retryable(),
+                attempts: 1,
+                retryable: err.failure.retryable,
                 message: err.message,
             },
         )

@@ -12,7 +12,7 @@
 //!   replication, the tables' partitioners), only for the dataset's
 //!   keyspace.
 //! * Retries: the driver's own are off (its fall-through policy); the
-//!   fetcher and the catalog retry with one policy ([`super::with_retries`]).
+//!   fetcher and the catalog make one attempt per request ([`super::once`]).
 //! * Reads at `LOCAL_ONE`: the data is written once and read many times.
 
 use super::{CqlError, CqlSettings, Pool};
@@ -150,11 +150,9 @@ pub async fn prepare_read(
     settings: &CqlSettings,
 ) -> Result<PreparedStatement, CqlError> {
     let cql = format!("SELECT data FROM {} WHERE id = ?", settings.data_ref());
-    let mut statement = super::with_retries(settings.retry_policy(), 0, || async {
-        Ok(session.prepare(cql.as_str()).await?)
-    })
-    .await
-    .map_err(|e| CqlError::request(format!("prepare {cql:?}"), e))?;
+    let mut statement = super::once(|| async { Ok(session.prepare(cql.as_str()).await?) })
+        .await
+        .map_err(|e| CqlError::request(format!("prepare {cql:?}"), e))?;
     statement.set_consistency(Consistency::LocalOne);
     statement.set_retry_policy(Some(Arc::new(FallthroughRetryPolicy::new())));
     Ok(statement)

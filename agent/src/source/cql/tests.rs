@@ -45,7 +45,7 @@ fn settings_come_from_the_dataset_with_defaults() {
     let o = s.fetch_options();
     assert_eq!(o.capacity, 64);
     assert_eq!(o.request_timeout, Duration::from_millis(250));
-    assert_eq!(o.retry.retries, 2);
+    assert_eq!(s.retries, 2);
 }
 
 #[test]

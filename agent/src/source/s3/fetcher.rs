@@ -5,19 +5,19 @@
 //! The owner (the engine, a test, a benchmark) calls [`S3Fetcher::submit`]
 //! — which never blocks — up to [`S3Fetcher::capacity`] times, and collects
 //! finished requests with [`S3Fetcher::poll_completions`], in any order,
-//! exactly like [`crate::uring_reader::UringReader`]; the completions are
-//! the same [`Completion`] type. Each accepted request becomes one task on
-//! the runtime's worker threads:
+//! exactly like [`crate::source::fs::reader::UringReader`]; the completions
+//! are the same [`IoCompletion`] type. Each accepted request becomes one
+//! task on the runtime's worker threads:
 //!
 //! 1. a GET of the object (a ranged GET for a range of it), under a timeout
 //!    that covers headers and body ([`FetchOptions::request_timeout`]);
 //! 2. the body, chunk by chunk as the HTTP client receives it, copied into
 //!    `dest` at its offset — the only copy of the bytes; a body longer or
 //!    shorter than the requested length is an error naming the key;
-//! 3. on failure, [`super::classify`] decides: timeouts, connection errors,
-//!    HTTP 5xx/429/408 are retried after an exponential, jittered backoff
-//!    ([`FetchOptions::retry`]), each retry rewriting `dest` from the start;
-//!    404, 403 and other client errors fail at once;
+//! 3. one attempt: on failure, [`super::classify`] says whether another
+//!    may succeed (timeouts, connection errors, HTTP 5xx/429/408) or not
+//!    (404, 403 and other client errors), in the error's [`FetchError`];
+//!    the engine's retry policy decides whether to fetch again;
 //! 4. the completion is queued and the fetcher's eventfd
 //!    ([`S3Fetcher::wake_fd`]) is signalled, so an owner that waits on
 //!    several descriptors wakes up.
@@ -29,10 +29,10 @@
 //! (`source/task_queue.rs`).
 
 use super::{classify, FetchError};
+pub use crate::source::queue::Full;
+use crate::source::queue::{IoCompletion as Completion, QueuedRequest};
 pub use crate::source::task_queue::FetchStats;
 use crate::source::task_queue::{AttemptFailure, Attempts, Dest, TaskQueue};
-pub use crate::uring_reader::Full;
-use crate::uring_reader::{Completion, QueuedRequest, ReadRetry};
 use futures_util::StreamExt;
 use granary_shm::arena::ArenaSlice;
 use object_store::path::Path as ObjectPath;
@@ -111,9 +111,6 @@ pub struct FetchOptions {
     /// Time limit of one attempt, from sending the request to the last body
     /// byte. Default 10 s.
     pub request_timeout: Duration,
-    /// Retries of retryable failures and their backoff. Default 8 retries,
-    /// 50 ms first backoff, at most 2 s.
-    pub retry: ReadRetry,
     /// Worker threads of the runtime a [`super::S3Source`] creates.
     /// Default 2.
     pub worker_threads: usize,
@@ -124,11 +121,6 @@ impl Default for FetchOptions {
         FetchOptions {
             capacity: 256,
             request_timeout: super::DEFAULT_REQUEST_TIMEOUT,
-            retry: ReadRetry {
-                retries: super::DEFAULT_RETRIES,
-                base_delay: super::RETRY_BASE_DELAY,
-                max_delay: super::RETRY_MAX_DELAY,
-            },
             worker_threads: 2,
         }
     }
@@ -144,10 +136,6 @@ struct AttemptError {
 impl AttemptFailure for AttemptError {
     fn kind(&self) -> io::ErrorKind {
         self.kind
-    }
-
-    fn retryable(&self) -> bool {
-        self.retryable
     }
 }
 
@@ -257,7 +245,7 @@ impl S3Fetcher {
             return Ok(());
         }
         let store = self.store.clone();
-        let (timeout, retry) = (self.options.request_timeout, self.options.retry);
+        let timeout = self.options.request_timeout;
         let spec = Spec {
             key: req.key,
             offset: req.offset,
@@ -265,7 +253,7 @@ impl S3Fetcher {
             whole_object: req.whole_object,
         };
         let task = move |dest, attempts| async move {
-            fetch(&*store, &spec, dest, timeout, retry, &attempts).await
+            fetch(&*store, &spec, dest, timeout, &attempts).await
         };
         self.queue.spawn(req.tag, req.dest, req.len, task);
         Ok(())
@@ -311,40 +299,36 @@ struct Spec {
     whole_object: bool,
 }
 
-/// Runs one request: attempts under the timeout, retries with backoff.
+/// Runs one request: one attempt under the timeout.
 async fn fetch(
     store: &dyn ObjectStore,
     req: &Spec,
     dest: Dest,
     timeout: Duration,
-    retry: ReadRetry,
     attempts: &Attempts,
 ) -> io::Result<u32> {
-    let one = move || {
-        let dest = dest.clone();
-        async move {
-            tokio::time::timeout(timeout, attempt(store, req, dest))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(AttemptError {
-                        kind: io::ErrorKind::TimedOut,
-                        retryable: true,
-                        message: format!(
-                            "timed out: no complete response within {} ms",
-                            timeout.as_millis()
-                        ),
-                    })
+    let one = async move {
+        tokio::time::timeout(timeout, attempt(store, req, dest))
+            .await
+            .unwrap_or_else(|_| {
+                Err(AttemptError {
+                    kind: io::ErrorKind::TimedOut,
+                    retryable: true,
+                    message: format!(
+                        "timed out: no complete response within {} ms",
+                        timeout.as_millis()
+                    ),
                 })
-        }
+            })
     };
-    match attempts.run(retry, one).await {
+    match attempts.once(one).await {
         Ok(()) => Ok(req.len),
-        Err((err, attempts)) => Err(io::Error::new(
+        Err(err) => Err(io::Error::new(
             err.kind,
             FetchError {
                 key: req.key.to_string(),
                 range: (!req.whole_object).then(|| (req.offset, req.offset + u64::from(req.len))),
-                attempts,
+                attempts: 1,
                 retryable: err.retryable,
                 message: err.message,
             },

@@ -342,7 +342,7 @@ fn body(n: usize) -> Vec<u8> {
 }
 
 #[test]
-fn fetcher_retries_5xx_and_streams_into_dest() {
+fn fetcher_makes_one_attempt_per_request_and_streams_into_dest() {
     let server = scripted(|_, _, n| {
         if n < 2 {
             Reply::status(503)
@@ -353,19 +353,27 @@ fn fetcher_retries_5xx_and_streams_into_dest() {
     let src = source_for(&server, 3, Duration::from_secs(5));
     let mut f = src.fetcher().unwrap();
     let buf = Mem::zeroed(5000);
-    let r = fetch_one(&mut f, FetchRequest::whole(1, "a/b.bin", 5000, buf.all()));
+    // The settings' retries are the ingest's: the fetcher makes one attempt
+    // per request, and says whether another may succeed.
+    for tag in 1..=2 {
+        let e =
+            fetch_one(&mut f, FetchRequest::whole(tag, "a/b.bin", 5000, buf.all())).unwrap_err();
+        assert!(is_retryable(&e), "{e}");
+        assert_eq!(fetch_error(&e).unwrap().attempts, 1);
+    }
+    let r = fetch_one(&mut f, FetchRequest::whole(3, "a/b.bin", 5000, buf.all()));
     assert_eq!(r.unwrap(), 5000);
     assert_eq!(buf.bytes(), body(5000));
     let st = f.stats();
     assert_eq!(
-        (st.attempts, st.retries, st.failures, st.bytes),
-        (3, 2, 0, 5000)
+        (st.requests, st.attempts, st.failures, st.bytes),
+        (3, 3, 2, 5000)
     );
     assert!(server.seen.lock().unwrap()[0].starts_with("GET /bkt/a/b.bin"));
 }
 
 #[test]
-fn fetcher_gives_up_after_retries_with_a_retryable_error() {
+fn a_failing_fetch_reports_one_attempt_and_a_retryable_error() {
     let server = scripted(|_, _, _| Reply::status(500));
     let src = source_for(&server, 2, Duration::from_secs(5));
     let mut f = src.fetcher().unwrap();
@@ -373,7 +381,8 @@ fn fetcher_gives_up_after_retries_with_a_retryable_error() {
     let e = fetch_one(&mut f, FetchRequest::whole(1, "k.bin", 10, buf.all())).unwrap_err();
     assert!(is_retryable(&e), "{e}");
     let fe = fetch_error(&e).unwrap();
-    assert_eq!((fe.attempts, fe.key.as_str()), (3, "k.bin"));
+    assert_eq!((fe.attempts, fe.key.as_str()), (1, "k.bin"));
+    assert_eq!(server.seen.lock().unwrap().len(), 1, "one GET");
     assert!(e.to_string().contains("HTTP 500"), "{e}");
 }
 

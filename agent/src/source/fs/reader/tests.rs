@@ -1,5 +1,7 @@
 use super::*;
 
+use crate::planner::mix64;
+use crate::source::SampleError;
 use crate::testutil::Mem;
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -46,6 +48,11 @@ fn cpath(p: &Path) -> CString {
 /// A FIFO at `path`.
 fn mkfifo(path: &Path) {
     nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+}
+
+/// Whether the engine's retry policy may try `err` again.
+fn retryable(err: &io::Error) -> bool {
+    SampleError::from_io(err).kind.retryable()
 }
 
 fn modes() -> [bool; 2] {
@@ -166,7 +173,7 @@ fn vanished_file_fails_alone_with_enoent_and_its_path() {
                 let msg = err.to_string();
                 assert!(msg.contains(&paths[17].display().to_string()), "{msg}");
                 assert!(msg.starts_with("open "), "{msg}");
-                assert!(!ReadRetry::is_retryable(&err));
+                assert!(!retryable(&err));
             } else {
                 assert_eq!(c.result.expect("others succeed"), 1000);
                 let i = c.tag as usize;
@@ -196,7 +203,7 @@ fn file_shorter_than_requested_is_an_error() {
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
         let msg = err.to_string();
         assert!(msg.contains("short") && msg.contains("100 of 200"), "{msg}");
-        assert!(!ReadRetry::is_retryable(err));
+        assert!(!retryable(err));
         let err = by_tag[&2].result.as_ref().expect_err("offset past the end");
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
         // A range that ends exactly at end of file is fine.
@@ -219,7 +226,7 @@ fn directory_is_an_error() {
         let err = done[0].result.as_ref().expect_err("directory");
         assert_eq!(errno(err), Some(libc::EISDIR));
         assert!(err.to_string().contains("sub"), "{err}");
-        assert!(!ReadRetry::is_retryable(err));
+        assert!(!retryable(err));
     }
 }
 
@@ -345,13 +352,13 @@ fn waits_are_bounded() {
 }
 
 #[test]
-fn retry_classifies_errors() {
+fn errors_are_classified_for_the_retry_policy() {
     let os = io::Error::from_raw_os_error;
     for e in [libc::EIO, libc::EAGAIN, libc::EINTR, libc::ETIMEDOUT] {
-        assert!(ReadRetry::is_retryable(&os(e)), "errno {e}");
+        assert!(retryable(&os(e)), "errno {e}");
     }
     for e in [libc::ENOENT, libc::EACCES, libc::EISDIR, libc::EINVAL] {
-        assert!(!ReadRetry::is_retryable(&os(e)), "errno {e}");
+        assert!(!retryable(&os(e)), "errno {e}");
     }
     let wrapped = ReadError {
         op: "read",
@@ -360,58 +367,21 @@ fn retry_classifies_errors() {
         short: None,
     }
     .into_io();
-    assert!(ReadRetry::is_retryable(&wrapped));
-    assert!(ReadRetry::is_retryable(&io::Error::from(
-        io::ErrorKind::TimedOut
-    )));
-    assert!(!ReadRetry::is_retryable(&io::Error::from(
-        io::ErrorKind::UnexpectedEof
-    )));
-}
-
-#[test]
-fn retry_backs_off_exponentially_with_bounded_jitter() {
-    let policy = ReadRetry {
-        retries: 3,
-        base_delay: Duration::from_millis(10),
-        max_delay: Duration::from_millis(50),
-    };
-    for seed in 0..200u64 {
-        for attempt in 1..=6u32 {
-            let cap = Duration::from_millis((10u64 << (attempt - 1)).min(50));
-            let d = policy.delay(attempt, seed);
-            assert!(
-                d >= cap / 2 && d <= cap,
-                "attempt {attempt} seed {seed}: {d:?}"
-            );
-            assert_eq!(d, policy.delay(attempt, seed), "deterministic");
-        }
+    assert_eq!(errno(&wrapped), Some(libc::EIO));
+    assert!(retryable(&wrapped));
+    assert!(retryable(&io::Error::from(io::ErrorKind::TimedOut)));
+    let short = ReadError {
+        op: "read",
+        target: "/x".into(),
+        errno: None,
+        short: Some((3, 9)),
     }
-    let distinct: std::collections::HashSet<_> = (0..50).map(|s| policy.delay(2, s)).collect();
-    assert!(distinct.len() > 40, "jitter spreads samples out");
-
-    let now = Instant::now();
-    let eio = io::Error::from_raw_os_error(libc::EIO);
-    for failures in 1..=3 {
-        match policy.decide(&eio, failures, now, 7) {
-            RetryDecision::RetryAt(at) => assert_eq!(at - now, policy.delay(failures, 7)),
-            RetryDecision::GiveUp => panic!("retry {failures} refused"),
-        }
-    }
-    assert_eq!(policy.decide(&eio, 4, now, 7), RetryDecision::GiveUp);
-    let enoent = io::Error::from_raw_os_error(libc::ENOENT);
-    assert_eq!(policy.decide(&enoent, 1, now, 7), RetryDecision::GiveUp);
-    let none = ReadRetry {
-        retries: 0,
-        ..policy
-    };
-    assert_eq!(none.decide(&eio, 1, now, 7), RetryDecision::GiveUp);
-    let huge = ReadRetry {
-        retries: 100,
-        base_delay: Duration::MAX,
-        max_delay: Duration::MAX,
-    };
-    assert!(huge.delay(100, 1) > Duration::ZERO);
+    .into_io();
+    assert_eq!(
+        SampleError::from_io(&short).kind,
+        crate::source::FailureKind::Short
+    );
+    assert!(!retryable(&short));
 }
 
 #[test]

@@ -10,8 +10,9 @@
 //! slot); otherwise they are issued one after the other. Short reads continue
 //! where they stopped, transient errors (`EINTR`, `EAGAIN`, `ECANCELED`) are
 //! resubmitted a few times, and a file that ends early is an error naming the
-//! path. [`ReadRetry`] is the policy the fetcher applies on top: which errors
-//! deserve another attempt, and when.
+//! path. Whether a failed read deserves another attempt is the engine's
+//! retry policy's decision (`crate::retry`), on the error's
+//! [`crate::source::FailureKind`].
 //!
 //! A reader built [`with_timeout`](UringReader::with_timeout) links an
 //! `IORING_OP_LINK_TIMEOUT` to every open and every read it hands to the
@@ -29,6 +30,7 @@ use std::os::fd::{AsFd, BorrowedFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::source::queue::{IoCompletion, QueuedRequest};
 use crate::sys::uring::{Cqe, Entry, PushError, Ring, Step, Target};
 use granary_shm::arena::ArenaSlice;
 use io_uring::{opcode, squeue, types, Probe};
@@ -68,30 +70,12 @@ pub struct ReadRequest {
     pub dest: ArenaSlice,
 }
 
-/// The outcome of one [`ReadRequest`].
-#[derive(Debug)]
-pub struct Completion {
-    /// The request's tag.
-    pub tag: u64,
-    /// The number of bytes read (always the requested length), or the error.
-    /// Errors carry a [`ReadError`] naming the file; see [`errno`].
-    pub result: io::Result<u32>,
-}
+/// The outcome of one [`ReadRequest`]: the bytes read (always the
+/// requested length), or an error carrying a [`ReadError`] naming the file
+/// (see [`errno`]).
+pub type Completion = IoCompletion;
 
-/// Returned by a non-blocking `submit` when as many requests as it accepts
-/// are already in flight ([`UringReader::submit`] with `queue_depth`
-/// requests, the S3 and CQL fetchers' with `capacity`); it gives the
-/// request back.
-#[derive(Debug)]
-pub struct Full<R = ReadRequest>(pub R);
-
-/// A request of a non-blocking reader or fetcher, as [`Full`] names it.
-pub trait QueuedRequest {
-    /// What the queue is of, for messages: `"read"`, `"fetch"`.
-    const QUEUE: &'static str;
-    /// The caller's identifier.
-    fn tag(&self) -> u64;
-}
+pub use crate::source::queue::Full;
 
 impl QueuedRequest for ReadRequest {
     const QUEUE: &'static str = "read";
@@ -99,19 +83,6 @@ impl QueuedRequest for ReadRequest {
         self.tag
     }
 }
-
-impl<R: QueuedRequest> fmt::Display for Full<R> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} queue full; request {} not accepted",
-            R::QUEUE,
-            self.0.tag()
-        )
-    }
-}
-
-impl<R: QueuedRequest + fmt::Debug> std::error::Error for Full<R> {}
 
 /// The error inside a failed [`Completion`]: which step failed on which file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -411,7 +382,7 @@ impl UringReader {
     /// been returned; dropping the reader waits for outstanding reads (up to
     /// 30 seconds) and leaks the ranges of those that did not finish, so the
     /// kernel never writes into memory that was unmapped.
-    pub fn submit(&mut self, req: ReadRequest) -> Result<(), Full> {
+    pub fn submit(&mut self, req: ReadRequest) -> Result<(), Full<ReadRequest>> {
         if self.in_flight() >= self.ops.len() {
             return Err(Full(req));
         }
@@ -688,107 +659,6 @@ impl Drop for UringReader {
             sink.clear();
         }
     }
-}
-
-/// Whether a read error may go away on its own: `EIO`, `EAGAIN`, `EINTR`,
-/// `ETIMEDOUT`, `ECANCELED` (and the matching error kinds without an OS error
-/// number). Missing files, permissions, directories, files that ended early
-/// and bad requests are not: they fail the sample at once.
-pub fn is_retryable(err: &io::Error) -> bool {
-    match errno(err) {
-        Some(e) => matches!(
-            e,
-            libc::EIO | libc::EAGAIN | libc::EINTR | libc::ETIMEDOUT | libc::ECANCELED
-        ),
-        None => matches!(
-            err.kind(),
-            io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-        ),
-    }
-}
-
-/// Retry policy for failed sample reads: transient errors are retried up to
-/// `retries` times with exponential backoff and jitter; anything else fails
-/// the sample at once.
-///
-/// Time is an input ([`decide`](Self::decide) takes `now` and returns an
-/// instant), so the policy never sleeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReadRetry {
-    /// Retries after the first failure; 0 reports the first error.
-    pub retries: u32,
-    /// Upper bound of the delay before the first retry; doubles per retry.
-    pub base_delay: Duration,
-    /// Upper bound of any delay.
-    pub max_delay: Duration,
-}
-
-/// What to do after a failed read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetryDecision {
-    /// Submit the read again at (not before) this instant.
-    RetryAt(Instant),
-    /// Report the error for this sample.
-    GiveUp,
-}
-
-impl Default for ReadRetry {
-    /// Four retries, 10 ms first backoff, at most 1 s.
-    fn default() -> Self {
-        Self {
-            retries: 4,
-            base_delay: Duration::from_millis(10),
-            max_delay: Duration::from_secs(1),
-        }
-    }
-}
-
-impl ReadRetry {
-    /// Whether `err` may go away on its own; see [`is_retryable`].
-    pub fn is_retryable(err: &io::Error) -> bool {
-        is_retryable(err)
-    }
-
-    /// The delay before retry number `attempt` (1 for the first retry): a
-    /// uniform pick in `[cap / 2, cap]`, where `cap` is `base_delay`
-    /// doubled `attempt - 1` times and bounded by `max_delay`. `seed` (for
-    /// instance the sample id) picks the point, so equal seeds give equal
-    /// delays and different samples spread out.
-    pub fn delay(&self, attempt: u32, seed: u64) -> Duration {
-        let doublings = attempt.saturating_sub(1).min(32);
-        let cap = self
-            .base_delay
-            .as_nanos()
-            .saturating_mul(1u128 << doublings)
-            .min(self.max_delay.as_nanos())
-            .min(u128::from(u64::MAX));
-        let half = cap / 2;
-        let spread = cap - half;
-        let pick = u128::from(mix64(seed ^ u64::from(attempt).rotate_left(32)));
-        let nanos = half + ((spread * pick) >> 64);
-        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
-    }
-
-    /// After the `failures`-th failed attempt of a read (1 for the first),
-    /// at time `now`: retry at `now + delay(failures, seed)` if `err` is
-    /// retryable and fewer than `retries` retries were made, else give up.
-    pub fn decide(&self, err: &io::Error, failures: u32, now: Instant, seed: u64) -> RetryDecision {
-        if !Self::is_retryable(err) || failures > self.retries {
-            return RetryDecision::GiveUp;
-        }
-        match now.checked_add(self.delay(failures, seed)) {
-            Some(at) => RetryDecision::RetryAt(at),
-            None => RetryDecision::GiveUp,
-        }
-    }
-}
-
-/// A 64-bit mixing function (SplitMix64 finaliser): well-spread bits from any seed.
-fn mix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 #[cfg(test)]
