@@ -16,12 +16,16 @@ use std::os::fd::BorrowedFd;
 use std::path::Path;
 
 /// Identifies a loader connection.
-pub type ConnId = u64;
+pub(crate) type ConnId = u64;
 
 /// What a connection asked for.
 #[derive(Debug)]
-pub enum ConnEvent {
+pub(crate) enum ConnEvent {
     /// A new, credential-checked loader connected.
+    #[allow(
+        dead_code,
+        reason = "the engine only counts connections; the id and credentials are for its logs"
+    )]
     Connected(ConnId, PeerCred),
     /// The loader wants a session (already validated field by field).
     Open(ConnId, granary_shm::handshake::OpenSession),
@@ -33,11 +37,10 @@ pub enum ConnEvent {
 
 struct Conn {
     sock: SeqPacket,
-    cred: PeerCred,
 }
 
 /// The listening socket and every live connection.
-pub struct Server {
+pub(crate) struct Server {
     listener: SeqPacketListener,
     conns: HashMap<ConnId, Conn>,
     next_id: ConnId,
@@ -68,11 +71,6 @@ impl Server {
     /// The socket path.
     pub fn path(&self) -> &Path {
         self.listener.local_path()
-    }
-
-    /// Number of live connections.
-    pub fn connections(&self) -> usize {
-        self.conns.len()
     }
 
     /// Accepts new loaders and reads pending messages; appends events.
@@ -178,7 +176,7 @@ impl Server {
             }
             let id = self.next_id;
             self.next_id += 1;
-            self.conns.insert(id, Conn { sock, cred });
+            self.conns.insert(id, Conn { sock });
             out.push(ConnEvent::Connected(id, cred));
         }
     }
@@ -196,7 +194,7 @@ impl Server {
     }
 
     /// Sends an error reply.
-    pub fn reply_error(&self, id: ConnId, code: ErrorCode, message: impl Into<String>) {
+    pub(crate) fn reply_error(&self, id: ConnId, code: ErrorCode, message: impl Into<String>) {
         let _ = self.reply(
             id,
             &Message::Error(ErrorReply {
@@ -205,16 +203,6 @@ impl Server {
             }),
             &[],
         );
-    }
-
-    /// Credentials of a connection.
-    pub fn credentials(&self, id: ConnId) -> Option<PeerCred> {
-        self.conns.get(&id).map(|c| c.cred)
-    }
-
-    /// Drops a connection (its sessions must be ended by the caller).
-    pub fn disconnect(&mut self, id: ConnId) {
-        self.conns.remove(&id);
     }
 }
 

@@ -54,12 +54,12 @@ pub(crate) struct PendingBatch {
 
 impl PendingBatch {
     /// Whether every slot has been requested.
-    pub fn fully_requested(&self) -> bool {
+    pub(crate) fn fully_requested(&self) -> bool {
         self.requested == self.slots.len()
     }
 
     /// The samples this batch holds pins on.
-    pub fn pinned_samples(&self) -> impl Iterator<Item = u64> + '_ {
+    pub(crate) fn pinned_samples(&self) -> impl Iterator<Item = u64> + '_ {
         self.slots[..self.requested]
             .iter()
             .filter(|s| s.pinned)
@@ -207,7 +207,7 @@ impl Session {
     }
 
     /// Batches on loan.
-    pub fn loans(&self) -> usize {
+    pub(crate) fn loans(&self) -> usize {
         self.leases.len()
     }
 
@@ -232,7 +232,7 @@ impl Session {
     /// window (their samples stay pinned until released), so a deep ready
     /// ring does not stretch it. A bad ring head reads as none here; the
     /// publish step fences the session for it.
-    pub fn plan_ahead(&mut self) -> Result<(), PlanError> {
+    pub(crate) fn plan_ahead(&mut self) -> Result<(), PlanError> {
         let published = self.ready.unconsumed().unwrap_or(0);
         while !self.planned_all
             && self.pending.len().saturating_add(published) < self.window as usize
@@ -261,7 +261,7 @@ impl Session {
     /// Step 2: offers every sample of the window not yet requested, in
     /// delivery order, to `decide(epoch, sample)`, until it answers
     /// [`Request::Stop`]. Returns whether any sample was requested.
-    pub fn request_with(&mut self, mut decide: impl FnMut(u32, u64) -> Request) -> bool {
+    pub(crate) fn request_with(&mut self, mut decide: impl FnMut(u32, u64) -> Request) -> bool {
         let mut moved = false;
         for b in self.pending.iter_mut() {
             while b.requested < b.slots.len() {
@@ -284,7 +284,7 @@ impl Session {
     /// sample). The late sample moves back and keeps its pin; nothing is
     /// added or dropped, so each epoch still delivers its samples exactly
     /// once. Returns how many samples moved forward.
-    pub fn relax_front(
+    pub(crate) fn relax_front(
         &mut self,
         present: impl Fn(u64) -> bool,
         ready: impl Fn(u64) -> bool,
@@ -324,7 +324,10 @@ impl Session {
 
     /// Step 3: the front batch, once all its samples are requested and
     /// `present`. The window grows by one (slow start).
-    pub fn take_publishable(&mut self, present: impl Fn(u64) -> bool) -> Option<PendingBatch> {
+    pub(crate) fn take_publishable(
+        &mut self,
+        present: impl Fn(u64) -> bool,
+    ) -> Option<PendingBatch> {
         let front = self.pending.front()?;
         if !front.fully_requested() || !front.slots.iter().all(|s| present(s.sample)) {
             return None;
@@ -335,7 +338,7 @@ impl Session {
 
     /// Whether the plan is exhausted and every batch has left the window:
     /// the end of the stream is due.
-    pub fn at_end_of_stream(&self) -> bool {
+    pub(crate) fn at_end_of_stream(&self) -> bool {
         self.planned_all && self.pending.is_empty() && !self.ended
     }
 
@@ -384,7 +387,7 @@ impl Session {
 
     /// Takes everything the session still holds, for the engine to give
     /// back: the loans, and the samples pinned by batches being prepared.
-    pub fn take_holdings(&mut self) -> (Vec<Loan>, Vec<u64>) {
+    pub(crate) fn take_holdings(&mut self) -> (Vec<Loan>, Vec<u64>) {
         let loans = self.leases.drain().map(|(_, l)| l).collect();
         let pins = self
             .pending

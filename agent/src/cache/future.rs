@@ -115,7 +115,7 @@ impl From<PlanError> for FutureError {
 /// # Errors
 ///
 /// Any error of [`PlanParams::validate`](crate::planner::PlanParams::validate).
-pub fn session_length(plan: &SessionPlan) -> Result<(u64, u64), PlanError> {
+pub(crate) fn session_length(plan: &SessionPlan) -> Result<(u64, u64), PlanError> {
     let params = plan.params();
     let share = samples_per_rank(params)?;
     let per_epoch = batches_per_epoch(params)?
@@ -231,7 +231,7 @@ impl SessionFuture {
 
 /// Samples whose next use may have changed after a [`FutureIndex`] call.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Changed {
+pub(crate) struct Changed {
     /// The dataset of the samples.
     pub dataset: u32,
     /// The sample indices (possibly with repeats).
@@ -275,7 +275,7 @@ impl FutureIndex {
     ///
     /// [`FutureError::DuplicateSession`], [`FutureError::Plan`] or
     /// [`FutureError::ShareTooLarge`]; nothing is registered then.
-    pub fn add_session(
+    pub(crate) fn add_session(
         &mut self,
         id: SessionId,
         dataset: u32,
@@ -327,7 +327,7 @@ impl FutureIndex {
     /// # Errors
     ///
     /// [`FutureError::UnknownSession`].
-    pub fn remove_session(&mut self, id: SessionId) -> Result<Changed, FutureError> {
+    pub(crate) fn remove_session(&mut self, id: SessionId) -> Result<Changed, FutureError> {
         let session = self
             .sessions
             .remove(&id)
@@ -368,7 +368,7 @@ impl FutureIndex {
     /// [`FutureError::UnknownSession`], [`FutureError::BadPosition`]
     /// (backwards or past the end), or [`FutureError::Plan`] when a new
     /// live epoch cannot be built. Nothing changes on error.
-    pub fn advance(&mut self, id: SessionId, position: u64) -> Result<Changed, FutureError> {
+    pub(crate) fn advance(&mut self, id: SessionId, position: u64) -> Result<Changed, FutureError> {
         let s = self
             .sessions
             .get_mut(&id)
@@ -443,7 +443,7 @@ impl FutureIndex {
 
     /// The timeline time of the next use of `sample` of `dataset` by any
     /// session, or [`NEVER`]. `O(sessions)`.
-    pub fn next_use(&self, dataset: u32, sample: u64) -> u64 {
+    pub(crate) fn next_use(&self, dataset: u32, sample: u64) -> u64 {
         self.sessions
             .values()
             .filter(|s| s.dataset == dataset)
@@ -456,7 +456,7 @@ impl FutureIndex {
     /// smallest of all sessions' upcoming uses, or [`NEVER`]. This is how
     /// long a sample fetched now for its imminent use would have to be
     /// kept to serve another. `O(sessions)`.
-    pub fn use_after_next(&self, dataset: u32, sample: u64) -> u64 {
+    pub(crate) fn use_after_next(&self, dataset: u32, sample: u64) -> u64 {
         let mut best = [NEVER, NEVER];
         for s in self.sessions.values().filter(|s| s.dataset == dataset) {
             for t in s.next_two_uses(sample) {

@@ -326,7 +326,8 @@ impl Clairvoyant {
     }
 
     /// The next use recorded for candidate `key`.
-    pub fn candidate_next_use(&self, key: SampleKey) -> Option<u64> {
+    #[cfg(test)]
+    pub(crate) fn candidate_next_use(&self, key: SampleKey) -> Option<u64> {
         self.next_use.get(&key).copied()
     }
 

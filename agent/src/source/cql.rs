@@ -33,6 +33,7 @@ pub mod catalog;
 pub mod fetcher;
 pub mod session;
 
+pub use crate::source::queue::{fetch_error, is_retryable, FetchError};
 pub use catalog::{CqlCatalog, CqlEntry};
 pub use fetcher::{CqlFetcher, FetchOptions, FetchRequest, FetchStats, Full};
 
@@ -52,18 +53,18 @@ use uuid::Uuid;
 
 /// Default `dataset[i].request_timeout_ms`: one read attempt must be
 /// answered within this.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default `dataset[i].retries`.
-pub const DEFAULT_RETRIES: u32 = 8;
+pub(crate) const DEFAULT_RETRIES: u32 = 8;
 /// Default `dataset[i].max_inflight`.
-pub const DEFAULT_MAX_INFLIGHT: u32 = 2048;
+pub(crate) const DEFAULT_MAX_INFLIGHT: u32 = 2048;
 /// Default `dataset[i].data_table`.
-pub const DEFAULT_DATA_TABLE: &str = "data";
+pub(crate) const DEFAULT_DATA_TABLE: &str = "data";
 /// Default `dataset[i].metadata_table`.
-pub const DEFAULT_METADATA_TABLE: &str = "metadata";
+pub(crate) const DEFAULT_METADATA_TABLE: &str = "metadata";
 /// Environment variable holding the password when the configuration (or
 /// the command line) names a user but no password.
-pub const PASSWORD_ENV: &str = "GRANARY_CQL_PASSWORD";
+pub(crate) const PASSWORD_ENV: &str = "GRANARY_CQL_PASSWORD";
 /// Rows per page when the metadata table is read.
 pub const CATALOG_PAGE_SIZE: i32 = 5000;
 
@@ -382,7 +383,7 @@ pub fn classify(err: &ExecutionError) -> Failure {
 }
 
 /// Classifies the error of one attempt.
-pub fn classify_attempt(err: &RequestAttemptError) -> Failure {
+pub(crate) fn classify_attempt(err: &RequestAttemptError) -> Failure {
     use io::ErrorKind as K;
     let fail = |kind, retryable, what: &str| Failure {
         kind,
@@ -412,7 +413,7 @@ pub fn classify_attempt(err: &RequestAttemptError) -> Failure {
 }
 
 /// Classifies an error the server answered with.
-pub fn classify_db(db: &DbError) -> Failure {
+pub(crate) fn classify_db(db: &DbError) -> Failure {
     use io::ErrorKind as K;
     let (kind, retryable, what) = match db {
         DbError::Overloaded => (K::Other, true, "overloaded"),
@@ -439,49 +440,6 @@ pub fn classify_db(db: &DbError) -> Failure {
         retryable,
         what: what.to_owned(),
     }
-}
-
-/// The error of a failed sample fetch, inside the `io::Error` of its
-/// completion: which row, what went wrong, after how many attempts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FetchError {
-    /// `ks.data`.
-    pub table: String,
-    /// The sample's id.
-    pub id: Uuid,
-    /// Attempts made.
-    pub attempts: u32,
-    /// Whether the last failure was retryable (the retries ran out).
-    pub retryable: bool,
-    /// What went wrong.
-    pub message: String,
-}
-
-impl fmt::Display for FetchError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cql://{}/{}: {}", self.table, self.id, self.message)?;
-        if self.attempts > 1 {
-            write!(f, " (after {} attempts)", self.attempts)?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for FetchError {}
-
-/// Whether a fetch error may go away on its own: the [`FetchError`] inside
-/// says so (timeouts, connection errors, overload); other errors are judged
-/// by their [`crate::source::FailureKind`].
-pub fn is_retryable(err: &io::Error) -> bool {
-    match fetch_error(err) {
-        Some(f) => f.retryable,
-        None => crate::source::SampleError::from_io(err).kind.retryable(),
-    }
-}
-
-/// The fetch error inside `err`, if there is one.
-pub fn fetch_error(err: &io::Error) -> Option<&FetchError> {
-    err.get_ref().and_then(|e| e.downcast_ref::<FetchError>())
 }
 
 /// One failed attempt of a request, judged ([`classify`]) and described.

@@ -115,11 +115,9 @@ impl SampleError {
     /// Classifies an I/O error of a file read or of a store request: the
     /// store fetchers' errors say whether they may go away; OS errors are
     /// judged by their number.
-    pub fn from_io(err: &io::Error) -> SampleError {
+    pub(crate) fn from_io(err: &io::Error) -> SampleError {
         let message = err.to_string();
-        let retryable_store = s3::fetch_error(err)
-            .map(|f| f.retryable)
-            .or_else(|| cql::fetch_error(err).map(|f| f.retryable));
+        let retryable_store = queue::fetch_error(err).map(|f| f.retryable);
         let kind = match (err.kind(), fs::reader::errno(err)) {
             (io::ErrorKind::NotFound, _) => FailureKind::NotFound,
             (io::ErrorKind::TimedOut, _) => FailureKind::TimedOut,

@@ -4,7 +4,7 @@
 //! is full, and hand back one [`IoCompletion`] per request, in any order.
 //! A source turns those into [`super::Completion`]s ([`Landing`]).
 
-use super::{Completion, SampleError};
+use super::{Completion, FailureKind, SampleError};
 use std::fmt;
 use std::io;
 
@@ -24,7 +24,7 @@ pub struct IoCompletion {
 pub struct Full<R>(pub R);
 
 /// A request of a non-blocking reader or fetcher, as [`Full`] names it.
-pub trait QueuedRequest {
+pub(crate) trait QueuedRequest {
     /// What the queue is of, for messages: `"read"`, `"fetch"`.
     const QUEUE: &'static str;
     /// The caller's identifier.
@@ -70,5 +70,47 @@ impl Landing {
             });
         }
         Ok(n)
+    }
+}
+
+/// The error of a failed fetch from a store (S3, CQL), inside the
+/// `io::Error` of its completion: what was fetched, what went wrong, and
+/// whether another attempt may succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchError {
+    /// What was fetched: `GET key bytes a..b`, `cql://ks.data/<id>`.
+    pub target: String,
+    /// Attempts made (0: refused before running).
+    pub attempts: u32,
+    /// Whether the failure may go away by itself (timeouts, connection
+    /// errors, overload).
+    pub retryable: bool,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl fmt::Display for FetchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.target, self.message)?;
+        if self.attempts > 1 {
+            write!(f, " (after {} attempts)", self.attempts)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for FetchError {}
+
+/// The fetch error inside `err`, if there is one.
+pub fn fetch_error(err: &io::Error) -> Option<&FetchError> {
+    err.get_ref().and_then(|e| e.downcast_ref::<FetchError>())
+}
+
+/// Whether a failed fetch may go away on its own: the [`FetchError`]
+/// inside says so; other errors are judged by their [`FailureKind`].
+pub fn is_retryable(err: &io::Error) -> bool {
+    match fetch_error(err) {
+        Some(f) => f.retryable,
+        None => FailureKind::retryable(SampleError::from_io(err).kind),
     }
 }

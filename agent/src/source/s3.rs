@@ -31,6 +31,7 @@ pub mod dataset;
 pub mod fault;
 pub mod fetcher;
 
+pub use crate::source::queue::{fetch_error, is_retryable, FetchError};
 pub use catalog::{S3Catalog, S3Entry};
 pub use dataset::S3Dataset;
 pub use fetcher::{FetchOptions, FetchRequest, FetchStats, Full, S3Fetcher};
@@ -46,12 +47,12 @@ use std::time::Duration;
 
 /// Default `dataset[i].request_timeout_ms`: one GET attempt, headers and
 /// body, must finish within this.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default `dataset[i].retries`: attempts after the first for a retryable
 /// failure.
-pub const DEFAULT_RETRIES: u32 = 8;
+pub(crate) const DEFAULT_RETRIES: u32 = 8;
 /// Region used when neither the configuration nor the environment names one.
-pub const DEFAULT_REGION: &str = "us-east-1";
+pub(crate) const DEFAULT_REGION: &str = "us-east-1";
 
 /// How to reach a bucket.
 #[derive(Clone, PartialEq, Eq)]
@@ -443,53 +444,6 @@ fn status_in(text: &str) -> Option<u16> {
     let digits = text.get(at..at + 3)?;
     let code: u16 = digits.parse().ok()?;
     (100..600).contains(&code).then_some(code)
-}
-
-/// The error of a failed sample fetch, inside the `io::Error` of its
-/// completion: which object, what went wrong, after how many attempts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FetchError {
-    /// The object key.
-    pub key: String,
-    /// Requested byte range of the object (`None`: the whole object).
-    pub range: Option<(u64, u64)>,
-    /// Attempts made.
-    pub attempts: u32,
-    /// Whether the last failure was retryable (the retries ran out).
-    pub retryable: bool,
-    /// What went wrong.
-    pub message: String,
-}
-
-impl fmt::Display for FetchError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "GET {}", self.key)?;
-        if let Some((a, b)) = self.range {
-            write!(f, " bytes {a}..{b}")?;
-        }
-        write!(f, ": {}", self.message)?;
-        if self.attempts > 1 {
-            write!(f, " (after {} attempts)", self.attempts)?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for FetchError {}
-
-/// Whether a fetch error may go away on its own: the [`FetchError`] inside
-/// says so (timeouts, connection errors, overload); other errors are judged
-/// by their [`crate::source::FailureKind`].
-pub fn is_retryable(err: &io::Error) -> bool {
-    match err.get_ref().and_then(|e| e.downcast_ref::<FetchError>()) {
-        Some(f) => f.retryable,
-        None => crate::source::SampleError::from_io(err).kind.retryable(),
-    }
-}
-
-/// The fetch error inside `err`, if there is one.
-pub fn fetch_error(err: &io::Error) -> Option<&FetchError> {
-    err.get_ref().and_then(|e| e.downcast_ref::<FetchError>())
 }
 
 /// Where a dataset's catalog comes from.

@@ -193,7 +193,7 @@ impl TaskQueue {
     /// fetcher whose attempts are limited to `request_timeout` (`owner`
     /// names it in messages). Fails when the capacity or the timeout is
     /// zero, or the eventfd cannot be created.
-    pub(crate) fn new(
+    pub fn new(
         runtime: Arc<Runtime>,
         capacity: u32,
         request_timeout: Duration,

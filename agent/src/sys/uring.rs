@@ -102,7 +102,7 @@ impl std::fmt::Debug for Ring {
 
 impl Ring {
     /// A ring of `entries` submission entries for `slots` request slots.
-    pub(crate) fn new(entries: u32, slots: u32) -> io::Result<Ring> {
+    pub fn new(entries: u32, slots: u32) -> io::Result<Ring> {
         Ok(Ring {
             ring: IoUring::new(entries)?,
             pins: (0..slots).map(|_| Pins::default()).collect(),

@@ -58,7 +58,7 @@ impl CqlCatalog {
     /// A catalog of `(id, label, size)` rows, sorted into catalog order.
     /// Fails on a size above `u32::MAX` (a sample is read in one piece into
     /// memory whose length is a `u32`).
-    pub fn from_rows(
+    pub(crate) fn from_rows(
         metadata_table: &str,
         rows: impl IntoIterator<Item = (Uuid, i32, u64)>,
     ) -> Result<CqlCatalog, CqlError> {
@@ -143,7 +143,8 @@ impl CqlCatalog {
     }
 
     /// Size of the largest sample (0 when empty).
-    pub fn max_size(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn max_size(&self) -> u64 {
         self.entries.iter().map(|e| e.size).max().unwrap_or(0)
     }
 }

@@ -168,7 +168,7 @@ impl CqlFetcher {
 
     /// An eventfd that is readable while completions may be pending (it is
     /// cleared by [`poll_completions`](Self::poll_completions)).
-    pub fn wake_fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn wake_fd(&self) -> BorrowedFd<'_> {
         self.queue.wake_fd()
     }
 
@@ -186,8 +186,7 @@ impl CqlFetcher {
         }
         if req.dest.len() < req.len as usize {
             let err = FetchError {
-                table: self.table.to_string(),
-                id: req.id,
+                target: format!("cql://{}/{}", self.table, req.id),
                 attempts: 0,
                 retryable: false,
                 message: format!(
@@ -282,8 +281,7 @@ impl Job {
         io::Error::new(
             err.failure.kind,
             FetchError {
-                table: self.table.to_string(),
-                id: self.row,
+                target: format!("cql://{}/{}", self.table, self.row),
                 attempts: 1,
                 retryable: err.failure.retryable,
                 message: err.message,

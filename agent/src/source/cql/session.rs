@@ -92,7 +92,7 @@ fn nonzero(n: u32) -> NonZeroUsize {
 
 /// The rustls client configuration of `settings`: the authorities of
 /// `tls_ca_file`, else the system's; the aws-lc-rs provider.
-pub fn tls_config(settings: &CqlSettings) -> Result<Arc<rustls::ClientConfig>, CqlError> {
+pub(crate) fn tls_config(settings: &CqlSettings) -> Result<Arc<rustls::ClientConfig>, CqlError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
     let bad = |m: String| CqlError::Settings(m);
@@ -145,7 +145,7 @@ pub fn tls_config(settings: &CqlSettings) -> Result<Arc<rustls::ClientConfig>, C
 /// Prepares `SELECT data FROM ks.data WHERE id = ?` (once per fetcher; the
 /// driver re-prepares it on a node that has forgotten it) with the driver's
 /// retries off and reads at `LOCAL_ONE`.
-pub async fn prepare_read(
+pub(crate) async fn prepare_read(
     session: &Session,
     settings: &CqlSettings,
 ) -> Result<PreparedStatement, CqlError> {

@@ -200,8 +200,7 @@ fn server_errors_are_classified() {
 fn fetch_errors_say_whether_to_retry() {
     let e = |retryable| {
         io::Error::other(FetchError {
-            table: "ks.data".into(),
-            id: Uuid::nil(),
+            target: format!("cql://ks.data/{}", Uuid::nil()),
             attempts: 3,
             retryable,
             message: "overloaded".into(),

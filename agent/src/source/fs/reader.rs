@@ -38,7 +38,7 @@ use io_uring::{opcode, squeue, types, Probe};
 /// Largest queue depth a reader accepts (the ring holds up to eight entries
 /// per request, and the kernel caps a ring at 32768 entries; chains that do
 /// not fit wait for the next submission).
-pub const MAX_QUEUE_DEPTH: u32 = 8192;
+pub(crate) const MAX_QUEUE_DEPTH: u32 = 8192;
 
 /// How many times one request is resubmitted after `EINTR`, `EAGAIN` or
 /// `ECANCELED` before the error is reported.
@@ -54,7 +54,7 @@ const KIND_TIMEOUT: u8 = 3;
 
 /// One read: `len` bytes at `offset` of a file into the start of `dest`.
 #[derive(Debug)]
-pub struct ReadRequest {
+pub(crate) struct ReadRequest {
     /// The caller's identifier, returned in the [`Completion`].
     pub tag: u64,
     /// The file, opened read-only for this request and closed when it is
@@ -86,7 +86,7 @@ impl QueuedRequest for ReadRequest {
 
 /// The error inside a failed [`Completion`]: which step failed on which file.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReadError {
+pub(crate) struct ReadError {
     /// `"open"` or `"read"`.
     pub op: &'static str,
     /// The file's path.
@@ -133,7 +133,7 @@ impl ReadError {
 
 /// The OS error number behind `err`: its raw OS error, or the `errno` of a
 /// [`ReadError`] inside it.
-pub fn errno(err: &io::Error) -> Option<i32> {
+pub(crate) fn errno(err: &io::Error) -> Option<i32> {
     err.raw_os_error().or_else(|| {
         err.get_ref()?
             .downcast_ref::<ReadError>()
@@ -245,7 +245,7 @@ impl Op {
 ///
 /// Single-threaded: one owner submits and polls. Requests are handed to the
 /// kernel in batches, on the next [`poll_completions`](Self::poll_completions).
-pub struct UringReader {
+pub(crate) struct UringReader {
     ring: Ring,
     ops: Vec<Option<Op>>,
     free: Vec<u32>,
@@ -292,7 +292,7 @@ impl UringReader {
     /// Like [`new`](Self::new); with `allow_linking` false every request goes
     /// through open, read and close as separate completions even where the
     /// kernel could link them.
-    pub fn with_linking(queue_depth: u32, allow_linking: bool) -> io::Result<Self> {
+    pub(crate) fn with_linking(queue_depth: u32, allow_linking: bool) -> io::Result<Self> {
         if queue_depth == 0 || queue_depth > MAX_QUEUE_DEPTH {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -346,19 +346,21 @@ impl UringReader {
     /// linked `IORING_OP_LINK_TIMEOUT`; a step still running at the limit is
     /// cancelled and its request fails with `ETIME`. Applies to requests
     /// submitted from now on.
-    pub fn with_timeout(mut self, limit: Option<Duration>) -> Self {
+    pub(crate) fn with_timeout(mut self, limit: Option<Duration>) -> Self {
         self.timeout = limit.map(|d| (d, Arc::new(types::Timespec::from(d))));
         self
     }
 
     /// The limit on each open and read, if any.
+    #[cfg(test)]
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout.as_ref().map(|(d, _)| *d)
     }
 
     /// Whether file reads go to the kernel as linked chains on direct
     /// descriptors (otherwise as three separate steps).
-    pub fn is_linked(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_linked(&self) -> bool {
         self.linked
     }
 
@@ -430,7 +432,7 @@ impl UringReader {
     /// reading (a request the caller could not express, such as a file of
     /// 4 GiB or more); gives the tag back in [`Full`] when `queue_depth`
     /// requests are in flight.
-    pub fn reject(&mut self, tag: u64, err: io::Error) -> Result<(), Full<u64>> {
+    pub(crate) fn reject(&mut self, tag: u64, err: io::Error) -> Result<(), Full<u64>> {
         if self.in_flight() >= self.ops.len() {
             return Err(Full(tag));
         }

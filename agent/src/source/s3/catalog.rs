@@ -94,7 +94,7 @@ fn cmp_components(a: &str, b: &str) -> Ordering {
 
 impl S3Catalog {
     /// Lists `prefix` in `bucket` (see the module docs for the rules).
-    pub async fn list(
+    pub(crate) async fn list(
         store: &dyn ObjectStore,
         bucket: &str,
         prefix: &str,
@@ -160,7 +160,7 @@ impl S3Catalog {
     }
 
     /// Reads a manifest object from the bucket and catalogs what it lists.
-    pub async fn from_manifest_object(
+    pub(crate) async fn from_manifest_object(
         store: &dyn ObjectStore,
         bucket: &str,
         manifest_key: &str,
@@ -187,7 +187,7 @@ impl S3Catalog {
 
     /// Reads a manifest from a local file and catalogs what it lists (keys
     /// from the bucket root).
-    pub async fn from_manifest_file(
+    pub(crate) async fn from_manifest_file(
         store: &dyn ObjectStore,
         bucket: &str,
         file: &Path,
@@ -202,7 +202,7 @@ impl S3Catalog {
 
     /// Parses manifest `text` (named `name` in errors; relative keys joined
     /// to `base`) and catalogs it.
-    pub async fn from_manifest_text(
+    pub(crate) async fn from_manifest_text(
         store: &dyn ObjectStore,
         bucket: &str,
         name: &str,
@@ -339,11 +339,6 @@ impl S3Catalog {
     /// Sum of all sample sizes, in bytes.
     pub fn total_bytes(&self) -> u64 {
         self.total_bytes
-    }
-
-    /// Size of the largest sample, in bytes.
-    pub fn max_size(&self) -> u64 {
-        self.entries.iter().map(|e| e.size).max().unwrap_or(0)
     }
 
     /// The fetch request for sample `sample_id` into `dest`, tagged `tag`;

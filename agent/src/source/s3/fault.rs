@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 /// The error a [`FaultyStore`] injects.
 #[derive(Debug)]
-pub struct InjectedFault(&'static str);
+pub(crate) struct InjectedFault(&'static str);
 
 impl fmt::Display for InjectedFault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

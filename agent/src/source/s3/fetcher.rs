@@ -213,7 +213,7 @@ impl S3Fetcher {
     /// An eventfd that is readable while completions may be pending (it is
     /// cleared by [`poll_completions`](Self::poll_completions)); an owner
     /// waiting on several descriptors adds it to its poll set.
-    pub fn wake_fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn wake_fd(&self) -> BorrowedFd<'_> {
         self.queue.wake_fd()
     }
 
@@ -234,8 +234,7 @@ impl S3Fetcher {
             || req.offset.checked_add(u64::from(req.len)).is_none();
         if bad {
             let err = FetchError {
-                key: req.key.to_string(),
-                range: None,
+                target: target(req.key.as_ref(), None),
                 attempts: 0,
                 retryable: false,
                 message: "destination shorter than the length, or a range past u64::MAX".to_owned(),
@@ -263,13 +262,12 @@ impl S3Fetcher {
     /// `InvalidInput` error about `key` saying `why` (a sample no request
     /// can carry); gives the tag back in [`Full`] when `capacity` requests
     /// are in flight.
-    pub fn reject(&mut self, tag: u64, key: String, why: String) -> Result<(), Full<u64>> {
+    pub(crate) fn reject(&mut self, tag: u64, key: String, why: String) -> Result<(), Full<u64>> {
         if self.queue.is_full() {
             return Err(Full(tag));
         }
         let err = FetchError {
-            key,
-            range: None,
+            target: target(&key, None),
             attempts: 0,
             retryable: false,
             message: why,
@@ -326,13 +324,23 @@ async fn fetch(
         Err(err) => Err(io::Error::new(
             err.kind,
             FetchError {
-                key: req.key.to_string(),
-                range: (!req.whole_object).then(|| (req.offset, req.offset + u64::from(req.len))),
+                target: target(
+                    req.key.as_ref(),
+                    (!req.whole_object).then(|| (req.offset, req.offset + u64::from(req.len))),
+                ),
                 attempts: 1,
                 retryable: err.retryable,
                 message: err.message,
             },
         )),
+    }
+}
+
+/// What a fetch error names: `GET key`, with `bytes a..b` for a range.
+fn target(key: &str, range: Option<(u64, u64)>) -> String {
+    match range {
+        Some((a, b)) => format!("GET {key} bytes {a}..{b}"),
+        None => format!("GET {key}"),
     }
 }
 

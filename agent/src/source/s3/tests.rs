@@ -381,7 +381,7 @@ fn a_failing_fetch_reports_one_attempt_and_a_retryable_error() {
     let e = fetch_one(&mut f, FetchRequest::whole(1, "k.bin", 10, buf.all())).unwrap_err();
     assert!(is_retryable(&e), "{e}");
     let fe = fetch_error(&e).unwrap();
-    assert_eq!((fe.attempts, fe.key.as_str()), (1, "k.bin"));
+    assert_eq!((fe.attempts, fe.target.as_str()), (1, "GET k.bin"));
     assert_eq!(server.seen.lock().unwrap().len(), 1, "one GET");
     assert!(e.to_string().contains("HTTP 500"), "{e}");
 }
