@@ -1253,6 +1253,26 @@ impl Cache {
         Ok(())
     }
 
+    /// Samples `a` and `b` of session `id`'s dataset traded places in its
+    /// delivery order (relaxed order): the clairvoyant policy's next-use
+    /// distances follow what is really delivered.
+    ///
+    /// # Errors
+    ///
+    /// [`CacheError::Session`]: unknown session.
+    pub(crate) fn swap_in_session(
+        &mut self,
+        id: SessionId,
+        a: u64,
+        b: u64,
+    ) -> Result<(), CacheError> {
+        if !self.sessions.contains_key(&id) {
+            return Err(FutureError::UnknownSession(id).into());
+        }
+        self.policy.swap_in_session(id, a, b)?;
+        Ok(())
+    }
+
     /// Moves session `id` forward by `count` samples:
     /// [`advance_session`](Self::advance_session) to its position plus
     /// `count`.

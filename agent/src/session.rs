@@ -283,11 +283,13 @@ impl Session {
     /// (already requested, so pinned by its batch: the pin moves with the
     /// sample). The late sample moves back and keeps its pin; nothing is
     /// added or dropped, so each epoch still delivers its samples exactly
-    /// once. Returns how many samples moved forward.
+    /// once. `swapped(late, ready)` is told of every trade (for the cache's
+    /// future index). Returns how many samples moved forward.
     pub(crate) fn relax_front(
         &mut self,
         present: impl Fn(u64) -> bool,
         ready: impl Fn(u64) -> bool,
+        mut swapped: impl FnMut(u64, u64),
     ) -> u64 {
         let Some((front, later)) = self.pending.make_contiguous().split_first_mut() else {
             return 0;
@@ -311,6 +313,7 @@ impl Session {
                     continue;
                 }
                 if ready(donor.slots[k].sample) {
+                    swapped(front.slots[i].sample, donor.slots[k].sample);
                     std::mem::swap(&mut front.slots[i], &mut donor.slots[k]);
                     swaps += 1;
                     k += 1;
@@ -514,9 +517,12 @@ mod tests {
             .flat_map(|b| b.slots.iter().map(|x| x.sample))
             .collect();
         let late = s.pending()[0].slots[1].sample;
-        let swaps = s.relax_front(|x| x != late, |x| x != late);
+        let mut pairs = Vec::new();
+        let swaps = s.relax_front(|x| x != late, |x| x != late, |a, b| pairs.push((a, b)));
         assert_eq!(swaps, 1);
-        assert_ne!(s.pending()[0].slots[1].sample, late);
+        let forward = s.pending()[0].slots[1].sample;
+        assert_ne!(forward, late);
+        assert_eq!(pairs, vec![(late, forward)], "the trade is reported");
         let mut after: Vec<u64> = s
             .pending()
             .iter()
