@@ -76,21 +76,21 @@ impl fmt::Display for SampleKey {
 /// How many of the policy's first candidates [`Cache::reserve`] looks
 /// through for one whose eviction alone makes room, before it evicts in the
 /// policy's strict order.
-pub const FIT_PROBES: usize = 16;
+pub(crate) const FIT_PROBES: usize = 16;
 
 /// The most entries [`Cache::reserve`] evicts together, a victim and its
 /// address neighbours, to open one free range in a fragmented arena.
-pub const WINDOW_MAX: usize = 8;
+pub(crate) const WINDOW_MAX: usize = 8;
 
 /// [`Cache::reserve`] evicts address neighbours together (see
 /// [`WINDOW_MAX`]) only while the retained area's free bytes exceed its size
 /// divided by this: below, scattered free space is left for smaller samples
 /// to fill.
-pub const FRAGMENTATION_DIVISOR: u64 = 16;
+pub(crate) const FRAGMENTATION_DIVISOR: u64 = 16;
 
 /// Default alignment of sample extents: 4096 bytes, so reads straight into
 /// the arena may use `O_DIRECT`.
-pub const DEFAULT_ALIGN: u64 = 4096;
+pub(crate) const DEFAULT_ALIGN: u64 = 4096;
 
 /// How the cache is set up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,7 +152,7 @@ impl CacheConfig {
     /// The largest extent the cache can place: the aligned room in the
     /// larger of the retained area (`retain_limit` bytes from `base`) and
     /// the transient area (the `transient_reserve` bytes after it).
-    pub fn largest_sample(&self) -> u64 {
+    pub(crate) fn largest_sample(&self) -> u64 {
         let align = self.align.max(1);
         let room = |start: u64, len: u64| {
             let end = start.saturating_add(len);
@@ -167,7 +167,7 @@ impl CacheConfig {
 
     /// The bytes a sample of `len` bytes takes in the arena: `len` rounded
     /// up to the alignment, or `None` on overflow.
-    pub fn extent_len(&self, len: u64) -> Option<u64> {
+    pub(crate) fn extent_len(&self, len: u64) -> Option<u64> {
         len.checked_next_multiple_of(self.align.max(1))
     }
 
@@ -176,7 +176,7 @@ impl CacheConfig {
     /// # Errors
     ///
     /// [`CacheError::BadConfig`] naming the bad field.
-    pub fn validate(&self) -> Result<(), CacheError> {
+    pub(crate) fn validate(&self) -> Result<(), CacheError> {
         if self.arena_size == 0 {
             return Err(CacheError::BadConfig("arena_size is 0".into()));
         }
@@ -295,7 +295,7 @@ pub enum Completion {
 ///
 /// `free + cached + pinned + in_flight == size` always holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Accounting {
+pub(crate) struct Accounting {
     /// The arena's size.
     pub size: u64,
     /// Bytes in no extent.
@@ -326,7 +326,7 @@ impl Accounting {
 
 /// Event counters since the cache was created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct CacheStats {
+pub(crate) struct CacheStats {
     /// [`Cache::access`] found the sample Ready.
     pub hits: u64,
     /// [`Cache::access`] found a read of the sample under way.
@@ -601,12 +601,6 @@ impl Areas {
         self.retained.free_bytes() + self.transient.free_bytes() + self.kept.free_bytes()
     }
 
-    fn largest_free(&self) -> u64 {
-        self.retained
-            .largest_free()
-            .max(self.transient.largest_free())
-    }
-
     fn live_extents(&self) -> usize {
         self.retained.live_extents() + self.transient.live_extents() + self.kept.live_extents()
     }
@@ -653,7 +647,7 @@ impl Cache {
     /// # Errors
     ///
     /// [`CacheError::BadConfig`].
-    pub fn with_policy(
+    pub(crate) fn with_policy(
         config: CacheConfig,
         policy: Box<dyn EvictionPolicy>,
     ) -> Result<Self, CacheError> {
@@ -688,7 +682,7 @@ impl Cache {
     }
 
     /// Arena use by state.
-    pub fn accounting(&self) -> Accounting {
+    pub(crate) fn accounting(&self) -> Accounting {
         Accounting {
             free: self.areas.free_bytes(),
             ..self.acct
@@ -696,7 +690,8 @@ impl Cache {
     }
 
     /// Event counters.
-    pub fn stats(&self) -> CacheStats {
+    #[cfg(any(test, feature = "sim"))]
+    pub(crate) fn stats(&self) -> CacheStats {
         self.stats
     }
 
@@ -721,13 +716,8 @@ impl Cache {
         self.entries.is_empty()
     }
 
-    /// The largest free range of the arena, in bytes.
-    pub fn largest_free(&self) -> u64 {
-        self.areas.largest_free()
-    }
-
     /// The pins held on `key` (0 when absent).
-    pub fn pins(&self, key: SampleKey) -> u32 {
+    pub(crate) fn pins(&self, key: SampleKey) -> u32 {
         match self.lookup(key) {
             Lookup::Absent => 0,
             Lookup::InFlight { pins, .. } | Lookup::Failed { pins, .. } => pins,
@@ -736,14 +726,14 @@ impl Cache {
     }
 
     /// What the cache knows of `key`. Counts nothing.
-    pub fn lookup(&self, key: SampleKey) -> Lookup {
+    pub(crate) fn lookup(&self, key: SampleKey) -> Lookup {
         self.entries.get(&key).map_or(Lookup::Absent, Entry::lookup)
     }
 
     /// [`lookup`](Self::lookup) for a sample a session needs: counts a hit
     /// (Ready), an in-flight hit or a miss (absent or failed), and tells the
     /// policy of the use.
-    pub fn access(&mut self, key: SampleKey) -> Lookup {
+    pub(crate) fn access(&mut self, key: SampleKey) -> Lookup {
         let found = self.lookup(key);
         match found {
             Lookup::Ready(_) => {
@@ -802,7 +792,7 @@ impl Cache {
     /// [`CacheError::AlreadyPresent`] (pin it instead), or
     /// [`CacheError::NoSpace`] (everything is pinned or in flight, or the
     /// policy never evicts: retry after some unpins or completions).
-    pub fn reserve(&mut self, key: SampleKey, len: u64) -> Result<Reservation, CacheError> {
+    pub(crate) fn reserve(&mut self, key: SampleKey, len: u64) -> Result<Reservation, CacheError> {
         if len == 0 {
             return Err(CacheError::ZeroLength);
         }
@@ -1084,7 +1074,11 @@ impl Cache {
     ///
     /// [`CacheError::NotFound`] or [`CacheError::WrongState`] (not in
     /// flight).
-    pub fn complete(&mut self, key: SampleKey, crc32c: u32) -> Result<Completion, CacheError> {
+    pub(crate) fn complete(
+        &mut self,
+        key: SampleKey,
+        crc32c: u32,
+    ) -> Result<Completion, CacheError> {
         let entry = self.entries.get(&key).ok_or(CacheError::NotFound(key))?;
         let Entry::InFlight {
             extent,
@@ -1144,7 +1138,7 @@ impl Cache {
     ///
     /// [`CacheError::NotFound`] or [`CacheError::WrongState`] (not in
     /// flight).
-    pub fn fail(&mut self, key: SampleKey, code: u32) -> Result<(), CacheError> {
+    pub(crate) fn fail(&mut self, key: SampleKey, code: u32) -> Result<(), CacheError> {
         let entry = self.entries.get(&key).ok_or(CacheError::NotFound(key))?;
         let Entry::InFlight {
             extent,
@@ -1180,7 +1174,7 @@ impl Cache {
     ///
     /// [`CacheError::NotFound`], [`CacheError::Failed`] or
     /// [`CacheError::PinOverflow`].
-    pub fn pin(&mut self, key: SampleKey) -> Result<u32, CacheError> {
+    pub(crate) fn pin(&mut self, key: SampleKey) -> Result<u32, CacheError> {
         let entry = self
             .entries
             .get_mut(&key)
@@ -1213,7 +1207,7 @@ impl Cache {
     /// # Errors
     ///
     /// [`CacheError::NotFound`] or [`CacheError::NotPinned`].
-    pub fn unpin(&mut self, key: SampleKey) -> Result<(), CacheError> {
+    pub(crate) fn unpin(&mut self, key: SampleKey) -> Result<(), CacheError> {
         let entry = self
             .entries
             .get_mut(&key)
@@ -1268,7 +1262,8 @@ impl Cache {
     ///
     /// [`CacheError::NotFound`] or [`CacheError::Busy`] (pinned or in
     /// flight).
-    pub fn forget(&mut self, key: SampleKey) -> Result<(), CacheError> {
+    #[cfg(test)]
+    pub(crate) fn forget(&mut self, key: SampleKey) -> Result<(), CacheError> {
         match self.entries.get(&key) {
             None => Err(CacheError::NotFound(key)),
             Some(Entry::Failed { pins: 0, .. }) => {
@@ -1291,7 +1286,7 @@ impl Cache {
     ///
     /// [`CacheError::Session`]: a duplicate id or a plan that cannot be
     /// indexed.
-    pub fn add_session(
+    pub(crate) fn add_session(
         &mut self,
         id: SessionId,
         dataset: u32,
@@ -1315,7 +1310,11 @@ impl Cache {
     ///
     /// [`CacheError::Session`]: unknown session, or a position behind the
     /// current one or past the session's end.
-    pub fn advance_session(&mut self, id: SessionId, position: u64) -> Result<(), CacheError> {
+    pub(crate) fn advance_session(
+        &mut self,
+        id: SessionId,
+        position: u64,
+    ) -> Result<(), CacheError> {
         let record = self
             .sessions
             .get(&id)
@@ -1336,6 +1335,26 @@ impl Cache {
         Ok(())
     }
 
+    /// Samples `a` and `b` of session `id`'s dataset traded places in its
+    /// delivery order (relaxed order): the clairvoyant policy's next-use
+    /// distances follow what is really delivered.
+    ///
+    /// # Errors
+    ///
+    /// [`CacheError::Session`]: unknown session.
+    pub(crate) fn swap_in_session(
+        &mut self,
+        id: SessionId,
+        a: u64,
+        b: u64,
+    ) -> Result<(), CacheError> {
+        if !self.sessions.contains_key(&id) {
+            return Err(FutureError::UnknownSession(id).into());
+        }
+        self.policy.swap_in_session(id, a, b)?;
+        Ok(())
+    }
+
     /// Moves session `id` forward by `count` samples:
     /// [`advance_session`](Self::advance_session) to its position plus
     /// `count`.
@@ -1343,7 +1362,11 @@ impl Cache {
     /// # Errors
     ///
     /// As [`advance_session`](Self::advance_session).
-    pub fn advance_session_by(&mut self, id: SessionId, count: u64) -> Result<(), CacheError> {
+    pub(crate) fn advance_session_by(
+        &mut self,
+        id: SessionId,
+        count: u64,
+    ) -> Result<(), CacheError> {
         let position = self
             .session_position(id)
             .ok_or(FutureError::UnknownSession(id))?;
@@ -1356,7 +1379,7 @@ impl Cache {
     /// # Errors
     ///
     /// [`CacheError::Session`]: unknown session.
-    pub fn remove_session(&mut self, id: SessionId) -> Result<(), CacheError> {
+    pub(crate) fn remove_session(&mut self, id: SessionId) -> Result<(), CacheError> {
         if !self.sessions.contains_key(&id) {
             return Err(FutureError::UnknownSession(id).into());
         }
@@ -1366,7 +1389,7 @@ impl Cache {
     }
 
     /// Session `id`'s position, if registered.
-    pub fn session_position(&self, id: SessionId) -> Option<u64> {
+    pub(crate) fn session_position(&self, id: SessionId) -> Option<u64> {
         self.sessions.get(&id).map(|r| r.position)
     }
 
@@ -1380,7 +1403,7 @@ impl Cache {
     /// # Errors
     ///
     /// A description of the first violation found.
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub(crate) fn check_invariants(&self) -> Result<(), String> {
         self.areas.check()?;
         let mut sum = Accounting {
             size: self.config.arena_size,

@@ -18,9 +18,9 @@ use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 /// Pause after a remote dataset's first failed load.
-pub const RETRY_FIRST: Duration = Duration::from_secs(1);
+pub(crate) const RETRY_FIRST: Duration = Duration::from_secs(1);
 /// Longest pause between load attempts.
-pub const RETRY_MAX: Duration = Duration::from_secs(60);
+pub(crate) const RETRY_MAX: Duration = Duration::from_secs(60);
 /// How long a burst of read failures of one dataset is summarised before
 /// the log says more.
 const ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -39,7 +39,7 @@ enum State {
 
 /// What [`Dataset::poll`] saw happen.
 #[derive(Debug)]
-pub enum LoadEvent {
+pub(crate) enum LoadEvent {
     /// The catalog is loaded; the dataset serves from now on.
     Ready,
     /// An attempt failed (the message is also kept as
@@ -79,13 +79,13 @@ impl std::fmt::Debug for Dataset {
 
 impl Dataset {
     /// Opens a dataset in the calling thread.
-    pub fn open_now(config: &DatasetConfig, agent: &Config) -> io::Result<Dataset> {
+    pub(crate) fn open_now(config: &DatasetConfig, agent: &Config) -> io::Result<Dataset> {
         let source = source::open(config, agent)?;
         Ok(Dataset::with_state(config, agent, State::Ready(source), 1))
     }
 
     /// Starts opening a dataset on a thread of its own.
-    pub fn open_in_background(config: &DatasetConfig, agent: &Config) -> Dataset {
+    pub(crate) fn open_in_background(config: &DatasetConfig, agent: &Config) -> Dataset {
         let mut d = Dataset::with_state(
             config,
             agent,
@@ -137,7 +137,7 @@ impl Dataset {
 
     /// Whether the configuration says the dataset is opened in the
     /// background (remote stores) rather than before start-up.
-    pub fn is_remote(config: &DatasetConfig) -> bool {
+    pub(crate) fn is_remote(config: &DatasetConfig) -> bool {
         config.kind() != SourceKind::Fs
     }
 
@@ -178,7 +178,7 @@ impl Dataset {
 
     /// Moves loading on: takes a finished attempt's result, starts the next
     /// attempt when its time has come. Never blocks.
-    pub fn poll(&mut self, now: Instant) -> Option<LoadEvent> {
+    pub(crate) fn poll(&mut self, now: Instant) -> Option<LoadEvent> {
         match &self.state {
             State::Ready(_) => None,
             State::Waiting { next } => {
@@ -198,7 +198,7 @@ impl Dataset {
     }
 
     /// Waits up to `limit` for a running attempt to finish.
-    pub fn wait(&mut self, limit: Duration) -> Option<LoadEvent> {
+    pub(crate) fn wait(&mut self, limit: Duration) -> Option<LoadEvent> {
         let State::Loading(rx) = &self.state else {
             return None;
         };
@@ -240,12 +240,12 @@ impl Dataset {
     }
 
     /// Whether the dataset serves.
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         matches!(self.state, State::Ready(_))
     }
 
     /// Whether its first load attempt is still running.
-    pub fn first_load_running(&self) -> bool {
+    pub(crate) fn first_load_running(&self) -> bool {
         matches!(self.state, State::Loading(_)) && self.last_error.is_none()
     }
 
@@ -280,7 +280,7 @@ impl Dataset {
     }
 
     /// The source, mutable; `None` until the dataset is ready.
-    pub fn source_mut(&mut self) -> Option<&mut (dyn SampleSource + 'static)> {
+    pub(crate) fn source_mut(&mut self) -> Option<&mut (dyn SampleSource + 'static)> {
         match &mut self.state {
             State::Ready(s) => Some(&mut **s),
             _ => None,
@@ -290,7 +290,7 @@ impl Dataset {
     /// Logs a sample that failed for good, without flooding the log when a
     /// whole store is down: the first failure is logged, then one summary
     /// line at most every ten seconds.
-    pub fn log_failure(&mut self, what: impl FnOnce() -> String) {
+    pub(crate) fn log_failure(&mut self, what: impl FnOnce() -> String) {
         let now = Instant::now();
         match self.failures_logged {
             Some(t) if now.duration_since(t) < ERROR_LOG_INTERVAL => {

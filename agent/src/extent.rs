@@ -48,7 +48,7 @@ impl fmt::Display for Extent {
 
 /// Why an extent could not be allocated or freed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExtentError {
+pub(crate) enum ExtentError {
     /// A zero-length allocation was requested.
     ZeroLength,
     /// The requested alignment is not a power of two.
@@ -102,7 +102,7 @@ impl std::error::Error for ExtentError {}
 /// Allocator of disjoint extents of the byte range `[base, base + size)`
 /// (`base` is 0 unless made with [`ExtentAllocator::with_base`]).
 #[derive(Debug, Clone)]
-pub struct ExtentAllocator {
+pub(crate) struct ExtentAllocator {
     base: u64,
     size: u64,
     /// Free ranges: offset → length. Never two adjacent entries.
@@ -128,7 +128,7 @@ impl ExtentAllocator {
     /// An allocator over `[base, base + size)`, all free; offsets are
     /// absolute, so alignment applies to them. `size` is cut so that the
     /// range ends at most at `u64::MAX`.
-    pub fn with_base(base: u64, size: u64) -> Self {
+    pub(crate) fn with_base(base: u64, size: u64) -> Self {
         let size = size.min(u64::MAX - base);
         let mut a = ExtentAllocator {
             base,
@@ -155,32 +155,28 @@ impl ExtentAllocator {
     }
 
     /// Bytes not covered by any live extent.
-    pub fn free_bytes(&self) -> u64 {
+    pub(crate) fn free_bytes(&self) -> u64 {
         self.free_bytes
     }
 
-    /// Bytes covered by live extents.
-    pub fn allocated_bytes(&self) -> u64 {
-        self.size - self.free_bytes
-    }
-
     /// The length of the largest free range (0 when none is free).
-    pub fn largest_free(&self) -> u64 {
+    pub(crate) fn largest_free(&self) -> u64 {
         self.free_by_len.last().map_or(0, |&(len, _)| len)
     }
 
     /// The number of free ranges (a measure of fragmentation).
-    pub fn free_ranges(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn free_ranges(&self) -> usize {
         self.free_by_offset.len()
     }
 
     /// The number of live extents.
-    pub fn live_extents(&self) -> usize {
+    pub(crate) fn live_extents(&self) -> usize {
         self.live.len()
     }
 
     /// Whether `extent` is exactly one live allocation.
-    pub fn is_allocated(&self, extent: Extent) -> bool {
+    pub(crate) fn is_allocated(&self, extent: Extent) -> bool {
         extent.len > 0 && self.live.get(&extent.offset) == Some(&extent.len)
     }
 
@@ -198,7 +194,7 @@ impl ExtentAllocator {
     /// multiple of `align`, it fails only if no free range can hold the
     /// request; otherwise it may miss a short range whose offset happens to
     /// suit. `O(log n)`.
-    pub fn alloc(&mut self, len: u64, align: u64) -> Option<Extent> {
+    pub(crate) fn alloc(&mut self, len: u64, align: u64) -> Option<Extent> {
         self.try_alloc(len, align).ok()
     }
 
@@ -208,7 +204,7 @@ impl ExtentAllocator {
     ///
     /// [`ExtentError::ZeroLength`], [`ExtentError::BadAlignment`], or
     /// [`ExtentError::NoSpace`] when no free range can hold the request.
-    pub fn try_alloc(&mut self, len: u64, align: u64) -> Result<Extent, ExtentError> {
+    pub(crate) fn try_alloc(&mut self, len: u64, align: u64) -> Result<Extent, ExtentError> {
         if len == 0 {
             return Err(ExtentError::ZeroLength);
         }
@@ -237,7 +233,7 @@ impl ExtentAllocator {
     }
 
     /// Whether [`alloc`](Self::alloc)`(len, align)` would succeed now.
-    pub fn can_alloc(&self, len: u64, align: u64) -> bool {
+    pub(crate) fn can_alloc(&self, len: u64, align: u64) -> bool {
         len > 0 && align.is_power_of_two() && self.find(len, align).is_some()
     }
 
@@ -309,25 +305,26 @@ impl ExtentAllocator {
     /// (the extent merged with its free neighbours), or `None` when `extent`
     /// is not a live allocation. Lets a caller choose, among several
     /// extents, one whose release makes room for a request.
-    pub fn hole_if_freed(&self, extent: Extent) -> Option<u64> {
+    pub(crate) fn hole_if_freed(&self, extent: Extent) -> Option<u64> {
         self.is_allocated(extent).then(|| self.coalesced(extent).1)
     }
 
     /// The free range that ends exactly at `offset`, if any.
-    pub fn free_range_ending_at(&self, offset: u64) -> Option<Extent> {
+    pub(crate) fn free_range_ending_at(&self, offset: u64) -> Option<Extent> {
         let (&off, &len) = self.free_by_offset.range(..offset).next_back()?;
         (off + len == offset).then_some(Extent { offset: off, len })
     }
 
     /// The free range that starts exactly at `offset`, if any.
-    pub fn free_range_at(&self, offset: u64) -> Option<Extent> {
+    pub(crate) fn free_range_at(&self, offset: u64) -> Option<Extent> {
         self.free_by_offset
             .get(&offset)
             .map(|&len| Extent { offset, len })
     }
 
     /// The free ranges in offset order, as extents.
-    pub fn free_extents(&self) -> impl Iterator<Item = Extent> + '_ {
+    #[cfg(test)]
+    pub(crate) fn free_extents(&self) -> impl Iterator<Item = Extent> + '_ {
         self.free_by_offset
             .iter()
             .map(|(&offset, &len)| Extent { offset, len })

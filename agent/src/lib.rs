@@ -2,21 +2,62 @@
 //!
 //! The operator CLI `granary`, the ingest into S3/CQL and the synthetic
 //! dataset generator live in the `granary-tools` crate (`tools/`).
+//!
+//! # Module map
+//!
+//! From the outside in (`docs/architecture.md` has the same map with links
+//! to the design notes):
+//!
+//! * [`daemon`]: `granaryd run` — metrics endpoint, engine, systemd
+//!   notifications, signals; [`logging`] (text or JSON lines), `notify`
+//!   (systemd).
+//! * [`config`]: the TOML configuration as types, validated, with the
+//!   default file compiled in.
+//! * [`engine`]: the turn loop and its phases (open, release, request,
+//!   complete, publish, peers) over an injected clock; owns the server, the
+//!   sessions, the cache and the datasets.
+//! * `server`: the loaders' socket — accept, `SO_PEERCRED` check, messages.
+//! * `session`: one loader session and the lifecycle of its batches over a
+//!   `planner::SessionCursor`.
+//! * [`planner`]: the exact sample order of every epoch, shared by the
+//!   session and the cache's future index.
+//! * [`cache`]: arena extents (`extent`), sample states and pins, the
+//!   eviction policies (Belady with the future index, MinIO, LRU); the
+//!   simulator behind feature `sim`.
+//! * [`dataset`]: a configured dataset, opened (and reopened) in the
+//!   background, and its health.
+//! * [`source`]: the [`source::SampleSource`] trait the engine drives and
+//!   its vocabulary ([`source::SampleError`], [`source::FailureKind`],
+//!   [`source::queue`]); [`source::fs`] (catalog, io_uring reader,
+//!   [`source::FsSource`]), [`source::s3`], [`source::cql`]. Each makes one
+//!   attempt per request.
+//! * `retry`: the one retry layer, `RetryPolicy`, applied by the engine.
+//! * [`peers`]: the peer tier — the job's view, dataset directories,
+//!   routing of misses to owners, the TCP transport (payloads straight to
+//!   and from the arena), the serving side; driven by `engine/peers.rs`.
+//! * [`metrics`]: lock-free counters and the OpenMetrics endpoint.
+//! * `sys`: the only module allowed `unsafe` — system calls and the
+//!   io_uring submissions, behind safe functions.
+#![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 pub mod cache;
 pub mod config;
+// Its SIGTERM/SIGINT/SIGPIPE handlers (two `libc::signal` calls) are the
+// one use of `unsafe` outside `sys`; they belong in `sys` too.
+#[allow(unsafe_code)]
 pub mod daemon;
 pub mod dataset;
 pub mod engine;
-pub mod extent;
+pub(crate) mod extent;
 pub mod logging;
 pub mod metrics;
-pub mod notify;
+pub(crate) mod notify;
 pub mod peers;
 pub mod planner;
-pub mod retry;
-pub mod server;
-pub mod session;
+pub(crate) mod retry;
+pub(crate) mod server;
+pub(crate) mod session;
 pub mod source;
 mod sys;
-pub mod uring_reader;
+#[cfg(test)]
+mod testutil;

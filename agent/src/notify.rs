@@ -12,14 +12,14 @@ use std::time::Duration;
 
 /// A handle on `$NOTIFY_SOCKET`, if the service manager provided one.
 #[derive(Debug)]
-pub struct Notifier {
+pub(crate) struct Notifier {
     target: Option<(UnixDatagram, SocketAddr)>,
     watchdog: Option<Duration>,
 }
 
 impl Notifier {
     /// Reads `$NOTIFY_SOCKET` and `$WATCHDOG_USEC` from the environment.
-    pub fn from_env() -> io::Result<Notifier> {
+    pub(crate) fn from_env() -> io::Result<Notifier> {
         let watchdog = std::env::var("WATCHDOG_USEC")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
@@ -44,12 +44,13 @@ impl Notifier {
     }
 
     /// True when running under a service manager that listens.
-    pub fn enabled(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn enabled(&self) -> bool {
         self.target.is_some()
     }
 
     /// How often to send `WATCHDOG=1` (half the configured watchdog), if enabled.
-    pub fn watchdog_interval(&self) -> Option<Duration> {
+    pub(crate) fn watchdog_interval(&self) -> Option<Duration> {
         self.watchdog.map(|w| w / 2)
     }
 
@@ -75,7 +76,7 @@ impl Notifier {
     }
 
     /// `STOPPING=1`.
-    pub fn stopping(&self) -> io::Result<()> {
+    pub(crate) fn stopping(&self) -> io::Result<()> {
         self.send("STOPPING=1")
     }
 }

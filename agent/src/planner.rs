@@ -157,7 +157,7 @@ impl PlanParams {
     /// [`PlanError::NoSamples`], [`PlanError::TooManySamples`],
     /// [`PlanError::ZeroWorldSize`], [`PlanError::RankOutOfRange`] or
     /// [`PlanError::ZeroBatchSize`], naming the first bad field.
-    pub fn validate(&self) -> Result<(), PlanError> {
+    pub(crate) fn validate(&self) -> Result<(), PlanError> {
         check_num_samples(self.num_samples)?;
         if self.world_size == 0 {
             return Err(PlanError::ZeroWorldSize);
@@ -271,7 +271,7 @@ pub fn epoch_permutation(seed: u64, epoch: u32, n: u64) -> Result<Vec<u64>, Plan
 /// # Errors
 ///
 /// Any error of [`PlanParams::validate`].
-pub fn samples_per_rank(params: &PlanParams) -> Result<u64, PlanError> {
+pub(crate) fn samples_per_rank(params: &PlanParams) -> Result<u64, PlanError> {
     params.validate()?;
     Ok(share_len(params))
 }
@@ -293,7 +293,7 @@ fn share_len(params: &PlanParams) -> u64 {
 /// # Errors
 ///
 /// Any error of [`PlanParams::validate`].
-pub fn batches_per_epoch(params: &PlanParams) -> Result<u64, PlanError> {
+pub(crate) fn batches_per_epoch(params: &PlanParams) -> Result<u64, PlanError> {
     params.validate()?;
     Ok(batch_count(params))
 }
@@ -321,7 +321,8 @@ fn batch_count(params: &PlanParams) -> u64 {
 /// # Errors
 ///
 /// Any error of [`PlanParams::validate`], or [`PlanError::OutOfMemory`].
-pub fn rank_share(params: &PlanParams, epoch: u32) -> Result<Vec<u64>, PlanError> {
+#[cfg(test)]
+pub(crate) fn rank_share(params: &PlanParams, epoch: u32) -> Result<Vec<u64>, PlanError> {
     params.validate()?;
     let perm = epoch_permutation(params.seed, epoch, params.num_samples)?;
     Ok(stride(params, &perm, share_len(params)))
@@ -391,7 +392,7 @@ impl EpochPlan {
     }
 
     /// The number of batches; equals [`batches_per_epoch`].
-    pub fn num_batches(&self) -> u64 {
+    pub(crate) fn num_batches(&self) -> u64 {
         (self.samples.len() as u64).div_ceil(u64::from(self.params.batch_size))
     }
 
@@ -494,7 +495,8 @@ impl SessionPlan {
     }
 
     /// Batches over the whole session.
-    pub fn total_batches(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn total_batches(&self) -> u64 {
         batch_count(&self.params) * u64::from(self.epoch_count)
     }
 
@@ -505,7 +507,7 @@ impl SessionPlan {
     /// # Errors
     ///
     /// [`PlanError::OutOfMemory`] when the permutation cannot be allocated.
-    pub fn epoch(&self, epoch: u32) -> Result<Arc<EpochPlan>, PlanError> {
+    pub(crate) fn epoch(&self, epoch: u32) -> Result<Arc<EpochPlan>, PlanError> {
         // A poisoned memo only means a panic elsewhere while it was held:
         // its content (finished Arcs) is still valid.
         let mut memo = self.memo.lock().unwrap_or_else(|p| p.into_inner());
@@ -521,7 +523,7 @@ impl SessionPlan {
     }
 
     /// A cursor at the session's first batch.
-    pub fn cursor(&self) -> SessionCursor {
+    pub(crate) fn cursor(&self) -> SessionCursor {
         SessionCursor {
             session: self.clone(),
             next_epoch_offset: 0,
@@ -533,7 +535,7 @@ impl SessionPlan {
 
 /// One batch of a session, as a [`SessionCursor`] yields it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PlannedBatch<'a> {
+pub(crate) struct PlannedBatch<'a> {
     /// The epoch the batch belongs to.
     pub epoch: u32,
     /// The batch's index within its epoch, from 0.
@@ -547,7 +549,7 @@ pub struct PlannedBatch<'a> {
 /// Walks a [`SessionPlan`] batch by batch in delivery order, one epoch at a
 /// time (memory: the epochs its plan's memo holds).
 #[derive(Debug, Clone)]
-pub struct SessionCursor {
+pub(crate) struct SessionCursor {
     session: SessionPlan,
     /// Offset from `first_epoch` of the next epoch to plan.
     next_epoch_offset: u32,

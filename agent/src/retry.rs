@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 /// What to do after a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetryDecision {
+pub(crate) enum RetryDecision {
     /// Submit the read again at (not before) this instant.
     RetryAt(Instant),
     /// Report the failure for this sample.
@@ -33,7 +33,7 @@ pub enum RetryDecision {
 
 /// One dataset's retry policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryPolicy {
+pub(crate) struct RetryPolicy {
     /// Attempts in all, the first included (at least 1).
     pub attempts: u32,
     /// Upper bound of the backoff before the first retry; doubles per retry.
@@ -83,7 +83,7 @@ impl RetryPolicy {
 
     /// After the `made`-th failed attempt (1 for the first) of a sample
     /// first tried at `first`, failing with `kind` at `now`.
-    pub fn decide(
+    pub(crate) fn decide(
         &self,
         kind: FailureKind,
         made: u32,
@@ -106,7 +106,8 @@ impl RetryPolicy {
     /// The longest a sample can take from its first attempt to being
     /// reported failed: every attempt running into its timeout, with the
     /// largest backoffs; never more than the deadline plus one attempt.
-    pub fn worst_case(&self) -> Duration {
+    #[cfg(test)]
+    pub(crate) fn worst_case(&self) -> Duration {
         let mut total = self.attempt_timeout;
         for retry in 1..self.attempts {
             let backoff = self

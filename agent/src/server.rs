@@ -16,12 +16,16 @@ use std::os::fd::BorrowedFd;
 use std::path::Path;
 
 /// Identifies a loader connection.
-pub type ConnId = u64;
+pub(crate) type ConnId = u64;
 
 /// What a connection asked for.
 #[derive(Debug)]
-pub enum ConnEvent {
+pub(crate) enum ConnEvent {
     /// A new, credential-checked loader connected.
+    #[allow(
+        dead_code,
+        reason = "the engine only counts connections; the id and credentials are for its logs"
+    )]
     Connected(ConnId, PeerCred),
     /// The loader wants a session (already validated field by field).
     Open(ConnId, granary_shm::handshake::OpenSession),
@@ -37,7 +41,7 @@ struct Conn {
 }
 
 /// The listening socket and every live connection.
-pub struct Server {
+pub(crate) struct Server {
     listener: SeqPacketListener,
     conns: HashMap<ConnId, Conn>,
     next_id: ConnId,
@@ -46,6 +50,12 @@ pub struct Server {
 }
 
 impl Server {
+    /// The credentials a connection had when it was accepted (the
+    /// per-uid session quota counts by them).
+    pub(crate) fn credentials(&self, id: ConnId) -> Option<PeerCred> {
+        self.conns.get(&id).map(|c| c.cred)
+    }
+
     /// Binds the socket (mode from config) in non-blocking mode.
     pub fn bind(cfg: &SocketConfig) -> io::Result<Server> {
         let path: &Path = cfg.path.as_ref();
@@ -60,8 +70,7 @@ impl Server {
             listener,
             conns: HashMap::new(),
             next_id: 1,
-            // SAFETY: getuid cannot fail and has no preconditions.
-            agent_uid: unsafe { libc::getuid() },
+            agent_uid: nix::unistd::getuid().as_raw(),
             allow: cfg.clone(),
         })
     }
@@ -69,11 +78,6 @@ impl Server {
     /// The socket path.
     pub fn path(&self) -> &Path {
         self.listener.local_path()
-    }
-
-    /// Number of live connections.
-    pub fn connections(&self) -> usize {
-        self.conns.len()
     }
 
     /// Accepts new loaders and reads pending messages; appends events.
@@ -197,7 +201,7 @@ impl Server {
     }
 
     /// Sends an error reply.
-    pub fn reply_error(&self, id: ConnId, code: ErrorCode, message: impl Into<String>) {
+    pub(crate) fn reply_error(&self, id: ConnId, code: ErrorCode, message: impl Into<String>) {
         let _ = self.reply(
             id,
             &Message::Error(ErrorReply {
@@ -206,16 +210,6 @@ impl Server {
             }),
             &[],
         );
-    }
-
-    /// Credentials of a connection.
-    pub fn credentials(&self, id: ConnId) -> Option<PeerCred> {
-        self.conns.get(&id).map(|c| c.cred)
-    }
-
-    /// Drops a connection (its sessions must be ended by the caller).
-    pub fn disconnect(&mut self, id: ConnId) {
-        self.conns.remove(&id);
     }
 }
 

@@ -54,12 +54,12 @@ pub(crate) struct PendingBatch {
 
 impl PendingBatch {
     /// Whether every slot has been requested.
-    pub fn fully_requested(&self) -> bool {
+    pub(crate) fn fully_requested(&self) -> bool {
         self.requested == self.slots.len()
     }
 
     /// The samples this batch holds pins on.
-    pub fn pinned_samples(&self) -> impl Iterator<Item = u64> + '_ {
+    pub(crate) fn pinned_samples(&self) -> impl Iterator<Item = u64> + '_ {
         self.slots[..self.requested]
             .iter()
             .filter(|s| s.pinned)
@@ -206,7 +206,7 @@ impl Session {
     }
 
     /// Batches on loan.
-    pub fn loans(&self) -> usize {
+    pub(crate) fn loans(&self) -> usize {
         self.leases.len()
     }
 
@@ -237,7 +237,7 @@ impl Session {
     /// tables stay pinned until released, so neither a deep ready ring nor a
     /// loader that takes batches and never releases them stretches it. A
     /// session thus never holds more than its largest window of batches.
-    pub fn plan_ahead(&mut self) -> Result<(), PlanError> {
+    pub(crate) fn plan_ahead(&mut self) -> Result<(), PlanError> {
         let on_loan = self.leases.len();
         while !self.planned_all && self.pending.len().saturating_add(on_loan) < self.window as usize
         {
@@ -265,7 +265,7 @@ impl Session {
     /// Step 2: offers every sample of the window not yet requested, in
     /// delivery order, to `decide(epoch, sample)`, until it answers
     /// [`Request::Stop`]. Returns whether any sample was requested.
-    pub fn request_with(&mut self, mut decide: impl FnMut(u32, u64) -> Request) -> bool {
+    pub(crate) fn request_with(&mut self, mut decide: impl FnMut(u32, u64) -> Request) -> bool {
         let mut moved = false;
         for b in self.pending.iter_mut() {
             while b.requested < b.slots.len() {
@@ -286,11 +286,13 @@ impl Session {
     /// (already requested, so pinned by its batch: the pin moves with the
     /// sample). The late sample moves back and keeps its pin; nothing is
     /// added or dropped, so each epoch still delivers its samples exactly
-    /// once. Returns how many samples moved forward.
-    pub fn relax_front(
+    /// once. `swapped(late, ready)` is told of every trade (for the cache's
+    /// future index). Returns how many samples moved forward.
+    pub(crate) fn relax_front(
         &mut self,
         present: impl Fn(u64) -> bool,
         ready: impl Fn(u64) -> bool,
+        mut swapped: impl FnMut(u64, u64),
     ) -> u64 {
         let Some((front, later)) = self.pending.make_contiguous().split_first_mut() else {
             return 0;
@@ -314,6 +316,7 @@ impl Session {
                     continue;
                 }
                 if ready(donor.slots[k].sample) {
+                    swapped(front.slots[i].sample, donor.slots[k].sample);
                     std::mem::swap(&mut front.slots[i], &mut donor.slots[k]);
                     swaps += 1;
                     k += 1;
@@ -327,7 +330,10 @@ impl Session {
 
     /// Step 3: the front batch, once all its samples are requested and
     /// `present`. The window grows by one (slow start).
-    pub fn take_publishable(&mut self, present: impl Fn(u64) -> bool) -> Option<PendingBatch> {
+    pub(crate) fn take_publishable(
+        &mut self,
+        present: impl Fn(u64) -> bool,
+    ) -> Option<PendingBatch> {
         let front = self.pending.front()?;
         if !front.fully_requested() || !front.slots.iter().all(|s| present(s.sample)) {
             return None;
@@ -338,7 +344,7 @@ impl Session {
 
     /// Whether the plan is exhausted and every batch has left the window:
     /// the end of the stream is due.
-    pub fn at_end_of_stream(&self) -> bool {
+    pub(crate) fn at_end_of_stream(&self) -> bool {
         self.planned_all && self.pending.is_empty() && !self.ended
     }
 
@@ -387,7 +393,7 @@ impl Session {
 
     /// Takes everything the session still holds, for the engine to give
     /// back: the loans, and the samples pinned by batches being prepared.
-    pub fn take_holdings(&mut self) -> (Vec<Loan>, Vec<u64>) {
+    pub(crate) fn take_holdings(&mut self) -> (Vec<Loan>, Vec<u64>) {
         let loans = self.leases.drain().map(|(_, l)| l).collect();
         let pins = self
             .pending
@@ -515,9 +521,12 @@ mod tests {
             .flat_map(|b| b.slots.iter().map(|x| x.sample))
             .collect();
         let late = s.pending()[0].slots[1].sample;
-        let swaps = s.relax_front(|x| x != late, |x| x != late);
+        let mut pairs = Vec::new();
+        let swaps = s.relax_front(|x| x != late, |x| x != late, |a, b| pairs.push((a, b)));
         assert_eq!(swaps, 1);
-        assert_ne!(s.pending()[0].slots[1].sample, late);
+        let forward = s.pending()[0].slots[1].sample;
+        assert_ne!(forward, late);
+        assert_eq!(pairs, vec![(late, forward)], "the trade is reported");
         let mut after: Vec<u64> = s
             .pending()
             .iter()

@@ -15,7 +15,6 @@ use granary_agent::config::Config;
 use granary_agent::dataset::Dataset;
 use granary_agent::source::s3::fault::FaultyStore;
 use granary_agent::source::s3::{FetchOptions, S3Dataset, S3Layout, S3Source};
-use granary_agent::uring_reader::ReadRetry;
 use granary_tools::ingest::{self, IngestOptions};
 use granary_tools::synth::SynthSpec;
 use std::path::Path;
@@ -205,11 +204,6 @@ fn five_percent_of_gets_failing_still_deliver_every_sample() {
     ));
     let opts = FetchOptions {
         capacity: 64,
-        retry: ReadRetry {
-            retries: 10,
-            base_delay: Duration::from_millis(5),
-            max_delay: Duration::from_millis(100),
-        },
         ..FetchOptions::default()
     };
     let source = S3Source::with_store(faulty.clone(), BUCKET, opts).unwrap();

@@ -7,13 +7,14 @@ mod common_s3;
 
 use common_s3::delay_proxy::DelayProxy;
 use common_s3::{synth, Seaweed, BUCKET};
+use granary_agent::source::queue::IoCompletion as Completion;
 use granary_agent::source::s3::fault::FaultyStore;
 use granary_agent::source::s3::{
     fetch_error, is_retryable, FetchOptions, FetchRequest, FetchStats, S3Catalog, S3Layout,
     S3Source,
 };
 use granary_agent::source::Catalog;
-use granary_agent::uring_reader::{Completion, ReadRetry};
+use granary_shm::arena::{Arena, ArenaSlice};
 use granary_tools::ingest::{self, IngestOptions};
 use granary_tools::synth::verify_sample;
 use std::collections::HashMap;
@@ -30,16 +31,26 @@ fn ingest_dir(weed: &Seaweed, src: &Path, prefix: &str) -> ingest::IngestReport 
 
 /// Fetches every sample of `catalog` into one buffer with `capacity` in
 /// flight (the queue kept full); `on_completion(n)` runs after the n-th
-/// completion. Returns the buffer, each sample's span, the completions by
-/// sample, the most seen in flight, and the fetcher's counters.
+/// sample is done. The fetcher makes one attempt per request; like the
+/// engine's retry policy, a sample whose fetch failed with a retryable
+/// error is submitted again after [`RESUBMIT_DELAY`], up to
+/// [`RESUBMITS`] times. Returns the buffer, each sample's span, the final
+/// result by sample, the most seen in flight, the resubmissions and the
+/// fetcher's counters.
 struct Fetched {
     buf: Vec<u8>,
     spans: Vec<(usize, usize)>,
     results: Vec<Option<io::Result<u32>>>,
     max_in_flight: usize,
+    resubmits: u64,
     stats: FetchStats,
     elapsed: Duration,
 }
+
+/// Most resubmissions of one sample in [`fetch_all`].
+const RESUBMITS: u32 = 100;
+/// Wait before a resubmission in [`fetch_all`].
+const RESUBMIT_DELAY: Duration = Duration::from_millis(50);
 
 fn fetch_all(
     source: &S3Source,
@@ -53,35 +64,54 @@ fn fetch_all(
         spans.push((total, e.size as usize));
         total += e.size as usize;
     }
-    let mut buf = vec![0u8; total];
-    let base = buf.as_mut_ptr();
+    let arena = Arena::heap(total.max(1) as u64).unwrap();
     let mut fetcher = source.fetcher_with(options).unwrap();
     let mut results: Vec<Option<io::Result<u32>>> = (0..catalog.len()).map(|_| None).collect();
-    let mut next = 0usize;
+    let mut tries = vec![0u32; catalog.len()];
+    let mut ready: std::collections::VecDeque<usize> = (0..catalog.len()).collect();
+    let mut later: Vec<(Instant, usize)> = Vec::new();
     let mut done = 0usize;
+    let mut resubmits = 0u64;
     let mut max_in_flight = 0;
     let mut out: Vec<Completion> = Vec::new();
     let t0 = Instant::now();
     while done < catalog.len() {
-        while next < catalog.len() {
-            let dest = base.wrapping_add(spans[next].0);
-            let req = catalog.request(next as u64, next as u64, dest).unwrap();
-            // SAFETY: each request gets its own span of `buf`, which is not
-            // touched until every completion has been collected below.
-            match unsafe { fetcher.submit(req) } {
-                Ok(()) => next += 1,
+        let now = Instant::now();
+        later.retain(|&(at, i)| {
+            if at <= now {
+                ready.push_back(i);
+            }
+            at > now
+        });
+        while let Some(&i) = ready.front() {
+            let (at, len) = spans[i];
+            let dest = arena.slice(at as u64, len).unwrap();
+            let req = catalog.request(i as u64, i as u64, dest).unwrap();
+            match fetcher.submit(req) {
+                Ok(()) => {
+                    ready.pop_front();
+                }
                 Err(_) => break,
             }
         }
         max_in_flight = max_in_flight.max(fetcher.in_flight());
         out.clear();
+        let wait = if later.is_empty() { 200 } else { 10 };
         fetcher
-            .poll_completions(Some(Duration::from_millis(200)), &mut out)
+            .poll_completions(Some(Duration::from_millis(wait)), &mut out)
             .unwrap();
         for c in out.drain(..) {
-            let slot = &mut results[c.tag as usize];
-            assert!(slot.is_none(), "sample {} completed twice", c.tag);
-            *slot = Some(c.result);
+            let i = c.tag as usize;
+            assert!(results[i].is_none(), "sample {i} completed twice");
+            if let Err(e) = &c.result {
+                if is_retryable(e) && tries[i] < RESUBMITS {
+                    tries[i] += 1;
+                    resubmits += 1;
+                    later.push((Instant::now() + RESUBMIT_DELAY, i));
+                    continue;
+                }
+            }
+            results[i] = Some(c.result);
             done += 1;
             on_completion(done);
         }
@@ -94,10 +124,11 @@ fn fetch_all(
     let stats = fetcher.stats();
     drop(fetcher);
     Fetched {
-        buf,
+        buf: arena.read_at(0, total).unwrap(),
         spans,
         results,
         max_in_flight,
+        resubmits,
         stats,
         elapsed,
     }
@@ -256,12 +287,7 @@ fn five_percent_injected_failures_still_deliver_every_sample() {
     ingest_dir(&weed, &spec.root, "faulty");
     let settings = weed.settings();
     let faulty = Arc::new(FaultyStore::new(settings.build_store().unwrap(), 0.05, 7));
-    let mut opts = options(64);
-    opts.retry = ReadRetry {
-        retries: 10,
-        base_delay: Duration::from_millis(5),
-        max_delay: Duration::from_millis(100),
-    };
+    let opts = options(64);
     let source = S3Source::with_store(faulty.clone(), BUCKET, opts.clone()).unwrap();
     let catalog = source.catalog(&S3Layout::Prefix("faulty".into())).unwrap();
     assert_eq!(catalog.len(), 300);
@@ -269,13 +295,15 @@ fn five_percent_injected_failures_still_deliver_every_sample() {
     verify_all(&catalog, &f);
     let (before, during) = faulty.injected();
     eprintln!(
-        "{} GETs, {before} failed before the response, {during} in the body; {} retries",
+        "{} GETs, {before} failed before the response, {during} in the body; {} resubmitted",
         faulty.gets(),
-        f.stats.retries
+        f.resubmits
     );
     assert!(before > 0 && during > 0, "{before} {during}");
-    assert_eq!(f.stats.retries, before + during);
-    assert_eq!(f.stats.failures, 0);
+    // Every injected failure failed one request, which was retryable.
+    assert_eq!(f.resubmits, before + during);
+    assert_eq!(f.stats.failures, before + during);
+    assert_eq!(f.stats.attempts, f.stats.requests);
 }
 
 #[test]
@@ -286,11 +314,9 @@ fn server_killed_and_restarted_mid_fetch_loses_nothing() {
     ingest_dir(&weed, &spec.root, "restart");
     let mut settings = weed.settings();
     settings.request_timeout = Duration::from_secs(2);
-    settings.retries = 40;
     let source = S3Source::connect(&settings, 16).unwrap();
     let catalog = source.catalog(&S3Layout::Prefix("restart".into())).unwrap();
-    let mut opts = source.options().clone();
-    opts.retry.max_delay = Duration::from_millis(500);
+    let opts = source.options().clone();
 
     let mut restarter = None;
     let mut weed_slot = Some(weed);
@@ -314,13 +340,13 @@ fn server_killed_and_restarted_mid_fetch_loses_nothing() {
     weed = restarter.expect("the kill happened").join().unwrap();
     verify_all(&catalog, &f);
     eprintln!(
-        "600 samples, {} retries, {} timeouts, {:.2} s",
-        f.stats.retries,
+        "600 samples, {} resubmitted, {} timeouts, {:.2} s",
+        f.resubmits,
         f.stats.timeouts,
         f.elapsed.as_secs_f64()
     );
-    assert!(f.stats.retries > 0);
-    assert_eq!(f.stats.failures, 0);
+    assert!(f.resubmits > 0);
+    assert_eq!(f.stats.failures, f.resubmits);
     // The restarted server still holds everything.
     let again = source.catalog(&S3Layout::Prefix("restart".into())).unwrap();
     assert_eq!(again, catalog);
@@ -332,10 +358,10 @@ fn missing_keys_and_bad_credentials_fail_at_once_naming_the_key() {
     let weed = Seaweed::start();
     let source = S3Source::connect(&weed.settings(), 8).unwrap();
     let mut fetcher = source.fetcher().unwrap();
-    let mut buf = vec![0u8; 64];
+    let buf = heap(64);
     let e = fetch_one(
         &mut fetcher,
-        FetchRequest::whole(1, "no/such/key.bin", 64, buf.as_mut_ptr()),
+        FetchRequest::whole(1, "no/such/key.bin", 64, whole(&buf)),
     )
     .unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
@@ -349,7 +375,7 @@ fn missing_keys_and_bad_credentials_fail_at_once_naming_the_key() {
     let mut fetcher = source.fetcher().unwrap();
     let e = fetch_one(
         &mut fetcher,
-        FetchRequest::whole(1, "any.bin", 64, buf.as_mut_ptr()),
+        FetchRequest::whole(1, "any.bin", 64, whole(&buf)),
     )
     .unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
@@ -374,36 +400,30 @@ fn a_request_slower_than_the_timeout_fails_then_succeeds_without_the_delay() {
     .unwrap();
     let mut settings = weed.settings_via(proxy.local_addr());
     settings.request_timeout = Duration::from_millis(300);
-    settings.retries = 1;
     let source = S3Source::connect(&settings, 8).unwrap();
     let key = "slow/class_000/img_00000000.bin";
     let len = std::fs::metadata(spec.path_of(0)).unwrap().len() as u32;
-    let mut buf = vec![0u8; len as usize];
+    let buf = heap(len as usize);
     let mut fetcher = source.fetcher().unwrap();
     let t0 = Instant::now();
-    let e = fetch_one(
-        &mut fetcher,
-        FetchRequest::whole(1, key, len, buf.as_mut_ptr()),
-    )
-    .unwrap_err();
+    let e = fetch_one(&mut fetcher, FetchRequest::whole(1, key, len, whole(&buf))).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
     assert!(is_retryable(&e));
     assert!(
         e.to_string().contains(key) && e.to_string().contains("300 ms"),
         "{e}"
     );
-    assert_eq!(fetcher.stats().timeouts, 2);
-    assert!(t0.elapsed() >= Duration::from_millis(600));
+    // One attempt, cut at the timeout.
+    assert_eq!(fetcher.stats().timeouts, 1);
+    assert_eq!(fetcher.stats().attempts, 1);
+    assert!(t0.elapsed() >= Duration::from_millis(300));
 
     proxy.set_delay(Duration::ZERO);
-    let n = fetch_one(
-        &mut fetcher,
-        FetchRequest::whole(2, key, len, buf.as_mut_ptr()),
-    )
-    .unwrap();
+    let n = fetch_one(&mut fetcher, FetchRequest::whole(2, key, len, whole(&buf))).unwrap();
     assert_eq!(n, len);
-    assert_eq!(buf, std::fs::read(spec.path_of(0)).unwrap());
-    verify_sample(&buf).unwrap();
+    let bytes = read_back(&buf);
+    assert_eq!(bytes, std::fs::read(spec.path_of(0)).unwrap());
+    verify_sample(&bytes).unwrap();
 }
 
 /// Throughput of whole-sample GETs from SeaweedFS on loopback, at 64 and
@@ -440,10 +460,23 @@ fn fetch_throughput() {
     );
 }
 
+/// A heap arena of `len` bytes.
+fn heap(len: usize) -> Arena {
+    Arena::heap(len as u64).unwrap()
+}
+
+/// All of `arena`, as a destination.
+fn whole(arena: &Arena) -> ArenaSlice {
+    arena.slice(0, arena.size() as usize).unwrap()
+}
+
+/// The bytes of `arena`.
+fn read_back(arena: &Arena) -> Vec<u8> {
+    arena.read_at(0, arena.size() as usize).unwrap()
+}
+
 fn fetch_one(f: &mut granary_agent::source::s3::S3Fetcher, req: FetchRequest) -> io::Result<u32> {
-    // SAFETY: the callers keep the destination alive and untouched until
-    // the completion is returned here.
-    unsafe { f.submit(req).unwrap() };
+    f.submit(req).unwrap();
     let mut out = Vec::new();
     let t0 = Instant::now();
     while out.is_empty() {

@@ -238,7 +238,18 @@ fn a_loader_waiting_on_a_stopped_agent_fails_within_a_few_heartbeats() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let client = Client::connect(&sock).expect("connect to granaryd");
+    // The socket file exists from bind(2) on, a moment before listen(2):
+    // a connection refused in between is retried.
+    let client = loop {
+        match Client::connect(&sock) {
+            Ok(c) => break c,
+            Err(e) if t0.elapsed() < Duration::from_secs(60) => {
+                eprintln!("connect: {e}; again");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("connect to granaryd: {e}"),
+        }
+    };
     let mut o = SessionOptions::new("synth");
     o.batch_size = 8;
     o.epoch_count = 1000;

@@ -571,33 +571,23 @@ impl ArenaSlice {
     /// Copies `bytes` to the start of the slice; returns how many were
     /// copied (at most `len()`).
     pub fn copy_from(&self, bytes: &[u8]) -> usize {
-        let n = bytes.len().min(self.len);
-        // SAFETY: `offset + len <= region.len()` (checked when the slice was
-        // made) and the region stays mapped while `self.region` is held;
-        // the engine lends each range to one read at a time, so nothing
-        // else writes it; the source buffer is disjoint ordinary memory.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.as_mut_ptr(), n);
-        }
-        n
+        self.copy_at(0, bytes)
     }
 
-    /// Copies `bytes` to `at` bytes into the slice; returns how many were
-    /// copied (at most `len() - at`, 0 when `at` is past the end).
+    /// Copies `bytes` to `at..` of the slice; returns how many were copied
+    /// (at most `len() - at`; none when `at` is past the end).
     pub fn copy_at(&self, at: usize, bytes: &[u8]) -> usize {
         let n = bytes.len().min(self.len.saturating_sub(at));
         if n == 0 {
             return 0;
         }
-        // SAFETY: `at + n <= len` (computed above) and `offset + len <=
-        // region.len()`, so the destination lies in the region, which stays
-        // mapped while `self.region` is held; the holder of the slice is
-        // its only writer; the source is disjoint ordinary memory.
-        let dst = self.as_mut_ptr().wrapping_add(at);
-        // SAFETY: as above: `dst..dst + n` lies in the mapped region and
-        // only the holder writes it; the source is disjoint.
+        // SAFETY: `at + n <= len` (above) and `offset + len <= region.len()`
+        // (checked when the slice was made); the region stays mapped while
+        // `self.region` is held; the engine lends each range to one read
+        // at a time, so nothing else writes it; the source buffer is
+        // disjoint ordinary memory.
         unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, n);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.as_mut_ptr().wrapping_add(at), n);
         }
         n
     }
@@ -691,6 +681,18 @@ impl ArenaView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slice_copies_land_inside_the_slice_only() {
+        let a = Arena::heap(64).unwrap();
+        let s = a.slice(16, 8).unwrap();
+        assert_eq!(s.copy_from(b"abc"), 3);
+        assert_eq!(s.copy_at(5, b"xyz!"), 3, "clipped at the slice's end");
+        assert_eq!(s.copy_at(9, b"q"), 0, "past the end");
+        let all = a.read_at(0, 64).unwrap();
+        assert_eq!(&all[16..24], b"abc\0\0xyz");
+        assert!(all[..16].iter().chain(&all[24..]).all(|&b| b == 0));
+    }
 
     #[test]
     fn heap_arena_reads_back_and_checks_bounds() {

@@ -22,6 +22,7 @@
 //! back) is the `Target` each ingest implements.
 
 pub mod cql;
+pub mod retry;
 pub mod s3;
 
 pub use s3::{ingest, parse_s3_url, IngestOptions};

@@ -33,7 +33,7 @@
 //! live epochs' samples. Memory: `8 × share + 4 × num_samples` bytes per live
 //! epoch, two live epochs per session.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
@@ -115,7 +115,7 @@ impl From<PlanError> for FutureError {
 /// # Errors
 ///
 /// Any error of [`PlanParams::validate`](crate::planner::PlanParams::validate).
-pub fn session_length(plan: &SessionPlan) -> Result<(u64, u64), PlanError> {
+pub(crate) fn session_length(plan: &SessionPlan) -> Result<(u64, u64), PlanError> {
     let params = plan.params();
     let share = samples_per_rank(params)?;
     let per_epoch = batches_per_epoch(params)?
@@ -136,8 +136,12 @@ struct LiveEpoch {
     /// Offset of the epoch from the session's first epoch.
     offset: u32,
     plan: Arc<EpochPlan>,
-    /// `inverse[s]` = index of sample `s` in `plan.samples()`, or `ABSENT`.
+    /// `inverse[s]` = index of sample `s` in the delivery order, or
+    /// `ABSENT`.
     inverse: Vec<u32>,
+    /// Where the delivery order differs from `plan.samples()` (relaxed
+    /// order: samples that traded places): index → sample.
+    moved: HashMap<u32, u64>,
 }
 
 impl LiveEpoch {
@@ -167,7 +171,31 @@ impl LiveEpoch {
             offset,
             plan,
             inverse,
+            moved: HashMap::new(),
         })
+    }
+
+    /// Samples `a` and `b`, both delivered in this epoch, trade places.
+    /// Returns whether both are in it.
+    fn swap(&mut self, a: u64, b: u64) -> bool {
+        let index = |s: u64| {
+            let i = *self.inverse.get(usize::try_from(s).ok()?)?;
+            (i != ABSENT).then_some(i)
+        };
+        let (Some(ia), Some(ib)) = (index(a), index(b)) else {
+            return false;
+        };
+        // Both indices came from `inverse`, so both samples index it.
+        self.inverse[a as usize] = ib;
+        self.inverse[b as usize] = ia;
+        for (i, s) in [(ia, b), (ib, a)] {
+            if self.plan.samples().get(i as usize) == Some(&s) {
+                self.moved.remove(&i);
+            } else {
+                self.moved.insert(i, s);
+            }
+        }
+        true
     }
 
     /// Session position of `sample` in this epoch, if it is delivered.
@@ -177,8 +205,11 @@ impl LiveEpoch {
     }
 
     fn sample_at(&self, position: u64) -> Option<u64> {
-        let i = usize::try_from(position.checked_sub(self.base)?).ok()?;
-        self.plan.samples().get(i).copied()
+        let i = u32::try_from(position.checked_sub(self.base)?).ok()?;
+        match self.moved.get(&i) {
+            Some(&s) => Some(s),
+            None => self.plan.samples().get(i as usize).copied(),
+        }
     }
 }
 
@@ -231,7 +262,7 @@ impl SessionFuture {
 
 /// Samples whose next use may have changed after a [`FutureIndex`] call.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Changed {
+pub(crate) struct Changed {
     /// The dataset of the samples.
     pub dataset: u32,
     /// The sample indices (possibly with repeats).
@@ -275,7 +306,7 @@ impl FutureIndex {
     ///
     /// [`FutureError::DuplicateSession`], [`FutureError::Plan`] or
     /// [`FutureError::ShareTooLarge`]; nothing is registered then.
-    pub fn add_session(
+    pub(crate) fn add_session(
         &mut self,
         id: SessionId,
         dataset: u32,
@@ -327,7 +358,7 @@ impl FutureIndex {
     /// # Errors
     ///
     /// [`FutureError::UnknownSession`].
-    pub fn remove_session(&mut self, id: SessionId) -> Result<Changed, FutureError> {
+    pub(crate) fn remove_session(&mut self, id: SessionId) -> Result<Changed, FutureError> {
         let session = self
             .sessions
             .remove(&id)
@@ -368,7 +399,7 @@ impl FutureIndex {
     /// [`FutureError::UnknownSession`], [`FutureError::BadPosition`]
     /// (backwards or past the end), or [`FutureError::Plan`] when a new
     /// live epoch cannot be built. Nothing changes on error.
-    pub fn advance(&mut self, id: SessionId, position: u64) -> Result<Changed, FutureError> {
+    pub(crate) fn advance(&mut self, id: SessionId, position: u64) -> Result<Changed, FutureError> {
         let s = self
             .sessions
             .get_mut(&id)
@@ -441,9 +472,43 @@ impl FutureIndex {
         Ok(changed)
     }
 
+    /// Samples `a` and `b` of session `id` traded places in its delivery
+    /// order (relaxed order: a late sample of the front batch swapped with
+    /// a ready one of a later batch of the same epoch): each one's next use
+    /// is now where the other was. The trade happens in the live epoch in
+    /// which `a` comes next, if `b` is still to come in it too; otherwise
+    /// nothing changes and no sample is reported. `O(1)`.
+    ///
+    /// # Errors
+    ///
+    /// [`FutureError::UnknownSession`].
+    pub(crate) fn swap(&mut self, id: SessionId, a: u64, b: u64) -> Result<Changed, FutureError> {
+        let s = self
+            .sessions
+            .get_mut(&id)
+            .ok_or(FutureError::UnknownSession(id))?;
+        let mut changed = Changed {
+            dataset: s.dataset,
+            samples: Vec::new(),
+        };
+        let position = s.position;
+        let upcoming = |e: &LiveEpoch, x: u64| e.position_of(x).is_some_and(|p| p >= position);
+        // The live epoch in which `a` comes next.
+        if let Some(e) = [&mut s.current, &mut s.next]
+            .into_iter()
+            .flatten()
+            .find(|e| upcoming(e, a))
+        {
+            if upcoming(e, b) && e.swap(a, b) {
+                changed.samples.extend([a, b]);
+            }
+        }
+        Ok(changed)
+    }
+
     /// The timeline time of the next use of `sample` of `dataset` by any
     /// session, or [`NEVER`]. `O(sessions)`.
-    pub fn next_use(&self, dataset: u32, sample: u64) -> u64 {
+    pub(crate) fn next_use(&self, dataset: u32, sample: u64) -> u64 {
         self.sessions
             .values()
             .filter(|s| s.dataset == dataset)
@@ -456,7 +521,7 @@ impl FutureIndex {
     /// smallest of all sessions' upcoming uses, or [`NEVER`]. This is how
     /// long a sample fetched now for its imminent use would have to be
     /// kept to serve another. `O(sessions)`.
-    pub fn use_after_next(&self, dataset: u32, sample: u64) -> u64 {
+    pub(crate) fn use_after_next(&self, dataset: u32, sample: u64) -> u64 {
         let mut best = [NEVER, NEVER];
         for s in self.sessions.values().filter(|s| s.dataset == dataset) {
             for t in s.next_two_uses(sample) {
@@ -594,6 +659,52 @@ mod tests {
             let a = brute_next(&sequence(&p), 20, 15, first_of_q);
             a.min(15)
         });
+    }
+
+    #[test]
+    fn swapped_samples_take_each_others_next_use() {
+        // 40 samples, one rank, batches of 4, two epochs.
+        let p = plan(40, 3, 0, 1, 2);
+        let seq = sequence(&p);
+        let mut idx = FutureIndex::new();
+        idx.add_session(1, 0, p.clone()).unwrap();
+        idx.advance(1, 4).unwrap();
+        // The front batch holds positions 4..8; position 5's sample is
+        // late and trades places with position 17's.
+        let (late, ready) = (seq[5], seq[17]);
+        let before = (idx.next_use(0, late), idx.next_use(0, ready));
+        assert_eq!(before, (5, 17));
+        let changed = idx.swap(1, late, ready).unwrap();
+        assert_eq!(changed.samples, vec![late, ready]);
+        assert_eq!(idx.next_use(0, late), 17);
+        assert_eq!(idx.next_use(0, ready), 5);
+        assert_eq!(idx.sample_at(1, 5), Some(ready));
+        assert_eq!(idx.sample_at(1, 17), Some(late));
+        // Delivering the front batch uses the ready sample, not the late
+        // one: the late one is still needed, at its new place.
+        let used = idx.advance(1, 8).unwrap();
+        assert!(used.samples.contains(&ready) && !used.samples.contains(&late));
+        assert_eq!(idx.next_use(0, late), 17);
+        // The ready sample's next use is now in the next epoch.
+        assert_eq!(
+            idx.next_use(0, ready),
+            40 + seq[40..].iter().position(|&x| x == ready).unwrap() as u64
+        );
+        // A late sample moves again: it trades places a second time.
+        idx.advance(1, 12).unwrap();
+        let x = seq[13];
+        assert_eq!(idx.sample_at(1, 17), Some(late));
+        idx.swap(1, late, x).unwrap();
+        assert_eq!(idx.sample_at(1, 13), Some(late));
+        assert_eq!(idx.sample_at(1, 17), Some(x));
+        assert_eq!((idx.next_use(0, late), idx.next_use(0, x)), (13, 17));
+        // A sample outside the dataset, or an unknown session: nothing moves.
+        assert!(idx.swap(1, late, 1000).unwrap().samples.is_empty());
+        assert_eq!(idx.sample_at(1, 13), Some(late));
+        assert_eq!(
+            idx.swap(9, late, ready).unwrap_err(),
+            FutureError::UnknownSession(9)
+        );
     }
 
     #[test]

@@ -171,6 +171,16 @@ pub trait EvictionPolicy: fmt::Debug + Send {
         Ok(())
     }
 
+    /// Samples `a` and `b` traded places in session `id`'s delivery order
+    /// (relaxed order).
+    ///
+    /// # Errors
+    ///
+    /// Whatever the policy's view of the future refuses; nothing changes.
+    fn swap_in_session(&mut self, _id: SessionId, _a: u64, _b: u64) -> Result<(), FutureError> {
+        Ok(())
+    }
+
     /// Session `id` is gone.
     ///
     /// # Errors
@@ -326,7 +336,8 @@ impl Clairvoyant {
     }
 
     /// The next use recorded for candidate `key`.
-    pub fn candidate_next_use(&self, key: SampleKey) -> Option<u64> {
+    #[cfg(test)]
+    pub(crate) fn candidate_next_use(&self, key: SampleKey) -> Option<u64> {
         self.next_use.get(&key).copied()
     }
 
@@ -428,6 +439,12 @@ impl EvictionPolicy for Clairvoyant {
 
     fn advance_session(&mut self, id: SessionId, position: u64) -> Result<(), FutureError> {
         let changed = self.future.advance(id, position)?;
+        self.rekey(&changed);
+        Ok(())
+    }
+
+    fn swap_in_session(&mut self, id: SessionId, a: u64, b: u64) -> Result<(), FutureError> {
+        let changed = self.future.swap(id, a, b)?;
         self.rekey(&changed);
         Ok(())
     }
@@ -556,6 +573,38 @@ mod tests {
         assert!(!p.admit(k(1), 1, &[(k(0), 1)]));
         p.remove_session(1).unwrap();
         assert!(p.remove_session(1).is_err());
+    }
+
+    #[test]
+    fn clairvoyant_follows_samples_that_traded_places() {
+        let params = PlanParams {
+            num_samples: 10,
+            seed: 5,
+            rank: 0,
+            world_size: 1,
+            batch_size: 2,
+            drop_last: false,
+        };
+        let plan = SessionPlan::new(params, 0, 1).unwrap();
+        let e0 = EpochPlan::new(&params, 0).unwrap().samples().to_vec();
+        let mut p = Clairvoyant::new();
+        for s in 0..10 {
+            p.insert(k(s));
+        }
+        p.add_session(1, 0, plan).unwrap();
+        // Strict order: the sample needed last is the victim.
+        assert_eq!(p.victim(), Some(k(e0[9])));
+        // Relaxed order: the front batch's second sample (late) trades places
+        // with the last one (ready), which is now needed at position 1.
+        p.swap_in_session(1, e0[1], e0[9]).unwrap();
+        assert_eq!(p.candidate_next_use(k(e0[9])), Some(1));
+        assert_eq!(p.candidate_next_use(k(e0[1])), Some(9));
+        assert_eq!(p.victim(), Some(k(e0[1])), "the late sample is needed last");
+        // Delivering the front batch uses the ready sample, not the late one.
+        p.advance_session(1, 2).unwrap();
+        assert_eq!(p.candidate_next_use(k(e0[9])), Some(NEVER));
+        assert_eq!(p.candidate_next_use(k(e0[1])), Some(9));
+        assert!(p.swap_in_session(2, 0, 1).is_err());
     }
 
     fn pos(order: &[u64], s: u64) -> u64 {

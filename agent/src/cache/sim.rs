@@ -44,7 +44,8 @@ impl SimConfig {
     /// A configuration whose transient reserve holds one batch of the
     /// largest samples per session, each rounded up to the alignment, so
     /// no read ever waits for room.
-    pub fn with_batch_reserve(
+    #[cfg(test)]
+    pub(crate) fn with_batch_reserve(
         arena_size: u64,
         align: u64,
         sample_sizes: Vec<u64>,
@@ -300,7 +301,8 @@ pub fn simulate(config: &SimConfig, policy: PolicyKind) -> Result<SimResult, Sim
 /// # Errors
 ///
 /// The first [`SimError`].
-pub fn simulate_all(config: &SimConfig) -> Result<Vec<SimResult>, SimError> {
+#[cfg(test)]
+pub(crate) fn simulate_all(config: &SimConfig) -> Result<Vec<SimResult>, SimError> {
     PolicyKind::ALL
         .iter()
         .map(|&policy| simulate(config, policy))
@@ -311,7 +313,8 @@ pub fn simulate_all(config: &SimConfig) -> Result<Vec<SimResult>, SimError> {
 /// and shape `sigma` (the standard deviation of the log), clamped to
 /// `[1, 64 × median]`, deterministic for a seed. ImageNet's JPEGs are about
 /// `median = 110_000`, `sigma = 0.6`.
-pub fn lognormal_sizes(count: usize, median: u64, sigma: f64, seed: u64) -> Vec<u64> {
+#[cfg(test)]
+pub(crate) fn lognormal_sizes(count: usize, median: u64, sigma: f64, seed: u64) -> Vec<u64> {
     let mut state = seed;
     let mut uniform = move || {
         state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);

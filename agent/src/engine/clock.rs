@@ -30,7 +30,7 @@ pub(crate) mod manual {
     pub(crate) struct ManualClock(Arc<Mutex<Instant>>);
 
     impl ManualClock {
-        pub(crate) fn new() -> ManualClock {
+        pub fn new() -> ManualClock {
             ManualClock(Arc::new(Mutex::new(Instant::now())))
         }
 

@@ -51,6 +51,27 @@ impl Engine {
         published
     }
 
+    /// Relaxed order: the front batch's late samples trade places with
+    /// ready ones of later batches (`Session::relax_front`), and the
+    /// cache's future index learns the order really delivered.
+    fn relax_front(&mut self, s: &mut Session) {
+        let ds = s.dataset();
+        let cache = &self.cache;
+        let present = |x: u64| {
+            matches!(
+                cache.lookup(key(ds, x)),
+                Lookup::Ready(_) | Lookup::Failed { .. }
+            )
+        };
+        let ready = |x: u64| matches!(cache.lookup(key(ds, x)), Lookup::Ready(_));
+        let mut pairs = Vec::new();
+        let swaps = s.relax_front(present, ready, |a, b| pairs.push((a, b)));
+        self.metrics.relaxed_swaps.inc_by(swaps);
+        for (a, b) in pairs {
+            let _ = self.cache.swap_in_session(s.id(), a, b);
+        }
+    }
+
     fn publish_session(&mut self, s: &mut Session) -> Result<bool, Violation> {
         let ds = s.dataset();
         let mut published = false;
@@ -81,6 +102,9 @@ impl Engine {
                 published = true;
                 break Ok(());
             }
+            if self.datasets[ds].relaxed && matches!(s.ready.unconsumed(), Ok(0)) {
+                self.relax_front(s);
+            }
             let cache = &self.cache;
             let present = |x: u64| {
                 matches!(
@@ -88,11 +112,6 @@ impl Engine {
                     Lookup::Ready(_) | Lookup::Failed { .. }
                 )
             };
-            if self.datasets[ds].relaxed && matches!(s.ready.unconsumed(), Ok(0)) {
-                let ready = |x: u64| matches!(cache.lookup(key(ds, x)), Lookup::Ready(_));
-                let swaps = s.relax_front(present, ready);
-                self.metrics.relaxed_swaps.inc_by(swaps);
-            }
             let Some(n) = s
                 .pending()
                 .front()

@@ -23,7 +23,7 @@
 //!   `SELECT data FROM ks.data WHERE id = ?` per sample, thousands in flight
 //!   on a small tokio runtime, the blob copied once, from the driver's
 //!   receive buffer into the caller's memory. Its interface has the shape of
-//!   [`crate::uring_reader::UringReader`] and the S3 fetcher.
+//!   [`crate::source::fs::reader::UringReader`] and the S3 fetcher.
 //!
 //! [`CqlSource`] ties the session and its runtime together; [`CqlDataset`]
 //! adds the catalog and a fetcher and is what the engine drives, through
@@ -33,11 +33,11 @@ pub mod catalog;
 pub mod fetcher;
 pub mod session;
 
+pub use crate::source::queue::{fetch_error, is_retryable, FetchError};
 pub use catalog::{CqlCatalog, CqlEntry};
 pub use fetcher::{CqlFetcher, FetchOptions, FetchRequest, FetchStats, Full};
 
 use crate::config::{parse_cql_host, DatasetConfig};
-use crate::uring_reader::ReadRetry;
 use scylla::client::session::Session;
 use scylla::errors::{
     DbError, ExecutionError, NextPageError, NextRowError, PagerExecutionError, PrepareError,
@@ -53,22 +53,18 @@ use uuid::Uuid;
 
 /// Default `dataset[i].request_timeout_ms`: one read attempt must be
 /// answered within this.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default `dataset[i].retries`.
-pub const DEFAULT_RETRIES: u32 = 8;
+pub(crate) const DEFAULT_RETRIES: u32 = 8;
 /// Default `dataset[i].max_inflight`.
-pub const DEFAULT_MAX_INFLIGHT: u32 = 2048;
+pub(crate) const DEFAULT_MAX_INFLIGHT: u32 = 2048;
 /// Default `dataset[i].data_table`.
-pub const DEFAULT_DATA_TABLE: &str = "data";
+pub(crate) const DEFAULT_DATA_TABLE: &str = "data";
 /// Default `dataset[i].metadata_table`.
-pub const DEFAULT_METADATA_TABLE: &str = "metadata";
+pub(crate) const DEFAULT_METADATA_TABLE: &str = "metadata";
 /// Environment variable holding the password when the configuration (or
 /// the command line) names a user but no password.
-pub const PASSWORD_ENV: &str = "GRANARY_CQL_PASSWORD";
-/// Upper bound of the backoff before the first retry; it doubles per retry.
-pub const RETRY_BASE_DELAY: Duration = Duration::from_millis(50);
-/// Upper bound of any backoff.
-pub const RETRY_MAX_DELAY: Duration = Duration::from_secs(2);
+pub(crate) const PASSWORD_ENV: &str = "GRANARY_CQL_PASSWORD";
 /// Rows per page when the metadata table is read.
 pub const CATALOG_PAGE_SIZE: i32 = 5000;
 
@@ -257,21 +253,11 @@ impl CqlSettings {
         format!("cql://{}/{id}", self.data_ref())
     }
 
-    /// The retry policy these settings ask for.
-    pub fn retry_policy(&self) -> ReadRetry {
-        ReadRetry {
-            retries: self.retries,
-            base_delay: RETRY_BASE_DELAY,
-            max_delay: RETRY_MAX_DELAY,
-        }
-    }
-
     /// Fetch options for these settings.
     pub fn fetch_options(&self) -> FetchOptions {
         FetchOptions {
             capacity: self.max_inflight,
             request_timeout: self.request_timeout,
-            retry: self.retry_policy(),
         }
     }
 }
@@ -397,7 +383,7 @@ pub fn classify(err: &ExecutionError) -> Failure {
 }
 
 /// Classifies the error of one attempt.
-pub fn classify_attempt(err: &RequestAttemptError) -> Failure {
+pub(crate) fn classify_attempt(err: &RequestAttemptError) -> Failure {
     use io::ErrorKind as K;
     let fail = |kind, retryable, what: &str| Failure {
         kind,
@@ -427,7 +413,7 @@ pub fn classify_attempt(err: &RequestAttemptError) -> Failure {
 }
 
 /// Classifies an error the server answered with.
-pub fn classify_db(db: &DbError) -> Failure {
+pub(crate) fn classify_db(db: &DbError) -> Failure {
     use io::ErrorKind as K;
     let (kind, retryable, what) = match db {
         DbError::Overloaded => (K::Other, true, "overloaded"),
@@ -454,48 +440,6 @@ pub fn classify_db(db: &DbError) -> Failure {
         retryable,
         what: what.to_owned(),
     }
-}
-
-/// The error of a failed sample fetch, inside the `io::Error` of its
-/// completion: which row, what went wrong, after how many attempts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FetchError {
-    /// `ks.data`.
-    pub table: String,
-    /// The sample's id.
-    pub id: Uuid,
-    /// Attempts made.
-    pub attempts: u32,
-    /// Whether the last failure was retryable (the retries ran out).
-    pub retryable: bool,
-    /// What went wrong.
-    pub message: String,
-}
-
-impl fmt::Display for FetchError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cql://{}/{}: {}", self.table, self.id, self.message)?;
-        if self.attempts > 1 {
-            write!(f, " (after {} attempts)", self.attempts)?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for FetchError {}
-
-/// Whether a fetch error may go away on its own: the [`FetchError`] inside
-/// says so; other errors are judged by [`crate::uring_reader::is_retryable`].
-pub fn is_retryable(err: &io::Error) -> bool {
-    match fetch_error(err) {
-        Some(f) => f.retryable,
-        None => crate::uring_reader::is_retryable(err),
-    }
-}
-
-/// The fetch error inside `err`, if there is one.
-pub fn fetch_error(err: &io::Error) -> Option<&FetchError> {
-    err.get_ref().and_then(|e| e.downcast_ref::<FetchError>())
 }
 
 /// One failed attempt of a request, judged ([`classify`]) and described.
@@ -596,30 +540,16 @@ impl From<NextRowError> for AttemptError {
     }
 }
 
-/// Runs `op` until it succeeds, fails with a non-retryable error, or
-/// `policy.retries` retries have failed, sleeping the policy's backoff
-/// (jittered by `seed`) between attempts. Returns the last error with the
-/// number of attempts made.
-pub async fn with_retries<T, F, Fut>(
-    policy: ReadRetry,
-    seed: u64,
-    mut op: F,
-) -> Result<T, (AttemptError, u32)>
+/// Runs `op` once, and gives its error with the number of attempts (1).
+/// The agent makes one attempt per request: a sample is read again by the
+/// engine's retry policy, a dataset whose catalog cannot be read is opened
+/// again in the background (`crate::dataset`).
+pub(crate) async fn once<T, F, Fut>(op: F) -> Result<T, (AttemptError, u32)>
 where
-    F: FnMut() -> Fut,
+    F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<T, AttemptError>>,
 {
-    let mut attempts = 0u32;
-    loop {
-        attempts += 1;
-        match op().await {
-            Ok(v) => return Ok(v),
-            Err(e) if e.retryable() && attempts <= policy.retries => {
-                tokio::time::sleep(policy.delay(attempts, seed)).await;
-            }
-            Err(e) => return Err((e, attempts)),
-        }
-    }
+    op().await.map_err(|e| (e, 1))
 }
 
 impl CqlError {
@@ -828,16 +758,9 @@ impl super::SampleSource for CqlDataset {
             tag,
             id: e.id,
             len: e.size as u32,
-            dest: self.landing.hold(tag, dest),
+            dest,
         };
-        // SAFETY: `dest` is valid for the sample's size (checked above) and
-        // held by the landing until the completion is returned (or leaked
-        // if the fetcher is dropped first).
-        let r = unsafe { self.fetcher.submit(req) };
-        if r.is_err() {
-            self.landing.refused(tag);
-        }
-        r.map_err(|_| super::SourceFull)
+        self.fetcher.submit(req).map_err(|_| super::SourceFull)
     }
 
     fn poll_completions(

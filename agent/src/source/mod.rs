@@ -7,8 +7,8 @@
 //! id, label and size) and reads into arena memory, submitted without
 //! blocking and completed in any order, the way io_uring works.
 //!
-//! * [`fs`]: a directory tree or manifest, read with io_uring
-//!   ([`FsSource`]);
+//! * [`fs`]: a directory tree or manifest (its catalog), read with io_uring
+//!   ([`FsSource`]; the reader is `fs::reader`);
 //! * [`s3`]: an S3 bucket, read with ranged or whole-object GETs on a tokio
 //!   runtime ([`s3::S3Dataset`]);
 //! * [`cql`]: ScyllaDB or Cassandra tables, read with a prepared statement
@@ -17,27 +17,28 @@
 //! The S3 and CQL fetchers share one task queue (`task_queue`): requests
 //! as tasks on their runtime, completions handed back through a queue and
 //! an eventfd, and a drop that waits until no task can write any more.
+//! The io_uring reader and the fetchers speak one vocabulary ([`queue`]):
+//! an [`queue::IoCompletion`] per request, [`queue::Full`] when their queue
+//! is full.
 //!
 //! [`open`] builds the source of a configured dataset (blocking: it lists
 //! or reads the catalog).
 
 pub mod cql;
 pub mod fs;
+pub mod queue;
 pub mod s3;
 mod task_queue;
 
-pub use fs::{Catalog, CatalogEntry, CatalogError};
+pub use fs::{open_catalog, Catalog, CatalogEntry, CatalogError, FsSource};
+pub(crate) use queue::Landing;
 
-use crate::config::{Config, DatasetConfig, DatasetLocation};
-use crate::uring_reader::{ReadRequest, UringReader};
+use crate::config::{Config, DatasetConfig};
 use granary_shm::arena::ArenaSlice;
 use granary_shm::ErrorCode;
-use std::collections::HashMap;
-use std::ffi::CString;
 use std::fmt;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
 /// What kind of failure a read attempt met: what the engine's retry policy
@@ -114,12 +115,10 @@ impl SampleError {
     /// Classifies an I/O error of a file read or of a store request: the
     /// store fetchers' errors say whether they may go away; OS errors are
     /// judged by their number.
-    pub fn from_io(err: &io::Error) -> SampleError {
+    pub(crate) fn from_io(err: &io::Error) -> SampleError {
         let message = err.to_string();
-        let retryable_store = s3::fetch_error(err)
-            .map(|f| f.retryable)
-            .or_else(|| cql::fetch_error(err).map(|f| f.retryable));
-        let kind = match (err.kind(), crate::uring_reader::errno(err)) {
+        let retryable_store = queue::fetch_error(err).map(|f| f.retryable);
+        let kind = match (err.kind(), fs::reader::errno(err)) {
             (io::ErrorKind::NotFound, _) => FailureKind::NotFound,
             (io::ErrorKind::TimedOut, _) => FailureKind::TimedOut,
             (io::ErrorKind::UnexpectedEof, _) | (io::ErrorKind::InvalidData, _) => {
@@ -151,61 +150,6 @@ pub struct Completion {
     pub tag: u64,
     /// Bytes read, or the failure.
     pub result: Result<u32, SampleError>,
-}
-
-/// The arena ranges of a source's reads in flight, held from submission to
-/// completion so that the mapping cannot go away under a read; and the
-/// conversion of the readers' completions into [`Completion`]s.
-///
-/// A source dropped with reads still in flight (its reader could not
-/// confirm they ended) leaks their ranges: the arena stays mapped.
-#[derive(Debug, Default)]
-pub(crate) struct Landing {
-    held: HashMap<u64, ArenaSlice>,
-    raw: Vec<crate::uring_reader::Completion>,
-}
-
-impl Landing {
-    /// Holds `dest` for the read `tag`; returns where the read writes.
-    fn hold(&mut self, tag: u64, dest: ArenaSlice) -> *mut u8 {
-        let ptr = dest.as_mut_ptr();
-        self.held.insert(tag, dest);
-        ptr
-    }
-
-    /// The read `tag` was not accepted: nothing writes into its range.
-    fn refused(&mut self, tag: u64) {
-        self.held.remove(&tag);
-    }
-
-    /// Polls `reader` and converts what finished, releasing the ranges of
-    /// finished reads.
-    fn poll(
-        &mut self,
-        out: &mut Vec<Completion>,
-        reader: impl FnOnce(&mut Vec<crate::uring_reader::Completion>) -> io::Result<usize>,
-    ) -> io::Result<usize> {
-        self.raw.clear();
-        reader(&mut self.raw)?;
-        let n = self.raw.len();
-        for c in self.raw.drain(..) {
-            self.held.remove(&c.tag);
-            out.push(Completion {
-                tag: c.tag,
-                result: c.result.map_err(|e| SampleError::from_io(&e)),
-            });
-        }
-        Ok(n)
-    }
-}
-
-impl Drop for Landing {
-    fn drop(&mut self) {
-        if !self.held.is_empty() {
-            // Reads that may still be running: keep their memory mapped.
-            std::mem::forget(std::mem::take(&mut self.held));
-        }
-    }
 }
 
 /// What the engine knows of one sample before reading it.
@@ -297,157 +241,5 @@ pub fn open(dataset: &DatasetConfig, cfg: &Config) -> io::Result<Box<dyn SampleS
             read_timeout,
         )?)),
         DatasetConfig::Cql(_) => Ok(Box::new(cql::CqlDataset::open(dataset, read_timeout)?)),
-    }
-}
-
-/// Builds the catalog of a configured filesystem dataset: a directory tree
-/// ([`Catalog::from_dir`]) or a manifest ([`Catalog::from_manifest`]).
-pub fn open_catalog(dataset: &DatasetConfig) -> Result<Catalog, CatalogError> {
-    let DatasetConfig::Fs(fs) = dataset else {
-        return Err(CatalogError::Io {
-            path: dataset.name().into(),
-            action: "catalog",
-            source: io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "not a filesystem dataset (remote datasets are opened with source::open)",
-            ),
-        });
-    };
-    match fs.location() {
-        Some(DatasetLocation::Root(root)) => Catalog::from_dir(root),
-        Some(DatasetLocation::Manifest(manifest)) => Catalog::from_manifest(manifest),
-        None => Err(CatalogError::NoLocation {
-            dataset: fs.name.clone(),
-        }),
-    }
-}
-
-/// A filesystem dataset: its catalog and an io_uring reader of its own.
-pub struct FsSource {
-    // The reader first: dropping it waits for the kernel's reads, then the
-    // landing releases (or, if that wait gave up, leaks) their ranges.
-    reader: UringReader,
-    landing: Landing,
-    catalog: Catalog,
-}
-
-impl std::fmt::Debug for FsSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FsSource")
-            .field("samples", &self.catalog.len())
-            .field("reader", &self.reader)
-            .finish()
-    }
-}
-
-impl FsSource {
-    /// A source reading `catalog`'s files, `capacity` at a time; an open or
-    /// read that takes longer than `read_timeout` is cancelled and fails its
-    /// sample with `ETIME` ([`FailureKind::TimedOut`]).
-    pub fn new(catalog: Catalog, capacity: u32, read_timeout: Duration) -> io::Result<FsSource> {
-        Ok(FsSource {
-            reader: UringReader::new(capacity)?.with_timeout(Some(read_timeout)),
-            landing: Landing::default(),
-            catalog,
-        })
-    }
-
-    /// The catalog.
-    pub fn catalog(&self) -> &Catalog {
-        &self.catalog
-    }
-}
-
-impl SampleSource for FsSource {
-    fn kind(&self) -> &'static str {
-        "fs"
-    }
-
-    fn len(&self) -> u64 {
-        self.catalog.len() as u64
-    }
-
-    fn meta(&self, index: u64) -> SampleMeta {
-        let e = &self.catalog.entries()[index as usize];
-        SampleMeta {
-            sample_id: e.sample_id,
-            label: e.label,
-            size: e.size,
-        }
-    }
-
-    fn total_bytes(&self) -> u64 {
-        self.catalog.total_bytes()
-    }
-
-    fn describe(&self, index: u64) -> String {
-        self.catalog.entries()[index as usize]
-            .path
-            .display()
-            .to_string()
-    }
-
-    fn capacity(&self) -> u32 {
-        self.reader.capacity()
-    }
-
-    fn in_flight(&self) -> usize {
-        self.reader.in_flight()
-    }
-
-    fn submit(&mut self, tag: u64, index: u64, dest: ArenaSlice) -> Result<(), SourceFull> {
-        let e = &self.catalog.entries()[index as usize];
-        let (Ok(len), Ok(path)) = (
-            u32::try_from(e.size),
-            CString::new(e.path.as_os_str().as_bytes()),
-        ) else {
-            // A file of 4 GiB or more, or a path with a NUL byte: give it
-            // back as a bad request, completed with an error at once.
-            let req = ReadRequest {
-                tag,
-                path: CString::default(),
-                offset: 0,
-                len: 1,
-                dest: std::ptr::null_mut(),
-            };
-            // SAFETY: a null destination is refused by the reader without
-            // being touched; it completes with an InvalidInput error.
-            return unsafe { self.reader.submit(req) }.map_err(|_| SourceFull);
-        };
-        if dest.len() < len as usize {
-            return Err(SourceFull);
-        }
-        let req = ReadRequest {
-            tag,
-            path,
-            offset: 0,
-            len,
-            dest: self.landing.hold(tag, dest),
-        };
-        // SAFETY: `dest` is valid for `len` bytes (checked above) and held
-        // by the landing, which keeps the mapping alive until the read's
-        // completion is returned (or leaks it if the reader is dropped
-        // first); the engine lends each range to one read at a time.
-        let r = unsafe { self.reader.submit(req) };
-        if r.is_err() {
-            self.landing.refused(tag);
-        }
-        r.map_err(|_| SourceFull)
-    }
-
-    fn poll_completions(
-        &mut self,
-        wait: Option<Duration>,
-        out: &mut Vec<Completion>,
-    ) -> io::Result<usize> {
-        let reader = &mut self.reader;
-        self.landing
-            .poll(out, |raw| reader.poll_completions(wait, raw))
-    }
-
-    fn wait_fd(&self) -> BorrowedFd<'_> {
-        // SAFETY: the ring's descriptor lives as long as the reader, which
-        // `self` owns for the borrow's lifetime.
-        unsafe { BorrowedFd::borrow_raw(self.reader.as_raw_fd()) }
     }
 }

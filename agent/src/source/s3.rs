@@ -17,7 +17,7 @@
 //!   small multi-thread tokio runtime, a timeout per attempt, retries with
 //!   exponential backoff and jitter, and the response body copied once,
 //!   straight into the caller's memory (an arena extent). Its interface has
-//!   the shape of [`crate::uring_reader::UringReader`]: non-blocking
+//!   the shape of [`crate::source::fs::reader::UringReader`]: non-blocking
 //!   `submit`, `poll_completions`, completions in any order, plus an eventfd
 //!   that becomes readable when completions are pending.
 //!
@@ -31,12 +31,12 @@ pub mod dataset;
 pub mod fault;
 pub mod fetcher;
 
+pub use crate::source::queue::{fetch_error, is_retryable, FetchError};
 pub use catalog::{S3Catalog, S3Entry};
 pub use dataset::S3Dataset;
 pub use fetcher::{FetchOptions, FetchRequest, FetchStats, Full, S3Fetcher};
 
 use crate::config::DatasetConfig;
-use crate::uring_reader::ReadRetry;
 use object_store::aws::AmazonS3Builder;
 use object_store::client::{HttpError, HttpErrorKind};
 use object_store::{ClientOptions, ObjectStore, RetryConfig};
@@ -47,16 +47,12 @@ use std::time::Duration;
 
 /// Default `dataset[i].request_timeout_ms`: one GET attempt, headers and
 /// body, must finish within this.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default `dataset[i].retries`: attempts after the first for a retryable
 /// failure.
-pub const DEFAULT_RETRIES: u32 = 8;
-/// Upper bound of the backoff before the first retry; it doubles per retry.
-pub const RETRY_BASE_DELAY: Duration = Duration::from_millis(50);
-/// Upper bound of any backoff.
-pub const RETRY_MAX_DELAY: Duration = Duration::from_secs(2);
+pub(crate) const DEFAULT_RETRIES: u32 = 8;
 /// Region used when neither the configuration nor the environment names one.
-pub const DEFAULT_REGION: &str = "us-east-1";
+pub(crate) const DEFAULT_REGION: &str = "us-east-1";
 
 /// How to reach a bucket.
 #[derive(Clone, PartialEq, Eq)]
@@ -254,21 +250,11 @@ impl S3Settings {
         Ok(Arc::new(store))
     }
 
-    /// The retry policy these settings ask for.
-    pub fn retry_policy(&self) -> ReadRetry {
-        ReadRetry {
-            retries: self.retries,
-            base_delay: RETRY_BASE_DELAY,
-            max_delay: RETRY_MAX_DELAY,
-        }
-    }
-
     /// Fetch options for these settings with `capacity` requests in flight.
     pub fn fetch_options(&self, capacity: u32) -> FetchOptions {
         FetchOptions {
             capacity,
             request_timeout: self.request_timeout,
-            retry: self.retry_policy(),
             ..FetchOptions::default()
         }
     }
@@ -460,54 +446,6 @@ fn status_in(text: &str) -> Option<u16> {
     (100..600).contains(&code).then_some(code)
 }
 
-/// The error of a failed sample fetch, inside the `io::Error` of its
-/// completion: which object, what went wrong, after how many attempts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FetchError {
-    /// The object key.
-    pub key: String,
-    /// Requested byte range of the object (`None`: the whole object).
-    pub range: Option<(u64, u64)>,
-    /// Attempts made.
-    pub attempts: u32,
-    /// Whether the last failure was retryable (the retries ran out).
-    pub retryable: bool,
-    /// What went wrong.
-    pub message: String,
-}
-
-impl fmt::Display for FetchError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "GET {}", self.key)?;
-        if let Some((a, b)) = self.range {
-            write!(f, " bytes {a}..{b}")?;
-        }
-        write!(f, ": {}", self.message)?;
-        if self.attempts > 1 {
-            write!(f, " (after {} attempts)", self.attempts)?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for FetchError {}
-
-/// Whether a fetch error may go away on its own: the [`FetchError`] inside
-/// says so (timeouts, connection errors, 5xx — still failing when the
-/// fetcher's own retries ran out); other errors are judged by
-/// [`crate::uring_reader::is_retryable`].
-pub fn is_retryable(err: &io::Error) -> bool {
-    match err.get_ref().and_then(|e| e.downcast_ref::<FetchError>()) {
-        Some(f) => f.retryable,
-        None => crate::uring_reader::is_retryable(err),
-    }
-}
-
-/// The fetch error inside `err`, if there is one.
-pub fn fetch_error(err: &io::Error) -> Option<&FetchError> {
-    err.get_ref().and_then(|e| e.downcast_ref::<FetchError>())
-}
-
 /// Where a dataset's catalog comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum S3Layout {
@@ -619,18 +557,15 @@ impl S3Source {
 
     /// Builds the catalog of `layout` (listing or manifest), blocking.
     pub fn catalog(&self, layout: &S3Layout) -> Result<S3Catalog, S3Error> {
-        let retry = self.options.retry;
         let store = &*self.store;
         let bucket = &self.bucket;
         self.block_on(async move {
             match layout {
-                S3Layout::Prefix(p) => S3Catalog::list(store, bucket, p, retry).await,
+                S3Layout::Prefix(p) => S3Catalog::list(store, bucket, p).await,
                 S3Layout::ManifestObject(k) => {
-                    S3Catalog::from_manifest_object(store, bucket, k, retry).await
+                    S3Catalog::from_manifest_object(store, bucket, k).await
                 }
-                S3Layout::ManifestFile(f) => {
-                    S3Catalog::from_manifest_file(store, bucket, f, retry).await
-                }
+                S3Layout::ManifestFile(f) => S3Catalog::from_manifest_file(store, bucket, f).await,
             }
         })
     }
@@ -651,30 +586,16 @@ impl S3Source {
     }
 }
 
-/// Runs `op` until it succeeds, fails with a non-retryable error, or
-/// `policy.retries` retries have failed; sleeps the policy's backoff
-/// (exponential, jittered by `seed`) between attempts. Returns the last
-/// error with the number of attempts made.
-pub async fn with_retries<T, F, Fut>(
-    policy: ReadRetry,
-    seed: u64,
-    mut op: F,
-) -> Result<T, (object_store::Error, u32)>
+/// Runs `op` once, and gives its error with the number of attempts (1).
+/// The agent makes one attempt per request: a sample is read again by the
+/// engine's retry policy, a dataset whose catalog cannot be read is opened
+/// again in the background (`crate::dataset`).
+pub(crate) async fn once<T, F, Fut>(op: F) -> Result<T, (object_store::Error, u32)>
 where
-    F: FnMut() -> Fut,
+    F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = object_store::Result<T>>,
 {
-    let mut attempts = 0u32;
-    loop {
-        attempts += 1;
-        match op().await {
-            Ok(v) => return Ok(v),
-            Err(e) if classify(&e).retryable && attempts <= policy.retries => {
-                tokio::time::sleep(policy.delay(attempts, seed)).await;
-            }
-            Err(e) => return Err((e, attempts)),
-        }
-    }
+    op().await.map_err(|e| (e, 1))
 }
 
 #[cfg(test)]

@@ -3,9 +3,9 @@
 //! fetchers share.
 //!
 //! Both fetchers ([`super::s3::S3Fetcher`], [`super::cql::CqlFetcher`]) have
-//! the shape of [`crate::uring_reader::UringReader`]: a single-threaded
+//! the shape of [`super::fs::reader::UringReader`]: a single-threaded
 //! owner submits requests without blocking, up to a capacity, and collects
-//! [`Completion`]s in any order, waiting on a descriptor when it has nothing
+//! [`IoCompletion`]s in any order, waiting on a descriptor when it has nothing
 //! else to do. Only what one request does differs between them (a GET whose
 //! body is streamed into memory, a prepared read whose blob is copied);
 //! everything around it is a [`TaskQueue`]:
@@ -20,22 +20,25 @@
 //!   descriptors wakes up;
 //! * [`TaskQueue::poll_completions`]: drains the queue, waiting on the
 //!   eventfd until a deadline when asked to;
-//! * [`Dest`]: the caller's memory as a task sees it, and the one place
-//!   where fetched bytes are copied into it;
-//! * [`Attempts::run`]: one request's attempts, retried with backoff, and
-//!   the counters of [`FetchStats`];
+//! * [`Dest`]: the caller's arena range as a task sees it, and the one
+//!   place where fetched bytes are copied into it; the task holds it (and
+//!   so the arena's mapping) until its future is dropped;
+//! * [`Attempts::once`]: a request's one attempt (the engine's retry
+//!   policy decides on another), counted in [`FetchStats`];
 //! * dropping: the running tasks are aborted, then the drop waits (up to
 //!   30 seconds) until every task's future is gone. An aborted task may be
 //!   copying into its destination on a worker thread at that moment; only
-//!   once its future has been dropped can the owner reuse the memory, which
-//!   is what the `submit` contracts of the fetchers promise.
+//!   once its future has been dropped can the owner lend the range to
+//!   another read. A task still running after the wait keeps its range,
+//!   and the mapping, alive.
 
-use crate::uring_reader::{Completion, ReadRetry};
+use crate::source::queue::IoCompletion;
+use granary_shm::arena::ArenaSlice;
 use std::collections::HashMap;
 use std::fs::File;
 use std::future::Future;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -51,10 +54,9 @@ const DROP_DRAIN_LIMIT: Duration = Duration::from_secs(30);
 pub struct FetchStats {
     /// Requests accepted.
     pub requests: u64,
-    /// Attempts made (requests + retries).
+    /// Attempts made: one per request that ran (a request refused before
+    /// running makes none).
     pub attempts: u64,
-    /// Attempts that failed and were retried.
-    pub retries: u64,
     /// Attempts that ran out of time.
     pub timeouts: u64,
     /// Requests that completed with an error.
@@ -67,7 +69,6 @@ pub struct FetchStats {
 struct Counters {
     requests: AtomicU64,
     attempts: AtomicU64,
-    retries: AtomicU64,
     timeouts: AtomicU64,
     failures: AtomicU64,
     bytes: AtomicU64,
@@ -76,7 +77,7 @@ struct Counters {
 /// State shared by the owner and the tasks.
 struct Shared {
     /// Finished requests: (internal id, completion).
-    done: Mutex<Vec<(u64, Completion)>>,
+    done: Mutex<Vec<(u64, IoCompletion)>>,
     /// An eventfd, signalled after every push to `done`.
     event: File,
     /// Tasks whose future has not been dropped yet.
@@ -110,20 +111,13 @@ impl Drop for LiveGuard {
     }
 }
 
-/// The destination of one request: `len` bytes of the caller's memory,
-/// movable to a worker thread. Only [`TaskQueue::spawn`] makes one, from
-/// memory its caller vouches for.
-#[derive(Clone, Copy)]
+/// The destination of one request: the first `len` bytes of an arena
+/// range, held by the request's task. Only [`TaskQueue::spawn`] makes one.
+#[derive(Clone)]
 pub(crate) struct Dest {
-    ptr: *mut u8,
+    slice: ArenaSlice,
     len: usize,
 }
-
-// SAFETY: a `Dest` is only used by the one task of its request (it is not
-// `Sync`, so no two threads share one); `TaskQueue::spawn`'s contract makes
-// the memory the request's alone until its completion has been returned,
-// and `Drop for TaskQueue` waits until no task can touch it any more.
-unsafe impl Send for Dest {}
 
 impl Dest {
     /// The destination's length in bytes.
@@ -141,69 +135,40 @@ impl Dest {
             bytes.len(),
             self.len
         );
-        if bytes.is_empty() {
-            return;
-        }
-        let to = self.ptr.wrapping_add(at);
-        // SAFETY: `to..to + bytes.len()` lies inside the `len` bytes at
-        // `ptr` (asserted above), which `TaskQueue::spawn`'s contract makes
-        // valid for writes and used by nothing else while the request runs;
-        // `bytes` is a buffer the task received, so the two cannot overlap.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), to, bytes.len()) };
+        self.slice.copy_at(at, bytes);
     }
 }
 
-/// A failed attempt as [`Attempts::run`] judges it.
+/// A failed attempt as [`Attempts::once`] counts it.
 pub(crate) trait AttemptFailure {
     /// The kind it is reported with (`TimedOut` counts as a timeout).
     fn kind(&self) -> io::ErrorKind;
-    /// Whether another attempt may succeed.
-    fn retryable(&self) -> bool;
 }
 
-/// What a task gets besides its destination: the counters its attempts are
-/// tallied in, and the seed that spreads its backoff (the request's
-/// internal id).
+/// What a task gets besides its destination: the counters its attempt is
+/// tallied in.
 pub(crate) struct Attempts {
     shared: Arc<Shared>,
-    seed: u64,
 }
 
 impl Attempts {
-    /// Runs `attempt` until it succeeds, fails with an error that is not
-    /// retryable, or `retry.retries` retries have failed, sleeping
-    /// `retry`'s backoff (exponential, jittered) before each retry. Every
-    /// attempt, retry and timeout is counted. On failure: the last error and
-    /// the number of attempts made.
-    pub(crate) async fn run<E, F, Fut>(
-        &self,
-        retry: ReadRetry,
-        mut attempt: F,
-    ) -> Result<(), (E, u32)>
+    /// Runs the request's one attempt and counts it (and its timeout, if
+    /// it ran out of time). A failed request is retried, if at all, by the
+    /// engine's retry policy, as a new request.
+    pub(crate) async fn once<E, Fut>(&self, attempt: Fut) -> Result<(), E>
     where
         E: AttemptFailure,
-        F: FnMut() -> Fut,
         Fut: Future<Output = Result<(), E>>,
     {
         let c = &self.shared.counters;
-        let mut attempts = 0u32;
-        loop {
-            attempts += 1;
-            c.attempts.fetch_add(1, Ordering::Relaxed);
-            let err = match attempt().await {
-                Ok(()) => return Ok(()),
-                Err(e) => e,
-            };
-            if err.kind() == io::ErrorKind::TimedOut {
+        c.attempts.fetch_add(1, Ordering::Relaxed);
+        let r = attempt.await;
+        if let Err(e) = &r {
+            if e.kind() == io::ErrorKind::TimedOut {
                 c.timeouts.fetch_add(1, Ordering::Relaxed);
             }
-            if err.retryable() && attempts <= retry.retries {
-                c.retries.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(retry.delay(attempts, self.seed)).await;
-                continue;
-            }
-            return Err((err, attempts));
         }
+        r
     }
 }
 
@@ -216,7 +181,7 @@ pub(crate) struct TaskQueue {
     owner: &'static str,
     shared: Arc<Shared>,
     /// Requests that completed without running (bad input).
-    ready: Vec<Completion>,
+    ready: Vec<IoCompletion>,
     /// Abort handles of running tasks, by internal id.
     running: HashMap<u64, AbortHandle>,
     next_id: u64,
@@ -228,7 +193,7 @@ impl TaskQueue {
     /// fetcher whose attempts are limited to `request_timeout` (`owner`
     /// names it in messages). Fails when the capacity or the timeout is
     /// zero, or the eventfd cannot be created.
-    pub(crate) fn new(
+    pub fn new(
         runtime: Arc<Runtime>,
         capacity: u32,
         request_timeout: Duration,
@@ -248,7 +213,7 @@ impl TaskQueue {
         }
         let shared = Arc::new(Shared {
             done: Mutex::new(Vec::new()),
-            event: File::from(eventfd()?),
+            event: File::from(crate::sys::eventfd::eventfd()?),
             live: Mutex::new(0),
             live_cv: Condvar::new(),
             counters: Counters::default(),
@@ -287,7 +252,6 @@ impl TaskQueue {
         FetchStats {
             requests: c.requests.load(Ordering::Relaxed),
             attempts: c.attempts.load(Ordering::Relaxed),
-            retries: c.retries.load(Ordering::Relaxed),
             timeouts: c.timeouts.load(Ordering::Relaxed),
             failures: c.failures.load(Ordering::Relaxed),
             bytes: c.bytes.load(Ordering::Relaxed),
@@ -308,25 +272,19 @@ impl TaskQueue {
         let c = &self.shared.counters;
         c.requests.fetch_add(1, Ordering::Relaxed);
         c.failures.fetch_add(1, Ordering::Relaxed);
-        self.ready.push(Completion {
+        self.ready.push(IoCompletion {
             tag,
             result: Err(err),
         });
     }
 
     /// Accepts request `tag` and starts it at once on the runtime, without
-    /// blocking: `task` gets the destination (`len` bytes at `dest`) and
-    /// the request's [`Attempts`], and returns the future that fetches. Its
-    /// output — the bytes delivered, or the error — becomes the completion.
-    ///
-    /// # Safety
-    ///
-    /// `dest` must be valid for writes of `len` bytes (any pointer when
-    /// `len` is 0), and nothing else may read or write that memory, until
-    /// this request's completion has been returned by `poll_completions`
-    /// (dropping the queue cancels outstanding requests and waits, up to 30
-    /// seconds, until none can write any more).
-    pub(crate) unsafe fn spawn<F, Fut>(&mut self, tag: u64, dest: *mut u8, len: u32, task: F)
+    /// blocking: `task` gets the destination (the first `len` bytes of
+    /// `dest`, which must hold them) and the request's [`Attempts`], and
+    /// returns the future that fetches. Its output — the bytes delivered,
+    /// or the error — becomes the completion. The task holds `dest` until
+    /// its future is dropped.
+    pub(crate) fn spawn<F, Fut>(&mut self, tag: u64, dest: ArenaSlice, len: u32, task: F)
     where
         F: FnOnce(Dest, Attempts) -> Fut,
         Fut: Future<Output = io::Result<u32>> + Send + 'static,
@@ -341,13 +299,13 @@ impl TaskQueue {
         self.next_id += 1;
         *self.shared.live.lock().unwrap_or_else(|p| p.into_inner()) += 1;
         let guard = LiveGuard(self.shared.clone());
+        debug_assert!(len as usize <= dest.len());
         let dest = Dest {
-            ptr: dest,
-            len: len as usize,
+            len: (len as usize).min(dest.len()),
+            slice: dest,
         };
         let attempts = Attempts {
             shared: self.shared.clone(),
-            seed: id,
         };
         let fetch = task(dest, attempts);
         let shared = self.shared.clone();
@@ -363,7 +321,7 @@ impl TaskQueue {
                 .done
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .push((id, Completion { tag, result }));
+                .push((id, IoCompletion { tag, result }));
             shared.signal();
         };
         let handle = self.runtime.spawn(run);
@@ -376,7 +334,7 @@ impl TaskQueue {
     pub(crate) fn poll_completions(
         &mut self,
         wait: Option<Duration>,
-        out: &mut Vec<Completion>,
+        out: &mut Vec<IoCompletion>,
     ) -> io::Result<usize> {
         let start = out.len();
         let deadline = wait.map(|d| Instant::now() + d);
@@ -399,7 +357,7 @@ impl TaskQueue {
             if left.is_zero() {
                 break;
             }
-            wait_readable(self.shared.event.as_fd(), left)?;
+            crate::sys::eventfd::wait_readable(self.shared.event.as_fd(), left)?;
         }
         Ok(out.len() - start)
     }
@@ -431,38 +389,4 @@ impl Drop for TaskQueue {
                 .unwrap_or_else(|p| p.into_inner().0);
         }
     }
-}
-
-/// A non-blocking, close-on-exec eventfd.
-fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: eventfd(2) takes no pointers.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a descriptor we just opened and own alone.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Waits until `fd` is readable or `timeout` has passed.
-fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<()> {
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
-    };
-    // SAFETY: `pfd` and `ts` are valid for the call; one descriptor; a null
-    // signal mask leaves the mask unchanged.
-    let r = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-    Ok(())
 }

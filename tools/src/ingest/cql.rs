@@ -18,10 +18,10 @@
 //! * `verify`: afterwards every metadata row is compared with its file's
 //!   label and size, and every blob read back and compared byte for byte.
 
-use super::{drive, walk, IngestError, IngestReport, Item, Items, Phase, Target};
+use super::{drive, retry, walk, IngestError, IngestReport, Item, Items, Phase, Target};
 use futures_util::TryStreamExt;
 use granary_agent::source::cql::{
-    with_retries, AttemptError, CqlCatalog, CqlSettings, CqlSource, CATALOG_PAGE_SIZE,
+    AttemptError, CqlCatalog, CqlSettings, CqlSource, CATALOG_PAGE_SIZE,
 };
 use scylla::client::session::Session;
 use scylla::serialize::row::SerializeRow;
@@ -298,7 +298,7 @@ async fn prepare(
     settings: &CqlSettings,
     cql: String,
 ) -> Result<PreparedStatement, IngestError> {
-    let mut st = with_retries(settings.retry_policy(), 3, || async {
+    let mut st = retry::cql(settings, 3, || async {
         Ok(session.prepare(cql.as_str()).await?)
     })
     .await
@@ -326,7 +326,7 @@ async fn read_metadata(
     let mut st = Statement::new(format!("SELECT id, label, size FROM {table}"));
     st.set_page_size(CATALOG_PAGE_SIZE);
     st.set_consistency(Consistency::LocalQuorum);
-    with_retries(settings.retry_policy(), 4, || async {
+    retry::cql(settings, 4, || async {
         let mut rows = session
             .query_iter(st.clone(), ())
             .await?
@@ -360,7 +360,7 @@ impl Writer {
         values: impl SerializeRow,
         seed: u64,
     ) -> Result<(), (AttemptError, u32)> {
-        with_retries(self.settings.retry_policy(), seed, || async {
+        retry::cql(&self.settings, seed, || async {
             self.session.execute_unpaged(statement, &values).await?;
             Ok(())
         })
@@ -448,7 +448,7 @@ impl Target for Writer {
         let w = self.clone();
         async move {
             let url = w.settings.url_of(&it.key);
-            let remote = with_retries(w.settings.retry_policy(), seed, || async {
+            let remote = retry::cql(&w.settings, seed, || async {
                 let r = w.session.execute_unpaged(&w.read, (it.key,)).await?;
                 let invalid = |e: String| AttemptError::fatal(std::io::ErrorKind::InvalidData, e);
                 let rows = r.into_rows_result().map_err(|e| invalid(e.to_string()))?;

@@ -14,9 +14,10 @@
 //! * `verify`: every object is read back and compared byte for byte with
 //!   its file.
 
+use super::retry;
 use super::{drive, walk, IngestError, IngestReport, Item, Items, Phase, Target};
 use futures_util::StreamExt;
-use granary_agent::source::s3::{classify, with_retries, S3Settings};
+use granary_agent::source::s3::{classify, S3Settings};
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, ObjectStore, PutOptions, PutPayload};
 use std::collections::HashMap;
@@ -136,7 +137,7 @@ impl Bucket {
         let prefix = &*self.prefix;
         let folder = ObjectPath::from(prefix);
         let arg = (!prefix.is_empty()).then_some(&folder);
-        with_retries(self.settings.retry_policy(), 0, || async {
+        retry::s3(&self.settings, 0, || async {
             let mut out = HashMap::new();
             let mut stream = self.store.list(arg);
             while let Some(meta) = stream.next().await {
@@ -177,7 +178,7 @@ impl Target for Bucket {
         } = self.clone();
         async move {
             let payload = PutPayload::from(it.read()?);
-            with_retries(settings.retry_policy(), seed, || {
+            retry::s3(&settings, seed, || {
                 store.put_opts(&it.key, payload.clone(), PutOptions::default())
             })
             .await
@@ -203,7 +204,7 @@ impl Target for Bucket {
         } = self.clone();
         async move {
             let url = settings.url_of(it.key.as_ref());
-            let remote = with_retries(settings.retry_policy(), seed, || async {
+            let remote = retry::s3(&settings, seed, || async {
                 store
                     .get_opts(&it.key, GetOptions::default())
                     .await?

@@ -19,7 +19,7 @@
 //! and within each label the same sizes in another order (by id rather than
 //! by path).
 
-use super::{with_retries, AttemptError, CqlError, CqlSettings};
+use super::{once, AttemptError, CqlError, CqlSettings};
 use futures_util::TryStreamExt;
 use scylla::client::session::Session;
 use scylla::statement::{Consistency, Statement};
@@ -58,7 +58,7 @@ impl CqlCatalog {
     /// A catalog of `(id, label, size)` rows, sorted into catalog order.
     /// Fails on a size above `u32::MAX` (a sample is read in one piece into
     /// memory whose length is a `u32`).
-    pub fn from_rows(
+    pub(crate) fn from_rows(
         metadata_table: &str,
         rows: impl IntoIterator<Item = (Uuid, i32, u64)>,
     ) -> Result<CqlCatalog, CqlError> {
@@ -97,11 +97,9 @@ impl CqlCatalog {
         let mut statement = Statement::new(format!("SELECT id, label, size FROM {table}"));
         statement.set_page_size(super::CATALOG_PAGE_SIZE);
         statement.set_consistency(Consistency::LocalQuorum);
-        let rows = with_retries(settings.retry_policy(), 1, || {
-            read_rows(session, &statement, &table, size_type)
-        })
-        .await
-        .map_err(|e| CqlError::request(format!("read {table}"), e))??;
+        let rows = once(|| read_rows(session, &statement, &table, size_type))
+            .await
+            .map_err(|e| CqlError::request(format!("read {table}"), e))??;
         CqlCatalog::from_rows(&table, rows)
     }
 
@@ -145,7 +143,8 @@ impl CqlCatalog {
     }
 
     /// Size of the largest sample (0 when empty).
-    pub fn max_size(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn max_size(&self) -> u64 {
         self.entries.iter().map(|e| e.size).max().unwrap_or(0)
     }
 }
@@ -217,7 +216,7 @@ async fn check_schema(session: &Session, settings: &CqlSettings) -> Result<SizeT
         settings.keyspace
     ));
     statement.set_consistency(Consistency::One);
-    let rows = with_retries(settings.retry_policy(), 2, || async {
+    let rows = once(|| async {
         let result = session.query_unpaged(statement.clone(), ()).await?;
         let rows = result
             .into_rows_result()

@@ -5,7 +5,7 @@
 //! The owner calls [`CqlFetcher::submit`] — which never blocks — up to
 //! [`CqlFetcher::capacity`] times, and collects finished reads with
 //! [`CqlFetcher::poll_completions`], in any order, exactly like
-//! [`crate::uring_reader::UringReader`] and the S3 fetcher. Each accepted
+//! [`crate::source::fs::reader::UringReader`] and the S3 fetcher. Each accepted
 //! request becomes one task on the runtime:
 //!
 //! 1. one execution of the prepared `SELECT data FROM ks.data WHERE id = ?`,
@@ -15,9 +15,9 @@
 //!    the bytes the driver received — and copied once into `dest`; no row is
 //!    an error naming the id (`NotFound`), and so is a blob whose length is
 //!    not the catalog's;
-//! 3. on failure, [`super::classify`] decides: timeouts, broken
-//!    connections, overloaded, unavailable and read timeouts are retried
-//!    after an exponential, jittered backoff; anything else fails at once;
+//! 3. one attempt: on failure, [`super::classify`] says whether another
+//!    may succeed (timeouts, broken connections, overloaded, unavailable,
+//!    read timeouts); the engine's retry policy decides on another;
 //! 4. the completion is queued and the eventfd ([`CqlFetcher::wake_fd`]) is
 //!    signalled.
 //!
@@ -30,10 +30,11 @@
 //! the S3 fetcher uses too (`source/task_queue.rs`).
 
 use super::{AttemptError, FetchError};
+pub use crate::source::queue::Full;
+use crate::source::queue::{IoCompletion as Completion, QueuedRequest};
 pub use crate::source::task_queue::FetchStats;
 use crate::source::task_queue::{AttemptFailure, Attempts, Dest, TaskQueue};
-pub use crate::uring_reader::Full;
-use crate::uring_reader::{Completion, QueuedRequest, ReadRetry};
+use granary_shm::arena::ArenaSlice;
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 use std::fmt;
@@ -54,8 +55,9 @@ pub struct FetchRequest {
     /// The blob's length according to the catalog: the bytes written to
     /// `dest` on success.
     pub len: u32,
-    /// Destination (an arena extent); see [`CqlFetcher::submit`].
-    pub dest: *mut u8,
+    /// Destination: the arena range reserved for this read, at least `len`
+    /// bytes; the fetcher holds it until the completion is returned.
+    pub dest: ArenaSlice,
 }
 
 impl QueuedRequest for FetchRequest {
@@ -72,9 +74,6 @@ pub struct FetchOptions {
     pub capacity: u32,
     /// Time limit of one attempt. Default 10 s.
     pub request_timeout: Duration,
-    /// Retries of retryable failures and their backoff. Default 8 retries,
-    /// 50 ms first backoff, at most 2 s.
-    pub retry: ReadRetry,
 }
 
 impl Default for FetchOptions {
@@ -82,11 +81,6 @@ impl Default for FetchOptions {
         FetchOptions {
             capacity: super::DEFAULT_MAX_INFLIGHT,
             request_timeout: super::DEFAULT_REQUEST_TIMEOUT,
-            retry: ReadRetry {
-                retries: super::DEFAULT_RETRIES,
-                base_delay: super::RETRY_BASE_DELAY,
-                max_delay: super::RETRY_MAX_DELAY,
-            },
         }
     }
 }
@@ -94,10 +88,6 @@ impl Default for FetchOptions {
 impl AttemptFailure for AttemptError {
     fn kind(&self) -> io::ErrorKind {
         self.failure.kind
-    }
-
-    fn retryable(&self) -> bool {
-        self.failure.retryable
     }
 }
 
@@ -178,33 +168,32 @@ impl CqlFetcher {
 
     /// An eventfd that is readable while completions may be pending (it is
     /// cleared by [`poll_completions`](Self::poll_completions)).
-    pub fn wake_fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn wake_fd(&self) -> BorrowedFd<'_> {
         self.queue.wake_fd()
     }
 
     /// Accepts `req`, or gives it back in [`Full`] when `capacity` requests
     /// are in flight. The request starts at once on the runtime; this never
-    /// blocks. A request with a null `dest` and a non-zero length completes
+    /// blocks. A request whose `dest` is shorter than its length completes
     /// with an `InvalidInput` error.
     ///
-    /// # Safety
-    ///
-    /// `req.dest` must be valid for writes of `req.len` bytes, and nothing
-    /// may read or write that memory, until this request's [`Completion`]
-    /// has been returned by `poll_completions` (dropping the fetcher cancels
-    /// outstanding requests and waits, up to 30 seconds, until none can
-    /// write any more).
-    pub unsafe fn submit(&mut self, req: FetchRequest) -> Result<(), Full<FetchRequest>> {
+    /// The request's task holds `req.dest` (and so the arena's mapping)
+    /// until it ends; dropping the fetcher cancels outstanding requests and
+    /// waits, up to 30 seconds, until none can write any more.
+    pub fn submit(&mut self, req: FetchRequest) -> Result<(), Full<FetchRequest>> {
         if self.queue.is_full() {
             return Err(Full(req));
         }
-        if req.dest.is_null() && req.len > 0 {
+        if req.dest.len() < req.len as usize {
             let err = FetchError {
-                table: self.table.to_string(),
-                id: req.id,
+                target: format!("cql://{}/{}", self.table, req.id),
                 attempts: 0,
                 retryable: false,
-                message: "null destination".to_owned(),
+                message: format!(
+                    "destination of {} bytes for a blob of {}",
+                    req.dest.len(),
+                    req.len
+                ),
             };
             self.queue
                 .reject(req.tag, io::Error::new(io::ErrorKind::InvalidInput, err));
@@ -216,17 +205,15 @@ impl CqlFetcher {
             table: self.table.clone(),
             row: req.id,
         };
-        let retry = self.options.retry;
         let task = move |dest: Dest, attempts: Attempts| async move {
             let job = &job;
-            match attempts.run(retry, move || job.attempt(dest)).await {
-                Ok(()) => Ok(dest.len() as u32),
-                Err((err, attempts)) => Err(job.failed(err, attempts)),
+            let len = dest.len() as u32;
+            match attempts.once(job.attempt(dest)).await {
+                Ok(()) => Ok(len),
+                Err(err) => Err(job.failed(err)),
             }
         };
-        // SAFETY: the caller's contract on `req.dest` is `spawn`'s; a null
-        // `dest` with a non-zero length was rejected above.
-        unsafe { self.queue.spawn(req.tag, req.dest, req.len, task) };
+        self.queue.spawn(req.tag, req.dest, req.len, task);
         Ok(())
     }
 
@@ -290,14 +277,13 @@ impl Job {
     }
 
     /// The completion's error after the last failed attempt.
-    fn failed(&self, err: AttemptError, attempts: u32) -> io::Error {
+    fn failed(&self, err: AttemptError) -> io::Error {
         io::Error::new(
             err.failure.kind,
             FetchError {
-                table: self.table.to_string(),
-                id: self.row,
-                attempts,
-                retryable: err.retryable(),
+                target: format!("cql://{}/{}", self.table, self.row),
+                attempts: 1,
+                retryable: err.failure.retryable,
                 message: err.message,
             },
         )

@@ -12,7 +12,7 @@
 //!   replication, the tables' partitioners), only for the dataset's
 //!   keyspace.
 //! * Retries: the driver's own are off (its fall-through policy); the
-//!   fetcher and the catalog retry with one policy ([`super::with_retries`]).
+//!   fetcher and the catalog make one attempt per request ([`super::once`]).
 //! * Reads at `LOCAL_ONE`: the data is written once and read many times.
 
 use super::{CqlError, CqlSettings, Pool};
@@ -92,7 +92,7 @@ fn nonzero(n: u32) -> NonZeroUsize {
 
 /// The rustls client configuration of `settings`: the authorities of
 /// `tls_ca_file`, else the system's; the aws-lc-rs provider.
-pub fn tls_config(settings: &CqlSettings) -> Result<Arc<rustls::ClientConfig>, CqlError> {
+pub(crate) fn tls_config(settings: &CqlSettings) -> Result<Arc<rustls::ClientConfig>, CqlError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
     let bad = |m: String| CqlError::Settings(m);
@@ -145,16 +145,14 @@ pub fn tls_config(settings: &CqlSettings) -> Result<Arc<rustls::ClientConfig>, C
 /// Prepares `SELECT data FROM ks.data WHERE id = ?` (once per fetcher; the
 /// driver re-prepares it on a node that has forgotten it) with the driver's
 /// retries off and reads at `LOCAL_ONE`.
-pub async fn prepare_read(
+pub(crate) async fn prepare_read(
     session: &Session,
     settings: &CqlSettings,
 ) -> Result<PreparedStatement, CqlError> {
     let cql = format!("SELECT data FROM {} WHERE id = ?", settings.data_ref());
-    let mut statement = super::with_retries(settings.retry_policy(), 0, || async {
-        Ok(session.prepare(cql.as_str()).await?)
-    })
-    .await
-    .map_err(|e| CqlError::request(format!("prepare {cql:?}"), e))?;
+    let mut statement = super::once(|| async { Ok(session.prepare(cql.as_str()).await?) })
+        .await
+        .map_err(|e| CqlError::request(format!("prepare {cql:?}"), e))?;
     statement.set_consistency(Consistency::LocalOne);
     statement.set_retry_policy(Some(Arc::new(FallthroughRetryPolicy::new())));
     Ok(statement)

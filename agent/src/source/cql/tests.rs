@@ -45,7 +45,7 @@ fn settings_come_from_the_dataset_with_defaults() {
     let o = s.fetch_options();
     assert_eq!(o.capacity, 64);
     assert_eq!(o.request_timeout, Duration::from_millis(250));
-    assert_eq!(o.retry.retries, 2);
+    assert_eq!(s.retries, 2);
 }
 
 #[test]
@@ -200,8 +200,7 @@ fn server_errors_are_classified() {
 fn fetch_errors_say_whether_to_retry() {
     let e = |retryable| {
         io::Error::other(FetchError {
-            table: "ks.data".into(),
-            id: Uuid::nil(),
+            target: format!("cql://ks.data/{}", Uuid::nil()),
             attempts: 3,
             retryable,
             message: "overloaded".into(),

@@ -27,8 +27,7 @@
 //! whole-object samples come from one listing of the keys' common folder,
 //! and a HEAD request for any key the listing did not show.
 
-use super::{classify, with_retries, S3Error};
-use crate::uring_reader::ReadRetry;
+use super::{classify, once, S3Error};
 use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, ObjectStore};
@@ -63,17 +62,15 @@ pub struct S3Catalog {
     total_bytes: u64,
 }
 
-/// Lists every object below `prefix` (as a folder), retrying the listing
-/// as a whole on retryable failures.
+/// Lists every object below `prefix` (as a folder).
 async fn list_all(
     store: &dyn ObjectStore,
     bucket: &str,
     prefix: &str,
-    retry: ReadRetry,
 ) -> Result<Vec<(ObjectPath, u64)>, S3Error> {
     let folder = ObjectPath::from(prefix);
     let arg = (!prefix.is_empty()).then_some(&folder);
-    with_retries(retry, 0x4c49_5354, || async {
+    once(|| async {
         let mut out = Vec::new();
         let mut stream = store.list(arg);
         while let Some(meta) = stream.next().await {
@@ -97,14 +94,13 @@ fn cmp_components(a: &str, b: &str) -> Ordering {
 
 impl S3Catalog {
     /// Lists `prefix` in `bucket` (see the module docs for the rules).
-    pub async fn list(
+    pub(crate) async fn list(
         store: &dyn ObjectStore,
         bucket: &str,
         prefix: &str,
-        retry: ReadRetry,
     ) -> Result<S3Catalog, S3Error> {
         let prefix = prefix.trim_matches('/');
-        let objects = list_all(store, bucket, prefix, retry).await?;
+        let objects = list_all(store, bucket, prefix).await?;
         let strip = if prefix.is_empty() {
             0
         } else {
@@ -164,16 +160,15 @@ impl S3Catalog {
     }
 
     /// Reads a manifest object from the bucket and catalogs what it lists.
-    pub async fn from_manifest_object(
+    pub(crate) async fn from_manifest_object(
         store: &dyn ObjectStore,
         bucket: &str,
         manifest_key: &str,
-        retry: ReadRetry,
     ) -> Result<S3Catalog, S3Error> {
         let manifest_key = manifest_key.trim_start_matches('/');
         let name = format!("s3://{bucket}/{manifest_key}");
         let path = ObjectPath::from(manifest_key);
-        let text = with_retries(retry, 0x4d41_4e49, || async {
+        let text = once(|| async {
             store
                 .get_opts(&path, GetOptions::default())
                 .await?
@@ -187,34 +182,32 @@ impl S3Catalog {
             source,
         })?;
         let base = manifest_key.rsplit_once('/').map_or("", |(d, _)| d);
-        Self::from_manifest_text(store, bucket, &name, &text, base, retry).await
+        Self::from_manifest_text(store, bucket, &name, &text, base).await
     }
 
     /// Reads a manifest from a local file and catalogs what it lists (keys
     /// from the bucket root).
-    pub async fn from_manifest_file(
+    pub(crate) async fn from_manifest_file(
         store: &dyn ObjectStore,
         bucket: &str,
         file: &Path,
-        retry: ReadRetry,
     ) -> Result<S3Catalog, S3Error> {
         let text = std::fs::read(file).map_err(|source| S3Error::Io {
             what: format!("read manifest {}", file.display()),
             source,
         })?;
         let name = file.display().to_string();
-        Self::from_manifest_text(store, bucket, &name, &text, "", retry).await
+        Self::from_manifest_text(store, bucket, &name, &text, "").await
     }
 
     /// Parses manifest `text` (named `name` in errors; relative keys joined
     /// to `base`) and catalogs it.
-    pub async fn from_manifest_text(
+    pub(crate) async fn from_manifest_text(
         store: &dyn ObjectStore,
         bucket: &str,
         name: &str,
         text: &[u8],
         base: &str,
-        retry: ReadRetry,
     ) -> Result<S3Catalog, S3Error> {
         let lines = parse_manifest(name, text, base)?;
         // Sizes of whole-object samples: one listing of the common folder,
@@ -232,7 +225,7 @@ impl S3Catalog {
                     common = common.rsplit_once('/').map_or("", |(d, _)| d).to_owned();
                 }
             }
-            for (key, size) in list_all(store, bucket, &common, retry).await? {
+            for (key, size) in list_all(store, bucket, &common).await? {
                 sizes.insert(key.as_ref().to_owned(), size);
             }
         }
@@ -248,7 +241,7 @@ impl S3Catalog {
                 None => match sizes.get(key.as_ref()) {
                     Some(&s) => (0, s, true),
                     None => {
-                        let head = with_retries(retry, i as u64, || async {
+                        let head = once(|| async {
                             let opts = GetOptions {
                                 head: true,
                                 ..GetOptions::default()
@@ -348,15 +341,15 @@ impl S3Catalog {
         self.total_bytes
     }
 
-    /// Size of the largest sample, in bytes.
-    pub fn max_size(&self) -> u64 {
-        self.entries.iter().map(|e| e.size).max().unwrap_or(0)
-    }
-
     /// The fetch request for sample `sample_id` into `dest`, tagged `tag`;
     /// `None` when the id is out of range or the sample is larger than a
     /// request can carry (4 GiB).
-    pub fn request(&self, sample_id: u64, tag: u64, dest: *mut u8) -> Option<super::FetchRequest> {
+    pub fn request(
+        &self,
+        sample_id: u64,
+        tag: u64,
+        dest: granary_shm::arena::ArenaSlice,
+    ) -> Option<super::FetchRequest> {
         let e = self.get(sample_id)?;
         let len = u32::try_from(e.size).ok()?;
         Some(super::FetchRequest {

@@ -127,22 +127,15 @@ impl SampleSource for S3Dataset {
         if (dest.len() as u64) < size {
             return Err(SourceFull);
         }
-        let ptr = self.landing.hold(tag, dest);
-        // A sample of 4 GiB or more cannot be one request: fetch it with a
-        // null destination, which completes with an InvalidInput error.
-        let req = self.catalog.request(index, tag, ptr).unwrap_or_else(|| {
-            let e = &self.catalog.entries()[index as usize];
-            super::FetchRequest::range(tag, e.key.clone(), e.offset, 1, std::ptr::null_mut())
-        });
-        // SAFETY: `ptr` is valid for the sample's size (checked above) and
-        // held by the landing until the completion is returned (or leaked
-        // if the fetcher is dropped first); a null destination is never
-        // written.
-        let r = unsafe { self.fetcher.submit(req) };
-        if r.is_err() {
-            self.landing.refused(tag);
+        match self.catalog.request(index, tag, dest) {
+            Some(req) => self.fetcher.submit(req).map_err(|_| SourceFull),
+            None => {
+                // A sample of 4 GiB or more cannot be one request.
+                let key = self.catalog.entries()[index as usize].key.to_string();
+                let why = format!("a sample of {size} bytes is larger than one request carries");
+                self.fetcher.reject(tag, key, why).map_err(|_| SourceFull)
+            }
         }
-        r.map_err(|_| SourceFull)
     }
 
     fn poll_completions(

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 /// The error a [`FaultyStore`] injects.
 #[derive(Debug)]
-pub struct InjectedFault(&'static str);
+pub(crate) struct InjectedFault(&'static str);
 
 impl fmt::Display for InjectedFault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -91,16 +91,10 @@ impl FaultyStore {
     /// `Some(false)`: fail in the body.
     fn decide(&self) -> Option<bool> {
         let n = self.gets.fetch_add(1, Ordering::Relaxed);
-        let h = mix64(self.seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let x = self.seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let h = crate::planner::mix64(x.wrapping_add(0x9e37_79b9_7f4a_7c15));
         ((h >> 32) < self.threshold).then_some(h & 1 == 0)
     }
-}
-
-fn mix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 #[async_trait]

@@ -5,19 +5,19 @@
 //! The owner (the engine, a test, a benchmark) calls [`S3Fetcher::submit`]
 //! — which never blocks — up to [`S3Fetcher::capacity`] times, and collects
 //! finished requests with [`S3Fetcher::poll_completions`], in any order,
-//! exactly like [`crate::uring_reader::UringReader`]; the completions are
-//! the same [`Completion`] type. Each accepted request becomes one task on
-//! the runtime's worker threads:
+//! exactly like [`crate::source::fs::reader::UringReader`]; the completions
+//! are the same [`IoCompletion`] type. Each accepted request becomes one
+//! task on the runtime's worker threads:
 //!
 //! 1. a GET of the object (a ranged GET for a range of it), under a timeout
 //!    that covers headers and body ([`FetchOptions::request_timeout`]);
 //! 2. the body, chunk by chunk as the HTTP client receives it, copied into
 //!    `dest` at its offset — the only copy of the bytes; a body longer or
 //!    shorter than the requested length is an error naming the key;
-//! 3. on failure, [`super::classify`] decides: timeouts, connection errors,
-//!    HTTP 5xx/429/408 are retried after an exponential, jittered backoff
-//!    ([`FetchOptions::retry`]), each retry rewriting `dest` from the start;
-//!    404, 403 and other client errors fail at once;
+//! 3. one attempt: on failure, [`super::classify`] says whether another
+//!    may succeed (timeouts, connection errors, HTTP 5xx/429/408) or not
+//!    (404, 403 and other client errors), in the error's [`FetchError`];
+//!    the engine's retry policy decides whether to fetch again;
 //! 4. the completion is queued and the fetcher's eventfd
 //!    ([`S3Fetcher::wake_fd`]) is signalled, so an owner that waits on
 //!    several descriptors wakes up.
@@ -29,11 +29,12 @@
 //! (`source/task_queue.rs`).
 
 use super::{classify, FetchError};
+pub use crate::source::queue::Full;
+use crate::source::queue::{IoCompletion as Completion, QueuedRequest};
 pub use crate::source::task_queue::FetchStats;
 use crate::source::task_queue::{AttemptFailure, Attempts, Dest, TaskQueue};
-pub use crate::uring_reader::Full;
-use crate::uring_reader::{Completion, QueuedRequest, ReadRetry};
 use futures_util::StreamExt;
+use granary_shm::arena::ArenaSlice;
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectStore};
 use std::fmt;
@@ -58,14 +59,14 @@ pub struct FetchRequest {
     /// must be exactly `len` bytes long. `false`: a ranged GET of
     /// `offset..offset + len`, which the object must contain.
     pub whole_object: bool,
-    /// Destination: memory reserved for this fetch (an arena extent). See
-    /// [`S3Fetcher::submit`] for what must hold.
-    pub dest: *mut u8,
+    /// Destination: the arena range reserved for this fetch, at least `len`
+    /// bytes; the fetcher holds it until the completion is returned.
+    pub dest: ArenaSlice,
 }
 
 impl FetchRequest {
     /// A whole-object fetch.
-    pub fn whole(tag: u64, key: impl Into<ObjectPath>, len: u32, dest: *mut u8) -> FetchRequest {
+    pub fn whole(tag: u64, key: impl Into<ObjectPath>, len: u32, dest: ArenaSlice) -> FetchRequest {
         FetchRequest {
             tag,
             key: key.into(),
@@ -82,7 +83,7 @@ impl FetchRequest {
         key: impl Into<ObjectPath>,
         offset: u64,
         len: u32,
-        dest: *mut u8,
+        dest: ArenaSlice,
     ) -> FetchRequest {
         FetchRequest {
             tag,
@@ -110,9 +111,6 @@ pub struct FetchOptions {
     /// Time limit of one attempt, from sending the request to the last body
     /// byte. Default 10 s.
     pub request_timeout: Duration,
-    /// Retries of retryable failures and their backoff. Default 8 retries,
-    /// 50 ms first backoff, at most 2 s.
-    pub retry: ReadRetry,
     /// Worker threads of the runtime a [`super::S3Source`] creates.
     /// Default 2.
     pub worker_threads: usize,
@@ -123,11 +121,6 @@ impl Default for FetchOptions {
         FetchOptions {
             capacity: 256,
             request_timeout: super::DEFAULT_REQUEST_TIMEOUT,
-            retry: ReadRetry {
-                retries: super::DEFAULT_RETRIES,
-                base_delay: super::RETRY_BASE_DELAY,
-                max_delay: super::RETRY_MAX_DELAY,
-            },
             worker_threads: 2,
         }
     }
@@ -143,10 +136,6 @@ struct AttemptError {
 impl AttemptFailure for AttemptError {
     fn kind(&self) -> io::ErrorKind {
         self.kind
-    }
-
-    fn retryable(&self) -> bool {
-        self.retryable
     }
 }
 
@@ -224,43 +213,38 @@ impl S3Fetcher {
     /// An eventfd that is readable while completions may be pending (it is
     /// cleared by [`poll_completions`](Self::poll_completions)); an owner
     /// waiting on several descriptors adds it to its poll set.
-    pub fn wake_fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn wake_fd(&self) -> BorrowedFd<'_> {
         self.queue.wake_fd()
     }
 
     /// Accepts `req`, or gives it back in [`Full`] when `capacity` requests
     /// are in flight. The request starts at once on the runtime; it never
-    /// blocks the caller. A request with a null `dest` (and a non-zero
-    /// length) or a range past `u64::MAX` completes with an `InvalidInput`
+    /// blocks the caller. A request whose `dest` is shorter than its length
+    /// or whose range ends past `u64::MAX` completes with an `InvalidInput`
     /// error.
     ///
-    /// # Safety
-    ///
-    /// `req.dest` must be valid for writes of `req.len` bytes, and nothing
-    /// may read or write that memory, until this request's [`Completion`]
-    /// has been returned by `poll_completions` (dropping the fetcher cancels
-    /// outstanding requests and waits, up to 30 seconds, until none can
-    /// write any more).
-    pub unsafe fn submit(&mut self, req: FetchRequest) -> Result<(), Full<FetchRequest>> {
+    /// The request's task holds `req.dest` (and so the arena's mapping)
+    /// until it ends; dropping the fetcher cancels outstanding requests and
+    /// waits, up to 30 seconds, until none can write any more.
+    pub fn submit(&mut self, req: FetchRequest) -> Result<(), Full<FetchRequest>> {
         if self.queue.is_full() {
             return Err(Full(req));
         }
-        let bad = (req.dest.is_null() && req.len > 0)
+        let bad = req.dest.len() < req.len as usize
             || req.offset.checked_add(u64::from(req.len)).is_none();
         if bad {
             let err = FetchError {
-                key: req.key.to_string(),
-                range: None,
+                target: target(req.key.as_ref(), None),
                 attempts: 0,
                 retryable: false,
-                message: "null destination or a range past u64::MAX".to_owned(),
+                message: "destination shorter than the length, or a range past u64::MAX".to_owned(),
             };
             self.queue
                 .reject(req.tag, io::Error::new(io::ErrorKind::InvalidInput, err));
             return Ok(());
         }
         let store = self.store.clone();
-        let (timeout, retry) = (self.options.request_timeout, self.options.retry);
+        let timeout = self.options.request_timeout;
         let spec = Spec {
             key: req.key,
             offset: req.offset,
@@ -268,11 +252,28 @@ impl S3Fetcher {
             whole_object: req.whole_object,
         };
         let task = move |dest, attempts| async move {
-            fetch(&*store, &spec, dest, timeout, retry, &attempts).await
+            fetch(&*store, &spec, dest, timeout, &attempts).await
         };
-        // SAFETY: the caller's contract on `req.dest` is `spawn`'s; a null
-        // `dest` with a non-zero length was rejected above.
-        unsafe { self.queue.spawn(req.tag, req.dest, req.len, task) };
+        self.queue.spawn(req.tag, req.dest, req.len, task);
+        Ok(())
+    }
+
+    /// Accepts request `tag` and completes it at once with an
+    /// `InvalidInput` error about `key` saying `why` (a sample no request
+    /// can carry); gives the tag back in [`Full`] when `capacity` requests
+    /// are in flight.
+    pub(crate) fn reject(&mut self, tag: u64, key: String, why: String) -> Result<(), Full<u64>> {
+        if self.queue.is_full() {
+            return Err(Full(tag));
+        }
+        let err = FetchError {
+            target: target(&key, None),
+            attempts: 0,
+            retryable: false,
+            message: why,
+        };
+        self.queue
+            .reject(tag, io::Error::new(io::ErrorKind::InvalidInput, err));
         Ok(())
     }
 
@@ -296,16 +297,15 @@ struct Spec {
     whole_object: bool,
 }
 
-/// Runs one request: attempts under the timeout, retries with backoff.
+/// Runs one request: one attempt under the timeout.
 async fn fetch(
     store: &dyn ObjectStore,
     req: &Spec,
     dest: Dest,
     timeout: Duration,
-    retry: ReadRetry,
     attempts: &Attempts,
 ) -> io::Result<u32> {
-    let one = move || async move {
+    let one = async move {
         tokio::time::timeout(timeout, attempt(store, req, dest))
             .await
             .unwrap_or_else(|_| {
@@ -319,18 +319,28 @@ async fn fetch(
                 })
             })
     };
-    match attempts.run(retry, one).await {
+    match attempts.once(one).await {
         Ok(()) => Ok(req.len),
-        Err((err, attempts)) => Err(io::Error::new(
+        Err(err) => Err(io::Error::new(
             err.kind,
             FetchError {
-                key: req.key.to_string(),
-                range: (!req.whole_object).then(|| (req.offset, req.offset + u64::from(req.len))),
-                attempts,
+                target: target(
+                    req.key.as_ref(),
+                    (!req.whole_object).then(|| (req.offset, req.offset + u64::from(req.len))),
+                ),
+                attempts: 1,
                 retryable: err.retryable,
                 message: err.message,
             },
         )),
+    }
+}
+
+/// What a fetch error names: `GET key`, with `bytes a..b` for a range.
+fn target(key: &str, range: Option<(u64, u64)>) -> String {
+    match range {
+        Some((a, b)) => format!("GET {key} bytes {a}..{b}"),
+        None => format!("GET {key}"),
     }
 }
 

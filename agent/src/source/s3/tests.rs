@@ -5,6 +5,7 @@
 
 use super::catalog::parse_manifest;
 use super::*;
+use crate::testutil::Mem;
 use std::collections::HashMap;
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -324,9 +325,7 @@ fn source_for(server: &Scripted, retries: u32, timeout: Duration) -> S3Source {
 
 /// Submits one request and waits for its completion.
 fn fetch_one(f: &mut S3Fetcher, req: FetchRequest) -> io::Result<u32> {
-    // SAFETY: the test keeps the destination alive and untouched until the
-    // completion has been returned below.
-    unsafe { f.submit(req).unwrap() };
+    f.submit(req).unwrap();
     let mut out = Vec::new();
     let t0 = Instant::now();
     while out.is_empty() {
@@ -343,7 +342,7 @@ fn body(n: usize) -> Vec<u8> {
 }
 
 #[test]
-fn fetcher_retries_5xx_and_streams_into_dest() {
+fn fetcher_makes_one_attempt_per_request_and_streams_into_dest() {
     let server = scripted(|_, _, n| {
         if n < 2 {
             Reply::status(503)
@@ -353,35 +352,37 @@ fn fetcher_retries_5xx_and_streams_into_dest() {
     });
     let src = source_for(&server, 3, Duration::from_secs(5));
     let mut f = src.fetcher().unwrap();
-    let mut buf = vec![0u8; 5000];
-    let r = fetch_one(
-        &mut f,
-        FetchRequest::whole(1, "a/b.bin", 5000, buf.as_mut_ptr()),
-    );
+    let buf = Mem::zeroed(5000);
+    // The settings' retries are the ingest's: the fetcher makes one attempt
+    // per request, and says whether another may succeed.
+    for tag in 1..=2 {
+        let e =
+            fetch_one(&mut f, FetchRequest::whole(tag, "a/b.bin", 5000, buf.all())).unwrap_err();
+        assert!(is_retryable(&e), "{e}");
+        assert_eq!(fetch_error(&e).unwrap().attempts, 1);
+    }
+    let r = fetch_one(&mut f, FetchRequest::whole(3, "a/b.bin", 5000, buf.all()));
     assert_eq!(r.unwrap(), 5000);
-    assert_eq!(buf, body(5000));
+    assert_eq!(buf.bytes(), body(5000));
     let st = f.stats();
     assert_eq!(
-        (st.attempts, st.retries, st.failures, st.bytes),
-        (3, 2, 0, 5000)
+        (st.requests, st.attempts, st.failures, st.bytes),
+        (3, 3, 2, 5000)
     );
     assert!(server.seen.lock().unwrap()[0].starts_with("GET /bkt/a/b.bin"));
 }
 
 #[test]
-fn fetcher_gives_up_after_retries_with_a_retryable_error() {
+fn a_failing_fetch_reports_one_attempt_and_a_retryable_error() {
     let server = scripted(|_, _, _| Reply::status(500));
     let src = source_for(&server, 2, Duration::from_secs(5));
     let mut f = src.fetcher().unwrap();
-    let mut buf = vec![0u8; 10];
-    let e = fetch_one(
-        &mut f,
-        FetchRequest::whole(1, "k.bin", 10, buf.as_mut_ptr()),
-    )
-    .unwrap_err();
+    let buf = Mem::zeroed(10);
+    let e = fetch_one(&mut f, FetchRequest::whole(1, "k.bin", 10, buf.all())).unwrap_err();
     assert!(is_retryable(&e), "{e}");
     let fe = fetch_error(&e).unwrap();
-    assert_eq!((fe.attempts, fe.key.as_str()), (3, "k.bin"));
+    assert_eq!((fe.attempts, fe.target.as_str()), (1, "GET k.bin"));
+    assert_eq!(server.seen.lock().unwrap().len(), 1, "one GET");
     assert!(e.to_string().contains("HTTP 500"), "{e}");
 }
 
@@ -390,12 +391,8 @@ fn fetcher_fails_404_at_once_naming_the_key() {
     let server = scripted(|_, _, _| Reply::status(404));
     let src = source_for(&server, 5, Duration::from_secs(5));
     let mut f = src.fetcher().unwrap();
-    let mut buf = vec![0u8; 10];
-    let e = fetch_one(
-        &mut f,
-        FetchRequest::whole(9, "gone/x.bin", 10, buf.as_mut_ptr()),
-    )
-    .unwrap_err();
+    let buf = Mem::zeroed(10);
+    let e = fetch_one(&mut f, FetchRequest::whole(9, "gone/x.bin", 10, buf.all())).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::NotFound);
     assert!(!is_retryable(&e));
     assert!(e.to_string().contains("gone/x.bin"), "{e}");
@@ -403,11 +400,7 @@ fn fetcher_fails_404_at_once_naming_the_key() {
     let server = scripted(|_, _, _| Reply::status(403));
     let src = source_for(&server, 5, Duration::from_secs(5));
     let mut f = src.fetcher().unwrap();
-    let e = fetch_one(
-        &mut f,
-        FetchRequest::whole(9, "x.bin", 10, buf.as_mut_ptr()),
-    )
-    .unwrap_err();
+    let e = fetch_one(&mut f, FetchRequest::whole(9, "x.bin", 10, buf.all())).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
     assert!(!is_retryable(&e));
 }
@@ -427,23 +420,15 @@ fn fetcher_reports_length_mismatches() {
     });
     let src = source_for(&server, 1, Duration::from_secs(5));
     let mut f = src.fetcher().unwrap();
-    let mut buf = vec![0u8; 100];
-    let e = fetch_one(
-        &mut f,
-        FetchRequest::whole(1, "big.bin", 100, buf.as_mut_ptr()),
-    )
-    .unwrap_err();
+    let buf = Mem::zeroed(100);
+    let e = fetch_one(&mut f, FetchRequest::whole(1, "big.bin", 100, buf.all())).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::InvalidData);
     assert!(
         e.to_string().contains("big.bin") && e.to_string().contains("length mismatch"),
         "{e}"
     );
     assert!(!is_retryable(&e));
-    let e = fetch_one(
-        &mut f,
-        FetchRequest::whole(2, "short.bin", 100, buf.as_mut_ptr()),
-    )
-    .unwrap_err();
+    let e = fetch_one(&mut f, FetchRequest::whole(2, "short.bin", 100, buf.all())).unwrap_err();
     assert!(is_retryable(&e), "{e}");
     assert!(e.to_string().contains("short.bin"), "{e}");
 }
@@ -462,14 +447,14 @@ fn fetcher_sends_ranged_gets() {
     });
     let src = source_for(&server, 0, Duration::from_secs(5));
     let mut f = src.fetcher().unwrap();
-    let mut buf = vec![0u8; 50];
+    let buf = Mem::zeroed(50);
     let n = fetch_one(
         &mut f,
-        FetchRequest::range(1, "pack.bin", 100, 50, buf.as_mut_ptr()),
+        FetchRequest::range(1, "pack.bin", 100, 50, buf.all()),
     )
     .unwrap();
     assert_eq!(n, 50);
-    assert_eq!(buf, body(200)[100..150]);
+    assert_eq!(buf.bytes(), body(200)[100..150]);
     assert!(server.seen.lock().unwrap()[0].ends_with("bytes=100-149"));
 }
 
@@ -485,24 +470,18 @@ fn fetcher_times_out_and_many_fly_at_once() {
     });
     let src = source_for(&server, 0, Duration::from_millis(300));
     let mut f = src.fetcher().unwrap();
-    let mut buf = vec![0u8; 64];
-    let e = fetch_one(
-        &mut f,
-        FetchRequest::whole(1, "slow.bin", 64, buf.as_mut_ptr()),
-    )
-    .unwrap_err();
+    let buf = Mem::zeroed(64);
+    let e = fetch_one(&mut f, FetchRequest::whole(1, "slow.bin", 64, buf.all())).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::TimedOut);
     assert!(is_retryable(&e));
     assert_eq!(f.stats().timeouts, 1);
 
     // 48 requests of 100 ms each, all in flight: well under 48 × 100 ms.
-    let mut bufs = vec![vec![0u8; 64]; 48];
+    let bufs: Vec<Mem> = (0..48).map(|_| Mem::zeroed(64)).collect();
     let t0 = Instant::now();
-    for (i, b) in bufs.iter_mut().enumerate() {
-        let req = FetchRequest::whole(i as u64, format!("f{i}.bin").as_str(), 64, b.as_mut_ptr());
-        // SAFETY: `bufs` outlives the completions collected below and is not
-        // touched until then.
-        unsafe { f.submit(req).unwrap() };
+    for (i, b) in bufs.iter().enumerate() {
+        let req = FetchRequest::whole(i as u64, format!("f{i}.bin").as_str(), 64, b.all());
+        f.submit(req).unwrap();
     }
     assert_eq!(f.in_flight(), 48);
     let mut out = Vec::new();
@@ -514,7 +493,7 @@ fn fetcher_times_out_and_many_fly_at_once() {
     let elapsed = t0.elapsed();
     assert!(out.iter().all(|c| c.result.is_ok()));
     assert!(elapsed < Duration::from_millis(1500), "{elapsed:?}");
-    assert!(bufs.iter().all(|b| *b == body(64)));
+    assert!(bufs.iter().all(|b| b.bytes() == body(64)));
 }
 
 #[test]
@@ -530,30 +509,17 @@ fn submit_beyond_capacity_is_refused_and_eventfd_wakes() {
             ..src.options().clone()
         })
         .unwrap();
-    let mut bufs = [[0u8; 8]; 3];
-    let [a, b, c] = &mut bufs;
-    // SAFETY: `bufs` lives until the end of the test, after the completions.
-    unsafe {
-        f.submit(FetchRequest::whole(1, "a", 8, a.as_mut_ptr()))
-            .unwrap();
-    }
-    // SAFETY: as above.
-    unsafe {
-        f.submit(FetchRequest::whole(2, "b", 8, b.as_mut_ptr()))
-            .unwrap();
-    }
-    // SAFETY: as above; the request is refused and handed back.
-    let full = unsafe { f.submit(FetchRequest::whole(3, "c", 8, c.as_mut_ptr())) }.unwrap_err();
+    let (a, b, c) = (Mem::zeroed(8), Mem::zeroed(8), Mem::zeroed(8));
+    f.submit(FetchRequest::whole(1, "a", 8, a.all())).unwrap();
+    f.submit(FetchRequest::whole(2, "b", 8, b.all())).unwrap();
+    let full = f
+        .submit(FetchRequest::whole(3, "c", 8, c.all()))
+        .unwrap_err();
     assert_eq!(full.0.tag, 3);
     // The eventfd becomes readable once something completes.
-    let mut pfd = libc::pollfd {
-        fd: std::os::fd::AsRawFd::as_raw_fd(&f.wake_fd()),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    let r = unsafe { libc::poll(&mut pfd, 1, 5000) };
-    assert_eq!(r, 1);
+    let t = Instant::now();
+    crate::sys::eventfd::wait_readable(f.wake_fd(), Duration::from_secs(5)).expect("wait");
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
     let mut out = Vec::new();
     while out.len() < 2 {
         f.poll_completions(Some(Duration::from_secs(1)), &mut out)
@@ -570,12 +536,9 @@ fn submit_beyond_capacity_is_refused_and_eventfd_wakes() {
         0
     );
     assert!(t0.elapsed() < Duration::from_millis(100));
-    // A null destination fails at once.
-    // SAFETY: a null destination is refused without being written.
-    unsafe {
-        f.submit(FetchRequest::whole(4, "d", 8, std::ptr::null_mut()))
-            .unwrap();
-    }
+    // A destination shorter than the length fails at once.
+    let d = Mem::zeroed(4);
+    f.submit(FetchRequest::whole(4, "d", 8, d.all())).unwrap();
     out.clear();
     f.poll_completions(None, &mut out).unwrap();
     assert_eq!(
@@ -592,17 +555,14 @@ fn dropping_a_busy_fetcher_cancels_and_returns() {
     });
     let src = source_for(&server, 0, Duration::from_secs(20));
     let mut f = src.fetcher().unwrap();
-    let mut bufs = [[0u8; 8]; 8];
-    for (i, b) in bufs.iter_mut().enumerate() {
-        // SAFETY: `bufs` outlives the fetcher, which is dropped below.
-        unsafe {
-            f.submit(FetchRequest::whole(i as u64, "x", 8, b.as_mut_ptr()))
-                .unwrap()
-        };
+    let bufs: Vec<Mem> = (0..8).map(|_| Mem::zeroed(8)).collect();
+    for (i, b) in bufs.iter().enumerate() {
+        f.submit(FetchRequest::whole(i as u64, "x", 8, b.all()))
+            .unwrap();
     }
     std::thread::sleep(Duration::from_millis(100));
     let t0 = Instant::now();
     drop(f);
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
-    assert!(bufs.iter().all(|b| *b == [0u8; 8]));
+    assert!(bufs.iter().all(|b| b.bytes() == [0u8; 8]));
 }

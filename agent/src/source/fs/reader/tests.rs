@@ -1,8 +1,13 @@
 use super::*;
 
+use crate::planner::mix64;
+use crate::source::SampleError;
+use crate::testutil::Mem;
 use std::collections::HashMap;
+use std::ffi::CString;
 use std::fs;
-use std::path::PathBuf;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A directory under the system temp dir, removed when dropped.
@@ -40,6 +45,16 @@ fn cpath(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).expect("no NUL in test paths")
 }
 
+/// A FIFO at `path`.
+fn mkfifo(path: &Path) {
+    nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+}
+
+/// Whether the engine's retry policy may try `err` again.
+fn retryable(err: &io::Error) -> bool {
+    SampleError::from_io(err).kind.retryable()
+}
+
 fn modes() -> [bool; 2] {
     [true, false]
 }
@@ -51,10 +66,7 @@ fn run_all(reader: &mut UringReader, requests: Vec<ReadRequest>) -> Vec<Completi
     for req in requests {
         let mut req = req;
         loop {
-            // SAFETY: every test request points into a buffer that the test
-            // keeps alive and untouched until this function has returned,
-            // which is after all completions have arrived.
-            match unsafe { reader.submit(req) } {
+            match reader.submit(req) {
                 Ok(()) => break,
                 Err(Full(back)) => {
                     req = back;
@@ -75,7 +87,7 @@ fn run_all(reader: &mut UringReader, requests: Vec<ReadRequest>) -> Vec<Completi
     out
 }
 
-fn path_request(tag: u64, path: &Path, offset: u64, len: u32, dest: *mut u8) -> ReadRequest {
+fn path_request(tag: u64, path: &Path, offset: u64, len: u32, dest: ArenaSlice) -> ReadRequest {
     ReadRequest {
         tag,
         path: cpath(path),
@@ -99,16 +111,14 @@ fn reads_2000_files_at_depth_64_into_one_buffer() {
         at += len + 64;
     }
     for linked in modes() {
-        let mut buf = vec![0xAAu8; at];
-        let base = buf.as_mut_ptr();
+        let mem = Mem::filled(at, 0xAA);
         let mut reader = UringReader::with_linking(64, linked).expect("reader");
         let requests = files
             .iter()
-            .map(|(id, path, at, len)| {
-                path_request(*id, path, 0, *len as u32, base.wrapping_add(*at))
-            })
+            .map(|(id, path, at, len)| path_request(*id, path, 0, *len as u32, mem.at(*at, *len)))
             .collect();
         let done = run_all(&mut reader, requests);
+        let buf = mem.bytes();
         assert_eq!(done.len(), files.len());
         let mut seen = HashMap::new();
         for c in &done {
@@ -145,15 +155,15 @@ fn vanished_file_fails_alone_with_enoent_and_its_path() {
     }
     fs::remove_file(&paths[17]).expect("remove");
     for linked in modes() {
-        let mut buf = vec![0u8; 50 * 1000];
-        let base = buf.as_mut_ptr();
+        let mem = Mem::zeroed(50 * 1000);
         let mut reader = UringReader::with_linking(8, linked).expect("reader");
         let requests = paths
             .iter()
             .enumerate()
-            .map(|(i, p)| path_request(i as u64, p, 0, 1000, base.wrapping_add(i * 1000)))
+            .map(|(i, p)| path_request(i as u64, p, 0, 1000, mem.at(i * 1000, 1000)))
             .collect();
         let done = run_all(&mut reader, requests);
+        let buf = mem.bytes();
         assert_eq!(done.len(), 50);
         for c in done {
             if c.tag == 17 {
@@ -163,7 +173,7 @@ fn vanished_file_fails_alone_with_enoent_and_its_path() {
                 let msg = err.to_string();
                 assert!(msg.contains(&paths[17].display().to_string()), "{msg}");
                 assert!(msg.starts_with("open "), "{msg}");
-                assert!(!ReadRetry::is_retryable(&err));
+                assert!(!retryable(&err));
             } else {
                 assert_eq!(c.result.expect("others succeed"), 1000);
                 let i = c.tag as usize;
@@ -179,21 +189,21 @@ fn file_shorter_than_requested_is_an_error() {
     let path = dir.path("short");
     fs::write(&path, content(1, 100)).expect("write");
     for linked in modes() {
-        let mut buf = vec![0u8; 400];
-        let base = buf.as_mut_ptr();
+        let mem = Mem::zeroed(400);
         let mut reader = UringReader::with_linking(4, linked).expect("reader");
         let requests = vec![
-            path_request(1, &path, 0, 200, base),
-            path_request(2, &path, 500, 10, base.wrapping_add(200)),
-            path_request(3, &path, 40, 60, base.wrapping_add(300)),
+            path_request(1, &path, 0, 200, mem.at(0, 200)),
+            path_request(2, &path, 500, 10, mem.at(200, 10)),
+            path_request(3, &path, 40, 60, mem.at(300, 60)),
         ];
         let done = run_all(&mut reader, requests);
+        let buf = mem.bytes();
         let by_tag: HashMap<u64, &Completion> = done.iter().map(|c| (c.tag, c)).collect();
         let err = by_tag[&1].result.as_ref().expect_err("short file");
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
         let msg = err.to_string();
         assert!(msg.contains("short") && msg.contains("100 of 200"), "{msg}");
-        assert!(!ReadRetry::is_retryable(err));
+        assert!(!retryable(err));
         let err = by_tag[&2].result.as_ref().expect_err("offset past the end");
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
         // A range that ends exactly at end of file is fine.
@@ -207,16 +217,16 @@ fn directory_is_an_error() {
     let dir = TestDir::new();
     fs::create_dir(dir.path("sub")).expect("mkdir");
     for linked in modes() {
-        let mut buf = vec![0u8; 16];
+        let mem = Mem::zeroed(16);
         let mut reader = UringReader::with_linking(2, linked).expect("reader");
         let done = run_all(
             &mut reader,
-            vec![path_request(9, &dir.path("sub"), 0, 16, buf.as_mut_ptr())],
+            vec![path_request(9, &dir.path("sub"), 0, 16, mem.all())],
         );
         let err = done[0].result.as_ref().expect_err("directory");
         assert_eq!(errno(err), Some(libc::EISDIR));
         assert!(err.to_string().contains("sub"), "{err}");
-        assert!(!ReadRetry::is_retryable(err));
+        assert!(!retryable(err));
     }
 }
 
@@ -225,27 +235,15 @@ fn queue_full_gives_the_request_back() {
     let dir = TestDir::new();
     let path = dir.path("a");
     fs::write(&path, content(3, 64)).expect("write");
-    let mut buf = vec![0u8; 64 * 5];
-    let base = buf.as_mut_ptr();
+    let mem = Mem::zeroed(64 * 5);
     let mut reader = UringReader::new(4).expect("reader");
     assert_eq!(reader.capacity(), 4);
     for i in 0..4 {
-        // SAFETY: `buf` outlives the reader's outstanding reads: they are
-        // drained below before `buf` is read or dropped.
-        let r = unsafe {
-            reader.submit(path_request(
-                i,
-                &path,
-                0,
-                64,
-                base.wrapping_add(i as usize * 64),
-            ))
-        };
+        let r = reader.submit(path_request(i, &path, 0, 64, mem.at(i as usize * 64, 64)));
         assert!(r.is_ok());
     }
     assert_eq!(reader.in_flight(), 4);
-    // SAFETY: as above (and this request is refused anyway).
-    let refused = unsafe { reader.submit(path_request(4, &path, 0, 64, base.wrapping_add(256))) };
+    let refused = reader.submit(path_request(4, &path, 0, 64, mem.at(256, 64)));
     let Err(Full(back)) = refused else {
         panic!("fifth request accepted at depth 4");
     };
@@ -255,7 +253,9 @@ fn queue_full_gives_the_request_back() {
     assert_eq!(done.len(), 4);
     assert!(done.iter().all(|c| matches!(c.result, Ok(64))));
     assert_eq!(reader.in_flight(), 0);
-    assert!(buf[..256].chunks(64).all(|c| c == &content(3, 64)[..]));
+    assert!(mem.bytes()[..256]
+        .chunks(64)
+        .all(|c| c == &content(3, 64)[..]));
 }
 
 #[test]
@@ -265,12 +265,12 @@ fn reads_a_range_at_an_offset() {
     let data = content(5, 3_000_000);
     fs::write(&path, &data).expect("write");
     for linked in modes() {
-        let mut buf = vec![0u8; 2_000_000];
+        let mem = Mem::zeroed(2_000_000);
         let mut reader = UringReader::with_linking(2, linked).expect("reader");
-        let req = path_request(1, &path, 1_000_000, 2_000_000, buf.as_mut_ptr());
+        let req = path_request(1, &path, 1_000_000, 2_000_000, mem.all());
         let done = run_all(&mut reader, vec![req]);
         assert_eq!(*done[0].result.as_ref().expect("read"), 2_000_000);
-        assert!(buf[..] == data[1_000_000..]);
+        assert!(mem.bytes()[..] == data[1_000_000..]);
     }
 }
 
@@ -279,17 +279,18 @@ fn bad_requests_complete_with_an_error() {
     let dir = TestDir::new();
     let path = dir.path("z");
     fs::write(&path, b"").expect("write");
-    let mut byte = [0u8; 1];
+    let byte = Mem::zeroed(1);
     let mut reader = UringReader::new(4).expect("reader");
     let done = run_all(
         &mut reader,
         vec![
-            path_request(1, &path, 0, 8, std::ptr::null_mut()),
-            path_request(2, &path, u64::MAX, 1, byte.as_mut_ptr()),
+            // Eight bytes into a destination of one.
+            path_request(1, &path, 0, 8, byte.all()),
+            path_request(2, &path, u64::MAX, 1, byte.all()),
             // Zero bytes of an empty file: fine.
-            path_request(3, &path, 0, 0, byte.as_mut_ptr()),
+            path_request(3, &path, 0, 0, byte.all()),
             // Zero bytes of a missing file: still an open error.
-            path_request(4, &dir.path("missing"), 0, 0, byte.as_mut_ptr()),
+            path_request(4, &dir.path("missing"), 0, 0, byte.all()),
         ],
     );
     let by_tag: HashMap<u64, &Completion> = done.iter().map(|c| (c.tag, c)).collect();
@@ -304,17 +305,22 @@ fn bad_requests_complete_with_an_error() {
     );
     assert!(UringReader::new(0).is_err());
     assert!(UringReader::new(MAX_QUEUE_DEPTH + 1).is_err());
+    // A request the caller rejects completes with its error.
+    let why = io::Error::new(io::ErrorKind::InvalidInput, "too large");
+    reader.reject(5, why).expect("room");
+    let done = run_all(&mut reader, Vec::new());
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].tag, 5);
+    let err = done[0].result.as_ref().expect_err("rejected");
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
 }
 
 #[test]
 fn waits_are_bounded() {
     let dir = TestDir::new();
     let fifo = dir.path("fifo");
-    let c = cpath(&fifo);
-    // SAFETY: `c` is a valid NUL-terminated path.
-    let made = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
-    assert_eq!(made, 0, "mkfifo");
-    let mut buf = vec![0u8; 5];
+    mkfifo(&fifo);
+    let mem = Mem::zeroed(5);
     let mut reader = UringReader::new(2).expect("reader");
     let mut out = Vec::new();
     let t = Instant::now();
@@ -324,8 +330,7 @@ fn waits_are_bounded() {
             .expect("idle poll"),
         0
     );
-    // SAFETY: `buf` outlives the read: it is drained below before `buf` is used.
-    let r = unsafe { reader.submit(path_request(1, &fifo, 0, 5, buf.as_mut_ptr())) };
+    let r = reader.submit(path_request(1, &fifo, 0, 5, mem.all()));
     assert!(r.is_ok());
     // Opening a FIFO without a writer blocks; the poll must not.
     let n = reader
@@ -343,46 +348,17 @@ fn waits_are_bounded() {
     drop(writer);
     let done = run_all(&mut reader, Vec::new());
     assert_eq!(*done[0].result.as_ref().expect("fifo read"), 5);
-    assert_eq!(&buf, b"hello");
+    assert_eq!(mem.bytes(), b"hello");
 }
 
 #[test]
-fn read_files_into_lays_files_back_to_back() {
-    let dir = TestDir::new();
-    let mut files = Vec::new();
-    let mut expected = Vec::new();
-    for id in 0..300u64 {
-        let len = (mix64(id) % 5000) as u32;
-        let path = dir.path(&format!("{id}"));
-        let data = content(id, len as usize);
-        fs::write(&path, &data).expect("write");
-        expected.extend_from_slice(&data);
-        files.push((path, len));
-    }
-    let mut buf = vec![0u8; expected.len()];
-    let stats = read_files_into(&files, &mut buf, 16).expect("read");
-    assert_eq!(stats.files, 300);
-    assert_eq!(stats.bytes, expected.len() as u64);
-    assert!(buf == expected);
-
-    let mut small = vec![0u8; expected.len() - 1];
-    let err = read_files_into(&files, &mut small, 16).expect_err("buffer too small");
-    assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
-
-    fs::remove_file(&files[10].0).expect("remove");
-    let err = read_files_into(&files, &mut buf, 16).expect_err("missing file");
-    assert_eq!(errno(&err), Some(libc::ENOENT));
-    assert!(err.to_string().contains(&files[10].0.display().to_string()));
-}
-
-#[test]
-fn retry_classifies_errors() {
+fn errors_are_classified_for_the_retry_policy() {
     let os = io::Error::from_raw_os_error;
     for e in [libc::EIO, libc::EAGAIN, libc::EINTR, libc::ETIMEDOUT] {
-        assert!(ReadRetry::is_retryable(&os(e)), "errno {e}");
+        assert!(retryable(&os(e)), "errno {e}");
     }
     for e in [libc::ENOENT, libc::EACCES, libc::EISDIR, libc::EINVAL] {
-        assert!(!ReadRetry::is_retryable(&os(e)), "errno {e}");
+        assert!(!retryable(&os(e)), "errno {e}");
     }
     let wrapped = ReadError {
         op: "read",
@@ -391,58 +367,21 @@ fn retry_classifies_errors() {
         short: None,
     }
     .into_io();
-    assert!(ReadRetry::is_retryable(&wrapped));
-    assert!(ReadRetry::is_retryable(&io::Error::from(
-        io::ErrorKind::TimedOut
-    )));
-    assert!(!ReadRetry::is_retryable(&io::Error::from(
-        io::ErrorKind::UnexpectedEof
-    )));
-}
-
-#[test]
-fn retry_backs_off_exponentially_with_bounded_jitter() {
-    let policy = ReadRetry {
-        retries: 3,
-        base_delay: Duration::from_millis(10),
-        max_delay: Duration::from_millis(50),
-    };
-    for seed in 0..200u64 {
-        for attempt in 1..=6u32 {
-            let cap = Duration::from_millis((10u64 << (attempt - 1)).min(50));
-            let d = policy.delay(attempt, seed);
-            assert!(
-                d >= cap / 2 && d <= cap,
-                "attempt {attempt} seed {seed}: {d:?}"
-            );
-            assert_eq!(d, policy.delay(attempt, seed), "deterministic");
-        }
+    assert_eq!(errno(&wrapped), Some(libc::EIO));
+    assert!(retryable(&wrapped));
+    assert!(retryable(&io::Error::from(io::ErrorKind::TimedOut)));
+    let short = ReadError {
+        op: "read",
+        target: "/x".into(),
+        errno: None,
+        short: Some((3, 9)),
     }
-    let distinct: std::collections::HashSet<_> = (0..50).map(|s| policy.delay(2, s)).collect();
-    assert!(distinct.len() > 40, "jitter spreads samples out");
-
-    let now = Instant::now();
-    let eio = io::Error::from_raw_os_error(libc::EIO);
-    for failures in 1..=3 {
-        match policy.decide(&eio, failures, now, 7) {
-            RetryDecision::RetryAt(at) => assert_eq!(at - now, policy.delay(failures, 7)),
-            RetryDecision::GiveUp => panic!("retry {failures} refused"),
-        }
-    }
-    assert_eq!(policy.decide(&eio, 4, now, 7), RetryDecision::GiveUp);
-    let enoent = io::Error::from_raw_os_error(libc::ENOENT);
-    assert_eq!(policy.decide(&enoent, 1, now, 7), RetryDecision::GiveUp);
-    let none = ReadRetry {
-        retries: 0,
-        ..policy
-    };
-    assert_eq!(none.decide(&eio, 1, now, 7), RetryDecision::GiveUp);
-    let huge = ReadRetry {
-        retries: 100,
-        base_delay: Duration::MAX,
-        max_delay: Duration::MAX,
-    };
-    assert!(huge.delay(100, 1) > Duration::ZERO);
+    .into_io();
+    assert_eq!(
+        SampleError::from_io(&short).kind,
+        crate::source::FailureKind::Short
+    );
+    assert!(!retryable(&short));
 }
 
 #[test]
@@ -450,31 +389,20 @@ fn completions_arrive_out_of_order_when_one_read_is_slow() {
     for linked in modes() {
         let dir = TestDir::new();
         let fifo = dir.path("slow");
-        let c = cpath(&fifo);
-        // SAFETY: `c` is a valid NUL-terminated path.
-        let made = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
-        assert_eq!(made, 0, "mkfifo");
-        let mut slow = [0u8; 3];
-        let mut fast = vec![0u8; 10 * 100];
+        mkfifo(&fifo);
+        let slow = Mem::zeroed(3);
+        let fast = Mem::zeroed(10 * 100);
         let mut reader = UringReader::with_linking(16, linked).expect("reader");
-        let mut requests = vec![path_request(0, &fifo, 0, 3, slow.as_mut_ptr())];
+        let mut requests = vec![path_request(0, &fifo, 0, 3, slow.all())];
         for id in 1..=10u64 {
             let path = dir.path(&format!("{id}"));
             fs::write(&path, content(id, 100)).expect("write");
             let at = (id as usize - 1) * 100;
-            requests.push(path_request(
-                id,
-                &path,
-                0,
-                100,
-                fast.as_mut_ptr().wrapping_add(at),
-            ));
+            requests.push(path_request(id, &path, 0, 100, fast.at(at, 100)));
         }
         let mut out = Vec::new();
         for req in requests {
-            // SAFETY: `slow` and `fast` outlive the reads: all are drained below.
-            let r = unsafe { reader.submit(req) };
-            assert!(r.is_ok());
+            assert!(reader.submit(req).is_ok());
         }
         let deadline = Instant::now() + Duration::from_secs(30);
         while out.len() < 10 && Instant::now() < deadline {
@@ -498,7 +426,8 @@ fn completions_arrive_out_of_order_when_one_read_is_slow() {
         assert_eq!(done.len(), 1);
         assert_eq!(done[0].tag, 0);
         assert_eq!(*done[0].result.as_ref().expect("fifo read"), 3);
-        assert_eq!(&slow, b"abc");
+        assert_eq!(slow.bytes(), b"abc");
+        let fast = fast.bytes();
         for id in 1..=10u64 {
             let at = (id as usize - 1) * 100;
             assert!(fast[at..at + 100] == content(id, 100)[..]);
@@ -512,14 +441,10 @@ fn short_reads_continue_where_they_stopped() {
     // and the rest must come from a second read on the same open file.
     let dir = TestDir::new();
     let fifo = dir.path("trickle");
-    let c = cpath(&fifo);
-    // SAFETY: `c` is a valid NUL-terminated path.
-    let made = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
-    assert_eq!(made, 0, "mkfifo");
-    let mut buf = [0u8; 5];
+    mkfifo(&fifo);
+    let mem = Mem::zeroed(5);
     let mut reader = UringReader::with_linking(2, false).expect("reader");
-    // SAFETY: `buf` outlives the read: it is drained below before `buf` is used.
-    let r = unsafe { reader.submit(path_request(1, &fifo, 0, 5, buf.as_mut_ptr())) };
+    let r = reader.submit(path_request(1, &fifo, 0, 5, mem.all()));
     assert!(r.is_ok());
     let mut out = Vec::new();
     reader
@@ -538,16 +463,13 @@ fn short_reads_continue_where_they_stopped() {
     drop(writer);
     let done = run_all(&mut reader, Vec::new());
     assert_eq!(*done[0].result.as_ref().expect("read"), 5);
-    assert_eq!(&buf, b"abcde");
+    assert_eq!(mem.bytes(), b"abcde");
 }
 
 /// A FIFO at `path`, held open for reading and writing by the returned
 /// descriptor so that opening it does not block, with nothing ever written.
 fn silent_fifo(path: &Path) -> std::fs::File {
-    let c = cpath(path);
-    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
-    let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
-    assert_eq!(rc, 0, "mkfifo: {}", io::Error::last_os_error());
+    mkfifo(path);
     fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -569,14 +491,14 @@ fn a_read_that_never_completes_times_out_and_others_succeed() {
             .expect("reader")
             .with_timeout(Some(limit));
         assert_eq!(reader.timeout(), Some(limit));
-        let mut hung = vec![0u8; 64];
-        let mut plain = vec![0u8; data.len()];
+        let hung = Mem::zeroed(64);
+        let plain = Mem::zeroed(data.len());
         let start = Instant::now();
         let done = run_all(
             &mut reader,
             vec![
-                path_request(1, &fifo, 0, 64, hung.as_mut_ptr()),
-                path_request(2, &file, 0, data.len() as u32, plain.as_mut_ptr()),
+                path_request(1, &fifo, 0, 64, hung.all()),
+                path_request(2, &file, 0, data.len() as u32, plain.all()),
             ],
         );
         let elapsed = start.elapsed();
@@ -593,7 +515,7 @@ fn a_read_that_never_completes_times_out_and_others_succeed() {
                 t => panic!("unexpected tag {t}"),
             }
         }
-        assert_eq!(plain, data);
+        assert_eq!(plain.bytes(), data);
         assert!(
             elapsed >= limit,
             "linked {linked}: failed after {elapsed:?}"
@@ -603,16 +525,16 @@ fn a_read_that_never_completes_times_out_and_others_succeed() {
             "linked {linked}: took {elapsed:?}"
         );
         // The slot of the timed-out request is usable again.
-        let mut again = vec![0u8; data.len()];
+        let again = Mem::zeroed(data.len());
         let done = run_all(
             &mut reader,
             vec![
-                path_request(3, &file, 0, data.len() as u32, again.as_mut_ptr()),
-                path_request(4, &file, 0, data.len() as u32, plain.as_mut_ptr()),
+                path_request(3, &file, 0, data.len() as u32, again.all()),
+                path_request(4, &file, 0, data.len() as u32, plain.all()),
             ],
         );
         assert!(done.iter().all(|c| c.result.is_ok()), "{done:?}");
-        assert_eq!(again, data);
+        assert_eq!(again.bytes(), data);
     }
 }
 
@@ -620,23 +542,18 @@ fn a_read_that_never_completes_times_out_and_others_succeed() {
 fn a_fifo_without_a_writer_times_out() {
     let dir = TestDir::new();
     let fifo = dir.path("nowriter.fifo");
-    let c = cpath(&fifo);
-    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    mkfifo(&fifo);
     let limit = Duration::from_millis(300);
     for linked in modes() {
         let mut reader = UringReader::with_linking(1, linked)
             .expect("reader")
             .with_timeout(Some(limit));
-        let mut buf = vec![0u8; 8];
+        let mem = Mem::zeroed(8);
         let start = Instant::now();
         // Nobody ever opens the FIFO for writing: depending on how the
         // kernel runs the open (blocking in a worker, or non-blocking inline)
         // either the open or the read never completes.
-        let done = run_all(
-            &mut reader,
-            vec![path_request(1, &fifo, 0, 8, buf.as_mut_ptr())],
-        );
+        let done = run_all(&mut reader, vec![path_request(1, &fifo, 0, 8, mem.all())]);
         let elapsed = start.elapsed();
         let err = done[0].result.as_ref().expect_err("the open fails");
         assert_eq!(errno(err), Some(libc::ETIME), "linked {linked}: {err}");

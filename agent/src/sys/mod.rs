@@ -1,6 +1,15 @@
 //! The agent's system calls that need `unsafe`, each behind a safe
-//! function: the one place in this crate where `unsafe` is allowed.
+//! function: the one place in this crate where `unsafe` is allowed (the
+//! crate root denies it everywhere else).
+//!
+//! * this module: random keys, waiting on several descriptors;
+//! * [`eventfd`]: the fetchers' completion eventfd and the wait on it;
+//! * [`uring`]: io_uring entries that point into memory (paths, arena
+//!   ranges, timeouts), held until the kernel has completed them.
 #![allow(unsafe_code)]
+
+pub(crate) mod eventfd;
+pub(crate) mod uring;
 
 use std::io;
 use std::os::fd::RawFd;

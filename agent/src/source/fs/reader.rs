@@ -10,8 +10,9 @@
 //! slot); otherwise they are issued one after the other. Short reads continue
 //! where they stopped, transient errors (`EINTR`, `EAGAIN`, `ECANCELED`) are
 //! resubmitted a few times, and a file that ends early is an error naming the
-//! path. [`ReadRetry`] is the policy the fetcher applies on top: which errors
-//! deserve another attempt, and when.
+//! path. Whether a failed read deserves another attempt is the engine's
+//! retry policy's decision (`crate::retry`), on the error's
+//! [`crate::source::FailureKind`].
 //!
 //! A reader built [`with_timeout`](UringReader::with_timeout) links an
 //! `IORING_OP_LINK_TIMEOUT` to every open and every read it hands to the
@@ -22,20 +23,22 @@
 //!
 //! See `docs/fetcher.md`.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::fmt;
 use std::io;
-use std::os::fd::RawFd;
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::os::fd::{AsFd, BorrowedFd, RawFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use io_uring::{opcode, squeue, types, IoUring, Probe};
+use crate::source::queue::{IoCompletion, QueuedRequest};
+use crate::sys::uring::{Cqe, Entry, PushError, Ring, Step, Target};
+use granary_shm::arena::ArenaSlice;
+use io_uring::{opcode, squeue, types, Probe};
 
 /// Largest queue depth a reader accepts (the ring holds up to eight entries
 /// per request, and the kernel caps a ring at 32768 entries; chains that do
 /// not fit wait for the next submission).
-pub const MAX_QUEUE_DEPTH: u32 = 8192;
+pub(crate) const MAX_QUEUE_DEPTH: u32 = 8192;
 
 /// How many times one request is resubmitted after `EINTR`, `EAGAIN` or
 /// `ECANCELED` before the error is reported.
@@ -44,14 +47,14 @@ const TRANSIENT_RESUBMITS: u32 = 8;
 /// How long dropping a reader waits for its outstanding reads.
 const DROP_DRAIN_LIMIT: Duration = Duration::from_secs(30);
 
-const KIND_OPEN: u64 = 0;
-const KIND_READ: u64 = 1;
-const KIND_CLOSE: u64 = 2;
-const KIND_TIMEOUT: u64 = 3;
+const KIND_OPEN: u8 = 0;
+const KIND_READ: u8 = 1;
+const KIND_CLOSE: u8 = 2;
+const KIND_TIMEOUT: u8 = 3;
 
-/// One read: `len` bytes at `offset` of a file into `dest`.
+/// One read: `len` bytes at `offset` of a file into the start of `dest`.
 #[derive(Debug)]
-pub struct ReadRequest {
+pub(crate) struct ReadRequest {
     /// The caller's identifier, returned in the [`Completion`].
     pub tag: u64,
     /// The file, opened read-only for this request and closed when it is
@@ -61,35 +64,18 @@ pub struct ReadRequest {
     pub offset: u64,
     /// How many bytes to read; the file must hold them all.
     pub len: u32,
-    /// Destination: memory the caller reserved for this read (an arena
-    /// extent). See [`UringReader::submit`] for what must hold.
-    pub dest: *mut u8,
+    /// Destination: the arena range reserved for this read, at least `len`
+    /// bytes; the reader holds it (and so the mapping) until the read's
+    /// completion has been returned.
+    pub dest: ArenaSlice,
 }
 
-/// The outcome of one [`ReadRequest`].
-#[derive(Debug)]
-pub struct Completion {
-    /// The request's tag.
-    pub tag: u64,
-    /// The number of bytes read (always the requested length), or the error.
-    /// Errors carry a [`ReadError`] naming the file; see [`errno`].
-    pub result: io::Result<u32>,
-}
+/// The outcome of one [`ReadRequest`]: the bytes read (always the
+/// requested length), or an error carrying a [`ReadError`] naming the file
+/// (see [`errno`]).
+pub type Completion = IoCompletion;
 
-/// Returned by a non-blocking `submit` when as many requests as it accepts
-/// are already in flight ([`UringReader::submit`] with `queue_depth`
-/// requests, the S3 and CQL fetchers' with `capacity`); it gives the
-/// request back.
-#[derive(Debug)]
-pub struct Full<R = ReadRequest>(pub R);
-
-/// A request of a non-blocking reader or fetcher, as [`Full`] names it.
-pub trait QueuedRequest {
-    /// What the queue is of, for messages: `"read"`, `"fetch"`.
-    const QUEUE: &'static str;
-    /// The caller's identifier.
-    fn tag(&self) -> u64;
-}
+pub use crate::source::queue::Full;
 
 impl QueuedRequest for ReadRequest {
     const QUEUE: &'static str = "read";
@@ -98,22 +84,9 @@ impl QueuedRequest for ReadRequest {
     }
 }
 
-impl<R: QueuedRequest> fmt::Display for Full<R> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} queue full; request {} not accepted",
-            R::QUEUE,
-            self.0.tag()
-        )
-    }
-}
-
-impl<R: QueuedRequest + fmt::Debug> std::error::Error for Full<R> {}
-
 /// The error inside a failed [`Completion`]: which step failed on which file.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReadError {
+pub(crate) struct ReadError {
     /// `"open"` or `"read"`.
     pub op: &'static str,
     /// The file's path.
@@ -160,7 +133,7 @@ impl ReadError {
 
 /// The OS error number behind `err`: its raw OS error, or the `errno` of a
 /// [`ReadError`] inside it.
-pub fn errno(err: &io::Error) -> Option<i32> {
+pub(crate) fn errno(err: &io::Error) -> Option<i32> {
     err.raw_os_error().or_else(|| {
         err.get_ref()?
             .downcast_ref::<ReadError>()
@@ -181,10 +154,10 @@ enum FileState {
 #[derive(Debug)]
 struct Op {
     tag: u64,
-    path: CString,
+    path: Arc<CStr>,
     offset: u64,
     len: u32,
-    dest: usize,
+    dest: ArenaSlice,
     done: u32,
     file: FileState,
     /// CQEs still expected for the step or chain in flight.
@@ -272,20 +245,19 @@ impl Op {
 ///
 /// Single-threaded: one owner submits and polls. Requests are handed to the
 /// kernel in batches, on the next [`poll_completions`](Self::poll_completions).
-pub struct UringReader {
-    ring: IoUring,
+pub(crate) struct UringReader {
+    ring: Ring,
     ops: Vec<Option<Op>>,
     free: Vec<u32>,
     /// Requests that completed without reaching the kernel (bad input).
     ready: Vec<Completion>,
     /// Requests whose next step did not fit in the submission queue.
     deferred: Vec<u32>,
-    cqes: Vec<(u64, i32)>,
+    cqes: Vec<Cqe>,
     linked: bool,
-    /// The limit linked to every open and read, if any. The kernel reads
-    /// the timespec when the entry is submitted, which may be after the
-    /// reader has moved: it lives on the heap.
-    timeout: Option<(Duration, Box<types::Timespec>)>,
+    /// The limit linked to every open and read, if any (shared with the
+    /// ring's entries in flight, which the kernel reads at submission).
+    timeout: Option<(Duration, Arc<types::Timespec>)>,
 }
 
 impl fmt::Debug for UringReader {
@@ -299,10 +271,10 @@ impl fmt::Debug for UringReader {
     }
 }
 
-impl std::os::fd::AsRawFd for UringReader {
+impl AsFd for UringReader {
     /// The io_uring's descriptor: readable while completions are waiting.
-    fn as_raw_fd(&self) -> RawFd {
-        self.ring.as_raw_fd()
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.ring.as_fd()
     }
 }
 
@@ -320,7 +292,7 @@ impl UringReader {
     /// Like [`new`](Self::new); with `allow_linking` false every request goes
     /// through open, read and close as separate completions even where the
     /// kernel could link them.
-    pub fn with_linking(queue_depth: u32, allow_linking: bool) -> io::Result<Self> {
+    pub(crate) fn with_linking(queue_depth: u32, allow_linking: bool) -> io::Result<Self> {
         if queue_depth == 0 || queue_depth > MAX_QUEUE_DEPTH {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -329,7 +301,10 @@ impl UringReader {
         }
         // Room for every request's chain at once (five entries with
         // timeouts), within the kernel's cap of 32768 entries.
-        let ring = IoUring::new((queue_depth * 8).next_power_of_two().min(32768))?;
+        let ring = Ring::new(
+            (queue_depth * 8).next_power_of_two().min(32768),
+            queue_depth,
+        )?;
         if !ring.params().is_feature_ext_arg() {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -371,19 +346,21 @@ impl UringReader {
     /// linked `IORING_OP_LINK_TIMEOUT`; a step still running at the limit is
     /// cancelled and its request fails with `ETIME`. Applies to requests
     /// submitted from now on.
-    pub fn with_timeout(mut self, limit: Option<Duration>) -> Self {
-        self.timeout = limit.map(|d| (d, Box::new(types::Timespec::from(d))));
+    pub(crate) fn with_timeout(mut self, limit: Option<Duration>) -> Self {
+        self.timeout = limit.map(|d| (d, Arc::new(types::Timespec::from(d))));
         self
     }
 
     /// The limit on each open and read, if any.
+    #[cfg(test)]
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout.as_ref().map(|(d, _)| *d)
     }
 
     /// Whether file reads go to the kernel as linked chains on direct
     /// descriptors (otherwise as three separate steps).
-    pub fn is_linked(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_linked(&self) -> bool {
         self.linked
     }
 
@@ -399,27 +376,26 @@ impl UringReader {
 
     /// Accepts `req`, or gives it back in [`Full`] when `queue_depth`
     /// requests are in flight. Accepted requests reach the kernel in one
-    /// batch on the next [`poll_completions`](Self::poll_completions). Bad requests (null
-    /// `dest`, a range past `u64::MAX`) complete with an `InvalidInput` error.
+    /// batch on the next [`poll_completions`](Self::poll_completions). Bad
+    /// requests (a `dest` shorter than `len`, a range past `u64::MAX`)
+    /// complete with an `InvalidInput` error.
     ///
-    /// # Safety
-    ///
-    /// `req.dest` must be valid for writes of `req.len` bytes, and nothing may
-    /// read or write that memory, until this request's [`Completion`] has
-    /// been returned by `poll_completions` (dropping the reader waits for
-    /// outstanding reads, up to 30 seconds).
-    pub unsafe fn submit(&mut self, req: ReadRequest) -> Result<(), Full> {
+    /// The reader holds `req.dest` until the request's [`Completion`] has
+    /// been returned; dropping the reader waits for outstanding reads (up to
+    /// 30 seconds) and leaks the ranges of those that did not finish, so the
+    /// kernel never writes into memory that was unmapped.
+    pub fn submit(&mut self, req: ReadRequest) -> Result<(), Full<ReadRequest>> {
         if self.in_flight() >= self.ops.len() {
             return Err(Full(req));
         }
-        let bad = (req.dest.is_null() && req.len > 0)
+        let bad = req.len as usize > req.dest.len()
             || req.offset.checked_add(u64::from(req.len)).is_none();
         if bad {
             self.ready.push(Completion {
                 tag: req.tag,
                 result: Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    "read request with a null destination or a range past u64::MAX",
+                    "read request with a destination shorter than its length or a range past u64::MAX",
                 )),
             });
             return Ok(());
@@ -429,10 +405,10 @@ impl UringReader {
         };
         let op = Op {
             tag: req.tag,
-            path: req.path,
+            path: Arc::from(req.path),
             offset: req.offset,
             len: req.len,
-            dest: req.dest as usize,
+            dest: req.dest,
             done: 0,
             file: FileState::Closed,
             pending: 0,
@@ -449,6 +425,21 @@ impl UringReader {
         let mut sink = Vec::new();
         self.advance(idx, &mut sink);
         self.ready.append(&mut sink);
+        Ok(())
+    }
+
+    /// Accepts request `tag` and completes it at once with `err`, without
+    /// reading (a request the caller could not express, such as a file of
+    /// 4 GiB or more); gives the tag back in [`Full`] when `queue_depth`
+    /// requests are in flight.
+    pub(crate) fn reject(&mut self, tag: u64, err: io::Error) -> Result<(), Full<u64>> {
+        if self.in_flight() >= self.ops.len() {
+            return Err(Full(tag));
+        }
+        self.ready.push(Completion {
+            tag,
+            result: Err(err),
+        });
         Ok(())
     }
 
@@ -481,7 +472,7 @@ impl UringReader {
                 let ts = types::Timespec::from(remaining.unwrap_or_default());
                 let args = types::SubmitArgs::new().timespec(&ts);
                 self.ring.submitter().submit_with_args(1, &args)
-            } else if !self.ring.submission().is_empty() {
+            } else if self.ring.has_unsubmitted() {
                 self.ring.submitter().submit()
             } else {
                 Ok(0)
@@ -497,7 +488,7 @@ impl UringReader {
             if out.len() > start || expired || self.in_flight() == 0 {
                 // Steps queued while reaping (continuations, closes, next
                 // chains) go to the kernel now rather than on the next poll.
-                if !self.ring.submission().is_empty() {
+                if self.ring.has_unsubmitted() {
                     if let Err(e) = self.ring.submitter().submit() {
                         if !matches!(
                             e.raw_os_error(),
@@ -516,33 +507,29 @@ impl UringReader {
     /// or chain is complete.
     fn reap(&mut self, out: &mut Vec<Completion>) {
         self.cqes.clear();
-        self.cqes
-            .extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+        self.ring.reap(&mut self.cqes);
         for i in 0..self.cqes.len() {
-            let Some(&(user_data, res)) = self.cqes.get(i) else {
+            let Some(&Cqe { slot, kind, result }) = self.cqes.get(i) else {
                 break;
             };
-            let Ok(idx) = u32::try_from(user_data >> 2) else {
-                continue;
-            };
             let linked = self.linked;
-            let Some(Some(op)) = self.ops.get_mut(idx as usize) else {
+            let Some(Some(op)) = self.ops.get_mut(slot as usize) else {
                 continue;
             };
-            match user_data & 3 {
+            match kind {
                 KIND_OPEN => {
-                    op.open_res = Some(res);
-                    if res >= 0 && !linked {
-                        op.file = FileState::Open(res);
+                    op.open_res = Some(result);
+                    if result >= 0 && !linked {
+                        op.file = FileState::Open(result);
                     }
                 }
-                KIND_READ => op.read_res = Some(res),
+                KIND_READ => op.read_res = Some(result),
                 KIND_CLOSE => op.file = FileState::Closed,
-                _ => op.timed_out |= res == -libc::ETIME,
+                _ => op.timed_out |= result == -libc::ETIME,
             }
             op.pending = op.pending.saturating_sub(1);
             if op.pending == 0 {
-                self.advance(idx, out);
+                self.advance(slot, out);
             }
         }
     }
@@ -550,18 +537,17 @@ impl UringReader {
     /// Decides and queues the next step of request `idx`, or finishes it.
     fn advance(&mut self, idx: u32, out: &mut Vec<Completion>) {
         let linked = self.linked;
-        let limit = self
-            .timeout
-            .as_ref()
-            .map(|(_, ts)| std::ptr::from_ref::<types::Timespec>(ts));
+        let limit = self.timeout.as_ref().map(|(_, ts)| ts);
         let Some(Some(op)) = self.ops.get_mut(idx as usize) else {
             return;
         };
         op.settle();
-        let entries = match (op.finished(), op.file) {
-            (true, FileState::Open(fd)) => vec![opcode::Close::new(types::Fd(fd))
-                .build()
-                .user_data(ud(idx, KIND_CLOSE))],
+        let chain = match (op.finished(), op.file) {
+            (true, FileState::Open(fd)) => vec![entry(
+                Step::Close { fd: Target::Fd(fd) },
+                KIND_CLOSE,
+                squeue::Flags::empty(),
+            )],
             (true, FileState::Closed) => {
                 if let Some(op) = self.ops.get_mut(idx as usize).and_then(Option::take) {
                     out.push(Completion {
@@ -573,110 +559,89 @@ impl UringReader {
                 return;
             }
             (false, FileState::Open(fd)) => {
-                guarded(read_entry(op, types::Fd(fd), idx), idx, limit, None)
+                guarded(read_step(op, Target::Fd(fd)), KIND_READ, limit, None)
             }
             (false, FileState::Closed) => {
-                let open = opcode::OpenAt::new(types::Fd(libc::AT_FDCWD), op.path.as_ptr());
+                let open = Step::Open {
+                    path: &op.path,
+                    direct: linked,
+                };
                 if linked {
-                    let slot = types::DestinationSlot::try_from_slot_target(idx).ok();
-                    let open = open
-                        .file_index(slot)
-                        .flags(libc::O_RDONLY)
-                        .build()
-                        .user_data(ud(idx, KIND_OPEN));
-                    let mut chain = guarded(open, idx, limit, Some(squeue::Flags::IO_LINK));
+                    let mut chain = guarded(open, KIND_OPEN, limit, Some(squeue::Flags::IO_LINK));
                     // A hard link: the close runs even after a short or
                     // timed-out read.
-                    let read = read_entry(op, types::Fixed(idx), idx);
-                    chain.extend(guarded(read, idx, limit, Some(squeue::Flags::IO_HARDLINK)));
-                    chain.push(
-                        opcode::Close::new(types::Fixed(idx))
-                            .build()
-                            .user_data(ud(idx, KIND_CLOSE)),
-                    );
+                    let read = read_step(op, Target::Fixed(idx));
+                    chain.extend(guarded(
+                        read,
+                        KIND_READ,
+                        limit,
+                        Some(squeue::Flags::IO_HARDLINK),
+                    ));
+                    chain.push(entry(
+                        Step::Close {
+                            fd: Target::Fixed(idx),
+                        },
+                        KIND_CLOSE,
+                        squeue::Flags::empty(),
+                    ));
                     chain
                 } else {
-                    let open = open
-                        .flags(libc::O_RDONLY | libc::O_CLOEXEC)
-                        .build()
-                        .user_data(ud(idx, KIND_OPEN));
-                    guarded(open, idx, limit, None)
+                    guarded(open, KIND_OPEN, limit, None)
                 }
             }
         };
-        // SAFETY: every entry points at memory that outlives the operation:
-        // the path is owned by this request's `Op`, which stays in `ops`
-        // until its last CQE has been reaped; the timeout's timespec is a
-        // heap box owned by the reader, read by the kernel at submission and
-        // never changed or freed while the ring lives; `dest` (plus progress) is
-        // covered by the caller's contract on `submit`; the descriptor is the
-        // one this request opened, or its own direct slot `idx`. A chain is
-        // pushed whole or not at all.
-        let pushed = unsafe { self.ring.submission().push_multiple(&entries) };
-        match pushed {
+        let n = u8::try_from(chain.len()).unwrap_or(u8::MAX);
+        match self.ring.push(idx, &chain) {
             Ok(()) => {
-                op.pending = u8::try_from(entries.len()).unwrap_or(u8::MAX);
+                op.pending = n;
                 op.issued = true;
             }
-            Err(_) => self.deferred.push(idx),
+            Err(PushError::Full) => self.deferred.push(idx),
+            Err(PushError::Invalid) => {
+                // Not reached: a request's step is pushed only once its
+                // previous one has completed, and reads fit their range.
+                // Fail the request rather than submit it.
+                op.fail("read", Some(libc::EINVAL), None);
+                op.issued = true;
+                self.deferred.push(idx);
+            }
         }
     }
 }
 
-fn ud(idx: u32, kind: u64) -> u64 {
-    (u64::from(idx) << 2) | kind
+/// An entry of kind `kind` with link flags `flags`.
+fn entry(step: Step<'_>, kind: u8, flags: squeue::Flags) -> Entry<'_> {
+    Entry { step, kind, flags }
 }
 
 /// `step` alone, or, with a `limit`, `step` linked to an
 /// `IORING_OP_LINK_TIMEOUT` that cancels it when the limit expires. `then`
 /// links whatever follows in the chain to the last entry (`IO_LINK`, or
 /// `IO_HARDLINK` to run it even when `step` fails).
-fn guarded(
-    step: squeue::Entry,
-    idx: u32,
-    limit: Option<*const types::Timespec>,
+fn guarded<'a>(
+    step: Step<'a>,
+    kind: u8,
+    limit: Option<&'a Arc<types::Timespec>>,
     then: Option<squeue::Flags>,
-) -> Vec<squeue::Entry> {
+) -> Vec<Entry<'a>> {
     let then = then.unwrap_or(squeue::Flags::empty());
     match limit {
-        None => vec![step.flags(then)],
-        Some(ts) => vec![
-            step.flags(squeue::Flags::IO_LINK | then),
-            opcode::LinkTimeout::new(ts)
-                .build()
-                .flags(then)
-                .user_data(ud(idx, KIND_TIMEOUT)),
+        None => vec![entry(step, kind, then)],
+        Some(limit) => vec![
+            entry(step, kind, squeue::Flags::IO_LINK | then),
+            entry(Step::LinkTimeout { limit }, KIND_TIMEOUT, then),
         ],
     }
 }
 
 /// A read of the rest of `op` through `fd`.
-fn read_entry(op: &Op, fd: impl Into<ReadFd>, idx: u32) -> squeue::Entry {
-    let rest = op.len - op.done;
-    let dest = (op.dest + op.done as usize) as *mut u8;
-    let offset = op.offset + u64::from(op.done);
-    let read = match fd.into() {
-        ReadFd::Fd(fd) => opcode::Read::new(fd, dest, rest),
-        ReadFd::Fixed(fd) => opcode::Read::new(fd, dest, rest),
-    };
-    read.offset(offset).build().user_data(ud(idx, KIND_READ))
-}
-
-/// The two kinds of descriptor a read can go through.
-enum ReadFd {
-    Fd(types::Fd),
-    Fixed(types::Fixed),
-}
-
-impl From<types::Fd> for ReadFd {
-    fn from(fd: types::Fd) -> Self {
-        ReadFd::Fd(fd)
-    }
-}
-
-impl From<types::Fixed> for ReadFd {
-    fn from(fd: types::Fixed) -> Self {
-        ReadFd::Fixed(fd)
+fn read_step(op: &Op, fd: Target) -> Step<'_> {
+    Step::Read {
+        fd,
+        dest: &op.dest,
+        at: op.done,
+        len: op.len - op.done,
+        offset: op.offset + u64::from(op.done),
     }
 }
 
@@ -696,215 +661,6 @@ impl Drop for UringReader {
             sink.clear();
         }
     }
-}
-
-/// What [`read_files_into`] measured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReadStats {
-    /// From the first submission to the last completion.
-    pub elapsed: Duration,
-    /// Bytes read.
-    pub bytes: u64,
-    /// Files read.
-    pub files: usize,
-}
-
-/// Reads each `(path, len)` of `files`, whole, into `buf`, one after the
-/// other in list order, with `queue_depth` reads in flight; the cold-read
-/// benchmark's workload.
-///
-/// Fails on the first file that cannot be read (the error names it), when
-/// `buf` is shorter than the sum of the lengths, or when the reader cannot be
-/// created. Returns only after every read it started has finished.
-pub fn read_files_into<P: AsRef<Path>>(
-    files: &[(P, u32)],
-    buf: &mut [u8],
-    queue_depth: u32,
-) -> io::Result<ReadStats> {
-    let mut requests = Vec::with_capacity(files.len());
-    let mut at = 0usize;
-    for (i, (path, len)) in files.iter().enumerate() {
-        let path = CString::new(path.as_ref().as_os_str().as_bytes()).map_err(|_| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("path {} contains a NUL byte", path.as_ref().display()),
-            )
-        })?;
-        let end = at
-            .checked_add(*len as usize)
-            .filter(|&end| end <= buf.len())
-            .ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "buffer of {} bytes too small for {} files",
-                        buf.len(),
-                        files.len()
-                    ),
-                )
-            })?;
-        requests.push((i as u64, path, at, *len));
-        at = end;
-    }
-    let mut reader = UringReader::new(queue_depth)?;
-    let base = buf.as_mut_ptr();
-    let mut pending = requests.into_iter();
-    let mut next = pending.next();
-    let mut done = Vec::new();
-    let mut first_error = None;
-    let mut bytes = 0u64;
-    let start = Instant::now();
-    loop {
-        while first_error.is_none() {
-            let Some((tag, path, at, len)) = next.take() else {
-                break;
-            };
-            let req = ReadRequest {
-                tag,
-                path,
-                offset: 0,
-                len,
-                // `at + len <= buf.len()` was checked above.
-                dest: base.wrapping_add(at),
-            };
-            // SAFETY: `dest` lies inside `buf`, which stays mutably borrowed
-            // (and untouched) until every request has completed: the loop
-            // below runs until nothing is in flight. Ranges are disjoint.
-            match unsafe { reader.submit(req) } {
-                Ok(()) => next = pending.next(),
-                Err(Full(req)) => {
-                    next = Some((tag, req.path, at, len));
-                    break;
-                }
-            }
-        }
-        if reader.in_flight() == 0 && (next.is_none() || first_error.is_some()) {
-            break;
-        }
-        if let Err(e) = reader.poll_completions(Some(Duration::from_secs(1)), &mut done) {
-            first_error.get_or_insert(e);
-            // Requests may still be in the kernel; keep polling until they finish.
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        for c in done.drain(..) {
-            match c.result {
-                Ok(n) => bytes += u64::from(n),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-    }
-    let elapsed = start.elapsed();
-    match first_error {
-        Some(e) => Err(e),
-        None => Ok(ReadStats {
-            elapsed,
-            bytes,
-            files: files.len(),
-        }),
-    }
-}
-
-/// Whether a read error may go away on its own: `EIO`, `EAGAIN`, `EINTR`,
-/// `ETIMEDOUT`, `ECANCELED` (and the matching error kinds without an OS error
-/// number). Missing files, permissions, directories, files that ended early
-/// and bad requests are not: they fail the sample at once.
-pub fn is_retryable(err: &io::Error) -> bool {
-    match errno(err) {
-        Some(e) => matches!(
-            e,
-            libc::EIO | libc::EAGAIN | libc::EINTR | libc::ETIMEDOUT | libc::ECANCELED
-        ),
-        None => matches!(
-            err.kind(),
-            io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-        ),
-    }
-}
-
-/// Retry policy for failed sample reads: transient errors are retried up to
-/// `retries` times with exponential backoff and jitter; anything else fails
-/// the sample at once.
-///
-/// Time is an input ([`decide`](Self::decide) takes `now` and returns an
-/// instant), so the policy never sleeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReadRetry {
-    /// Retries after the first failure; 0 reports the first error.
-    pub retries: u32,
-    /// Upper bound of the delay before the first retry; doubles per retry.
-    pub base_delay: Duration,
-    /// Upper bound of any delay.
-    pub max_delay: Duration,
-}
-
-/// What to do after a failed read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetryDecision {
-    /// Submit the read again at (not before) this instant.
-    RetryAt(Instant),
-    /// Report the error for this sample.
-    GiveUp,
-}
-
-impl Default for ReadRetry {
-    /// Four retries, 10 ms first backoff, at most 1 s.
-    fn default() -> Self {
-        Self {
-            retries: 4,
-            base_delay: Duration::from_millis(10),
-            max_delay: Duration::from_secs(1),
-        }
-    }
-}
-
-impl ReadRetry {
-    /// Whether `err` may go away on its own; see [`is_retryable`].
-    pub fn is_retryable(err: &io::Error) -> bool {
-        is_retryable(err)
-    }
-
-    /// The delay before retry number `attempt` (1 for the first retry): a
-    /// uniform pick in `[cap / 2, cap]`, where `cap` is `base_delay`
-    /// doubled `attempt - 1` times and bounded by `max_delay`. `seed` (for
-    /// instance the sample id) picks the point, so equal seeds give equal
-    /// delays and different samples spread out.
-    pub fn delay(&self, attempt: u32, seed: u64) -> Duration {
-        let doublings = attempt.saturating_sub(1).min(32);
-        let cap = self
-            .base_delay
-            .as_nanos()
-            .saturating_mul(1u128 << doublings)
-            .min(self.max_delay.as_nanos())
-            .min(u128::from(u64::MAX));
-        let half = cap / 2;
-        let spread = cap - half;
-        let pick = u128::from(mix64(seed ^ u64::from(attempt).rotate_left(32)));
-        let nanos = half + ((spread * pick) >> 64);
-        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
-    }
-
-    /// After the `failures`-th failed attempt of a read (1 for the first),
-    /// at time `now`: retry at `now + delay(failures, seed)` if `err` is
-    /// retryable and fewer than `retries` retries were made, else give up.
-    pub fn decide(&self, err: &io::Error, failures: u32, now: Instant, seed: u64) -> RetryDecision {
-        if !Self::is_retryable(err) || failures > self.retries {
-            return RetryDecision::GiveUp;
-        }
-        match now.checked_add(self.delay(failures, seed)) {
-            Some(at) => RetryDecision::RetryAt(at),
-            None => RetryDecision::GiveUp,
-        }
-    }
-}
-
-/// A 64-bit mixing function (SplitMix64 finaliser): well-spread bits from any seed.
-fn mix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 #[cfg(test)]

@@ -290,7 +290,7 @@ impl Catalog {
 
     /// Catalogs the samples listed in a manifest file (see the module docs
     /// for the format).
-    pub fn from_manifest(manifest: impl AsRef<Path>) -> Result<Catalog, CatalogError> {
+    pub(crate) fn from_manifest(manifest: impl AsRef<Path>) -> Result<Catalog, CatalogError> {
         let manifest = manifest.as_ref();
         let text = fs::read(manifest).map_err(io_err(manifest, "read manifest"))?;
         let base = manifest.parent().unwrap_or(Path::new(""));
@@ -411,7 +411,8 @@ impl Catalog {
     }
 
     /// Size of the largest sample, in bytes.
-    pub fn max_size(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn max_size(&self) -> u64 {
         self.entries.iter().map(|e| e.size).max().unwrap_or(0)
     }
 

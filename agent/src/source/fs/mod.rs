@@ -1,0 +1,156 @@
+//! The filesystem source: a directory tree or a manifest ([`catalog`]),
+//! read with io_uring straight into the arena ([`reader`]), behind
+//! [`SampleSource`] ([`FsSource`]).
+
+pub mod catalog;
+pub mod reader;
+
+pub use catalog::{Catalog, CatalogEntry, CatalogError};
+
+use super::{Completion, Landing, SampleMeta, SampleSource, SourceFull};
+use crate::config::{DatasetConfig, DatasetLocation};
+use granary_shm::arena::ArenaSlice;
+use reader::{ReadRequest, UringReader};
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::time::Duration;
+
+/// Builds the catalog of a configured filesystem dataset: a directory tree
+/// ([`Catalog::from_dir`]) or a manifest ([`Catalog::from_manifest`]).
+pub fn open_catalog(dataset: &DatasetConfig) -> Result<Catalog, CatalogError> {
+    let DatasetConfig::Fs(fs) = dataset else {
+        return Err(CatalogError::Io {
+            path: dataset.name().into(),
+            action: "catalog",
+            source: io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a filesystem dataset (remote datasets are opened with source::open)",
+            ),
+        });
+    };
+    match fs.location() {
+        Some(DatasetLocation::Root(root)) => Catalog::from_dir(root),
+        Some(DatasetLocation::Manifest(manifest)) => Catalog::from_manifest(manifest),
+        None => Err(CatalogError::NoLocation {
+            dataset: fs.name.clone(),
+        }),
+    }
+}
+
+/// A filesystem dataset: its catalog and an io_uring reader of its own.
+pub struct FsSource {
+    reader: UringReader,
+    landing: Landing,
+    catalog: Catalog,
+}
+
+impl std::fmt::Debug for FsSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FsSource")
+            .field("samples", &self.catalog.len())
+            .field("reader", &self.reader)
+            .finish()
+    }
+}
+
+impl FsSource {
+    /// A source reading `catalog`'s files, `capacity` at a time; an open or
+    /// read that takes longer than `read_timeout` is cancelled and fails its
+    /// sample with `ETIME` ([`super::FailureKind::TimedOut`]).
+    pub fn new(catalog: Catalog, capacity: u32, read_timeout: Duration) -> io::Result<FsSource> {
+        Ok(FsSource {
+            reader: UringReader::new(capacity)?.with_timeout(Some(read_timeout)),
+            landing: Landing::default(),
+            catalog,
+        })
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+}
+
+impl SampleSource for FsSource {
+    fn kind(&self) -> &'static str {
+        "fs"
+    }
+
+    fn len(&self) -> u64 {
+        self.catalog.len() as u64
+    }
+
+    fn meta(&self, index: u64) -> SampleMeta {
+        let e = &self.catalog.entries()[index as usize];
+        SampleMeta {
+            sample_id: e.sample_id,
+            label: e.label,
+            size: e.size,
+        }
+    }
+
+    fn total_bytes(&self) -> u64 {
+        self.catalog.total_bytes()
+    }
+
+    fn describe(&self, index: u64) -> String {
+        self.catalog.entries()[index as usize]
+            .path
+            .display()
+            .to_string()
+    }
+
+    fn capacity(&self) -> u32 {
+        self.reader.capacity()
+    }
+
+    fn in_flight(&self) -> usize {
+        self.reader.in_flight()
+    }
+
+    fn submit(&mut self, tag: u64, index: u64, dest: ArenaSlice) -> Result<(), SourceFull> {
+        let e = &self.catalog.entries()[index as usize];
+        let (Ok(len), Ok(path)) = (
+            u32::try_from(e.size),
+            CString::new(e.path.as_os_str().as_bytes()),
+        ) else {
+            // A file of 4 GiB or more, or a path with a NUL byte: completed
+            // with an error at once.
+            let err = io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{}: a file of 4 GiB or more, or a path with a NUL byte",
+                    e.path.display()
+                ),
+            );
+            return self.reader.reject(tag, err).map_err(|_| SourceFull);
+        };
+        if dest.len() < len as usize {
+            return Err(SourceFull);
+        }
+        let req = ReadRequest {
+            tag,
+            path,
+            offset: 0,
+            len,
+            dest,
+        };
+        self.reader.submit(req).map_err(|_| SourceFull)
+    }
+
+    fn poll_completions(
+        &mut self,
+        wait: Option<Duration>,
+        out: &mut Vec<Completion>,
+    ) -> io::Result<usize> {
+        let reader = &mut self.reader;
+        self.landing
+            .poll(out, |raw| reader.poll_completions(wait, raw))
+    }
+
+    fn wait_fd(&self) -> BorrowedFd<'_> {
+        self.reader.as_fd()
+    }
+}

@@ -1,0 +1,116 @@
+//! The I/O vocabulary of the readers and fetchers below the sources: the
+//! io_uring reader (`fs::reader`) and the S3 and CQL fetchers all take
+//! requests without blocking, give them back in [`Full`] when their queue
+//! is full, and hand back one [`IoCompletion`] per request, in any order.
+//! A source turns those into [`super::Completion`]s ([`Landing`]).
+
+use super::{Completion, FailureKind, SampleError};
+use std::fmt;
+use std::io;
+
+/// The outcome of one request of a reader or fetcher.
+#[derive(Debug)]
+pub struct IoCompletion {
+    /// The request's tag.
+    pub tag: u64,
+    /// The number of bytes delivered (always the requested length), or the
+    /// error, which names the file, key or row.
+    pub result: io::Result<u32>,
+}
+
+/// Returned by a non-blocking `submit` when as many requests as it accepts
+/// are already in flight; it gives the request back.
+#[derive(Debug)]
+pub struct Full<R>(pub R);
+
+/// A request of a non-blocking reader or fetcher, as [`Full`] names it.
+pub(crate) trait QueuedRequest {
+    /// What the queue is of, for messages: `"read"`, `"fetch"`.
+    const QUEUE: &'static str;
+    /// The caller's identifier.
+    fn tag(&self) -> u64;
+}
+
+impl<R: QueuedRequest> fmt::Display for Full<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} queue full; request {} not accepted",
+            R::QUEUE,
+            self.0.tag()
+        )
+    }
+}
+
+impl<R: QueuedRequest + fmt::Debug> std::error::Error for Full<R> {}
+
+/// The conversion of a reader's or fetcher's completions into
+/// [`Completion`]s. (The arena ranges of reads in flight are held by the
+/// reader or fetcher itself, from submission to completion, and leaked if
+/// it is dropped before its reads could be confirmed to have ended.)
+#[derive(Debug, Default)]
+pub(crate) struct Landing {
+    raw: Vec<IoCompletion>,
+}
+
+impl Landing {
+    /// Polls `reader` and converts what finished.
+    pub(crate) fn poll(
+        &mut self,
+        out: &mut Vec<Completion>,
+        reader: impl FnOnce(&mut Vec<IoCompletion>) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        self.raw.clear();
+        reader(&mut self.raw)?;
+        let n = self.raw.len();
+        for c in self.raw.drain(..) {
+            out.push(Completion {
+                tag: c.tag,
+                result: c.result.map_err(|e| SampleError::from_io(&e)),
+            });
+        }
+        Ok(n)
+    }
+}
+
+/// The error of a failed fetch from a store (S3, CQL), inside the
+/// `io::Error` of its completion: what was fetched, what went wrong, and
+/// whether another attempt may succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchError {
+    /// What was fetched: `GET key bytes a..b`, `cql://ks.data/<id>`.
+    pub target: String,
+    /// Attempts made (0: refused before running).
+    pub attempts: u32,
+    /// Whether the failure may go away by itself (timeouts, connection
+    /// errors, overload).
+    pub retryable: bool,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl fmt::Display for FetchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.target, self.message)?;
+        if self.attempts > 1 {
+            write!(f, " (after {} attempts)", self.attempts)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for FetchError {}
+
+/// The fetch error inside `err`, if there is one.
+pub fn fetch_error(err: &io::Error) -> Option<&FetchError> {
+    err.get_ref().and_then(|e| e.downcast_ref::<FetchError>())
+}
+
+/// Whether a failed fetch may go away on its own: the [`FetchError`]
+/// inside says so; other errors are judged by their [`FailureKind`].
+pub fn is_retryable(err: &io::Error) -> bool {
+    match fetch_error(err) {
+        Some(f) => f.retryable,
+        None => FailureKind::retryable(SampleError::from_io(err).kind),
+    }
+}
