@@ -8,7 +8,7 @@ the store, over time, with the epoch boundaries.
 TIMELINE is the benchmark's `timeline.csv`: `scenario,t,node,local,peer,
 store,reads` rows of cumulative counters per node (scraped every 250 ms),
 and `scenario,t,epoch,E,...` rows marking where epoch E began. Each node's
-counters are interpolated onto a common 0.5 s grid, summed over the nodes
+counters are interpolated onto a common 1 s grid, summed over the nodes
 and differentiated.
 """
 
@@ -21,7 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-STEP = 0.5
+STEP = 1.0
 SERIES = [
     ("local", "local arena", "C2"),
     ("peer", "from peers", "C0"),
