@@ -126,6 +126,8 @@ struct RankEpoch {
     bad: u64,
     replayed: u64,
     reopens: u64,
+    /// Why each reopen happened (the error the client returned).
+    reasons: Vec<String>,
     /// Microseconds from being ready for a batch to having it, per
     /// delivered batch.
     waits_us: Vec<u64>,
@@ -209,9 +211,11 @@ fn run_rank(a: &NodeArgs, rank: u32, epoch: u32, progress: &AtomicU64) -> RankEp
             let b = match s.next_batch(Some(BATCH_LIMIT)) {
                 Ok(b) => b,
                 Err(e) if e.code() == ErrorCode::EndOfStream => break 'attempts,
-                Err(_) => {
-                    // The agent went away: reopen the epoch.
+                Err(e) => {
+                    // The agent went away (or the session failed): reopen
+                    // the epoch.
                     r.reopens += 1;
+                    r.reasons.push(format!("batch {consumed}: {e}"));
                     continue 'attempts;
                 }
             };
@@ -264,8 +268,9 @@ fn run_rank(a: &NodeArgs, rank: u32, epoch: u32, progress: &AtomicU64) -> RankEp
                     println!("mark epoch={epoch} batches={now}");
                 }
             }
-            if s.release(b).is_err() {
+            if let Err(e) = s.release(b) {
                 r.reopens += 1;
+                r.reasons.push(format!("release: {e}"));
                 continue 'attempts;
             }
             // The consumer is ready for its next batch once it has released
@@ -378,9 +383,13 @@ fn run_epoch(a: &NodeArgs, epoch: u32) {
         .iter()
         .filter_map(|r| r.error.as_ref().map(|e| e.replace(' ', "_")))
         .collect();
+    let reasons: Vec<String> = results
+        .iter()
+        .flat_map(|r| r.reasons.iter().map(|e| e.replace([' ', '|'], "_")))
+        .collect();
     println!(
         "done epoch={epoch} secs={secs:.4} samples={} bytes={} lost={} dup={} bad={} replayed={} \
-         reopens={} waits={} errors={}",
+         reopens={} waits={} errors={} reasons={}",
         sum(|r| r.samples),
         sum(|r| r.bytes),
         sum(|r| r.lost),
@@ -397,6 +406,11 @@ fn run_epoch(a: &NodeArgs, epoch: u32) {
             "-".into()
         } else {
             errors.join("|")
+        },
+        if reasons.is_empty() {
+            "-".into()
+        } else {
+            reasons.join("|")
         },
     );
 }

@@ -542,6 +542,8 @@ struct NodeEpoch {
     reopens: u64,
     waits_us: Vec<u64>,
     errors: Vec<String>,
+    /// Why the node's ranks reopened their sessions.
+    reasons: Vec<String>,
     /// Counter deltas over the epoch ([`cluster_node::SERIES`]).
     m: BTreeMap<String, f64>,
 }
@@ -1009,6 +1011,7 @@ fn node_epoch(kv: &BTreeMap<String, String>) -> NodeEpoch {
             .map(|v| v.split(',').filter_map(|x| x.parse().ok()).collect())
             .unwrap_or_default(),
         errors: list("errors"),
+        reasons: list("reasons"),
         m: BTreeMap::new(),
     }
 }
@@ -1108,6 +1111,9 @@ fn print_scenario(o: &Opts, env: &Env, r: &ScenarioResult) {
         for ne in &ep.nodes {
             for err in &ne.errors {
                 println!("      error: {err}");
+            }
+            for why in &ne.reasons {
+                println!("      session reopened: {}", why.replace('_', " "));
             }
         }
     }
