@@ -18,19 +18,17 @@ mod common;
 mod common_s3;
 
 use common::{verify, watchdog};
+use common_s3::corrupt_proxy::{Corrupt, CorruptingProxy};
 use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
 use common_s3::{synth, Seaweed, BUCKET};
 use granary::{Client, ErrorCode, SessionOptions};
 use granary_agent::metrics::{parse_text, scrape};
-use granary_peer::frame::{Decoded, Decoder, Frame};
 use granary_tools::ingest::{self, IngestOptions};
 use granary_tools::synth::SynthSpec;
-use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const FILES: u64 = 480;
@@ -137,101 +135,6 @@ struct Cluster {
     agents: Vec<Agent>,
 }
 
-/// A TCP proxy in front of one agent's peer listener that decodes the peer
-/// frames going both ways and flips the first payload byte of every block
-/// sent by node `corrupt` (`None`: forwards untouched). Counts the blocks it
-/// corrupted.
-struct CorruptingProxy {
-    addr: SocketAddr,
-    corrupted: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-}
-
-impl CorruptingProxy {
-    fn start(ip: &str, upstream: SocketAddr, corrupt: Option<String>) -> CorruptingProxy {
-        let listener = TcpListener::bind(format!("{ip}:0")).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let corrupted = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (count, halt) = (Arc::clone(&corrupted), Arc::clone(&stop));
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                if halt.load(Ordering::Relaxed) {
-                    return;
-                }
-                let Ok(client) = client else { continue };
-                let Ok(server) = TcpStream::connect(upstream) else {
-                    continue;
-                };
-                for (from, to) in [
-                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
-                    (server, client),
-                ] {
-                    let (count, corrupt) = (Arc::clone(&count), corrupt.clone());
-                    std::thread::spawn(move || pump(from, to, corrupt, &count));
-                }
-            }
-        });
-        CorruptingProxy {
-            addr,
-            corrupted,
-            stop,
-        }
-    }
-}
-
-impl Drop for CorruptingProxy {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        let _ = TcpStream::connect(self.addr);
-    }
-}
-
-/// Copies one direction, flipping the first payload byte of every block
-/// when the sender (named by its hello) is `corrupt`.
-fn pump(mut from: TcpStream, mut to: TcpStream, corrupt: Option<String>, count: &AtomicU64) {
-    let mut dec = Decoder::new();
-    let mut sender = String::new();
-    // Stream offsets: of the next byte read, and of payload bytes to flip.
-    let mut fed = 0u64;
-    let mut flips: Vec<u64> = Vec::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = match from.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        let chunk = &mut buf[..n];
-        dec.feed(chunk);
-        let end = fed + n as u64;
-        while let Ok(Some(item)) = dec.next_item() {
-            if let Decoded::Frame(f) = item {
-                match f {
-                    Frame::Hello(h) => sender = h.node_id,
-                    Frame::Data(h) if h.length > 0 && corrupt.as_deref() == Some(&sender) => {
-                        flips.push(end - dec.buffered() as u64);
-                        count.fetch_add(1, Ordering::Relaxed);
-                    }
-                    _ => {}
-                }
-            }
-        }
-        flips.retain(|&at| {
-            if (fed..end).contains(&at) {
-                chunk[(at - fed) as usize] ^= 0x5a;
-                false
-            } else {
-                at >= end
-            }
-        });
-        fed = end;
-        if to.write_all(chunk).is_err() {
-            break;
-        }
-    }
-    let _ = to.shutdown(Shutdown::Write);
-}
-
 /// Writes the configuration of every agent (`secret_of(node)` gives each
 /// its job secret) and starts them.
 fn cluster(name: &str, secret_of: impl Fn(usize) -> String) -> Cluster {
@@ -261,8 +164,10 @@ fn cluster_with(name: &str, secret_of: impl Fn(usize) -> String, corrupt: Option
         Some(bad) => listen
             .iter()
             .map(|&up| {
-                let p = CorruptingProxy::start("127.0.0.5", up, Some(bad.to_string()));
-                let a = p.addr;
+                let listen: SocketAddr = "127.0.0.5:0".parse().unwrap();
+                let p = CorruptingProxy::start(listen, up, Corrupt::From(bad.to_string()))
+                    .expect("start the corrupting proxy");
+                let a = p.addr();
                 proxies.push(p);
                 a
             })
@@ -272,7 +177,7 @@ fn cluster_with(name: &str, secret_of: impl Fn(usize) -> String, corrupt: Option
         .map(|n| format!("{{ id = \"n{n}\", addr = \"{}\" }}", advertised[n]))
         .collect();
     let mut agents = Vec::new();
-    for node in 0..NODES {
+    for (node, listen) in listen.iter().enumerate() {
         let dir = tmp.path().join(format!("node{node}"));
         std::fs::create_dir_all(&dir).unwrap();
         let sock = dir.join("granary.sock");
@@ -315,7 +220,6 @@ access_key_id = "{ACCESS_KEY}"
 secret_access_key = "{SECRET_KEY}"
 "#,
             sock = sock.display(),
-            listen = listen[node],
             secret = secret_of(node),
             members = members.join(", "),
             endpoint = weed.endpoint(),
@@ -516,11 +420,7 @@ fn corrupted_blocks_are_detected_and_read_from_the_store() {
     let _w = watchdog("corrupted_blocks_are_detected_and_read_from_the_store", 600);
     let mut c = cluster_with("job4", |_| SECRET.to_string(), Some("n1"));
     run_epoch(&mut c, 0, |_| {});
-    let corrupted: u64 = c
-        .proxies
-        .iter()
-        .map(|p| p.corrupted.load(Ordering::Relaxed))
-        .sum();
+    let corrupted: u64 = c.proxies.iter().map(CorruptingProxy::corrupted).sum();
     let crc_failures = sum(&c, "granary_peer_crc_failures_total", "");
     let failed = sum(&c, "granary_peer_gets_failed_total", "reason=\"corrupt\"");
     eprintln!("blocks corrupted {corrupted}, CRC failures {crc_failures}");
