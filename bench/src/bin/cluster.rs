@@ -676,7 +676,7 @@ struct Env {
     me: PathBuf,
 }
 
-fn agent_toml(o: &Opts, env: &Env, kind: Kind, k: usize, arena_mib: u64, sock: &Path) -> String {
+fn agent_toml(o: &Opts, kind: Kind, k: usize, arena_mib: u64, sock: &Path) -> String {
     let ip = netns::node_ip(k);
     let mut t = format!(
         r#"[arena]
@@ -743,7 +743,6 @@ secret_access_key = "{SECRET_KEY}"
 "#,
         store = netns::store_ip(),
     );
-    let _ = env;
     t
 }
 
@@ -803,7 +802,7 @@ fn scenario_body(
     for k in 0..o.nodes {
         let sock = dir.join(format!("n{k}.sock"));
         let config = dir.join(format!("n{k}.toml"));
-        std::fs::write(&config, agent_toml(o, env, kind, k, arena, &sock))
+        std::fs::write(&config, agent_toml(o, kind, k, arena, &sock))
             .map_err(|e| format!("{}: {e}", config.display()))?;
         agents.push(AgentProc {
             name: format!("granaryd n{k}"),
@@ -1037,7 +1036,7 @@ fn pct(x: f64) -> String {
     format!("{:.1} %", 100.0 * x)
 }
 
-fn print_scenario(o: &Opts, env: &Env, r: &ScenarioResult) {
+fn print_scenario(o: &Opts, r: &ScenarioResult) {
     let n = o.samples as f64;
     println!(
         "\n== {} (arena {} MiB per agent{})",
@@ -1142,7 +1141,6 @@ fn print_scenario(o: &Opts, env: &Env, r: &ScenarioResult) {
     if let Some(s) = r.restart_secs {
         println!("  kill: the agent answered again {s:.2} s after the kill");
     }
-    let _ = env;
 }
 
 fn scenario_json(o: &Opts, r: &ScenarioResult) -> String {
@@ -1592,7 +1590,7 @@ fn orchestrate(o: &Opts) -> Result<bool> {
     for &kind in &o.scenarios {
         eprintln!("scenario {} …", kind.name());
         let r = run_scenario(o, &env, &store_pids, kind)?;
-        print_scenario(o, &env, &r);
+        print_scenario(o, &r);
         results.push(r);
     }
     let _ = store.send("quit");
