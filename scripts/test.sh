@@ -37,6 +37,10 @@ if [ "$(id -u)" -eq 0 ]; then
     cargo nextest run --release -p granary-agent --test bad_input --run-ignored only \
         -E 'test(=a_uid_outside_the_allowlist_gets_no_fds)'
     ran_ignored+=(a_uid_outside_the_allowlist_gets_no_fds)
+    # The cluster benchmark's smoke variant: network namespaces, tc, two
+    # granaryd (built by the workspace build above) over a SeaweedFS.
+    cargo nextest run --release -p granary-bench --test cluster_smoke --run-ignored only
+    ran_ignored+=(two_nodes_lose_nothing_and_read_the_store_once)
 fi
 if [ -n "${GRANARY_TEST_SCYLLA:-}" ]; then
     step "tests against a real ScyllaDB/Cassandra ($GRANARY_TEST_SCYLLA)"

@@ -23,15 +23,24 @@
 //! * [`touch`]: the touch-every-byte loop and the memory-read baseline.
 //! * [`sys`]: dropping the page cache, root or not, CPU load.
 //! * [`cli`]: `--name value` options.
+//! * [`netns`]: network namespaces, a bridge and `tbf`-shaped links for the
+//!   cluster benchmark, removed on drop and on Ctrl-C.
+//! * [`corrupt_proxy`]: a peer-frame-aware TCP proxy corrupting chosen blocks.
+//! * [`cluster_node`], [`cluster_store`]: the node and store roles of the
+//!   cluster benchmark.
 #![warn(missing_docs)]
 
 pub mod agent;
 pub mod baseline;
 pub mod cli;
+pub mod cluster_node;
+pub mod cluster_store;
+pub mod corrupt_proxy;
 pub mod cpu;
 pub mod data;
 pub mod delay_proxy;
 pub mod loader;
+pub mod netns;
 pub mod peer;
 pub mod report;
 pub mod seaweed;

@@ -1,0 +1,437 @@
+//! The node role of the cluster benchmark: one process per node namespace
+//! that runs the node's loader ranks against its `granaryd`, checks every
+//! batch against the planner, scrapes the agent's metrics, and (in the
+//! corruption scenario) runs the corrupting proxy in front of the agent's
+//! peer listener.
+//!
+//! It talks to the orchestrator over a line protocol: commands on stdin,
+//! reports on stdout (one line each, `key=value` words after a verb).
+//!
+//! | stdin | stdout |
+//! |---|---|
+//! | (start) | `ready` |
+//! | `epoch E` | `tick …` every [`TICK`] while it runs (and `mark …`, see
+//! | | [`NodeArgs::mark`]), then `done E …` |
+//! | `scrape` | `scraped …` (the agent's counters now) |
+//! | `quit` | `final blocks=… corrupted=…`, then exits |
+//!
+//! A rank whose agent goes away (killed) reconnects, reopens the epoch,
+//! checks the batches it had already consumed against the plan without
+//! counting them again (`replayed`), and goes on from the first batch it
+//! had not consumed: the consumer sees each planned batch once.
+
+use crate::corrupt_proxy::{Corrupt, CorruptingProxy};
+use granary::{Client, ErrorCode, SessionOptions};
+use granary_agent::metrics::{parse_text, scrape};
+use granary_agent::planner::{EpochPlan, PlanParams};
+use granary_tools::synth::{self, SynthSpec};
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often a running epoch reports progress and the agent's counters.
+pub const TICK: Duration = Duration::from_millis(250);
+/// The dataset name every agent of the benchmark serves.
+pub const DATASET: &str = "data";
+/// How long a rank keeps trying to reach its agent again.
+const RECONNECT_LIMIT: Duration = Duration::from_secs(120);
+/// How long one `next_batch` may block before the rank gives up.
+const BATCH_LIMIT: Duration = Duration::from_secs(120);
+
+/// The agent counters the benchmark follows: (short name, series, label
+/// filter). Every one is a counter (reset when the agent restarts).
+pub const SERIES: &[(&str, &str, &str)] = &[
+    ("arena", "granary_tier_samples_total", "tier=\"arena\""),
+    ("peer", "granary_tier_samples_total", "tier=\"peer\""),
+    ("store", "granary_tier_samples_total", "tier=\"store\""),
+    ("peer_b", "granary_tier_bytes_total", "tier=\"peer\""),
+    ("store_b", "granary_tier_bytes_total", "tier=\"store\""),
+    ("reads", "granary_reads_total", ""),
+    ("served", "granary_peer_served_total", ""),
+    ("crc", "granary_peer_crc_failures_total", ""),
+    ("failed", "granary_peer_gets_failed_total", ""),
+    ("hedged", "granary_peer_hedged_total", ""),
+    ("delivered", "granary_samples_served_total", ""),
+];
+
+/// Parses `verb k=v k=v …` into the verb and the pairs.
+pub fn parse_line(line: &str) -> (String, BTreeMap<String, String>) {
+    let mut words = line.split_whitespace();
+    let verb = words.next().unwrap_or_default().to_owned();
+    let kv = words
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    (verb, kv)
+}
+
+/// The followed counters of the agent at `addr`, as `k=v` words; `None`
+/// when it does not answer (it is down).
+fn scrape_words(addr: SocketAddr) -> Option<String> {
+    let body = scrape(addr, Duration::from_secs(2)).ok()?;
+    let all = parse_text(&body);
+    let mut out = String::new();
+    for (short, name, with) in SERIES {
+        let v: f64 = all
+            .iter()
+            .filter(|(k, _)| k.split('{').next() == Some(name) && k.contains(with))
+            .map(|(_, v)| v)
+            .sum();
+        out.push_str(&format!(" {short}={v}"));
+    }
+    Some(out)
+}
+
+/// What the node role is given.
+#[derive(Clone, Debug)]
+pub struct NodeArgs {
+    /// The agent's socket.
+    pub sock: PathBuf,
+    /// The agent's metrics address (inside the namespace).
+    pub metrics: SocketAddr,
+    /// The ranks this node runs.
+    pub ranks: Vec<u32>,
+    /// Ranks in the job.
+    pub world: u32,
+    /// Batch size.
+    pub batch: u32,
+    /// Shuffle seed.
+    pub seed: u64,
+    /// The dataset's synthetic spec (to verify every byte).
+    pub spec: SynthSpec,
+    /// The corrupting proxy: where it listens, where it forwards, what it
+    /// corrupts.
+    pub proxy: Option<(SocketAddr, SocketAddr, Corrupt)>,
+    /// An address that must accept a TCP connection before the node says
+    /// `ready` (the store: checks the bridge forwards).
+    pub probe: Option<SocketAddr>,
+    /// (epoch, batches): print `mark` as soon as the node's ranks have
+    /// received that many batches of that epoch (the orchestrator acts on
+    /// it at once, e.g. kills the agent half-way through an epoch).
+    pub mark: Option<(u32, u64)>,
+}
+
+/// What one rank got in one epoch.
+#[derive(Debug, Default)]
+struct RankEpoch {
+    samples: u64,
+    bytes: u64,
+    lost: u64,
+    duplicated: u64,
+    /// Samples whose bytes failed verification.
+    bad: u64,
+    replayed: u64,
+    reopens: u64,
+    /// Why each reopen happened (the error the client returned).
+    reasons: Vec<String>,
+    /// Microseconds from being ready for a batch to having it, per
+    /// delivered batch.
+    waits_us: Vec<u64>,
+    error: Option<String>,
+}
+
+/// Multiset difference of one delivered batch against its plan: (missing,
+/// extra).
+fn diff(got: &[u64], want: &[u64]) -> (u64, u64) {
+    let mut count: BTreeMap<u64, i64> = BTreeMap::new();
+    for &w in want {
+        *count.entry(w).or_default() += 1;
+    }
+    for &g in got {
+        *count.entry(g).or_default() -= 1;
+    }
+    let missing = count.values().filter(|&&c| c > 0).map(|&c| c as u64).sum();
+    let extra = count
+        .values()
+        .filter(|&&c| c < 0)
+        .map(|&c| (-c) as u64)
+        .sum();
+    (missing, extra)
+}
+
+/// Whether a delivered sample's bytes are those of sample `id`.
+fn sample_ok(spec: &SynthSpec, id: u64, label: i32, bytes: &[u8]) -> bool {
+    match synth::verify_sample(bytes) {
+        Ok(info) => info == spec.sample_info(id) && info.class as i32 == label,
+        Err(_) => false,
+    }
+}
+
+/// Runs epoch `epoch` of `rank` to its end (or to a failure it reports).
+fn run_rank(a: &NodeArgs, rank: u32, epoch: u32, progress: &AtomicU64) -> RankEpoch {
+    let mut r = RankEpoch::default();
+    let params = PlanParams {
+        num_samples: a.spec.num_files,
+        seed: a.seed,
+        rank,
+        world_size: a.world,
+        batch_size: a.batch,
+        drop_last: false,
+    };
+    let plan: Vec<Vec<u64>> = match EpochPlan::new(&params, epoch) {
+        Ok(p) => p.batches().map(<[u64]>::to_vec).collect(),
+        Err(e) => {
+            r.error = Some(format!("plan: {e}"));
+            return r;
+        }
+    };
+    let mut consumed = 0usize;
+    let mut ready_at = Instant::now();
+    let mut gave_up_at: Option<Instant> = None;
+    'attempts: while consumed < plan.len() {
+        if gave_up_at.is_some_and(|t| t.elapsed() > RECONNECT_LIMIT) {
+            r.error = Some(format!(
+                "rank {rank}: agent unreachable for {RECONNECT_LIMIT:?}"
+            ));
+            break;
+        }
+        let Ok(client) = Client::connect(&a.sock) else {
+            gave_up_at.get_or_insert_with(Instant::now);
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        };
+        let mut o = SessionOptions::new(DATASET);
+        o.seed = a.seed;
+        o.rank = rank;
+        o.world_size = a.world;
+        o.batch_size = a.batch;
+        o.first_epoch = epoch;
+        o.epoch_count = 1;
+        let Ok(mut s) = client.open_session(&o) else {
+            gave_up_at.get_or_insert_with(Instant::now);
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        };
+        gave_up_at = None;
+        loop {
+            let b = match s.next_batch(Some(BATCH_LIMIT)) {
+                Ok(b) => b,
+                Err(e) if e.code() == ErrorCode::EndOfStream => break 'attempts,
+                Err(e) => {
+                    // The agent went away (or the session failed): reopen
+                    // the epoch.
+                    r.reopens += 1;
+                    r.reasons.push(format!("batch {consumed}: {e}"));
+                    continue 'attempts;
+                }
+            };
+            let idx = b.index() as usize;
+            let ids: Vec<u64> = b.samples().map(|x| x.id()).collect();
+            let want = plan.get(idx).map_or(&[][..], Vec::as_slice);
+            if b.epoch() != epoch || b.status() != 0 {
+                r.error = Some(format!(
+                    "rank {rank}: batch {idx} of epoch {} status {}",
+                    b.epoch(),
+                    b.status()
+                ));
+            }
+            let end = b.is_end_of_epoch() || b.is_end_of_stream();
+            let delivered = idx >= consumed;
+            if !delivered {
+                // Consumed before the agent went away: checked, not counted.
+                r.replayed += 1;
+                if diff(&ids, want) != (0, 0) {
+                    r.error = Some(format!("rank {rank}: replayed batch {idx} differs"));
+                }
+            } else {
+                let got = Instant::now();
+                if idx > consumed {
+                    // Batches skipped: their samples never reached the consumer.
+                    r.lost += plan[consumed..idx.min(plan.len())]
+                        .iter()
+                        .map(|b| b.len() as u64)
+                        .sum::<u64>();
+                }
+                let (missing, extra) = diff(&ids, want);
+                r.lost += missing;
+                r.duplicated += extra;
+                for smp in b.samples() {
+                    // SAFETY: the agent never writes a sample's extent while
+                    // the batch holding it is on loan; the slice is dropped
+                    // before the batch is released below.
+                    let bytes = unsafe { smp.bytes() };
+                    if smp.status() != 0 || !sample_ok(&a.spec, smp.id(), smp.label(), bytes) {
+                        r.bad += 1;
+                    }
+                    r.samples += 1;
+                    r.bytes += bytes.len() as u64;
+                }
+                r.waits_us
+                    .push(got.duration_since(ready_at).as_micros() as u64);
+                consumed = idx + 1;
+                let now = progress.fetch_add(1, Ordering::Relaxed) + 1;
+                if a.mark == Some((epoch, now)) {
+                    println!("mark epoch={epoch} batches={now}");
+                }
+            }
+            if let Err(e) = s.release(b) {
+                r.reopens += 1;
+                r.reasons.push(format!("release: {e}"));
+                continue 'attempts;
+            }
+            // The consumer is ready for its next batch once it has released
+            // a delivered one; replayed batches do not count as delivered.
+            if delivered {
+                ready_at = Instant::now();
+            }
+            if end {
+                break 'attempts;
+            }
+        }
+    }
+    r.lost += plan
+        .iter()
+        .skip(consumed)
+        .map(|b| b.len() as u64)
+        .sum::<u64>();
+    r
+}
+
+/// The node role's main loop; returns when told `quit` or stdin closes.
+pub fn run(a: NodeArgs) -> Result<(), String> {
+    let proxy = match &a.proxy {
+        Some((listen, up, corrupt)) => Some(
+            CorruptingProxy::start(*listen, *up, corrupt.clone())
+                .map_err(|e| format!("corrupting proxy on {listen}: {e}"))?,
+        ),
+        None => None,
+    };
+    if let Some(p) = a.probe {
+        std::net::TcpStream::connect_timeout(&p, Duration::from_secs(5)).map_err(|e| {
+            format!("cannot reach {p} from this namespace ({e}): does the bridge forward?")
+        })?;
+    }
+    println!("ready");
+    let stdin = std::io::stdin();
+    for line in stdin.lock().lines() {
+        let line = line.map_err(|e| format!("stdin: {e}"))?;
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next()) {
+            (Some("epoch"), Some(e)) => {
+                let epoch: u32 = e.parse().map_err(|_| format!("bad epoch {e:?}"))?;
+                run_epoch(&a, epoch);
+            }
+            (Some("scrape"), _) => {
+                let m = scrape_words(a.metrics).unwrap_or_default();
+                println!("scraped up={}{m}", u8::from(!m.is_empty()));
+            }
+            (Some("quit"), _) => break,
+            _ => return Err(format!("unknown command {line:?}")),
+        }
+    }
+    let (blocks, corrupted) = proxy
+        .as_ref()
+        .map_or((0, 0), |p| (p.blocks(), p.corrupted()));
+    println!("final blocks={blocks} corrupted={corrupted}");
+    Ok(())
+}
+
+/// Runs one epoch on every rank of the node, ticking meanwhile, and
+/// reports it.
+fn run_epoch(a: &NodeArgs, epoch: u32) {
+    let progress = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let t0 = Instant::now();
+    let ticker = {
+        let (progress, stop, metrics) = (Arc::clone(&progress), Arc::clone(&stop), a.metrics);
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let m = scrape_words(metrics).unwrap_or_default();
+                println!(
+                    "tick batches={} up={}{m}",
+                    progress.load(Ordering::Relaxed),
+                    u8::from(!m.is_empty())
+                );
+                let next = Instant::now() + TICK;
+                while !stop.load(Ordering::Relaxed) && Instant::now() < next {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        })
+    };
+    let results: Vec<RankEpoch> = std::thread::scope(|sc| {
+        let hs: Vec<_> = a
+            .ranks
+            .iter()
+            .map(|&rank| {
+                let p = Arc::clone(&progress);
+                sc.spawn(move || run_rank(a, rank, epoch, &p))
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| RankEpoch {
+                    error: Some("rank thread panicked".into()),
+                    ..RankEpoch::default()
+                })
+            })
+            .collect()
+    });
+    let secs = t0.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let _ = ticker.join();
+    let sum = |f: fn(&RankEpoch) -> u64| results.iter().map(f).sum::<u64>();
+    let waits: Vec<String> = results
+        .iter()
+        .flat_map(|r| r.waits_us.iter().map(u64::to_string))
+        .collect();
+    let errors: Vec<String> = results
+        .iter()
+        .filter_map(|r| r.error.as_ref().map(|e| e.replace(' ', "_")))
+        .collect();
+    let reasons: Vec<String> = results
+        .iter()
+        .flat_map(|r| r.reasons.iter().map(|e| e.replace([' ', '|'], "_")))
+        .collect();
+    println!(
+        "done epoch={epoch} secs={secs:.4} samples={} bytes={} lost={} dup={} bad={} replayed={} \
+         reopens={} waits={} errors={} reasons={}",
+        sum(|r| r.samples),
+        sum(|r| r.bytes),
+        sum(|r| r.lost),
+        sum(|r| r.duplicated),
+        sum(|r| r.bad),
+        sum(|r| r.replayed),
+        sum(|r| r.reopens),
+        if waits.is_empty() {
+            "-".into()
+        } else {
+            waits.join(",")
+        },
+        if errors.is_empty() {
+            "-".into()
+        } else {
+            errors.join("|")
+        },
+        if reasons.is_empty() {
+            "-".into()
+        } else {
+            reasons.join("|")
+        },
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multiset_difference_counts_missing_and_extra() {
+        assert_eq!(diff(&[1, 2, 3], &[3, 2, 1]), (0, 0));
+        assert_eq!(diff(&[1, 1, 3], &[1, 2, 3]), (1, 1));
+        assert_eq!(diff(&[], &[4, 5]), (2, 0));
+        assert_eq!(diff(&[7], &[]), (0, 1));
+    }
+
+    #[test]
+    fn lines_parse_into_verb_and_pairs() {
+        let (v, kv) = parse_line("done epoch=2 secs=1.5 errors=-");
+        assert_eq!(v, "done");
+        assert_eq!(kv["epoch"], "2");
+        assert_eq!(kv["errors"], "-");
+    }
+}
