@@ -293,7 +293,7 @@ fn share_len(params: &PlanParams) -> u64 {
 /// # Errors
 ///
 /// Any error of [`PlanParams::validate`].
-pub(crate) fn batches_per_epoch(params: &PlanParams) -> Result<u64, PlanError> {
+pub fn batches_per_epoch(params: &PlanParams) -> Result<u64, PlanError> {
     params.validate()?;
     Ok(batch_count(params))
 }

