@@ -16,21 +16,23 @@
 
 mod common;
 mod common_s3;
+#[allow(dead_code)] // the benchmark uses all of it, this suite part
+#[path = "../../bench/src/corrupt_proxy.rs"]
+mod corrupt_proxy;
 
 use common::{verify, watchdog};
 use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
 use common_s3::{synth, Seaweed, BUCKET};
+use corrupt_proxy::{Corrupt, CorruptingProxy};
 use granary::{Client, ErrorCode, SessionOptions};
 use granary_agent::metrics::{parse_text, scrape};
-use granary_peer::frame::{Decoded, Decoder, Frame};
 use granary_tools::ingest::{self, IngestOptions};
 use granary_tools::synth::SynthSpec;
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const FILES: u64 = 480;
@@ -150,141 +152,6 @@ struct Cluster {
     agents: Vec<Agent>,
 }
 
-/// What the proxies in front of the peer listeners do to the bytes a node
-/// sends: flip the first payload byte of its blocks, or hold each chunk
-/// back for a while.
-#[derive(Clone, Debug)]
-enum Fault {
-    Corrupt(String),
-    Slow(String, Duration),
-    /// Forward the node's first block only up to its first payload byte,
-    /// then cut the connection (both ways).
-    Cut(String),
-}
-
-/// A TCP proxy in front of one agent's peer listener that decodes the peer
-/// frames going both ways and flips the first payload byte of every block
-/// sent by node `corrupt` (`None`: forwards untouched). Counts the blocks it
-/// corrupted.
-struct CorruptingProxy {
-    addr: SocketAddr,
-    corrupted: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-}
-
-impl CorruptingProxy {
-    fn start(ip: &str, upstream: SocketAddr, fault: Fault) -> CorruptingProxy {
-        let listener = TcpListener::bind(format!("{ip}:0")).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let corrupted = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (count, halt) = (Arc::clone(&corrupted), Arc::clone(&stop));
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                if halt.load(Ordering::Relaxed) {
-                    return;
-                }
-                let Ok(client) = client else { continue };
-                let Ok(server) = TcpStream::connect(upstream) else {
-                    continue;
-                };
-                for (from, to) in [
-                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
-                    (server, client),
-                ] {
-                    let (count, fault) = (Arc::clone(&count), fault.clone());
-                    std::thread::spawn(move || pump(from, to, &fault, &count));
-                }
-            }
-        });
-        CorruptingProxy {
-            addr,
-            corrupted,
-            stop,
-        }
-    }
-}
-
-impl Drop for CorruptingProxy {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        let _ = TcpStream::connect(self.addr);
-    }
-}
-
-/// Copies one direction, flipping the first payload byte of every block
-/// when the sender (named by its hello) is `corrupt`.
-fn pump(mut from: TcpStream, mut to: TcpStream, fault: &Fault, count: &AtomicU64) {
-    let corrupt = match fault {
-        Fault::Corrupt(n) => Some(n.clone()),
-        Fault::Slow(..) | Fault::Cut(_) => None,
-    };
-    let cut = match fault {
-        Fault::Cut(n) => Some(n.clone()),
-        _ => None,
-    };
-    let mut cut_at: Option<u64> = None;
-    let mut dec = Decoder::new();
-    let mut sender = String::new();
-    // Stream offsets: of the next byte read, and of payload bytes to flip.
-    let mut fed = 0u64;
-    let mut flips: Vec<u64> = Vec::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = match from.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        let chunk = &mut buf[..n];
-        dec.feed(chunk);
-        let end = fed + n as u64;
-        while let Ok(Some(item)) = dec.next_item() {
-            if let Decoded::Frame(f) = item {
-                match f {
-                    Frame::Hello(h) => sender = h.node_id,
-                    Frame::Data(h) if h.length > 0 && corrupt.as_deref() == Some(&sender) => {
-                        flips.push(end - dec.buffered() as u64);
-                        count.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Frame::Data(h)
-                        if h.length > 1 && cut.as_deref() == Some(&sender) && cut_at.is_none() =>
-                    {
-                        cut_at = Some(end - dec.buffered() as u64 + 1);
-                        count.fetch_add(1, Ordering::Relaxed);
-                    }
-                    _ => {}
-                }
-            }
-        }
-        flips.retain(|&at| {
-            if (fed..end).contains(&at) {
-                chunk[(at - fed) as usize] ^= 0x5a;
-                false
-            } else {
-                at >= end
-            }
-        });
-        if let Some(at) = cut_at.filter(|&at| at <= end) {
-            // The header and one payload byte go through; then nothing.
-            let keep = at.saturating_sub(fed) as usize;
-            let _ = to.write_all(&chunk[..keep]);
-            let _ = to.shutdown(Shutdown::Both);
-            let _ = from.shutdown(Shutdown::Both);
-            return;
-        }
-        fed = end;
-        if let Fault::Slow(node, d) = fault {
-            if *node == sender {
-                std::thread::sleep(*d);
-            }
-        }
-        if to.write_all(chunk).is_err() {
-            break;
-        }
-    }
-    let _ = to.shutdown(Shutdown::Write);
-}
-
 /// Writes the configuration of every agent (`secret_of(node)` gives each
 /// its job secret) and starts them.
 fn cluster(name: &str, secret_of: impl Fn(usize) -> String) -> Cluster {
@@ -296,7 +163,7 @@ fn cluster(name: &str, secret_of: impl Fn(usize) -> String) -> Cluster {
 fn cluster_with(
     name: &str,
     secret_of: impl Fn(usize) -> String,
-    fault: Option<Fault>,
+    fault: Option<Corrupt>,
     hedge_after_ms: u64,
 ) -> Cluster {
     let weed = Seaweed::start();
@@ -319,8 +186,9 @@ fn cluster_with(
         Some(bad) => listen
             .iter()
             .map(|&up| {
-                let p = CorruptingProxy::start("127.0.0.5", up, bad.clone());
-                let a = p.addr;
+                let p = CorruptingProxy::start("127.0.0.5:0".parse().unwrap(), up, bad.clone())
+                    .unwrap();
+                let a = p.addr();
                 proxies.push(p);
                 a
             })
@@ -596,15 +464,11 @@ fn corrupted_blocks_are_detected_and_read_from_the_store() {
     let mut c = cluster_with(
         "job4",
         |_| SECRET.to_string(),
-        Some(Fault::Corrupt("n1".into())),
+        Some(Corrupt::From("n1".into())),
         20_000,
     );
     run_epoch(&mut c, 0, |_| {});
-    let corrupted: u64 = c
-        .proxies
-        .iter()
-        .map(|p| p.corrupted.load(Ordering::Relaxed))
-        .sum();
+    let corrupted: u64 = c.proxies.iter().map(CorruptingProxy::corrupted).sum();
     let crc_failures = sum(&c, "granary_peer_crc_failures_total", "");
     let failed = sum(&c, "granary_peer_gets_failed_total", "reason=\"corrupt\"");
     eprintln!("blocks corrupted {corrupted}, CRC failures {crc_failures}");
@@ -630,7 +494,7 @@ fn a_slow_peer_is_hedged_by_the_store() {
     let mut c = cluster_with(
         "job5",
         |_| SECRET.to_string(),
-        Some(Fault::Slow("n1".into(), Duration::from_millis(1500))),
+        Some(Corrupt::SlowFrom("n1".into(), Duration::from_millis(1500))),
         300,
     );
     run_epoch(&mut c, 0, |_| {});
@@ -660,15 +524,11 @@ fn a_connection_cut_in_the_middle_of_a_block_fails_over_to_the_store() {
     let mut c = cluster_with(
         "job6",
         |_| SECRET.to_string(),
-        Some(Fault::Cut("n1".into())),
+        Some(Corrupt::CutFrom("n1".into())),
         20_000,
     );
     run_epoch(&mut c, 0, |_| {});
-    let cuts: u64 = c
-        .proxies
-        .iter()
-        .map(|p| p.corrupted.load(Ordering::Relaxed))
-        .sum();
+    let cuts: u64 = c.proxies.iter().map(CorruptingProxy::corrupted).sum();
     let lost = sum(
         &c,
         "granary_peer_gets_failed_total",

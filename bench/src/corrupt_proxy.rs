@@ -1,7 +1,8 @@
 //! A TCP proxy in front of one agent's peer listener that decodes the peer
 //! frames going both ways (`granary_peer::frame::Decoder`) and flips the
 //! first payload byte of chosen data blocks, so the receiving agent's block
-//! CRC must catch them. Which blocks: [`Corrupt`].
+//! CRC must catch them; or holds back, or cuts, what one node sends. What
+//! it does: [`Corrupt`].
 //!
 //! One thread per direction per connection; the proxy forwards bytes as
 //! they come and never holds a whole block. Counts the blocks it forwarded
@@ -28,6 +29,12 @@ pub enum Corrupt {
         /// The 0-based number of the first corrupted block.
         first: u64,
     },
+    /// Every chunk the node with this id sends waits this long.
+    SlowFrom(String, std::time::Duration),
+    /// The node's first block on each connection goes through up to its
+    /// first payload byte; then the connection is cut both ways (counted as
+    /// corrupted).
+    CutFrom(String),
 }
 
 /// Counters shared by a proxy's threads.
@@ -110,7 +117,7 @@ impl Drop for CorruptingProxy {
 /// Whether the block about to be counted as number `n` is corrupted.
 fn chosen(corrupt: &Corrupt, sender: &str, n: u64) -> bool {
     match corrupt {
-        Corrupt::Nothing => false,
+        Corrupt::Nothing | Corrupt::SlowFrom(..) | Corrupt::CutFrom(_) => false,
         Corrupt::From(id) => id == sender,
         Corrupt::Every { every, first } => {
             n >= *first && (n - first).is_multiple_of((*every).max(1))
@@ -126,6 +133,7 @@ fn pump(mut from: TcpStream, mut to: TcpStream, corrupt: &Corrupt, counts: &Coun
     // Stream offsets: of the next byte read, and of payload bytes to flip.
     let mut fed = 0u64;
     let mut flips: Vec<u64> = Vec::new();
+    let mut cut_at: Option<u64> = None;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match from.read(&mut buf) {
@@ -145,6 +153,11 @@ fn pump(mut from: TcpStream, mut to: TcpStream, corrupt: &Corrupt, counts: &Coun
                             flips.push(end - dec.buffered() as u64);
                             counts.corrupted.fetch_add(1, Ordering::Relaxed);
                         }
+                        let cut = matches!(corrupt, Corrupt::CutFrom(id) if *id == sender);
+                        if cut && h.length > 1 && cut_at.is_none() {
+                            cut_at = Some(end - dec.buffered() as u64 + 1);
+                            counts.corrupted.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                     _ => {}
                 }
@@ -158,7 +171,19 @@ fn pump(mut from: TcpStream, mut to: TcpStream, corrupt: &Corrupt, counts: &Coun
                 at >= end
             }
         });
+        if let Some(at) = cut_at.filter(|&at| at <= end) {
+            // The header and one payload byte go through; then nothing.
+            let _ = to.write_all(&chunk[..at.saturating_sub(fed) as usize]);
+            let _ = to.shutdown(Shutdown::Both);
+            let _ = from.shutdown(Shutdown::Both);
+            return;
+        }
         fed = end;
+        if let Corrupt::SlowFrom(id, d) = corrupt {
+            if *id == sender {
+                std::thread::sleep(*d);
+            }
+        }
         if to.write_all(chunk).is_err() {
             break;
         }
