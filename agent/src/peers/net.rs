@@ -937,10 +937,10 @@ fn finish(ctx: &ConnCtx, dialed: Option<usize>, why: &str, landing: Option<Landi
         });
     }
     let member = {
+        // The connection is closed (run_conn closed it before stopping the
+        // writer); what it still owed fails here.
         let mut st = ctx.st();
-        st.conn.close(GoodbyeReason::Normal);
-        for (request, g) in st.expects.drain() {
-            drop(g);
+        for (request, _) in st.expects.drain() {
             out.push(Event::Failed {
                 request,
                 why: GetFailure::Lost(why.to_string()),
