@@ -1254,6 +1254,56 @@ impl Cache {
         }
     }
 
+    /// Frees the kept samples (ready, unpinned) that `still_kept` no longer
+    /// wants: after the job's membership view changed, this agent's
+    /// keep-set is another. Returns how many were freed and how many kept
+    /// samples it could not free yet (pinned or in flight), whatever
+    /// `still_kept` says of them.
+    pub(crate) fn release_kept(
+        &mut self,
+        mut still_kept: impl FnMut(SampleKey) -> bool,
+    ) -> (usize, usize) {
+        let mut free = Vec::new();
+        let mut busy = 0;
+        for (&key, e) in &self.entries {
+            match *e {
+                Entry::Ready {
+                    extent,
+                    pins: 0,
+                    residency: Residency::Kept,
+                    ..
+                } => {
+                    if !still_kept(key) {
+                        free.push((key, extent));
+                    }
+                }
+                Entry::Ready {
+                    residency: Residency::Kept,
+                    ..
+                }
+                | Entry::InFlight {
+                    residency: Residency::Kept,
+                    ..
+                } => {
+                    if !still_kept(key) {
+                        busy += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut freed = 0;
+        for (key, extent) in free {
+            if self.areas.free(extent).is_ok() {
+                self.entries.remove(&key);
+                self.acct.cached -= extent.len;
+                self.acct.kept -= extent.len;
+                freed += 1;
+            }
+        }
+        (freed, busy)
+    }
+
     /// Drops `key` from the cache: a Failed record without pins, or a
     /// cached (retained, Ready, unpinned) sample, e.g. when its dataset
     /// changed.
@@ -1580,6 +1630,18 @@ mod tests {
         c.unpin(k(0)).unwrap();
         assert!(!c.policy().contains(k(0)));
         c.check_invariants().unwrap();
+        // A new view keeps only k(1): k(0) is freed, its room reusable; a
+        // pinned kept sample the view drops waits.
+        c.pin(k(1)).unwrap();
+        assert_eq!(c.release_kept(|key| key == k(1)), (1, 0));
+        assert!(matches!(c.lookup(k(0)), Lookup::Absent));
+        assert_eq!(c.release_kept(|_| false), (0, 1));
+        assert!(matches!(c.lookup(k(1)), Lookup::Ready(_)));
+        c.unpin(k(1)).unwrap();
+        assert_eq!(c.release_kept(|_| false), (1, 0));
+        assert_eq!(c.accounting().kept, 0);
+        c.check_invariants().unwrap();
+        assert!(c.reserve_kept(k(3), 100).is_ok());
         // The reserves cannot exceed the arena.
         let mut bad = config(1024, 512, PolicyKind::Lru);
         bad.keep_reserve = 513;

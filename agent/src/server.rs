@@ -7,7 +7,7 @@
 
 use crate::config::SocketConfig;
 use crate::metrics::Metrics;
-use granary_shm::handshake::{ErrorReply, Message};
+use granary_shm::handshake::{ErrorReply, Message, ViewAssembler};
 use granary_shm::socket::{PeerCred, SeqPacket, SeqPacketListener, SocketError};
 use granary_shm::ErrorCode;
 use std::collections::HashMap;
@@ -31,6 +31,11 @@ pub(crate) enum ConnEvent {
     Open(ConnId, granary_shm::handshake::OpenSession),
     /// The loader closes one of its sessions.
     Close(ConnId, u64),
+    /// The loader asks who this agent is among its job's agents.
+    PeerQuery(ConnId),
+    /// The loader hands in its job's membership view (its canonical
+    /// encoding, reassembled from chunks).
+    JoinView(ConnId, Vec<u8>),
     /// The connection is gone (hang-up, or a protocol error was answered).
     Gone(ConnId),
 }
@@ -38,6 +43,8 @@ pub(crate) enum ConnEvent {
 struct Conn {
     sock: SeqPacket,
     cred: PeerCred,
+    /// A view being handed in, chunk by chunk.
+    view: ViewAssembler,
 }
 
 /// The listening socket and every live connection.
@@ -84,7 +91,7 @@ impl Server {
     pub fn poll(&mut self, metrics: &Metrics, out: &mut Vec<ConnEvent>) {
         self.accept(metrics, out);
         let mut gone = Vec::new();
-        for (&id, conn) in &self.conns {
+        for (&id, conn) in &mut self.conns {
             loop {
                 match conn.sock.recv_message() {
                     Ok((msg, fds)) => {
@@ -99,6 +106,14 @@ impl Server {
                             Message::CloseSession { session_id } => {
                                 out.push(ConnEvent::Close(id, session_id))
                             }
+                            Message::PeerQuery => out.push(ConnEvent::PeerQuery(id)),
+                            Message::ViewChunk(chunk) => match conn.view.push(chunk) {
+                                Ok(Some(view)) => out.push(ConnEvent::JoinView(id, view)),
+                                Ok(None) => {}
+                                Err(reply) => {
+                                    let _ = conn.sock.send_message(&Message::Error(reply), &[]);
+                                }
+                            },
                             other => {
                                 let _ = conn.sock.send_message(
                                     &Message::Error(ErrorReply {
@@ -183,7 +198,14 @@ impl Server {
             }
             let id = self.next_id;
             self.next_id += 1;
-            self.conns.insert(id, Conn { sock, cred });
+            self.conns.insert(
+                id,
+                Conn {
+                    sock,
+                    cred,
+                    view: ViewAssembler::default(),
+                },
+            );
             out.push(ConnEvent::Connected(id, cred));
         }
     }
@@ -220,5 +242,9 @@ fn kind_name(m: &Message) -> &'static str {
         Message::CloseSession { .. } => "CloseSession",
         Message::SessionClosed { .. } => "SessionClosed",
         Message::Error(_) => "Error",
+        Message::PeerQuery => "PeerQuery",
+        Message::PeerIdentity(_) => "PeerIdentity",
+        Message::ViewChunk(_) => "ViewChunk",
+        Message::ViewJoined(_) => "ViewJoined",
     }
 }

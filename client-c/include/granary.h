@@ -36,6 +36,11 @@
 #define GRANARY_BATCH_END_OF_STREAM 2
 
 /**
+ * Longest string field of `granary_peer_identity`, NUL included.
+ */
+#define GRANARY_NAME_MAX 256
+
+/**
  * Return codes of every `int` function: `GRANARY_OK` (0) or a negative
  * `GRANARY_E_*` value. `granary_strerror()` describes each one.
  */
@@ -185,6 +190,25 @@ typedef struct granary_session_options {
      * Release ring capacity: 0 for the agent's default, else a power of two.
      */
     uint32_t release_capacity;
+    /**
+     * The job's membership view to hand the agent first (bytes from
+     * `granary_view_encode()`), or NULL (default): the session uses the
+     * view the agent holds. Read during `granary_session_open()` only.
+     */
+    const uint8_t *view;
+    /**
+     * Length of `view` in bytes.
+     */
+    size_t view_len;
+    /**
+     * Non-zero: fail the open when the agent refuses `view` (default 0:
+     * open anyway; see `granary_session_view()`).
+     */
+    uint32_t view_required;
+    /**
+     * Zero.
+     */
+    uint32_t reserved;
 } granary_session_options;
 
 /**
@@ -260,6 +284,72 @@ typedef struct granary_sample {
      */
     uint32_t crc32c;
 } granary_sample;
+
+/**
+ * What `granary_peer_identity()` reports: who the agent is among its job's
+ * agents and the view it holds. Set `struct_size` first.
+ */
+typedef struct granary_peer_identity {
+    /**
+     * Set by the caller to `sizeof(granary_peer_identity)`.
+     */
+    uint32_t struct_size;
+    /**
+     * Where its membership comes from: 0 off, 1 static list, 2 Slurm,
+     * 3 views handed in at session open.
+     */
+    uint32_t membership;
+    /**
+     * Bytes of its arena kept for the job (its capacity in a view).
+     */
+    uint64_t capacity;
+    /**
+     * Epoch of the view it holds (0 without one).
+     */
+    uint64_t view_epoch;
+    /**
+     * Members of the view it holds (0 without one).
+     */
+    uint32_t members;
+    /**
+     * Zero.
+     */
+    uint32_t reserved;
+    /**
+     * Digest of the view it holds (zeros without one).
+     */
+    uint8_t view_digest[32];
+    /**
+     * Its node id, NUL-terminated (empty when peers are off).
+     */
+    char node_id[GRANARY_NAME_MAX];
+    /**
+     * `HOST:PORT` its peers reach it at, NUL-terminated.
+     */
+    char addr[GRANARY_NAME_MAX];
+    /**
+     * The job of the view it holds, NUL-terminated (empty without one).
+     */
+    char job_id[GRANARY_NAME_MAX];
+} granary_peer_identity;
+
+/**
+ * One agent of a job, for `granary_view_encode()`.
+ */
+typedef struct granary_view_member {
+    /**
+     * NUL-terminated node id (`granary_peer_identity.node_id`).
+     */
+    const char *id;
+    /**
+     * NUL-terminated `HOST:PORT` (`granary_peer_identity.addr`).
+     */
+    const char *addr;
+    /**
+     * Keep bytes (`granary_peer_identity.capacity`).
+     */
+    uint64_t capacity;
+} granary_view_member;
 
 #ifdef __cplusplus
 extern "C" {
@@ -525,6 +615,76 @@ int granary_batch_release(struct granary_session *session, struct granary_batch 
  * `session` is NULL or a live session handle, not used afterwards.
  */
 int granary_session_close(struct granary_session *session);
+
+/**
+ * Asks the agent who it is among its job's agents and stores the answer
+ * in `*out` (the caller sets `out->struct_size` first). Each rank of a job
+ * asks its own agent; the job gathers the answers and builds its view
+ * with `granary_view_encode()`. Waits up to `timeout_ms`
+ * (`GRANARY_WAIT_FOREVER`: no limit) on a connection of its own.
+ *
+ * Returns `GRANARY_OK`, `GRANARY_E_INVALID_ARGUMENT` (NULL, `struct_size`
+ * too small), `GRANARY_E_TIMEOUT`, `GRANARY_E_DISCONNECTED`,
+ * `GRANARY_E_PROTOCOL`.
+ *
+ * Thread safety: may be called concurrently on the same client.
+ *
+ * # Safety
+ * `client` is NULL or a live client handle; `out` is NULL or writable for
+ * `out->struct_size` bytes.
+ */
+int granary_peer_identity(const struct granary_client *client,
+                          struct granary_peer_identity *out,
+                          int timeout_ms);
+
+/**
+ * Encodes the membership view of job `job_id` at `epoch` (a relaunch uses
+ * a higher epoch) with the `count` agents of `members` (any order; the
+ * same agent listed more than once, as every rank of a node lists it,
+ * counts once) into `buf` (`cap` bytes), and stores the encoding's length
+ * in `*len`. With `buf` NULL or `cap` too small nothing is written but
+ * `*len`, and the call returns `GRANARY_E_NO_MEMORY`: call again with a
+ * buffer of `*len` bytes. Every rank that hands in the same members, job
+ * and epoch gets the same bytes.
+ *
+ * Returns `GRANARY_OK`, `GRANARY_E_NO_MEMORY` (see above),
+ * `GRANARY_E_INVALID_ARGUMENT` (NULL, an empty job id or member list, an
+ * agent listed with two addresses or capacities, names over 255 bytes).
+ *
+ * Thread safety: may be called from any thread.
+ *
+ * # Safety
+ * `job_id` is NULL or a NUL-terminated string; `members` is NULL or
+ * readable for `count` entries whose strings are NUL-terminated; `buf` is
+ * NULL or writable for `cap` bytes; `len` is NULL or writable.
+ */
+int granary_view_encode(const char *job_id,
+                        uint64_t epoch,
+                        const struct granary_view_member *members,
+                        size_t count,
+                        uint8_t *buf,
+                        size_t cap,
+                        size_t *len);
+
+/**
+ * What became of the view handed in with `options.view`: `GRANARY_OK`
+ * when the agent holds it (and stores its epoch in `*view_epoch` if not
+ * NULL; the session ends if a newer view of the job replaces it),
+ * `GRANARY_E_NOT_FOUND` when no view was handed in, or the agent's
+ * refusal (`GRANARY_E_INVALID_ARGUMENT`: stale, conflicting or not
+ * matching its configuration; `GRANARY_E_BUSY`: it serves another job;
+ * `GRANARY_E_PERMISSION`: a job it does not take), its reason in
+ * `granary_last_error_message()`. A refused view does not stop the
+ * session: its samples are the same, only where the bytes come from
+ * differs.
+ *
+ * Thread safety: like every call on a session, one thread at a time.
+ *
+ * # Safety
+ * `session` is NULL or a live session handle; `view_epoch` is NULL or
+ * writable.
+ */
+int granary_session_view(const struct granary_session *session, uint64_t *view_epoch);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -8,7 +8,9 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
+use granary_shm::handshake::{Message, PeerIdentity};
 use granary_shm::socket::SeqPacket;
 use granary_shm::ErrorCode;
 
@@ -39,6 +41,31 @@ impl Client {
     /// The agent's socket path.
     pub fn socket_path(&self) -> &Path {
         &self.path
+    }
+
+    /// Asks the agent who it is among its job's agents: its node id, the
+    /// address its peers reach it at, its keep bytes, and the view it
+    /// holds. Each rank of a job asks its own agent and the job gathers
+    /// the answers into a view ([`crate::encode_view`]). Uses a connection
+    /// of its own.
+    pub fn peer_identity(&self, timeout: Duration) -> Result<PeerIdentity> {
+        let conn = dial(&self.path)?;
+        conn.send_message(&Message::PeerQuery, &[])
+            .map_err(|e| Error::socket("asking the agent who it is", &e))?;
+        conn.set_read_timeout(Some(timeout))
+            .map_err(|e| Error::socket("setting the query timeout", &e))?;
+        match conn.recv_message() {
+            Ok((Message::PeerIdentity(p), _)) => Ok(p),
+            Ok((Message::Error(e), _)) => Err(Error::new(
+                e.code,
+                format!("the agent refused the query: {}", e.message),
+            )),
+            Ok((other, _)) => Err(Error::new(
+                ErrorCode::Protocol,
+                format!("expected a peer identity, the agent sent {other:?}"),
+            )),
+            Err(e) => Err(Error::recv("waiting for the agent's identity", &e)),
+        }
     }
 
     /// Opens a session. May be called from several threads at once.

@@ -39,6 +39,14 @@ pub struct SessionOptions {
     pub release_capacity: u32,
     /// How long to wait for the agent's answer to the open request.
     pub open_timeout: Duration,
+    /// The job's membership view to hand the agent before the session
+    /// opens (the canonical encoding, see [`crate::encode_view`]); `None`:
+    /// the session uses whatever view the agent holds.
+    pub view: Option<Vec<u8>>,
+    /// Fail the open when the agent refuses `view` (default: open anyway;
+    /// the samples are the same, only where the bytes come from differs;
+    /// [`crate::Session::view_status`] tells what happened).
+    pub view_required: bool,
 }
 
 impl SessionOptions {
@@ -58,6 +66,8 @@ impl SessionOptions {
             ready_capacity: 0,
             release_capacity: 0,
             open_timeout: DEFAULT_OPEN_TIMEOUT,
+            view: None,
+            view_required: false,
         }
     }
 

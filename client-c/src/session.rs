@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use granary_shm::arena::ArenaView;
-use granary_shm::handshake::{ErrorReply, Message};
+use granary_shm::handshake::{ErrorReply, Message, ViewChunk, ViewJoined, MAX_VIEW_BYTES};
 use granary_shm::layout::{state, BATCH_END_OF_STREAM};
 use granary_shm::ring::{Consumer, Producer};
 use granary_shm::segment::LoaderSegment;
@@ -113,6 +113,8 @@ pub struct Session {
     /// Sample-table buffers of released batches, for reuse.
     spare_tables: Vec<Vec<SampleEntry>>,
     closed: bool,
+    /// What the agent said of the view handed in, if one was.
+    view: Option<std::result::Result<ViewJoined, Error>>,
 }
 
 fn protocol(message: impl Into<String>) -> Error {
@@ -157,6 +159,42 @@ fn violation_name(code: u32) -> &'static str {
     }
 }
 
+/// Hands the agent the encoded view `view` on `conn` and waits for its
+/// answer.
+fn join_view(conn: &SeqPacket, view: &[u8], wait: Duration) -> Result<ViewJoined> {
+    if view.len() > MAX_VIEW_BYTES as usize {
+        return Err(Error::new(
+            ErrorCode::InvalidArgument,
+            format!(
+                "view: {} bytes, the limit is {MAX_VIEW_BYTES}",
+                view.len()
+            ),
+        ));
+    }
+    for chunk in ViewChunk::split(view) {
+        conn.send_message(&Message::ViewChunk(chunk), &[])
+            .map_err(|e| Error::socket("handing in the membership view", &e))?;
+    }
+    conn.set_read_timeout(Some(wait))
+        .map_err(|e| Error::socket("setting the handshake timeout", &e))?;
+    let (reply, _fds) =
+        recv_reply(conn).map_err(|e| Error::recv("waiting for the agent's view answer", &e))?;
+    match reply {
+        Message::ViewJoined(j) => Ok(j),
+        Message::Error(e) => Err(Error::new(
+            if e.code == ErrorCode::Ok {
+                ErrorCode::Protocol
+            } else {
+                e.code
+            },
+            format!("the agent refused the membership view: {}", e.message),
+        )),
+        other => Err(protocol(format!(
+            "expected a view answer, the agent sent {other:?}"
+        ))),
+    }
+}
+
 impl Session {
     /// Runs the handshake on `conn` and maps what the agent sent.
     pub(crate) fn open(conn: SeqPacket, options: &SessionOptions) -> Result<Session> {
@@ -170,6 +208,17 @@ impl Session {
                 "open_timeout: must be positive",
             ));
         }
+        let view = match &options.view {
+            None => None,
+            Some(v) => match join_view(&conn, v, options.open_timeout) {
+                Ok(joined) => Some(Ok(joined)),
+                Err(e) if options.view_required => return Err(e),
+                Err(e) if e.code() == ErrorCode::Disconnected || e.code() == ErrorCode::Timeout => {
+                    return Err(e)
+                }
+                Err(e) => Some(Err(e)),
+            },
+        };
         if let Err(e) = conn.send_message(&Message::OpenSession(request), &[]) {
             // An agent that refuses a connection (e.g. its uid) may answer
             // and close it before the request is even sent: prefer its words.
@@ -257,7 +306,17 @@ impl Session {
             pending: Vec::new(),
             spare_tables: Vec::new(),
             closed: false,
+            view,
         })
+    }
+
+    /// What became of the membership view handed in with
+    /// [`SessionOptions::view`]: `None` when none was, `Some(Ok(_))` when the
+    /// agent holds it (and ends this session if a newer view of the job
+    /// replaces it), `Some(Err(_))` when it refused it (the session reads
+    /// through whatever view the agent holds, or the store).
+    pub fn view_status(&self) -> Option<&std::result::Result<ViewJoined, Error>> {
+        self.view.as_ref()
     }
 
     /// What the agent said about the session.

@@ -183,8 +183,25 @@ fn struct_size_and_abi_version_are_checked() {
     let client = connect(&fx);
     let mut s = ptr::null_mut();
 
+    // A caller built against the header before the view fields (56 bytes):
+    // what lies past its struct is never read, so it opens without a view.
     let mut o = init_options(c"versions");
-    o.struct_size -= 8;
+    o.struct_size = 56;
+    o.view = 8usize as *const u8; // would crash if it were read
+    o.view_len = 1 << 20;
+    // SAFETY: live client, readable options, valid out pointer.
+    assert_eq!(unsafe { granary_session_open(client, &o, &mut s) }, 0);
+    assert!(!s.is_null());
+    let mut epoch = 0u64;
+    // SAFETY: a live session from the open above.
+    let rc = unsafe { granary_session_view(s, &mut epoch) };
+    assert_eq!(rc, GranaryStatus::GranaryENotFound as i32);
+    // SAFETY: closed once.
+    assert_eq!(unsafe { granary_session_close(s) }, 0);
+    s = ptr::null_mut();
+
+    let mut o = init_options(c"versions");
+    o.struct_size = 48;
     // SAFETY: live client, readable options, valid out pointer.
     let rc = unsafe { granary_session_open(client, &o, &mut s) };
     assert_eq!(rc, INVALID);

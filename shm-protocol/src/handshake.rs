@@ -13,7 +13,8 @@
 //! ```text
 //! offset 0  body_len  u32 LE   bytes after the header (≤ MAX_FRAME - 8)
 //! offset 4  kind      u16 LE   1 OpenSession, 2 SessionOpened, 3 CloseSession,
-//!                              4 SessionClosed, 5 Error
+//!                              4 SessionClosed, 5 Error, 6 PeerQuery,
+//!                              7 PeerIdentity, 8 ViewChunk, 9 ViewJoined
 //! offset 6  version   u16 LE   PROTOCOL_VERSION
 //! offset 8  body
 //! ```
@@ -23,6 +24,20 @@
 //! bytes, bools as one byte `0` or `1` (any other value is an error), error
 //! codes as the i32 LE of [`ErrorCode`]. A body must be consumed exactly;
 //! extra bytes are an error.
+//!
+//! Digests are 32 raw bytes; a [`ViewChunk`]'s bytes are a u16 LE length
+//! and that many bytes.
+//!
+//! # Membership views
+//!
+//! A loader may hand its agent the job's membership view before opening a
+//! session on the same connection (`docs/peers.md`): it asks the agent who
+//! it is ([`Message::PeerQuery`] → [`PeerIdentity`]), the job gathers every
+//! agent's identity, and each loader sends the canonical encoding of the
+//! resulting view (`granary_peer::view::View::encode`) in [`ViewChunk`]s of
+//! at most [`VIEW_CHUNK`] bytes, [`MAX_VIEW_BYTES`] in all. The agent answers
+//! the last chunk with [`ViewJoined`] or an [`ErrorReply`]; sessions opened
+//! on that connection afterwards belong to the view.
 //!
 //! On a `SOCK_SEQPACKET` socket one datagram carries exactly one frame
 //! ([`decode_frame`]); on a byte stream, [`Decoder`] reassembles frames.
@@ -57,6 +72,22 @@ const KIND_SESSION_OPENED: u16 = 2;
 const KIND_CLOSE_SESSION: u16 = 3;
 const KIND_SESSION_CLOSED: u16 = 4;
 const KIND_ERROR: u16 = 5;
+const KIND_PEER_QUERY: u16 = 6;
+const KIND_PEER_IDENTITY: u16 = 7;
+const KIND_VIEW_CHUNK: u16 = 8;
+const KIND_VIEW_JOINED: u16 = 9;
+const KIND_LAST: u16 = KIND_VIEW_JOINED;
+
+/// Largest encoded membership view a loader may hand in, in bytes (65,536
+/// members with ids and addresses of about 60 bytes each).
+pub const MAX_VIEW_BYTES: u32 = 8 << 20;
+
+/// Most view bytes one [`ViewChunk`] carries: the body holds the total
+/// (4), the offset (4) and the bytes' length (2).
+pub const VIEW_CHUNK: usize = MAX_BODY - 10;
+
+/// Bytes of a [`PeerIdentity`] body besides its three strings' bytes.
+const PEER_IDENTITY_FIXED: usize = 1 + 3 * 2 + 8 + 8 + 32 + 4;
 
 /// Bytes of an [`OpenSession`] body besides the dataset name and its length:
 /// seed (8), five u32 (20), drop_last (1), three u32 (12).
@@ -175,6 +206,160 @@ pub struct SessionOpened {
     pub fd_count: u8,
 }
 
+/// How an agent learns its job's membership (`peers.membership`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum MembershipMode {
+    /// Peers are off: the agent reads everything from the store.
+    Off = 0,
+    /// A static list in the agent's configuration.
+    Static = 1,
+    /// Slurm's variables.
+    Slurm = 2,
+    /// Views handed in by loaders at session open.
+    Session = 3,
+}
+
+impl MembershipMode {
+    fn from_u8(b: u8) -> Option<MembershipMode> {
+        Some(match b {
+            0 => MembershipMode::Off,
+            1 => MembershipMode::Static,
+            2 => MembershipMode::Slurm,
+            3 => MembershipMode::Session,
+            _ => return None,
+        })
+    }
+}
+
+/// The agent's answer to [`Message::PeerQuery`]: who it is among its job's
+/// agents, and the view it holds now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerIdentity {
+    /// Where this agent's membership comes from.
+    pub membership: MembershipMode,
+    /// Its stable node id (empty when peers are off).
+    pub node_id: String,
+    /// `HOST:PORT` other agents reach its peer listener at.
+    pub addr: String,
+    /// Bytes of its arena kept for the job (its capacity in a view).
+    pub capacity: u64,
+    /// The job of the view it holds; empty when it holds none.
+    pub job_id: String,
+    /// That view's epoch.
+    pub view_epoch: u64,
+    /// That view's digest (zeros when it holds none).
+    pub view_digest: [u8; 32],
+    /// That view's member count (0 when it holds none).
+    pub members: u32,
+}
+
+/// One piece of an encoded membership view (see the module documentation).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ViewChunk {
+    /// Length of the whole encoding, at most [`MAX_VIEW_BYTES`].
+    pub total: u32,
+    /// Where these bytes start in it; chunks come in order.
+    pub offset: u32,
+    /// At most [`VIEW_CHUNK`] bytes.
+    pub bytes: Vec<u8>,
+}
+
+impl ViewChunk {
+    /// Cuts an encoded view into the chunks that carry it.
+    pub fn split(view: &[u8]) -> Vec<ViewChunk> {
+        let total = u32::try_from(view.len()).unwrap_or(u32::MAX);
+        if view.is_empty() {
+            return vec![ViewChunk {
+                total,
+                offset: 0,
+                bytes: Vec::new(),
+            }];
+        }
+        view.chunks(VIEW_CHUNK)
+            .enumerate()
+            .map(|(i, c)| ViewChunk {
+                total,
+                offset: u32::try_from(i * VIEW_CHUNK).unwrap_or(u32::MAX),
+                bytes: c.to_vec(),
+            })
+            .collect()
+    }
+}
+
+/// Reassembles a view from its [`ViewChunk`]s, refusing anything but
+/// consecutive chunks of one announced total within [`MAX_VIEW_BYTES`].
+#[derive(Debug, Default)]
+pub struct ViewAssembler {
+    buf: Vec<u8>,
+    total: Option<u32>,
+}
+
+impl ViewAssembler {
+    /// Takes the next chunk: `Ok(Some(bytes))` once the view is complete,
+    /// `Ok(None)` while more chunks are due, an error (and a fresh start)
+    /// for a chunk that does not follow.
+    pub fn push(&mut self, c: ViewChunk) -> Result<Option<Vec<u8>>, ErrorReply> {
+        let bad = |message: String| ErrorReply {
+            code: ErrorCode::InvalidArgument,
+            message,
+        };
+        if c.total > MAX_VIEW_BYTES {
+            *self = ViewAssembler::default();
+            return Err(bad(format!(
+                "view: {} bytes, the limit is {MAX_VIEW_BYTES}",
+                c.total
+            )));
+        }
+        let expected_offset = self.buf.len() as u64;
+        if self.total.is_some_and(|t| t != c.total) || u64::from(c.offset) != expected_offset {
+            let e = bad(format!(
+                "view chunk at offset {} of {} bytes does not follow the {} bytes received of {}",
+                c.offset,
+                c.total,
+                expected_offset,
+                self.total.unwrap_or(c.total)
+            ));
+            *self = ViewAssembler::default();
+            return Err(e);
+        }
+        if u64::from(c.offset) + c.bytes.len() as u64 > u64::from(c.total) {
+            *self = ViewAssembler::default();
+            return Err(bad(format!(
+                "view chunk runs past the announced {} bytes",
+                c.total
+            )));
+        }
+        self.total = Some(c.total);
+        self.buf.extend_from_slice(&c.bytes);
+        if self.buf.len() as u64 == u64::from(c.total) {
+            let done = std::mem::take(&mut self.buf);
+            *self = ViewAssembler::default();
+            return Ok(Some(done));
+        }
+        Ok(None)
+    }
+
+    /// Bytes held for a view not yet complete.
+    pub fn pending(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+/// The agent's answer to the last [`ViewChunk`]: the view it holds now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ViewJoined {
+    /// The view's epoch.
+    pub view_epoch: u64,
+    /// The view's digest.
+    pub view_digest: [u8; 32],
+    /// Whether this view replaced the one the agent held (false: it held
+    /// this one already).
+    pub installed: bool,
+    /// Sessions of an older view of the same job that ended because of it.
+    pub sessions_ended: u32,
+}
+
 /// A typed refusal.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ErrorReply {
@@ -212,6 +397,14 @@ pub enum Message {
     },
     /// Either direction: a typed refusal.
     Error(ErrorReply),
+    /// Loader → agent: who are you among the job's agents?
+    PeerQuery,
+    /// Agent → loader: the answer to [`Message::PeerQuery`].
+    PeerIdentity(PeerIdentity),
+    /// Loader → agent: a piece of the job's membership view.
+    ViewChunk(ViewChunk),
+    /// Agent → loader: the view handed in is the agent's view now.
+    ViewJoined(ViewJoined),
 }
 
 impl Message {
@@ -222,6 +415,10 @@ impl Message {
             Message::CloseSession { .. } => KIND_CLOSE_SESSION,
             Message::SessionClosed { .. } => KIND_SESSION_CLOSED,
             Message::Error(_) => KIND_ERROR,
+            Message::PeerQuery => KIND_PEER_QUERY,
+            Message::PeerIdentity(_) => KIND_PEER_IDENTITY,
+            Message::ViewChunk(_) => KIND_VIEW_CHUNK,
+            Message::ViewJoined(_) => KIND_VIEW_JOINED,
         }
     }
 }
@@ -246,6 +443,8 @@ pub enum ProtocolError {
     BadErrorCode(i32),
     /// Bytes follow the end of the frame or of its body (how many).
     TrailingBytes(usize),
+    /// A peer identity carries an unknown membership mode.
+    BadMembership(u8),
 }
 
 impl ProtocolError {
@@ -279,6 +478,9 @@ impl fmt::Display for ProtocolError {
             ProtocolError::BadErrorCode(c) => write!(f, "unknown error code {c} in error reply"),
             ProtocolError::TrailingBytes(n) => {
                 write!(f, "{n} unexpected bytes after the handshake message")
+            }
+            ProtocolError::BadMembership(b) => {
+                write!(f, "unknown membership mode {b} in a peer identity")
             }
         }
     }
@@ -349,6 +551,33 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             out.extend_from_slice(&e.code.as_i32().to_le_bytes());
             put_str(out, &e.message, MAX_BODY - ERROR_FIXED);
         }
+        Message::PeerQuery => {}
+        Message::PeerIdentity(p) => {
+            // Each string gets a third of the room; real ids and addresses
+            // are far shorter (a view refuses names above 255 bytes).
+            let room = (MAX_BODY - PEER_IDENTITY_FIXED) / 3;
+            out.push(p.membership as u8);
+            put_str(out, &p.node_id, room);
+            put_str(out, &p.addr, room);
+            out.extend_from_slice(&p.capacity.to_le_bytes());
+            put_str(out, &p.job_id, room);
+            out.extend_from_slice(&p.view_epoch.to_le_bytes());
+            out.extend_from_slice(&p.view_digest);
+            out.extend_from_slice(&p.members.to_le_bytes());
+        }
+        Message::ViewChunk(c) => {
+            let n = c.bytes.len().min(VIEW_CHUNK);
+            out.extend_from_slice(&c.total.to_le_bytes());
+            out.extend_from_slice(&c.offset.to_le_bytes());
+            out.extend_from_slice(&(n as u16).to_le_bytes());
+            out.extend_from_slice(&c.bytes[..n]);
+        }
+        Message::ViewJoined(j) => {
+            out.extend_from_slice(&j.view_epoch.to_le_bytes());
+            out.extend_from_slice(&j.view_digest);
+            out.push(u8::from(j.installed));
+            out.extend_from_slice(&j.sessions_ended.to_le_bytes());
+        }
     }
     let body_len = u32::try_from(out.len() - start - HEADER_LEN).unwrap_or(u32::MAX);
     let header = &mut out[start..start + HEADER_LEN];
@@ -389,7 +618,7 @@ fn parse_header(bytes: &[u8]) -> Result<Option<Header>, ProtocolError> {
     if body > MAX_BODY {
         return Err(ProtocolError::TooLarge(body_len));
     }
-    if !(KIND_OPEN_SESSION..=KIND_ERROR).contains(&kind) {
+    if !(KIND_OPEN_SESSION..=KIND_LAST).contains(&kind) {
         return Err(ProtocolError::UnknownKind(kind));
     }
     Ok(Some(Header {
@@ -439,6 +668,16 @@ impl<'a> Reader<'a> {
             1 => Ok(true),
             b => Err(ProtocolError::BadBool(b)),
         }
+    }
+
+    fn bytes(&mut self) -> Result<Vec<u8>, ProtocolError> {
+        let len = usize::from(self.u16()?);
+        if self.rest.len() < len {
+            return Err(ProtocolError::Truncated);
+        }
+        let (bytes, tail) = self.rest.split_at(len);
+        self.rest = tail;
+        Ok(bytes.to_vec())
     }
 
     fn string(&mut self) -> Result<String, ProtocolError> {
@@ -501,6 +740,33 @@ fn decode_body(kind: u16, body: &[u8]) -> Result<Message, ProtocolError> {
                 message: r.string()?,
             })
         }
+        KIND_PEER_QUERY => Message::PeerQuery,
+        KIND_PEER_IDENTITY => {
+            let mode = r.u8()?;
+            let membership =
+                MembershipMode::from_u8(mode).ok_or(ProtocolError::BadMembership(mode))?;
+            Message::PeerIdentity(PeerIdentity {
+                membership,
+                node_id: r.string()?,
+                addr: r.string()?,
+                capacity: r.u64()?,
+                job_id: r.string()?,
+                view_epoch: r.u64()?,
+                view_digest: r.take()?,
+                members: r.u32()?,
+            })
+        }
+        KIND_VIEW_CHUNK => Message::ViewChunk(ViewChunk {
+            total: r.u32()?,
+            offset: r.u32()?,
+            bytes: r.bytes()?,
+        }),
+        KIND_VIEW_JOINED => Message::ViewJoined(ViewJoined {
+            view_epoch: r.u64()?,
+            view_digest: r.take()?,
+            installed: r.bool()?,
+            sessions_ended: r.u32()?,
+        }),
         other => return Err(ProtocolError::UnknownKind(other)),
     };
     r.finish()?;
@@ -780,9 +1046,9 @@ mod tests {
         let mut bad_kind = good.clone();
         bad_kind[4] = 0;
         assert_eq!(decode_frame(&bad_kind), Err(ProtocolError::UnknownKind(0)));
-        bad_kind[4] = 6;
-        assert_eq!(decode_frame(&bad_kind), Err(ProtocolError::UnknownKind(6)));
-        assert_eq!(ProtocolError::UnknownKind(6).code(), ErrorCode::Protocol);
+        bad_kind[4] = 10;
+        assert_eq!(decode_frame(&bad_kind), Err(ProtocolError::UnknownKind(10)));
+        assert_eq!(ProtocolError::UnknownKind(10).code(), ErrorCode::Protocol);
 
         let mut too_large = good.clone();
         too_large[0..4].copy_from_slice(&(MAX_BODY as u32 + 1).to_le_bytes());
@@ -935,7 +1201,123 @@ mod tests {
             any::<u64>().prop_map(|session_id| Message::SessionClosed { session_id }),
             (arb_error_code(), ".{0,200}")
                 .prop_map(|(code, message)| Message::Error(ErrorReply { code, message })),
+            Just(Message::PeerQuery),
+            (
+                0u8..4,
+                ".{0,40}",
+                ".{0,40}",
+                any::<u64>(),
+                ".{0,40}",
+                any::<u64>(),
+                any::<[u8; 32]>(),
+                any::<u32>()
+            )
+                .prop_map(
+                    |(m, node_id, addr, capacity, job_id, view_epoch, view_digest, members)| {
+                        Message::PeerIdentity(PeerIdentity {
+                            membership: MembershipMode::from_u8(m).unwrap(),
+                            node_id,
+                            addr,
+                            capacity,
+                            job_id,
+                            view_epoch,
+                            view_digest,
+                            members,
+                        })
+                    }
+                ),
+            (
+                any::<u32>(),
+                any::<u32>(),
+                proptest::collection::vec(any::<u8>(), 0..300)
+            )
+                .prop_map(|(total, offset, bytes)| Message::ViewChunk(ViewChunk {
+                    total,
+                    offset,
+                    bytes
+                })),
+            (any::<u64>(), any::<[u8; 32]>(), any::<bool>(), any::<u32>()).prop_map(
+                |(view_epoch, view_digest, installed, sessions_ended)| {
+                    Message::ViewJoined(ViewJoined {
+                        view_epoch,
+                        view_digest,
+                        installed,
+                        sessions_ended,
+                    })
+                }
+            ),
         ]
+    }
+
+    #[test]
+    fn a_view_travels_in_chunks_and_is_reassembled() {
+        let view: Vec<u8> = (0..3 * VIEW_CHUNK + 17).map(|i| (i * 7) as u8).collect();
+        let chunks = ViewChunk::split(&view);
+        assert_eq!(chunks.len(), 4);
+        let mut a = ViewAssembler::default();
+        for (i, c) in chunks.iter().enumerate() {
+            let frame = encode_to_vec(&Message::ViewChunk(c.clone()));
+            assert!(frame.len() <= MAX_FRAME);
+            let Ok(Message::ViewChunk(c)) = decode_frame(&frame) else {
+                panic!("chunk {i} did not round-trip");
+            };
+            let out = a.push(c).unwrap();
+            assert_eq!(out.is_some(), i == 3);
+            if let Some(v) = out {
+                assert_eq!(v, view);
+            }
+        }
+        assert_eq!(a.pending(), 0);
+    }
+
+    #[test]
+    fn out_of_order_oversized_and_overrunning_chunks_are_refused() {
+        let view = vec![1u8; 2 * VIEW_CHUNK];
+        let chunks = ViewChunk::split(&view);
+        let mut a = ViewAssembler::default();
+        // The second chunk first.
+        let e = a.push(chunks[1].clone()).unwrap_err();
+        assert!(e.message.contains("does not follow"), "{e}");
+        // A chunk announcing another total midway.
+        a.push(chunks[0].clone()).unwrap();
+        let mut other = chunks[1].clone();
+        other.total += 1;
+        assert!(a.push(other).is_err());
+        assert_eq!(a.pending(), 0, "a refused chunk starts over");
+        // Too large in all.
+        let huge = ViewChunk {
+            total: MAX_VIEW_BYTES + 1,
+            offset: 0,
+            bytes: vec![0; 10],
+        };
+        assert!(a.push(huge).unwrap_err().message.contains("limit"));
+        // Bytes past the announced total.
+        let over = ViewChunk {
+            total: 5,
+            offset: 0,
+            bytes: vec![0; 6],
+        };
+        assert!(a.push(over).unwrap_err().message.contains("past"));
+        // An empty view is one empty chunk, complete at once.
+        let empty = ViewChunk::split(&[]);
+        assert_eq!(empty.len(), 1);
+        assert_eq!(a.push(empty[0].clone()).unwrap(), Some(Vec::new()));
+    }
+
+    #[test]
+    fn an_unknown_membership_mode_is_refused() {
+        let mut frame = encode_to_vec(&Message::PeerIdentity(PeerIdentity {
+            membership: MembershipMode::Session,
+            node_id: "n".into(),
+            addr: "h:1".into(),
+            capacity: 1,
+            job_id: String::new(),
+            view_epoch: 0,
+            view_digest: [0; 32],
+            members: 0,
+        }));
+        frame[HEADER_LEN] = 9;
+        assert_eq!(decode_frame(&frame), Err(ProtocolError::BadMembership(9)));
     }
 
     proptest! {
@@ -979,7 +1361,7 @@ mod tests {
 
         #[test]
         fn plausible_garbage_never_panics(
-            kind in 0u16..8,
+            kind in 0u16..12,
             body in proptest::collection::vec(any::<u8>(), 0..120),
         ) {
             // A valid header over a random body reaches the field decoders.

@@ -17,6 +17,11 @@ pub enum Membership {
     /// Slurm's variables (`SLURM_JOB_ID`, `SLURM_JOB_NODELIST`,
     /// `SLURM_RESTART_COUNT`), every node listening on `peers.port`.
     Slurm,
+    /// Handed in by the job's loaders when they open sessions (in Python,
+    /// gathered through the job's `torch.distributed` process group); a
+    /// newer view of the same job replaces the old one and ends its
+    /// sessions.
+    Session,
 }
 
 /// One member of a static view.
@@ -37,10 +42,12 @@ pub struct MemberConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PeersConfig {
-    /// `peers.membership`: `"off"` (default), `"static"` or `"slurm"`.
+    /// `peers.membership`: `"off"` (default), `"static"`, `"slurm"` or
+    /// `"session"`.
     pub membership: Membership,
     /// `peers.job_id`: the job every member belongs to. Required with
-    /// `"static"`; `SLURM_JOB_ID` with `"slurm"`.
+    /// `"static"`; `SLURM_JOB_ID` with `"slurm"`; with `"session"`, if
+    /// set, the only job whose views are accepted.
     pub job_id: String,
     /// `peers.node_id`: this agent's id in the view. Default: the host
     /// name (`SLURMD_NODENAME` under Slurm).
@@ -48,9 +55,13 @@ pub struct PeersConfig {
     /// `peers.listen`: `IP:PORT` of the peer listener. Default: the port of
     /// this node's entry on all addresses (`0.0.0.0`).
     pub listen: String,
-    /// `peers.port`: the port every agent listens on with `"slurm"`.
-    /// Default 7170.
+    /// `peers.port`: the port every agent listens on with `"slurm"` and,
+    /// unless `peers.listen` says otherwise, `"session"`. Default 7170.
     pub port: u16,
+    /// `peers.advertise`: `HOST:PORT` other agents reach this one at, as
+    /// told to loaders that gather a view (`"session"`). Default: the
+    /// `peers.listen` address when it names an IP, else `NODE_ID:PORT`.
+    pub advertise: String,
     /// `peers.members`: the static view (`"static"`).
     pub members: Vec<MemberConfig>,
     /// `peers.secret`: the per-job secret peers authenticate each other
@@ -86,6 +97,7 @@ impl Default for PeersConfig {
             node_id: String::new(),
             listen: String::new(),
             port: 7170,
+            advertise: String::new(),
             members: Vec::new(),
             secret: None,
             secret_file: None,

@@ -115,8 +115,33 @@ impl Config {
                 ),
             );
         }
+        if !c.advertise.is_empty()
+            && c.advertise
+                .rsplit_once(':')
+                .and_then(|(_, port)| port.parse::<u16>().ok())
+                .is_none_or(|port| port == 0)
+        {
+            p.bad(
+                "peers.advertise",
+                format!("{:?} is not HOST:PORT", c.advertise),
+            );
+        }
         match c.membership {
             Membership::Off => {}
+            Membership::Session => {
+                if !c.members.is_empty() {
+                    p.bad("peers.members", "is only for membership = \"static\"");
+                }
+                if c.port == 0 && c.listen.is_empty() {
+                    p.bad("peers.port", "must be above 0");
+                }
+                if !c.job_id.is_empty() && bad_id(&c.job_id) {
+                    p.bad(
+                        "peers.job_id",
+                        format!("{:?} is not a job id (1 to 255 bytes, no spaces)", c.job_id),
+                    );
+                }
+            }
             Membership::Slurm => {
                 if !c.members.is_empty() {
                     p.bad("peers.members", "is only for membership = \"static\"");

@@ -25,13 +25,14 @@ mod peers;
 mod publish;
 mod release;
 mod request;
+mod view;
 #[cfg(test)]
 mod tests;
 
 pub use clock::{Clock, SystemClock};
 
 use crate::cache::{Cache, CacheConfig, Lookup, PolicyKind, SampleKey};
-use crate::config::Config;
+use crate::config::{Config, Membership};
 use crate::dataset::{Dataset, LoadEvent};
 use crate::extent::ExtentAllocator;
 use crate::metrics::Metrics;
@@ -128,9 +129,17 @@ pub struct Engine {
     completions: Vec<Completion>,
     last_turn: Instant,
     last_heartbeat: Instant,
-    /// The peer tier, when `[peers]` is on.
+    /// The peer tier, when `[peers]` is on and a view is known.
     peers: Option<crate::peers::PeerTier>,
     peer_events: Vec<crate::peers::net::Event>,
+    /// This agent's peer listener and the address it advertises, when
+    /// `[peers]` is on.
+    peer_endpoint: Option<crate::peers::Endpoint>,
+    /// The view each loader connection joined.
+    conn_views: std::collections::HashMap<ConnId, crate::peers::ViewTag>,
+    /// A view change left kept samples the new keep-set drops.
+    release_stale_kept: bool,
+    last_release: Instant,
 }
 
 /// Bytes of the arena set aside for sample tables.
@@ -266,16 +275,38 @@ impl Engine {
         cc.transient_reserve =
             transient_reserve(&cfg, &datasets, &cc).min(cc.arena_size - cc.keep_reserve);
         let cache = Cache::new(cc).map_err(|e| io::Error::other(format!("cache: {e}")))?;
-        let peers = if cfg.peers.enabled() {
-            Some(crate::peers::PeerTier::start(
-                &cfg,
-                cc.keep_reserve,
-                cc.align,
-                datasets.len(),
-            )?)
+        let configured_view = match cfg.peers.membership {
+            Membership::Off | Membership::Session => None,
+            Membership::Static | Membership::Slurm => Some(
+                crate::peers::view_from_config(
+                    &cfg.peers,
+                    cc.keep_reserve,
+                    &std::env::vars().collect(),
+                )
+                .map_err(|e| io::Error::other(format!("peers: {e}")))?,
+            ),
+        };
+        let peer_endpoint = if cfg.peers.enabled() {
+            Some(
+                crate::peers::endpoint(&cfg.peers, configured_view.as_ref())
+                    .map_err(|e| io::Error::other(format!("peers: {e}")))?,
+            )
         } else {
             None
         };
+        let peers = match configured_view {
+            Some(view) => Some(crate::peers::PeerTier::start(
+                &cfg,
+                view,
+                cc.keep_reserve,
+                cc.align,
+                datasets.len(),
+            )?),
+            None => None,
+        };
+        if let Some(v) = peers.as_ref().map(|t| t.view()) {
+            metrics.peers.view_epoch.set(v.epoch());
+        }
         let server = Server::bind(&cfg.socket)?;
         metrics.arena_size.set(size);
         let now = clock.now();
@@ -301,6 +332,10 @@ impl Engine {
             last_heartbeat: now,
             peers,
             peer_events: Vec::new(),
+            peer_endpoint,
+            conn_views: std::collections::HashMap::new(),
+            release_stale_kept: false,
+            last_release: now,
         })
     }
 
@@ -366,6 +401,7 @@ impl Engine {
         let mut progressed = self.poll_connections();
         progressed |= self.poll_datasets(now);
         self.peer_directories();
+        self.release_unkept();
         progressed |= self.poll_peers(now);
         self.heartbeat(now);
         let ids: Vec<u64> = self.sessions.keys().copied().collect();

@@ -64,7 +64,10 @@ impl Engine {
                     );
                 }
             }
+            ConnEvent::PeerQuery(conn) => self.peer_query(conn),
+            ConnEvent::JoinView(conn, view) => self.join_view(conn, &view),
             ConnEvent::Gone(conn) => {
+                self.conn_views.remove(&conn);
                 self.waiting_opens.retain(|(_, c, _)| *c != conn);
                 let mine: Vec<u64> = self
                     .sessions

@@ -181,7 +181,7 @@ impl Engine {
     }
 
     /// A request to a peer failed: the store is read into its extent.
-    fn read_store_instead(&mut self, g: &PeerGet) {
+    pub(super) fn read_store_instead(&mut self, g: &PeerGet) {
         let now = self.clock.now();
         self.start_read(Inflight {
             key: g.key,

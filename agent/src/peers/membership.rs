@@ -5,6 +5,7 @@ use crate::config::{Membership, PeersConfig};
 use granary_peer::view::{Member, View, ViewError};
 use std::collections::HashMap;
 use std::fmt;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 /// Why the view or the secret could not be had.
@@ -18,6 +19,8 @@ pub enum MembershipError {
     SecretFile(PathBuf, std::io::Error),
     /// No secret, or an empty one.
     NoSecret,
+    /// The view comes from loaders (`"session"`), not the configuration.
+    FromSessions,
 }
 
 impl fmt::Display for MembershipError {
@@ -29,6 +32,9 @@ impl fmt::Display for MembershipError {
                 write!(f, "peers.secret_file {}: {e}", p.display())
             }
             MembershipError::NoSecret => f.write_str("the job secret is missing or empty"),
+            MembershipError::FromSessions => {
+                f.write_str("peers.membership is \"session\": loaders hand in the view")
+            }
         }
     }
 }
@@ -55,6 +61,68 @@ pub(crate) fn node_id(cfg: &PeersConfig) -> String {
         .unwrap_or_default()
 }
 
+/// Where this agent's peer listener binds, and the address other agents
+/// reach it at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Endpoint {
+    pub node_id: String,
+    pub listen: SocketAddr,
+    pub advertise: String,
+}
+
+/// This agent's endpoint: with a view from the configuration, its entry
+/// there; with views handed in by loaders, `peers.listen` (else
+/// `0.0.0.0:peers.port`) and `peers.advertise` (else the listen address
+/// when it names an IP, else `NODE_ID:PORT`).
+pub(crate) fn endpoint(cfg: &PeersConfig, view: Option<&View>) -> Result<Endpoint, String> {
+    let node_id = node_id(cfg);
+    let listen_cfg = if cfg.listen.is_empty() {
+        None
+    } else {
+        Some(
+            cfg.listen
+                .parse::<SocketAddr>()
+                .map_err(|e| format!("peers.listen: {e}"))?,
+        )
+    };
+    let configured_view = cfg.membership != Membership::Session;
+    let (listen, advertise) = match view.filter(|_| configured_view) {
+        Some(v) => {
+            let me = v.index_of(&node_id).ok_or_else(|| {
+                format!("this node's id {node_id:?} is not in the view (set peers.node_id)")
+            })?;
+            let addr = v.members()[me].addr.clone();
+            let listen = match listen_cfg {
+                Some(l) => l,
+                None => {
+                    let port = addr
+                        .rsplit_once(':')
+                        .and_then(|(_, p)| p.parse::<u16>().ok())
+                        .ok_or_else(|| format!("bad address {addr:?}"))?;
+                    SocketAddr::from(([0, 0, 0, 0], port))
+                }
+            };
+            (listen, addr)
+        }
+        None => {
+            let listen = listen_cfg.unwrap_or(SocketAddr::from(([0, 0, 0, 0], cfg.port)));
+            let advertise = if !cfg.advertise.is_empty() {
+                cfg.advertise.clone()
+            } else if !listen.ip().is_unspecified() {
+                listen.to_string()
+            } else {
+                format!("{node_id}:{}", listen.port())
+            };
+            (listen, advertise)
+        }
+    };
+    Ok(Endpoint {
+        node_id,
+        listen,
+        advertise,
+    })
+}
+
 /// The view the configuration describes; `keep_bytes` is this agent's keep
 /// area, the default keep of every member; `env` holds Slurm's variables.
 pub fn view_from_config(
@@ -64,6 +132,7 @@ pub fn view_from_config(
 ) -> Result<View, MembershipError> {
     match cfg.membership {
         Membership::Off => Err(MembershipError::Off),
+        Membership::Session => Err(MembershipError::FromSessions),
         Membership::Static => View::new(
             cfg.job_id.clone(),
             0,
@@ -151,6 +220,41 @@ secret = "x""#);
         // Without the variables: a clear error.
         let e = view_from_config(&c.peers, 10, &HashMap::new()).unwrap_err();
         assert!(e.to_string().contains("SLURM_JOB_ID"), "{e}");
+    }
+
+    #[test]
+    fn endpoints_come_from_the_view_or_the_settings() {
+        let c = cfg(r#"membership = "static"
+job_id = "j1"
+node_id = "b"
+secret = "s"
+members = [{ id = "a", addr = "127.0.0.2:7170" }, { id = "b", addr = "127.0.0.3:7171" }]"#);
+        let v = view_from_config(&c.peers, 1, &HashMap::new()).unwrap();
+        let e = endpoint(&c.peers, Some(&v)).unwrap();
+        assert_eq!(e.listen, "0.0.0.0:7171".parse().unwrap());
+        assert_eq!(e.advertise, "127.0.0.3:7171");
+        let s = cfg(r#"membership = "session"
+node_id = "n7"
+port = 7300
+secret = "s""#);
+        let e = endpoint(&s.peers, None).unwrap();
+        assert_eq!(e.listen, "0.0.0.0:7300".parse().unwrap());
+        assert_eq!(e.advertise, "n7:7300");
+        let s = cfg(r#"membership = "session"
+listen = "127.0.0.4:7400"
+secret = "s""#);
+        assert_eq!(endpoint(&s.peers, None).unwrap().advertise, "127.0.0.4:7400");
+        let s = cfg(r#"membership = "session"
+advertise = "gpu7.example:7170"
+secret = "s""#);
+        assert_eq!(
+            endpoint(&s.peers, None).unwrap().advertise,
+            "gpu7.example:7170"
+        );
+        assert!(matches!(
+            view_from_config(&s.peers, 1, &HashMap::new()),
+            Err(MembershipError::FromSessions)
+        ));
     }
 
     #[test]

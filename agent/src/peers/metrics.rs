@@ -50,6 +50,14 @@ pub struct PeerMetrics {
     pub peer_up: Family<Labels, Gauge>,
     /// Round trips to each peer, from keepalives.
     pub rtt: Family<Labels, Histogram, fn() -> Histogram>,
+    /// Views handed in by loaders, by outcome: `installed` (it became the
+    /// agent's view), `joined` (it was the agent's view already),
+    /// `refused`.
+    pub views: Family<Labels, Counter>,
+    /// Sessions ended because a newer view of their job was installed.
+    pub sessions_ended_by_view: Counter,
+    /// The epoch of the view the agent holds (0 without one).
+    pub view_epoch: Gauge,
     /// Handles on the `tier` series, updated without locks.
     pub arena_samples: Counter,
     /// See `arena_samples`.
@@ -86,6 +94,9 @@ impl Default for PeerMetrics {
             served_misses: Family::default(),
             peer_up: Family::default(),
             rtt: Family::new_with_constructor(rtt_histogram),
+            views: Family::default(),
+            sessions_ended_by_view: Counter::default(),
+            view_epoch: Gauge::default(),
         }
     }
 }
@@ -108,6 +119,11 @@ impl PeerMetrics {
         self.served_misses
             .get_or_create(&label("reason", reason))
             .inc();
+    }
+
+    /// Counts a view handed in, by `outcome`.
+    pub fn view(&self, outcome: &str) {
+        self.views.get_or_create(&label("outcome", outcome)).inc();
     }
 
     /// Records whether the connection to `peer` is up.
@@ -178,6 +194,21 @@ impl PeerMetrics {
             "granary_peer_up",
             "1 while an authenticated connection to the peer is up.",
             self.peer_up.clone(),
+        );
+        registry.register(
+            "granary_peer_views",
+            "Membership views handed in by loaders, by outcome (installed, joined, refused).",
+            self.views.clone(),
+        );
+        registry.register(
+            "granary_peer_sessions_ended_by_view",
+            "Sessions ended because a newer view of their job was installed.",
+            self.sessions_ended_by_view.clone(),
+        );
+        registry.register(
+            "granary_peer_view_epoch",
+            "Epoch of the membership view this agent holds (0: none).",
+            self.view_epoch.clone(),
         );
         registry.register(
             "granary_peer_rtt_seconds",

@@ -22,6 +22,7 @@ mod membership;
 pub mod metrics;
 pub(crate) mod net;
 
+pub(crate) use membership::{endpoint, Endpoint};
 pub use membership::{load_secret, view_from_config, MembershipError};
 
 use crate::cache::SampleKey;
@@ -72,6 +73,23 @@ pub fn fingerprint(name: &str, src: &dyn SampleSource) -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// The view a loader's connection joined: sessions opened on it end when
+/// a newer view of the same job is installed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ViewTag {
+    pub job: String,
+    pub epoch: u64,
+}
+
+impl ViewTag {
+    pub(crate) fn of(v: &View) -> ViewTag {
+        ViewTag {
+            job: v.job_id().to_string(),
+            epoch: v.epoch(),
+        }
+    }
+}
+
 /// A dataset's place in the job: its fingerprint and directory.
 #[derive(Debug)]
 pub(crate) struct DatasetPeers {
@@ -119,39 +137,29 @@ pub struct PeerTier {
 }
 
 impl PeerTier {
-    /// Starts the tier from the configuration: the view, the job secret,
-    /// the listener. `keep_bytes` is the size of this agent's keep area and
-    /// `align` the cache's extent alignment (the directory sizes samples by
-    /// their extents).
-    pub fn start(
+    /// Starts the tier for `view`: the job secret, the listener.
+    /// `keep_bytes` is the size of this agent's keep area and `align` the
+    /// cache's extent alignment (the directory sizes samples by their
+    /// extents).
+    pub(crate) fn start(
         cfg: &Config,
+        view: View,
         keep_bytes: u64,
         align: u64,
         datasets: usize,
     ) -> io::Result<PeerTier> {
-        let view = view_from_config(&cfg.peers, keep_bytes, &std::env::vars().collect())
+        let ep = membership::endpoint(&cfg.peers, Some(&view))
             .map_err(|e| io::Error::other(format!("peers: {e}")))?;
-        let node_id = membership::node_id(&cfg.peers);
+        let node_id = ep.node_id.clone();
         let me = view.index_of(&node_id).ok_or_else(|| {
             io::Error::other(format!(
-                "peers: this node's id {node_id:?} is not in the view (set peers.node_id)"
+                "peers: this node's id {node_id:?} is not in the view of job {:?}",
+                view.job_id()
             ))
         })?;
         let secret =
             load_secret(&cfg.peers).map_err(|e| io::Error::other(format!("peers: {e}")))?;
-        let listen: SocketAddr = if cfg.peers.listen.is_empty() {
-            let addr = &view.members()[me].addr;
-            let port = addr
-                .rsplit_once(':')
-                .and_then(|(_, p)| p.parse::<u16>().ok())
-                .ok_or_else(|| io::Error::other(format!("peers: bad address {addr:?}")))?;
-            SocketAddr::from(([0, 0, 0, 0], port))
-        } else {
-            cfg.peers
-                .listen
-                .parse()
-                .map_err(|e| io::Error::other(format!("peers.listen: {e}")))?
-        };
+        let listen = ep.listen;
         let view = Arc::new(view);
         let p: &PeersConfig = &cfg.peers;
         let idle = Duration::from_millis(p.idle_timeout_ms);
@@ -179,6 +187,7 @@ impl PeerTier {
         tracing::info!(
             job = view.job_id(),
             node = %node_id,
+            epoch = view.epoch(),
             members = view.len(),
             listen = %net.local_addr(),
             keep_bytes,
@@ -272,6 +281,13 @@ impl PeerTier {
         } else {
             Route::Store
         }
+    }
+
+    /// Whether this agent keeps sample `sample` of dataset `ds` (owns it
+    /// and it is in its keep-set); false while the directory is unknown.
+    pub(crate) fn keeps_here(&self, ds: usize, sample: u64) -> bool {
+        matches!(self.datasets.get(ds), Some(Some(d))
+            if d.dir.owner(sample) == Some(self.me) && d.dir.is_kept(sample))
     }
 
     /// A fresh request id.

@@ -60,15 +60,25 @@ unsafe fn read_options(opts: *const GranarySessionOptions) -> Result<SessionOpti
     }
     // SAFETY: `struct_size` is the first field (offset 0) of every version
     // of the struct; the caller vouches the struct is readable.
-    let size = unsafe { opts.cast::<u32>().read_unaligned() };
-    let v1 = std::mem::size_of::<GranarySessionOptions>();
-    if (size as usize) < v1 {
+    let size = unsafe { opts.cast::<u32>().read_unaligned() } as usize;
+    if size < OPTIONS_V1_SIZE {
         return Err(invalid(format!(
-            "options.struct_size is {size}, at least {v1} is required (call granary_session_options_init)"
+            "options.struct_size is {size}, at least {OPTIONS_V1_SIZE} is required (call granary_session_options_init)"
         )));
     }
-    // SAFETY: the caller's struct is at least as large as ours (checked above).
-    let o = unsafe { opts.read_unaligned() };
+    // Fields past the caller's struct (an older header) keep their
+    // defaults.
+    let mut o = default_options();
+    let n = size.min(std::mem::size_of::<GranarySessionOptions>());
+    // SAFETY: the caller's struct is readable for `struct_size` ≥ n bytes;
+    // `o` is ours and n is at most its size; the two do not overlap.
+    unsafe {
+        ptr::copy_nonoverlapping(
+            opts.cast::<u8>(),
+            ptr::addr_of_mut!(o).cast::<u8>(),
+            n,
+        )
+    };
     if !(1..=GRANARY_ABI_VERSION).contains(&o.abi_version) {
         return Err(Error::new(
             ErrorCode::Version,
@@ -95,6 +105,20 @@ unsafe fn read_options(opts: *const GranarySessionOptions) -> Result<SessionOpti
     s.drop_last = o.drop_last != 0;
     s.ready_capacity = o.ready_capacity;
     s.release_capacity = o.release_capacity;
+    if !o.view.is_null() {
+        if o.view_len > granary_shm::handshake::MAX_VIEW_BYTES as usize {
+            return Err(invalid(format!(
+                "options.view_len is {}, the limit is {}",
+                o.view_len,
+                granary_shm::handshake::MAX_VIEW_BYTES
+            )));
+        }
+        // SAFETY: non-null, and the caller vouches for `view_len` readable
+        // bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(o.view, o.view_len) };
+        s.view = Some(bytes.to_vec());
+    }
+    s.view_required = o.view_required != 0;
     Ok(s)
 }
 
@@ -196,6 +220,27 @@ pub unsafe extern "C" fn granary_client_free(client: *mut GranaryClient) {
     })
 }
 
+fn default_options() -> GranarySessionOptions {
+    GranarySessionOptions {
+        struct_size: std::mem::size_of::<GranarySessionOptions>() as u32,
+        abi_version: GRANARY_ABI_VERSION,
+        dataset: ptr::null(),
+        seed: 0,
+        first_epoch: 0,
+        epoch_count: 1,
+        batch_size: DEFAULT_BATCH_SIZE,
+        rank: 0,
+        world_size: 1,
+        drop_last: 0,
+        ready_capacity: 0,
+        release_capacity: 0,
+        view: ptr::null(),
+        view_len: 0,
+        view_required: 0,
+        reserved: 0,
+    }
+}
+
 /// Fills `*opts` with the defaults (seed 0, epoch 0, one epoch, batches of
 /// 32, rank 0 of 1, keep partial batches, the agent's ring sizes, no
 /// dataset) and sets `struct_size` and `abi_version`.
@@ -212,20 +257,7 @@ pub unsafe extern "C" fn granary_session_options_init(opts: *mut GranarySessionO
         if opts.is_null() {
             return Err(null("options"));
         }
-        let defaults = GranarySessionOptions {
-            struct_size: std::mem::size_of::<GranarySessionOptions>() as u32,
-            abi_version: GRANARY_ABI_VERSION,
-            dataset: ptr::null(),
-            seed: 0,
-            first_epoch: 0,
-            epoch_count: 1,
-            batch_size: DEFAULT_BATCH_SIZE,
-            rank: 0,
-            world_size: 1,
-            drop_last: 0,
-            ready_capacity: 0,
-            release_capacity: 0,
-        };
+        let defaults = default_options();
         // SAFETY: non-null, and the caller vouches it is writable for the
         // struct's size.
         unsafe { opts.write_unaligned(defaults) };
@@ -660,4 +692,195 @@ mod tests {
         assert_eq!(timeout(0), Some(Duration::ZERO));
         assert_eq!(timeout(250), Some(Duration::from_millis(250)));
     }
+}
+
+/// Copies `s` into a NUL-terminated C array, cut at a character boundary.
+fn fill_name(dst: &mut [c_char; GRANARY_NAME_MAX], s: &str) {
+    let mut end = s.len().min(GRANARY_NAME_MAX - 1);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    for (d, &b) in dst.iter_mut().zip(&s.as_bytes()[..end]) {
+        *d = b as c_char;
+    }
+    dst[end] = 0;
+}
+
+/// Asks the agent who it is among its job's agents and stores the answer
+/// in `*out` (the caller sets `out->struct_size` first). Each rank of a job
+/// asks its own agent; the job gathers the answers and builds its view
+/// with `granary_view_encode()`. Waits up to `timeout_ms`
+/// (`GRANARY_WAIT_FOREVER`: no limit) on a connection of its own.
+///
+/// Returns `GRANARY_OK`, `GRANARY_E_INVALID_ARGUMENT` (NULL, `struct_size`
+/// too small), `GRANARY_E_TIMEOUT`, `GRANARY_E_DISCONNECTED`,
+/// `GRANARY_E_PROTOCOL`.
+///
+/// Thread safety: may be called concurrently on the same client.
+///
+/// # Safety
+/// `client` is NULL or a live client handle; `out` is NULL or writable for
+/// `out->struct_size` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn granary_peer_identity(
+    client: *const GranaryClient,
+    out: *mut GranaryPeerIdentity,
+    timeout_ms: c_int,
+) -> c_int {
+    call("granary_peer_identity", || {
+        // SAFETY: NULL or a live handle, per the caller.
+        let client = unsafe { client.as_ref() }.ok_or_else(|| null("client"))?;
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        // SAFETY: non-null and readable per the caller; `struct_size` is the
+        // first field.
+        let size = unsafe { out.cast::<u32>().cast_const().read_unaligned() } as usize;
+        let ours = std::mem::size_of::<GranaryPeerIdentity>();
+        if size < ours {
+            return Err(invalid(format!(
+                "identity.struct_size is {size}, at least {ours} is required"
+            )));
+        }
+        let wait = timeout(timeout_ms).unwrap_or(Duration::from_secs(u64::from(u32::MAX)));
+        let p = client.client.peer_identity(wait)?;
+        let mut id = GranaryPeerIdentity {
+            struct_size: ours as u32,
+            membership: p.membership as u32,
+            capacity: p.capacity,
+            view_epoch: p.view_epoch,
+            members: p.members,
+            reserved: 0,
+            view_digest: p.view_digest,
+            node_id: [0; GRANARY_NAME_MAX],
+            addr: [0; GRANARY_NAME_MAX],
+            job_id: [0; GRANARY_NAME_MAX],
+        };
+        fill_name(&mut id.node_id, &p.node_id);
+        fill_name(&mut id.addr, &p.addr);
+        fill_name(&mut id.job_id, &p.job_id);
+        // SAFETY: writable for at least our size (checked above).
+        unsafe { out.write_unaligned(id) };
+        Ok(0)
+    })
+}
+
+/// Encodes the membership view of job `job_id` at `epoch` (a relaunch uses
+/// a higher epoch) with the `count` agents of `members` (any order; the
+/// same agent listed more than once, as every rank of a node lists it,
+/// counts once) into `buf` (`cap` bytes), and stores the encoding's length
+/// in `*len`. With `buf` NULL or `cap` too small nothing is written but
+/// `*len`, and the call returns `GRANARY_E_NO_MEMORY`: call again with a
+/// buffer of `*len` bytes. Every rank that hands in the same members, job
+/// and epoch gets the same bytes.
+///
+/// Returns `GRANARY_OK`, `GRANARY_E_NO_MEMORY` (see above),
+/// `GRANARY_E_INVALID_ARGUMENT` (NULL, an empty job id or member list, an
+/// agent listed with two addresses or capacities, names over 255 bytes).
+///
+/// Thread safety: may be called from any thread.
+///
+/// # Safety
+/// `job_id` is NULL or a NUL-terminated string; `members` is NULL or
+/// readable for `count` entries whose strings are NUL-terminated; `buf` is
+/// NULL or writable for `cap` bytes; `len` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn granary_view_encode(
+    job_id: *const c_char,
+    epoch: u64,
+    members: *const GranaryViewMember,
+    count: usize,
+    buf: *mut u8,
+    cap: usize,
+    len: *mut usize,
+) -> c_int {
+    call("granary_view_encode", || {
+        if len.is_null() {
+            return Err(null("len"));
+        }
+        let text = |p: *const c_char, what: &str| -> Result<String> {
+            if p.is_null() {
+                return Err(null(what));
+            }
+            // SAFETY: non-null, and the caller vouches for a NUL-terminated
+            // string.
+            unsafe { CStr::from_ptr(p) }
+                .to_str()
+                .map(str::to_owned)
+                .map_err(|_| invalid(format!("{what} is not valid UTF-8")))
+        };
+        let job = text(job_id, "job_id")?;
+        if members.is_null() && count > 0 {
+            return Err(null("members"));
+        }
+        let ms: &[GranaryViewMember] = if count == 0 {
+            &[]
+        } else {
+            // SAFETY: non-null, and the caller vouches for `count` readable
+            // entries.
+            unsafe { std::slice::from_raw_parts(members, count) }
+        };
+        let mut list = Vec::with_capacity(ms.len());
+        for (i, m) in ms.iter().enumerate() {
+            list.push(crate::ViewMember {
+                id: text(m.id, &format!("members[{i}].id"))?,
+                addr: text(m.addr, &format!("members[{i}].addr"))?,
+                capacity: m.capacity,
+            });
+        }
+        let bytes = crate::encode_view(&job, epoch, &list)?;
+        // SAFETY: non-null, writable per the caller.
+        unsafe { len.write(bytes.len()) };
+        if buf.is_null() || cap < bytes.len() {
+            return Err(Error::new(
+                ErrorCode::NoMemory,
+                format!("the view needs {} bytes, the buffer has {cap}", bytes.len()),
+            ));
+        }
+        // SAFETY: `buf` is writable for `cap` ≥ bytes.len() bytes and does
+        // not overlap our vector.
+        unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), buf, bytes.len()) };
+        Ok(0)
+    })
+}
+
+/// What became of the view handed in with `options.view`: `GRANARY_OK`
+/// when the agent holds it (and stores its epoch in `*view_epoch` if not
+/// NULL; the session ends if a newer view of the job replaces it),
+/// `GRANARY_E_NOT_FOUND` when no view was handed in, or the agent's
+/// refusal (`GRANARY_E_INVALID_ARGUMENT`: stale, conflicting or not
+/// matching its configuration; `GRANARY_E_BUSY`: it serves another job;
+/// `GRANARY_E_PERMISSION`: a job it does not take), its reason in
+/// `granary_last_error_message()`. A refused view does not stop the
+/// session: its samples are the same, only where the bytes come from
+/// differs.
+///
+/// Thread safety: like every call on a session, one thread at a time.
+///
+/// # Safety
+/// `session` is NULL or a live session handle; `view_epoch` is NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn granary_session_view(
+    session: *const GranarySession,
+    view_epoch: *mut u64,
+) -> c_int {
+    call("granary_session_view", || {
+        // SAFETY: NULL or a live handle, per the caller.
+        let s = unsafe { session.as_ref() }.ok_or_else(|| null("session"))?;
+        match s.session.view_status() {
+            None => Err(Error::new(
+                ErrorCode::NotFound,
+                "no membership view was handed in with this session",
+            )),
+            Some(Err(e)) => Err(e.clone()),
+            Some(Ok(j)) => {
+                if !view_epoch.is_null() {
+                    // SAFETY: non-null, writable per the caller.
+                    unsafe { view_epoch.write(j.view_epoch) };
+                }
+                Ok(0)
+            }
+        }
+    })
 }

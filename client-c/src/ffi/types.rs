@@ -96,6 +96,64 @@ pub struct GranarySessionOptions {
     pub ready_capacity: u32,
     /// Release ring capacity: 0 for the agent's default, else a power of two.
     pub release_capacity: u32,
+    /// The job's membership view to hand the agent first (bytes from
+    /// `granary_view_encode()`), or NULL (default): the session uses the
+    /// view the agent holds. Read during `granary_session_open()` only.
+    pub view: *const u8,
+    /// Length of `view` in bytes.
+    pub view_len: usize,
+    /// Non-zero: fail the open when the agent refuses `view` (default 0:
+    /// open anyway; see `granary_session_view()`).
+    pub view_required: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+/// Size of `granary_session_options` before the view fields: callers built
+/// against that header still work (their sessions hand in no view).
+pub(crate) const OPTIONS_V1_SIZE: usize = 56;
+
+/// One agent of a job, for `granary_view_encode()`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct GranaryViewMember {
+    /// NUL-terminated node id (`granary_peer_identity.node_id`).
+    pub id: *const c_char,
+    /// NUL-terminated `HOST:PORT` (`granary_peer_identity.addr`).
+    pub addr: *const c_char,
+    /// Keep bytes (`granary_peer_identity.capacity`).
+    pub capacity: u64,
+}
+
+/// Longest string field of `granary_peer_identity`, NUL included.
+pub const GRANARY_NAME_MAX: usize = 256;
+
+/// What `granary_peer_identity()` reports: who the agent is among its job's
+/// agents and the view it holds. Set `struct_size` first.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct GranaryPeerIdentity {
+    /// Set by the caller to `sizeof(granary_peer_identity)`.
+    pub struct_size: u32,
+    /// Where its membership comes from: 0 off, 1 static list, 2 Slurm,
+    /// 3 views handed in at session open.
+    pub membership: u32,
+    /// Bytes of its arena kept for the job (its capacity in a view).
+    pub capacity: u64,
+    /// Epoch of the view it holds (0 without one).
+    pub view_epoch: u64,
+    /// Members of the view it holds (0 without one).
+    pub members: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// Digest of the view it holds (zeros without one).
+    pub view_digest: [u8; 32],
+    /// Its node id, NUL-terminated (empty when peers are off).
+    pub node_id: [c_char; GRANARY_NAME_MAX],
+    /// `HOST:PORT` its peers reach it at, NUL-terminated.
+    pub addr: [c_char; GRANARY_NAME_MAX],
+    /// The job of the view it holds, NUL-terminated (empty without one).
+    pub job_id: [c_char; GRANARY_NAME_MAX],
 }
 
 /// What `granary_session_get_info()` reports. Set `struct_size` to
@@ -173,7 +231,16 @@ const _: () = {
     assert!(offset_of!(GranarySessionOptions, dataset) == 8);
     assert!(offset_of!(GranarySessionOptions, seed) == 16);
     assert!(offset_of!(GranarySessionOptions, release_capacity) == 52);
-    assert!(size_of::<GranarySessionOptions>() == 56);
+    assert!(offset_of!(GranarySessionOptions, view) == OPTIONS_V1_SIZE);
+    assert!(offset_of!(GranarySessionOptions, view_len) == 64);
+    assert!(offset_of!(GranarySessionOptions, view_required) == 72);
+    assert!(size_of::<GranarySessionOptions>() == 80);
+    assert!(offset_of!(GranaryViewMember, capacity) == 16);
+    assert!(size_of::<GranaryViewMember>() == 24);
+    assert!(offset_of!(GranaryPeerIdentity, view_digest) == 32);
+    assert!(offset_of!(GranaryPeerIdentity, node_id) == 64);
+    assert!(offset_of!(GranaryPeerIdentity, job_id) == 64 + 2 * GRANARY_NAME_MAX);
+    assert!(size_of::<GranaryPeerIdentity>() == 64 + 3 * GRANARY_NAME_MAX);
     assert!(offset_of!(GranarySessionInfo, struct_size) == 0);
     assert!(offset_of!(GranarySessionInfo, session_id) == 16);
     assert!(size_of::<GranarySessionInfo>() == 48);
