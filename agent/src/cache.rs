@@ -1272,11 +1272,7 @@ impl Cache {
                     pins: 0,
                     residency: Residency::Kept,
                     ..
-                } => {
-                    if !still_kept(key) {
-                        free.push((key, extent));
-                    }
-                }
+                } if !still_kept(key) => free.push((key, extent)),
                 Entry::Ready {
                     residency: Residency::Kept,
                     ..
@@ -1284,11 +1280,7 @@ impl Cache {
                 | Entry::InFlight {
                     residency: Residency::Kept,
                     ..
-                } => {
-                    if !still_kept(key) {
-                        busy += 1;
-                    }
-                }
+                } if !still_kept(key) => busy += 1,
                 _ => {}
             }
         }

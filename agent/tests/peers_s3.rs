@@ -24,7 +24,7 @@ use common::{verify, watchdog};
 use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
 use common_s3::{synth, Seaweed, BUCKET};
 use corrupt_proxy::{Corrupt, CorruptingProxy};
-use granary::{Client, ErrorCode, SessionOptions};
+use granary::{encode_view, Client, ErrorCode, MembershipMode, SessionOptions, ViewMember};
 use granary_agent::metrics::{parse_text, scrape};
 use granary_tools::ingest::{self, IngestOptions};
 use granary_tools::synth::SynthSpec;
@@ -145,6 +145,9 @@ impl Drop for Agent {
 }
 
 struct Cluster {
+    /// The view every rank hands in at session open (membership
+    /// "session"); `None`: the agents' configured view.
+    view: Option<Vec<u8>>,
     proxies: Vec<CorruptingProxy>,
     _weed: Seaweed,
     _tmp: tempfile::TempDir,
@@ -156,6 +159,30 @@ struct Cluster {
 /// its job secret) and starts them.
 fn cluster(name: &str, secret_of: impl Fn(usize) -> String) -> Cluster {
     cluster_with(name, secret_of, None, 20_000)
+}
+
+/// [`cluster`] whose agents take the view their loaders hand in
+/// (`peers.membership = "session"`) instead of a configured list.
+fn session_cluster(name: &str) -> Cluster {
+    let mut c = cluster_with(name, |_| SECRET.to_string(), None, 20_000);
+    for a in &mut c.agents {
+        a.kill9();
+        let cfg = std::fs::read_to_string(&a.config).unwrap();
+        let cfg: String = cfg
+            .lines()
+            .filter(|l| !l.starts_with("members = ") && !l.starts_with("job_id = "))
+            .map(|l| {
+                if l.starts_with("membership = ") {
+                    "membership = \"session\"\n".to_string()
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        std::fs::write(&a.config, cfg).unwrap();
+        a.start();
+    }
+    c
 }
 
 /// [`cluster`], with every agent's peer listener behind a
@@ -260,6 +287,7 @@ secret_access_key = "{SECRET_KEY}"
         a.start();
     }
     Cluster {
+        view: None,
         proxies,
         _weed: weed,
         _tmp: tmp,
@@ -270,9 +298,17 @@ secret_access_key = "{SECRET_KEY}"
 
 /// One rank reading epoch `epoch` through `sock`: the sample ids it got,
 /// each verified byte for byte. `None` when the agent went away first.
-fn read_epoch(sock: &Path, spec: &SynthSpec, rank: u32, epoch: u32) -> Option<Vec<u64>> {
+fn read_epoch(
+    sock: &Path,
+    spec: &SynthSpec,
+    rank: u32,
+    epoch: u32,
+    view: Option<Vec<u8>>,
+) -> Option<Vec<u64>> {
     let client = Client::connect(sock).ok()?;
     let mut o = SessionOptions::new("data");
+    o.view = view;
+    o.view_required = o.view.is_some();
     o.seed = SEED;
     o.rank = rank;
     o.world_size = NODES as u32 * RANKS_PER_NODE;
@@ -313,14 +349,14 @@ fn run_epoch(c: &mut Cluster, epoch: u32, during: impl FnOnce(&mut Cluster)) {
     for node in 0..NODES {
         for r in 0..RANKS_PER_NODE {
             let rank = node as u32 * RANKS_PER_NODE + r;
-            let (sock, spec) = (c.agents[node].sock.clone(), c.spec.clone());
+            let (sock, spec, view) = (c.agents[node].sock.clone(), c.spec.clone(), c.view.clone());
             handles.push(std::thread::spawn(move || {
                 // A rank whose agent died reopens the epoch on the
                 // restarted agent and reads it whole again: the loader
                 // side of a restart (what it had is discarded).
                 let deadline = Instant::now() + Duration::from_secs(240);
                 loop {
-                    if let Some(ids) = read_epoch(&sock, &spec, rank, epoch) {
+                    if let Some(ids) = read_epoch(&sock, &spec, rank, epoch, view.clone()) {
                         return ids;
                     }
                     REOPENED.fetch_add(1, Ordering::Relaxed);
@@ -540,4 +576,188 @@ fn a_connection_cut_in_the_middle_of_a_block_fails_over_to_the_store() {
         lost >= cuts as f64,
         "{lost} requests failed over for {cuts} cuts"
     );
+}
+
+/// Each agent's identity, asked as a job's ranks ask theirs, gathered into
+/// the view of `job` at `epoch`.
+fn gather_view(c: &Cluster, job: &str, epoch: u64) -> Vec<u8> {
+    let members: Vec<ViewMember> = c
+        .agents
+        .iter()
+        .map(|a| {
+            let id = Client::connect(&a.sock)
+                .unwrap()
+                .peer_identity(Duration::from_secs(10))
+                .unwrap();
+            assert_eq!(id.membership, MembershipMode::Session);
+            assert_eq!(id.node_id, format!("n{}", a.node));
+            assert_eq!(id.addr, peer_addr(a).to_string());
+            assert!(id.capacity > 0);
+            ViewMember {
+                id: id.node_id,
+                addr: id.addr,
+                capacity: id.capacity,
+            }
+        })
+        .collect();
+    encode_view(job, epoch, &members).unwrap()
+}
+
+/// Every rank hands the view to its agent and waits at a barrier (here:
+/// the loop) before reading, as the Python integration does.
+fn join_everywhere(c: &Cluster, view: &[u8]) {
+    for a in &c.agents {
+        let j = Client::connect(&a.sock)
+            .unwrap()
+            .join_view(view, Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(j.view_digest, granary::view_digest(view).unwrap());
+    }
+}
+
+fn view_options(view: &[u8], required: bool, epochs: u32) -> SessionOptions {
+    let mut o = SessionOptions::new("data");
+    o.seed = SEED;
+    o.world_size = NODES as u32 * RANKS_PER_NODE;
+    o.batch_size = BATCH;
+    o.epoch_count = epochs;
+    o.view = Some(view.to_vec());
+    o.view_required = required;
+    o
+}
+
+#[test]
+fn views_handed_in_at_session_open_share_the_cache_and_a_relaunch_ends_the_old_view() {
+    let _w = watchdog(
+        "views_handed_in_at_session_open_share_the_cache_and_a_relaunch_ends_the_old_view",
+        600,
+    );
+    let mut c = session_cluster("job7");
+    let sock0 = c.agents[0].sock.clone();
+    let before = Client::connect(&sock0)
+        .unwrap()
+        .peer_identity(Duration::from_secs(10))
+        .unwrap();
+    assert_eq!((before.job_id.as_str(), before.members), ("", 0));
+
+    // First launch: every rank hands in the view of epoch 1.
+    let v1 = gather_view(&c, "job7", 1);
+    join_everywhere(&c, &v1);
+    c.view = Some(v1.clone());
+    run_epoch(&mut c, 0, |_| {});
+    let reads0 = sum(&c, "granary_reads_total", "");
+    let peer0 = sum(&c, "granary_tier_samples_total", "tier=\"peer\"");
+    eprintln!("epoch 0 (views from sessions): store reads {reads0}, samples from peers {peer0}");
+    assert_eq!(reads0, FILES as f64, "epoch 0 store reads");
+    assert!(peer0 > 0.0, "no sample came from a peer");
+    assert_eq!(
+        sum(&c, "granary_peer_views_total", "outcome=\"installed\""),
+        NODES as f64
+    );
+    let held = Client::connect(&sock0)
+        .unwrap()
+        .peer_identity(Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(
+        (held.job_id.as_str(), held.view_epoch, held.members),
+        ("job7", 1, NODES as u32)
+    );
+
+    // A loader of the first launch still reading on n0.
+    let mut straggler = Client::connect(&sock0)
+        .unwrap()
+        .open_session(&view_options(&v1, true, 4))
+        .unwrap();
+    assert!(
+        matches!(straggler.view_status(), Some(Ok(j)) if !j.installed && j.view_epoch == 1),
+        "{:?}",
+        straggler.view_status()
+    );
+    let b = straggler.next_batch(Some(Duration::from_secs(60))).unwrap();
+    straggler.release(b).unwrap();
+
+    // The relaunch: the same nodes, epoch 2. Its first session on n0
+    // installs the view and ends the straggler's.
+    let v2 = gather_view(&c, "job7", 2);
+    let s2 = Client::connect(&sock0)
+        .unwrap()
+        .open_session(&view_options(&v2, true, 1))
+        .unwrap();
+    match s2.view_status() {
+        Some(Ok(j)) => {
+            assert!(j.installed);
+            assert_eq!((j.view_epoch, j.sessions_ended), (2, 1));
+        }
+        other => panic!("the relaunch's view: {other:?}"),
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "the old view's session never ended"
+        );
+        match straggler.next_batch(Some(Duration::from_secs(5))) {
+            // A batch taken before the fence may still come.
+            Ok(b) => {
+                let _ = straggler.release(b);
+            }
+            Err(e) => {
+                assert_eq!(e.code(), ErrorCode::Fenced, "{e}");
+                assert!(e.to_string().contains("membership view"), "{e}");
+                break;
+            }
+        }
+    }
+    drop(straggler);
+
+    // The first launch's view is stale now: refused, and the session opens
+    // anyway unless the view is required.
+    let s3 = Client::connect(&sock0)
+        .unwrap()
+        .open_session(&view_options(&v1, false, 1))
+        .unwrap();
+    match s3.view_status() {
+        Some(Err(e)) => assert!(e.to_string().contains("stale"), "{e}"),
+        other => panic!("a stale view: {other:?}"),
+    }
+    drop(s3);
+    let e = Client::connect(&sock0)
+        .unwrap()
+        .open_session(&view_options(&v1, true, 1))
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidArgument);
+    assert!(e.to_string().contains("stale"), "{e}");
+    // Another job's view waits while a session uses job7's.
+    let other = gather_view(&c, "job8", 1);
+    let e = Client::connect(&sock0)
+        .unwrap()
+        .open_session(&view_options(&other, true, 1))
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Busy, "{e}");
+    drop(s2);
+
+    // The relaunched job reads its next epoch: the keep areas survived
+    // (the same nodes own the same samples), so the store is hardly read.
+    join_everywhere(&c, &v2);
+    let reads_before = sum(&c, "granary_reads_total", "");
+    c.view = Some(v2.clone());
+    run_epoch(&mut c, 1, |_| {});
+    let reads1 = sum(&c, "granary_reads_total", "") - reads_before;
+    let installed = sum(&c, "granary_peer_views_total", "outcome=\"installed\"");
+    eprintln!("epoch 1 after the relaunch: store reads {reads1}, views installed {installed}");
+    assert!(
+        reads1 <= FILES as f64 / 100.0,
+        "after the relaunch epoch 1 read {reads1} samples from the store (at most 1 % of {FILES})"
+    );
+    assert_eq!(installed, 2.0 * NODES as f64);
+    assert_eq!(
+        sum(&c, "granary_peer_gets_failed_total", ""),
+        0.0,
+        "a peer was asked and failed"
+    );
+    assert_eq!(
+        sum(&c, "granary_peer_sessions_ended_by_view_total", ""),
+        1.0
+    );
+    assert!(sum(&c, "granary_peer_views_total", "outcome=\"refused\"") >= 3.0);
 }

@@ -286,7 +286,7 @@ typedef struct granary_sample {
 } granary_sample;
 
 /**
- * What `granary_peer_identity()` reports: who the agent is among its job's
+ * What `granary_get_peer_identity()` reports: who the agent is among its job's
  * agents and the view it holds. Set `struct_size` first.
  */
 typedef struct granary_peer_identity {
@@ -633,9 +633,9 @@ int granary_session_close(struct granary_session *session);
  * `client` is NULL or a live client handle; `out` is NULL or writable for
  * `out->struct_size` bytes.
  */
-int granary_peer_identity(const struct granary_client *client,
-                          struct granary_peer_identity *out,
-                          int timeout_ms);
+int granary_get_peer_identity(const struct granary_client *client,
+                              struct granary_peer_identity *out,
+                              int timeout_ms);
 
 /**
  * Encodes the membership view of job `job_id` at `epoch` (a relaunch uses
@@ -685,6 +685,32 @@ int granary_view_encode(const char *job_id,
  * writable.
  */
 int granary_session_view(const struct granary_session *session, uint64_t *view_epoch);
+
+/**
+ * Hands the agent the job's membership view (`view_len` bytes from
+ * `granary_view_encode()`) without opening a session, and stores the
+ * epoch of the view it holds now in `*view_epoch` (if not NULL). A job
+ * calls it on every rank once the view is gathered, then waits at a
+ * barrier before reading: every agent then listens for its peers before
+ * the first sample is asked for. Waits up to `timeout_ms`.
+ *
+ * Returns `GRANARY_OK`, `GRANARY_E_INVALID_ARGUMENT` (NULL, a malformed,
+ * stale or conflicting view, one the agent's configuration does not
+ * match), `GRANARY_E_BUSY` (the agent serves another job's view to live
+ * sessions), `GRANARY_E_PERMISSION` (a job the agent does not take),
+ * `GRANARY_E_TIMEOUT`, `GRANARY_E_DISCONNECTED`.
+ *
+ * Thread safety: may be called concurrently on the same client.
+ *
+ * # Safety
+ * `client` is NULL or a live client handle; `view` is NULL or readable for
+ * `view_len` bytes; `view_epoch` is NULL or writable.
+ */
+int granary_join_view(const struct granary_client *client,
+                      const uint8_t *view,
+                      size_t view_len,
+                      uint64_t *view_epoch,
+                      int timeout_ms);
 
 #ifdef __cplusplus
 }  // extern "C"

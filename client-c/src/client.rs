@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use granary_shm::handshake::{Message, PeerIdentity};
+use granary_shm::handshake::{Message, PeerIdentity, ViewJoined};
 use granary_shm::socket::SeqPacket;
 use granary_shm::ErrorCode;
 
@@ -66,6 +66,16 @@ impl Client {
             )),
             Err(e) => Err(Error::recv("waiting for the agent's identity", &e)),
         }
+    }
+
+    /// Hands the agent the job's membership view (`view`, from
+    /// [`crate::encode_view`]) on a connection of its own, without opening a
+    /// session, and returns its answer. A job calls it on every rank after
+    /// gathering the view and waits at a barrier before reading, so every
+    /// agent listens for its peers before the first sample is asked for.
+    pub fn join_view(&self, view: &[u8], timeout: Duration) -> Result<ViewJoined> {
+        let conn = dial(&self.path)?;
+        crate::session::join_view(&conn, view, timeout)
     }
 
     /// Opens a session. May be called from several threads at once.

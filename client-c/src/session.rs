@@ -155,20 +155,18 @@ fn violation_name(code: u32) -> &'static str {
         3 => "invalid field",
         4 => "release of a batch that was not on loan",
         5 => "misaligned descriptor",
+        6 => "ended by the agent: a newer membership view of the job (a relaunch) replaced the one this session joined",
         _ => "unspecified violation",
     }
 }
 
 /// Hands the agent the encoded view `view` on `conn` and waits for its
 /// answer.
-fn join_view(conn: &SeqPacket, view: &[u8], wait: Duration) -> Result<ViewJoined> {
+pub(crate) fn join_view(conn: &SeqPacket, view: &[u8], wait: Duration) -> Result<ViewJoined> {
     if view.len() > MAX_VIEW_BYTES as usize {
         return Err(Error::new(
             ErrorCode::InvalidArgument,
-            format!(
-                "view: {} bytes, the limit is {MAX_VIEW_BYTES}",
-                view.len()
-            ),
+            format!("view: {} bytes, the limit is {MAX_VIEW_BYTES}", view.len()),
         ));
     }
     for chunk in ViewChunk::split(view) {

@@ -34,7 +34,8 @@ pub fn encode_view(job_id: &str, epoch: u64, members: &[ViewMember]) -> Result<V
     let view = View::new(
         job_id,
         epoch,
-        ms.into_iter().map(|m| Member::new(m.id, m.addr, m.capacity)),
+        ms.into_iter()
+            .map(|m| Member::new(m.id, m.addr, m.capacity)),
     )
     .map_err(|e| Error::new(ErrorCode::InvalidArgument, format!("view: {e}")))?;
     Ok(view.encode())

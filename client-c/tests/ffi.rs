@@ -464,3 +464,109 @@ fn connect_failures() {
     // SAFETY: as above.
     assert_eq!(unsafe { granary_connect(c"".as_ptr(), &mut c) }, INVALID);
 }
+
+#[test]
+fn views_encode_in_two_calls_and_refuse_bad_members() {
+    let m = |id: &'static std::ffi::CStr, addr: &'static std::ffi::CStr| GranaryViewMember {
+        id: id.as_ptr(),
+        addr: addr.as_ptr(),
+        capacity: 1 << 30,
+    };
+    // Every rank of a node lists its agent: repeats count once.
+    let members = [
+        m(c"n1", c"10.0.0.2:7170"),
+        m(c"n0", c"10.0.0.1:7170"),
+        m(c"n1", c"10.0.0.2:7170"),
+    ];
+    let mut len = 0usize;
+    // SAFETY: valid strings and members, a NULL buffer of 0 bytes.
+    let rc = unsafe {
+        granary_view_encode(
+            c"job".as_ptr(),
+            3,
+            members.as_ptr(),
+            3,
+            ptr::null_mut(),
+            0,
+            &mut len,
+        )
+    };
+    assert_eq!(rc, GranaryStatus::GranaryENoMemory as i32);
+    assert!(len > 16, "{len}");
+    let mut buf = vec![0u8; len];
+    // SAFETY: as above, with a buffer of `len` bytes.
+    let rc = unsafe {
+        granary_view_encode(
+            c"job".as_ptr(),
+            3,
+            members.as_ptr(),
+            3,
+            buf.as_mut_ptr(),
+            len,
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0, "{}", last_error());
+    assert_eq!(len, buf.len());
+    let same = granary::encode_view(
+        "job",
+        3,
+        &[
+            granary::ViewMember {
+                id: "n0".into(),
+                addr: "10.0.0.1:7170".into(),
+                capacity: 1 << 30,
+            },
+            granary::ViewMember {
+                id: "n1".into(),
+                addr: "10.0.0.2:7170".into(),
+                capacity: 1 << 30,
+            },
+        ],
+    )
+    .unwrap();
+    assert_eq!(buf, same, "the C and Rust encodings differ");
+    // One node with two addresses.
+    let bad = [m(c"n0", c"10.0.0.1:7170"), m(c"n0", c"10.0.0.9:7170")];
+    // SAFETY: as above.
+    let rc = unsafe {
+        granary_view_encode(
+            c"job".as_ptr(),
+            3,
+            bad.as_ptr(),
+            2,
+            buf.as_mut_ptr(),
+            len,
+            &mut len,
+        )
+    };
+    assert_eq!(rc, INVALID);
+    assert!(last_error().contains("view"), "{}", last_error());
+    // No members, or NULL ones.
+    // SAFETY: as above.
+    let rc = unsafe {
+        granary_view_encode(
+            c"job".as_ptr(),
+            3,
+            ptr::null(),
+            0,
+            buf.as_mut_ptr(),
+            len,
+            &mut len,
+        )
+    };
+    assert_eq!(rc, INVALID);
+    // SAFETY: as above.
+    let rc = unsafe {
+        granary_view_encode(
+            c"job".as_ptr(),
+            3,
+            ptr::null(),
+            2,
+            buf.as_mut_ptr(),
+            len,
+            &mut len,
+        )
+    };
+    assert_eq!(rc, INVALID);
+}

@@ -185,6 +185,10 @@ pub enum Violation {
         /// The offending offset.
         offset: u64,
     },
+    /// Not the loader's doing: its job was relaunched and a newer
+    /// membership view replaced the one the session joined, so the agent
+    /// took back everything the session held.
+    ViewReplaced,
 }
 
 impl Violation {
@@ -196,6 +200,7 @@ impl Violation {
             Violation::BadField { .. } => 3,
             Violation::UnknownLease { .. } => 4,
             Violation::Misaligned { .. } => 5,
+            Violation::ViewReplaced => 6,
         }
     }
 }
@@ -231,6 +236,9 @@ impl fmt::Display for Violation {
             Violation::Misaligned { what, offset } => {
                 write!(f, "{what}: offset {offset} is misaligned")
             }
+            Violation::ViewReplaced => f.write_str(
+                "a newer membership view of the job (a relaunch) replaced the one the session joined",
+            ),
         }
     }
 }

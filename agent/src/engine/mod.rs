@@ -25,9 +25,9 @@ mod peers;
 mod publish;
 mod release;
 mod request;
-mod view;
 #[cfg(test)]
 mod tests;
+mod view;
 
 pub use clock::{Clock, SystemClock};
 

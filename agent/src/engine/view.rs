@@ -25,8 +25,8 @@ use crate::config::Membership;
 use crate::peers::{PeerTier, ViewTag};
 use crate::server::ConnId;
 use granary_peer::view::View;
-use granary_shm::handshake::{Message, MembershipMode, PeerIdentity, ViewJoined};
-use granary_shm::ErrorCode;
+use granary_shm::handshake::{MembershipMode, Message, PeerIdentity, ViewJoined};
+use granary_shm::{ErrorCode, Violation};
 
 impl Engine {
     /// Answers a loader's `PeerQuery`.
@@ -53,9 +53,7 @@ impl Engine {
             view_digest: view.map_or([0; 32], |v| v.digest().0),
             members: view.map_or(0, |v| v.len() as u32),
         };
-        let _ = self
-            .server
-            .reply(conn, &Message::PeerIdentity(reply), &[]);
+        let _ = self.server.reply(conn, &Message::PeerIdentity(reply), &[]);
     }
 
     /// Takes the view a loader handed in (see the module documentation).
@@ -67,9 +65,7 @@ impl Engine {
                 } else {
                     "joined"
                 });
-                let _ = self
-                    .server
-                    .reply(conn, &Message::ViewJoined(joined), &[]);
+                let _ = self.server.reply(conn, &Message::ViewJoined(joined), &[]);
             }
             Err((code, why)) => {
                 self.metrics.peers.view("refused");
@@ -84,8 +80,8 @@ impl Engine {
         conn: ConnId,
         bytes: &[u8],
     ) -> Result<ViewJoined, (ErrorCode, String)> {
-        let view = View::decode(bytes)
-            .map_err(|e| (ErrorCode::InvalidArgument, format!("view: {e}")))?;
+        let view =
+            View::decode(bytes).map_err(|e| (ErrorCode::InvalidArgument, format!("view: {e}")))?;
         let tag = ViewTag::of(&view);
         let held = self.peers.as_ref().map(|t| t.view().clone());
         let joined = |installed: bool, sessions_ended: u32| ViewJoined {
@@ -245,7 +241,9 @@ impl Engine {
                 "session ended: its job was relaunched with a newer view"
             );
             self.metrics.peers.sessions_ended_by_view.inc();
-            self.end_session(sid, None);
+            // Fenced, not closed: the loader is alive, and the batches in
+            // its ring name sample tables the agent takes back now.
+            self.end_session(sid, Some(&Violation::ViewReplaced));
         }
         Ok(stale.len() as u32)
     }

@@ -243,7 +243,10 @@ secret = "s""#);
         let s = cfg(r#"membership = "session"
 listen = "127.0.0.4:7400"
 secret = "s""#);
-        assert_eq!(endpoint(&s.peers, None).unwrap().advertise, "127.0.0.4:7400");
+        assert_eq!(
+            endpoint(&s.peers, None).unwrap().advertise,
+            "127.0.0.4:7400"
+        );
         let s = cfg(r#"membership = "session"
 advertise = "gpu7.example:7170"
 secret = "s""#);

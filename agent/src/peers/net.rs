@@ -160,6 +160,15 @@ pub(crate) struct NetConfig {
     pub redial_after: Duration,
 }
 
+/// How soon a peer that held another view is dialled again: agents take a
+/// relaunch's view within moments of each other.
+const VIEW_MISMATCH_REDIAL: Duration = Duration::from_millis(50);
+
+/// For this long after the transport starts (the agent started, or took a
+/// new view) a failed dial is tried again after [`VIEW_MISMATCH_REDIAL`]:
+/// the other agents are starting or taking the view too.
+const SETTLING: Duration = Duration::from_secs(5);
+
 struct Shared {
     cfg: NetConfig,
     origin: Instant,
@@ -181,6 +190,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Shared {
     fn now(&self) -> Nanos {
         self.origin.elapsed().as_nanos() as Nanos
+    }
+
+    /// How long a member whose dial failed stays down.
+    fn redial_after(&self, view_mismatch: bool) -> Duration {
+        if view_mismatch || self.origin.elapsed() < SETTLING {
+            VIEW_MISMATCH_REDIAL.min(self.cfg.redial_after)
+        } else {
+            self.cfg.redial_after
+        }
     }
 
     fn emit(&self, e: Event) {
@@ -425,7 +443,7 @@ async fn dial(shared: Arc<Shared>, member: usize) {
         Err(_) => format!("no connection within {:?}", shared.cfg.connect_timeout),
     };
     tracing::warn!(peer = %shared.cfg.view.members()[member].id, %addr, "dial failed: {err}");
-    let until = Instant::now() + shared.cfg.redial_after;
+    let until = Instant::now() + shared.redial_after(false);
     let queued = {
         let mut slots = lock(&shared.slots);
         match &mut slots[member] {
@@ -467,6 +485,10 @@ struct State {
     backlog: VecDeque<OutGet>,
     /// Blocks to send, in the order of their data headers.
     sends: VecDeque<(u64, ArenaSlice)>,
+    /// The handshake failed because the two sides hold different views:
+    /// during a relaunch the other side is about to take the same view,
+    /// so it is dialled again soon.
+    view_mismatch: bool,
 }
 
 struct ConnCtx {
@@ -521,6 +543,7 @@ async fn run_conn(
             expects: HashMap::new(),
             backlog: queued.into(),
             sends: VecDeque::new(),
+            view_mismatch: false,
         }),
         write: Notify::new(),
         closed: Notify::new(),
@@ -746,6 +769,11 @@ fn handle_events(ctx: &Arc<ConnCtx>, landing: &mut Option<Landing>) -> Option<St
                     }
                 }
                 ConnEvent::Closed(c) => {
+                    st.view_mismatch = matches!(
+                        c,
+                        Closed::Local(GoodbyeReason::ViewMismatch)
+                            | Closed::Remote(GoodbyeReason::ViewMismatch)
+                    );
                     closed = Some(match c {
                         Closed::Local(r) => format!("closed here ({r:?})"),
                         Closed::Remote(r) => format!("closed by the peer ({r:?})"),
@@ -958,8 +986,10 @@ fn finish(ctx: &ConnCtx, dialed: Option<usize>, why: &str, landing: Option<Landi
                 request,
             });
         }
-        st.member
+        (st.member, st.view_mismatch)
     };
+    let (member, view_mismatch) = member;
+    let redial = ctx.shared.redial_after(view_mismatch);
     if let Some(m) = member.or(dialed) {
         let mut slots = lock(&ctx.shared.slots);
         // Another authenticated connection to the same member (both sides
@@ -979,7 +1009,7 @@ fn finish(ctx: &ConnCtx, dialed: Option<usize>, why: &str, landing: Option<Landi
                     request: g.get.request,
                     why: GetFailure::Lost(why.to_string()),
                 }));
-                slots[m] = Slot::Down(Instant::now() + ctx.shared.cfg.redial_after);
+                slots[m] = Slot::Down(Instant::now() + redial);
             }
             Slot::Dialing(q) => slots[m] = Slot::Dialing(q),
             Slot::Down(t) => slots[m] = Slot::Down(t),

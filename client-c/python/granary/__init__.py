@@ -19,11 +19,13 @@ from .core import (
     DEFAULT_SOCKET,
     Batch,
     Client,
+    PeerIdentity,
     Sample,
     Session,
     SessionInfo,
     connect,
     default_socket,
+    encode_view,
     open_session,
 )
 from .errors import (
@@ -64,6 +66,7 @@ __all__ = [
     "InvalidArgument",
     "NoMemory",
     "NotFound",
+    "PeerIdentity",
     "PermissionDenied",
     "ProtocolError",
     "ReleasedError",
@@ -77,6 +80,7 @@ __all__ = [
     "WouldBlock",
     "connect",
     "default_socket",
+    "encode_view",
     "library_path",
     "open_session",
 ]

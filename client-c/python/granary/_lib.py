@@ -85,6 +85,36 @@ class SessionOptions(ctypes.Structure):
         ("drop_last", ctypes.c_uint32),
         ("ready_capacity", ctypes.c_uint32),
         ("release_capacity", ctypes.c_uint32),
+        ("view", ctypes.c_void_p),
+        ("view_len", ctypes.c_size_t),
+        ("view_required", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+    ]
+
+
+NAME_MAX = 256
+
+
+class PeerIdentity(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("membership", ctypes.c_uint32),
+        ("capacity", ctypes.c_uint64),
+        ("view_epoch", ctypes.c_uint64),
+        ("members", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("view_digest", ctypes.c_uint8 * 32),
+        ("node_id", ctypes.c_char * NAME_MAX),
+        ("addr", ctypes.c_char * NAME_MAX),
+        ("job_id", ctypes.c_char * NAME_MAX),
+    ]
+
+
+class ViewMember(ctypes.Structure):
+    _fields_ = [
+        ("id", ctypes.c_char_p),
+        ("addr", ctypes.c_char_p),
+        ("capacity", ctypes.c_uint64),
     ]
 
 
@@ -113,8 +143,10 @@ class Sample(ctypes.Structure):
     ]
 
 
-# The version-1 structs, as pinned in client-c/src/ffi/types.rs.
-assert ctypes.sizeof(SessionOptions) == 56, ctypes.sizeof(SessionOptions)
+# The structs, as pinned in client-c/src/ffi/types.rs.
+assert ctypes.sizeof(SessionOptions) == 80, ctypes.sizeof(SessionOptions)
+assert ctypes.sizeof(PeerIdentity) == 64 + 3 * NAME_MAX, ctypes.sizeof(PeerIdentity)
+assert ctypes.sizeof(ViewMember) == 24, ctypes.sizeof(ViewMember)
 assert ctypes.sizeof(SessionInfo) == 48, ctypes.sizeof(SessionInfo)
 assert ctypes.sizeof(Sample) == 40, ctypes.sizeof(Sample)
 
@@ -210,6 +242,20 @@ _declare("granary_batch_status", _int, _vp)
 _declare("granary_batch_sample", _int, _vp, ctypes.c_size_t, ctypes.POINTER(Sample))
 _declare("granary_batch_release", _int, _vp, _vp)
 _declare("granary_session_close", _int, _vp)
+_declare("granary_get_peer_identity", _int, _vp, ctypes.POINTER(PeerIdentity), _int)
+_declare(
+    "granary_view_encode",
+    _int,
+    ctypes.c_char_p,
+    ctypes.c_uint64,
+    ctypes.POINTER(ViewMember),
+    ctypes.c_size_t,
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.POINTER(ctypes.c_size_t),
+)
+_declare("granary_join_view", _int, _vp, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), _int)
+_declare("granary_session_view", _int, _vp, ctypes.POINTER(ctypes.c_uint64))
 
 if lib.granary_abi_version() < ABI_VERSION:
     raise ImportError(

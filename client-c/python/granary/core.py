@@ -391,6 +391,8 @@ class Session:
         ready_capacity: int = 0,
         release_capacity: int = 0,
         timeout: Optional[float] = DEFAULT_TIMEOUT,
+        view: Optional[bytes] = None,
+        view_required: bool = False,
     ):
         if client._handle is None:
             raise ReleasedError(detail="the client was closed", context="granary.Session")
@@ -407,6 +409,12 @@ class Session:
         opts.drop_last = 1 if drop_last else 0
         opts.ready_capacity = ready_capacity
         opts.release_capacity = release_capacity
+        view_buf = None
+        if view is not None:
+            view_buf = ctypes.create_string_buffer(bytes(view), len(view))
+            opts.view = ctypes.cast(view_buf, ctypes.c_void_p)
+            opts.view_len = len(view)
+            opts.view_required = 1 if view_required else 0
         _timeout_ms(timeout)  # validate early
         self.dataset = dataset
         self.timeout = timeout
@@ -435,6 +443,20 @@ class Session:
         size = ctypes.c_uint64()
         check(lib.granary_session_arena(self._handle, ctypes.byref(base), ctypes.byref(size)), "granary_session_arena")
         self._arena = (base.value or 0, size.value)
+        del view_buf
+        #: The epoch of the membership view handed in with ``view``, once
+        #: the agent holds it; None otherwise.
+        self.view_epoch: Optional[int] = None
+        #: Why the agent refused the view handed in (the session reads
+        #: through whatever view it holds); None otherwise.
+        self.view_error: Optional[GranaryError] = None
+        if view is not None:
+            epoch = ctypes.c_uint64()
+            rc = lib.granary_session_view(self._handle, ctypes.byref(epoch))
+            if rc == _lib.OK:
+                self.view_epoch = epoch.value
+            else:
+                self.view_error = error_for(rc, _lib.last_error_message(), "granary_session_view")
 
     @property
     def closed(self) -> bool:
@@ -531,6 +553,54 @@ class Session:
         return f"<granary.Session {self.dataset!r} {state}>"
 
 
+MEMBERSHIP_MODES = {0: "off", 1: "static", 2: "slurm", 3: "session"}
+
+
+@dataclass(frozen=True)
+class PeerIdentity:
+    """Who an agent is among its job's agents (``granary_get_peer_identity``),
+    and the membership view it holds."""
+
+    membership: str
+    """Where its view comes from: "off", "static", "slurm" or "session"
+    (handed in by loaders, see :func:`granary.torch.gather_view`)."""
+    node_id: str
+    addr: str
+    capacity: int
+    job_id: str
+    view_epoch: int
+    view_digest: bytes
+    members: int
+
+
+def encode_view(job_id: str, epoch: int, members) -> bytes:
+    """The canonical bytes of the membership view of job ``job_id`` at
+    ``epoch`` with ``members`` (:class:`PeerIdentity` or ``(node_id, addr,
+    capacity)`` tuples, in any order; repeats count once)."""
+    rows = []
+    for m in members:
+        if isinstance(m, PeerIdentity):
+            m = (m.node_id, m.addr, m.capacity)
+        node_id, addr, capacity = m
+        rows.append((node_id.encode("utf-8"), addr.encode("utf-8"), int(capacity)))
+    arr = (_lib.ViewMember * max(len(rows), 1))()
+    for i, (node_id, addr, capacity) in enumerate(rows):
+        arr[i].id = node_id
+        arr[i].addr = addr
+        arr[i].capacity = capacity
+    job = job_id.encode("utf-8")
+    need = ctypes.c_size_t()
+    rc = lib.granary_view_encode(job, epoch, arr, len(rows), None, 0, ctypes.byref(need))
+    if rc not in (_lib.OK, _lib.E_NO_MEMORY):
+        check(rc, "granary_view_encode")
+    buf = ctypes.create_string_buffer(need.value)
+    check(
+        lib.granary_view_encode(job, epoch, arr, len(rows), buf, need.value, ctypes.byref(need)),
+        "granary_view_encode",
+    )
+    return buf.raw[: need.value]
+
+
 class Client:
     """A connection point to one agent (``granary_connect``)."""
 
@@ -547,6 +617,40 @@ class Client:
     def open_session(self, dataset: str, **options) -> Session:
         """Opens a session; see :class:`Session` for the options."""
         return Session(self, dataset, **options)
+
+    def peer_identity(self, timeout: Optional[float] = DEFAULT_TIMEOUT) -> PeerIdentity:
+        """Asks the agent who it is among its job's agents."""
+        if self._handle is None:
+            raise ReleasedError(detail="the client was closed", context="granary.Client")
+        out = _lib.PeerIdentity()
+        out.struct_size = ctypes.sizeof(out)
+        check(
+            lib.granary_get_peer_identity(self._handle, ctypes.byref(out), _timeout_ms(timeout)),
+            f"asking the agent at {self.socket} who it is",
+        )
+        return PeerIdentity(
+            MEMBERSHIP_MODES.get(out.membership, str(out.membership)),
+            out.node_id.decode("utf-8", "replace"),
+            out.addr.decode("utf-8", "replace"),
+            out.capacity,
+            out.job_id.decode("utf-8", "replace"),
+            out.view_epoch,
+            bytes(out.view_digest),
+            out.members,
+        )
+
+    def join_view(self, view: bytes, timeout: Optional[float] = DEFAULT_TIMEOUT) -> int:
+        """Hands the agent the job's membership view without opening a
+        session; returns the epoch of the view it holds now."""
+        if self._handle is None:
+            raise ReleasedError(detail="the client was closed", context="granary.Client")
+        buf = ctypes.create_string_buffer(bytes(view), len(view))
+        epoch = ctypes.c_uint64()
+        check(
+            lib.granary_join_view(self._handle, buf, len(view), ctypes.byref(epoch), _timeout_ms(timeout)),
+            f"handing the membership view to the agent at {self.socket}",
+        )
+        return epoch.value
 
     def close(self) -> None:
         """Frees the client; sessions opened from it stay open."""

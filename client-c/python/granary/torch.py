@@ -42,6 +42,8 @@ from __future__ import annotations
 
 import io
 import os
+import time
+import uuid
 import warnings
 import weakref
 from collections import deque
@@ -51,7 +53,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from . import _lib
-from .core import DEFAULT_TIMEOUT, Client, Sample, default_socket
+from .core import DEFAULT_TIMEOUT, Client, Sample, default_socket, encode_view
 from .errors import EndOfStream, GranaryError
 
 __all__ = ["GranaryDataset", "as_tensor", "decode_jpeg", "rank_and_world"]
@@ -108,6 +110,65 @@ def rank_and_world(rank: Optional[int] = None, world_size: Optional[int] = None)
     return r, w
 
 
+def gather_view(
+    socket: Optional[str] = None,
+    *,
+    job_id: Optional[str] = None,
+    epoch: Optional[int] = None,
+    group=None,
+    timeout: Optional[float] = DEFAULT_TIMEOUT,
+) -> Optional[bytes]:
+    """The job's membership view, gathered through its ``torch.distributed``
+    process group, handed to this rank's agent; call it on every rank
+    (it is a collective) before making the :class:`GranaryDataset`, and pass
+    the result as its ``view``.
+
+    Each rank asks its agent who it is, the ranks all-gather the answers
+    (ranks on the same node name the same agent once), every rank hands the
+    view to its agent, and the ranks wait at a barrier, so every agent
+    listens for its peers before the first sample is asked for. The job id
+    is ``job_id``, else ``$TORCHELASTIC_RUN_ID``, else ``$SLURM_JOB_ID``,
+    else one rank 0 makes up; the view epoch is ``epoch``, else rank 0's
+    clock in milliseconds, so a relaunch hands in a newer view and the
+    agents end the sessions of the old one.
+
+    Returns None (and gathers nothing) when ``torch.distributed`` is not
+    initialised or this rank's agent does not take views from loaders
+    (``peers.membership`` other than ``"session"``: its view comes from its
+    configuration, or peers are off). The agents of one job must be given
+    the same ``peers.membership``.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    with Client(socket) as client:
+        me = client.peer_identity(timeout)
+    proposal = None
+    if dist.get_rank(group) == 0:
+        job = job_id or os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID")
+        job = job or f"granary-{uuid.uuid4().hex[:16]}"
+        proposal = (job, epoch if epoch is not None else time.time_ns() // 1_000_000)
+    entries: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(entries, (me.membership, me.node_id, me.addr, me.capacity, proposal), group=group)
+    modes = {e[0] for e in entries}
+    if modes != {"session"}:
+        if me.membership == "session":
+            raise GranaryError(
+                _lib.E_INVALID_ARGUMENT,
+                f"the job's agents disagree on peers.membership ({sorted(modes)}); "
+                'every agent of a job needs membership = "session" to take a view from it',
+                "granary.torch.gather_view",
+            )
+        return None
+    job, view_epoch = next(e[4] for e in entries if e[4] is not None)
+    view = encode_view(job, view_epoch, [(e[1], e[2], e[3]) for e in entries])
+    with Client(socket) as client:
+        client.join_view(view, timeout)
+    dist.barrier(group)
+    return view
+
+
 class GranaryDataset(IterableDataset):
     """Samples of dataset ``dataset`` served by the agent at ``socket``.
 
@@ -118,7 +179,9 @@ class GranaryDataset(IterableDataset):
     ``target_transform`` (to each label), ``batches``, ``collate`` (for
     ``batches=True``: ``collate(xs, labels) -> item``), ``with_ids``,
     ``on_error`` (``"raise"`` or ``"skip"`` samples the source failed to
-    read) and ``max_held_batches``. See the module documentation.
+    read), ``max_held_batches`` and ``view`` (the job's membership view
+    from :func:`gather_view`, handed to the agent with each session). See
+    the module documentation.
     """
 
     def __init__(
@@ -142,6 +205,7 @@ class GranaryDataset(IterableDataset):
         timeout: Optional[float] = DEFAULT_TIMEOUT,
         on_error: str = "raise",
         max_held_batches: int = 8,
+        view: Optional[bytes] = None,
     ):
         super().__init__()
         if on_error not in ("raise", "skip"):
@@ -164,6 +228,7 @@ class GranaryDataset(IterableDataset):
         self.timeout = timeout
         self.on_error = on_error
         self.max_held_batches = max_held_batches
+        self.view = view
 
     def set_epoch(self, epoch: int) -> None:
         """The first epoch of the next pass (a new order per epoch)."""
@@ -234,6 +299,7 @@ class GranaryDataset(IterableDataset):
                 world_size=world,
                 drop_last=self.drop_last,
                 timeout=self.timeout,
+                view=self.view,
             )
         try:
             while True:

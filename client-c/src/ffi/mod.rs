@@ -72,13 +72,7 @@ unsafe fn read_options(opts: *const GranarySessionOptions) -> Result<SessionOpti
     let n = size.min(std::mem::size_of::<GranarySessionOptions>());
     // SAFETY: the caller's struct is readable for `struct_size` ≥ n bytes;
     // `o` is ours and n is at most its size; the two do not overlap.
-    unsafe {
-        ptr::copy_nonoverlapping(
-            opts.cast::<u8>(),
-            ptr::addr_of_mut!(o).cast::<u8>(),
-            n,
-        )
-    };
+    unsafe { ptr::copy_nonoverlapping(opts.cast::<u8>(), ptr::addr_of_mut!(o).cast::<u8>(), n) };
     if !(1..=GRANARY_ABI_VERSION).contains(&o.abi_version) {
         return Err(Error::new(
             ErrorCode::Version,
@@ -639,61 +633,6 @@ pub unsafe extern "C" fn granary_session_close(session: *mut GranarySession) -> 
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn status_enum_matches_error_codes() {
-        let all = [
-            GranaryStatus::GranaryOk,
-            GranaryStatus::GranaryEInvalidArgument,
-            GranaryStatus::GranaryETimeout,
-            GranaryStatus::GranaryEWouldBlock,
-            GranaryStatus::GranaryEDisconnected,
-            GranaryStatus::GranaryEProtocol,
-            GranaryStatus::GranaryEVersion,
-            GranaryStatus::GranaryEPermission,
-            GranaryStatus::GranaryENotFound,
-            GranaryStatus::GranaryEFenced,
-            GranaryStatus::GranaryEEndOfStream,
-            GranaryStatus::GranaryEIo,
-            GranaryStatus::GranaryENoMemory,
-            GranaryStatus::GranaryECorrupt,
-            GranaryStatus::GranaryEBusy,
-            GranaryStatus::GranaryEInternal,
-            GranaryStatus::GranaryEClosed,
-            GranaryStatus::GranaryEShortRead,
-        ];
-        assert_eq!(all.len(), ErrorCode::ALL.len());
-        for (s, c) in all.iter().zip(ErrorCode::ALL) {
-            assert_eq!(*s as i32, c.as_i32(), "{s:?} vs {c:?}");
-            let name = format!("{s:?}");
-            let code = format!("{c:?}");
-            assert!(
-                name.ends_with(&code) || (code == "Ok" && name == "GranaryOk"),
-                "{name} does not name {code}"
-            );
-        }
-    }
-
-    #[test]
-    fn flag_bits_match_the_layout() {
-        use granary_shm::layout::{BATCH_END_OF_EPOCH, BATCH_END_OF_STREAM};
-        assert_eq!(GRANARY_BATCH_END_OF_EPOCH, BATCH_END_OF_EPOCH);
-        assert_eq!(GRANARY_BATCH_END_OF_STREAM, BATCH_END_OF_STREAM);
-        assert_eq!(GRANARY_ABI_VERSION, crate::ABI_VERSION);
-    }
-
-    #[test]
-    fn timeouts() {
-        assert_eq!(timeout(-1), None);
-        assert_eq!(timeout(i32::MIN), None);
-        assert_eq!(timeout(0), Some(Duration::ZERO));
-        assert_eq!(timeout(250), Some(Duration::from_millis(250)));
-    }
-}
-
 /// Copies `s` into a NUL-terminated C array, cut at a character boundary.
 fn fill_name(dst: &mut [c_char; GRANARY_NAME_MAX], s: &str) {
     let mut end = s.len().min(GRANARY_NAME_MAX - 1);
@@ -722,12 +661,12 @@ fn fill_name(dst: &mut [c_char; GRANARY_NAME_MAX], s: &str) {
 /// `client` is NULL or a live client handle; `out` is NULL or writable for
 /// `out->struct_size` bytes.
 #[no_mangle]
-pub unsafe extern "C" fn granary_peer_identity(
+pub unsafe extern "C" fn granary_get_peer_identity(
     client: *const GranaryClient,
     out: *mut GranaryPeerIdentity,
     timeout_ms: c_int,
 ) -> c_int {
-    call("granary_peer_identity", || {
+    call("granary_get_peer_identity", || {
         // SAFETY: NULL or a live handle, per the caller.
         let client = unsafe { client.as_ref() }.ok_or_else(|| null("client"))?;
         if out.is_null() {
@@ -883,4 +822,109 @@ pub unsafe extern "C" fn granary_session_view(
             }
         }
     })
+}
+
+/// Hands the agent the job's membership view (`view_len` bytes from
+/// `granary_view_encode()`) without opening a session, and stores the
+/// epoch of the view it holds now in `*view_epoch` (if not NULL). A job
+/// calls it on every rank once the view is gathered, then waits at a
+/// barrier before reading: every agent then listens for its peers before
+/// the first sample is asked for. Waits up to `timeout_ms`.
+///
+/// Returns `GRANARY_OK`, `GRANARY_E_INVALID_ARGUMENT` (NULL, a malformed,
+/// stale or conflicting view, one the agent's configuration does not
+/// match), `GRANARY_E_BUSY` (the agent serves another job's view to live
+/// sessions), `GRANARY_E_PERMISSION` (a job the agent does not take),
+/// `GRANARY_E_TIMEOUT`, `GRANARY_E_DISCONNECTED`.
+///
+/// Thread safety: may be called concurrently on the same client.
+///
+/// # Safety
+/// `client` is NULL or a live client handle; `view` is NULL or readable for
+/// `view_len` bytes; `view_epoch` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn granary_join_view(
+    client: *const GranaryClient,
+    view: *const u8,
+    view_len: usize,
+    view_epoch: *mut u64,
+    timeout_ms: c_int,
+) -> c_int {
+    call("granary_join_view", || {
+        // SAFETY: NULL or a live handle, per the caller.
+        let client = unsafe { client.as_ref() }.ok_or_else(|| null("client"))?;
+        if view.is_null() {
+            return Err(null("view"));
+        }
+        if view_len > granary_shm::handshake::MAX_VIEW_BYTES as usize {
+            return Err(invalid(format!(
+                "view_len is {view_len}, the limit is {}",
+                granary_shm::handshake::MAX_VIEW_BYTES
+            )));
+        }
+        // SAFETY: non-null, readable for `view_len` bytes per the caller.
+        let bytes = unsafe { std::slice::from_raw_parts(view, view_len) };
+        let wait = timeout(timeout_ms).unwrap_or(Duration::from_secs(u64::from(u32::MAX)));
+        let joined = client.client.join_view(bytes, wait)?;
+        if !view_epoch.is_null() {
+            // SAFETY: non-null, writable per the caller.
+            unsafe { view_epoch.write(joined.view_epoch) };
+        }
+        Ok(0)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_enum_matches_error_codes() {
+        let all = [
+            GranaryStatus::GranaryOk,
+            GranaryStatus::GranaryEInvalidArgument,
+            GranaryStatus::GranaryETimeout,
+            GranaryStatus::GranaryEWouldBlock,
+            GranaryStatus::GranaryEDisconnected,
+            GranaryStatus::GranaryEProtocol,
+            GranaryStatus::GranaryEVersion,
+            GranaryStatus::GranaryEPermission,
+            GranaryStatus::GranaryENotFound,
+            GranaryStatus::GranaryEFenced,
+            GranaryStatus::GranaryEEndOfStream,
+            GranaryStatus::GranaryEIo,
+            GranaryStatus::GranaryENoMemory,
+            GranaryStatus::GranaryECorrupt,
+            GranaryStatus::GranaryEBusy,
+            GranaryStatus::GranaryEInternal,
+            GranaryStatus::GranaryEClosed,
+            GranaryStatus::GranaryEShortRead,
+        ];
+        assert_eq!(all.len(), ErrorCode::ALL.len());
+        for (s, c) in all.iter().zip(ErrorCode::ALL) {
+            assert_eq!(*s as i32, c.as_i32(), "{s:?} vs {c:?}");
+            let name = format!("{s:?}");
+            let code = format!("{c:?}");
+            assert!(
+                name.ends_with(&code) || (code == "Ok" && name == "GranaryOk"),
+                "{name} does not name {code}"
+            );
+        }
+    }
+
+    #[test]
+    fn flag_bits_match_the_layout() {
+        use granary_shm::layout::{BATCH_END_OF_EPOCH, BATCH_END_OF_STREAM};
+        assert_eq!(GRANARY_BATCH_END_OF_EPOCH, BATCH_END_OF_EPOCH);
+        assert_eq!(GRANARY_BATCH_END_OF_STREAM, BATCH_END_OF_STREAM);
+        assert_eq!(GRANARY_ABI_VERSION, crate::ABI_VERSION);
+    }
+
+    #[test]
+    fn timeouts() {
+        assert_eq!(timeout(-1), None);
+        assert_eq!(timeout(i32::MIN), None);
+        assert_eq!(timeout(0), Some(Duration::ZERO));
+        assert_eq!(timeout(250), Some(Duration::from_millis(250)));
+    }
 }

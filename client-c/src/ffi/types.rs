@@ -128,7 +128,7 @@ pub struct GranaryViewMember {
 /// Longest string field of `granary_peer_identity`, NUL included.
 pub const GRANARY_NAME_MAX: usize = 256;
 
-/// What `granary_peer_identity()` reports: who the agent is among its job's
+/// What `granary_get_peer_identity()` reports: who the agent is among its job's
 /// agents and the view it holds. Set `struct_size` first.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]

@@ -1,0 +1,137 @@
+"""Membership views from the job: two agents on 127.0.0.2 and 127.0.0.3 with
+``peers.membership = "session"``, two ranks in a ``torch.distributed`` (gloo)
+process group, each on its own agent. ``gather_view`` all-gathers the agents'
+identities, hands the view to both agents and waits at a barrier; the
+ranks then read an epoch through ``GranaryDataset(view=...)``."""
+
+import socket as pysocket
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+
+import granary  # noqa: E402
+from granary.agent import LocalAgent  # noqa: E402
+from granary.torch import GranaryDataset, gather_view  # noqa: E402
+from conftest import SYNTH_FILES  # noqa: E402
+
+RANKS = 2
+
+
+def _free_port(ip: str) -> int:
+    with pysocket.socket() as s:
+        s.bind((ip, 0))
+        return s.getsockname()[1]
+
+
+def _rank(rank: int, sockets: list, rdv: str, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{rdv}", rank=rank, world_size=RANKS)
+    try:
+        view = gather_view(sockets[rank], job_id="pyjob", epoch=7)
+        assert view is not None
+        ds = GranaryDataset(
+            "synth",
+            sockets[rank],
+            batch_size=16,
+            seed=3,
+            rank=rank,
+            world_size=RANKS,
+            with_ids=True,
+            batches=True,
+            view=view,
+        )
+        ids = []
+        for _, _, batch_ids in DataLoader(ds, batch_size=None, num_workers=0):
+            ids.extend(int(i) for i in batch_ids)
+        with open(f"{out}.{rank}", "w") as f:
+            f.write(" ".join(map(str, ids)))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_gather_a_view_and_read_through_their_peers(synth_root, tmp_path):
+    ips = ["127.0.0.2", "127.0.0.3"]
+    agents = []
+    try:
+        for n, ip in enumerate(ips):
+            port = _free_port(ip)
+            agents.append(
+                LocalAgent(
+                    {"synth": synth_root},
+                    extra_config=(
+                        '[peers]\nmembership = "session"\n'
+                        f'node_id = "node{n}"\nlisten = "{ip}:{port}"\nsecret = "py-secret"\n\n'
+                    ),
+                ).start()
+            )
+        sockets = [a.socket for a in agents]
+        with granary.connect(sockets[0]) as c:
+            before = c.peer_identity()
+        assert before.membership == "session"
+        assert before.node_id == "node0"
+        assert before.addr.startswith("127.0.0.2:")
+        assert (before.job_id, before.members) == ("", 0)
+
+        mp.spawn(_rank, args=(sockets, str(tmp_path / "rdv"), str(tmp_path / "ids")), nprocs=RANKS)
+
+        ids = []
+        for r in range(RANKS):
+            ids += [int(x) for x in (tmp_path / f"ids.{r}").read_text().split()]
+        assert sorted(ids) == list(range(SYNTH_FILES)), "every sample exactly once across the job"
+        for n, a in enumerate(agents):
+            with granary.connect(a.socket) as c:
+                held = c.peer_identity()
+            assert (held.job_id, held.view_epoch, held.members) == ("pyjob", 7, RANKS)
+            assert "membership view installed" in a.log_tail(100_000), a.log_tail()
+        # The agents found each other: a connection came up on both sides.
+        deadline = time.monotonic() + 10
+        while not all("peer connection up" in a.log_tail(1_000_000) for a in agents):
+            assert time.monotonic() < deadline, [a.log_tail() for a in agents]
+            time.sleep(0.1)
+
+        # A view encoded here names the same bytes the ranks built.
+        with granary.connect(sockets[0]) as c:
+            same = granary.encode_view("pyjob", 7, [c.peer_identity()])
+        assert isinstance(same, bytes) and len(same) > 16
+    finally:
+        for a in agents:
+            a.stop()
+
+
+def test_a_stale_view_is_refused_and_the_session_still_opens(synth_root):
+    port = _free_port("127.0.0.2")
+    with LocalAgent(
+        {"synth": synth_root},
+        extra_config=(
+            '[peers]\nmembership = "session"\n'
+            f'node_id = "solo"\nlisten = "127.0.0.2:{port}"\nsecret = "py-secret"\n\n'
+        ),
+    ) as a:
+        with granary.connect(a.socket) as c:
+            me = c.peer_identity()
+            new = granary.encode_view("job", 5, [me])
+            old = granary.encode_view("job", 4, [me])
+            assert c.join_view(new) == 5
+            with c.open_session("synth", view=old) as s:
+                assert s.view_epoch is None
+                assert isinstance(s.view_error, granary.InvalidArgument)
+                assert "stale" in str(s.view_error)
+                assert len(s.next_batch()) > 0
+            with pytest.raises(granary.InvalidArgument, match="stale"):
+                c.open_session("synth", view=old, view_required=True)
+            with c.open_session("synth", view=new) as s:
+                assert s.view_epoch == 5 and s.view_error is None
+
+
+def test_gather_view_is_none_without_a_process_group_or_session_membership(agent):
+    assert not dist.is_initialized()
+    assert gather_view(agent.socket) is None
+    with granary.connect(agent.socket) as c:
+        assert c.peer_identity().membership == "off"
+        with pytest.raises(granary.InvalidArgument, match="peers are off"):
+            c.join_view(granary.encode_view("job", 1, [("n", "h:1", 1)]))
