@@ -15,7 +15,7 @@
 //! is the position in that order, so ids are stable as long as the tree is
 //! unchanged.
 //!
-//! **Manifest** ([`Catalog::from_manifest`]). One sample per line,
+//! **Manifest** (`Catalog::from_manifest`). One sample per line,
 //! `path<TAB>label`, where the label is a 32-bit signed integer and the path is
 //! taken up to the last tab. Relative paths are resolved against the
 //! manifest's directory. Blank lines and lines whose first non-blank character

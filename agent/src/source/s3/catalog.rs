@@ -1,7 +1,7 @@
 //! The catalog of an S3 dataset: which objects (or byte ranges of objects)
 //! are its samples, in which order, with which labels and sizes.
 //!
-//! **Listing** ([`S3Catalog::list`]). Every object below `prefix` (taken as
+//! **Listing** (`S3Catalog::list`). Every object below `prefix` (taken as
 //! a folder: `train` lists `train/…`; the empty prefix lists the bucket) is
 //! a sample, with the rules of the filesystem tree
 //! ([`crate::source::Catalog::from_dir`]) applied to the key below the
@@ -15,8 +15,8 @@
 //! files has no object, so it takes no label here, where the filesystem
 //! catalog would give it one.) Sizes come from the listing.
 //!
-//! **Manifest** ([`S3Catalog::from_manifest_object`],
-//! [`S3Catalog::from_manifest_file`]). One sample per line, fields separated
+//! **Manifest** (`S3Catalog::from_manifest_object`,
+//! `S3Catalog::from_manifest_file`). One sample per line, fields separated
 //! by tabs: `key<TAB>label` (the whole object) or
 //! `key<TAB>label<TAB>offset<TAB>length` (`length` bytes at `offset` of the
 //! object, fetched with a ranged GET). Blank lines and lines starting with
