@@ -717,12 +717,7 @@ impl super::SampleSource for CqlDataset {
     }
 
     fn meta(&self, index: u64) -> super::SampleMeta {
-        let e = &self.catalog.entries()[index as usize];
-        super::SampleMeta {
-            sample_id: e.sample_id,
-            label: e.label,
-            size: e.size,
-        }
+        self.catalog.meta(index)
     }
 
     fn total_bytes(&self) -> u64 {

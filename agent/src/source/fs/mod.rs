@@ -83,12 +83,7 @@ impl SampleSource for FsSource {
     }
 
     fn meta(&self, index: u64) -> SampleMeta {
-        let e = &self.catalog.entries()[index as usize];
-        SampleMeta {
-            sample_id: e.sample_id,
-            label: e.label,
-            size: e.size,
-        }
+        self.catalog.meta(index)
     }
 
     fn total_bytes(&self) -> u64 {
