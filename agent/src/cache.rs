@@ -46,10 +46,13 @@
 
 pub mod future;
 pub mod policy;
+mod sample_map;
 #[cfg(feature = "sim")]
 pub mod sim;
 
 use std::collections::{BTreeMap, HashMap};
+
+use sample_map::SampleMap;
 use std::fmt;
 
 pub use future::{FutureError, FutureIndex, SessionId, NEVER};
@@ -625,7 +628,7 @@ impl Areas {
 pub struct Cache {
     config: CacheConfig,
     areas: Areas,
-    entries: HashMap<SampleKey, Entry>,
+    entries: SampleMap<Entry>,
     policy: Box<dyn EvictionPolicy>,
     sessions: HashMap<SessionId, SessionRecord>,
     acct: Accounting,
@@ -659,7 +662,7 @@ impl Cache {
         Ok(Cache {
             config,
             areas: Areas::new(&config),
-            entries: HashMap::new(),
+            entries: SampleMap::new(),
             policy,
             sessions: HashMap::new(),
             acct: Accounting {
