@@ -28,28 +28,31 @@
 //!   its address neighbours, else candidates in the policy's order; the
 //!   policy may refuse the trade, and the read is then transient (a
 //!   bypass).
-//! * **Reservation pin.** [`Cache::reserve`] returns the entry with one pin,
+//! * **Reservation pin.** `Cache::reserve` returns the entry with one pin,
 //!   held by the reserver. An InFlight entry whose pins all went (its owner
 //!   vanished) is *parked*: its extent stays reserved until the read
 //!   completes or fails, and only then returns (to the cache if retained,
 //!   to the free space if transient).
 //! * **Failures heal.** A Failed record keeps the pins of the batches that
-//!   reported it; a later [`Cache::reserve`] reads the sample again and the
+//!   reported it; a later `Cache::reserve` reads the sample again and the
 //!   new entry takes those pins over, so a pin is never lost on the way.
 //! * **Accounting.** `free + cached + pinned + in_flight == arena size`,
 //!   in bytes of reserved extents (lengths rounded up to the alignment):
-//!   [`Accounting`], checked by [`Cache::check_invariants`].
+//!   `Accounting`, checked by `Cache::check_invariants`.
 //!
 //! Every operation is `O(log n)` in the number of entries, except that
-//! [`Cache::reserve`] may evict several entries (`O(log n)` each) and
+//! `Cache::reserve` may evict several entries (`O(log n)` each) and
 //! session events re-key the samples whose next use changed.
 
 pub mod future;
 pub mod policy;
+mod sample_map;
 #[cfg(feature = "sim")]
 pub mod sim;
 
 use std::collections::{BTreeMap, HashMap};
+
+use sample_map::SampleMap;
 use std::fmt;
 
 pub use future::{FutureError, FutureIndex, SessionId, NEVER};
@@ -119,7 +122,7 @@ pub struct CacheConfig {
 }
 
 impl CacheConfig {
-    /// A configuration with [`DEFAULT_ALIGN`] and a transient reserve of a
+    /// A configuration with `DEFAULT_ALIGN` and a transient reserve of a
     /// sixteenth of the arena (rounded down to the alignment).
     pub fn new(arena_size: u64, policy: PolicyKind) -> Self {
         CacheConfig {
@@ -221,7 +224,7 @@ pub enum Residency {
     Kept,
 }
 
-/// Room reserved for a read, returned by [`Cache::reserve`].
+/// Room reserved for a read, returned by `Cache::reserve`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reservation {
     /// The sample.
@@ -281,7 +284,7 @@ pub enum Lookup {
     },
 }
 
-/// The outcome of [`Cache::complete`].
+/// The outcome of `Cache::complete`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Completion {
     /// The sample is Ready.
@@ -359,7 +362,7 @@ pub enum CacheError {
     /// A zero-length sample.
     ZeroLength,
     /// A sample larger than either area of the arena (see
-    /// [`CacheConfig::largest_sample`]).
+    /// `CacheConfig::largest_sample`).
     TooLarge {
         /// The requested length.
         len: u64,
@@ -625,7 +628,7 @@ impl Areas {
 pub struct Cache {
     config: CacheConfig,
     areas: Areas,
-    entries: HashMap<SampleKey, Entry>,
+    entries: SampleMap<Entry>,
     policy: Box<dyn EvictionPolicy>,
     sessions: HashMap<SessionId, SessionRecord>,
     acct: Accounting,
@@ -659,7 +662,7 @@ impl Cache {
         Ok(Cache {
             config,
             areas: Areas::new(&config),
-            entries: HashMap::new(),
+            entries: SampleMap::new(),
             policy,
             sessions: HashMap::new(),
             acct: Accounting {
@@ -695,12 +698,12 @@ impl Cache {
         self.stats
     }
 
-    /// Hits counted by [`access`](Self::access) (samples found Ready).
+    /// Hits counted by `access` (samples found Ready).
     pub fn hits(&self) -> u64 {
         self.stats.hits
     }
 
-    /// Misses counted by [`access`](Self::access) (samples absent or
+    /// Misses counted by `access` (samples absent or
     /// failed).
     pub fn misses(&self) -> u64 {
         self.stats.misses
@@ -748,13 +751,13 @@ impl Cache {
 
     /// Reserves room in the keep area for reading sample `key` of `len`
     /// bytes, which this agent keeps for its peers: recorded InFlight with
-    /// one pin, like [`reserve`](Self::reserve), and never evicted once
+    /// one pin, like `reserve`, and never evicted once
     /// Ready (it stays after its last unpin).
     ///
     /// # Errors
     ///
-    /// As [`reserve`](Self::reserve); [`CacheError::NoSpace`] when the keep
-    /// area is full (read it with [`reserve`](Self::reserve) instead).
+    /// As `reserve`; [`CacheError::NoSpace`] when the keep
+    /// area is full (read it with `reserve` instead).
     pub fn reserve_kept(&mut self, key: SampleKey, len: u64) -> Result<Reservation, CacheError> {
         if len == 0 {
             return Err(CacheError::ZeroLength);

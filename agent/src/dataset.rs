@@ -6,8 +6,8 @@
 //! error). Remote datasets (S3, CQL) are opened on a thread of their own:
 //! the engine waits a bounded time for the first attempt at start-up, then
 //! serves every other dataset while a store that cannot be reached is tried
-//! again with a growing pause ([`RETRY_FIRST`] doubling up to
-//! [`RETRY_MAX`]). Loaders that ask for a dataset whose first attempt is
+//! again with a growing pause (`RETRY_FIRST` doubling up to
+//! `RETRY_MAX`). Loaders that ask for a dataset whose first attempt is
 //! still running wait for it; once an attempt has failed, they get its
 //! error at once, with when the next attempt is due.
 

@@ -42,9 +42,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 pub mod cache;
 pub mod config;
-// Its SIGTERM/SIGINT/SIGPIPE handlers (two `libc::signal` calls) are the
-// one use of `unsafe` outside `sys`; they belong in `sys` too.
-#[allow(unsafe_code)]
 pub mod daemon;
 pub mod dataset;
 pub mod engine;

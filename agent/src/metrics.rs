@@ -4,7 +4,7 @@
 //! [`MetricsServer`] (see `docs/operations.md` for every metric).
 //!
 //! The engine thread updates atomics only: [`Counter::inc_by`],
-//! [`Gauge::set`], [`Histogram::observe`], [`Metrics::count_epoch`] (dense
+//! [`Gauge::set`], `Histogram::observe`, `Metrics::count_epoch` (dense
 //! per-dataset slots, indexed by the dataset's position in the engine, and a
 //! bounded table of epochs per dataset). The HTTP thread and `granary
 //! status` read them; a scrape allocates, a sample never does.
@@ -30,7 +30,7 @@ pub use prometheus_client::metrics::counter::Counter;
 pub type Gauge = prometheus_client::metrics::gauge::Gauge<u64, AtomicU64>;
 
 /// Upper bounds (seconds) of the read-latency histogram buckets.
-pub const LATENCY_BUCKETS: [f64; 14] = [
+pub(crate) const LATENCY_BUCKETS: [f64; 14] = [
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
     1.0,
 ];
@@ -41,7 +41,7 @@ pub const LATENCY_BUCKETS: [f64; 14] = [
 /// loader's choice of `first_epoch` cannot grow the label set.
 pub const EPOCH_SLOTS: usize = 8;
 
-/// A cumulative histogram over [`LATENCY_BUCKETS`], lock-free (the
+/// A cumulative histogram over `LATENCY_BUCKETS`, lock-free (the
 /// `prometheus-client` histogram takes a lock per observation).
 #[derive(Debug, Default)]
 pub struct Histogram {
@@ -52,7 +52,7 @@ pub struct Histogram {
 
 impl Histogram {
     /// Records one observation.
-    pub fn observe(&self, d: Duration) {
+    pub(crate) fn observe(&self, d: Duration) {
         let secs = d.as_secs_f64();
         if let Some(i) = LATENCY_BUCKETS.iter().position(|&b| secs <= b) {
             self.buckets[i].fetch_add(1, Ordering::Relaxed);
@@ -63,7 +63,7 @@ impl Histogram {
     }
 
     /// Number of observations.
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.count.load(Ordering::Relaxed)
     }
 
@@ -132,7 +132,7 @@ impl EncodeMetric for Histogram {
     }
 }
 
-/// How one dataset is doing (a snapshot; see [`Metrics::dataset_health`]).
+/// How one dataset is doing (a snapshot; see `Metrics::dataset_health`).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct DatasetHealth {
     /// `"fs"`, `"s3"`, `"cql"`.
@@ -140,14 +140,14 @@ pub struct DatasetHealth {
     /// Whether its catalog is loaded and it serves.
     pub ready: bool,
     /// Attempts made to load its catalog.
-    pub load_attempts: u64,
+    pub(crate) load_attempts: u64,
     /// Sample reads that failed for good.
     pub read_errors: u64,
 }
 
 /// Hits and misses of one epoch of one dataset, over all sessions.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct EpochCounts {
+pub(crate) struct EpochCounts {
     /// Samples present in the arena (or already being read) when a session
     /// first needed them.
     pub hits: u64,
@@ -287,14 +287,14 @@ pub struct Metrics {
     /// Samples handed to loaders (counted once per batch publication).
     pub samples_served: Counter,
     /// Bytes handed to loaders.
-    pub bytes_served: Counter,
+    pub(crate) bytes_served: Counter,
     /// Batches published.
-    pub batches_served: Counter,
+    pub(crate) batches_served: Counter,
     /// The cache's own total of lookups that found the sample in the arena
     /// (the engine mirrors it with `inner().store`).
-    pub cache_hits: Counter,
+    pub(crate) cache_hits: Counter,
     /// The cache's own total of lookups that needed a read from the source.
-    pub cache_misses: Counter,
+    pub(crate) cache_misses: Counter,
     /// Reads submitted to the source.
     pub reads_submitted: Counter,
     /// Reads that failed after retries.
@@ -599,7 +599,7 @@ impl Metrics {
     /// Names the engine's datasets, in the engine's order (index `i` of
     /// [`count_epoch`](Self::count_epoch) is the `i`-th): called once by the
     /// engine before it serves. A second call keeps the first table.
-    pub fn register_datasets<'a>(
+    pub(crate) fn register_datasets<'a>(
         &self,
         datasets: impl IntoIterator<Item = (&'a str, &'static str)>,
     ) {
@@ -615,7 +615,8 @@ impl Metrics {
     }
 
     /// Cache hit ratio so far (0 when nothing was looked up).
-    pub fn hit_ratio(&self) -> f64 {
+    #[cfg(test)]
+    pub(crate) fn hit_ratio(&self) -> f64 {
         let h = self.cache_hits.get() as f64;
         let m = self.cache_misses.get() as f64;
         if h + m == 0.0 {
@@ -627,7 +628,7 @@ impl Metrics {
 
     /// Adds lookups of epoch `epoch` of the engine's dataset `dataset`
     /// (its index): no lock, no allocation.
-    pub fn count_epoch(&self, dataset: usize, epoch: u32, hits: u64, misses: u64) {
+    pub(crate) fn count_epoch(&self, dataset: usize, epoch: u32, hits: u64, misses: u64) {
         let Some(d) = self.dataset(dataset) else {
             return;
         };
@@ -640,7 +641,7 @@ impl Metrics {
 
     /// Updates the health of the dataset named `dataset` (a registered
     /// one; others are ignored). Cold path: a scan by name, no lock.
-    pub fn dataset_health(&self, dataset: &str, update: impl FnOnce(&mut DatasetHealth)) {
+    pub(crate) fn dataset_health(&self, dataset: &str, update: impl FnOnce(&mut DatasetHealth)) {
         let Some(d) = self
             .datasets
             .get()
@@ -664,7 +665,8 @@ impl Metrics {
     }
 
     /// The epochs of `dataset` still in its table, in epoch order.
-    pub fn epoch_counts(&self, dataset: &str) -> Vec<(u64, EpochCounts)> {
+    #[cfg(test)]
+    pub(crate) fn epoch_counts(&self, dataset: &str) -> Vec<(u64, EpochCounts)> {
         self.datasets
             .get()
             .and_then(|t| t.iter().find(|d| &*d.name == dataset))
@@ -682,13 +684,13 @@ impl Metrics {
 }
 
 /// The content type of [`Metrics::render`].
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The longest request head the endpoint reads (request line and headers).
-pub const MAX_REQUEST_HEAD: usize = 8 * 1024;
+pub(crate) const MAX_REQUEST_HEAD: usize = 8 * 1024;
 
 /// How long the endpoint waits on one client's read or write.
-pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A running metrics endpoint: one thread, one client at a time.
 #[derive(Debug)]

@@ -288,11 +288,11 @@ fn share_len(params: &PlanParams) -> u64 {
 
 /// The number of batches each rank receives per epoch:
 /// `ceil(share / batch_size)`, or `floor(share / batch_size)` with
-/// `drop_last`, where `share` is [`samples_per_rank`].
+/// `drop_last`, where `share` is `samples_per_rank`.
 ///
 /// # Errors
 ///
-/// Any error of [`PlanParams::validate`].
+/// Any error of `PlanParams::validate`.
 pub fn batches_per_epoch(params: &PlanParams) -> Result<u64, PlanError> {
     params.validate()?;
     Ok(batch_count(params))
@@ -356,7 +356,7 @@ impl EpochPlan {
     ///
     /// # Errors
     ///
-    /// Any error of [`PlanParams::validate`], or [`PlanError::OutOfMemory`].
+    /// Any error of `PlanParams::validate`, or [`PlanError::OutOfMemory`].
     pub fn new(params: &PlanParams, epoch: u32) -> Result<Self, PlanError> {
         params.validate()?;
         let delivered = batch_count(params)
@@ -421,7 +421,7 @@ const EPOCH_MEMO: usize = 3;
 /// A session's future: epochs `first_epoch..first_epoch + epoch_count` of
 /// one rank, in delivery order.
 ///
-/// Clones share one memo of built epochs ([`SessionPlan::epoch`]): the
+/// Clones share one memo of built epochs (`SessionPlan::epoch`): the
 /// session walking its plan and the cache indexing the same future build
 /// each epoch's permutation once between them.
 #[derive(Clone)]
@@ -456,7 +456,7 @@ impl SessionPlan {
     ///
     /// # Errors
     ///
-    /// Any error of [`PlanParams::validate`], [`PlanError::NoEpochs`] or
+    /// Any error of `PlanParams::validate`, [`PlanError::NoEpochs`] or
     /// [`PlanError::EpochRangeOverflow`] (the last epoch must be at most
     /// `u32::MAX`).
     pub fn new(params: PlanParams, first_epoch: u32, epoch_count: u32) -> Result<Self, PlanError> {

@@ -19,11 +19,12 @@
 //! events cost `O(log n)` per sample whose next use changed (see
 //! [`FutureIndex`]).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 
 use super::future::{Changed, FutureError, FutureIndex, SessionId, NEVER};
+use super::sample_map::SampleMap;
 use super::SampleKey;
 use crate::planner::SessionPlan;
 
@@ -199,7 +200,7 @@ pub trait EvictionPolicy: fmt::Debug + Send {
 pub struct Lru {
     tick: u64,
     /// Candidates' last use.
-    last_use: HashMap<SampleKey, u64>,
+    last_use: SampleMap<u64>,
     /// Candidates by last use.
     order: BTreeMap<u64, SampleKey>,
 }
@@ -266,7 +267,7 @@ impl EvictionPolicy for Lru {
 /// CoorDL's MinIO: whatever is retained stays; nothing is ever evicted.
 #[derive(Debug, Default)]
 pub struct MinIo {
-    candidates: BTreeSet<SampleKey>,
+    candidates: SampleMap<()>,
 }
 
 impl MinIo {
@@ -282,7 +283,7 @@ impl EvictionPolicy for MinIo {
     }
 
     fn insert(&mut self, key: SampleKey) {
-        self.candidates.insert(key);
+        self.candidates.insert(key, ());
     }
 
     fn remove(&mut self, key: SampleKey) {
@@ -294,7 +295,7 @@ impl EvictionPolicy for MinIo {
     }
 
     fn contains(&self, key: SampleKey) -> bool {
-        self.candidates.contains(&key)
+        self.candidates.contains_key(&key)
     }
 
     fn victims(&self) -> Box<dyn Iterator<Item = SampleKey> + '_> {
@@ -320,8 +321,8 @@ impl EvictionPolicy for MinIo {
 #[derive(Debug, Default)]
 pub struct Clairvoyant {
     future: FutureIndex,
-    next_use: HashMap<SampleKey, u64>,
-    order: BTreeSet<(u64, SampleKey)>,
+    next_use: SampleMap<u64>,
+    order: ByNextUse,
 }
 
 impl Clairvoyant {
@@ -350,8 +351,8 @@ impl Clairvoyant {
             if let Some(old) = self.next_use.get_mut(&key) {
                 let new = self.future.next_use(key.dataset, key.index);
                 if *old != new {
-                    self.order.remove(&(*old, key));
-                    self.order.insert((new, key));
+                    self.order.remove(*old, key);
+                    self.order.insert(new, key);
                     *old = new;
                 }
             }
@@ -370,12 +371,12 @@ impl EvictionPolicy for Clairvoyant {
         }
         let t = self.future.next_use(key.dataset, key.index);
         self.next_use.insert(key, t);
-        self.order.insert((t, key));
+        self.order.insert(t, key);
     }
 
     fn remove(&mut self, key: SampleKey) {
         if let Some(t) = self.next_use.remove(&key) {
-            self.order.remove(&(t, key));
+            self.order.remove(t, key);
         }
     }
 
@@ -388,7 +389,7 @@ impl EvictionPolicy for Clairvoyant {
     }
 
     fn victims(&self) -> Box<dyn Iterator<Item = SampleKey> + '_> {
-        Box::new(self.order.iter().rev().map(|&(_, k)| k))
+        Box::new(self.order.furthest_first())
     }
 
     /// Belady with bypass, size-aware when several victims are needed.
@@ -456,6 +457,73 @@ impl EvictionPolicy for Clairvoyant {
     }
 }
 
+/// Candidates ordered by `(next use, key)`: one `u128` per candidate,
+/// `next use << 64 | dataset << 48 | index`, which orders exactly as the
+/// tuple and compares in two instructions; keys too wide to pack (dataset
+/// of 2^16 or more, index of 2^48 or more: none in practice) in a set of
+/// tuples beside it.
+#[derive(Debug, Default)]
+struct ByNextUse {
+    packed: BTreeSet<u128>,
+    wide: BTreeSet<(u64, SampleKey)>,
+}
+
+fn pack(t: u64, key: SampleKey) -> Option<u128> {
+    (key.dataset < 1 << 16 && key.index < 1 << 48)
+        .then(|| u128::from(t) << 64 | u128::from(key.dataset) << 48 | u128::from(key.index))
+}
+
+fn unpack(p: u128) -> (u64, SampleKey) {
+    let low = p as u64;
+    (
+        (p >> 64) as u64,
+        SampleKey {
+            dataset: (low >> 48) as u32,
+            index: low & ((1 << 48) - 1),
+        },
+    )
+}
+
+impl ByNextUse {
+    fn insert(&mut self, t: u64, key: SampleKey) {
+        match pack(t, key) {
+            Some(p) => self.packed.insert(p),
+            None => self.wide.insert((t, key)),
+        };
+    }
+
+    fn remove(&mut self, t: u64, key: SampleKey) {
+        match pack(t, key) {
+            Some(p) => self.packed.remove(&p),
+            None => self.wide.remove(&(t, key)),
+        };
+    }
+
+    fn len(&self) -> usize {
+        self.packed.len() + self.wide.len()
+    }
+
+    /// The keys, furthest next use first (ties: larger key first).
+    fn furthest_first(&self) -> impl Iterator<Item = SampleKey> + '_ {
+        let mut packed = self.packed.iter().rev().map(|&p| unpack(p)).peekable();
+        let mut wide = self.wide.iter().rev().copied().peekable();
+        std::iter::from_fn(move || {
+            let take_packed = match (packed.peek(), wide.peek()) {
+                (Some(a), Some(b)) => a > b,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => return None,
+            };
+            let next = if take_packed {
+                packed.next()
+            } else {
+                wide.next()
+            };
+            next.map(|(_, k)| k)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -463,6 +531,49 @@ mod tests {
 
     fn k(index: u64) -> SampleKey {
         SampleKey { dataset: 0, index }
+    }
+
+    #[test]
+    fn next_use_order_packs_and_merges_like_the_tuple_set() {
+        let keys = [
+            SampleKey {
+                dataset: 0,
+                index: 3,
+            },
+            SampleKey {
+                dataset: 2,
+                index: 1,
+            },
+            SampleKey {
+                dataset: 1 << 16,
+                index: 0,
+            },
+            SampleKey {
+                dataset: 0,
+                index: 1 << 48,
+            },
+            SampleKey {
+                dataset: (1 << 16) - 1,
+                index: (1 << 48) - 1,
+            },
+        ];
+        let mut o = ByNextUse::default();
+        let mut want = BTreeSet::new();
+        for (i, &key) in keys.iter().enumerate() {
+            for t in [NEVER, 5, i as u64] {
+                o.insert(t, key);
+                want.insert((t, key));
+            }
+        }
+        o.remove(5, keys[2]);
+        want.remove(&(5, keys[2]));
+        o.remove(5, keys[0]);
+        want.remove(&(5, keys[0]));
+        assert_eq!(o.len(), want.len());
+        let got: Vec<SampleKey> = o.furthest_first().collect();
+        let expected: Vec<SampleKey> = want.iter().rev().map(|&(_, k)| k).collect();
+        assert_eq!(got, expected);
+        assert!(o.wide.len() >= 2 && o.packed.len() >= 2);
     }
 
     #[test]

@@ -43,7 +43,7 @@ pub enum SourceKind {
 
 impl SourceKind {
     /// The name written in the configuration: `"fs"`, `"s3"` or `"cql"`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             SourceKind::Fs => "fs",
             SourceKind::S3 => "s3",
@@ -245,7 +245,7 @@ impl DatasetConfig {
     }
 
     /// `dataset[i].kind`.
-    pub fn kind(&self) -> SourceKind {
+    pub(crate) fn kind(&self) -> SourceKind {
         match self {
             DatasetConfig::Fs(_) => SourceKind::Fs,
             DatasetConfig::S3(_) => SourceKind::S3,
@@ -254,7 +254,7 @@ impl DatasetConfig {
     }
 
     /// `dataset[i].order`.
-    pub fn order(&self) -> DeliveryOrder {
+    pub(crate) fn order(&self) -> DeliveryOrder {
         match self {
             DatasetConfig::Fs(d) => d.order,
             DatasetConfig::S3(d) => d.order,
@@ -263,7 +263,7 @@ impl DatasetConfig {
     }
 
     /// `[dataset.retry]`.
-    pub fn retry(&self) -> &RetryOverride {
+    pub(crate) fn retry(&self) -> &RetryOverride {
         match self {
             DatasetConfig::Fs(d) => &d.retry,
             DatasetConfig::S3(d) => &d.retry,
@@ -274,7 +274,7 @@ impl DatasetConfig {
 
 /// Where a filesystem dataset's samples come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DatasetLocation<'a> {
+pub(crate) enum DatasetLocation<'a> {
     /// A directory tree of class folders.
     Root(&'a Path),
     /// A manifest file.
@@ -284,7 +284,7 @@ pub enum DatasetLocation<'a> {
 impl FsConfig {
     /// The dataset's location, or `None` unless exactly one of `root` and
     /// `manifest` is set (which validation reports).
-    pub fn location(&self) -> Option<DatasetLocation<'_>> {
+    pub(crate) fn location(&self) -> Option<DatasetLocation<'_>> {
         match (&self.root, &self.manifest) {
             (Some(r), None) => Some(DatasetLocation::Root(r)),
             (None, Some(m)) => Some(DatasetLocation::Manifest(m)),
@@ -301,7 +301,7 @@ pub struct Secret(String);
 
 impl Secret {
     /// The secret itself, for the one place that must use it.
-    pub fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 }

@@ -5,7 +5,7 @@ use super::document::{line_col, Document};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// One problem found by [`Config::validate`](super::Config::validate): the
+/// One problem found by `Config::validate`: the
 /// field's full path, its line when known, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
@@ -16,7 +16,7 @@ pub struct Problem {
     /// field is not written), when the configuration came from text.
     pub line: Option<usize>,
     /// What is wrong with it.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 impl Problem {
@@ -75,7 +75,8 @@ pub enum ConfigError {
 
 impl ConfigError {
     /// The problems of an [`ConfigError::Invalid`] error, or an empty slice.
-    pub fn problems(&self) -> &[Problem] {
+    #[cfg(test)]
+    pub(crate) fn problems(&self) -> &[Problem] {
         match self {
             ConfigError::Invalid { problems, .. } => problems,
             _ => &[],
@@ -84,7 +85,8 @@ impl ConfigError {
 
     /// The full path of the offending field, when the error names one (the
     /// first problem's for [`ConfigError::Invalid`]).
-    pub fn field(&self) -> Option<&str> {
+    #[cfg(test)]
+    pub(crate) fn field(&self) -> Option<&str> {
         match self {
             ConfigError::Io { .. } => None,
             ConfigError::Parse { field, .. } => field.as_deref(),

@@ -9,7 +9,7 @@ use super::{Config, ConfigError};
 use std::path::Path;
 
 impl Config {
-    /// [`Config::load`], then [`Config::check_machine`].
+    /// [`Config::load`], then `Config::check_machine`.
     ///
     /// # Errors
     ///
@@ -30,7 +30,7 @@ impl Config {
     /// # Errors
     ///
     /// [`ConfigError::Invalid`] naming `arena.size`, with both sizes.
-    pub fn check_machine(&self) -> Result<(), ConfigError> {
+    pub(crate) fn check_machine(&self) -> Result<(), ConfigError> {
         let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
         match mem_total(&meminfo) {
             Some(total) => self.check_memory(total),
@@ -44,7 +44,7 @@ impl Config {
     /// # Errors
     ///
     /// [`ConfigError::Invalid`] naming `arena.size`.
-    pub fn check_memory(&self, mem_total: u64) -> Result<(), ConfigError> {
+    pub(crate) fn check_memory(&self, mem_total: u64) -> Result<(), ConfigError> {
         let size = self.arena.size.bytes();
         if size <= mem_total {
             return Ok(());

@@ -23,7 +23,7 @@ impl Default for MetricsConfig {
 impl MetricsConfig {
     /// The endpoint's address, or `None` when metrics are disabled (or the
     /// address does not parse, which [`Config::validate`](super::Config::validate) reports).
-    pub fn socket_addr(&self) -> Option<SocketAddr> {
+    pub(crate) fn socket_addr(&self) -> Option<SocketAddr> {
         if self.address.is_empty() {
             None
         } else {

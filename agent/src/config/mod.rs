@@ -2,7 +2,7 @@
 //!
 //! Every field has a documented default, so an empty file plus one
 //! `[[dataset]]` is a complete configuration. Unknown keys are rejected, and
-//! [`Config::validate`] checks the relations between settings (timeouts,
+//! `Config::validate` checks the relations between settings (timeouts,
 //! ring capacities, the arena against the in-flight limit). The reference for
 //! operators is `docs/configuration.md`; [`Config::default_toml`] returns the
 //! commented default file (`default.toml` beside this module) that
@@ -50,10 +50,10 @@ mod tests;
 
 pub use arena::{ArenaConfig, HugePages};
 pub use cache::{CacheConfig, CachePolicy};
+pub(crate) use dataset::DatasetLocation;
 pub use dataset::{is_cql_name, parse_cql_host};
 pub use dataset::{
-    CqlConfig, DatasetConfig, DatasetLocation, DeliveryOrder, FsConfig, S3Config, Secret,
-    SourceKind,
+    CqlConfig, DatasetConfig, DeliveryOrder, FsConfig, S3Config, Secret, SourceKind,
 };
 pub use error::{ConfigError, Problem};
 pub use metrics::MetricsConfig;
@@ -169,7 +169,7 @@ impl Config {
 
     /// The retry settings of `dataset`: `[prefetch]`'s, overridden by the
     /// dataset's `[dataset.retry]` table where it sets a key.
-    pub fn retry_for(&self, dataset: &DatasetConfig) -> RetrySettings {
+    pub(crate) fn retry_for(&self, dataset: &DatasetConfig) -> RetrySettings {
         let mut over = *dataset.retry();
         if over.read_retries.is_none() {
             over.read_retries = match dataset {

@@ -112,7 +112,7 @@ impl Default for PeersConfig {
 
 impl PeersConfig {
     /// Whether this agent shares its arena with peers.
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.membership != Membership::Off
     }
 }

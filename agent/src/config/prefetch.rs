@@ -82,7 +82,7 @@ pub struct RetryOverride {
 
 /// How the reads of one dataset are retried: the values of `[prefetch]`
 /// with the dataset's `[dataset.retry]` applied
-/// ([`Config::retry_for`](super::Config::retry_for)).
+/// (`Config::retry_for`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetrySettings {
     /// Retries after the first attempt.
@@ -90,7 +90,7 @@ pub struct RetrySettings {
     /// Delay before the first retry.
     pub backoff: Duration,
     /// Longest delay between two attempts.
-    pub backoff_max: Duration,
+    pub(crate) backoff_max: Duration,
     /// No retry starts later than this after the first attempt started.
     pub deadline: Duration,
 }
@@ -103,7 +103,7 @@ impl Default for RetrySettings {
 
 impl PrefetchConfig {
     /// These retry settings with `over` applied.
-    pub fn retry_settings(&self, over: &RetryOverride) -> RetrySettings {
+    pub(crate) fn retry_settings(&self, over: &RetryOverride) -> RetrySettings {
         let ms = |o: Option<u64>, d: u64| Duration::from_millis(o.unwrap_or(d));
         RetrySettings {
             retries: over.read_retries.unwrap_or(self.read_retries),

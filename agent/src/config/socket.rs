@@ -42,7 +42,7 @@ impl SocketConfig {
     /// Whether a peer with these credentials may open a session, given the
     /// agent's own uid: its uid is the agent's, or is listed in
     /// `allowed_uids`, or its gid is listed in `allowed_gids`.
-    pub fn allows(&self, agent_uid: u32, peer_uid: u32, peer_gid: u32) -> bool {
+    pub(crate) fn allows(&self, agent_uid: u32, peer_uid: u32, peer_gid: u32) -> bool {
         peer_uid == agent_uid
             || self.allowed_uids.contains(&peer_uid)
             || self.allowed_gids.contains(&peer_gid)
@@ -55,7 +55,7 @@ pub struct FileMode(pub u32);
 
 impl FileMode {
     /// The permission bits.
-    pub fn bits(self) -> u32 {
+    pub(crate) fn bits(self) -> u32 {
         self.0
     }
 }

@@ -30,7 +30,7 @@ impl Problems {
 impl Config {
     /// Checks the rules that single fields and relations between fields must
     /// obey; reports every problem found, each naming its field.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let mut p = Problems::default();
         self.validate_arena(&mut p);
         self.validate_socket(&mut p);

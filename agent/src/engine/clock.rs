@@ -4,14 +4,14 @@
 use std::time::Instant;
 
 /// A source of monotonic time.
-pub trait Clock: Send {
+pub(crate) trait Clock: Send {
     /// Now.
     fn now(&self) -> Instant;
 }
 
 /// The system's monotonic clock.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
+pub(crate) struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Instant {
@@ -30,7 +30,7 @@ pub(crate) mod manual {
     pub(crate) struct ManualClock(Arc<Mutex<Instant>>);
 
     impl ManualClock {
-        pub fn new() -> ManualClock {
+        pub(crate) fn new() -> ManualClock {
             ManualClock(Arc::new(Mutex::new(Instant::now())))
         }
 

@@ -2,21 +2,21 @@
 //! sources, the sessions and the socket, and moves every session forward a
 //! turn at a time. Each phase of a turn is a module of its own:
 //!
-//! 1. [`open`]: accept loaders and handle their messages (open / close /
+//! 1. `open`: accept loaders and handle their messages (open / close /
 //!    hang-up), end sessions whose loader went silent;
-//! 2. [`release`]: take back released batches (unpin their samples; a bad
+//! 2. `release`: take back released batches (unpin their samples; a bad
 //!    release fences the session);
-//! 3. [`request`]: plan each session's window ahead (slow start) and request
+//! 3. `request`: plan each session's window ahead (slow start) and request
 //!    every missing sample from its source — one read per sample, however
 //!    many sessions want it;
-//! 4. [`complete`]: collect read completions (any order); the dataset's
+//! 4. `complete`: collect read completions (any order); the dataset's
 //!    retry policy decides what is tried again;
-//! 5. [`publish`]: publish, in order, every batch whose samples are all
+//! 5. `publish`: publish, in order, every batch whose samples are all
 //!    present: a sample table goes into the arena, a descriptor into the
 //!    ready ring;
 //! 6. sleep on the sources' descriptors until something can happen.
 //!
-//! Time comes from an injected [`Clock`], so the phases' tests control it.
+//! Time comes from an injected `Clock`, so the phases' tests control it.
 
 mod clock;
 mod complete;
@@ -29,7 +29,7 @@ mod request;
 mod tests;
 mod view;
 
-pub use clock::{Clock, SystemClock};
+pub(crate) use clock::{Clock, SystemClock};
 
 use crate::cache::{Cache, CacheConfig, Lookup, PolicyKind, SampleKey};
 use crate::config::{Config, Membership};
@@ -50,7 +50,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long start-up waits for remote datasets' first catalog load.
-pub const STARTUP_LOAD_WAIT: Duration = Duration::from_secs(15);
+pub(crate) const STARTUP_LOAD_WAIT: Duration = Duration::from_secs(15);
 
 fn log_load_event(d: &Dataset, event: Option<LoadEvent>) {
     match event {
@@ -179,7 +179,7 @@ fn transient_reserve(cfg: &Config, datasets: &[Dataset], cache: &CacheConfig) ->
 impl Engine {
     /// Creates the arena, binds the socket, opens every dataset: the
     /// filesystem ones here (a failure stops the agent), the remote ones on
-    /// threads of their own, waiting up to [`STARTUP_LOAD_WAIT`] for them
+    /// threads of their own, waiting up to `STARTUP_LOAD_WAIT` (15 s) for them
     /// (a store that cannot be reached by then is tried again in the
     /// background while the others serve).
     pub fn new(cfg: Config, metrics: Arc<Metrics>) -> io::Result<Engine> {
@@ -199,7 +199,7 @@ impl Engine {
 
     /// Like [`with_datasets`](Self::with_datasets), reading time from
     /// `clock`.
-    pub fn with_clock(
+    pub(crate) fn with_clock(
         cfg: Config,
         metrics: Arc<Metrics>,
         extra: Vec<Dataset>,
@@ -340,7 +340,7 @@ impl Engine {
     }
 
     /// The socket path loaders connect to.
-    pub fn socket_path(&self) -> &std::path::Path {
+    pub(crate) fn socket_path(&self) -> &std::path::Path {
         self.server.path()
     }
 
@@ -348,11 +348,6 @@ impl Engine {
     /// reserve and policy).
     pub fn cache_config(&self) -> &CacheConfig {
         self.cache.config()
-    }
-
-    /// The peer tier, when `[peers]` is on.
-    pub fn peers(&self) -> Option<&crate::peers::PeerTier> {
-        self.peers.as_ref()
     }
 
     /// Whether the arena got hugepages.
@@ -393,7 +388,7 @@ impl Engine {
     }
 
     /// One turn; returns whether anything moved.
-    pub fn turn(&mut self) -> io::Result<bool> {
+    pub(crate) fn turn(&mut self) -> io::Result<bool> {
         let now = self.clock.now();
         let dt = now.saturating_duration_since(self.last_turn);
         self.last_turn = now;

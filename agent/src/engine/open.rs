@@ -27,8 +27,8 @@ pub(crate) const MAX_LOADER_RING: u32 = 4096;
 
 /// A session just opened: the reply and the descriptors that go with it.
 pub(super) struct Opened {
-    pub reply: SessionOpened,
-    pub arena_fd: OwnedFd,
+    pub(crate) reply: SessionOpened,
+    pub(crate) arena_fd: OwnedFd,
 }
 
 impl Engine {

@@ -12,7 +12,7 @@
 //! | module | what it holds |
 //! |---|---|
 //! | `membership` | the view from the configuration (static list, Slurm), the job secret |
-//! | [`net`] | the TCP transport: listener, one connection per peer, payloads straight to and from the arena |
+//! | `net` | the TCP transport: listener, one connection per peer, payloads straight to and from the arena |
 //! | [`metrics`] | the tier's Prometheus series |
 //! | this module | [`PeerTier`]: routing, our requests, the serving queue |
 //!

@@ -23,7 +23,7 @@
 //!   `SELECT data FROM ks.data WHERE id = ?` per sample, thousands in flight
 //!   on a small tokio runtime, the blob copied once, from the driver's
 //!   receive buffer into the caller's memory. Its interface has the shape of
-//!   [`crate::source::fs::reader::UringReader`] and the S3 fetcher.
+//!   `crate::source::fs::reader::UringReader` and the S3 fetcher.
 //!
 //! [`CqlSource`] ties the session and its runtime together; [`CqlDataset`]
 //! adds the catalog and a fetcher and is what the engine drives, through
@@ -148,7 +148,7 @@ impl CqlSettings {
     }
 
     /// The settings of a `kind = "cql"` dataset; the password comes from
-    /// [`PASSWORD_ENV`] when a user is named without one.
+    /// `PASSWORD_ENV` when a user is named without one.
     pub fn from_dataset(ds: &DatasetConfig) -> Result<CqlSettings, CqlError> {
         let DatasetConfig::Cql(ds) = ds else {
             return Err(CqlError::Settings(format!(
@@ -176,7 +176,7 @@ impl CqlSettings {
         Ok(s)
     }
 
-    /// Takes the password from [`PASSWORD_ENV`] (looked up with `var`) when
+    /// Takes the password from `PASSWORD_ENV` (looked up with `var`) when
     /// a user is named without one.
     pub fn fill_from_env(&mut self, var: impl Fn(&str) -> Option<String>) {
         if self.username.is_some() && self.password.is_none() {
@@ -717,12 +717,7 @@ impl super::SampleSource for CqlDataset {
     }
 
     fn meta(&self, index: u64) -> super::SampleMeta {
-        let e = &self.catalog.entries()[index as usize];
-        super::SampleMeta {
-            sample_id: e.sample_id,
-            label: e.label,
-            size: e.size,
-        }
+        self.catalog.meta(index)
     }
 
     fn total_bytes(&self) -> u64 {

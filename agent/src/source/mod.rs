@@ -21,6 +21,8 @@
 //! an [`queue::IoCompletion`] per request, [`queue::Full`] when their queue
 //! is full.
 //!
+//! The three catalogs share their accessors through [`SampleList`].
+//!
 //! [`open`] builds the source of a configured dataset (blocking: it lists
 //! or reads the catalog).
 
@@ -28,10 +30,12 @@ pub mod cql;
 pub mod fs;
 pub mod queue;
 pub mod s3;
+pub mod samples;
 mod task_queue;
 
 pub use fs::{open_catalog, Catalog, CatalogEntry, CatalogError, FsSource};
 pub(crate) use queue::Landing;
+pub use samples::{EntryMeta, SampleList};
 
 use crate::config::{Config, DatasetConfig};
 use granary_shm::arena::ArenaSlice;

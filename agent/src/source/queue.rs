@@ -2,7 +2,7 @@
 //! io_uring reader (`fs::reader`) and the S3 and CQL fetchers all take
 //! requests without blocking, give them back in [`Full`] when their queue
 //! is full, and hand back one [`IoCompletion`] per request, in any order.
-//! A source turns those into [`super::Completion`]s ([`Landing`]).
+//! A source turns those into [`super::Completion`]s (`Landing`).
 
 use super::{Completion, FailureKind, SampleError};
 use std::fmt;

@@ -17,7 +17,7 @@
 //!   small multi-thread tokio runtime, a timeout per attempt, retries with
 //!   exponential backoff and jitter, and the response body copied once,
 //!   straight into the caller's memory (an arena extent). Its interface has
-//!   the shape of [`crate::source::fs::reader::UringReader`]: non-blocking
+//!   the shape of `crate::source::fs::reader::UringReader`: non-blocking
 //!   `submit`, `poll_completions`, completions in any order, plus an eventfd
 //!   that becomes readable when completions are pending.
 //!
@@ -60,7 +60,7 @@ pub struct S3Settings {
     /// Base URL of the S3 API (`http://127.0.0.1:8333`); `None`: AWS's
     /// endpoint for the region.
     pub endpoint: Option<String>,
-    /// Region used for signing (`None`: [`DEFAULT_REGION`]).
+    /// Region used for signing (`None`: `DEFAULT_REGION`).
     pub region: Option<String>,
     /// The bucket.
     pub bucket: String,

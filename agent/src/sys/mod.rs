@@ -3,12 +3,14 @@
 //! crate root denies it everywhere else).
 //!
 //! * this module: random keys, waiting on several descriptors;
+//! * [`signals`]: the daemon's SIGTERM/SIGINT stop flag, SIGPIPE ignored;
 //! * [`eventfd`]: the fetchers' completion eventfd and the wait on it;
 //! * [`uring`]: io_uring entries that point into memory (paths, arena
 //!   ranges, timeouts), held until the kernel has completed them.
 #![allow(unsafe_code)]
 
 pub(crate) mod eventfd;
+pub(crate) mod signals;
 pub(crate) mod uring;
 
 use std::io;

@@ -20,6 +20,8 @@
 //! by path).
 
 use super::{once, AttemptError, CqlError, CqlSettings};
+use crate::source::samples::{EntryMeta, SampleList};
+use crate::source::SampleMeta;
 use futures_util::TryStreamExt;
 use scylla::client::session::Session;
 use scylla::statement::{Consistency, Statement};
@@ -43,8 +45,26 @@ pub struct CqlEntry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CqlCatalog {
     metadata_table: String,
-    entries: Vec<CqlEntry>,
-    total_bytes: u64,
+    samples: SampleList<CqlEntry>,
+}
+
+/// The shared accessors (`len`, `entries`, `get`, `meta`, `total_bytes`).
+impl std::ops::Deref for CqlCatalog {
+    type Target = SampleList<CqlEntry>;
+
+    fn deref(&self) -> &SampleList<CqlEntry> {
+        &self.samples
+    }
+}
+
+impl EntryMeta for CqlEntry {
+    fn meta(&self) -> SampleMeta {
+        SampleMeta {
+            sample_id: self.sample_id,
+            label: self.label,
+            size: self.size,
+        }
+    }
 }
 
 /// The type of the metadata table's `size` column.
@@ -65,7 +85,6 @@ impl CqlCatalog {
         let mut rows: Vec<(Uuid, i32, u64)> = rows.into_iter().collect();
         rows.sort_unstable_by(|a, b| (a.1, a.0.as_bytes()).cmp(&(b.1, b.0.as_bytes())));
         let mut entries = Vec::with_capacity(rows.len());
-        let mut total_bytes = 0u64;
         for (i, (id, label, size)) in rows.into_iter().enumerate() {
             if size > u64::from(u32::MAX) {
                 return Err(CqlError::BadRow {
@@ -74,7 +93,6 @@ impl CqlCatalog {
                     reason: format!("size {size} is above the largest sample, 4 GiB - 1"),
                 });
             }
-            total_bytes += size;
             entries.push(CqlEntry {
                 sample_id: i as u64,
                 id,
@@ -84,8 +102,7 @@ impl CqlCatalog {
         }
         Ok(CqlCatalog {
             metadata_table: metadata_table.to_owned(),
-            entries,
-            total_bytes,
+            samples: SampleList::new(entries),
         })
     }
 
@@ -113,39 +130,6 @@ impl CqlCatalog {
     /// `ks.metadata`, the table the catalog was read from.
     pub fn metadata_table(&self) -> &str {
         &self.metadata_table
-    }
-
-    /// Number of samples.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Whether there is no sample.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    /// The samples in catalog order.
-    pub fn entries(&self) -> &[CqlEntry] {
-        &self.entries
-    }
-
-    /// Sample `sample_id`.
-    pub fn get(&self, sample_id: u64) -> Option<&CqlEntry> {
-        usize::try_from(sample_id)
-            .ok()
-            .and_then(|i| self.entries.get(i))
-    }
-
-    /// Bytes of all samples.
-    pub fn total_bytes(&self) -> u64 {
-        self.total_bytes
-    }
-
-    /// Size of the largest sample (0 when empty).
-    #[cfg(test)]
-    pub(crate) fn max_size(&self) -> u64 {
-        self.entries.iter().map(|e| e.size).max().unwrap_or(0)
     }
 }
 

@@ -5,7 +5,7 @@
 //! The owner calls [`CqlFetcher::submit`] — which never blocks — up to
 //! [`CqlFetcher::capacity`] times, and collects finished reads with
 //! [`CqlFetcher::poll_completions`], in any order, exactly like
-//! [`crate::source::fs::reader::UringReader`] and the S3 fetcher. Each accepted
+//! `crate::source::fs::reader::UringReader` and the S3 fetcher. Each accepted
 //! request becomes one task on the runtime:
 //!
 //! 1. one execution of the prepared `SELECT data FROM ks.data WHERE id = ?`,
@@ -18,7 +18,7 @@
 //! 3. one attempt: on failure, [`super::classify`] says whether another
 //!    may succeed (timeouts, broken connections, overloaded, unavailable,
 //!    read timeouts); the engine's retry policy decides on another;
-//! 4. the completion is queued and the eventfd ([`CqlFetcher::wake_fd`]) is
+//! 4. the completion is queued and the eventfd (`CqlFetcher::wake_fd`) is
 //!    signalled.
 //!
 //! The driver multiplexes every request over its pools (up to 32768

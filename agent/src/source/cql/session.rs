@@ -12,7 +12,7 @@
 //!   replication, the tables' partitioners), only for the dataset's
 //!   keyspace.
 //! * Retries: the driver's own are off (its fall-through policy); the
-//!   fetcher and the catalog make one attempt per request ([`super::once`]).
+//!   fetcher and the catalog make one attempt per request (`super::once`).
 //! * Reads at `LOCAL_ONE`: the data is written once and read many times.
 
 use super::{CqlError, CqlSettings, Pool};

@@ -15,7 +15,7 @@
 //! is the position in that order, so ids are stable as long as the tree is
 //! unchanged.
 //!
-//! **Manifest** ([`Catalog::from_manifest`]). One sample per line,
+//! **Manifest** (`Catalog::from_manifest`). One sample per line,
 //! `path<TAB>label`, where the label is a 32-bit signed integer and the path is
 //! taken up to the last tab. Relative paths are resolved against the
 //! manifest's directory. Blank lines and lines whose first non-blank character
@@ -24,6 +24,8 @@
 //!
 //! Sizes come from file metadata when the catalog is built.
 
+use crate::source::samples::{EntryMeta, SampleList};
+use crate::source::SampleMeta;
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
@@ -49,9 +51,27 @@ pub struct CatalogEntry {
 /// The ordered list of a dataset's samples.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Catalog {
-    entries: Vec<CatalogEntry>,
+    samples: SampleList<CatalogEntry>,
     class_names: Vec<OsString>,
-    total_bytes: u64,
+}
+
+/// The shared accessors (`len`, `entries`, `get`, `meta`, `total_bytes`).
+impl std::ops::Deref for Catalog {
+    type Target = SampleList<CatalogEntry>;
+
+    fn deref(&self) -> &SampleList<CatalogEntry> {
+        &self.samples
+    }
+}
+
+impl EntryMeta for CatalogEntry {
+    fn meta(&self) -> SampleMeta {
+        SampleMeta {
+            sample_id: self.sample_id,
+            label: self.label,
+            size: self.size,
+        }
+    }
 }
 
 /// Why a catalog could not be built.
@@ -366,54 +386,16 @@ impl Catalog {
                 path: origin.to_path_buf(),
             });
         }
-        let total_bytes = entries
-            .iter()
-            .map(|e| e.size)
-            .fold(0u64, u64::saturating_add);
         Ok(Catalog {
-            entries,
+            samples: SampleList::new(entries),
             class_names,
-            total_bytes,
         })
-    }
-
-    /// Number of samples.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Whether the catalog holds no sample (never true for a built catalog).
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    /// All samples, in sample-id order.
-    pub fn entries(&self) -> &[CatalogEntry] {
-        &self.entries
-    }
-
-    /// The sample with this id.
-    pub fn get(&self, sample_id: u64) -> Option<&CatalogEntry> {
-        usize::try_from(sample_id)
-            .ok()
-            .and_then(|i| self.entries.get(i))
     }
 
     /// Class folder names, indexed by label (directory trees only; empty for
     /// a manifest).
     pub fn class_names(&self) -> &[OsString] {
         &self.class_names
-    }
-
-    /// Sum of all sample sizes, in bytes.
-    pub fn total_bytes(&self) -> u64 {
-        self.total_bytes
-    }
-
-    /// Size of the largest sample, in bytes.
-    #[cfg(test)]
-    pub(crate) fn max_size(&self) -> u64 {
-        self.entries.iter().map(|e| e.size).max().unwrap_or(0)
     }
 
     /// Reads a sample's bytes with plain blocking I/O (for tests and
@@ -426,7 +408,7 @@ impl Catalog {
                 io::ErrorKind::InvalidInput,
                 format!(
                     "sample id {sample_id} is out of range (catalog has {} samples)",
-                    self.entries.len()
+                    self.len()
                 ),
             )
         })?;

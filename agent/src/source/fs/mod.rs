@@ -18,7 +18,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
 /// Builds the catalog of a configured filesystem dataset: a directory tree
-/// ([`Catalog::from_dir`]) or a manifest ([`Catalog::from_manifest`]).
+/// ([`Catalog::from_dir`]) or a manifest (`Catalog::from_manifest`).
 pub fn open_catalog(dataset: &DatasetConfig) -> Result<Catalog, CatalogError> {
     let DatasetConfig::Fs(fs) = dataset else {
         return Err(CatalogError::Io {
@@ -83,12 +83,7 @@ impl SampleSource for FsSource {
     }
 
     fn meta(&self, index: u64) -> SampleMeta {
-        let e = &self.catalog.entries()[index as usize];
-        SampleMeta {
-            sample_id: e.sample_id,
-            label: e.label,
-            size: e.size,
-        }
+        self.catalog.meta(index)
     }
 
     fn total_bytes(&self) -> u64 {

@@ -1,7 +1,7 @@
 //! The read engine of the filesystem source: io_uring reads of whole files (or
 //! ranges of open files) straight into arena memory.
 //!
-//! A [`UringReader`] accepts [`ReadRequest`]s up to its queue depth, turns each
+//! A `UringReader` accepts `ReadRequest`s up to its queue depth, turns each
 //! into open → read(s) → close on one io_uring, and hands back one
 //! [`Completion`] per request, in whatever order the kernel finishes them.
 //! When the kernel supports direct descriptors and linked files, the three
@@ -14,7 +14,7 @@
 //! retry policy's decision (`crate::retry`), on the error's
 //! [`crate::source::FailureKind`].
 //!
-//! A reader built [`with_timeout`](UringReader::with_timeout) links an
+//! A reader built `with_timeout` links an
 //! `IORING_OP_LINK_TIMEOUT` to every open and every read it hands to the
 //! kernel: a step that has not completed when the timeout expires is
 //! cancelled, and its request fails with `ETIME` (not resubmitted), naming
@@ -70,9 +70,9 @@ pub(crate) struct ReadRequest {
     pub dest: ArenaSlice,
 }
 
-/// The outcome of one [`ReadRequest`]: the bytes read (always the
-/// requested length), or an error carrying a [`ReadError`] naming the file
-/// (see [`errno`]).
+/// The outcome of one `ReadRequest`: the bytes read (always the
+/// requested length), or an error carrying a `ReadError` naming the file
+/// (see `errno`).
 pub type Completion = IoCompletion;
 
 pub use crate::source::queue::Full;

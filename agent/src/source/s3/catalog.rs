@@ -1,7 +1,7 @@
 //! The catalog of an S3 dataset: which objects (or byte ranges of objects)
 //! are its samples, in which order, with which labels and sizes.
 //!
-//! **Listing** ([`S3Catalog::list`]). Every object below `prefix` (taken as
+//! **Listing** (`S3Catalog::list`). Every object below `prefix` (taken as
 //! a folder: `train` lists `train/…`; the empty prefix lists the bucket) is
 //! a sample, with the rules of the filesystem tree
 //! ([`crate::source::Catalog::from_dir`]) applied to the key below the
@@ -15,8 +15,8 @@
 //! files has no object, so it takes no label here, where the filesystem
 //! catalog would give it one.) Sizes come from the listing.
 //!
-//! **Manifest** ([`S3Catalog::from_manifest_object`],
-//! [`S3Catalog::from_manifest_file`]). One sample per line, fields separated
+//! **Manifest** (`S3Catalog::from_manifest_object`,
+//! `S3Catalog::from_manifest_file`). One sample per line, fields separated
 //! by tabs: `key<TAB>label` (the whole object) or
 //! `key<TAB>label<TAB>offset<TAB>length` (`length` bytes at `offset` of the
 //! object, fetched with a ranged GET). Blank lines and lines starting with
@@ -28,6 +28,8 @@
 //! and a HEAD request for any key the listing did not show.
 
 use super::{classify, once, S3Error};
+use crate::source::samples::{EntryMeta, SampleList};
+use crate::source::SampleMeta;
 use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, ObjectStore};
@@ -57,9 +59,27 @@ pub struct S3Entry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct S3Catalog {
     bucket: String,
-    entries: Vec<S3Entry>,
+    samples: SampleList<S3Entry>,
     class_names: Vec<String>,
-    total_bytes: u64,
+}
+
+/// The shared accessors (`len`, `entries`, `get`, `meta`, `total_bytes`).
+impl std::ops::Deref for S3Catalog {
+    type Target = SampleList<S3Entry>;
+
+    fn deref(&self) -> &SampleList<S3Entry> {
+        &self.samples
+    }
+}
+
+impl EntryMeta for S3Entry {
+    fn meta(&self) -> SampleMeta {
+        SampleMeta {
+            sample_id: self.sample_id,
+            label: self.label,
+            size: self.size,
+        }
+    }
 }
 
 /// Lists every object below `prefix` (as a folder).
@@ -292,15 +312,10 @@ impl S3Catalog {
                 location: origin.to_owned(),
             });
         }
-        let total_bytes = entries
-            .iter()
-            .map(|e| e.size)
-            .fold(0u64, u64::saturating_add);
         Ok(S3Catalog {
             bucket: bucket.to_owned(),
-            entries,
+            samples: SampleList::new(entries),
             class_names,
-            total_bytes,
         })
     }
 
@@ -309,36 +324,9 @@ impl S3Catalog {
         &self.bucket
     }
 
-    /// Number of samples.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Whether the catalog holds no sample (never true for a built catalog).
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    /// All samples, in sample-id order.
-    pub fn entries(&self) -> &[S3Entry] {
-        &self.entries
-    }
-
-    /// The sample with this id.
-    pub fn get(&self, sample_id: u64) -> Option<&S3Entry> {
-        usize::try_from(sample_id)
-            .ok()
-            .and_then(|i| self.entries.get(i))
-    }
-
     /// Class folder names, indexed by label (listings only).
     pub fn class_names(&self) -> &[String] {
         &self.class_names
-    }
-
-    /// Sum of all sample sizes, in bytes.
-    pub fn total_bytes(&self) -> u64 {
-        self.total_bytes
     }
 
     /// The fetch request for sample `sample_id` into `dest`, tagged `tag`;

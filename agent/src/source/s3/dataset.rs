@@ -92,12 +92,7 @@ impl SampleSource for S3Dataset {
     }
 
     fn meta(&self, index: u64) -> SampleMeta {
-        let e = &self.catalog.entries()[index as usize];
-        SampleMeta {
-            sample_id: e.sample_id,
-            label: e.label,
-            size: e.size,
-        }
+        self.catalog.meta(index)
     }
 
     fn total_bytes(&self) -> u64 {

@@ -5,8 +5,8 @@
 //! The owner (the engine, a test, a benchmark) calls [`S3Fetcher::submit`]
 //! — which never blocks — up to [`S3Fetcher::capacity`] times, and collects
 //! finished requests with [`S3Fetcher::poll_completions`], in any order,
-//! exactly like [`crate::source::fs::reader::UringReader`]; the completions
-//! are the same [`IoCompletion`] type. Each accepted request becomes one
+//! exactly like `crate::source::fs::reader::UringReader`; the completions
+//! are the same [`IoCompletion`](crate::source::queue::IoCompletion) type. Each accepted request becomes one
 //! task on the runtime's worker threads:
 //!
 //! 1. a GET of the object (a ranged GET for a range of it), under a timeout
@@ -19,7 +19,7 @@
 //!    (404, 403 and other client errors), in the error's [`FetchError`];
 //!    the engine's retry policy decides whether to fetch again;
 //! 4. the completion is queued and the fetcher's eventfd
-//!    ([`S3Fetcher::wake_fd`]) is signalled, so an owner that waits on
+//!    (`S3Fetcher::wake_fd`) is signalled, so an owner that waits on
 //!    several descriptors wakes up.
 //!
 //! Dropping the fetcher cancels the requests still running and waits until
