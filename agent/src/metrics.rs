@@ -17,13 +17,15 @@ use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
+mod endpoint;
+
+pub use endpoint::{
+    scrape, MetricsServer, CONTENT_TYPE, MAX_CLIENTS, MAX_REQUEST_HEAD, REQUEST_DEADLINE,
+};
 pub use prometheus_client::metrics::counter::Counter;
 
 /// A gauge of non-negative integers (bytes, counts).
@@ -681,144 +683,6 @@ impl Metrics {
     }
 }
 
-/// The content type of [`Metrics::render`].
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-/// The longest request head the endpoint reads (request line and headers).
-pub const MAX_REQUEST_HEAD: usize = 8 * 1024;
-
-/// How long the endpoint waits on one client's read or write.
-pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// A running metrics endpoint: one thread, one client at a time.
-#[derive(Debug)]
-pub struct MetricsServer {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl MetricsServer {
-    /// Serves `GET /metrics` on `addr` from a background thread.
-    pub fn start(addr: SocketAddr, metrics: Arc<Metrics>) -> io::Result<MetricsServer> {
-        let listener = TcpListener::bind(addr)?;
-        let addr = listener.local_addr()?;
-        listener.set_nonblocking(true)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
-            .name("granary-metrics".into())
-            .spawn(move || {
-                while !stop2.load(Ordering::Relaxed) {
-                    match listener.accept() {
-                        Ok((stream, peer)) => {
-                            if let Err(e) = serve(stream, &metrics) {
-                                tracing::debug!("metrics request from {peer}: {e}");
-                            }
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                    }
-                }
-            })?;
-        Ok(MetricsServer {
-            addr,
-            stop,
-            thread: Some(thread),
-        })
-    }
-
-    /// The bound address (useful with port 0).
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Reads a request head of at most [`MAX_REQUEST_HEAD`] bytes, up to the
-/// blank line that ends it; returns its request line.
-fn read_head(stream: &mut TcpStream) -> io::Result<String> {
-    let mut head = [0u8; MAX_REQUEST_HEAD];
-    let mut len = 0;
-    loop {
-        if len == head.len() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "request head over 8 KiB",
-            ));
-        }
-        let n = stream.read(&mut head[len..])?;
-        if n == 0 {
-            break;
-        }
-        len += n;
-        let h = &head[..len];
-        if h.windows(4).any(|w| w == b"\r\n\r\n") || h.windows(2).any(|w| w == b"\n\n") {
-            break;
-        }
-    }
-    let h = &head[..len];
-    let end = h.iter().position(|&b| b == b'\n').unwrap_or(len);
-    Ok(String::from_utf8_lossy(&h[..end]).trim_end().to_owned())
-}
-
-fn serve(mut stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
-    stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;
-    let (status, ctype, body) = match read_head(&mut stream) {
-        Ok(line) => {
-            let mut parts = line.split_whitespace();
-            let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-            if method == "GET" && (path == "/metrics" || path == "/") {
-                ("200 OK", CONTENT_TYPE, metrics.render())
-            } else {
-                (
-                    "404 Not Found",
-                    "text/plain",
-                    "not found: try GET /metrics\n".to_string(),
-                )
-            }
-        }
-        Err(e) if e.kind() == io::ErrorKind::InvalidData => (
-            "431 Request Header Fields Too Large",
-            "text/plain",
-            "request head over 8 KiB\n".to_string(),
-        ),
-        Err(e) => return Err(e),
-    };
-    write!(
-        stream,
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    stream.flush()
-}
-
-/// Fetches `/metrics` from a running agent (used by `granary status`).
-pub fn scrape(addr: SocketAddr, timeout: Duration) -> io::Result<String> {
-    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
-    s.set_read_timeout(Some(timeout))?;
-    s.set_write_timeout(Some(timeout))?;
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp)?;
-    match resp.split_once("\r\n\r\n") {
-        Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_string()),
-        _ => Err(io::Error::other("metrics endpoint answered with an error")),
-    }
-}
-
 /// Parses Prometheus or OpenMetrics text into (series, value) pairs,
 /// skipping comments and `# EOF`.
 pub fn parse_text(body: &str) -> Vec<(String, f64)> {
@@ -943,29 +807,5 @@ mod tests {
             ),
             Some(61.0)
         );
-    }
-
-    #[test]
-    fn an_oversized_request_head_gets_431_and_the_endpoint_still_serves() {
-        let m = Arc::new(Metrics::default());
-        let srv = MetricsServer::start("127.0.0.1:0".parse().unwrap(), Arc::clone(&m)).unwrap();
-        let mut s = TcpStream::connect(srv.addr()).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let junk = vec![b'a'; 64 * 1024];
-        let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nX: ");
-        let _ = s.write_all(&junk);
-        let mut resp = String::new();
-        let _ = s.read_to_string(&mut resp);
-        assert!(resp.starts_with("HTTP/1.1 431"), "{resp}");
-        // A client that sends nothing is dropped after the timeout.
-        let idle = TcpStream::connect(srv.addr()).unwrap();
-        let body = scrape(srv.addr(), Duration::from_secs(10)).unwrap();
-        assert!(body.contains("granary_samples_served_total 0"), "{body}");
-        drop(idle);
-        let mut s = TcpStream::connect(srv.addr()).unwrap();
-        s.write_all(b"POST /x HTTP/1.1\r\n\r\n").unwrap();
-        let mut resp = String::new();
-        s.read_to_string(&mut resp).unwrap();
-        assert!(resp.starts_with("HTTP/1.1 404"), "{resp}");
     }
 }
