@@ -43,6 +43,20 @@ pub const LATENCY_BUCKETS: [f64; 14] = [
 /// loader's choice of `first_epoch` cannot grow the label set.
 pub const EPOCH_SLOTS: usize = 8;
 
+/// Epochs from this one up share one series, labelled `epoch="1024+"`: the
+/// `epoch` label takes at most 1,025 values per dataset over the agent's
+/// life, whatever `first_epoch` loaders ask for.
+pub const EPOCH_LABEL_LIMIT: u32 = 1024;
+
+/// The `epoch` label of a table key.
+fn epoch_label(key: u64) -> String {
+    if key >= u64::from(EPOCH_LABEL_LIMIT) {
+        format!("{EPOCH_LABEL_LIMIT}+")
+    } else {
+        key.to_string()
+    }
+}
+
 /// A cumulative histogram over [`LATENCY_BUCKETS`], lock-free (the
 /// `prometheus-client` histogram takes a lock per observation).
 #[derive(Debug, Default)]
@@ -446,7 +460,7 @@ impl Collector for Derived {
         )?;
         for d in datasets.iter() {
             for (epoch, c) in d.epoch_counts() {
-                let epoch = epoch.to_string();
+                let epoch = epoch_label(epoch);
                 for (result, v) in [("hit", c.hits), ("miss", c.misses)] {
                     ConstCounter::new(v).encode(e.encode_family(&[
                         ("dataset", &*d.name),
@@ -628,14 +642,15 @@ impl Metrics {
     }
 
     /// Adds lookups of epoch `epoch` of the engine's dataset `dataset`
-    /// (its index): no lock, no allocation.
+    /// (its index): no lock, no allocation. Epochs from
+    /// [`EPOCH_LABEL_LIMIT`] up are counted together.
     pub fn count_epoch(&self, dataset: usize, epoch: u32, hits: u64, misses: u64) {
         let Some(d) = self.dataset(dataset) else {
             return;
         };
         d.hits.fetch_add(hits, Ordering::Relaxed);
         d.misses.fetch_add(misses, Ordering::Relaxed);
-        let s = d.slot(u64::from(epoch));
+        let s = d.slot(u64::from(epoch.min(EPOCH_LABEL_LIMIT)));
         s.hits.fetch_add(hits, Ordering::Relaxed);
         s.misses.fetch_add(misses, Ordering::Relaxed);
     }
@@ -665,7 +680,8 @@ impl Metrics {
             .unwrap_or_default()
     }
 
-    /// The epochs of `dataset` still in its table, in epoch order.
+    /// The epochs of `dataset` still in its table, in epoch order
+    /// ([`EPOCH_LABEL_LIMIT`] stands for every epoch from it up).
     pub fn epoch_counts(&self, dataset: &str) -> Vec<(u64, EpochCounts)> {
         self.datasets
             .get()
@@ -800,6 +816,7 @@ mod tests {
             .filter(|(k, _)| k.starts_with("granary_epoch_lookups_total{dataset=\"d\""))
             .count();
         assert_eq!(epoch_series, 2 * EPOCH_SLOTS);
+        assert!(!s.iter().any(|(k, _)| k.contains("4000000000")));
         assert_eq!(
             get(
                 &s,
@@ -807,5 +824,42 @@ mod tests {
             ),
             Some(61.0)
         );
+    }
+
+    #[test]
+    fn loader_chosen_epochs_share_one_bounded_label() {
+        let m = Metrics::new();
+        m.register_datasets([("d", "fs")]);
+        for epoch in (EPOCH_LABEL_LIMIT..u32::MAX).step_by(1 << 20) {
+            m.count_epoch(0, epoch, 1, 1);
+        }
+        m.count_epoch(0, 3, 1, 0);
+        let total = u64::from((u32::MAX - EPOCH_LABEL_LIMIT).div_ceil(1 << 20));
+        assert_eq!(
+            m.epoch_counts("d"),
+            [
+                (3, EpochCounts { hits: 1, misses: 0 }),
+                (
+                    u64::from(EPOCH_LABEL_LIMIT),
+                    EpochCounts {
+                        hits: total,
+                        misses: total
+                    }
+                )
+            ]
+        );
+        let s = parse_text(&m.render());
+        assert_eq!(
+            get(
+                &s,
+                "granary_epoch_lookups_total{dataset=\"d\",epoch=\"1024+\",result=\"miss\"}"
+            ),
+            Some(total as f64)
+        );
+        let series = s
+            .iter()
+            .filter(|(k, _)| k.starts_with("granary_epoch_lookups_total"))
+            .count();
+        assert_eq!(series, 4);
     }
 }
