@@ -419,7 +419,9 @@ impl Session {
         }
         self.closed = true;
         self.segment.beat();
-        if self.liveness().is_err() {
+        // A fenced session has nothing to hand back (and its reason was
+        // read when the fence was seen).
+        if self.segment.state() == state::FENCED || self.liveness().is_err() {
             return Ok(());
         }
         let flushed = self.flush_releases(CLOSE_WAIT);
