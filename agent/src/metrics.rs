@@ -17,13 +17,15 @@ use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
+mod endpoint;
+
+pub use endpoint::{
+    scrape, MetricsServer, CONTENT_TYPE, MAX_CLIENTS, MAX_REQUEST_HEAD, REQUEST_DEADLINE,
+};
 pub use prometheus_client::metrics::counter::Counter;
 
 /// A gauge of non-negative integers (bytes, counts).
@@ -40,6 +42,20 @@ pub(crate) const LATENCY_BUCKETS: [f64; 14] = [
 /// older epoch's series disappears when a newer one needs its slot, so a
 /// loader's choice of `first_epoch` cannot grow the label set.
 pub const EPOCH_SLOTS: usize = 8;
+
+/// Epochs from this one up share one series, labelled `epoch="1024+"`: the
+/// `epoch` label takes at most 1,025 values per dataset over the agent's
+/// life, whatever `first_epoch` loaders ask for.
+pub const EPOCH_LABEL_LIMIT: u32 = 1024;
+
+/// The `epoch` label of a table key.
+fn epoch_label(key: u64) -> String {
+    if key >= u64::from(EPOCH_LABEL_LIMIT) {
+        format!("{EPOCH_LABEL_LIMIT}+")
+    } else {
+        key.to_string()
+    }
+}
 
 /// A cumulative histogram over `LATENCY_BUCKETS`, lock-free (the
 /// `prometheus-client` histogram takes a lock per observation).
@@ -444,7 +460,7 @@ impl Collector for Derived {
         )?;
         for d in datasets.iter() {
             for (epoch, c) in d.epoch_counts() {
-                let epoch = epoch.to_string();
+                let epoch = epoch_label(epoch);
                 for (result, v) in [("hit", c.hits), ("miss", c.misses)] {
                     ConstCounter::new(v).encode(e.encode_family(&[
                         ("dataset", &*d.name),
@@ -627,14 +643,15 @@ impl Metrics {
     }
 
     /// Adds lookups of epoch `epoch` of the engine's dataset `dataset`
-    /// (its index): no lock, no allocation.
+    /// (its index): no lock, no allocation. Epochs from
+    /// [`EPOCH_LABEL_LIMIT`] up are counted together.
     pub(crate) fn count_epoch(&self, dataset: usize, epoch: u32, hits: u64, misses: u64) {
         let Some(d) = self.dataset(dataset) else {
             return;
         };
         d.hits.fetch_add(hits, Ordering::Relaxed);
         d.misses.fetch_add(misses, Ordering::Relaxed);
-        let s = d.slot(u64::from(epoch));
+        let s = d.slot(u64::from(epoch.min(EPOCH_LABEL_LIMIT)));
         s.hits.fetch_add(hits, Ordering::Relaxed);
         s.misses.fetch_add(misses, Ordering::Relaxed);
     }
@@ -664,7 +681,8 @@ impl Metrics {
             .unwrap_or_default()
     }
 
-    /// The epochs of `dataset` still in its table, in epoch order.
+    /// The epochs of `dataset` still in its table, in epoch order
+    /// ([`EPOCH_LABEL_LIMIT`] stands for every epoch from it up).
     #[cfg(test)]
     pub(crate) fn epoch_counts(&self, dataset: &str) -> Vec<(u64, EpochCounts)> {
         self.datasets
@@ -680,144 +698,6 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
         s
-    }
-}
-
-/// The content type of [`Metrics::render`].
-pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-/// The longest request head the endpoint reads (request line and headers).
-pub(crate) const MAX_REQUEST_HEAD: usize = 8 * 1024;
-
-/// How long the endpoint waits on one client's read or write.
-pub(crate) const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// A running metrics endpoint: one thread, one client at a time.
-#[derive(Debug)]
-pub struct MetricsServer {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl MetricsServer {
-    /// Serves `GET /metrics` on `addr` from a background thread.
-    pub fn start(addr: SocketAddr, metrics: Arc<Metrics>) -> io::Result<MetricsServer> {
-        let listener = TcpListener::bind(addr)?;
-        let addr = listener.local_addr()?;
-        listener.set_nonblocking(true)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
-            .name("granary-metrics".into())
-            .spawn(move || {
-                while !stop2.load(Ordering::Relaxed) {
-                    match listener.accept() {
-                        Ok((stream, peer)) => {
-                            if let Err(e) = serve(stream, &metrics) {
-                                tracing::debug!("metrics request from {peer}: {e}");
-                            }
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                    }
-                }
-            })?;
-        Ok(MetricsServer {
-            addr,
-            stop,
-            thread: Some(thread),
-        })
-    }
-
-    /// The bound address (useful with port 0).
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Reads a request head of at most [`MAX_REQUEST_HEAD`] bytes, up to the
-/// blank line that ends it; returns its request line.
-fn read_head(stream: &mut TcpStream) -> io::Result<String> {
-    let mut head = [0u8; MAX_REQUEST_HEAD];
-    let mut len = 0;
-    loop {
-        if len == head.len() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "request head over 8 KiB",
-            ));
-        }
-        let n = stream.read(&mut head[len..])?;
-        if n == 0 {
-            break;
-        }
-        len += n;
-        let h = &head[..len];
-        if h.windows(4).any(|w| w == b"\r\n\r\n") || h.windows(2).any(|w| w == b"\n\n") {
-            break;
-        }
-    }
-    let h = &head[..len];
-    let end = h.iter().position(|&b| b == b'\n').unwrap_or(len);
-    Ok(String::from_utf8_lossy(&h[..end]).trim_end().to_owned())
-}
-
-fn serve(mut stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
-    stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;
-    let (status, ctype, body) = match read_head(&mut stream) {
-        Ok(line) => {
-            let mut parts = line.split_whitespace();
-            let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-            if method == "GET" && (path == "/metrics" || path == "/") {
-                ("200 OK", CONTENT_TYPE, metrics.render())
-            } else {
-                (
-                    "404 Not Found",
-                    "text/plain",
-                    "not found: try GET /metrics\n".to_string(),
-                )
-            }
-        }
-        Err(e) if e.kind() == io::ErrorKind::InvalidData => (
-            "431 Request Header Fields Too Large",
-            "text/plain",
-            "request head over 8 KiB\n".to_string(),
-        ),
-        Err(e) => return Err(e),
-    };
-    write!(
-        stream,
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    stream.flush()
-}
-
-/// Fetches `/metrics` from a running agent (used by `granary status`).
-pub fn scrape(addr: SocketAddr, timeout: Duration) -> io::Result<String> {
-    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
-    s.set_read_timeout(Some(timeout))?;
-    s.set_write_timeout(Some(timeout))?;
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp)?;
-    match resp.split_once("\r\n\r\n") {
-        Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_string()),
-        _ => Err(io::Error::other("metrics endpoint answered with an error")),
     }
 }
 
@@ -938,6 +818,7 @@ mod tests {
             .filter(|(k, _)| k.starts_with("granary_epoch_lookups_total{dataset=\"d\""))
             .count();
         assert_eq!(epoch_series, 2 * EPOCH_SLOTS);
+        assert!(!s.iter().any(|(k, _)| k.contains("4000000000")));
         assert_eq!(
             get(
                 &s,
@@ -948,26 +829,39 @@ mod tests {
     }
 
     #[test]
-    fn an_oversized_request_head_gets_431_and_the_endpoint_still_serves() {
-        let m = Arc::new(Metrics::default());
-        let srv = MetricsServer::start("127.0.0.1:0".parse().unwrap(), Arc::clone(&m)).unwrap();
-        let mut s = TcpStream::connect(srv.addr()).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let junk = vec![b'a'; 64 * 1024];
-        let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nX: ");
-        let _ = s.write_all(&junk);
-        let mut resp = String::new();
-        let _ = s.read_to_string(&mut resp);
-        assert!(resp.starts_with("HTTP/1.1 431"), "{resp}");
-        // A client that sends nothing is dropped after the timeout.
-        let idle = TcpStream::connect(srv.addr()).unwrap();
-        let body = scrape(srv.addr(), Duration::from_secs(10)).unwrap();
-        assert!(body.contains("granary_samples_served_total 0"), "{body}");
-        drop(idle);
-        let mut s = TcpStream::connect(srv.addr()).unwrap();
-        s.write_all(b"POST /x HTTP/1.1\r\n\r\n").unwrap();
-        let mut resp = String::new();
-        s.read_to_string(&mut resp).unwrap();
-        assert!(resp.starts_with("HTTP/1.1 404"), "{resp}");
+    fn loader_chosen_epochs_share_one_bounded_label() {
+        let m = Metrics::new();
+        m.register_datasets([("d", "fs")]);
+        for epoch in (EPOCH_LABEL_LIMIT..u32::MAX).step_by(1 << 20) {
+            m.count_epoch(0, epoch, 1, 1);
+        }
+        m.count_epoch(0, 3, 1, 0);
+        let total = u64::from((u32::MAX - EPOCH_LABEL_LIMIT).div_ceil(1 << 20));
+        assert_eq!(
+            m.epoch_counts("d"),
+            [
+                (3, EpochCounts { hits: 1, misses: 0 }),
+                (
+                    u64::from(EPOCH_LABEL_LIMIT),
+                    EpochCounts {
+                        hits: total,
+                        misses: total
+                    }
+                )
+            ]
+        );
+        let s = parse_text(&m.render());
+        assert_eq!(
+            get(
+                &s,
+                "granary_epoch_lookups_total{dataset=\"d\",epoch=\"1024+\",result=\"miss\"}"
+            ),
+            Some(total as f64)
+        );
+        let series = s
+            .iter()
+            .filter(|(k, _)| k.starts_with("granary_epoch_lookups_total"))
+            .count();
+        assert_eq!(series, 4);
     }
 }

@@ -175,7 +175,12 @@ impl Server {
                     continue;
                 }
             };
-            if !self.allow.allows(self.agent_uid, cred.uid, cred.gid) {
+            // Supplementary groups as the peer had them at connect time.
+            let allowed = self.allow.allows(self.agent_uid, cred.uid, cred.gid)
+                || (!self.allow.allowed_gids.is_empty()
+                    && crate::sys::peer_groups(std::os::fd::AsFd::as_fd(&sock))
+                        .is_ok_and(|g| self.allow.allows_any_group(&g)));
+            if !allowed {
                 metrics.connections_refused.inc_by(1);
                 eprintln!(
                     "granaryd: refused pid {} uid {} gid {}: not in socket.allowed_uids / allowed_gids",

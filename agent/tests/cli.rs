@@ -132,3 +132,30 @@ fn run_logs_text_by_default_and_json_on_request() {
     let log = run_and_stop(dir.path(), &[], &[("RUST_LOG", "error")]);
     assert!(!log.contains("serving on"), "{log}");
 }
+
+#[test]
+fn validate_warns_when_a_config_holding_secrets_is_readable_by_others() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("granaryd.toml");
+    std::fs::write(
+        &config,
+        "[arena]\nsize = \"64MiB\"\nhugepages = \"off\"\n[prefetch]\nmax_inflight_reads = 32\n\
+         [[dataset]]\nname = \"remote\"\nkind = \"s3\"\nbucket = \"b\"\nprefix = \"\"\n\
+         access_key_id = \"AKID\"\nsecret_access_key = \"do-not-print-me\"\n",
+    )
+    .unwrap();
+    let path = config.to_str().unwrap();
+    for (mode, warns) in [(0o644, true), (0o640, true), (0o600, false)] {
+        std::fs::set_permissions(&config, std::fs::Permissions::from_mode(mode)).unwrap();
+        let out = granaryd(&["validate", "--config", path]);
+        assert!(out.status.success(), "{}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            err.contains("warning") && err.contains("dataset[0].secret_access_key"),
+            warns,
+            "mode {mode:o}: {err}"
+        );
+        assert!(!text(&out).contains("do-not-print-me"), "{}", text(&out));
+    }
+}

@@ -287,6 +287,21 @@ fn hostile_child() {
             if let Some(code) = expect_violation {
                 assert_eq!(seg.violation(), code, "hostile {role}: violation code");
             }
+            // The reason comes on the socket too, ahead of the fence.
+            raw.conn
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("timeout");
+            match raw.conn.recv_message() {
+                Ok((Message::Error(e), _)) => {
+                    assert_eq!(e.code, ErrorCode::Fenced, "hostile {role}: {e:?}");
+                    if expect_violation == Some(4) {
+                        assert!(e.message.contains("not on loan"), "hostile {role}: {e:?}");
+                    } else {
+                        assert!(!e.message.is_empty(), "hostile {role}: {e:?}");
+                    }
+                }
+                other => panic!("hostile {role}: expected the fence reason, got {other:?}"),
+            }
         }
     }
     println!("hostile {role}: agent reaction seen");

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use granary_shm::arena::ArenaView;
 use granary_shm::handshake::{ErrorReply, Message, ViewChunk, ViewJoined, MAX_VIEW_BYTES};
-use granary_shm::layout::{state, BATCH_END_OF_STREAM};
+use granary_shm::layout::{state, BATCH_END_OF_EPOCH, BATCH_END_OF_STREAM};
 use granary_shm::ring::{Consumer, Producer};
 use granary_shm::segment::LoaderSegment;
 use granary_shm::socket::{SeqPacket, SocketError};
@@ -70,6 +70,13 @@ struct Seen {
     value: u64,
     at_ms: u64,
 }
+
+/// How long a fenced session waits for the agent's message saying why.
+const FENCE_NOTE_WAIT: Duration = Duration::from_millis(200);
+
+/// How long the call after the last batch waits for the agent's empty
+/// end-of-stream descriptor, to hand it back.
+const END_DESCRIPTOR_WAIT: Duration = Duration::from_millis(100);
 
 /// Source of process-unique session keys (batches remember theirs).
 static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
@@ -115,6 +122,8 @@ pub struct Session {
     closed: bool,
     /// What the agent said of the view handed in, if one was.
     view: Option<std::result::Result<ViewJoined, Error>>,
+    /// The last requested epoch: its last batch is flagged end of stream.
+    last_epoch: u64,
 }
 
 fn protocol(message: impl Into<String>) -> Error {
@@ -305,6 +314,8 @@ impl Session {
             spare_tables: Vec::new(),
             closed: false,
             view,
+            last_epoch: u64::from(options.first_epoch)
+                + u64::from(options.epoch_count.saturating_sub(1)),
         })
     }
 
@@ -465,7 +476,9 @@ impl Session {
         }
         self.closed = true;
         self.segment.beat();
-        if self.liveness().is_err() {
+        // A fenced session has nothing to hand back (and its reason was
+        // read when the fence was seen).
+        if self.segment.state() == state::FENCED || self.liveness().is_err() {
             return Ok(());
         }
         let flushed = self.flush_releases(CLOSE_WAIT);
@@ -493,6 +506,7 @@ impl Session {
             Stream::Open => Ok(()),
             Stream::LastDelivered => {
                 self.stream = Stream::Ended;
+                self.release_end_descriptor();
                 Err(Error::new(
                     ErrorCode::EndOfStream,
                     "every batch was delivered",
@@ -503,6 +517,25 @@ impl Session {
                 "every batch was delivered",
             )),
             Stream::Failed(e) => Err(e.clone()),
+        }
+    }
+
+    /// Takes the agent's empty end-of-stream descriptor, which follows the
+    /// batch this library already flagged as the last, and releases it (if
+    /// the agent has published it yet; closing the session returns it
+    /// otherwise).
+    fn release_end_descriptor(&mut self) {
+        let mut next = self.ready.try_pop();
+        if matches!(next, Ok(None)) && self.ready.wait_for_data(Some(END_DESCRIPTOR_WAIT)).is_ok() {
+            next = self.ready.try_pop();
+        }
+        if let Ok(Some(d)) = next {
+            self.next_seq = self.next_seq.wrapping_add(1);
+            self.pending.push(ReleaseDescriptor {
+                seq: d.seq,
+                token: d.token,
+            });
+            let _ = self.flush_releases(Duration::ZERO);
         }
     }
 
@@ -559,13 +592,22 @@ impl Session {
         }
     }
 
-    /// An error message the agent may have sent with a fence, if one is
-    /// waiting on the socket.
+    /// The error message an agent sends with a fence (its reason), if one
+    /// arrives within [`FENCE_NOTE_WAIT`] (the agent may send it just after
+    /// marking the segment fenced).
     fn agent_note(&self) -> Option<String> {
         self.conn.set_nonblocking(true).ok()?;
-        let note = match self.conn.recv_message() {
-            Ok((Message::Error(e), _)) => Some(e.message),
-            _ => None,
+        let until = Instant::now() + FENCE_NOTE_WAIT;
+        let note = loop {
+            match self.conn.recv_message() {
+                Ok((Message::Error(e), _)) => break Some(e.message),
+                Err(SocketError::Io(e))
+                    if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < until =>
+                {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                _ => break None,
+            }
         };
         let _ = self.conn.set_nonblocking(false);
         note
@@ -606,6 +648,16 @@ impl Session {
                 ErrorCode::Corrupt,
                 format!("batch seq {seq}: {why}"),
             ));
+        }
+        let mut d = d;
+        if d.sample_count > 0
+            && d.flags & BATCH_END_OF_EPOCH != 0
+            && u64::from(d.epoch) == self.last_epoch
+        {
+            // The last batch of the last epoch: the agent's own
+            // end-of-stream descriptor (empty) follows it, so the flag is
+            // set here for the loader to see on the batch itself.
+            d.flags |= BATCH_END_OF_STREAM;
         }
         if d.flags & BATCH_END_OF_STREAM != 0 {
             if d.sample_count == 0 {

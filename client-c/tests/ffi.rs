@@ -348,6 +348,11 @@ fn a_whole_session_through_the_c_api() {
                     granary_batch_flags(b) & GRANARY_BATCH_END_OF_EPOCH != 0,
                     last
                 );
+                // The last batch of the last epoch carries the end of stream.
+                assert_eq!(
+                    granary_batch_flags(b) & GRANARY_BATCH_END_OF_STREAM != 0,
+                    last && epoch == 1
+                );
                 for (i, &id) in ids.iter().enumerate() {
                     let mut smp = std::mem::zeroed::<GranarySample>();
                     assert_eq!(granary_batch_sample(b, i, &mut smp), OK);

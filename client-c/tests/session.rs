@@ -76,7 +76,12 @@ fn consume_all(ds: &Dataset, session: &mut Session, o: &SessionOptions) -> usize
             assert_eq!(batch.index(), index as u64);
             assert_eq!(batch.seq(), seen as u64);
             assert_eq!(batch.is_end_of_epoch(), index + 1 == plan.len());
-            assert!(!batch.is_end_of_stream());
+            // The library flags the last batch of the last epoch, though the
+            // agent's own end-of-stream descriptor (empty) follows it.
+            assert_eq!(
+                batch.is_end_of_stream(),
+                index + 1 == plan.len() && epoch + 1 == o.first_epoch + o.epoch_count
+            );
             verify(ds, &batch, ids);
             session.release(batch).expect("release");
             seen += 1;
@@ -353,8 +358,14 @@ fn fenced_session_reports_fenced() {
     assert_eq!(e.code(), ErrorCode::Fenced, "{e}");
     assert!(n <= 2);
     assert!(t.elapsed() < Duration::from_secs(5));
-    // The segment's violation word says why (the fixture records a bad field).
+    // The segment's violation word says why (the fixture records a bad field),
+    // and the message the agent sent with the fence is appended.
     assert!(e.message().contains("invalid field"), "{e}");
+    assert!(
+        e.message()
+            .contains("fixture fenced the session after 2 batches"),
+        "{e}"
+    );
     assert_eq!(s.try_next_batch().unwrap_err().code(), ErrorCode::Fenced);
 }
 

@@ -46,7 +46,12 @@ fn main() -> ExitCode {
             Ok(())
         }
         Cmd::Validate { config } => Config::load_for_this_machine(&config)
-            .map(|c| println!("{}: OK ({} dataset(s))", config.display(), c.datasets.len()))
+            .map(|c| {
+                for w in c.secret_file_warnings(&config) {
+                    eprintln!("granaryd: warning: {w}");
+                }
+                println!("{}: OK ({} dataset(s))", config.display(), c.datasets.len())
+            })
             .map_err(|e| e.to_string()),
         Cmd::Run { config } => LogFormat::resolve(cli.log_format)
             .map_err(|e| format!("{}: {e}", logging::FORMAT_ENV))
@@ -54,6 +59,9 @@ fn main() -> ExitCode {
                 logging::init(format);
                 logging_on = true;
                 let cfg = Config::load_for_this_machine(&config).map_err(|e| e.to_string())?;
+                for w in cfg.secret_file_warnings(&config) {
+                    tracing::warn!("{w}");
+                }
                 granary_agent::daemon::run(cfg).map_err(|e| e.to_string())
             }),
     };

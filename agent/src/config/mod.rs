@@ -38,6 +38,7 @@ mod machine;
 mod metrics;
 mod peers;
 mod prefetch;
+mod secret_files;
 mod sessions;
 mod size;
 mod socket;

@@ -22,8 +22,9 @@ pub struct SocketConfig {
     /// `socket.allowed_uids`: user ids allowed to open sessions, besides the
     /// agent's own uid, which is always allowed. Default empty.
     pub allowed_uids: Vec<u32>,
-    /// `socket.allowed_gids`: group ids whose members (primary group of the
-    /// connecting process) may open sessions. Default empty.
+    /// `socket.allowed_gids`: group ids whose members (the connecting
+    /// process's primary group or one of its supplementary groups) may open
+    /// sessions. Default empty.
     pub allowed_gids: Vec<u32>,
 }
 
@@ -46,6 +47,11 @@ impl SocketConfig {
         peer_uid == agent_uid
             || self.allowed_uids.contains(&peer_uid)
             || self.allowed_gids.contains(&peer_gid)
+    }
+
+    /// Whether one of a peer's supplementary groups is in `allowed_gids`.
+    pub fn allows_any_group(&self, peer_groups: &[u32]) -> bool {
+        peer_groups.iter().any(|g| self.allowed_gids.contains(g))
     }
 }
 

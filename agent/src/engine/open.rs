@@ -299,6 +299,12 @@ impl Engine {
         self.metrics.violations.inc_by(1);
         self.metrics.sessions_fenced.inc_by(1);
         tracing::warn!(session = sid, "session fenced: {v}");
+        // The reason goes on the socket before the segment says fenced, so
+        // a loader that sees the fence finds the message waiting.
+        if let Some(conn) = self.sessions.get(&sid).map(|s| s.conn()) {
+            self.server
+                .reply_error(conn, ErrorCode::Fenced, v.to_string());
+        }
         self.end_session(sid, Some(&v));
     }
 

@@ -242,7 +242,17 @@ impl Engine {
             );
             self.metrics.peers.sessions_ended_by_view.inc();
             // Fenced, not closed: the loader is alive, and the batches in
-            // its ring name sample tables the agent takes back now.
+            // its ring name sample tables the agent takes back now. The
+            // reason goes on the socket first, as for any fence.
+            if let Some(conn) = self.sessions.get(&sid).map(|s| s.conn()) {
+                self.server.reply_error(
+                    conn,
+                    ErrorCode::Fenced,
+                    format!(
+                        "job {job:?} was relaunched: view epoch {epoch} replaced the session's"
+                    ),
+                );
+            }
             self.end_session(sid, Some(&Violation::ViewReplaced));
         }
         Ok(stale.len() as u32)

@@ -113,3 +113,37 @@ pub(crate) fn send_from(
         Ok(n as usize)
     }
 }
+
+/// The supplementary groups of the process at the other end of the Unix
+/// socket `fd`, as they were when it connected (`SO_PEERGROUPS`, Linux
+/// 4.13 and later).
+pub(crate) fn peer_groups(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<Vec<u32>> {
+    use std::os::fd::AsRawFd;
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    loop {
+        let mut len = (groups.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
+        // SAFETY: `groups` is a live buffer of `len` bytes that the kernel
+        // fills with gid_t values; `len` is a live socklen_t it updates.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let n = len as usize / std::mem::size_of::<libc::gid_t>();
+        if rc == 0 {
+            groups.truncate(n);
+            return Ok(groups);
+        }
+        let e = io::Error::last_os_error();
+        // ERANGE: the buffer was too small and `len` says how large it must be.
+        if e.raw_os_error() == Some(libc::ERANGE) && n > groups.len() && n <= 1 << 16 {
+            groups.resize(n, 0);
+            continue;
+        }
+        return Err(e);
+    }
+}

@@ -36,6 +36,15 @@ default collate or a worker's hand-off to the main process, which copy,
 always see intact bytes). Tensors kept longer pin their batch; more than
 ``max_held_batches`` pinned batches is an error (copy what you keep, with
 ``.clone()``). Arena tensors are read-only memory: never write into them.
+
+**Failed samples.** A sample the agent could not read (after its retries)
+is, with ``on_error="report"`` (default), left out: the pass goes on with
+every sample that was read, each batch with failures emits a
+:class:`SampleFailureWarning`, and :attr:`GranaryDataset.failed_samples`
+counts them by kind (in the process that iterates: each DataLoader worker
+counts its own). ``on_error="raise"`` is the strict mode: the first failed
+sample raises its error. ``on_error="skip"`` leaves failed samples out
+without a warning.
 """
 
 from __future__ import annotations
@@ -56,7 +65,14 @@ from . import _lib
 from .core import DEFAULT_TIMEOUT, Client, Sample, default_socket, encode_view
 from .errors import EndOfStream, GranaryError
 
-__all__ = ["GranaryDataset", "as_tensor", "decode_jpeg", "rank_and_world"]
+__all__ = ["GranaryDataset", "SampleFailureWarning", "as_tensor", "decode_jpeg", "gather_view", "rank_and_world"]
+
+ON_ERROR = ("report", "raise", "skip")
+
+
+class SampleFailureWarning(UserWarning):
+    """Samples of a batch could not be read and were left out
+    (``on_error="report"``)."""
 
 
 def as_tensor(sample: Sample) -> torch.Tensor:
@@ -178,10 +194,13 @@ class GranaryDataset(IterableDataset):
     ``decode``, ``transform`` (applied to each decoded ``x``),
     ``target_transform`` (to each label), ``batches``, ``collate`` (for
     ``batches=True``: ``collate(xs, labels) -> item``), ``with_ids``,
-    ``on_error`` (``"raise"`` or ``"skip"`` samples the source failed to
-    read), ``max_held_batches`` and ``view`` (the job's membership view
-    from :func:`gather_view`, handed to the agent with each session). See
-    the module documentation.
+    ``on_error`` (what to do with samples the source failed to read:
+    ``"report"``, the default, leaves them out with a warning and counts
+    them in :attr:`failed_samples`; ``"raise"``, strict, raises the first
+    one's error; ``"skip"`` leaves them out silently),
+    ``max_held_batches`` and ``view`` (the job's membership view from
+    :func:`gather_view`, handed to the agent with each session). See the
+    module documentation.
     """
 
     def __init__(
@@ -203,13 +222,13 @@ class GranaryDataset(IterableDataset):
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         timeout: Optional[float] = DEFAULT_TIMEOUT,
-        on_error: str = "raise",
+        on_error: str = "report",
         max_held_batches: int = 8,
         view: Optional[bytes] = None,
     ):
         super().__init__()
-        if on_error not in ("raise", "skip"):
-            raise ValueError('on_error must be "raise" or "skip"')
+        if on_error not in ON_ERROR:
+            raise ValueError('on_error must be "report", "raise" or "skip"')
         self.dataset = dataset
         self.socket = str(socket) if socket is not None else default_socket()
         self.batch_size = batch_size
@@ -229,6 +248,9 @@ class GranaryDataset(IterableDataset):
         self.on_error = on_error
         self.max_held_batches = max_held_batches
         self.view = view
+        #: Samples left out because they failed, by kind (``"Io"``,
+        #: ``"NotFound"``, ...), counted in this process.
+        self.failed_samples: dict[str, int] = {}
 
     def set_epoch(self, epoch: int) -> None:
         """The first epoch of the next pass (a new order per epoch)."""
@@ -266,6 +288,19 @@ class GranaryDataset(IterableDataset):
         if self.with_ids:
             return xs, ys, torch.tensor(ids, dtype=torch.int64)
         return xs, ys
+
+    def _count_failures(self, batch, failed: dict) -> None:
+        for kind, n in failed.items():
+            self.failed_samples[kind] = self.failed_samples.get(kind, 0) + n
+        if self.on_error == "report":
+            what = ", ".join(f"{n} {kind}" for kind, n in sorted(failed.items()))
+            warnings.warn(
+                f"granary: dataset {self.dataset!r} epoch {batch.epoch} batch {batch.index}: "
+                f"{sum(failed.values())} of {len(batch)} samples could not be read ({what}) "
+                "and were left out; on_error=\"raise\" makes this an error",
+                SampleFailureWarning,
+                stacklevel=3,
+            )
 
     def __iter__(self) -> Iterator:
         rank, world = self.shard()
@@ -309,16 +344,21 @@ class GranaryDataset(IterableDataset):
                 except EndOfStream:
                     break
                 if batch.status != 0 and self.on_error == "raise":
-                    err = batch.error
+                    # The first failed sample's own error (its kind), else
+                    # the batch's.
+                    err = next((smp.error for smp in batch if smp.status != 0), None) or batch.error
                     batch.release()
                     raise err  # type: ignore[misc]
                 try:
                     xs, ys, ids = [], [], []
+                    failed: dict[str, int] = {}
                     for sample in batch:
                         if sample.status != 0:
-                            if self.on_error == "skip":
-                                continue
-                            raise sample.error  # type: ignore[misc]
+                            if self.on_error == "raise":
+                                raise sample.error  # type: ignore[misc]
+                            kind = sample.kind or "Unknown"
+                            failed[kind] = failed.get(kind, 0) + 1
+                            continue
                         x, y = self._x(sample), self._y(sample.label)
                         if self.batches:
                             xs.append(x)
@@ -329,7 +369,9 @@ class GranaryDataset(IterableDataset):
                         else:
                             yield x, y
                         del x
-                    if self.batches:
+                    if failed:
+                        self._count_failures(batch, failed)
+                    if self.batches and xs:
                         item = self._batch_item(xs, ys, ids)
                         del xs
                         yield item

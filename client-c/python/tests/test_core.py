@@ -27,6 +27,7 @@ def test_one_session_two_epochs_in_planner_order_every_byte_verified(agent):
                     ids.append(smp.id)
                 got[batch.epoch].append(ids)
                 assert batch.end_of_epoch == (batch.index == s.info.batches_per_epoch - 1)
+                assert batch.end_of_stream == (batch.end_of_epoch and batch.epoch == 1)
             for epoch in (0, 1):
                 assert got[epoch] == ref.plan_batches(11, epoch, SYNTH_FILES, 0, 1, 32)
             with pytest.raises(granary.EndOfStream):

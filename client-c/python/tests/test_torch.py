@@ -138,3 +138,42 @@ def test_agent_stopped_mid_epoch_fails_the_dataloader_within_the_timeout(own_age
     assert isinstance(e.value, granary.Disconnected), repr(e.value)
     assert "GRANARY_E_DISCONNECTED" in str(e.value)
     del it
+
+
+def test_failed_samples_are_left_out_and_reported_unless_strict(tmp_path):
+    import warnings
+
+    from granary.agent import LocalAgent
+    from granary.make_dataset import SYNTH_MARKER, make_synth
+    from granary.torch import SampleFailureWarning
+
+    root = tmp_path / "synth"
+    make_synth(root, 64, 4, mean_size=2048, seed=9)
+    with LocalAgent({"synth": root}) as agent:
+        # Catalogued at start-up, gone before anything was read: NotFound.
+        files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != SYNTH_MARKER)
+        gone = files[::13]
+        for p in gone:
+            p.unlink()
+        ds = GranaryDataset("synth", agent.socket, batch_size=8, with_ids=True)
+        assert ds.on_error == "report"
+        with pytest.warns(SampleFailureWarning, match="could not be read") as caught:
+            got = [(int(i), synth.verify(bytes(x.numpy()))[0]) for x, _y, i in ds]
+        assert ds.failed_samples == {"NotFound": len(gone)}
+        assert len(got) == len(files) - len(gone)
+        assert len(caught) >= 1
+        # The same with whole batches: shorter batches, no empty ones.
+        ds = GranaryDataset("synth", agent.socket, batch_size=8, batches=True, on_error="skip")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", SampleFailureWarning)
+            sizes = [len(ys) for _xs, ys in ds]
+        assert sum(sizes) == len(files) - len(gone) and all(sizes)
+        assert ds.failed_samples == {"NotFound": len(gone)}
+        # Strict mode: the first failure raises.
+        ds = GranaryDataset("synth", agent.socket, batch_size=8, on_error="raise")
+        with pytest.raises(granary.NotFound):
+            for _ in ds:
+                pass
+        with pytest.raises(ValueError, match="report"):
+            GranaryDataset("synth", agent.socket, on_error="ignore")
+
