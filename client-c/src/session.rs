@@ -165,6 +165,7 @@ fn violation_name(code: u32) -> &'static str {
         4 => "release of a batch that was not on loan",
         5 => "misaligned descriptor",
         6 => "ended by the agent: a newer membership view of the job (a relaunch) replaced the one this session joined",
+        7 => "ended by the agent: this loader was silent past the agent's client timeout and its batches were taken back",
         _ => "unspecified violation",
     }
 }

@@ -189,6 +189,14 @@ pub enum Violation {
     /// membership view replaced the one the session joined, so the agent
     /// took back everything the session held.
     ViewReplaced,
+    /// The loader neither released a batch nor beat its heartbeat for the
+    /// agent's client timeout (it is stopped or hung): the agent took back
+    /// everything the session held, so nothing left in its ring may be
+    /// read.
+    Silent {
+        /// How long it had been silent, in milliseconds.
+        ms: u64,
+    },
 }
 
 impl Violation {
@@ -201,6 +209,7 @@ impl Violation {
             Violation::UnknownLease { .. } => 4,
             Violation::Misaligned { .. } => 5,
             Violation::ViewReplaced => 6,
+            Violation::Silent { .. } => 7,
         }
     }
 }
@@ -238,6 +247,10 @@ impl fmt::Display for Violation {
             }
             Violation::ViewReplaced => f.write_str(
                 "a newer membership view of the job (a relaunch) replaced the one the session joined",
+            ),
+            Violation::Silent { ms } => write!(
+                f,
+                "the loader was silent (no release, no heartbeat) for {ms} ms, past the agent's client timeout; its batches were taken back"
             ),
         }
     }

@@ -329,7 +329,17 @@ impl Engine {
                 limit.as_millis()
             );
             self.metrics.sessions_timed_out.inc_by(1);
-            self.end_session(sid, None);
+            // Fenced, not closed: a stopped loader that resumes must not
+            // read the batches left in its ring, whose tables and samples
+            // the agent takes back now.
+            let v = Violation::Silent {
+                ms: u64::try_from(quiet.as_millis()).unwrap_or(u64::MAX),
+            };
+            if let Some(conn) = self.sessions.get(&sid).map(|s| s.conn()) {
+                self.server
+                    .reply_error(conn, ErrorCode::Fenced, v.to_string());
+            }
+            self.end_session(sid, Some(&v));
         }
         !silent.is_empty()
     }

@@ -537,6 +537,9 @@ fn a_silent_loader_loses_its_session_and_its_pins() {
     h.clock.advance(Duration::from_millis(2));
     h.turns(1);
     assert!(!h.engine.sessions.contains_key(&sid), "silent too long");
+    // Fenced, so that a loader that resumes reads nothing left in its ring.
+    assert_eq!(loader._segment.state(), granary_shm::layout::state::FENCED);
+    assert_eq!(loader._segment.violation(), 7);
     let a = h.engine.cache.accounting();
     assert_eq!(a.pinned, 0, "its pins came back: {a:?}");
     assert_eq!(h.engine.metrics.sessions_timed_out.get(), 1);
