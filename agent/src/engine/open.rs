@@ -7,6 +7,7 @@
 //! or breaks the protocol (fenced); everything it held comes back.
 
 use super::{key, Engine};
+use crate::metrics::ViolationKind;
 use crate::planner::{PlanParams, SessionPlan};
 use crate::server::{ConnEvent, ConnId};
 use crate::session::{Loan, Session, SessionSetup};
@@ -296,7 +297,10 @@ impl Engine {
 
     /// Fences a session for a protocol violation and ends it.
     pub(super) fn fence(&mut self, sid: u64, v: Violation) {
-        self.metrics.violations.inc_by(1);
+        // A replaced view is not the loader's doing: fenced, not counted.
+        if let Some(kind) = ViolationKind::of(&v) {
+            self.metrics.count_violation(kind);
+        }
         self.metrics.sessions_fenced.inc_by(1);
         tracing::warn!(session = sid, "session fenced: {v}");
         // The reason goes on the socket before the segment says fenced, so
