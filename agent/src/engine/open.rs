@@ -215,6 +215,7 @@ impl Engine {
             lease_key: self.instance_key ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15),
             initial_window: self.cfg.prefetch.initial_window,
             max_window: self.cfg.prefetch.window_batches,
+            max_held_bytes: self.max_pinned_bytes(),
             now: self.clock.now(),
         });
         let reply = SessionOpened {
@@ -293,6 +294,14 @@ impl Engine {
         if let Some(t) = loan.table {
             let _ = self.tables.free(t);
         }
+    }
+
+    /// The most bytes one session's batches (being prepared and on loan)
+    /// may hold: `sessions.max_pinned_percent` of the sample cache.
+    pub(super) fn max_pinned_bytes(&self) -> u64 {
+        let size = self.arena.size();
+        let cache = size.saturating_sub(super::table_area(size));
+        cache / 100 * u64::from(self.cfg.sessions.max_pinned_percent.min(100))
     }
 
     /// Fences a session for a protocol violation and ends it.
