@@ -9,6 +9,7 @@
 //! bounded table of epochs per dataset). The HTTP thread and `granary
 //! status` read them; a scrape allocates, a sample never does.
 
+use granary_shm::Violation;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -54,6 +55,64 @@ fn epoch_label(key: u64) -> String {
         format!("{EPOCH_LABEL_LIMIT}+")
     } else {
         key.to_string()
+    }
+}
+
+/// What a loader did wrong, the `kind` label of `granary_violations_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ViolationKind {
+    /// A ring index moved backwards or ran more than a capacity ahead.
+    RingIndex,
+    /// A descriptor named a range outside its region.
+    OutOfBounds,
+    /// A field held a value outside its domain.
+    BadField,
+    /// A release named a batch not on loan (wrong token, twice, never lent).
+    UnknownLease,
+    /// A descriptor or table was misaligned.
+    Misaligned,
+    /// A malformed message on the session's socket.
+    Handshake,
+}
+
+impl ViolationKind {
+    /// Every kind, in the order of their series.
+    pub const ALL: [ViolationKind; 6] = [
+        ViolationKind::RingIndex,
+        ViolationKind::OutOfBounds,
+        ViolationKind::BadField,
+        ViolationKind::UnknownLease,
+        ViolationKind::Misaligned,
+        ViolationKind::Handshake,
+    ];
+
+    /// The kind of a shared-memory violation, or `None` for a fence that
+    /// is not the loader's doing ([`Violation::ViewReplaced`]).
+    pub const fn of(v: &Violation) -> Option<ViolationKind> {
+        match v {
+            Violation::RingIndex { .. } => Some(ViolationKind::RingIndex),
+            Violation::OutOfBounds { .. } => Some(ViolationKind::OutOfBounds),
+            Violation::BadField { .. } => Some(ViolationKind::BadField),
+            Violation::UnknownLease { .. } => Some(ViolationKind::UnknownLease),
+            Violation::Misaligned { .. } => Some(ViolationKind::Misaligned),
+            Violation::ViewReplaced => None,
+        }
+    }
+
+    /// The `kind` label.
+    pub const fn label(self) -> &'static str {
+        match self {
+            ViolationKind::RingIndex => "ring_index",
+            ViolationKind::OutOfBounds => "out_of_bounds",
+            ViolationKind::BadField => "bad_field",
+            ViolationKind::UnknownLease => "unknown_lease",
+            ViolationKind::Misaligned => "misaligned",
+            ViolationKind::Handshake => "handshake",
+        }
+    }
+
+    const fn index(self) -> usize {
+        self as usize
     }
 }
 
@@ -342,8 +401,12 @@ pub struct Metrics {
     pub sessions_open: Gauge,
     /// Sessions opened since start.
     pub sessions_opened: Counter,
-    /// Protocol violations detected.
+    /// Protocol violations detected, of every kind (exported by kind as
+    /// `granary_violations_total{kind}`; count with
+    /// [`count_violation`](Self::count_violation)).
     pub violations: Counter,
+    /// Protocol violations by kind, indexed like [`ViolationKind::ALL`].
+    violations_by_kind: [Counter; ViolationKind::ALL.len()],
     /// Sessions fenced.
     pub sessions_fenced: Counter,
     /// Sessions ended because their loader neither released a batch nor
@@ -375,6 +438,7 @@ impl Default for Metrics {
 #[derive(Debug)]
 struct Derived {
     cache: [(&'static str, &'static str, Counter); 2],
+    violations: [Counter; ViolationKind::ALL.len()],
     loader_wait_ns: Counter,
     arena: [(&'static str, Gauge); 4],
     datasets: DatasetTable,
@@ -390,6 +454,15 @@ impl Collector for Derived {
         )?;
         for (result, tier, c) in &self.cache {
             c.encode(e.encode_family(&[("result", *result), ("tier", *tier)])?)?;
+        }
+        let mut e = enc.encode_descriptor(
+            "granary_violations",
+            "Protocol violations by loaders, by kind.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (kind, c) in ViolationKind::ALL.iter().zip(&self.violations) {
+            c.encode(e.encode_family(&[("kind", kind.label())])?)?;
         }
         let wait = ConstCounter::new(self.loader_wait_ns.get() as f64 / 1e9);
         wait.encode(enc.encode_descriptor(
@@ -500,6 +573,7 @@ impl Metrics {
             sessions_open: Gauge::default(),
             sessions_opened: Counter::default(),
             violations: Counter::default(),
+            violations_by_kind: Default::default(),
             sessions_fenced: Counter::default(),
             sessions_timed_out: Counter::default(),
             connections_refused: Counter::default(),
@@ -551,11 +625,6 @@ impl Metrics {
                 &m.sessions_opened,
             ),
             (
-                "granary_violations",
-                "Protocol violations by loaders.",
-                &m.violations,
-            ),
-            (
                 "granary_sessions_fenced",
                 "Sessions fenced after a violation.",
                 &m.sessions_fenced,
@@ -600,6 +669,7 @@ impl Metrics {
                 ("hit", "arena", m.cache_hits.clone()),
                 ("miss", "store", m.cache_misses.clone()),
             ],
+            violations: m.violations_by_kind.clone(),
             loader_wait_ns: m.loader_wait_ns.clone(),
             arena: [
                 ("free", m.arena_free.clone()),
@@ -628,6 +698,17 @@ impl Metrics {
 
     fn dataset(&self, index: usize) -> Option<&DatasetStats> {
         self.datasets.get().and_then(|t| t.get(index))
+    }
+
+    /// Counts one violation of `kind` (and in the total).
+    pub(crate) fn count_violation(&self, kind: ViolationKind) {
+        self.violations.inc();
+        self.violations_by_kind[kind.index()].inc();
+    }
+
+    /// Violations of `kind` counted so far.
+    pub fn violations_of(&self, kind: ViolationKind) -> u64 {
+        self.violations_by_kind[kind.index()].get()
     }
 
     /// Cache hit ratio so far (0 when nothing was looked up).
@@ -863,5 +944,64 @@ mod tests {
             .filter(|(k, _)| k.starts_with("granary_epoch_lookups_total"))
             .count();
         assert_eq!(series, 4);
+    }
+
+    #[test]
+    fn violations_are_counted_by_kind_and_a_replaced_view_is_none() {
+        let m = Metrics::new();
+        let lease = Violation::UnknownLease { seq: 1, token: 2 };
+        for v in [&lease, &lease, &Violation::ViewReplaced] {
+            if let Some(k) = ViolationKind::of(v) {
+                m.count_violation(k);
+            }
+        }
+        m.count_violation(ViolationKind::Handshake);
+        assert_eq!(m.violations.get(), 3);
+        assert_eq!(m.violations_of(ViolationKind::UnknownLease), 2);
+        assert_eq!(m.violations_of(ViolationKind::Handshake), 1);
+        assert_eq!(ViolationKind::of(&Violation::ViewReplaced), None);
+        // The kinds follow the segment's violation codes.
+        let samples = [
+            Violation::RingIndex {
+                ring: "ready",
+                ours: 0,
+                theirs: 9,
+                capacity: 4,
+            },
+            Violation::OutOfBounds {
+                what: "sample",
+                offset: 0,
+                len: 1,
+                limit: 0,
+            },
+            Violation::BadField {
+                field: "state",
+                value: 7,
+            },
+            lease,
+            Violation::Misaligned {
+                what: "table",
+                offset: 3,
+            },
+        ];
+        for v in &samples {
+            let k = ViolationKind::of(v).expect("a loader's violation has a kind");
+            assert_eq!(ViolationKind::ALL[v.code() as usize - 1], k, "{v}");
+        }
+        let s = parse_text(&m.render());
+        assert_eq!(
+            get(&s, "granary_violations_total{kind=\"unknown_lease\"}"),
+            Some(2.0)
+        );
+        assert_eq!(
+            get(&s, "granary_violations_total{kind=\"ring_index\"}"),
+            Some(0.0)
+        );
+        let kinds = s
+            .iter()
+            .filter(|(k, _)| k.starts_with("granary_violations_total{"))
+            .count();
+        assert_eq!(kinds, ViolationKind::ALL.len());
+        assert_eq!(get(&s, "granary_violations_total"), None);
     }
 }

@@ -6,7 +6,7 @@
 //! up (the loader exited or was killed) all of its sessions end.
 
 use crate::config::SocketConfig;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ViolationKind};
 use granary_shm::handshake::{ErrorReply, Message, ViewAssembler};
 use granary_shm::socket::{PeerCred, SeqPacket, SeqPacketListener, SocketError};
 use granary_shm::ErrorCode;
@@ -133,7 +133,7 @@ impl Server {
                     Err(SocketError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(SocketError::Io(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(SocketError::Protocol(p)) => {
-                        metrics.violations.inc_by(1);
+                        metrics.count_violation(ViolationKind::Handshake);
                         let _ = conn.sock.send_message(
                             &Message::Error(ErrorReply {
                                 code: p.code(),

@@ -35,6 +35,8 @@ pub(crate) struct Slot {
     /// Whether this batch holds a cache pin on it: set when the slot is
     /// requested (every requested slot is pinned).
     pub pinned: bool,
+    /// The sample's size, counted towards the session's pinned bytes.
+    pub bytes: u64,
 }
 
 /// A batch being prepared: its samples in delivery order.
@@ -53,6 +55,11 @@ pub(crate) struct PendingBatch {
 }
 
 impl PendingBatch {
+    /// The bytes of its samples.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.slots.iter().map(|s| s.bytes).sum()
+    }
+
     /// Whether every slot has been requested.
     pub(crate) fn fully_requested(&self) -> bool {
         self.requested == self.slots.len()
@@ -84,6 +91,9 @@ pub(crate) struct Loan {
     pub pinned: Vec<u64>,
     /// Arena extent of the sample table.
     pub table: Option<Extent>,
+    /// The batch's bytes, counted towards the session's pinned bytes
+    /// until the loan comes back.
+    pub bytes: u64,
 }
 
 /// A session.
@@ -100,6 +110,13 @@ pub(crate) struct Session {
     release: Consumer<ReleaseDescriptor>,
     leases: LeaseTable<Loan>,
     pending: VecDeque<PendingBatch>,
+    /// The next batch of the plan, planned but kept out of the window
+    /// while it would take the session past `max_held_bytes`.
+    held_back: Option<PendingBatch>,
+    /// Bytes of the batches being prepared and on loan.
+    held_bytes: u64,
+    /// `sessions.max_pinned_percent` of the sample cache, in bytes.
+    max_held_bytes: u64,
     window: u32,
     max_window: u32,
     next_seq: u64,
@@ -143,6 +160,9 @@ pub(crate) struct SessionSetup {
     pub initial_window: u32,
     /// Largest window.
     pub max_window: u32,
+    /// Most bytes the batches being prepared and on loan may hold (one
+    /// batch larger than this still goes alone).
+    pub max_held_bytes: u64,
     /// Now, on the engine's clock.
     pub now: Instant,
 }
@@ -159,6 +179,7 @@ impl Session {
             lease_key,
             initial_window,
             max_window,
+            max_held_bytes,
             now,
         } = setup;
         let (ready, release) = segment
@@ -175,6 +196,9 @@ impl Session {
             release,
             leases: LeaseTable::new(lease_key),
             pending: VecDeque::new(),
+            held_back: None,
+            held_bytes: 0,
+            max_held_bytes,
             window: initial_window.clamp(1, max_window.max(1)),
             max_window: max_window.max(1),
             next_seq: 0,
@@ -220,6 +244,18 @@ impl Session {
         &self.pending
     }
 
+    /// Bytes of the batches being prepared and on loan.
+    #[cfg(test)]
+    pub(crate) fn held_bytes(&self) -> u64 {
+        self.held_bytes
+    }
+
+    /// The most bytes its batches may hold (`sessions.max_pinned_percent`).
+    #[cfg(test)]
+    pub(crate) fn max_held_bytes(&self) -> u64 {
+        self.max_held_bytes
+    }
+
     /// The current window, in batches.
     #[cfg(test)]
     pub fn window(&self) -> u32 {
@@ -237,27 +273,47 @@ impl Session {
     /// tables stay pinned until released, so neither a deep ready ring nor a
     /// loader that takes batches and never releases them stretches it. A
     /// session thus never holds more than its largest window of batches.
-    pub(crate) fn plan_ahead(&mut self) -> Result<(), PlanError> {
+    ///
+    /// The bytes of those batches (`size(sample)` each) count towards
+    /// `max_held_bytes` too: a batch that would take the session past it
+    /// waits for releases, unless the session holds nothing, so that a
+    /// batch larger than the cap still goes (alone).
+    pub(crate) fn plan_ahead(&mut self, size: impl Fn(u64) -> u64) -> Result<(), PlanError> {
         let on_loan = self.leases.len();
-        while !self.planned_all && self.pending.len().saturating_add(on_loan) < self.window as usize
-        {
-            match self.cursor.next_batch()? {
-                Some(b) => self.pending.push_back(PendingBatch {
-                    epoch: b.epoch,
-                    index: b.index,
-                    slots: b
-                        .samples
-                        .iter()
-                        .map(|&sample| Slot {
-                            sample,
-                            pinned: false,
-                        })
-                        .collect(),
-                    requested: 0,
-                    last_of_epoch: b.last_of_epoch,
-                }),
-                None => self.planned_all = true,
+        while self.pending.len().saturating_add(on_loan) < self.window as usize {
+            let next = match self.held_back.take() {
+                Some(b) => b,
+                None if self.planned_all => break,
+                None => match self.cursor.next_batch()? {
+                    Some(b) => PendingBatch {
+                        epoch: b.epoch,
+                        index: b.index,
+                        slots: b
+                            .samples
+                            .iter()
+                            .map(|&sample| Slot {
+                                sample,
+                                pinned: false,
+                                bytes: size(sample),
+                            })
+                            .collect(),
+                        requested: 0,
+                        last_of_epoch: b.last_of_epoch,
+                    },
+                    None => {
+                        self.planned_all = true;
+                        break;
+                    }
+                },
+            };
+            let bytes = next.bytes();
+            let holds_nothing = self.pending.is_empty() && on_loan == 0;
+            if !holds_nothing && self.held_bytes.saturating_add(bytes) > self.max_held_bytes {
+                self.held_back = Some(next);
+                break;
             }
+            self.held_bytes = self.held_bytes.saturating_add(bytes);
+            self.pending.push_back(next);
         }
         Ok(())
     }
@@ -345,11 +401,13 @@ impl Session {
     /// Whether the plan is exhausted and every batch has left the window:
     /// the end of the stream is due.
     pub(crate) fn at_end_of_stream(&self) -> bool {
-        self.planned_all && self.pending.is_empty() && !self.ended
+        self.planned_all && self.held_back.is_none() && self.pending.is_empty() && !self.ended
     }
 
     /// Step 4: lends a batch (or the end-of-stream marker, holding nothing)
     /// under the next sequence number; returns `(seq, token)`.
+    /// The loan's bytes must be those of the batch it publishes (taken
+    /// from the window by [`take_publishable`](Self::take_publishable)).
     pub fn lend(&mut self, loan: Loan, end_of_stream: bool) -> (u64, u64) {
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -375,7 +433,9 @@ impl Session {
             self.last_heard = now;
         }
         for rel in &buf[..n] {
-            loans.push(self.leases.reclaim(rel)?);
+            let loan = self.leases.reclaim(rel)?;
+            self.held_bytes = self.held_bytes.saturating_sub(loan.bytes);
+            loans.push(loan);
         }
         Ok(n)
     }
@@ -394,6 +454,8 @@ impl Session {
     /// Takes everything the session still holds, for the engine to give
     /// back: the loans, and the samples pinned by batches being prepared.
     pub(crate) fn take_holdings(&mut self) -> (Vec<Loan>, Vec<u64>) {
+        self.held_bytes = 0;
+        self.held_back = None;
         let loans = self.leases.drain().map(|(_, l)| l).collect();
         let pins = self
             .pending
@@ -441,6 +503,7 @@ mod tests {
             lease_key: 99,
             initial_window: initial,
             max_window: window,
+            max_held_bytes: u64::MAX,
             now: Instant::now(),
         })
     }
@@ -448,18 +511,18 @@ mod tests {
     #[test]
     fn slow_start_grows_the_window_by_one_per_publication() {
         let mut s = session(40, 4, 1, 3);
-        s.plan_ahead().unwrap();
+        s.plan_ahead(|_| 1).unwrap();
         assert_eq!(s.pending().len(), 1, "window starts at 1");
         assert!(s.request_with(|_, _| Request::Pinned));
         let b = s.take_publishable(|_| true).expect("all present");
         assert_eq!(b.slots.len(), 4);
         assert_eq!(s.window(), 2);
-        s.plan_ahead().unwrap();
+        s.plan_ahead(|_| 1).unwrap();
         assert_eq!(s.pending().len(), 2);
         s.request_with(|_, _| Request::Pinned);
         s.take_publishable(|_| true).unwrap();
         s.take_publishable(|_| true).unwrap();
-        s.plan_ahead().unwrap();
+        s.plan_ahead(|_| 1).unwrap();
         assert_eq!(s.window(), 3, "capped at the maximum");
         assert_eq!(s.pending().len(), 3);
     }
@@ -467,7 +530,7 @@ mod tests {
     #[test]
     fn request_stops_where_told_and_resumes_there() {
         let mut s = session(40, 4, 1, 2);
-        s.plan_ahead().unwrap();
+        s.plan_ahead(|_| 1).unwrap();
         let mut seen = Vec::new();
         s.request_with(|_, x| {
             if seen.len() == 3 {
@@ -497,11 +560,11 @@ mod tests {
     fn publication_waits_for_the_front_batch_in_plan_order() {
         let mut s = session(40, 4, 1, 4);
         for _ in 0..3 {
-            s.plan_ahead().unwrap();
+            s.plan_ahead(|_| 1).unwrap();
             s.request_with(|_, _| Request::Pinned);
             s.take_publishable(|_| true).unwrap();
         }
-        s.plan_ahead().unwrap();
+        s.plan_ahead(|_| 1).unwrap();
         s.request_with(|_, _| Request::Pinned);
         let front: Vec<u64> = s.pending()[0].slots.iter().map(|x| x.sample).collect();
         let missing = front[2];
@@ -513,7 +576,7 @@ mod tests {
     #[test]
     fn relaxed_order_moves_ready_samples_forward_within_the_epoch() {
         let mut s = session_from(40, 4, 2, 4, 4);
-        s.plan_ahead().unwrap();
+        s.plan_ahead(|_| 1).unwrap();
         s.request_with(|_, _| Request::Pinned);
         let before: Vec<u64> = s
             .pending()
@@ -544,7 +607,7 @@ mod tests {
         let mut s = session(8, 4, 2, 8);
         let mut batches = 0;
         while !s.at_end_of_stream() {
-            s.plan_ahead().unwrap();
+            s.plan_ahead(|_| 1).unwrap();
             s.request_with(|_, _| Request::Pinned);
             while let Some(b) = s.take_publishable(|_| true) {
                 batches += 1;
@@ -552,6 +615,7 @@ mod tests {
                     Loan {
                         pinned: b.pinned_samples().collect(),
                         table: None,
+                        bytes: b.bytes(),
                     },
                     false,
                 );
@@ -562,6 +626,7 @@ mod tests {
             Loan {
                 pinned: Vec::new(),
                 table: None,
+                bytes: 0,
             },
             true,
         );
@@ -575,7 +640,7 @@ mod tests {
     #[test]
     fn holdings_include_pins_of_batches_being_prepared() {
         let mut s = session(40, 4, 1, 2);
-        s.plan_ahead().unwrap();
+        s.plan_ahead(|_| 1).unwrap();
         let mut n = 0;
         s.request_with(|_, _| {
             n += 1;

@@ -12,6 +12,7 @@ mod common;
 
 use common::*;
 use granary::SessionOptions;
+use granary_agent::metrics::{parse_text, ViolationKind};
 use granary_shm::handshake::Message;
 use granary_shm::layout::{state, BatchDescriptor, ReleaseDescriptor};
 use granary_shm::region::Region;
@@ -40,17 +41,41 @@ enum Outcome {
     Refused,
 }
 
-const ROLES: &[(&str, Outcome)] = &[
-    ("scribble", Outcome::Fenced),
-    ("wrong-token", Outcome::Fenced),
-    ("never-lent", Outcome::Fenced),
-    ("double-release", Outcome::Fenced),
-    ("release-tail-ahead", Outcome::Fenced),
-    ("ready-head-ahead", Outcome::Fenced),
-    ("scribble", Outcome::Fenced),
-    ("socket-garbage", Outcome::Dropped),
-    ("fd-spam", Outcome::Refused),
-    ("scribble", Outcome::Fenced),
+const ROLES: &[(&str, Outcome, Option<ViolationKind>)] = &[
+    ("scribble", Outcome::Fenced, None),
+    (
+        "wrong-token",
+        Outcome::Fenced,
+        Some(ViolationKind::UnknownLease),
+    ),
+    (
+        "never-lent",
+        Outcome::Fenced,
+        Some(ViolationKind::UnknownLease),
+    ),
+    (
+        "double-release",
+        Outcome::Fenced,
+        Some(ViolationKind::UnknownLease),
+    ),
+    (
+        "release-tail-ahead",
+        Outcome::Fenced,
+        Some(ViolationKind::RingIndex),
+    ),
+    (
+        "ready-head-ahead",
+        Outcome::Fenced,
+        Some(ViolationKind::RingIndex),
+    ),
+    ("scribble", Outcome::Fenced, None),
+    (
+        "socket-garbage",
+        Outcome::Dropped,
+        Some(ViolationKind::Handshake),
+    ),
+    ("fd-spam", Outcome::Refused, None),
+    ("scribble", Outcome::Fenced, None),
 ];
 
 /// A word of the mapped segment, as an atomic.
@@ -337,9 +362,11 @@ fn hostile_loaders_are_fenced_and_nobody_else_notices() {
     let m = &agent.metrics;
     let mut fenced_expected = 0;
     let mut violations_expected = 0;
-    for (i, &(role, outcome)) in ROLES.iter().enumerate() {
+    let mut kinds_expected = [0u64; ViolationKind::ALL.len()];
+    for (i, &(role, outcome, kind)) in ROLES.iter().enumerate() {
         let fenced0 = m.sessions_fenced.get();
         let violations0 = m.violations.get();
+        let kinds0 = ViolationKind::ALL.map(|k| m.violations_of(k));
         let mut child = child_command(CHILD_FN, role, &agent.sock)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -387,7 +414,34 @@ fn hostile_loaders_are_fenced_and_nobody_else_notices() {
         );
         assert_eq!(m.sessions_fenced.get(), fenced_expected, "after {role}");
         assert_eq!(m.violations.get(), violations_expected, "after {role}");
+        // One violation, of the kind the role commits (a scribbler's
+        // random words may break any rule first).
+        let kinds = ViolationKind::ALL.map(|k| m.violations_of(k));
+        let grown: Vec<ViolationKind> = ViolationKind::ALL
+            .into_iter()
+            .zip(kinds.iter().zip(&kinds0))
+            .filter(|(_, (now, before))| now > before)
+            .map(|(k, _)| k)
+            .collect();
+        match (outcome, kind) {
+            (Outcome::Refused, _) => assert!(grown.is_empty(), "{role}: {grown:?}"),
+            (_, Some(k)) => assert_eq!(grown, [k], "{role}: violation kind"),
+            (_, None) => assert_eq!(grown.len(), 1, "{role}: {grown:?}"),
+        }
+        for k in grown {
+            kinds_expected[k as usize] += 1;
+        }
     }
+
+    // The scrape shows the same counts under the `kind` label.
+    let series = parse_text(&m.render());
+    for (k, want) in ViolationKind::ALL.into_iter().zip(kinds_expected) {
+        let name = format!("granary_violations_total{{kind=\"{}\"}}", k.label());
+        let got = series.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
+        assert_eq!(got, Some(want as f64), "{name}");
+    }
+    assert_eq!(kinds_expected.iter().sum::<u64>(), violations_expected);
+    println!("hostile_loader: violations by kind {kinds_expected:?}");
 
     stop.store(true, Ordering::Relaxed);
     let epochs = honest.join().expect("the honest loader");

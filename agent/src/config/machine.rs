@@ -5,7 +5,7 @@
 
 use super::error::Problem;
 use super::size::ByteSize;
-use super::{Config, ConfigError};
+use super::{Config, ConfigError, HugePages};
 use std::path::Path;
 
 impl Config {
@@ -24,18 +24,73 @@ impl Config {
 
     /// Checks the configuration against this machine: the arena, which the
     /// agent faults in at start-up, must not be larger than the machine's
-    /// memory (`MemTotal` in `/proc/meminfo`). A machine whose memory cannot
-    /// be read passes.
+    /// memory (`MemTotal` in `/proc/meminfo`), and with `arena.hugepages =
+    /// "required"` not larger than what the hugepage pool can give
+    /// ([`HugePool`]). What cannot be read passes.
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Invalid`] naming `arena.size`, with both sizes.
+    /// [`ConfigError::Invalid`] naming `arena.size`, with the sizes.
     pub(crate) fn check_machine(&self) -> Result<(), ConfigError> {
         let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-        match mem_total(&meminfo) {
-            Some(total) => self.check_memory(total),
-            None => Ok(()),
+        if let Some(total) = mem_total(&meminfo) {
+            self.check_memory(total)?;
         }
+        if self.arena.hugepages == HugePages::Required {
+            if let Some(mut pool) = HugePool::from_meminfo(&meminfo) {
+                pool.overcommit_left = overcommit_left(pool.page_size);
+                self.check_hugepages(&pool)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// With `arena.hugepages = "required"`, checks that the arena (rounded
+    /// up to whole hugepages) fits in what `pool` can give. Other settings
+    /// of `arena.hugepages` pass.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] naming `arena.size`, with the arena's pages
+    /// and the pool's numbers.
+    pub(crate) fn check_hugepages(&self, pool: &HugePool) -> Result<(), ConfigError> {
+        if self.arena.hugepages != HugePages::Required || pool.page_size == 0 {
+            return Ok(());
+        }
+        let size = self.arena.size.bytes();
+        let pages = size.div_ceil(pool.page_size);
+        let available = pool.available();
+        if pages <= available {
+            return Ok(());
+        }
+        let overcommit = if pool.overcommit_left > 0 {
+            format!(
+                " plus {} the kernel may add (nr_overcommit_hugepages)",
+                pool.overcommit_left
+            )
+        } else {
+            String::new()
+        };
+        Err(ConfigError::Invalid {
+            file: None,
+            problems: vec![Problem::new(
+                "arena.size",
+                format!(
+                    "{} needs {pages} hugepages of {} KiB with arena.hugepages = \"required\", \
+                     but the pool can give {available} ({} GiB: HugePages_Free {} less \
+                     HugePages_Rsvd {} in /proc/meminfo{overcommit}); reserve {} more as root \
+                     (e.g. `sysctl vm.nr_hugepages={}`), shrink arena.size, or set \
+                     arena.hugepages = \"try\"",
+                    self.arena.size,
+                    pool.page_size / 1024,
+                    gib(available.saturating_mul(pool.page_size)),
+                    pool.free,
+                    pool.reserved,
+                    pages - available,
+                    pool.total.saturating_add(pages - available),
+                ),
+            )],
+        })
     }
 
     /// [`check_machine`](Self::check_machine) for a machine of `mem_total`
@@ -66,6 +121,76 @@ impl Config {
     }
 }
 
+/// The default-size hugepage pool, the one `MFD_HUGETLB` draws from, as
+/// `/proc/meminfo` and `/sys/kernel/mm/hugepages` describe it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct HugePool {
+    /// `Hugepagesize`, in bytes.
+    pub page_size: u64,
+    /// `HugePages_Total`.
+    pub total: u64,
+    /// `HugePages_Free`: pages not faulted in by anyone.
+    pub free: u64,
+    /// `HugePages_Rsvd`: free pages already promised to a mapping.
+    pub reserved: u64,
+    /// Surplus pages the kernel may still add on demand
+    /// (`nr_overcommit_hugepages` less `surplus_hugepages`).
+    pub overcommit_left: u64,
+}
+
+impl HugePool {
+    /// The pool as a `/proc/meminfo` text gives it (no overcommit); `None`
+    /// without a `Hugepagesize` line (a kernel without hugetlbfs).
+    pub(crate) fn from_meminfo(meminfo: &str) -> Option<HugePool> {
+        Some(HugePool {
+            page_size: meminfo_kib(meminfo, "Hugepagesize:")?.checked_mul(1024)?,
+            total: meminfo_count(meminfo, "HugePages_Total:").unwrap_or(0),
+            free: meminfo_count(meminfo, "HugePages_Free:").unwrap_or(0),
+            reserved: meminfo_count(meminfo, "HugePages_Rsvd:").unwrap_or(0),
+            overcommit_left: 0,
+        })
+    }
+
+    /// Pages a new mapping can have.
+    pub(crate) fn available(&self) -> u64 {
+        self.free
+            .saturating_sub(self.reserved)
+            .saturating_add(self.overcommit_left)
+    }
+}
+
+/// Surplus hugepages of `page_size` bytes the kernel may still add, from
+/// `/sys/kernel/mm/hugepages`; 0 when unreadable.
+fn overcommit_left(page_size: u64) -> u64 {
+    let dir = format!("/sys/kernel/mm/hugepages/hugepages-{}kB", page_size / 1024);
+    let read = |name: &str| {
+        std::fs::read_to_string(format!("{dir}/{name}"))
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+    };
+    match (read("nr_overcommit_hugepages"), read("surplus_hugepages")) {
+        (Some(limit), Some(surplus)) => limit.saturating_sub(surplus),
+        _ => 0,
+    }
+}
+
+/// A `KEY: N` count line of a `/proc/meminfo` text.
+fn meminfo_count(meminfo: &str, key: &str) -> Option<u64> {
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|rest| rest.trim().parse::<u64>().ok())
+}
+
+/// A `KEY: N kB` line of a `/proc/meminfo` text, in KiB.
+fn meminfo_kib(meminfo: &str, key: &str) -> Option<u64> {
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|rest| rest.trim().strip_suffix("kB"))
+        .and_then(|kib| kib.trim().parse::<u64>().ok())
+}
+
 /// `bytes` in GiB, to one decimal.
 fn gib(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / f64::from(1u32 << 30))
@@ -73,12 +198,7 @@ fn gib(bytes: u64) -> String {
 
 /// The `MemTotal` line of a `/proc/meminfo` text, in bytes.
 fn mem_total(meminfo: &str) -> Option<u64> {
-    meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|rest| rest.trim().strip_suffix("kB"))
-        .and_then(|kib| kib.trim().parse::<u64>().ok())
-        .and_then(|kib| kib.checked_mul(1024))
+    meminfo_kib(meminfo, "MemTotal:").and_then(|kib| kib.checked_mul(1024))
 }
 
 #[cfg(test)]
@@ -86,10 +206,84 @@ mod tests {
     use super::*;
 
     fn config(size: &str) -> Config {
+        config_with(size, "try")
+    }
+
+    fn config_with(size: &str, hugepages: &str) -> Config {
         Config::from_toml_str(&format!(
-            "[arena]\nsize = \"{size}\"\n[[dataset]]\nname = \"d\"\nroot = \"/d\"\n"
+            "[arena]\nsize = \"{size}\"\nhugepages = \"{hugepages}\"\n\
+             [[dataset]]\nname = \"d\"\nroot = \"/d\"\n"
         ))
         .unwrap()
+    }
+
+    const MEMINFO: &str = "MemTotal:       65536000 kB\n\
+        HugePages_Total:     512\n\
+        HugePages_Free:      300\n\
+        HugePages_Rsvd:       44\n\
+        HugePages_Surp:        0\n\
+        Hugepagesize:       2048 kB\n\
+        Hugetlb:         1048576 kB\n";
+
+    #[test]
+    fn the_hugepage_pool_is_read_from_meminfo() {
+        let pool = HugePool::from_meminfo(MEMINFO).unwrap();
+        assert_eq!(
+            pool,
+            HugePool {
+                page_size: 2 << 20,
+                total: 512,
+                free: 300,
+                reserved: 44,
+                overcommit_left: 0,
+            }
+        );
+        assert_eq!(pool.available(), 256);
+        assert_eq!(HugePool::from_meminfo("MemTotal: 1 kB\n"), None);
+        let here = std::fs::read_to_string("/proc/meminfo").unwrap();
+        if let Some(p) = HugePool::from_meminfo(&here) {
+            assert!(p.page_size >= 4096 && p.free <= p.total, "{p:?}");
+        }
+    }
+
+    #[test]
+    fn a_required_hugepage_arena_larger_than_the_pool_is_refused_with_the_numbers() {
+        let pool = HugePool::from_meminfo(MEMINFO).unwrap();
+        // 256 pages of 2 MiB = 512 MiB available.
+        assert!(config_with("512MiB", "required")
+            .check_hugepages(&pool)
+            .is_ok());
+        let e = config_with("514MiB", "required")
+            .check_hugepages(&pool)
+            .unwrap_err();
+        assert_eq!(e.field(), Some("arena.size"));
+        let text = e.to_string();
+        for want in [
+            "257 hugepages of 2048 KiB",
+            "can give 256",
+            "0.5 GiB",
+            "HugePages_Free 300",
+            "HugePages_Rsvd 44",
+            "reserve 1 more",
+            "vm.nr_hugepages=513",
+            "arena.hugepages",
+        ] {
+            assert!(text.contains(want), "{want:?} in {text}");
+        }
+        // Only "required" is checked; overcommit counts as available.
+        assert!(config_with("4GiB", "try").check_hugepages(&pool).is_ok());
+        assert!(config_with("4GiB", "off").check_hugepages(&pool).is_ok());
+        let grown = HugePool {
+            overcommit_left: 2048,
+            ..pool
+        };
+        assert!(config_with("4GiB", "required")
+            .check_hugepages(&grown)
+            .is_ok());
+        let e = config_with("8GiB", "required")
+            .check_hugepages(&grown)
+            .unwrap_err();
+        assert!(e.to_string().contains("nr_overcommit_hugepages"), "{e}");
     }
 
     #[test]

@@ -31,6 +31,11 @@ pub struct SessionsConfig {
     /// `sessions.heartbeat_ms`: how often, in milliseconds, the agent and the
     /// loaders signal liveness to each other. Default 1000.
     pub heartbeat_ms: u64,
+    /// `sessions.max_pinned_percent`: the share of the sample cache, in
+    /// percent (1..=100), that one session's batches being prepared and on
+    /// loan may pin; at its cap a session waits for its loader's releases.
+    /// Default 50.
+    pub max_pinned_percent: u32,
 }
 
 impl Default for SessionsConfig {
@@ -42,6 +47,7 @@ impl Default for SessionsConfig {
             release_ring_capacity: 64,
             client_timeout_ms: 60_000,
             heartbeat_ms: 1_000,
+            max_pinned_percent: 50,
         }
     }
 }

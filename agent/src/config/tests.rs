@@ -249,6 +249,19 @@ fn relations_are_validated() {
     );
     let f = invalid_fields(&format!("[sessions]\nmax_sessions = 0\n{MINIMAL}"));
     assert_eq!(f, ["sessions.max_sessions"]);
+    for bad in [0, 101] {
+        let f = invalid_fields(&format!(
+            "[sessions]\nmax_pinned_percent = {bad}\n{MINIMAL}"
+        ));
+        assert_eq!(f, ["sessions.max_pinned_percent"]);
+    }
+    for good in [1, 100] {
+        let cfg = Config::from_toml_str(&format!(
+            "[sessions]\nmax_pinned_percent = {good}\n{MINIMAL}"
+        ))
+        .unwrap();
+        assert_eq!(cfg.sessions.max_pinned_percent, good);
+    }
 }
 
 #[test]

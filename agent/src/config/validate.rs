@@ -362,6 +362,12 @@ impl Config {
         if ss.max_sessions_per_uid == Some(0) {
             p.bad("sessions.max_sessions_per_uid", "must be at least 1");
         }
+        if !(1..=100).contains(&ss.max_pinned_percent) {
+            p.bad(
+                "sessions.max_pinned_percent",
+                format!("is {}, must be 1 to 100", ss.max_pinned_percent),
+            );
+        }
         for (field, cap) in [
             ("sessions.ready_ring_capacity", ss.ready_ring_capacity),
             ("sessions.release_ring_capacity", ss.release_ring_capacity),

@@ -7,6 +7,7 @@
 //! or breaks the protocol (fenced); everything it held comes back.
 
 use super::{key, Engine};
+use crate::metrics::ViolationKind;
 use crate::planner::{PlanParams, SessionPlan};
 use crate::server::{ConnEvent, ConnId};
 use crate::session::{Loan, Session, SessionSetup};
@@ -214,6 +215,7 @@ impl Engine {
             lease_key: self.instance_key ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15),
             initial_window: self.cfg.prefetch.initial_window,
             max_window: self.cfg.prefetch.window_batches,
+            max_held_bytes: self.max_pinned_bytes(),
             now: self.clock.now(),
         });
         let reply = SessionOpened {
@@ -294,9 +296,20 @@ impl Engine {
         }
     }
 
+    /// The most bytes one session's batches (being prepared and on loan)
+    /// may hold: `sessions.max_pinned_percent` of the sample cache.
+    pub(super) fn max_pinned_bytes(&self) -> u64 {
+        let size = self.arena.size();
+        let cache = size.saturating_sub(super::table_area(size));
+        cache / 100 * u64::from(self.cfg.sessions.max_pinned_percent.min(100))
+    }
+
     /// Fences a session for a protocol violation and ends it.
     pub(super) fn fence(&mut self, sid: u64, v: Violation) {
-        self.metrics.violations.inc_by(1);
+        // A replaced view is not the loader's doing: fenced, not counted.
+        if let Some(kind) = ViolationKind::of(&v) {
+            self.metrics.count_violation(kind);
+        }
         self.metrics.sessions_fenced.inc_by(1);
         tracing::warn!(session = sid, "session fenced: {v}");
         // The reason goes on the socket before the segment says fenced, so

@@ -89,6 +89,7 @@ impl Engine {
                     Loan {
                         pinned: Vec::new(),
                         table: None,
+                        bytes: 0,
                     },
                     true,
                 );
@@ -173,6 +174,7 @@ impl Engine {
                 Loan {
                     pinned: b.pinned_samples().collect(),
                     table: Some(table),
+                    bytes: b.bytes(),
                 },
                 false,
             );

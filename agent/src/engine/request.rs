@@ -18,14 +18,14 @@ impl Engine {
         let Some(s) = self.sessions.get_mut(&sid) else {
             return false;
         };
-        if let Err(e) = s.plan_ahead() {
-            tracing::warn!(session = sid, "planning failed: {e}");
-            return false;
-        }
         let ds = s.dataset();
         let Some(src) = self.datasets[ds].source() else {
             return false;
         };
+        if let Err(e) = s.plan_ahead(|x| src.meta(x).size) {
+            tracing::warn!(session = sid, "planning failed: {e}");
+            return false;
+        }
         let retrying = self
             .retry_queue
             .iter()

@@ -25,7 +25,12 @@ use std::time::Duration;
 
 /// The bytes of sample `i` (its length is `size(i)`).
 fn content(i: u64) -> Vec<u8> {
-    (0..size(i))
+    content_of(i, size(i))
+}
+
+/// The first `len` bytes of sample `i`'s pattern.
+fn content_of(i: u64, len: u64) -> Vec<u8> {
+    (0..len)
         .map(|k| (i as u8) ^ (k as u8).wrapping_mul(31))
         .collect()
 }
@@ -51,6 +56,8 @@ struct Script {
 
 struct FakeSource {
     n: u64,
+    /// Bytes added to every sample's `size(i)`.
+    extra: u64,
     capacity: u32,
     script: Arc<Mutex<Script>>,
     wake: File,
@@ -67,11 +74,11 @@ impl SampleSource for FakeSource {
         SampleMeta {
             sample_id: 1000 + index,
             label: (index % 10) as i32,
-            size: size(index),
+            size: size(index) + self.extra,
         }
     }
     fn total_bytes(&self) -> u64 {
-        (0..self.n).map(size).sum()
+        (0..self.n).map(|i| size(i) + self.extra).sum()
     }
     fn describe(&self, index: u64) -> String {
         format!("fake://{index}")
@@ -115,7 +122,7 @@ impl SampleSource for FakeSource {
                 });
                 continue;
             }
-            let bytes = content(index);
+            let bytes = content_of(index, dest.len() as u64);
             assert_eq!(dest.copy_from(&bytes), bytes.len());
             out.push(Completion {
                 tag,
@@ -204,22 +211,34 @@ root = "/nonexistent"
 }
 
 fn harness(extra: &str, relaxed: bool) -> Harness {
+    harness_with(extra, relaxed, &[("fake", 0)])
+}
+
+/// A harness over fake datasets `(name, bytes added to every sample)`.
+fn harness_with(extra: &str, relaxed: bool, datasets: &[(&str, u64)]) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), extra);
     let script = Arc::new(Mutex::new(Script::default()));
-    let src = FakeSource {
-        n: SAMPLES,
-        capacity: 64,
-        script: script.clone(),
-        wake: File::open("/dev/null").unwrap(),
-    };
-    let mut ds = Dataset::from_source("fake", Box::new(src));
-    ds.relaxed = relaxed;
+    let datasets = datasets
+        .iter()
+        .map(|&(name, extra)| {
+            let src = FakeSource {
+                n: SAMPLES,
+                extra,
+                capacity: 64,
+                script: script.clone(),
+                wake: File::open("/dev/null").unwrap(),
+            };
+            let mut ds = Dataset::from_source(name, Box::new(src));
+            ds.relaxed = relaxed;
+            ds
+        })
+        .collect();
     let clock = ManualClock::new();
     let engine = Engine::with_clock(
         cfg,
         Arc::new(Metrics::default()),
-        vec![ds],
+        datasets,
         Box::new(clock.clone()),
     )
     .unwrap();
@@ -233,8 +252,12 @@ fn harness(extra: &str, relaxed: bool) -> Harness {
 
 impl Harness {
     fn open(&mut self, batch: u32, epochs: u32) -> (u64, Loader) {
+        self.open_on("fake", batch, epochs)
+    }
+
+    fn open_on(&mut self, dataset: &str, batch: u32, epochs: u32) -> (u64, Loader) {
         let req = OpenSession {
-            dataset: "fake".into(),
+            dataset: dataset.into(),
             seed: 3,
             rank: 0,
             world_size: 1,
@@ -246,7 +269,13 @@ impl Harness {
             release_capacity: 0,
             client_abi: 1,
         };
-        let (opened, sid) = self.engine.open_session(0, 0, &req).unwrap();
+        let ds = self
+            .engine
+            .datasets
+            .iter()
+            .position(|d| d.name == dataset)
+            .expect("a dataset of the harness");
+        let (opened, sid) = self.engine.open_session(0, ds, &req).unwrap();
         let s = &self.engine.sessions[&sid];
         let mut segment =
             LoaderSegment::attach_fd(s.segment().fd().unwrap(), Some(opened.reply.instance_epoch))
@@ -703,4 +732,100 @@ fn rings_larger_than_the_agents_limit_are_refused_at_open() {
     req.release_capacity = super::open::MAX_LOADER_RING;
     assert!(h.engine.open_session(0, 0, &req).is_ok());
     assert!(h.engine.sessions.len() == 1);
+}
+
+/// The bytes a session's batches hold, counted from what it holds: the
+/// slots of its batches being prepared and the pinned samples of its loans.
+fn held_by(h: &Harness, sid: u64, sample_bytes: impl Fn(u64) -> u64) -> u64 {
+    let s = &h.engine.sessions[&sid];
+    let pending: u64 = s
+        .pending()
+        .iter()
+        .flat_map(|b| b.slots.iter())
+        .map(|x| sample_bytes(x.sample))
+        .sum();
+    let loaned: u64 = s
+        .loaned()
+        .flat_map(|l| l.pinned.iter())
+        .map(|&x| sample_bytes(x))
+        .sum();
+    assert_eq!(pending + loaned, s.held_bytes(), "the session's own count");
+    pending + loaned
+}
+
+/// `sessions.max_pinned_percent`: a session of huge samples whose loader
+/// never releases pins at most its share of the cache (not its window of
+/// batches), while a session of small samples reads its epoch; a batch
+/// larger than the cap still goes, alone, so a session never deadlocks.
+#[test]
+fn a_session_of_huge_samples_pins_at_most_its_share_of_the_cache() {
+    const HUGE: u64 = 1 << 20;
+    let mut h = harness_with(
+        "[sessions]\nmax_pinned_percent = 10",
+        false,
+        &[("fake", 0), ("huge", HUGE)],
+    );
+    let huge_bytes = |x: u64| size(x) + HUGE;
+    // Batches of 2 samples, about 2.2 MB each: the window (4 batches) would
+    // hold about 9 MB, the cap (10 % of about 60 MiB) about 6.3 MB.
+    let (hoarder, mut greedy) = h.open_on("huge", 2, 8);
+    let cap = h.engine.sessions[&hoarder].max_held_bytes();
+    let cache = h.engine.arena.size() - super::table_area(h.engine.arena.size());
+    assert_eq!(cap, cache / 100 * 10);
+    assert!(4 * 2 * HUGE > cap, "the window alone would pass the cap");
+    h.auto(true);
+    let (mut taken, mut most) = (0, 0);
+    for _ in 0..200 {
+        h.turns(1);
+        taken += greedy.take().len();
+        let held = held_by(&h, hoarder, huge_bytes);
+        assert!(held <= cap, "{held} bytes held, cap {cap}");
+        most = most.max(held);
+        h.clock.advance(Duration::from_millis(1));
+    }
+    assert!(taken >= 1, "the capped session made progress");
+    assert!(
+        taken < 4,
+        "{taken} batches: the cap, not the window, stopped it"
+    );
+    assert!(
+        most + 2 * (size(0) + HUGE) > cap,
+        "it filled its share: {most}"
+    );
+    // Another session keeps progressing next to it.
+    let (_, mut honest) = h.open(4, 1);
+    let all = drain(&mut h, &mut honest);
+    assert_eq!(all.len(), (SAMPLES / 4) as usize + 1);
+    assert_eq!(greedy.take().len(), 0, "still waiting for releases");
+    assert!(held_by(&h, hoarder, huge_bytes) <= cap);
+
+    // One batch larger than the cap (8 samples, about 8.4 MB) goes alone:
+    // the stream ends, and the session never holds more than that batch.
+    let (big, mut loader) = h.open_on("huge", 8, 1);
+    let one_batch = 8 * (HUGE + 2800);
+    assert!(one_batch > cap);
+    let mut batches = 0;
+    let mut ended = false;
+    for _ in 0..10_000 {
+        h.turns(1);
+        assert!(held_by(&h, big, huge_bytes) <= one_batch);
+        for (d, table) in loader.take() {
+            ended |= d.flags & BATCH_END_OF_STREAM != 0;
+            if !ended {
+                batches += 1;
+                for e in &table {
+                    assert_eq!(e.status, 0);
+                    let x = e.sample_id - 1000;
+                    assert_eq!(loader.bytes(e), content_of(x, huge_bytes(x)));
+                }
+            }
+            loader.give_back(&d);
+        }
+        if ended {
+            break;
+        }
+        h.clock.advance(Duration::from_millis(1));
+    }
+    assert!(ended, "a batch larger than the cap deadlocked its session");
+    assert_eq!(batches, (SAMPLES / 8) as usize);
 }
