@@ -87,7 +87,9 @@ impl ViolationKind {
     ];
 
     /// The kind of a shared-memory violation, or `None` for a fence that
-    /// is not the loader's doing ([`Violation::ViewReplaced`]).
+    /// is not a protocol violation: a replaced view
+    /// ([`Violation::ViewReplaced`]) or a silent loader
+    /// ([`Violation::Silent`], counted in `granary_sessions_timed_out`).
     pub const fn of(v: &Violation) -> Option<ViolationKind> {
         match v {
             Violation::RingIndex { .. } => Some(ViolationKind::RingIndex),
@@ -95,7 +97,7 @@ impl ViolationKind {
             Violation::BadField { .. } => Some(ViolationKind::BadField),
             Violation::UnknownLease { .. } => Some(ViolationKind::UnknownLease),
             Violation::Misaligned { .. } => Some(ViolationKind::Misaligned),
-            Violation::ViewReplaced => None,
+            Violation::ViewReplaced | Violation::Silent { .. } => None,
         }
     }
 
@@ -960,6 +962,7 @@ mod tests {
         assert_eq!(m.violations_of(ViolationKind::UnknownLease), 2);
         assert_eq!(m.violations_of(ViolationKind::Handshake), 1);
         assert_eq!(ViolationKind::of(&Violation::ViewReplaced), None);
+        assert_eq!(ViolationKind::of(&Violation::Silent { ms: 1 }), None);
         // The kinds follow the segment's violation codes.
         let samples = [
             Violation::RingIndex {
