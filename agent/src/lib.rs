@@ -50,6 +50,7 @@ pub mod logging;
 pub mod metrics;
 pub(crate) mod notify;
 pub mod peers;
+pub(crate) mod placement;
 pub mod planner;
 pub(crate) mod retry;
 pub(crate) mod server;

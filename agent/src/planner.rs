@@ -29,6 +29,7 @@
 //! 6. **Batch.** The share is cut into consecutive batches of `batch_size`;
 //!    the last one is short, or dropped with `drop_last`.
 
+use crate::placement::Placement;
 use std::fmt;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
@@ -82,6 +83,9 @@ pub enum PlanError {
         /// The number of samples whose permutation was being built.
         num_samples: u64,
     },
+    /// The locality-aware assignment failed (its inputs were checked at
+    /// open, so this names a bug).
+    Assignment(String),
 }
 
 impl fmt::Display for PlanError {
@@ -120,6 +124,7 @@ impl fmt::Display for PlanError {
                 "cannot allocate the permutation of {num_samples} samples ({} bytes)",
                 num_samples.saturating_mul(8)
             ),
+            PlanError::Assignment(why) => write!(f, "locality assignment failed: {why}"),
         }
     }
 }
@@ -347,8 +352,12 @@ pub struct EpochPlan {
     params: PlanParams,
     epoch: u32,
     /// The delivered samples in order: the rank share, without the dropped
-    /// partial batch when `drop_last`.
+    /// partial batch when `drop_last` (in locality mode: what the
+    /// assignment gives the rank, step by step).
     samples: Vec<u64>,
+    /// Per batch, `[local, peer, uncached]` counts (empty without a
+    /// placement).
+    placed: Vec<[u32; 3]>,
 }
 
 impl EpochPlan {
@@ -358,6 +367,16 @@ impl EpochPlan {
     ///
     /// Any error of `PlanParams::validate`, or [`PlanError::OutOfMemory`].
     pub fn new(params: &PlanParams, epoch: u32) -> Result<Self, PlanError> {
+        EpochPlan::with_placement(params, epoch, None)
+    }
+
+    /// Plans `epoch` as [`EpochPlan::new`] does, or in locality mode when
+    /// `placement` has a layout, counting placements when it is given.
+    pub(crate) fn with_placement(
+        params: &PlanParams,
+        epoch: u32,
+        placement: Option<&Placement>,
+    ) -> Result<Self, PlanError> {
         params.validate()?;
         let delivered = batch_count(params)
             .saturating_mul(u64::from(params.batch_size))
@@ -366,12 +385,29 @@ impl EpochPlan {
             Vec::new()
         } else {
             let perm = epoch_permutation(params.seed, epoch, params.num_samples)?;
-            stride(params, &perm, delivered)
+            match placement.and_then(|p| p.locality_order(params, &perm)) {
+                Some(order) => order?,
+                None => stride(params, &perm, delivered),
+            }
         };
+        if samples.len() as u64 != delivered {
+            return Err(PlanError::Assignment(format!(
+                "{} samples assigned to rank {}, {delivered} expected",
+                samples.len(),
+                params.rank
+            )));
+        }
+        let placed = placement.map_or_else(Vec::new, |p| {
+            samples
+                .chunks(params.batch_size as usize)
+                .map(|b| p.classify(b))
+                .collect()
+        });
         Ok(EpochPlan {
             params: *params,
             epoch,
             samples,
+            placed,
         })
     }
 
@@ -389,6 +425,12 @@ impl EpochPlan {
     /// concatenation of all batches).
     pub fn samples(&self) -> &[u64] {
         &self.samples
+    }
+
+    /// Batch `index`'s `[local, peer, uncached]` counts, when the plan
+    /// counts placements.
+    pub(crate) fn placed(&self, index: u64) -> Option<[u32; 3]> {
+        self.placed.get(usize::try_from(index).ok()?).copied()
     }
 
     /// The number of batches; equals [`batches_per_epoch`].
@@ -429,6 +471,7 @@ pub struct SessionPlan {
     params: PlanParams,
     first_epoch: u32,
     epoch_count: u32,
+    placement: Option<Arc<Placement>>,
     memo: Arc<Mutex<Vec<Arc<EpochPlan>>>>,
 }
 
@@ -474,8 +517,22 @@ impl SessionPlan {
             params,
             first_epoch,
             epoch_count,
+            placement: None,
             memo: Arc::default(),
         })
+    }
+
+    /// The same session, planned (locality mode) and counted with
+    /// `placement`.
+    pub(crate) fn with_placement(mut self, placement: Placement) -> Self {
+        self.placement = Some(Arc::new(placement));
+        self.memo = Arc::default();
+        self
+    }
+
+    /// The `mode` label of the session's placement counts, when it counts.
+    pub(crate) fn placement_mode(&self) -> Option<&'static str> {
+        self.placement.as_deref().map(Placement::mode)
     }
 
     /// The session's parameters.
@@ -514,7 +571,11 @@ impl SessionPlan {
         if let Some(p) = memo.iter().find(|p| p.epoch() == epoch) {
             return Ok(Arc::clone(p));
         }
-        let built = Arc::new(EpochPlan::new(&self.params, epoch)?);
+        let built = Arc::new(EpochPlan::with_placement(
+            &self.params,
+            epoch,
+            self.placement.as_deref(),
+        )?);
         if memo.len() >= EPOCH_MEMO {
             memo.remove(0);
         }
@@ -544,6 +605,9 @@ pub(crate) struct PlannedBatch<'a> {
     pub samples: &'a [u64],
     /// Whether it is the last batch of its epoch.
     pub last_of_epoch: bool,
+    /// `[local, peer, uncached]` counts of its samples, when the plan
+    /// counts placements.
+    pub placed: Option<[u32; 3]>,
 }
 
 /// Walks a [`SessionPlan`] batch by batch in delivery order, one epoch at a
@@ -595,6 +659,7 @@ impl SessionCursor {
                 index,
                 samples,
                 last_of_epoch: index + 1 == plan.num_batches(),
+                placed: plan.placed(index),
             })
         }))
     }

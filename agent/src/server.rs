@@ -36,6 +36,12 @@ pub(crate) enum ConnEvent {
     /// The loader hands in its job's membership view (its canonical
     /// encoding, reassembled from chunks).
     JoinView(ConnId, Vec<u8>),
+    /// The loader handed in its job's rank layout (reassembled from
+    /// chunks), or chunks that could not be reassembled (why).
+    Layout(ConnId, Result<Vec<u8>, String>),
+    /// The loader asks whether a session could be delivered in the
+    /// locality-aware assignment (already validated field by field).
+    AssignmentQuery(ConnId, granary_shm::handshake::OpenSession),
     /// The connection is gone (hang-up, or a protocol error was answered).
     Gone(ConnId),
 }
@@ -45,6 +51,8 @@ struct Conn {
     cred: PeerCred,
     /// A view being handed in, chunk by chunk.
     view: ViewAssembler,
+    /// A rank layout being handed in, chunk by chunk.
+    layout: ViewAssembler,
 }
 
 /// The listening socket and every live connection.
@@ -107,6 +115,19 @@ impl Server {
                                 out.push(ConnEvent::Close(id, session_id))
                             }
                             Message::PeerQuery => out.push(ConnEvent::PeerQuery(id)),
+                            Message::AssignmentQuery(req) => match req.validate() {
+                                Ok(()) => out.push(ConnEvent::AssignmentQuery(id, req)),
+                                Err(reply) => {
+                                    let _ = conn.sock.send_message(&Message::Error(reply), &[]);
+                                }
+                            },
+                            // Not answered: the query or open that needs
+                            // the layout reports what was wrong with it.
+                            Message::LayoutChunk(chunk) => match conn.layout.push(chunk) {
+                                Ok(Some(bytes)) => out.push(ConnEvent::Layout(id, Ok(bytes))),
+                                Ok(None) => {}
+                                Err(reply) => out.push(ConnEvent::Layout(id, Err(reply.message))),
+                            },
                             Message::ViewChunk(chunk) => match conn.view.push(chunk) {
                                 Ok(Some(view)) => out.push(ConnEvent::JoinView(id, view)),
                                 Ok(None) => {}
@@ -209,6 +230,7 @@ impl Server {
                     sock,
                     cred,
                     view: ViewAssembler::default(),
+                    layout: ViewAssembler::for_layout(),
                 },
             );
             out.push(ConnEvent::Connected(id, cred));
@@ -251,5 +273,8 @@ fn kind_name(m: &Message) -> &'static str {
         Message::PeerIdentity(_) => "PeerIdentity",
         Message::ViewChunk(_) => "ViewChunk",
         Message::ViewJoined(_) => "ViewJoined",
+        Message::LayoutChunk(_) => "LayoutChunk",
+        Message::AssignmentQuery(_) => "AssignmentQuery",
+        Message::AssignmentInfo(_) => "AssignmentInfo",
     }
 }

@@ -126,6 +126,11 @@ pub(crate) struct Session {
     last_heard: Instant,
     /// The loader's heartbeat word when last read.
     loader_beat: u64,
+    /// `[local, peer, uncached]` samples of the batches planned since the
+    /// engine last took the counts (see [`Session::take_placed`]).
+    placed: [u64; 3],
+    /// The plan's placement mode (`exact`, `locality`), when it counts.
+    placement_mode: Option<&'static str>,
 }
 
 impl std::fmt::Debug for Session {
@@ -206,7 +211,19 @@ impl Session {
             ended: false,
             last_heard: now,
             loader_beat,
+            placed: [0; 3],
+            placement_mode: plan.placement_mode(),
         }
+    }
+
+    /// The `mode` label of the placement counts, when the plan counts.
+    pub fn placement_mode(&self) -> Option<&'static str> {
+        self.placement_mode
+    }
+
+    /// The placement counts of the batches planned since the last call.
+    pub fn take_placed(&mut self) -> [u64; 3] {
+        std::mem::take(&mut self.placed)
     }
 
     /// Session id.
@@ -285,21 +302,28 @@ impl Session {
                 Some(b) => b,
                 None if self.planned_all => break,
                 None => match self.cursor.next_batch()? {
-                    Some(b) => PendingBatch {
-                        epoch: b.epoch,
-                        index: b.index,
-                        slots: b
-                            .samples
-                            .iter()
-                            .map(|&sample| Slot {
-                                sample,
-                                pinned: false,
-                                bytes: size(sample),
-                            })
-                            .collect(),
-                        requested: 0,
-                        last_of_epoch: b.last_of_epoch,
-                    },
+                    Some(b) => {
+                        if let Some(p) = b.placed {
+                            for (total, n) in self.placed.iter_mut().zip(p) {
+                                *total += u64::from(n);
+                            }
+                        }
+                        PendingBatch {
+                            epoch: b.epoch,
+                            index: b.index,
+                            slots: b
+                                .samples
+                                .iter()
+                                .map(|&sample| Slot {
+                                    sample,
+                                    pinned: false,
+                                    bytes: size(sample),
+                                })
+                                .collect(),
+                            requested: 0,
+                            last_of_epoch: b.last_of_epoch,
+                        }
+                    }
                     None => {
                         self.planned_all = true;
                         break;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use granary_shm::handshake::{Message, PeerIdentity, ViewJoined};
+use granary_shm::handshake::{AssignmentInfo, Message, PeerIdentity, ViewJoined};
 use granary_shm::socket::SeqPacket;
 use granary_shm::ErrorCode;
 
@@ -76,6 +76,18 @@ impl Client {
     pub fn join_view(&self, view: &[u8], timeout: Duration) -> Result<ViewJoined> {
         let conn = dial(&self.path)?;
         crate::session::join_view(&conn, view, timeout)
+    }
+
+    /// Whether the session `options` describe could be delivered in the
+    /// locality-aware assignment, and the digest of its inputs (on a
+    /// connection of its own; the view and layout of `options` are handed
+    /// in first, `options.locality` is ignored). Every rank of a job asks,
+    /// the job compares the answers, and opens every session with
+    /// `locality = Some(digest)` only when all of them are available with
+    /// one digest; otherwise every rank opens in exact order.
+    pub fn assignment(&self, options: &SessionOptions) -> Result<AssignmentInfo> {
+        let conn = dial(&self.path)?;
+        crate::session::query_assignment(&conn, options)
     }
 
     /// Opens a session. May be called from several threads at once.

@@ -53,13 +53,13 @@ mod view;
 pub use batch::{Batch, Sample};
 pub use client::Client;
 pub use error::{Error, Result};
-pub use granary_shm::handshake::{MembershipMode, PeerIdentity, ViewJoined};
+pub use granary_shm::handshake::{AssignmentInfo, MembershipMode, PeerIdentity, ViewJoined};
 pub use granary_shm::ErrorCode;
 pub use options::{SessionInfo, SessionOptions, DEFAULT_BATCH_SIZE, DEFAULT_OPEN_TIMEOUT};
 pub use session::{
     agent_silence_limit, Session, CLOSE_WAIT, MIN_AGENT_SILENCE, RELEASE_WAIT, WAIT_SLICE,
 };
-pub use view::{encode_view, view_digest, ViewMember};
+pub use view::{encode_layout, encode_view, view_digest, ViewMember};
 
 /// Version of the client ABI: the C header's `GRANARY_ABI_VERSION`, and the
 /// value the handshake's open-session request carries.

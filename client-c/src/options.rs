@@ -47,6 +47,15 @@ pub struct SessionOptions {
     /// the samples are the same, only where the bytes come from differs;
     /// [`crate::Session::view_status`] tells what happened).
     pub view_required: bool,
+    /// The job's rank layout ([`crate::encode_layout`]), handed to the agent
+    /// before the session opens; needed by the locality-aware assignment.
+    pub layout: Option<Vec<u8>>,
+    /// `Some(digest)`: deliver the locality-aware assignment whose inputs
+    /// the whole job agreed on (every rank asked
+    /// [`crate::Client::assignment`] with the same options and got this
+    /// digest); the agent refuses the open if its inputs differ. `None`:
+    /// exact (`DistributedSampler`) order.
+    pub locality: Option<[u8; 32]>,
 }
 
 impl SessionOptions {
@@ -68,6 +77,8 @@ impl SessionOptions {
             open_timeout: DEFAULT_OPEN_TIMEOUT,
             view: None,
             view_required: false,
+            layout: None,
+            locality: None,
         }
     }
 
@@ -85,6 +96,7 @@ impl SessionOptions {
             ready_capacity: self.ready_capacity,
             release_capacity: self.release_capacity,
             client_abi: ABI_VERSION,
+            locality: self.locality,
         }
     }
 }

@@ -29,7 +29,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use granary_shm::arena::ArenaView;
-use granary_shm::handshake::{ErrorReply, Message, ViewChunk, ViewJoined, MAX_VIEW_BYTES};
+use granary_shm::handshake::{
+    AssignmentInfo, ErrorReply, Message, ViewChunk, ViewJoined, MAX_LAYOUT_BYTES, MAX_VIEW_BYTES,
+};
 use granary_shm::layout::{state, BATCH_END_OF_EPOCH, BATCH_END_OF_STREAM};
 use granary_shm::ring::{Consumer, Producer};
 use granary_shm::segment::LoaderSegment;
@@ -203,6 +205,70 @@ pub(crate) fn join_view(conn: &SeqPacket, view: &[u8], wait: Duration) -> Result
     }
 }
 
+/// What became of a view handed in before a query or an open.
+pub(crate) type ViewOutcome = Option<std::result::Result<ViewJoined, Error>>;
+
+/// Hands the agent the view and the rank layout of `options` on `conn`, as
+/// a query or an open needs them. The view's refusal fails only with
+/// `view_required` (or a lost connection); the layout is not answered (the
+/// query or open that follows reports a bad one).
+pub(crate) fn hand_in(conn: &SeqPacket, options: &SessionOptions) -> Result<ViewOutcome> {
+    let view = match &options.view {
+        None => None,
+        Some(v) => match join_view(conn, v, options.open_timeout) {
+            Ok(joined) => Some(Ok(joined)),
+            Err(e) if options.view_required => return Err(e),
+            Err(e) if e.code() == ErrorCode::Disconnected || e.code() == ErrorCode::Timeout => {
+                return Err(e)
+            }
+            Err(e) => Some(Err(e)),
+        },
+    };
+    if let Some(layout) = &options.layout {
+        if layout.len() > MAX_LAYOUT_BYTES as usize {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "layout: {} bytes, the limit is {MAX_LAYOUT_BYTES}",
+                    layout.len()
+                ),
+            ));
+        }
+        for chunk in ViewChunk::split(layout) {
+            conn.send_message(&Message::LayoutChunk(chunk), &[])
+                .map_err(|e| Error::socket("handing in the rank layout", &e))?;
+        }
+    }
+    Ok(view)
+}
+
+/// Asks the agent on `conn` whether the session `options` describes could
+/// be delivered in the locality-aware assignment, and with what digest.
+pub(crate) fn query_assignment(
+    conn: &SeqPacket,
+    options: &SessionOptions,
+) -> Result<AssignmentInfo> {
+    let mut request = options.request();
+    request.locality = None;
+    request
+        .validate()
+        .map_err(|e| Error::new(e.code, e.message))?;
+    hand_in(conn, options)?;
+    conn.send_message(&Message::AssignmentQuery(request), &[])
+        .map_err(|e| Error::socket("asking for the assignment", &e))?;
+    conn.set_read_timeout(Some(options.open_timeout))
+        .map_err(|e| Error::socket("setting the handshake timeout", &e))?;
+    let (reply, _fds) = recv_reply(conn)
+        .map_err(|e| Error::recv("waiting for the agent's assignment answer", &e))?;
+    match reply {
+        Message::AssignmentInfo(a) => Ok(a),
+        Message::Error(e) => Err(refusal(e)),
+        other => Err(protocol(format!(
+            "expected an assignment answer, the agent sent {other:?}"
+        ))),
+    }
+}
+
 impl Session {
     /// Runs the handshake on `conn` and maps what the agent sent.
     pub(crate) fn open(conn: SeqPacket, options: &SessionOptions) -> Result<Session> {
@@ -216,17 +282,7 @@ impl Session {
                 "open_timeout: must be positive",
             ));
         }
-        let view = match &options.view {
-            None => None,
-            Some(v) => match join_view(&conn, v, options.open_timeout) {
-                Ok(joined) => Some(Ok(joined)),
-                Err(e) if options.view_required => return Err(e),
-                Err(e) if e.code() == ErrorCode::Disconnected || e.code() == ErrorCode::Timeout => {
-                    return Err(e)
-                }
-                Err(e) => Some(Err(e)),
-            },
-        };
+        let view = hand_in(&conn, options)?;
         if let Err(e) = conn.send_message(&Message::OpenSession(request), &[]) {
             // An agent that refuses a connection (e.g. its uid) may answer
             // and close it before the request is even sent: prefer its words.

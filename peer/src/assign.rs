@@ -71,6 +71,7 @@
 //! Cost: `O(n + p·log p)` time and `O(n + p)` memory for a step of `n`
 //! samples over `p` nodes.
 
+use sha2::{Digest, Sha256};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fmt;
@@ -102,6 +103,8 @@ pub enum AssignError {
     },
     /// The step's sample list could not be allocated.
     OutOfMemory { samples: u64 },
+    /// An encoded layout is malformed (what is wrong).
+    BadEncoding(String),
 }
 
 impl fmt::Display for AssignError {
@@ -135,6 +138,7 @@ impl fmt::Display for AssignError {
             AssignError::OutOfMemory { samples } => {
                 write!(f, "cannot allocate a step of {samples} samples")
             }
+            AssignError::BadEncoding(why) => write!(f, "malformed layout: {why}"),
         }
     }
 }
@@ -202,6 +206,47 @@ impl Layout {
         self.node_of_rank.get(rank as usize).copied()
     }
 
+    /// The canonical encoding, as loaders hand it to their agent:
+    /// `"GLY1"`, the node count and the rank count (u32 little-endian
+    /// each), then every rank's node (u32 little-endian).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(12 + 4 * self.node_of_rank.len());
+        out.extend_from_slice(LAYOUT_MAGIC);
+        out.extend_from_slice(&self.nodes().to_le_bytes());
+        out.extend_from_slice(&self.world_size().to_le_bytes());
+        for v in &self.node_of_rank {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out
+    }
+
+    /// Decodes [`Layout::encode`]'s bytes, checking every field.
+    pub fn decode(bytes: &[u8]) -> Result<Layout, AssignError> {
+        let bad = |why: String| AssignError::BadEncoding(why);
+        let rest = bytes
+            .strip_prefix(LAYOUT_MAGIC.as_slice())
+            .ok_or_else(|| bad("it does not start with \"GLY1\"".into()))?;
+        if rest.len() < 8 {
+            return Err(bad(format!(
+                "{} bytes, at least 12 are needed",
+                bytes.len()
+            )));
+        }
+        let word = |i: usize| u32::from_le_bytes([rest[i], rest[i + 1], rest[i + 2], rest[i + 3]]);
+        let (nodes, ranks) = (word(0), word(4));
+        let body = &rest[8..];
+        if body.len() as u64 != u64::from(ranks) * 4 {
+            return Err(bad(format!(
+                "{ranks} ranks announced, {} bytes of ranks follow (4 per rank)",
+                body.len()
+            )));
+        }
+        Layout::new(
+            nodes,
+            (0..ranks as usize).map(|r| word(8 + 4 * r)).collect(),
+        )
+    }
+
     /// Node `node`'s ranks in local order (ascending global rank); empty for
     /// a node outside the layout.
     pub fn ranks_of(&self, node: u32) -> &[u32] {
@@ -210,6 +255,9 @@ impl Layout {
             .map_or(&[], Vec::as_slice)
     }
 }
+
+/// The first bytes of an encoded [`Layout`].
+const LAYOUT_MAGIC: &[u8; 4] = b"GLY1";
 
 /// One transfer of a step: `samples` samples that `from` holds are
 /// processed on `to`.
@@ -403,6 +451,45 @@ pub fn assign_step(
     })
 }
 
+/// What a locality-aware session's order depends on besides the rank, as
+/// the agents of a job (and their loaders, through their process group)
+/// compare it. Two ranks with the same digest compute the same assignment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inputs<'a> {
+    /// The dataset's directory digest under the view
+    /// ([`crate::keep::Directory::digest`]): it covers the view (members and
+    /// their capacities) and the catalog fingerprint.
+    pub directory: [u8; 32],
+    /// The shuffle seed.
+    pub seed: u64,
+    /// The first epoch of the session.
+    pub first_epoch: u32,
+    /// How many epochs it covers.
+    pub epoch_count: u32,
+    /// The per-rank batch size.
+    pub batch_size: u32,
+    /// Truncate instead of padding, and drop the last partial batch.
+    pub drop_last: bool,
+    /// Which node every rank runs on (its world size is the session's).
+    pub layout: &'a Layout,
+}
+
+impl Inputs<'_> {
+    /// SHA-256 over every field, in a fixed order, behind a version tag.
+    pub fn digest(&self) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update(b"granary-assignment-v1\0");
+        h.update(self.directory);
+        h.update(self.seed.to_le_bytes());
+        h.update(self.first_epoch.to_le_bytes());
+        h.update(self.epoch_count.to_le_bytes());
+        h.update(self.batch_size.to_le_bytes());
+        h.update([u8::from(self.drop_last)]);
+        h.update(self.layout.encode());
+        h.finalize().into()
+    }
+}
+
 /// One global step as the planner makes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GlobalStep {
@@ -581,6 +668,24 @@ mod tests {
         assert_eq!(global_step(&perm, 4, 2, true, 1).unwrap(), None);
         assert_eq!(global_step(&perm, 4, 3, true, 0).unwrap(), None);
         assert_eq!(global_step(&perm, 4, 1, false, u64::MAX).unwrap(), None);
+    }
+
+    #[test]
+    fn layout_encoding_round_trips_and_refuses_garbage() {
+        let layout = Layout::new(3, vec![2, 0, 2, 1]).unwrap();
+        let bytes = layout.encode();
+        assert_eq!(bytes.len(), 12 + 16);
+        assert_eq!(Layout::decode(&bytes), Ok(layout));
+        let bad = |b: &[u8]| match Layout::decode(b) {
+            Err(e) => e.to_string(),
+            Ok(l) => panic!("decoded {l:?}"),
+        };
+        assert!(bad(b"GLY0").contains("GLY1"));
+        assert!(bad(b"GLY1\x01\0\0\0").contains("at least 12"));
+        assert!(bad(&bytes[..bytes.len() - 1]).contains("4 ranks announced"));
+        let mut far = bytes.clone();
+        far[12] = 7;
+        assert!(bad(&far).contains("rank 0 is on node 7"));
     }
 
     #[test]

@@ -76,7 +76,18 @@ const KIND_PEER_QUERY: u16 = 6;
 const KIND_PEER_IDENTITY: u16 = 7;
 const KIND_VIEW_CHUNK: u16 = 8;
 const KIND_VIEW_JOINED: u16 = 9;
-const KIND_LAST: u16 = KIND_VIEW_JOINED;
+const KIND_LAYOUT_CHUNK: u16 = 10;
+const KIND_ASSIGNMENT_QUERY: u16 = 11;
+const KIND_ASSIGNMENT_INFO: u16 = 12;
+const KIND_LAST: u16 = KIND_ASSIGNMENT_INFO;
+
+/// Largest encoded rank layout a loader may hand in, in bytes (8 bytes of
+/// header and 4 per rank: about 2 million ranks).
+pub const MAX_LAYOUT_BYTES: u32 = MAX_VIEW_BYTES;
+
+/// Bytes of an [`AssignmentInfo`] body besides the note: the mode (1), the
+/// digest (32) and the note's length (2).
+const ASSIGNMENT_INFO_FIXED: usize = 1 + 32 + 2;
 
 /// Largest encoded membership view a loader may hand in, in bytes (65,536
 /// members with ids and addresses of about 60 bytes each).
@@ -124,6 +135,13 @@ pub struct OpenSession {
     pub release_capacity: u32,
     /// ABI version of the client library making the request.
     pub client_abi: u32,
+    /// `Some(digest)`: deliver the locality-aware assignment whose inputs
+    /// have this digest (the one every rank of the job agreed on, from an
+    /// [`Message::AssignmentQuery`]); the agent refuses the session when
+    /// its own inputs give another digest. `None`: exact
+    /// (`DistributedSampler`) order. Encoded after the other fields only
+    /// when present, so requests of older clients decode as `None`.
+    pub locality: Option<[u8; 32]>,
 }
 
 impl OpenSession {
@@ -287,46 +305,62 @@ impl ViewChunk {
     }
 }
 
-/// Reassembles a view from its [`ViewChunk`]s, refusing anything but
-/// consecutive chunks of one announced total within [`MAX_VIEW_BYTES`].
+/// Reassembles a view (or a rank layout) from its [`ViewChunk`]s, refusing
+/// anything but consecutive chunks of one announced total within
+/// [`MAX_VIEW_BYTES`] (equal to [`MAX_LAYOUT_BYTES`]).
 #[derive(Debug, Default)]
 pub struct ViewAssembler {
     buf: Vec<u8>,
     total: Option<u32>,
+    /// What is assembled, for the messages: `None` for a view.
+    what: Option<&'static str>,
 }
 
 impl ViewAssembler {
+    /// An assembler of rank layouts ([`Message::LayoutChunk`]).
+    pub fn for_layout() -> ViewAssembler {
+        ViewAssembler {
+            what: Some("layout"),
+            ..ViewAssembler::default()
+        }
+    }
+
     /// Takes the next chunk: `Ok(Some(bytes))` once the view is complete,
     /// `Ok(None)` while more chunks are due, an error (and a fresh start)
     /// for a chunk that does not follow.
     pub fn push(&mut self, c: ViewChunk) -> Result<Option<Vec<u8>>, ErrorReply> {
+        let what = self.what.unwrap_or("view");
         let bad = |message: String| ErrorReply {
             code: ErrorCode::InvalidArgument,
             message,
         };
+        let fresh = ViewAssembler {
+            what: self.what,
+            ..ViewAssembler::default()
+        };
         if c.total > MAX_VIEW_BYTES {
-            *self = ViewAssembler::default();
+            *self = fresh;
             return Err(bad(format!(
-                "view: {} bytes, the limit is {MAX_VIEW_BYTES}",
+                "{what}: {} bytes, the limit is {MAX_VIEW_BYTES}",
                 c.total
             )));
         }
         let expected_offset = self.buf.len() as u64;
         if self.total.is_some_and(|t| t != c.total) || u64::from(c.offset) != expected_offset {
             let e = bad(format!(
-                "view chunk at offset {} of {} bytes does not follow the {} bytes received of {}",
+                "{what} chunk at offset {} of {} bytes does not follow the {} bytes received of {}",
                 c.offset,
                 c.total,
                 expected_offset,
                 self.total.unwrap_or(c.total)
             ));
-            *self = ViewAssembler::default();
+            *self = fresh;
             return Err(e);
         }
         if u64::from(c.offset) + c.bytes.len() as u64 > u64::from(c.total) {
-            *self = ViewAssembler::default();
+            *self = fresh;
             return Err(bad(format!(
-                "view chunk runs past the announced {} bytes",
+                "{what} chunk runs past the announced {} bytes",
                 c.total
             )));
         }
@@ -334,7 +368,7 @@ impl ViewAssembler {
         self.buf.extend_from_slice(&c.bytes);
         if self.buf.len() as u64 == u64::from(c.total) {
             let done = std::mem::take(&mut self.buf);
-            *self = ViewAssembler::default();
+            *self = fresh;
             return Ok(Some(done));
         }
         Ok(None)
@@ -358,6 +392,21 @@ pub struct ViewJoined {
     pub installed: bool,
     /// Sessions of an older view of the same job that ended because of it.
     pub sessions_ended: u32,
+}
+
+/// The agent's answer to [`Message::AssignmentQuery`]: whether it can
+/// deliver that session in the locality-aware assignment, and the digest of
+/// that assignment's inputs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AssignmentInfo {
+    /// True when the locality-aware assignment is available.
+    pub locality: bool,
+    /// SHA-256 of its inputs (the dataset's directory under the view, the
+    /// session's plan parameters but the rank, the layout); zeros when
+    /// `locality` is false.
+    pub digest: [u8; 32],
+    /// Why not, when `locality` is false (empty otherwise).
+    pub note: String,
 }
 
 /// A typed refusal.
@@ -405,6 +454,17 @@ pub enum Message {
     ViewChunk(ViewChunk),
     /// Agent → loader: the view handed in is the agent's view now.
     ViewJoined(ViewJoined),
+    /// Loader → agent: a piece of the job's rank layout (which member of the
+    /// view every rank runs on), for the next [`Message::AssignmentQuery`]
+    /// and [`Message::OpenSession`] on this connection. Not answered: a bad
+    /// layout is reported by the query or open that needs it.
+    LayoutChunk(ViewChunk),
+    /// Loader → agent: could this session be delivered in the
+    /// locality-aware assignment, and with what digest? (The `rank` and
+    /// `locality` fields are ignored.)
+    AssignmentQuery(OpenSession),
+    /// Agent → loader: the answer to [`Message::AssignmentQuery`].
+    AssignmentInfo(AssignmentInfo),
 }
 
 impl Message {
@@ -419,6 +479,9 @@ impl Message {
             Message::PeerIdentity(_) => KIND_PEER_IDENTITY,
             Message::ViewChunk(_) => KIND_VIEW_CHUNK,
             Message::ViewJoined(_) => KIND_VIEW_JOINED,
+            Message::LayoutChunk(_) => KIND_LAYOUT_CHUNK,
+            Message::AssignmentQuery(_) => KIND_ASSIGNMENT_QUERY,
+            Message::AssignmentInfo(_) => KIND_ASSIGNMENT_INFO,
         }
     }
 }
@@ -514,8 +577,9 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
     let start = out.len();
     out.extend_from_slice(&[0; HEADER_LEN]);
     match msg {
-        Message::OpenSession(o) => {
-            put_str(out, &o.dataset, MAX_BODY - 2 - OPEN_SESSION_FIXED);
+        Message::OpenSession(o) | Message::AssignmentQuery(o) => {
+            let trailer = if o.locality.is_some() { 33 } else { 0 };
+            put_str(out, &o.dataset, MAX_BODY - 2 - OPEN_SESSION_FIXED - trailer);
             out.extend_from_slice(&o.seed.to_le_bytes());
             for v in [
                 o.first_epoch,
@@ -529,6 +593,10 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             out.push(u8::from(o.drop_last));
             for v in [o.ready_capacity, o.release_capacity, o.client_abi] {
                 out.extend_from_slice(&v.to_le_bytes());
+            }
+            if let Some(digest) = &o.locality {
+                out.push(1);
+                out.extend_from_slice(digest);
             }
         }
         Message::SessionOpened(s) => {
@@ -565,7 +633,7 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             out.extend_from_slice(&p.view_digest);
             out.extend_from_slice(&p.members.to_le_bytes());
         }
-        Message::ViewChunk(c) => {
+        Message::ViewChunk(c) | Message::LayoutChunk(c) => {
             let n = c.bytes.len().min(VIEW_CHUNK);
             out.extend_from_slice(&c.total.to_le_bytes());
             out.extend_from_slice(&c.offset.to_le_bytes());
@@ -577,6 +645,11 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             out.extend_from_slice(&j.view_digest);
             out.push(u8::from(j.installed));
             out.extend_from_slice(&j.sessions_ended.to_le_bytes());
+        }
+        Message::AssignmentInfo(a) => {
+            out.push(u8::from(a.locality));
+            out.extend_from_slice(&a.digest);
+            put_str(out, &a.note, MAX_BODY - ASSIGNMENT_INFO_FIXED);
         }
     }
     let body_len = u32::try_from(out.len() - start - HEADER_LEN).unwrap_or(u32::MAX);
@@ -692,6 +765,36 @@ impl<'a> Reader<'a> {
             .map_err(|_| ProtocolError::BadUtf8)
     }
 
+    fn chunk(&mut self) -> Result<ViewChunk, ProtocolError> {
+        Ok(ViewChunk {
+            total: self.u32()?,
+            offset: self.u32()?,
+            bytes: self.bytes()?,
+        })
+    }
+
+    fn open_session(&mut self) -> Result<OpenSession, ProtocolError> {
+        let mut o = OpenSession {
+            dataset: self.string()?,
+            seed: self.u64()?,
+            first_epoch: self.u32()?,
+            epoch_count: self.u32()?,
+            batch_size: self.u32()?,
+            rank: self.u32()?,
+            world_size: self.u32()?,
+            drop_last: self.bool()?,
+            ready_capacity: self.u32()?,
+            release_capacity: self.u32()?,
+            client_abi: self.u32()?,
+            locality: None,
+        };
+        // The assignment is a later addition: absent in older requests.
+        if !self.rest.is_empty() && self.bool()? {
+            o.locality = Some(self.take()?);
+        }
+        Ok(o)
+    }
+
     fn finish(self) -> Result<(), ProtocolError> {
         if self.rest.is_empty() {
             Ok(())
@@ -704,19 +807,8 @@ impl<'a> Reader<'a> {
 fn decode_body(kind: u16, body: &[u8]) -> Result<Message, ProtocolError> {
     let mut r = Reader { rest: body };
     let msg = match kind {
-        KIND_OPEN_SESSION => Message::OpenSession(OpenSession {
-            dataset: r.string()?,
-            seed: r.u64()?,
-            first_epoch: r.u32()?,
-            epoch_count: r.u32()?,
-            batch_size: r.u32()?,
-            rank: r.u32()?,
-            world_size: r.u32()?,
-            drop_last: r.bool()?,
-            ready_capacity: r.u32()?,
-            release_capacity: r.u32()?,
-            client_abi: r.u32()?,
-        }),
+        KIND_OPEN_SESSION => Message::OpenSession(r.open_session()?),
+        KIND_ASSIGNMENT_QUERY => Message::AssignmentQuery(r.open_session()?),
         KIND_SESSION_OPENED => Message::SessionOpened(SessionOpened {
             session_id: r.u64()?,
             instance_epoch: r.u64()?,
@@ -756,10 +848,12 @@ fn decode_body(kind: u16, body: &[u8]) -> Result<Message, ProtocolError> {
                 members: r.u32()?,
             })
         }
-        KIND_VIEW_CHUNK => Message::ViewChunk(ViewChunk {
-            total: r.u32()?,
-            offset: r.u32()?,
-            bytes: r.bytes()?,
+        KIND_VIEW_CHUNK => Message::ViewChunk(r.chunk()?),
+        KIND_LAYOUT_CHUNK => Message::LayoutChunk(r.chunk()?),
+        KIND_ASSIGNMENT_INFO => Message::AssignmentInfo(AssignmentInfo {
+            locality: r.bool()?,
+            digest: r.take()?,
+            note: r.string()?,
         }),
         KIND_VIEW_JOINED => Message::ViewJoined(ViewJoined {
             view_epoch: r.u64()?,
@@ -879,6 +973,7 @@ mod tests {
             ready_capacity: 64,
             release_capacity: 0,
             client_abi: 1,
+            locality: None,
         }
     }
 
@@ -929,6 +1024,29 @@ mod tests {
             }))),
             "0800000005000100f8ffffff02006e6f"
         );
+    }
+
+    /// The locality request rides after the older fields: an older client's
+    /// frame (without it) decodes as exact order, a newer one's carries the
+    /// flag byte and the digest.
+    #[test]
+    fn locality_request_is_an_optional_trailer() {
+        let exact = encode_to_vec(&Message::OpenSession(sample_open()));
+        let mut o = sample_open();
+        o.locality = Some([0xab; 32]);
+        let frame = encode_to_vec(&Message::OpenSession(o.clone()));
+        assert_eq!(frame.len(), exact.len() + 33);
+        assert_eq!(&frame[8..exact.len()], &exact[8..]);
+        assert_eq!(frame[exact.len()], 1);
+        assert_eq!(decode_frame(&frame), Ok(Message::OpenSession(o.clone())));
+        let q = encode_to_vec(&Message::AssignmentQuery(o.clone()));
+        assert_eq!(decode_frame(&q), Ok(Message::AssignmentQuery(o)));
+        // A flag byte without its digest is truncated, not exact order.
+        let mut cut = exact.clone();
+        cut.push(1);
+        let body = (cut.len() - HEADER_LEN) as u32;
+        cut[0..4].copy_from_slice(&body.to_le_bytes());
+        assert_eq!(decode_frame(&cut), Err(ProtocolError::Truncated));
     }
 
     #[test]
@@ -1046,9 +1164,9 @@ mod tests {
         let mut bad_kind = good.clone();
         bad_kind[4] = 0;
         assert_eq!(decode_frame(&bad_kind), Err(ProtocolError::UnknownKind(0)));
-        bad_kind[4] = 10;
-        assert_eq!(decode_frame(&bad_kind), Err(ProtocolError::UnknownKind(10)));
-        assert_eq!(ProtocolError::UnknownKind(10).code(), ErrorCode::Protocol);
+        bad_kind[4] = 13;
+        assert_eq!(decode_frame(&bad_kind), Err(ProtocolError::UnknownKind(13)));
+        assert_eq!(ProtocolError::UnknownKind(13).code(), ErrorCode::Protocol);
 
         let mut too_large = good.clone();
         too_large[0..4].copy_from_slice(&(MAX_BODY as u32 + 1).to_le_bytes());
@@ -1167,9 +1285,11 @@ mod tests {
             any::<[u32; 5]>(),
             any::<bool>(),
             any::<[u32; 3]>(),
+            proptest::option::of(any::<[u8; 32]>()),
+            any::<bool>(),
         )
-            .prop_map(|(dataset, seed, a, drop_last, b)| {
-                Message::OpenSession(OpenSession {
+            .prop_map(|(dataset, seed, a, drop_last, b, locality, query)| {
+                let o = OpenSession {
                     dataset,
                     seed,
                     first_epoch: a[0],
@@ -1181,7 +1301,13 @@ mod tests {
                     ready_capacity: b[0],
                     release_capacity: b[1],
                     client_abi: b[2],
-                })
+                    locality,
+                };
+                if query {
+                    Message::AssignmentQuery(o)
+                } else {
+                    Message::OpenSession(o)
+                }
             });
         let opened = (any::<[u64; 6]>(), any::<u8>()).prop_map(|(v, fd_count)| {
             Message::SessionOpened(SessionOpened {
@@ -1236,6 +1362,23 @@ mod tests {
                     offset,
                     bytes
                 })),
+            (
+                any::<u32>(),
+                any::<u32>(),
+                proptest::collection::vec(any::<u8>(), 0..300)
+            )
+                .prop_map(|(total, offset, bytes)| Message::LayoutChunk(ViewChunk {
+                    total,
+                    offset,
+                    bytes
+                })),
+            (any::<bool>(), any::<[u8; 32]>(), ".{0,80}").prop_map(|(locality, digest, note)| {
+                Message::AssignmentInfo(AssignmentInfo {
+                    locality,
+                    digest,
+                    note,
+                })
+            }),
             (any::<u64>(), any::<[u8; 32]>(), any::<bool>(), any::<u32>()).prop_map(
                 |(view_epoch, view_digest, installed, sessions_ended)| {
                     Message::ViewJoined(ViewJoined {

@@ -860,6 +860,7 @@ mod tests {
             ready_capacity: 0,
             release_capacity: 0,
             client_abi: 1,
+            locality: None,
         };
         client
             .send_message(&Message::OpenSession(open), &[])

@@ -18,6 +18,7 @@
 //!
 //! Time comes from an injected `Clock`, so the phases' tests control it.
 
+mod assignment;
 mod clock;
 mod complete;
 mod open;
@@ -87,8 +88,18 @@ pub(crate) fn key(dataset: usize, sample: u64) -> SampleKey {
     }
 }
 
+/// What a request parked until its dataset's first load ends asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Waiting {
+    /// An `OpenSession`.
+    Open,
+    /// An `AssignmentQuery`.
+    Query,
+}
+
 /// A read on its way: submitted to a source, or waiting for its retry.
 #[derive(Debug, Clone, Copy)]
+
 struct Inflight {
     key: SampleKey,
     dest: u64,
@@ -125,7 +136,7 @@ pub struct Engine {
     instance_key: u64,
     events: Vec<ConnEvent>,
     /// Opens of datasets whose first load attempt is still running.
-    waiting_opens: Vec<(usize, ConnId, OpenSession)>,
+    waiting_opens: Vec<(usize, ConnId, OpenSession, Waiting)>,
     completions: Vec<Completion>,
     last_turn: Instant,
     last_heartbeat: Instant,
@@ -137,6 +148,9 @@ pub struct Engine {
     peer_endpoint: Option<crate::peers::Endpoint>,
     /// The view each loader connection joined.
     conn_views: std::collections::HashMap<ConnId, crate::peers::ViewTag>,
+    /// The rank layout each loader connection handed in (or why it could
+    /// not be read), for locality-mode queries and opens.
+    conn_layouts: std::collections::HashMap<ConnId, assignment::HandedLayout>,
     /// A view change left kept samples the new keep-set drops.
     release_stale_kept: bool,
     last_release: Instant,
@@ -334,6 +348,7 @@ impl Engine {
             peer_events: Vec::new(),
             peer_endpoint,
             conn_views: std::collections::HashMap::new(),
+            conn_layouts: std::collections::HashMap::new(),
             release_stale_kept: false,
             last_release: now,
         })
@@ -447,10 +462,13 @@ impl Engine {
             report_health(&self.metrics, &self.datasets[i]);
             let (mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting_opens)
                 .into_iter()
-                .partition(|(ds, _, _)| *ds == i);
+                .partition(|(ds, _, _, _)| *ds == i);
             self.waiting_opens = others;
-            for (_, conn, req) in mine {
-                self.handle_open(conn, req);
+            for (_, conn, req, waiting) in mine {
+                match waiting {
+                    Waiting::Open => self.handle_open(conn, req),
+                    Waiting::Query => self.assignment_query(conn, req),
+                }
             }
         }
         changed

@@ -6,7 +6,7 @@
 //! loader closes it, hangs up, goes silent for `sessions.client_timeout_ms`
 //! or breaks the protocol (fenced); everything it held comes back.
 
-use super::{key, Engine};
+use super::{key, Engine, Waiting};
 use crate::metrics::ViolationKind;
 use crate::planner::{PlanParams, SessionPlan};
 use crate::server::{ConnEvent, ConnId};
@@ -67,9 +67,12 @@ impl Engine {
             }
             ConnEvent::PeerQuery(conn) => self.peer_query(conn),
             ConnEvent::JoinView(conn, view) => self.join_view(conn, &view),
+            ConnEvent::Layout(conn, bytes) => self.take_layout(conn, bytes),
+            ConnEvent::AssignmentQuery(conn, req) => self.assignment_query(conn, req),
             ConnEvent::Gone(conn) => {
                 self.conn_views.remove(&conn);
-                self.waiting_opens.retain(|(_, c, _)| *c != conn);
+                self.conn_layouts.remove(&conn);
+                self.waiting_opens.retain(|(_, c, _, _)| *c != conn);
                 let mine: Vec<u64> = self
                     .sessions
                     .values()
@@ -89,24 +92,9 @@ impl Engine {
     /// Opens a session for `conn` and answers it (or parks the request
     /// while its dataset's first load is running).
     pub(super) fn handle_open(&mut self, conn: ConnId, req: OpenSession) {
-        let Some(ds) = self.datasets.iter().position(|d| d.name == req.dataset) else {
-            self.server.reply_error(
-                conn,
-                ErrorCode::NotFound,
-                format!("no dataset named {:?} on this agent", req.dataset),
-            );
+        let Some(ds) = self.loaded_dataset(conn, &req, Waiting::Open) else {
             return;
         };
-        if self.datasets[ds].source().is_none() {
-            if self.datasets[ds].first_load_running() {
-                // Answered when the first attempt ends (poll_datasets).
-                self.waiting_opens.push((ds, conn, req));
-            } else {
-                let why = self.datasets[ds].unavailable().unwrap_or_default();
-                self.server.reply_error(conn, ErrorCode::Io, why);
-            }
-            return;
-        }
         let (opened, sid) = match self.open_session(conn, ds, &req) {
             Ok(x) => x,
             Err((code, why)) => {
@@ -180,8 +168,11 @@ impl Engine {
             batch_size: req.batch_size,
             drop_last: req.drop_last,
         };
-        let plan = SessionPlan::new(params, req.first_epoch, req.epoch_count)
+        let mut plan = SessionPlan::new(params, req.first_epoch, req.epoch_count)
             .map_err(|e| (ErrorCode::InvalidArgument, format!("cannot plan: {e}")))?;
+        if let Some(placement) = self.placement_for(conn, ds, req)? {
+            plan = plan.with_placement(placement);
+        }
         let pick = |asked: u32, default: u32| if asked == 0 { default } else { asked };
         let id = self.next_session;
         let spec = SegmentSpec {

@@ -26,6 +26,15 @@ impl Engine {
             tracing::warn!(session = sid, "planning failed: {e}");
             return false;
         }
+        if s.placement_mode().is_some() {
+            self.count_placed(sid);
+        }
+        let Some(s) = self.sessions.get_mut(&sid) else {
+            return false;
+        };
+        let Some(src) = self.datasets[ds].source() else {
+            return false;
+        };
         let retrying = self
             .retry_queue
             .iter()

@@ -268,6 +268,7 @@ impl Harness {
             ready_capacity: 0,
             release_capacity: 0,
             client_abi: 1,
+            locality: None,
         };
         let ds = self
             .engine
@@ -716,6 +717,7 @@ fn rings_larger_than_the_agents_limit_are_refused_at_open() {
         ready_capacity: 8192,
         release_capacity: 0,
         client_abi: 1,
+        locality: None,
     };
     let Err((code, why)) = h.engine.open_session(0, 0, &req) else {
         panic!("a ready ring of 8192 slots was accepted");

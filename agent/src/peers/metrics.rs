@@ -58,6 +58,10 @@ pub struct PeerMetrics {
     pub sessions_ended_by_view: Counter,
     /// The epoch of the view the agent holds (0 without one).
     pub view_epoch: Gauge,
+    /// Samples of the batches this agent's sessions planned, by `mode`
+    /// (`exact`, `locality`) and `placement` (`local`: kept here, `peer`:
+    /// kept by another node, `uncached`: kept by none).
+    pub assigned: Family<Labels, Counter>,
     /// Handles on the `tier` series, updated without locks.
     pub arena_samples: Counter,
     /// See `arena_samples`.
@@ -97,6 +101,7 @@ impl Default for PeerMetrics {
             views: Family::default(),
             sessions_ended_by_view: Counter::default(),
             view_epoch: Gauge::default(),
+            assigned: Family::default(),
         }
     }
 }
@@ -126,6 +131,16 @@ impl PeerMetrics {
         self.views.get_or_create(&label("outcome", outcome)).inc();
     }
 
+    /// Counts `n` planned samples of a `mode` session at `placement`.
+    pub fn assigned(&self, mode: &str, placement: &str, n: u64) {
+        self.assigned
+            .get_or_create(&vec![
+                ("mode".to_string(), mode.to_string()),
+                ("placement".to_string(), placement.to_string()),
+            ])
+            .inc_by(n);
+    }
+
     /// Records whether the connection to `peer` is up.
     pub fn set_up(&self, peer: &str, up: bool) {
         self.peer_up
@@ -149,6 +164,12 @@ impl PeerMetrics {
             "granary_tier_bytes",
             "Bytes brought into the arena, by tier (peer, store).",
             self.tier_bytes.clone(),
+        );
+        registry.register(
+            "granary_assigned_samples",
+            "Samples of the batches planned here, by assignment mode and by where they are kept \
+             (local, peer, uncached); in locality mode, peer / all is the moved fraction.",
+            self.assigned.clone(),
         );
         registry.register(
             "granary_peer_gets",

@@ -94,7 +94,8 @@ impl ViewTag {
 #[derive(Debug)]
 pub(crate) struct DatasetPeers {
     pub fingerprint: u64,
-    pub dir: Directory,
+    /// Shared with the sessions planned in locality mode.
+    pub dir: Arc<Directory>,
 }
 
 /// A sample asked of a peer, on its way.
@@ -259,7 +260,7 @@ impl PeerTier {
                 self.by_fingerprint.insert(fp, ds);
                 self.datasets[ds] = Some(DatasetPeers {
                     fingerprint: fp,
-                    dir,
+                    dir: Arc::new(dir),
                 });
             }
             Err(e) => tracing::warn!(dataset = name, "no peer directory: {e}; reading the store"),
