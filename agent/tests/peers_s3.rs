@@ -15,12 +15,14 @@
 //!   serves nothing and is served nothing.
 
 mod common;
+mod common_peers;
 mod common_s3;
 #[allow(dead_code)] // the benchmark uses all of it, this suite part
 #[path = "../../bench/src/corrupt_proxy.rs"]
 mod corrupt_proxy;
 
 use common::{verify, watchdog};
+use common_peers::{free_port, peer_addr, Agent};
 use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
 use common_s3::{synth, Seaweed, BUCKET};
 use corrupt_proxy::{Corrupt, CorruptingProxy};
@@ -45,104 +47,6 @@ const SECRET: &str = "the-job-secret";
 
 /// Epochs a rank had to reopen because its agent went away.
 static REOPENED: AtomicU64 = AtomicU64::new(0);
-
-fn free_port(ip: &str) -> u16 {
-    TcpListener::bind(format!("{ip}:0"))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// One `granaryd` of the job.
-struct Agent {
-    node: usize,
-    dir: PathBuf,
-    config: PathBuf,
-    sock: PathBuf,
-    metrics: SocketAddr,
-    child: Option<Child>,
-}
-
-impl Agent {
-    fn ip(node: usize) -> String {
-        format!("127.0.0.{}", node + 2)
-    }
-
-    fn start(&mut self) {
-        let log = std::fs::File::create(self.dir.join(format!("agent{}.log", self.node))).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_granaryd"))
-            .arg("run")
-            .arg("--config")
-            .arg(&self.config)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start granaryd");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Client::connect(&self.sock).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "agent {} did not start:\n{}",
-                self.node,
-                self.log()
-            );
-            if let Some(Ok(Some(st))) = self.child.as_mut().map(Child::try_wait) {
-                panic!("agent {} exited with {st}:\n{}", self.node, self.log());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_file(&self.sock);
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join(format!("agent{}.log", self.node)))
-            .unwrap_or_default()
-    }
-
-    /// The sum of every series of metric `name` (labels ignored), or of
-    /// the series whose labels contain `with`.
-    fn metric(&self, name: &str, with: &str) -> f64 {
-        let body = scrape(self.metrics, Duration::from_secs(5))
-            .unwrap_or_else(|e| panic!("agent {}: metrics: {e}\n{}", self.node, self.log()));
-        parse_text(&body)
-            .into_iter()
-            .filter(|(k, _)| {
-                let base = k.split('{').next().unwrap_or_default();
-                base == name && k.contains(with)
-            })
-            .map(|(_, v)| v)
-            .sum()
-    }
-}
-
-/// Where `a`'s peer listener is, from its configuration.
-fn peer_addr(a: &Agent) -> SocketAddr {
-    let cfg = std::fs::read_to_string(&a.config).unwrap();
-    let line = cfg
-        .lines()
-        .find(|l| l.starts_with("listen = "))
-        .expect("listen in the test configuration");
-    line.trim_start_matches("listen = ")
-        .trim_matches('"')
-        .parse()
-        .unwrap()
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
 
 struct Cluster {
     /// The view every rank hands in at session open (membership

@@ -41,6 +41,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+mod assignment;
 mod batch;
 mod client;
 mod error;
@@ -50,6 +51,7 @@ mod options;
 mod session;
 mod view;
 
+pub use assignment::{agree, encode_layout, Agreement};
 pub use batch::{Batch, Sample};
 pub use client::Client;
 pub use error::{Error, Result};
@@ -59,7 +61,7 @@ pub use options::{SessionInfo, SessionOptions, DEFAULT_BATCH_SIZE, DEFAULT_OPEN_
 pub use session::{
     agent_silence_limit, Session, CLOSE_WAIT, MIN_AGENT_SILENCE, RELEASE_WAIT, WAIT_SLICE,
 };
-pub use view::{encode_layout, encode_view, view_digest, ViewMember};
+pub use view::{encode_view, view_digest, ViewMember};
 
 /// Version of the client ABI: the C header's `GRANARY_ABI_VERSION`, and the
 /// value the handshake's open-session request carries.

@@ -4,7 +4,6 @@
 //! every rank hands the same view to its agent when it opens a session
 //! ([`crate::SessionOptions::view`]).
 
-use granary_peer::assign::Layout;
 use granary_peer::view::{Member, View};
 use granary_shm::ErrorCode;
 
@@ -50,63 +49,9 @@ pub fn view_digest(encoded: &[u8]) -> Result<[u8; 32]> {
         .map_err(|e| Error::new(ErrorCode::InvalidArgument, format!("view: {e}")))
 }
 
-/// The canonical encoding of a job's rank layout for the locality-aware
-/// assignment: `node_of_rank[r]` is the node id (a member of the encoded
-/// view `view`) rank `r` runs on. With `workers` sessions per rank (e.g.
-/// DataLoader workers), session rank `r · workers + w` runs where rank `r`
-/// does, as the sessions are numbered.
-///
-/// Errors: `GRANARY_E_INVALID_ARGUMENT` for a malformed view, a node id
-/// that is not in the view, no ranks, `workers` 0 or a layout of more than
-/// `u32::MAX` session ranks.
-pub fn encode_layout(view: &[u8], node_of_rank: &[&str], workers: u32) -> Result<Vec<u8>> {
-    let bad = |why: String| Error::new(ErrorCode::InvalidArgument, why);
-    let view = View::decode(view).map_err(|e| bad(format!("view: {e}")))?;
-    if workers == 0 {
-        return Err(bad("workers: must be at least 1".into()));
-    }
-    let total = (node_of_rank.len() as u64) * u64::from(workers);
-    if total > u64::from(u32::MAX) {
-        return Err(bad(format!(
-            "{total} session ranks: at most {} are allowed",
-            u32::MAX
-        )));
-    }
-    let mut nodes = Vec::with_capacity(total as usize);
-    for (rank, id) in node_of_rank.iter().enumerate() {
-        let v = view.index_of(id).ok_or_else(|| {
-            bad(format!(
-                "rank {rank} runs on node {id:?}, which is not in the view of job {:?}",
-                view.job_id()
-            ))
-        })?;
-        nodes.extend(std::iter::repeat_n(v as u32, workers as usize));
-    }
-    Layout::new(view.len() as u32, nodes)
-        .map(|l| l.encode())
-        .map_err(|e| bad(format!("layout: {e}")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn layouts_name_view_members_and_expand_workers() {
-        let view = encode_view("j", 1, &[m("b", "h2:1", 5), m("a", "h1:1", 5)]).unwrap();
-        let bytes = encode_layout(&view, &["b", "a", "b"], 2).unwrap();
-        let layout = Layout::decode(&bytes).unwrap();
-        assert_eq!(layout.nodes(), 2);
-        assert_eq!(layout.world_size(), 6);
-        // Members are sorted by id: a is 0, b is 1.
-        assert_eq!(layout.ranks_of(1), &[0, 1, 4, 5]);
-        assert_eq!(layout.ranks_of(0), &[2, 3]);
-        let e = encode_layout(&view, &["a", "c"], 1).unwrap_err();
-        assert!(e.message().contains("rank 1 runs on node \"c\""), "{e}");
-        assert!(encode_layout(&view, &["a"], 0).is_err());
-        assert!(encode_layout(&view, &[], 1).is_err());
-        assert!(encode_layout(b"junk", &["a"], 1).is_err());
-    }
 
     fn m(id: &str, addr: &str, capacity: u64) -> ViewMember {
         ViewMember {
