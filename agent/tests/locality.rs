@@ -329,11 +329,12 @@ fn locality_mode_keeps_every_global_step_and_moves_what_the_law_says() {
     // compute is refused, with the reason.
     let mut o = job.options(WORLD - 1, 0, odd_layout);
     o.locality = Some(d0);
-    let err = Client::connect(&job.agents[NODES - 1].sock)
+    let Err(err) = Client::connect(&job.agents[NODES - 1].sock)
         .unwrap()
         .open_session(&o)
-        .err()
-        .expect("a mismatched digest must be refused");
+    else {
+        panic!("a mismatched digest must be refused");
+    };
     assert_eq!(err.code(), ErrorCode::InvalidArgument);
     assert!(err.message().contains("the job agreed on"), "{err}");
     // Without a layout, the agent says locality is unavailable.

@@ -22,18 +22,16 @@ mod common_s3;
 mod corrupt_proxy;
 
 use common::{verify, watchdog};
-use common_peers::{free_port, peer_addr, Agent};
+use common_peers::{free_port, Agent};
 use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
 use common_s3::{synth, Seaweed, BUCKET};
 use corrupt_proxy::{Corrupt, CorruptingProxy};
 use granary::{encode_view, Client, ErrorCode, MembershipMode, SessionOptions, ViewMember};
-use granary_agent::metrics::{parse_text, scrape};
 use granary_tools::ingest::{self, IngestOptions};
 use granary_tools::synth::SynthSpec;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -47,6 +45,19 @@ const SECRET: &str = "the-job-secret";
 
 /// Epochs a rank had to reopen because its agent went away.
 static REOPENED: AtomicU64 = AtomicU64::new(0);
+
+/// Where `a`'s peer listener is, from its configuration.
+fn peer_addr(a: &Agent) -> SocketAddr {
+    let cfg = std::fs::read_to_string(&a.config).unwrap();
+    let line = cfg
+        .lines()
+        .find(|l| l.starts_with("listen = "))
+        .expect("listen in the test configuration");
+    line.trim_start_matches("listen = ")
+        .trim_matches('"')
+        .parse()
+        .unwrap()
+}
 
 struct Cluster {
     /// The view every rank hands in at session open (membership

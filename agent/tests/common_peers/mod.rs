@@ -89,19 +89,6 @@ impl Agent {
     }
 }
 
-/// Where `a`'s peer listener is, from its configuration.
-pub fn peer_addr(a: &Agent) -> SocketAddr {
-    let cfg = std::fs::read_to_string(&a.config).unwrap();
-    let line = cfg
-        .lines()
-        .find(|l| l.starts_with("listen = "))
-        .expect("listen in the test configuration");
-    line.trim_start_matches("listen = ")
-        .trim_matches('"')
-        .parse()
-        .unwrap()
-}
-
 impl Drop for Agent {
     fn drop(&mut self) {
         self.kill9();
