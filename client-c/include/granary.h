@@ -36,6 +36,11 @@
 #define GRANARY_BATCH_END_OF_STREAM 2
 
 /**
+ * Longest note of `granary_assignment_info`, NUL included.
+ */
+#define GRANARY_NOTE_MAX 512
+
+/**
  * Longest string field of `granary_peer_identity`, NUL included.
  */
 #define GRANARY_NAME_MAX 256
@@ -209,6 +214,31 @@ typedef struct granary_session_options {
      * Zero.
      */
     uint32_t reserved;
+    /**
+     * The job's rank layout to hand the agent first (bytes from
+     * `granary_layout_encode()`), or NULL (default). Needed by
+     * `granary_assignment_query()` and by opens with `locality` set.
+     */
+    const uint8_t *layout;
+    /**
+     * Length of `layout` in bytes.
+     */
+    size_t layout_len;
+    /**
+     * Non-zero: deliver the locality-aware assignment whose inputs have
+     * `locality_digest`, the digest every rank of the job got from
+     * `granary_assignment_query()` (the open fails if the agent's inputs
+     * differ). Zero (default): exact `DistributedSampler` order.
+     */
+    uint32_t locality;
+    /**
+     * Zero.
+     */
+    uint32_t reserved2;
+    /**
+     * See `locality`.
+     */
+    uint8_t locality_digest[32];
 } granary_session_options;
 
 /**
@@ -350,6 +380,30 @@ typedef struct granary_view_member {
      */
     uint64_t capacity;
 } granary_view_member;
+
+/**
+ * What `granary_assignment_query()` reports. Set `struct_size` first.
+ */
+typedef struct granary_assignment_info {
+    /**
+     * Set by the caller to `sizeof(granary_assignment_info)`.
+     */
+    uint32_t struct_size;
+    /**
+     * 1 when the locality-aware assignment is available for the session
+     * described, 0 when not (see `note`).
+     */
+    uint32_t locality;
+    /**
+     * SHA-256 of the assignment's inputs (zeros when `locality` is 0):
+     * every rank of the job must report the same one.
+     */
+    uint8_t digest[32];
+    /**
+     * Why not, NUL-terminated (empty when `locality` is 1).
+     */
+    char note[GRANARY_NOTE_MAX];
+} granary_assignment_info;
 
 #ifdef __cplusplus
 extern "C" {
@@ -711,6 +765,62 @@ int granary_join_view(const struct granary_client *client,
                       size_t view_len,
                       uint64_t *view_epoch,
                       int timeout_ms);
+
+/**
+ * Encodes the job's rank layout for the locality-aware assignment into
+ * `buf` (`cap` bytes) and stores its length in `*len`: `node_ids[r]` is
+ * the node id (`granary_peer_identity.node_id`) rank `r` of `ranks` runs
+ * on, each a member of the encoded view `view` (`view_len` bytes); with
+ * `workers` sessions per rank, session rank `r * workers + w` runs where
+ * rank `r` does. With `buf` NULL or `cap` too small nothing is written
+ * but `*len`, and the call returns `GRANARY_E_NO_MEMORY`: call again with
+ * a buffer of `*len` bytes.
+ *
+ * Returns `GRANARY_OK`, `GRANARY_E_NO_MEMORY` (see above),
+ * `GRANARY_E_INVALID_ARGUMENT` (NULL, a malformed view, a node id not in
+ * it, no ranks, `workers` 0).
+ *
+ * Thread safety: may be called from any thread.
+ *
+ * # Safety
+ * `view` is NULL or readable for `view_len` bytes; `node_ids` is NULL or
+ * readable for `ranks` NUL-terminated strings; `buf` is NULL or writable
+ * for `cap` bytes; `len` is NULL or writable.
+ */
+int granary_layout_encode(const uint8_t *view,
+                          size_t view_len,
+                          const char *const *node_ids,
+                          size_t ranks,
+                          uint32_t workers,
+                          uint8_t *buf,
+                          size_t cap,
+                          size_t *len);
+
+/**
+ * Asks the agent whether the session `opts` describes (with its `view` and
+ * `layout`; `locality` is ignored) could be delivered in the
+ * locality-aware assignment, and stores the answer and the digest of its
+ * inputs in `*out` (the caller sets `out->struct_size` first), on a
+ * connection of its own. Every rank of the job asks and the job compares
+ * the answers: only when every rank reports `locality` 1 with the same
+ * `digest` does every rank open with `locality` 1 and that digest;
+ * otherwise every rank opens in exact order (mixing the two would lose
+ * and repeat samples).
+ *
+ * Returns `GRANARY_OK` (whatever the answer), `GRANARY_E_INVALID_ARGUMENT`
+ * (NULL, a bad field, `struct_size` too small), `GRANARY_E_NOT_FOUND` (no
+ * such dataset), `GRANARY_E_TIMEOUT`, `GRANARY_E_DISCONNECTED`.
+ *
+ * Thread safety: may be called concurrently on the same client.
+ *
+ * # Safety
+ * `client` is NULL or a live client handle; `opts` as for
+ * `granary_session_open()`; `out` is NULL or writable for
+ * `out->struct_size` bytes.
+ */
+int granary_assignment_query(const struct granary_client *client,
+                             const struct granary_session_options *opts,
+                             struct granary_assignment_info *out);
 
 #ifdef __cplusplus
 }  // extern "C"

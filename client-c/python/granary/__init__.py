@@ -17,6 +17,7 @@ PyTorch: :mod:`granary.torch`. Datasets for trying it out:
 from ._lib import ABI_VERSION, path as library_path
 from .core import (
     DEFAULT_SOCKET,
+    AssignmentInfo,
     Batch,
     Client,
     PeerIdentity,
@@ -24,7 +25,9 @@ from .core import (
     Session,
     SessionInfo,
     connect,
+    agree,
     default_socket,
+    encode_layout,
     encode_view,
     open_session,
 )
@@ -53,6 +56,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ABI_VERSION",
+    "AssignmentInfo",
     "DEFAULT_SOCKET",
     "Batch",
     "Busy",
@@ -78,8 +82,10 @@ __all__ = [
     "Timeout",
     "VersionMismatch",
     "WouldBlock",
+    "agree",
     "connect",
     "default_socket",
+    "encode_layout",
     "encode_view",
     "library_path",
     "open_session",

@@ -89,6 +89,23 @@ class SessionOptions(ctypes.Structure):
         ("view_len", ctypes.c_size_t),
         ("view_required", ctypes.c_uint32),
         ("reserved", ctypes.c_uint32),
+        ("layout", ctypes.c_void_p),
+        ("layout_len", ctypes.c_size_t),
+        ("locality", ctypes.c_uint32),
+        ("reserved2", ctypes.c_uint32),
+        ("locality_digest", ctypes.c_uint8 * 32),
+    ]
+
+
+NOTE_MAX = 512
+
+
+class AssignmentInfo(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("locality", ctypes.c_uint32),
+        ("digest", ctypes.c_uint8 * 32),
+        ("note", ctypes.c_char * NOTE_MAX),
     ]
 
 
@@ -144,7 +161,8 @@ class Sample(ctypes.Structure):
 
 
 # The structs, as pinned in client-c/src/ffi/types.rs.
-assert ctypes.sizeof(SessionOptions) == 80, ctypes.sizeof(SessionOptions)
+assert ctypes.sizeof(SessionOptions) == 136, ctypes.sizeof(SessionOptions)
+assert ctypes.sizeof(AssignmentInfo) == 40 + NOTE_MAX, ctypes.sizeof(AssignmentInfo)
 assert ctypes.sizeof(PeerIdentity) == 64 + 3 * NAME_MAX, ctypes.sizeof(PeerIdentity)
 assert ctypes.sizeof(ViewMember) == 24, ctypes.sizeof(ViewMember)
 assert ctypes.sizeof(SessionInfo) == 48, ctypes.sizeof(SessionInfo)
@@ -256,6 +274,19 @@ _declare(
 )
 _declare("granary_join_view", _int, _vp, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), _int)
 _declare("granary_session_view", _int, _vp, ctypes.POINTER(ctypes.c_uint64))
+_declare(
+    "granary_layout_encode",
+    _int,
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.POINTER(ctypes.c_char_p),
+    ctypes.c_size_t,
+    ctypes.c_uint32,
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.POINTER(ctypes.c_size_t),
+)
+_declare("granary_assignment_query", _int, _vp, ctypes.POINTER(SessionOptions), ctypes.POINTER(AssignmentInfo))
 
 if lib.granary_abi_version() < ABI_VERSION:
     raise ImportError(

@@ -369,6 +369,58 @@ class Batch:
         return f"<granary.Batch epoch={self._epoch} index={self._index} {state}>"
 
 
+def _options(
+    dataset: str,
+    *,
+    batch_size: int = 32,
+    seed: int = 0,
+    first_epoch: int = 0,
+    epochs: int = 1,
+    rank: int = 0,
+    world_size: int = 1,
+    drop_last: bool = False,
+    ready_capacity: int = 0,
+    release_capacity: int = 0,
+    view: Optional[bytes] = None,
+    view_required: bool = False,
+    layout: Optional[bytes] = None,
+    locality: Optional[bytes] = None,
+):
+    """The C options struct, and the buffers it points into (keep them
+    alive while it is used)."""
+    opts = _lib.SessionOptions()
+    check(lib.granary_session_options_init(ctypes.byref(opts)), "granary_session_options_init")
+    name = dataset.encode("utf-8")
+    keep: list = [name]
+    opts.dataset = name
+    opts.seed = seed & (2**64 - 1)
+    opts.first_epoch = first_epoch
+    opts.epoch_count = epochs
+    opts.batch_size = batch_size
+    opts.rank = rank
+    opts.world_size = world_size
+    opts.drop_last = 1 if drop_last else 0
+    opts.ready_capacity = ready_capacity
+    opts.release_capacity = release_capacity
+    if view is not None:
+        buf = ctypes.create_string_buffer(bytes(view), len(view))
+        keep.append(buf)
+        opts.view = ctypes.cast(buf, ctypes.c_void_p)
+        opts.view_len = len(view)
+        opts.view_required = 1 if view_required else 0
+    if layout is not None:
+        buf = ctypes.create_string_buffer(bytes(layout), len(layout))
+        keep.append(buf)
+        opts.layout = ctypes.cast(buf, ctypes.c_void_p)
+        opts.layout_len = len(layout)
+    if locality is not None:
+        if len(locality) != 32:
+            raise ValueError("locality: the agreed digest is 32 bytes")
+        opts.locality = 1
+        opts.locality_digest[:] = list(bytes(locality))
+    return opts, keep
+
+
 class Session:
     """An open session: the stream of batches of one loader (one rank).
 
@@ -393,28 +445,27 @@ class Session:
         timeout: Optional[float] = DEFAULT_TIMEOUT,
         view: Optional[bytes] = None,
         view_required: bool = False,
+        layout: Optional[bytes] = None,
+        locality: Optional[bytes] = None,
     ):
         if client._handle is None:
             raise ReleasedError(detail="the client was closed", context="granary.Session")
-        opts = _lib.SessionOptions()
-        check(lib.granary_session_options_init(ctypes.byref(opts)), "granary_session_options_init")
-        name = dataset.encode("utf-8")
-        opts.dataset = name
-        opts.seed = seed & (2**64 - 1)
-        opts.first_epoch = first_epoch
-        opts.epoch_count = epochs
-        opts.batch_size = batch_size
-        opts.rank = rank
-        opts.world_size = world_size
-        opts.drop_last = 1 if drop_last else 0
-        opts.ready_capacity = ready_capacity
-        opts.release_capacity = release_capacity
-        view_buf = None
-        if view is not None:
-            view_buf = ctypes.create_string_buffer(bytes(view), len(view))
-            opts.view = ctypes.cast(view_buf, ctypes.c_void_p)
-            opts.view_len = len(view)
-            opts.view_required = 1 if view_required else 0
+        opts, keep = _options(
+            dataset,
+            batch_size=batch_size,
+            seed=seed,
+            first_epoch=first_epoch,
+            epochs=epochs,
+            rank=rank,
+            world_size=world_size,
+            drop_last=drop_last,
+            ready_capacity=ready_capacity,
+            release_capacity=release_capacity,
+            view=view,
+            view_required=view_required,
+            layout=layout,
+            locality=locality,
+        )
         _timeout_ms(timeout)  # validate early
         self.dataset = dataset
         self.timeout = timeout
@@ -443,7 +494,10 @@ class Session:
         size = ctypes.c_uint64()
         check(lib.granary_session_arena(self._handle, ctypes.byref(base), ctypes.byref(size)), "granary_session_arena")
         self._arena = (base.value or 0, size.value)
-        del view_buf
+        del keep
+        #: The digest of the locality-aware assignment this session
+        #: delivers, None in exact order.
+        self.locality = locality
         #: The epoch of the membership view handed in with ``view``, once
         #: the agent holds it; None otherwise.
         self.view_epoch: Optional[int] = None
@@ -601,6 +655,59 @@ def encode_view(job_id: str, epoch: int, members) -> bytes:
     return buf.raw[: need.value]
 
 
+def encode_layout(view: bytes, node_ids, workers: int = 1) -> bytes:
+    """The job's rank layout for the locality-aware assignment:
+    ``node_ids[r]`` is the node id (:attr:`PeerIdentity.node_id`, a member of
+    ``view``) rank ``r`` runs on; with ``workers`` sessions per rank,
+    session rank ``r * workers + w`` runs where rank ``r`` does."""
+    ids = [str(n).encode("utf-8") for n in node_ids]
+    arr = (ctypes.c_char_p * max(len(ids), 1))(*ids)
+    vbuf = ctypes.create_string_buffer(bytes(view), len(view))
+    need = ctypes.c_size_t()
+    rc = lib.granary_layout_encode(vbuf, len(view), arr, len(ids), workers, None, 0, ctypes.byref(need))
+    if rc not in (_lib.OK, _lib.E_NO_MEMORY):
+        check(rc, "granary_layout_encode")
+    buf = ctypes.create_string_buffer(need.value)
+    check(
+        lib.granary_layout_encode(vbuf, len(view), arr, len(ids), workers, buf, need.value, ctypes.byref(need)),
+        "granary_layout_encode",
+    )
+    return buf.raw[: need.value]
+
+
+@dataclass(frozen=True)
+class AssignmentInfo:
+    """An agent's answer to :meth:`Client.assignment`."""
+
+    locality: bool
+    """Whether the locality-aware assignment is available."""
+    digest: bytes
+    """SHA-256 of its inputs (zeros when not available)."""
+    note: str
+    """Why not, when not available."""
+
+
+def agree(infos) -> tuple[Optional[bytes], str]:
+    """A job's decision from every rank's :class:`AssignmentInfo`
+    (``infos[r]`` is rank ``r``'s): ``(digest, "")`` when every rank can run
+    the locality-aware assignment with one digest, else ``(None, why)``
+    naming the first rank that differs. The same rule as libgranary's."""
+    infos = list(infos)
+    if not infos:
+        return None, "no rank answered"
+    for r, i in enumerate(infos):
+        if not i.locality:
+            return None, f"rank {r} cannot run the locality-aware assignment: {i.note}"
+    for r, i in enumerate(infos):
+        if i.digest != infos[0].digest:
+            return None, (
+                f"rank {r}'s inputs (digest {i.digest[:6].hex()}…) differ from rank 0's "
+                f"({infos[0].digest[:6].hex()}…): the ranks disagree on the seed, epochs, "
+                "batch size, view, layout or dataset"
+            )
+    return infos[0].digest, ""
+
+
 class Client:
     """A connection point to one agent (``granary_connect``)."""
 
@@ -638,6 +745,24 @@ class Client:
             bytes(out.view_digest),
             out.members,
         )
+
+    def assignment(self, dataset: str, **options) -> AssignmentInfo:
+        """Whether the session these options describe (those of
+        :class:`Session`, with ``view`` and ``layout``) could be delivered
+        in the locality-aware assignment, and the digest of its inputs."""
+        if self._handle is None:
+            raise ReleasedError(detail="the client was closed", context="granary.Client")
+        options.pop("timeout", None)
+        options.pop("locality", None)
+        opts, keep = _options(dataset, **options)
+        out = _lib.AssignmentInfo()
+        out.struct_size = ctypes.sizeof(out)
+        check(
+            lib.granary_assignment_query(self._handle, ctypes.byref(opts), ctypes.byref(out)),
+            f"asking the agent at {self.socket} for the assignment of {dataset!r}",
+        )
+        del keep
+        return AssignmentInfo(bool(out.locality), bytes(out.digest), out.note.decode("utf-8", "replace"))
 
     def join_view(self, view: bytes, timeout: Optional[float] = DEFAULT_TIMEOUT) -> int:
         """Hands the agent the job's membership view without opening a

@@ -17,6 +17,21 @@ ranks every sample comes once per epoch (as with ``DistributedSampler``,
 when the sample count is not a multiple of the sessions, a few are repeated
 to even them out, or dropped with ``drop_last=True``).
 
+**Assignment.** ``assignment="distributed_sampler"`` (default) is the
+exact order above. ``assignment="locality"`` keeps every global step (the
+samples of all ranks' batch ``k``) exactly as in that order but lets each
+node process the samples its agent already keeps, moving only a few
+between nodes to keep every rank's batch size equal; it needs peers (the
+job's ``view`` from :func:`gather_view`, or agents with a configured view)
+and a call of :meth:`GranaryDataset.prepare` on every rank. The job runs it
+only when every rank's agent computes the same inputs (seed, epoch, view,
+capacities, dataset, layout); otherwise every rank runs the exact order and
+the log (logger ``granary``) says why. What differs from
+``DistributedSampler``: each rank's share of a global batch, hence
+per-rank BatchNorm statistics (unless ``SyncBatchNorm``) and which samples
+meet per-rank augmentation seeds; the global batch and the summed gradient
+are the same.
+
 **Epochs.** One pass over the dataset (``iter()``) delivers ``epochs``
 epochs starting at ``epoch``; call :meth:`GranaryDataset.set_epoch` before
 each pass for a new order, as with ``DistributedSampler.set_epoch``.
@@ -50,6 +65,7 @@ without a warning.
 from __future__ import annotations
 
 import io
+import logging
 import os
 import time
 import uuid
@@ -62,12 +78,15 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from . import _lib
-from .core import DEFAULT_TIMEOUT, Client, Sample, default_socket, encode_view
+from .core import DEFAULT_TIMEOUT, Client, Sample, agree, default_socket, encode_layout, encode_view
 from .errors import EndOfStream, GranaryError
 
 __all__ = ["GranaryDataset", "SampleFailureWarning", "as_tensor", "decode_jpeg", "gather_view", "rank_and_world"]
 
 ON_ERROR = ("report", "raise", "skip")
+ASSIGNMENTS = ("distributed_sampler", "locality")
+
+log = logging.getLogger("granary")
 
 
 class SampleFailureWarning(UserWarning):
@@ -198,9 +217,11 @@ class GranaryDataset(IterableDataset):
     ``"report"``, the default, leaves them out with a warning and counts
     them in :attr:`failed_samples`; ``"raise"``, strict, raises the first
     one's error; ``"skip"`` leaves them out silently),
-    ``max_held_batches`` and ``view`` (the job's membership view from
-    :func:`gather_view`, handed to the agent with each session). See the
-    module documentation.
+    ``max_held_batches``, ``view`` (the job's membership view from
+    :func:`gather_view`, handed to the agent with each session) and
+    ``assignment`` (``"distributed_sampler"``, the default, or
+    ``"locality"``, which needs :meth:`prepare`). See the module
+    documentation.
     """
 
     def __init__(
@@ -225,10 +246,13 @@ class GranaryDataset(IterableDataset):
         on_error: str = "report",
         max_held_batches: int = 8,
         view: Optional[bytes] = None,
+        assignment: str = "distributed_sampler",
     ):
         super().__init__()
         if on_error not in ON_ERROR:
             raise ValueError('on_error must be "report", "raise" or "skip"')
+        if assignment not in ASSIGNMENTS:
+            raise ValueError('assignment must be "distributed_sampler" or "locality"')
         self.dataset = dataset
         self.socket = str(socket) if socket is not None else default_socket()
         self.batch_size = batch_size
@@ -248,13 +272,101 @@ class GranaryDataset(IterableDataset):
         self.on_error = on_error
         self.max_held_batches = max_held_batches
         self.view = view
+        self.assignment = assignment
+        # Set by prepare(): the rank layout's node ids, the DataLoader
+        # workers per rank, the process group, and the agreed digest of the
+        # current epoch (None: exact order).
+        self._node_ids: Optional[list] = None
+        self._workers = 1
+        self._group = None
+        self._locality: Optional[bytes] = None
+        self._layout: Optional[bytes] = None
         #: Samples left out because they failed, by kind (``"Io"``,
         #: ``"NotFound"``, ...), counted in this process.
         self.failed_samples: dict[str, int] = {}
 
     def set_epoch(self, epoch: int) -> None:
-        """The first epoch of the next pass (a new order per epoch)."""
+        """The first epoch of the next pass (a new order per epoch). After
+        :meth:`prepare` in locality mode it is a collective (every rank
+        calls it): the job agrees on the new epoch's assignment."""
         self.epoch = epoch
+        if self._node_ids is not None:
+            self._agree()
+
+    def prepare(self, num_workers: int = 0, group=None) -> str:
+        """Decides, with every rank of the job, the assignment the next
+        passes use; call it on every rank (a collective over ``group``, the
+        default process group) before making the DataLoader, with its
+        ``num_workers``. Returns ``"locality"`` or
+        ``"distributed_sampler"``; when the dataset asked for locality and
+        the job cannot run it, the reason goes to the ``granary`` log."""
+        if self.assignment != "locality":
+            return "distributed_sampler"
+        import torch.distributed as dist
+
+        self._workers = max(int(num_workers), 1)
+        self._group = group
+        with Client(self.socket) as client:
+            me = client.peer_identity(self.timeout)
+        if dist.is_available() and dist.is_initialized():
+            ids: list = [None] * dist.get_world_size(group)
+            dist.all_gather_object(ids, me.node_id, group=group)
+        else:
+            ids = [me.node_id]
+        self._node_ids = ids
+        return self._agree()
+
+    def _agree(self) -> str:
+        """Every rank asks its agent about this epoch; the job decides."""
+        import torch.distributed as dist
+
+        rank, world = rank_and_world(self.rank, self.world_size)
+        w = self._workers
+        info = None
+        try:
+            view = self.view
+            if view is None:
+                raise GranaryError(
+                    _lib.E_INVALID_ARGUMENT,
+                    "no membership view: pass the one gather_view() returns as view=",
+                    "granary.torch.GranaryDataset.prepare",
+                )
+            self._layout = encode_layout(view, self._node_ids, w)
+            with Client(self.socket) as client:
+                info = client.assignment(
+                    self.dataset,
+                    batch_size=self.batch_size,
+                    seed=self.seed,
+                    first_epoch=self.epoch,
+                    epochs=self.epochs,
+                    rank=rank * w,
+                    world_size=world * w,
+                    drop_last=self.drop_last,
+                    view=view,
+                    layout=self._layout,
+                )
+        except GranaryError as e:
+            from .core import AssignmentInfo
+
+            info = AssignmentInfo(False, bytes(32), str(e))
+        if dist.is_available() and dist.is_initialized():
+            infos: list = [None] * dist.get_world_size(self._group)
+            dist.all_gather_object(infos, info, group=self._group)
+        else:
+            infos = [info]
+        digest, why = agree(infos)
+        self._locality = digest
+        if digest is None:
+            log.warning(
+                "granary: dataset %r epoch %d runs in exact (DistributedSampler) order, not "
+                "locality-aware: %s",
+                self.dataset,
+                self.epoch,
+                why,
+            )
+            return "distributed_sampler"
+        log.info("granary: dataset %r epoch %d runs the locality-aware assignment", self.dataset, self.epoch)
+        return "locality"
 
     def shard(self) -> tuple[int, int]:
         """``(rank, world_size)`` of this process's session, counting
@@ -302,8 +414,33 @@ class GranaryDataset(IterableDataset):
                 stacklevel=3,
             )
 
+    def _session_assignment(self) -> dict:
+        """The session options of the assignment the job agreed on."""
+        if self.assignment != "locality":
+            return {}
+        if self._node_ids is None:
+            warnings.warn(
+                'granary: assignment="locality" needs GranaryDataset.prepare() on every rank; '
+                "running the exact (DistributedSampler) order",
+                stacklevel=3,
+            )
+            return {}
+        info = get_worker_info()
+        workers = info.num_workers if info is not None else 1
+        if workers != self._workers:
+            raise GranaryError(
+                _lib.E_INVALID_ARGUMENT,
+                f"prepare(num_workers={self._workers}) but the DataLoader runs {workers} workers: "
+                "call prepare() with the DataLoader's num_workers",
+                "granary.torch.GranaryDataset",
+            )
+        if self._locality is None:
+            return {}
+        return {"layout": self._layout, "locality": self._locality}
+
     def __iter__(self) -> Iterator:
         rank, world = self.shard()
+        assignment = self._session_assignment()
         held: deque = deque()  # (batch, weak refs to buffers still viewed)
 
         def sweep(session) -> None:
@@ -335,6 +472,7 @@ class GranaryDataset(IterableDataset):
                 drop_last=self.drop_last,
                 timeout=self.timeout,
                 view=self.view,
+                **assignment,
             )
         try:
             while True:

@@ -135,3 +135,85 @@ def test_gather_view_is_none_without_a_process_group_or_session_membership(agent
         assert c.peer_identity().membership == "off"
         with pytest.raises(granary.InvalidArgument, match="peers are off"):
             c.join_view(granary.encode_view("job", 1, [("n", "h:1", 1)]))
+
+
+def _locality_rank(rank: int, sockets: list, rdv: str, out: str) -> None:
+    import json
+    import logging
+
+    dist.init_process_group("gloo", init_method=f"file://{rdv}", rank=rank, world_size=RANKS)
+    seen: list = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    logging.getLogger("granary").addHandler(Keep())
+    try:
+        view = gather_view(sockets[rank], job_id="locjob", epoch=9)
+
+        def dataset(**kw):
+            args = dict(batch_size=16, seed=3, rank=rank, world_size=RANKS, with_ids=True, batches=True, view=view)
+            args.update(kw)
+            return GranaryDataset("synth", sockets[rank], **args)
+
+        def steps(ds):
+            return [[int(i) for i in ids] for _, _, ids in DataLoader(ds, batch_size=None, num_workers=0)]
+
+        loc = dataset(assignment="locality")
+        mode = loc.prepare(num_workers=0)
+        loc_steps = steps(loc)
+        loc.set_epoch(1)
+        mode1 = "locality" if loc._locality is not None else "distributed_sampler"
+        exact_steps = steps(dataset())
+        odd = dataset(assignment="locality", seed=3 if rank == 0 else 4)
+        odd_mode = odd.prepare(num_workers=0)
+        with open(f"{out}.{rank}", "w") as f:
+            json.dump(
+                {"mode": mode, "mode1": mode1, "loc": loc_steps, "exact": exact_steps, "odd": odd_mode, "log": seen},
+                f,
+            )
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_locality_mode_keeps_each_global_batch_and_a_differing_rank_means_exact(synth_root, tmp_path):
+    import json
+
+    ips = ["127.0.0.2", "127.0.0.3"]
+    agents = []
+    try:
+        for n, ip in enumerate(ips):
+            port = _free_port(ip)
+            agents.append(
+                LocalAgent(
+                    {"synth": synth_root},
+                    extra_config=(
+                        '[peers]\nmembership = "session"\n'
+                        f'node_id = "node{n}"\nlisten = "{ip}:{port}"\nsecret = "py-secret"\n\n'
+                    ),
+                ).start()
+            )
+        sockets = [a.socket for a in agents]
+        mp.spawn(_locality_rank, args=(sockets, str(tmp_path / "rdv"), str(tmp_path / "out")), nprocs=RANKS)
+        res = [json.loads((tmp_path / f"out.{r}").read_text()) for r in range(RANKS)]
+        assert [r["mode"] for r in res] == ["locality"] * RANKS, res[0]["log"]
+        assert [r["mode1"] for r in res] == ["locality"] * RANKS
+        steps = len(res[0]["exact"])
+        assert steps > 3 and all(len(r["loc"]) == steps for r in res)
+        moved = 0
+        for k in range(steps):
+            loc = sorted(i for r in res for i in r["loc"][k])
+            exact = sorted(i for r in res for i in r["exact"][k])
+            assert loc == exact, f"step {k}: the global batch differs between modes"
+            assert len({len(r["loc"][k]) for r in res}) == 1, "every rank gets the same batch size"
+            moved += sum(a != b for a, b in zip(res[0]["loc"][k], res[0]["exact"][k]))
+        assert moved > 0, "locality mode changed nothing: it cannot have used the directory"
+        assert sorted(i for r in res for s in r["loc"] for i in s) == list(range(SYNTH_FILES))
+        assert [r["odd"] for r in res] == ["distributed_sampler"] * RANKS
+        for r in res:
+            assert any("rank 1's inputs" in m and "exact" in m for m in r["log"]), r["log"]
+    finally:
+        for a in agents:
+            a.stop()

@@ -6,6 +6,7 @@
 //! checked for NULL. No panic crosses the boundary. Handles are opaque and
 //! come in create/destroy pairs.
 
+mod assignment;
 mod errors;
 mod types;
 
@@ -113,6 +114,20 @@ unsafe fn read_options(opts: *const GranarySessionOptions) -> Result<SessionOpti
         s.view = Some(bytes.to_vec());
     }
     s.view_required = o.view_required != 0;
+    if !o.layout.is_null() {
+        if o.layout_len > granary_shm::handshake::MAX_LAYOUT_BYTES as usize {
+            return Err(invalid(format!(
+                "options.layout_len is {}, the limit is {}",
+                o.layout_len,
+                granary_shm::handshake::MAX_LAYOUT_BYTES
+            )));
+        }
+        // SAFETY: non-null, and the caller vouches for `layout_len`
+        // readable bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(o.layout, o.layout_len) };
+        s.layout = Some(bytes.to_vec());
+    }
+    s.locality = (o.locality != 0).then_some(o.locality_digest);
     Ok(s)
 }
 
@@ -232,6 +247,11 @@ fn default_options() -> GranarySessionOptions {
         view_len: 0,
         view_required: 0,
         reserved: 0,
+        layout: ptr::null(),
+        layout_len: 0,
+        locality: 0,
+        reserved2: 0,
+        locality_digest: [0; 32],
     }
 }
 
@@ -634,8 +654,11 @@ pub unsafe extern "C" fn granary_session_close(session: *mut GranarySession) -> 
 }
 
 /// Copies `s` into a NUL-terminated C array, cut at a character boundary.
-fn fill_name(dst: &mut [c_char; GRANARY_NAME_MAX], s: &str) {
-    let mut end = s.len().min(GRANARY_NAME_MAX - 1);
+fn fill_name(dst: &mut [c_char], s: &str) {
+    let Some(room) = dst.len().checked_sub(1) else {
+        return;
+    };
+    let mut end = s.len().min(room);
     while !s.is_char_boundary(end) {
         end -= 1;
     }

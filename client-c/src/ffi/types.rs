@@ -107,11 +107,49 @@ pub struct GranarySessionOptions {
     pub view_required: u32,
     /// Zero.
     pub reserved: u32,
+    /// The job's rank layout to hand the agent first (bytes from
+    /// `granary_layout_encode()`), or NULL (default). Needed by
+    /// `granary_assignment_query()` and by opens with `locality` set.
+    pub layout: *const u8,
+    /// Length of `layout` in bytes.
+    pub layout_len: usize,
+    /// Non-zero: deliver the locality-aware assignment whose inputs have
+    /// `locality_digest`, the digest every rank of the job got from
+    /// `granary_assignment_query()` (the open fails if the agent's inputs
+    /// differ). Zero (default): exact `DistributedSampler` order.
+    pub locality: u32,
+    /// Zero.
+    pub reserved2: u32,
+    /// See `locality`.
+    pub locality_digest: [u8; 32],
 }
 
 /// Size of `granary_session_options` before the view fields: callers built
 /// against that header still work (their sessions hand in no view).
 pub(crate) const OPTIONS_V1_SIZE: usize = 56;
+
+/// Size of `granary_session_options` before the layout and locality
+/// fields: callers built against that header open in exact order.
+pub(crate) const OPTIONS_V2_SIZE: usize = 80;
+
+/// Longest note of `granary_assignment_info`, NUL included.
+pub const GRANARY_NOTE_MAX: usize = 512;
+
+/// What `granary_assignment_query()` reports. Set `struct_size` first.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct GranaryAssignmentInfo {
+    /// Set by the caller to `sizeof(granary_assignment_info)`.
+    pub struct_size: u32,
+    /// 1 when the locality-aware assignment is available for the session
+    /// described, 0 when not (see `note`).
+    pub locality: u32,
+    /// SHA-256 of the assignment's inputs (zeros when `locality` is 0):
+    /// every rank of the job must report the same one.
+    pub digest: [u8; 32],
+    /// Why not, NUL-terminated (empty when `locality` is 1).
+    pub note: [c_char; GRANARY_NOTE_MAX],
+}
 
 /// One agent of a job, for `granary_view_encode()`.
 #[repr(C)]
@@ -234,7 +272,14 @@ const _: () = {
     assert!(offset_of!(GranarySessionOptions, view) == OPTIONS_V1_SIZE);
     assert!(offset_of!(GranarySessionOptions, view_len) == 64);
     assert!(offset_of!(GranarySessionOptions, view_required) == 72);
-    assert!(size_of::<GranarySessionOptions>() == 80);
+    assert!(offset_of!(GranarySessionOptions, layout) == OPTIONS_V2_SIZE);
+    assert!(offset_of!(GranarySessionOptions, layout_len) == 88);
+    assert!(offset_of!(GranarySessionOptions, locality) == 96);
+    assert!(offset_of!(GranarySessionOptions, locality_digest) == 104);
+    assert!(size_of::<GranarySessionOptions>() == 136);
+    assert!(offset_of!(GranaryAssignmentInfo, digest) == 8);
+    assert!(offset_of!(GranaryAssignmentInfo, note) == 40);
+    assert!(size_of::<GranaryAssignmentInfo>() == 40 + GRANARY_NOTE_MAX);
     assert!(offset_of!(GranaryViewMember, capacity) == 16);
     assert!(size_of::<GranaryViewMember>() == 24);
     assert!(offset_of!(GranaryPeerIdentity, view_digest) == 32);
