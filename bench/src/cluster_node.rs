@@ -12,8 +12,18 @@
 //! | (start) | `ready` |
 //! | `epoch E` | `tick …` every [`TICK`] while it runs (and `mark …`, see
 //! | | [`NodeArgs::mark`]), then `done E …` |
+//! | `epoch E locality=HEX` | the same, in the locality-aware assignment with that agreed digest |
+//! | `assign E` | `assigned epoch=E infos=…` (each rank's answer to the assignment query) |
+//! | `world W` | `world world=W` (the job relaunched with `W` ranks) |
 //! | `scrape` | `scraped …` (the agent's counters now) |
 //! | `quit` | `final blocks=… corrupted=…`, then exits |
+//!
+//! Every `done` line carries `steps=`: per batch index, the wrapping sum of
+//! `mix64(id + 1)` over the samples the node's ranks received. Summed over
+//! the nodes it is a multiset hash of each global step, which the
+//! orchestrator compares with the planner's: in exact order and in the
+//! locality-aware assignment alike, each step must hold exactly the
+//! planner's samples.
 //!
 //! A rank whose agent goes away (killed) reconnects, reopens the epoch,
 //! checks the batches it had already consumed against the plan without
@@ -56,7 +66,18 @@ pub const SERIES: &[(&str, &str, &str)] = &[
     ("failed", "granary_peer_gets_failed_total", ""),
     ("hedged", "granary_peer_hedged_total", ""),
     ("delivered", "granary_samples_served_total", ""),
+    ("assigned", "granary_assigned_samples_total", ""),
+    (
+        "moved",
+        "granary_assigned_samples_total",
+        "placement=\"peer\"",
+    ),
 ];
+
+/// A sample's term in a step's multiset hash.
+pub fn step_term(id: u64) -> u64 {
+    granary_peer::owner::mix64(id.wrapping_add(1))
+}
 
 /// Parses `verb k=v k=v …` into the verb and the pairs.
 pub fn parse_line(line: &str) -> (String, BTreeMap<String, String>) {
@@ -113,6 +134,35 @@ pub struct NodeArgs {
     /// received that many batches of that epoch (the orchestrator acts on
     /// it at once, e.g. kills the agent half-way through an epoch).
     pub mark: Option<(u32, u64)>,
+    /// The job's rank layout: the view index of the node of every rank
+    /// (empty: the ranks cannot ask for the locality-aware assignment).
+    pub layout: Vec<u32>,
+    /// Nodes in the view.
+    pub nodes: u32,
+    /// The job's membership view, handed in with every session (agents
+    /// with `peers.membership = "session"`).
+    pub view: Option<Vec<u8>>,
+}
+
+impl NodeArgs {
+    /// Rank `rank`'s session options for `epoch`.
+    fn options(&self, rank: u32, epoch: u32, locality: Option<[u8; 32]>) -> SessionOptions {
+        let mut o = SessionOptions::new(DATASET);
+        o.seed = self.seed;
+        o.rank = rank;
+        o.world_size = self.world;
+        o.batch_size = self.batch;
+        o.first_epoch = epoch;
+        o.epoch_count = 1;
+        if !self.layout.is_empty() {
+            o.layout = granary_peer::assign::Layout::new(self.nodes, self.layout.clone())
+                .ok()
+                .map(|l| l.encode());
+        }
+        o.locality = locality;
+        o.view = self.view.clone();
+        o
+    }
 }
 
 /// What one rank got in one epoch.
@@ -132,6 +182,8 @@ struct RankEpoch {
     /// delivered batch.
     waits_us: Vec<u64>,
     error: Option<String>,
+    /// Per batch index, the wrapping sum of [`step_term`] over the batch.
+    steps: Vec<u64>,
 }
 
 /// Multiset difference of one delivered batch against its plan: (missing,
@@ -162,7 +214,13 @@ fn sample_ok(spec: &SynthSpec, id: u64, label: i32, bytes: &[u8]) -> bool {
 }
 
 /// Runs epoch `epoch` of `rank` to its end (or to a failure it reports).
-fn run_rank(a: &NodeArgs, rank: u32, epoch: u32, progress: &AtomicU64) -> RankEpoch {
+fn run_rank(
+    a: &NodeArgs,
+    rank: u32,
+    epoch: u32,
+    locality: Option<[u8; 32]>,
+    progress: &AtomicU64,
+) -> RankEpoch {
     let mut r = RankEpoch::default();
     let params = PlanParams {
         num_samples: a.spec.num_files,
@@ -194,13 +252,7 @@ fn run_rank(a: &NodeArgs, rank: u32, epoch: u32, progress: &AtomicU64) -> RankEp
             std::thread::sleep(Duration::from_millis(50));
             continue;
         };
-        let mut o = SessionOptions::new(DATASET);
-        o.seed = a.seed;
-        o.rank = rank;
-        o.world_size = a.world;
-        o.batch_size = a.batch;
-        o.first_epoch = epoch;
-        o.epoch_count = 1;
+        let o = a.options(rank, epoch, locality);
         let Ok(mut s) = client.open_session(&o) else {
             gave_up_at.get_or_insert_with(Instant::now);
             std::thread::sleep(Duration::from_millis(50));
@@ -246,9 +298,25 @@ fn run_rank(a: &NodeArgs, rank: u32, epoch: u32, progress: &AtomicU64) -> RankEp
                         .map(|b| b.len() as u64)
                         .sum::<u64>();
                 }
-                let (missing, extra) = diff(&ids, want);
-                r.lost += missing;
-                r.duplicated += extra;
+                if locality.is_none() {
+                    let (missing, extra) = diff(&ids, want);
+                    r.lost += missing;
+                    r.duplicated += extra;
+                } else if ids.len() != want.len() {
+                    // Every rank's batch of a step has the exact order's
+                    // size; which samples is checked per step, job-wide.
+                    r.error = Some(format!(
+                        "rank {rank}: batch {idx} holds {} samples, the step gives each rank {}",
+                        ids.len(),
+                        want.len()
+                    ));
+                }
+                if r.steps.len() <= idx {
+                    r.steps.resize(idx + 1, 0);
+                }
+                r.steps[idx] = ids
+                    .iter()
+                    .fold(0u64, |h, &id| h.wrapping_add(step_term(id)));
                 for smp in b.samples() {
                     // SAFETY: the agent never writes a sample's extent while
                     // the batch holding it is on loan; the slice is dropped
@@ -292,7 +360,7 @@ fn run_rank(a: &NodeArgs, rank: u32, epoch: u32, progress: &AtomicU64) -> RankEp
 }
 
 /// The node role's main loop; returns when told `quit` or stdin closes.
-pub fn run(a: NodeArgs) -> Result<(), String> {
+pub fn run(mut a: NodeArgs) -> Result<(), String> {
     let proxy = match &a.proxy {
         Some((listen, up, corrupt)) => Some(
             CorruptingProxy::start(*listen, *up, corrupt.clone())
@@ -313,7 +381,24 @@ pub fn run(a: NodeArgs) -> Result<(), String> {
         match (words.next(), words.next()) {
             (Some("epoch"), Some(e)) => {
                 let epoch: u32 = e.parse().map_err(|_| format!("bad epoch {e:?}"))?;
-                run_epoch(&a, epoch);
+                let locality = match words.next().and_then(|w| w.strip_prefix("locality=")) {
+                    Some(hex) => Some(parse_digest(hex)?),
+                    None => None,
+                };
+                run_epoch(&a, epoch, locality);
+            }
+            (Some("world"), Some(w)) => {
+                // The job relaunched on fewer nodes: the same ranks here, a
+                // smaller world.
+                a.world = w.parse().map_err(|_| format!("bad world {w:?}"))?;
+                println!("world world={}", a.world);
+            }
+            (Some("assign"), Some(e)) => {
+                let epoch: u32 = e.parse().map_err(|_| format!("bad epoch {e:?}"))?;
+                println!(
+                    "assigned epoch={epoch} infos={}",
+                    assignment_infos(&a, epoch)
+                );
             }
             (Some("scrape"), _) => {
                 let m = scrape_words(a.metrics).unwrap_or_default();
@@ -330,9 +415,46 @@ pub fn run(a: NodeArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Lowercase hex of a digest.
+pub fn digest_hex(d: &[u8; 32]) -> String {
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Parses [`digest_hex`]'s output.
+pub fn parse_digest(hex: &str) -> Result<[u8; 32], String> {
+    let bad = || format!("bad digest {hex:?}");
+    if hex.len() != 64 {
+        return Err(bad());
+    }
+    let mut d = [0u8; 32];
+    for (i, b) in d.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(d)
+}
+
+/// Every rank's answer to the assignment query for `epoch`, as
+/// `rank:1:DIGEST` or `rank:0:why` words joined by `|` (spaces and bars of
+/// the reason replaced).
+fn assignment_infos(a: &NodeArgs, epoch: u32) -> String {
+    a.ranks
+        .iter()
+        .map(|&rank| {
+            let answer =
+                Client::connect(&a.sock).and_then(|c| c.assignment(&a.options(rank, epoch, None)));
+            match answer {
+                Ok(i) if i.locality => format!("{rank}:1:{}", digest_hex(&i.digest)),
+                Ok(i) => format!("{rank}:0:{}", i.note.replace([' ', '|'], "_")),
+                Err(e) => format!("{rank}:0:{}", e.to_string().replace([' ', '|'], "_")),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("|")
+}
+
 /// Runs one epoch on every rank of the node, ticking meanwhile, and
 /// reports it.
-fn run_epoch(a: &NodeArgs, epoch: u32) {
+fn run_epoch(a: &NodeArgs, epoch: u32, locality: Option<[u8; 32]>) {
     let progress = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
@@ -359,7 +481,7 @@ fn run_epoch(a: &NodeArgs, epoch: u32) {
             .iter()
             .map(|&rank| {
                 let p = Arc::clone(&progress);
-                sc.spawn(move || run_rank(a, rank, epoch, &p))
+                sc.spawn(move || run_rank(a, rank, epoch, locality, &p))
             })
             .collect();
         hs.into_iter()
@@ -387,9 +509,19 @@ fn run_epoch(a: &NodeArgs, epoch: u32) {
         .iter()
         .flat_map(|r| r.reasons.iter().map(|e| e.replace([' ', '|'], "_")))
         .collect();
+    let mut steps: Vec<u64> = Vec::new();
+    for r in &results {
+        if steps.len() < r.steps.len() {
+            steps.resize(r.steps.len(), 0);
+        }
+        for (s, &h) in steps.iter_mut().zip(&r.steps) {
+            *s = s.wrapping_add(h);
+        }
+    }
+    let steps: Vec<String> = steps.iter().map(|h| format!("{h:x}")).collect();
     println!(
         "done epoch={epoch} secs={secs:.4} samples={} bytes={} lost={} dup={} bad={} replayed={} \
-         reopens={} waits={} errors={} reasons={}",
+         reopens={} waits={} errors={} reasons={} steps={}",
         sum(|r| r.samples),
         sum(|r| r.bytes),
         sum(|r| r.lost),
@@ -412,6 +544,11 @@ fn run_epoch(a: &NodeArgs, epoch: u32) {
         } else {
             reasons.join("|")
         },
+        if steps.is_empty() {
+            "-".into()
+        } else {
+            steps.join(",")
+        },
     );
 }
 
@@ -425,6 +562,14 @@ mod tests {
         assert_eq!(diff(&[1, 1, 3], &[1, 2, 3]), (1, 1));
         assert_eq!(diff(&[], &[4, 5]), (2, 0));
         assert_eq!(diff(&[7], &[]), (0, 1));
+    }
+
+    #[test]
+    fn digests_round_trip_through_hex() {
+        let d: [u8; 32] = std::array::from_fn(|i| (i * 7) as u8);
+        assert_eq!(parse_digest(&digest_hex(&d)), Ok(d));
+        assert!(parse_digest("00").is_err());
+        assert!(parse_digest(&"zz".repeat(32)).is_err());
     }
 
     #[test]
