@@ -239,6 +239,16 @@ typedef struct granary_session_options {
      * See `locality`.
      */
     uint8_t locality_digest[32];
+    /**
+     * Non-zero: hand samples out without checking their bytes against the
+     * CRC-32C the agent recorded (default 0: checked; a mismatch makes the
+     * sample a `GRANARY_E_CORRUPT` failure, never different bytes).
+     */
+    uint32_t no_crc_check;
+    /**
+     * Zero.
+     */
+    uint32_t reserved3;
 } granary_session_options;
 
 /**

@@ -56,6 +56,11 @@ pub struct SessionOptions {
     /// digest); the agent refuses the open if its inputs differ. `None`:
     /// exact (`DistributedSampler`) order.
     pub locality: Option<[u8; 32]>,
+    /// Check every sample's bytes against the CRC-32C the agent recorded
+    /// when they landed, before the batch is handed out (default: on). A
+    /// mismatch makes that sample a `Corrupt` failure (empty, its own
+    /// status), never different bytes. Costs one pass over the bytes.
+    pub verify_crc: bool,
 }
 
 impl SessionOptions {
@@ -79,6 +84,7 @@ impl SessionOptions {
             view_required: false,
             layout: None,
             locality: None,
+            verify_crc: true,
         }
     }
 

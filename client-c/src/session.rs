@@ -126,6 +126,8 @@ pub struct Session {
     view: Option<std::result::Result<ViewJoined, Error>>,
     /// The last requested epoch: its last batch is flagged end of stream.
     last_epoch: u64,
+    /// Check each sample's CRC-32C before handing a batch out.
+    verify_crc: bool,
 }
 
 fn protocol(message: impl Into<String>) -> Error {
@@ -203,6 +205,24 @@ pub(crate) fn join_view(conn: &SeqPacket, view: &[u8], wait: Duration) -> Result
             "expected a view answer, the agent sent {other:?}"
         ))),
     }
+}
+
+/// Checks every sample of a validated table against its CRC-32C, in place;
+/// a mismatch becomes a `Corrupt` failure of that sample (empty). Returns
+/// how many failed.
+fn verify_samples(arena: &ArenaView, table: &mut [SampleEntry]) -> usize {
+    let mut bad = 0;
+    for e in table.iter_mut().filter(|e| e.status == 0) {
+        let ok = arena
+            .crc32c(e.offset, e.length as usize)
+            .is_ok_and(|crc| crc == e.crc32c);
+        if !ok {
+            e.status = ErrorCode::Corrupt.as_i32();
+            e.length = 0;
+            bad += 1;
+        }
+    }
+    bad
 }
 
 /// What became of a view handed in before a query or an open.
@@ -373,6 +393,7 @@ impl Session {
             view,
             last_epoch: u64::from(options.first_epoch)
                 + u64::from(options.epoch_count.saturating_sub(1)),
+            verify_crc: options.verify_crc,
         })
     }
 
@@ -707,6 +728,12 @@ impl Session {
             ));
         }
         let mut d = d;
+        if self.verify_crc {
+            let corrupt = verify_samples(&self.arena, &mut table);
+            if corrupt > 0 && d.status == 0 {
+                d.status = ErrorCode::Corrupt.as_i32();
+            }
+        }
         if d.sample_count > 0
             && d.flags & BATCH_END_OF_EPOCH != 0
             && u64::from(d.epoch) == self.last_epoch
@@ -808,5 +835,48 @@ impl std::fmt::Debug for Session {
 impl Drop for Session {
     fn drop(&mut self) {
         let _ = self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use granary_shm::arena::Arena;
+
+    fn entry(id: u64, offset: u64, bytes: &[u8], crc: u32) -> SampleEntry {
+        SampleEntry {
+            sample_id: id,
+            offset,
+            length: bytes.len() as u32,
+            label: 1,
+            crc32c: crc,
+            status: 0,
+        }
+    }
+
+    /// A sample whose bytes no longer match the CRC the agent recorded is
+    /// handed out as a `Corrupt` failure (empty), never as other bytes;
+    /// intact samples and samples that had already failed are untouched.
+    #[test]
+    fn samples_failing_their_crc_become_corrupt_failures() {
+        let arena = Arena::heap(4096).unwrap();
+        arena.write_at(0, b"intact bytes").unwrap();
+        arena.write_at(100, b"flipped bytes").unwrap();
+        let view = ArenaView::from_region(Arc::clone(arena.region()));
+        let good = crc32c::crc32c(b"intact bytes");
+        let was = crc32c::crc32c(b"flipped byteS");
+        let mut failed = entry(3, 0, b"", 0);
+        failed.status = ErrorCode::Io.as_i32();
+        let mut table = vec![
+            entry(1, 0, b"intact bytes", good),
+            entry(2, 100, b"flipped bytes", was),
+            failed,
+        ];
+        assert_eq!(verify_samples(&view, &mut table), 1);
+        assert_eq!(table[0].status, 0);
+        assert_eq!(table[0].length, 12);
+        assert_eq!(table[1].status, ErrorCode::Corrupt.as_i32());
+        assert_eq!(table[1].length, 0);
+        assert_eq!(table[2].status, ErrorCode::Io.as_i32());
     }
 }

@@ -676,6 +676,22 @@ impl ArenaView {
     pub fn read_at(&self, offset: u64, len: usize) -> Result<Vec<u8>, ArenaError> {
         copy_out(&self.region, self.size, offset, len)
     }
+
+    /// CRC-32C of `len` bytes at `offset`, computed in place (no copy).
+    ///
+    /// The agent promises not to write the bytes of a sample whose batch is
+    /// on loan; a loader checks lent samples only.
+    pub fn crc32c(&self, offset: u64, len: usize) -> Result<u32, ArenaError> {
+        let start = check_range(offset, len, self.size)?;
+        let src = self.region.as_ptr().wrapping_add(start);
+        // SAFETY: `src..src+len` lies inside the mapping (checked above),
+        // which stays mapped while `self` is borrowed; the agent does not
+        // write a lent sample's range, so the shared slice is not mutated
+        // while it lives (and a byte changed anyway only makes the CRC
+        // differ, which is what the check reports).
+        let bytes = unsafe { std::slice::from_raw_parts(src.cast_const(), len) };
+        Ok(crc32c::crc32c(bytes))
+    }
 }
 
 #[cfg(test)]

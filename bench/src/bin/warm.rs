@@ -57,7 +57,9 @@ usage: bench/run warm [options]
   --spin           the loader polls try_next_batch instead of blocking
   --sweep          also run the tuning configurations; report the best
   --reps N         runs of the main configuration (default 3); the median run is reported
-  --no-baseline    skip the memory baselines (for profiling the agent alone)";
+  --no-baseline    skip the memory baselines (for profiling the agent alone)
+  --crc-compare    after each run of the main configuration, run it again with the
+                   loader-side CRC check off (interleaved); report the check's cost";
 
 /// One agent-and-loader configuration.
 #[derive(Clone, Copy, Debug)]
@@ -66,16 +68,19 @@ struct Knobs {
     window: u32,
     ready: u32,
     spin: bool,
+    /// The loader checks every sample's CRC-32C (libgranary's default).
+    crc: bool,
 }
 
 impl Knobs {
     fn label(&self) -> String {
         format!(
-            "batch {} window {} ready {}{}",
+            "batch {} window {} ready {}{}{}",
             self.batch,
             self.window,
             self.ready,
-            if self.spin { " spin" } else { "" }
+            if self.spin { " spin" } else { "" },
+            if self.crc { "" } else { " no-crc-check" }
         )
     }
 }
@@ -125,7 +130,7 @@ fn main() -> ExitCode {
 fn run() -> Result<()> {
     let args = Args::parse(
         std::env::args().skip(1),
-        &["spin", "sweep", "no-baseline"],
+        &["spin", "sweep", "no-baseline", "crc-compare"],
         USAGE,
     )?;
     let files = args.u64("files", 20_000)?;
@@ -138,6 +143,7 @@ fn run() -> Result<()> {
         window: args.u32("window", 16)?,
         ready: args.u32("ready", 64)?,
         spin: args.flag("spin"),
+        crc: true,
     };
 
     println!("warm: {}", sys::regime());
@@ -158,10 +164,20 @@ fn run() -> Result<()> {
     let mem = (!args.flag("no-baseline")).then(|| MemRead::new(&ds.sizes()));
 
     let mut runs = Vec::new();
+    let mut no_crc = Vec::new();
     for rep in 0..reps {
         let o = measure(&ds, arena, &hugepages, main_knobs, epochs, mem.as_ref())?;
         print_outcome(&format!("run {}/{reps}", rep + 1), &o);
         runs.push(o);
+        if args.flag("crc-compare") {
+            let k = Knobs {
+                crc: false,
+                ..main_knobs
+            };
+            let o = measure(&ds, arena, &hugepages, k, epochs, mem.as_ref())?;
+            print_outcome(&format!("run {}/{reps} without the check", rep + 1), &o);
+            no_crc.push(o.gbps);
+        }
     }
     // The median run by ratio (by throughput without baselines).
     let key = |o: &Outcome| if mem.is_some() { o.ratio() } else { o.gbps };
@@ -199,6 +215,7 @@ fn run() -> Result<()> {
                 window: 64,
                 ready: 256,
                 spin: true,
+                ..main_knobs
             },
         ];
         for k in grid {
@@ -239,6 +256,17 @@ fn run() -> Result<()> {
     }
     println!("after: {}", sys::regime());
 
+    no_crc.sort_by(f64::total_cmp);
+    let no_crc_median = no_crc.get(no_crc.len() / 2).copied();
+    if let Some(n) = no_crc_median {
+        let mut with: Vec<f64> = runs.iter().map(|o| o.gbps).collect();
+        with.sort_by(f64::total_cmp);
+        let w = with[with.len() / 2];
+        println!(
+            "loader-side CRC check: {w:.2} GB/s with it, {n:.2} GB/s without (medians of {reps} interleaved runs each): {:.3} of the unchecked rate",
+            w / n
+        );
+    }
     let mut j = Json::bench("warm");
     j.num("granary_gbps", main.gbps, 3)
         .num("memread_gbps", main.memread, 3)
@@ -247,6 +275,9 @@ fn run() -> Result<()> {
         .num("memread_by_sample_gbps", main.by_sample, 3)
         .str("config", &main.knobs.label())
         .str("arena_pages", pages(main.hugepages));
+    if let Some(n) = no_crc_median {
+        j.num("no_crc_check_gbps", n, 3);
+    }
     if !tuned.is_empty() {
         j.num("best_gbps", best.gbps, 3)
             .num("best_ratio", best.ratio(), 3)
@@ -345,6 +376,7 @@ fn measure(
     opts.seed = 42;
     opts.batch_size = k.batch;
     opts.epoch_count = 1 + epochs;
+    opts.verify_crc = k.crc;
 
     let total = ds.len() * u64::from(1 + epochs);
     let mut seen = 0u64;

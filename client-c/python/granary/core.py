@@ -385,6 +385,7 @@ def _options(
     view_required: bool = False,
     layout: Optional[bytes] = None,
     locality: Optional[bytes] = None,
+    verify_crc: bool = True,
 ):
     """The C options struct, and the buffers it points into (keep them
     alive while it is used)."""
@@ -413,6 +414,7 @@ def _options(
         keep.append(buf)
         opts.layout = ctypes.cast(buf, ctypes.c_void_p)
         opts.layout_len = len(layout)
+    opts.no_crc_check = 0 if verify_crc else 1
     if locality is not None:
         if len(locality) != 32:
             raise ValueError("locality: the agreed digest is 32 bytes")
@@ -447,6 +449,7 @@ class Session:
         view_required: bool = False,
         layout: Optional[bytes] = None,
         locality: Optional[bytes] = None,
+        verify_crc: bool = True,
     ):
         if client._handle is None:
             raise ReleasedError(detail="the client was closed", context="granary.Session")
@@ -465,6 +468,7 @@ class Session:
             view_required=view_required,
             layout=layout,
             locality=locality,
+            verify_crc=verify_crc,
         )
         _timeout_ms(timeout)  # validate early
         self.dataset = dataset

@@ -220,8 +220,10 @@ class GranaryDataset(IterableDataset):
     ``max_held_batches``, ``view`` (the job's membership view from
     :func:`gather_view`, handed to the agent with each session) and
     ``assignment`` (``"distributed_sampler"``, the default, or
-    ``"locality"``, which needs :meth:`prepare`). See the module
-    documentation.
+    ``"locality"``, which needs :meth:`prepare`) and ``verify_crc``
+    (default True: every sample's bytes are checked against the CRC-32C the
+    agent recorded before they are handed out; a mismatch is a ``Corrupt``
+    failed sample). See the module documentation.
     """
 
     def __init__(
@@ -247,6 +249,7 @@ class GranaryDataset(IterableDataset):
         max_held_batches: int = 8,
         view: Optional[bytes] = None,
         assignment: str = "distributed_sampler",
+        verify_crc: bool = True,
     ):
         super().__init__()
         if on_error not in ON_ERROR:
@@ -273,6 +276,7 @@ class GranaryDataset(IterableDataset):
         self.max_held_batches = max_held_batches
         self.view = view
         self.assignment = assignment
+        self.verify_crc = verify_crc
         # Set by prepare(): the rank layout's node ids, the DataLoader
         # workers per rank, the process group, and the agreed digest of the
         # current epoch (None: exact order).
@@ -472,6 +476,7 @@ class GranaryDataset(IterableDataset):
                 drop_last=self.drop_last,
                 timeout=self.timeout,
                 view=self.view,
+                verify_crc=self.verify_crc,
                 **assignment,
             )
         try:

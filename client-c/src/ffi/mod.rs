@@ -128,6 +128,7 @@ unsafe fn read_options(opts: *const GranarySessionOptions) -> Result<SessionOpti
         s.layout = Some(bytes.to_vec());
     }
     s.locality = (o.locality != 0).then_some(o.locality_digest);
+    s.verify_crc = o.no_crc_check == 0;
     Ok(s)
 }
 
@@ -252,6 +253,8 @@ fn default_options() -> GranarySessionOptions {
         locality: 0,
         reserved2: 0,
         locality_digest: [0; 32],
+        no_crc_check: 0,
+        reserved3: 0,
     }
 }
 

@@ -122,6 +122,12 @@ pub struct GranarySessionOptions {
     pub reserved2: u32,
     /// See `locality`.
     pub locality_digest: [u8; 32],
+    /// Non-zero: hand samples out without checking their bytes against the
+    /// CRC-32C the agent recorded (default 0: checked; a mismatch makes the
+    /// sample a `GRANARY_E_CORRUPT` failure, never different bytes).
+    pub no_crc_check: u32,
+    /// Zero.
+    pub reserved3: u32,
 }
 
 /// Size of `granary_session_options` before the view fields: callers built
@@ -131,6 +137,10 @@ pub(crate) const OPTIONS_V1_SIZE: usize = 56;
 /// Size of `granary_session_options` before the layout and locality
 /// fields: callers built against that header open in exact order.
 pub(crate) const OPTIONS_V2_SIZE: usize = 80;
+
+/// Size of `granary_session_options` before `no_crc_check`: callers built
+/// against it get the check (the default).
+pub(crate) const OPTIONS_V3_SIZE: usize = 136;
 
 /// Longest note of `granary_assignment_info`, NUL included.
 pub const GRANARY_NOTE_MAX: usize = 512;
@@ -276,7 +286,8 @@ const _: () = {
     assert!(offset_of!(GranarySessionOptions, layout_len) == 88);
     assert!(offset_of!(GranarySessionOptions, locality) == 96);
     assert!(offset_of!(GranarySessionOptions, locality_digest) == 104);
-    assert!(size_of::<GranarySessionOptions>() == 136);
+    assert!(offset_of!(GranarySessionOptions, no_crc_check) == OPTIONS_V3_SIZE);
+    assert!(size_of::<GranarySessionOptions>() == 144);
     assert!(offset_of!(GranaryAssignmentInfo, digest) == 8);
     assert!(offset_of!(GranaryAssignmentInfo, note) == 40);
     assert!(size_of::<GranaryAssignmentInfo>() == 40 + GRANARY_NOTE_MAX);
