@@ -584,13 +584,40 @@ impl SessionPlan {
     }
 
     /// A cursor at the session's first batch.
+    #[cfg(test)]
     pub(crate) fn cursor(&self) -> SessionCursor {
+        self.cursor_at(0)
+    }
+
+    /// A cursor past the session's first `first_batch` batches, counted
+    /// across its epochs (a loader resuming after its agent went away).
+    pub(crate) fn cursor_at(&self, first_batch: u64) -> SessionCursor {
+        let per_epoch = self.batches_per_epoch().max(1);
         SessionCursor {
             session: self.clone(),
-            next_epoch_offset: 0,
+            next_epoch_offset: u32::try_from(first_batch / per_epoch).unwrap_or(u32::MAX),
             current: None,
             next_batch: 0,
+            skip: first_batch % per_epoch,
         }
+    }
+
+    /// Samples in the session's first `batches` batches (counted across
+    /// its epochs).
+    ///
+    /// # Errors
+    ///
+    /// [`PlanError::OutOfMemory`] when an epoch's plan cannot be built.
+    pub(crate) fn samples_before(&self, batches: u64) -> Result<u64, PlanError> {
+        let per_epoch = self.batches_per_epoch();
+        if per_epoch == 0 || batches == 0 {
+            return Ok(0);
+        }
+        let whole = batches / per_epoch;
+        let first = self.epoch(self.first_epoch)?;
+        let epoch_samples = first.samples().len() as u64;
+        let part = (batches % per_epoch) * u64::from(self.params.batch_size);
+        Ok(whole * epoch_samples + part.min(epoch_samples))
     }
 }
 
@@ -621,6 +648,8 @@ pub(crate) struct SessionCursor {
     current: Option<Arc<EpochPlan>>,
     /// Index of the next batch of `current` to yield.
     next_batch: u64,
+    /// Batches of the first epoch not to yield (taken when it is loaded).
+    skip: u64,
 }
 
 impl SessionCursor {
@@ -649,7 +678,7 @@ impl SessionCursor {
             let epoch = self.session.first_epoch + self.next_epoch_offset;
             self.current = Some(self.session.epoch(epoch)?);
             self.next_epoch_offset += 1;
-            self.next_batch = 0;
+            self.next_batch = std::mem::take(&mut self.skip);
         }
         let index = self.next_batch;
         self.next_batch += 1;

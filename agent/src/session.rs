@@ -170,6 +170,8 @@ pub(crate) struct SessionSetup {
     pub max_held_bytes: u64,
     /// Now, on the engine's clock.
     pub now: Instant,
+    /// The first epoch's first batch to deliver (0: the epoch's first).
+    pub first_batch: u64,
 }
 
 impl Session {
@@ -186,6 +188,7 @@ impl Session {
             max_window,
             max_held_bytes,
             now,
+            first_batch,
         } = setup;
         let (ready, release) = segment
             .take_endpoints()
@@ -195,7 +198,7 @@ impl Session {
             id,
             conn,
             dataset,
-            cursor: plan.cursor(),
+            cursor: plan.cursor_at(first_batch),
             segment,
             ready,
             release,
@@ -529,6 +532,7 @@ mod tests {
             max_window: window,
             max_held_bytes: u64::MAX,
             now: Instant::now(),
+            first_batch: 0,
         })
     }
 

@@ -249,6 +249,12 @@ typedef struct granary_session_options {
      * Zero.
      */
     uint32_t reserved3;
+    /**
+     * Skip the session's first `first_batch` batches, counted across its
+     * epochs (default 0): a loader resuming after its agent went away
+     * names how many it has handed out.
+     */
+    uint64_t first_batch;
 } granary_session_options;
 
 /**

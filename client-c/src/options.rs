@@ -61,6 +61,11 @@ pub struct SessionOptions {
     /// mismatch makes that sample a `Corrupt` failure (empty, its own
     /// status), never different bytes. Costs one pass over the bytes.
     pub verify_crc: bool,
+    /// Skip the session's first `first_batch` batches, counted across its
+    /// epochs (default 0): a loader resuming after its agent went away
+    /// names how many it has handed out, and gets every later batch of the
+    /// same plan (the same seed, epochs and assignment).
+    pub first_batch: u64,
 }
 
 impl SessionOptions {
@@ -85,6 +90,7 @@ impl SessionOptions {
             layout: None,
             locality: None,
             verify_crc: true,
+            first_batch: 0,
         }
     }
 
@@ -103,6 +109,7 @@ impl SessionOptions {
             release_capacity: self.release_capacity,
             client_abi: ABI_VERSION,
             locality: self.locality,
+            first_batch: self.first_batch,
         }
     }
 }

@@ -142,6 +142,10 @@ pub struct OpenSession {
     /// (`DistributedSampler`) order. Encoded after the other fields only
     /// when present, so requests of older clients decode as `None`.
     pub locality: Option<[u8; 32]>,
+    /// Skip the session's first `first_batch` batches, counted across its
+    /// epochs (0: none): a loader resuming after its agent went away names
+    /// how many it has handed out. Encoded only when not 0.
+    pub first_batch: u64,
 }
 
 impl OpenSession {
@@ -508,6 +512,8 @@ pub enum ProtocolError {
     TrailingBytes(usize),
     /// A peer identity carries an unknown membership mode.
     BadMembership(u8),
+    /// An open-session request's trailer flags name unknown fields.
+    BadFlags(u8),
 }
 
 impl ProtocolError {
@@ -545,6 +551,9 @@ impl fmt::Display for ProtocolError {
             ProtocolError::BadMembership(b) => {
                 write!(f, "unknown membership mode {b} in a peer identity")
             }
+            ProtocolError::BadFlags(b) => {
+                write!(f, "unknown flags {b:#04x} in an open-session request")
+            }
         }
     }
 }
@@ -578,7 +587,12 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
     out.extend_from_slice(&[0; HEADER_LEN]);
     match msg {
         Message::OpenSession(o) | Message::AssignmentQuery(o) => {
-            let trailer = if o.locality.is_some() { 33 } else { 0 };
+            let trailer = match (o.locality.is_some(), o.first_batch != 0) {
+                (false, false) => 0,
+                (true, false) => 33,
+                (false, true) => 9,
+                (true, true) => 41,
+            };
             put_str(out, &o.dataset, MAX_BODY - 2 - OPEN_SESSION_FIXED - trailer);
             out.extend_from_slice(&o.seed.to_le_bytes());
             for v in [
@@ -594,9 +608,16 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             for v in [o.ready_capacity, o.release_capacity, o.client_abi] {
                 out.extend_from_slice(&v.to_le_bytes());
             }
-            if let Some(digest) = &o.locality {
-                out.push(1);
-                out.extend_from_slice(digest);
+            // The optional trailer: a flags byte, then what it announces.
+            let flags = u8::from(o.locality.is_some()) | (u8::from(o.first_batch != 0) << 1);
+            if flags != 0 {
+                out.push(flags);
+                if let Some(digest) = &o.locality {
+                    out.extend_from_slice(digest);
+                }
+                if o.first_batch != 0 {
+                    out.extend_from_slice(&o.first_batch.to_le_bytes());
+                }
             }
         }
         Message::SessionOpened(s) => {
@@ -787,10 +808,21 @@ impl<'a> Reader<'a> {
             release_capacity: self.u32()?,
             client_abi: self.u32()?,
             locality: None,
+            first_batch: 0,
         };
-        // The assignment is a later addition: absent in older requests.
-        if !self.rest.is_empty() && self.bool()? {
-            o.locality = Some(self.take()?);
+        // Later additions, absent in older requests: a flags byte (bit 0:
+        // a locality digest follows; bit 1: a first batch follows).
+        if !self.rest.is_empty() {
+            let flags = self.u8()?;
+            if flags & !0b11 != 0 {
+                return Err(ProtocolError::BadFlags(flags));
+            }
+            if flags & 1 != 0 {
+                o.locality = Some(self.take()?);
+            }
+            if flags & 2 != 0 {
+                o.first_batch = self.u64()?;
+            }
         }
         Ok(o)
     }
@@ -974,6 +1006,7 @@ mod tests {
             release_capacity: 0,
             client_abi: 1,
             locality: None,
+            first_batch: 0,
         }
     }
 
@@ -1042,11 +1075,29 @@ mod tests {
         let q = encode_to_vec(&Message::AssignmentQuery(o.clone()));
         assert_eq!(decode_frame(&q), Ok(Message::AssignmentQuery(o)));
         // A flag byte without its digest is truncated, not exact order.
-        let mut cut = exact.clone();
-        cut.push(1);
-        let body = (cut.len() - HEADER_LEN) as u32;
-        cut[0..4].copy_from_slice(&body.to_le_bytes());
-        assert_eq!(decode_frame(&cut), Err(ProtocolError::Truncated));
+        let with = |extra: &[u8]| {
+            let mut f = exact.clone();
+            f.extend_from_slice(extra);
+            let body = (f.len() - HEADER_LEN) as u32;
+            f[0..4].copy_from_slice(&body.to_le_bytes());
+            f
+        };
+        assert_eq!(decode_frame(&with(&[1])), Err(ProtocolError::Truncated));
+        assert_eq!(
+            decode_frame(&with(&[4])),
+            Err(ProtocolError::BadFlags(4)),
+            "unknown trailer fields are refused"
+        );
+        // A first batch alone, and with a digest.
+        let mut r = sample_open();
+        r.first_batch = 7;
+        let f = encode_to_vec(&Message::OpenSession(r.clone()));
+        assert_eq!(f.len(), exact.len() + 9);
+        assert_eq!(decode_frame(&f), Ok(Message::OpenSession(r.clone())));
+        r.locality = Some([3; 32]);
+        let f = encode_to_vec(&Message::OpenSession(r.clone()));
+        assert_eq!(f.len(), exact.len() + 41);
+        assert_eq!(decode_frame(&f), Ok(Message::OpenSession(r)));
     }
 
     #[test]
@@ -1287,28 +1338,32 @@ mod tests {
             any::<[u32; 3]>(),
             proptest::option::of(any::<[u8; 32]>()),
             any::<bool>(),
+            prop_oneof![Just(0u64), any::<u64>()],
         )
-            .prop_map(|(dataset, seed, a, drop_last, b, locality, query)| {
-                let o = OpenSession {
-                    dataset,
-                    seed,
-                    first_epoch: a[0],
-                    epoch_count: a[1],
-                    batch_size: a[2],
-                    rank: a[3],
-                    world_size: a[4],
-                    drop_last,
-                    ready_capacity: b[0],
-                    release_capacity: b[1],
-                    client_abi: b[2],
-                    locality,
-                };
-                if query {
-                    Message::AssignmentQuery(o)
-                } else {
-                    Message::OpenSession(o)
-                }
-            });
+            .prop_map(
+                |(dataset, seed, a, drop_last, b, locality, query, first_batch)| {
+                    let o = OpenSession {
+                        dataset,
+                        seed,
+                        first_epoch: a[0],
+                        epoch_count: a[1],
+                        batch_size: a[2],
+                        rank: a[3],
+                        world_size: a[4],
+                        drop_last,
+                        ready_capacity: b[0],
+                        release_capacity: b[1],
+                        client_abi: b[2],
+                        locality,
+                        first_batch,
+                    };
+                    if query {
+                        Message::AssignmentQuery(o)
+                    } else {
+                        Message::OpenSession(o)
+                    }
+                },
+            );
         let opened = (any::<[u64; 6]>(), any::<u8>()).prop_map(|(v, fd_count)| {
             Message::SessionOpened(SessionOpened {
                 session_id: v[0],

@@ -861,6 +861,7 @@ mod tests {
             release_capacity: 0,
             client_abi: 1,
             locality: None,
+            first_batch: 0,
         };
         client
             .send_message(&Message::OpenSession(open), &[])

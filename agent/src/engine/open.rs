@@ -173,6 +173,21 @@ impl Engine {
         if let Some(placement) = self.placement_for(conn, ds, req)? {
             plan = plan.with_placement(placement);
         }
+        let session_batches = plan
+            .batches_per_epoch()
+            .saturating_mul(u64::from(req.epoch_count));
+        if req.first_batch > 0 && req.first_batch >= session_batches {
+            return Err((
+                ErrorCode::InvalidArgument,
+                format!(
+                    "first_batch: {} is not below the session's {session_batches} batches",
+                    req.first_batch
+                ),
+            ));
+        }
+        let skipped = plan
+            .samples_before(req.first_batch)
+            .map_err(|e| (ErrorCode::NoMemory, format!("cannot plan: {e}")))?;
         let pick = |asked: u32, default: u32| if asked == 0 { default } else { asked };
         let id = self.next_session;
         let spec = SegmentSpec {
@@ -208,6 +223,7 @@ impl Engine {
             max_window: self.cfg.prefetch.window_batches,
             max_held_bytes: self.max_pinned_bytes(),
             now: self.clock.now(),
+            first_batch: req.first_batch,
         });
         let reply = SessionOpened {
             session_id: id,
@@ -221,6 +237,8 @@ impl Engine {
         self.next_session += 1;
         if let Err(e) = self.cache.add_session(id, ds as u32, plan) {
             tracing::warn!(session = id, "cache cannot index the session's plan: {e}");
+        } else if skipped > 0 {
+            let _ = self.cache.advance_session_by(id, skipped);
         }
         self.sessions.insert(id, session);
         Ok((Opened { reply, arena_fd }, id))

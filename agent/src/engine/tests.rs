@@ -256,6 +256,16 @@ impl Harness {
     }
 
     fn open_on(&mut self, dataset: &str, batch: u32, epochs: u32) -> (u64, Loader) {
+        self.open_at(dataset, batch, epochs, 0)
+    }
+
+    fn open_at(
+        &mut self,
+        dataset: &str,
+        batch: u32,
+        epochs: u32,
+        first_batch: u64,
+    ) -> (u64, Loader) {
         let req = OpenSession {
             dataset: dataset.into(),
             seed: 3,
@@ -269,6 +279,7 @@ impl Harness {
             release_capacity: 0,
             client_abi: 1,
             locality: None,
+            first_batch,
         };
         let ds = self
             .engine
@@ -432,6 +443,67 @@ fn every_sample_arrives_once_per_epoch_byte_for_byte() {
     h.turns(2);
     let a = h.engine.cache.accounting();
     assert_eq!(a.pinned + a.in_flight, 0, "{a:?}");
+}
+
+/// A session opened past its first `k` batches (a loader resuming after
+/// its agent went away) delivers exactly the plan's batches from there on,
+/// counted across epochs; a first batch past the session is refused.
+#[test]
+fn a_session_can_start_at_a_given_batch() {
+    let mut h = harness("", false);
+    let (_, mut whole) = h.open(5, 2);
+    h.auto(true);
+    let reference = drain(&mut h, &mut whole);
+    let per_epoch = SAMPLES.div_ceil(5);
+    let (_, mut resumed) = h.open_at("fake", 5, 2, 3);
+    let got = drain(&mut h, &mut resumed);
+    let (_, mut later) = h.open_at("fake", 5, 2, per_epoch + 2);
+    let got_later = drain(&mut h, &mut later);
+    let key = |all: &[(BatchDescriptor, Vec<SampleEntry>)]| -> Vec<(u32, u64, Vec<u64>)> {
+        all.iter()
+            .filter(|(d, _)| d.sample_count > 0)
+            .map(|(d, t)| {
+                (
+                    d.epoch,
+                    d.batch_index,
+                    t.iter().map(|e| e.sample_id).collect(),
+                )
+            })
+            .collect()
+    };
+    let want: Vec<_> = key(&reference)
+        .into_iter()
+        .filter(|(e, i, _)| *e > 0 || *i >= 3)
+        .collect();
+    assert_eq!(key(&got), want);
+    assert_eq!(want[0].1, 3, "epoch 0 starts at batch 3");
+    let want_later: Vec<_> = key(&reference)
+        .into_iter()
+        .filter(|(e, i, _)| *e == 1 && *i >= 2)
+        .collect();
+    assert_eq!(key(&got_later), want_later, "epoch 1 from batch 2");
+    let mut req = OpenSession {
+        dataset: "fake".into(),
+        seed: 3,
+        rank: 0,
+        world_size: 1,
+        batch_size: 5,
+        drop_last: false,
+        first_epoch: 0,
+        epoch_count: 1,
+        ready_capacity: 0,
+        release_capacity: 0,
+        client_abi: 1,
+        locality: None,
+        first_batch: per_epoch,
+    };
+    let Err((code, why)) = h.engine.open_session(0, 0, &req) else {
+        panic!("a first batch past the epoch was accepted");
+    };
+    assert_eq!(code, ErrorCode::InvalidArgument);
+    assert!(why.starts_with("first_batch:"), "{why}");
+    req.first_batch -= 1;
+    assert!(h.engine.open_session(0, 0, &req).is_ok());
 }
 
 #[test]
@@ -718,6 +790,7 @@ fn rings_larger_than_the_agents_limit_are_refused_at_open() {
         release_capacity: 0,
         client_abi: 1,
         locality: None,
+        first_batch: 0,
     };
     let Err((code, why)) = h.engine.open_session(0, 0, &req) else {
         panic!("a ready ring of 8192 slots was accepted");

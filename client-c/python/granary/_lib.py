@@ -96,6 +96,7 @@ class SessionOptions(ctypes.Structure):
         ("locality_digest", ctypes.c_uint8 * 32),
         ("no_crc_check", ctypes.c_uint32),
         ("reserved3", ctypes.c_uint32),
+        ("first_batch", ctypes.c_uint64),
     ]
 
 
@@ -163,7 +164,7 @@ class Sample(ctypes.Structure):
 
 
 # The structs, as pinned in client-c/src/ffi/types.rs.
-assert ctypes.sizeof(SessionOptions) == 144, ctypes.sizeof(SessionOptions)
+assert ctypes.sizeof(SessionOptions) == 152, ctypes.sizeof(SessionOptions)
 assert ctypes.sizeof(AssignmentInfo) == 40 + NOTE_MAX, ctypes.sizeof(AssignmentInfo)
 assert ctypes.sizeof(PeerIdentity) == 64 + 3 * NAME_MAX, ctypes.sizeof(PeerIdentity)
 assert ctypes.sizeof(ViewMember) == 24, ctypes.sizeof(ViewMember)

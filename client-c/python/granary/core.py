@@ -386,6 +386,7 @@ def _options(
     layout: Optional[bytes] = None,
     locality: Optional[bytes] = None,
     verify_crc: bool = True,
+    first_batch: int = 0,
 ):
     """The C options struct, and the buffers it points into (keep them
     alive while it is used)."""
@@ -415,6 +416,7 @@ def _options(
         opts.layout = ctypes.cast(buf, ctypes.c_void_p)
         opts.layout_len = len(layout)
     opts.no_crc_check = 0 if verify_crc else 1
+    opts.first_batch = first_batch
     if locality is not None:
         if len(locality) != 32:
             raise ValueError("locality: the agreed digest is 32 bytes")
@@ -450,6 +452,7 @@ class Session:
         layout: Optional[bytes] = None,
         locality: Optional[bytes] = None,
         verify_crc: bool = True,
+        first_batch: int = 0,
     ):
         if client._handle is None:
             raise ReleasedError(detail="the client was closed", context="granary.Session")
@@ -469,6 +472,7 @@ class Session:
             layout=layout,
             locality=locality,
             verify_crc=verify_crc,
+            first_batch=first_batch,
         )
         _timeout_ms(timeout)  # validate early
         self.dataset = dataset

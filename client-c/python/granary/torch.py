@@ -79,7 +79,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from . import _lib
 from .core import DEFAULT_TIMEOUT, Client, Sample, agree, default_socket, encode_layout, encode_view
-from .errors import EndOfStream, GranaryError
+from .errors import Disconnected, EndOfStream, GranaryError, NotFound, Timeout
 
 __all__ = ["GranaryDataset", "SampleFailureWarning", "as_tensor", "decode_jpeg", "gather_view", "rank_and_world"]
 
@@ -223,7 +223,9 @@ class GranaryDataset(IterableDataset):
     ``"locality"``, which needs :meth:`prepare`) and ``verify_crc``
     (default True: every sample's bytes are checked against the CRC-32C the
     agent recorded before they are handed out; a mismatch is a ``Corrupt``
-    failed sample). See the module documentation.
+    failed sample) and ``resume_timeout`` (seconds to wait for an agent
+    that went away to come back, then resume at the first batch not handed
+    out; None: fail at once). See the module documentation.
     """
 
     def __init__(
@@ -250,6 +252,7 @@ class GranaryDataset(IterableDataset):
         view: Optional[bytes] = None,
         assignment: str = "distributed_sampler",
         verify_crc: bool = True,
+        resume_timeout: Optional[float] = 60.0,
     ):
         super().__init__()
         if on_error not in ON_ERROR:
@@ -277,6 +280,7 @@ class GranaryDataset(IterableDataset):
         self.view = view
         self.assignment = assignment
         self.verify_crc = verify_crc
+        self.resume_timeout = resume_timeout
         # Set by prepare(): the rank layout's node ids, the DataLoader
         # workers per rank, the process group, and the agreed digest of the
         # current epoch (None: exact order).
@@ -464,21 +468,28 @@ class GranaryDataset(IterableDataset):
                     "granary.torch.GranaryDataset",
                 )
 
-        with Client(self.socket) as client:
-            session = client.open_session(
-                self.dataset,
-                batch_size=self.batch_size,
-                seed=self.seed,
-                first_epoch=self.epoch,
-                epochs=self.epochs,
-                rank=rank,
-                world_size=world,
-                drop_last=self.drop_last,
-                timeout=self.timeout,
-                view=self.view,
-                verify_crc=self.verify_crc,
-                **assignment,
-            )
+        def open_at(first_batch: int):
+            with Client(self.socket) as client:
+                return client.open_session(
+                    self.dataset,
+                    batch_size=self.batch_size,
+                    seed=self.seed,
+                    first_epoch=self.epoch,
+                    epochs=self.epochs,
+                    rank=rank,
+                    world_size=world,
+                    drop_last=self.drop_last,
+                    timeout=self.timeout,
+                    view=self.view,
+                    verify_crc=self.verify_crc,
+                    first_batch=first_batch,
+                    **assignment,
+                )
+
+        session = open_at(0)
+        # Batches of this pass fully handed out (counted across epochs): a
+        # resumed session starts after them.
+        handed = 0
         try:
             while True:
                 sweep(session)
@@ -486,6 +497,11 @@ class GranaryDataset(IterableDataset):
                     batch = session.next_batch()
                 except EndOfStream:
                     break
+                except Disconnected as gone:
+                    if self.resume_timeout is None:
+                        raise
+                    session = self._resume(session, gone, open_at, handed)
+                    continue
                 if batch.status != 0 and self.on_error == "raise":
                     # The first failed sample's own error (its kind), else
                     # the batch's.
@@ -524,12 +540,47 @@ class GranaryDataset(IterableDataset):
                     raise
                 refs = batch._retire()
                 held.append((batch, refs))
+                handed += 1
         except BaseException:
             session.close()
             raise
         # The consumer may still hold the last items (a DataLoader collates
         # after the iterator ends): the session ends when they are gone.
         _close_when_unviewed(session, held)
+
+
+    def _resume(self, old, gone: GranaryError, open_at: Callable, handed: int):
+        """The agent went away: waits up to ``resume_timeout`` for it to
+        come back and opens the same pass after the ``handed`` batches
+        already handed out, so the consumer sees each batch once."""
+        try:
+            old.close()
+        except GranaryError:
+            pass
+        deadline = time.monotonic() + self.resume_timeout
+        pause = 0.05
+        while True:
+            try:
+                session = open_at(handed)
+            except (Disconnected, NotFound, Timeout) as e:
+                if time.monotonic() + pause > deadline:
+                    raise GranaryError(
+                        _lib.E_DISCONNECTED,
+                        f"the agent went away ({gone.detail or gone}) and did not come back within "
+                        f"{self.resume_timeout} s: {e}",
+                        "granary.torch.GranaryDataset",
+                    ) from e
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
+                continue
+            log.warning(
+                "granary: the agent at %s went away (%s); dataset %r resumed after %d batches",
+                self.socket,
+                gone.detail or gone,
+                self.dataset,
+                handed,
+            )
+            return session
 
 
 def _close_when_unviewed(session, held) -> None:

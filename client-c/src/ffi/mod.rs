@@ -129,6 +129,7 @@ unsafe fn read_options(opts: *const GranarySessionOptions) -> Result<SessionOpti
     }
     s.locality = (o.locality != 0).then_some(o.locality_digest);
     s.verify_crc = o.no_crc_check == 0;
+    s.first_batch = o.first_batch;
     Ok(s)
 }
 
@@ -255,6 +256,7 @@ fn default_options() -> GranarySessionOptions {
         locality_digest: [0; 32],
         no_crc_check: 0,
         reserved3: 0,
+        first_batch: 0,
     }
 }
 

@@ -128,6 +128,10 @@ pub struct GranarySessionOptions {
     pub no_crc_check: u32,
     /// Zero.
     pub reserved3: u32,
+    /// Skip the session's first `first_batch` batches, counted across its
+    /// epochs (default 0): a loader resuming after its agent went away
+    /// names how many it has handed out.
+    pub first_batch: u64,
 }
 
 /// Size of `granary_session_options` before the view fields: callers built
@@ -287,7 +291,8 @@ const _: () = {
     assert!(offset_of!(GranarySessionOptions, locality) == 96);
     assert!(offset_of!(GranarySessionOptions, locality_digest) == 104);
     assert!(offset_of!(GranarySessionOptions, no_crc_check) == OPTIONS_V3_SIZE);
-    assert!(size_of::<GranarySessionOptions>() == 144);
+    assert!(offset_of!(GranarySessionOptions, first_batch) == 144);
+    assert!(size_of::<GranarySessionOptions>() == 152);
     assert!(offset_of!(GranaryAssignmentInfo, digest) == 8);
     assert!(offset_of!(GranaryAssignmentInfo, note) == 40);
     assert!(size_of::<GranaryAssignmentInfo>() == 40 + GRANARY_NOTE_MAX);
