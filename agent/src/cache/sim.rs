@@ -199,7 +199,7 @@ pub fn simulate(config: &SimConfig, policy: PolicyKind) -> Result<SimResult, Sim
     let mut positions = vec![0u64; config.sessions.len()];
     for (i, plan) in config.sessions.iter().enumerate() {
         cache.add_session(i as u64, 0, plan.clone())?;
-        cursors.push(plan.cursor());
+        cursors.push(plan.cursor_at(0));
     }
     let mut result = SimResult {
         policy,
