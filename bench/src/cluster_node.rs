@@ -25,10 +25,10 @@
 //! locality-aware assignment alike, each step must hold exactly the
 //! planner's samples.
 //!
-//! A rank whose agent goes away (killed) reconnects, reopens the epoch,
-//! checks the batches it had already consumed against the plan without
-//! counting them again (`replayed`), and goes on from the first batch it
-//! had not consumed: the consumer sees each planned batch once.
+//! A rank whose agent goes away (killed) reconnects and reopens the epoch
+//! after the batches it had consumed (`first_batch`); a batch delivered
+//! again anyway is checked against the plan without being counted
+//! (`replayed`): the consumer sees each planned batch once.
 
 use crate::corrupt_proxy::{Corrupt, CorruptingProxy};
 use granary::{Client, ErrorCode, SessionOptions};
@@ -252,7 +252,9 @@ fn run_rank(
             std::thread::sleep(Duration::from_millis(50));
             continue;
         };
-        let o = a.options(rank, epoch, locality);
+        let mut o = a.options(rank, epoch, locality);
+        // A reopened session starts after the batches already consumed.
+        o.first_batch = consumed as u64;
         let Ok(mut s) = client.open_session(&o) else {
             gave_up_at.get_or_insert_with(Instant::now);
             std::thread::sleep(Duration::from_millis(50));
