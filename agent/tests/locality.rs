@@ -13,7 +13,9 @@
 //!   and step: 5.8 %), and the placement metric says the same;
 //! * a rank whose inputs differ (another layout) makes the job agree on
 //!   exact order, with a reason naming it; opening in locality mode with
-//!   a digest its agent does not compute is refused.
+//!   a digest its agent does not compute is refused;
+//! * a killed peer leaves the other agents' assignment (its digest)
+//!   unchanged.
 
 mod common;
 mod common_peers;
@@ -337,6 +339,22 @@ fn locality_mode_keeps_every_global_step_and_moves_what_the_law_says() {
     };
     assert_eq!(err.code(), ErrorCode::InvalidArgument);
     assert!(err.message().contains("the job agreed on"), "{err}");
+    // A lost peer changes where bytes come from, never the assignment: with
+    // node 2's agent killed, the others still compute the same digest (the
+    // directory depends on the view and the catalog only).
+    let mut job = job;
+    job.agents[NODES - 1].kill9();
+    for r in 0..(WORLD - RANKS_PER_NODE) {
+        let info = Client::connect(&job.agents[Job::node_of(r)].sock)
+            .unwrap()
+            .assignment(&job.options(r, 1, Job::node_of))
+            .unwrap();
+        assert!(info.locality, "rank {r}: {}", info.note);
+        assert_eq!(
+            info.digest, d1,
+            "rank {r}: the assignment changed with a peer down"
+        );
+    }
     // Without a layout, the agent says locality is unavailable.
     let mut o = job.options(0, 0, Job::node_of);
     o.layout = None;
