@@ -814,7 +814,9 @@ impl<'a> Reader<'a> {
         // a locality digest follows; bit 1: a first batch follows).
         if !self.rest.is_empty() {
             let flags = self.u8()?;
-            if flags & !0b11 != 0 {
+            // A trailer announces at least one field, and only known ones
+            // (so that every frame has one encoding).
+            if flags == 0 || flags & !0b11 != 0 {
                 return Err(ProtocolError::BadFlags(flags));
             }
             if flags & 1 != 0 {
@@ -1087,6 +1089,11 @@ mod tests {
             decode_frame(&with(&[4])),
             Err(ProtocolError::BadFlags(4)),
             "unknown trailer fields are refused"
+        );
+        assert_eq!(
+            decode_frame(&with(&[0])),
+            Err(ProtocolError::BadFlags(0)),
+            "an empty trailer is refused: a frame has one encoding"
         );
         // A first batch alone, and with a digest.
         let mut r = sample_open();
