@@ -824,6 +824,10 @@ impl<'a> Reader<'a> {
             }
             if flags & 2 != 0 {
                 o.first_batch = self.u64()?;
+                if o.first_batch == 0 {
+                    // 0 is said by leaving the field out.
+                    return Err(ProtocolError::BadFlags(flags));
+                }
             }
         }
         Ok(o)
@@ -1094,6 +1098,11 @@ mod tests {
             decode_frame(&with(&[0])),
             Err(ProtocolError::BadFlags(0)),
             "an empty trailer is refused: a frame has one encoding"
+        );
+        assert_eq!(
+            decode_frame(&with(&[2, 0, 0, 0, 0, 0, 0, 0, 0])),
+            Err(ProtocolError::BadFlags(2)),
+            "a first batch of 0 is said by leaving it out"
         );
         // A first batch alone, and with a digest.
         let mut r = sample_open();
