@@ -122,8 +122,10 @@ def test_views_kept_too_long_are_an_error(agent):
 
 
 def test_agent_stopped_mid_epoch_fails_the_dataloader_within_the_timeout(own_agent):
+    # resume_timeout=None: fail at once instead of waiting for the agent
+    # to come back (test_resume.py covers the default).
     timeout = 5.0
-    ds = GranaryDataset("synth", own_agent.socket, batch_size=8, epochs=5, timeout=timeout)
+    ds = GranaryDataset("synth", own_agent.socket, batch_size=8, epochs=5, timeout=timeout, resume_timeout=None)
     loader = DataLoader(ds, batch_size=None, num_workers=WORKERS)
     it = iter(loader)
     for _ in range(4):
