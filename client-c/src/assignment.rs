@@ -101,17 +101,17 @@ mod tests {
     use super::*;
     use crate::{encode_view, ViewMember};
 
-    fn m(id: &str, addr: &str, capacity: u64) -> ViewMember {
-        ViewMember {
-            id: id.into(),
-            addr: addr.into(),
-            capacity,
-        }
-    }
-
     #[test]
     fn layouts_name_view_members_and_expand_workers() {
-        let view = encode_view("j", 1, &[m("b", "h2:1", 5), m("a", "h1:1", 5)]).unwrap();
+        let members: Vec<ViewMember> = [("b", "h2:1"), ("a", "h1:1")]
+            .into_iter()
+            .map(|(id, addr)| ViewMember {
+                id: id.into(),
+                addr: addr.into(),
+                capacity: 5,
+            })
+            .collect();
+        let view = encode_view("j", 1, &members).unwrap();
         let bytes = encode_layout(&view, &["b", "a", "b"], 2).unwrap();
         let layout = Layout::decode(&bytes).unwrap();
         assert_eq!(layout.nodes(), 2);

@@ -28,6 +28,28 @@ def _free_port(ip: str) -> int:
         return s.getsockname()[1]
 
 
+def _session_agents(synth_root) -> list:
+    """Two agents on 127.0.0.2 and .3 taking the view their loaders hand in."""
+    agents = []
+    try:
+        for n, ip in enumerate(["127.0.0.2", "127.0.0.3"]):
+            port = _free_port(ip)
+            agents.append(
+                LocalAgent(
+                    {"synth": synth_root},
+                    extra_config=(
+                        '[peers]\nmembership = "session"\n'
+                        f'node_id = "node{n}"\nlisten = "{ip}:{port}"\nsecret = "py-secret"\n\n'
+                    ),
+                ).start()
+            )
+    except BaseException:
+        for a in agents:
+            a.stop()
+        raise
+    return agents
+
+
 def _rank(rank: int, sockets: list, rdv: str, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{rdv}", rank=rank, world_size=RANKS)
     try:
@@ -55,20 +77,9 @@ def _rank(rank: int, sockets: list, rdv: str, out: str) -> None:
 
 
 def test_ranks_gather_a_view_and_read_through_their_peers(synth_root, tmp_path):
-    ips = ["127.0.0.2", "127.0.0.3"]
     agents = []
     try:
-        for n, ip in enumerate(ips):
-            port = _free_port(ip)
-            agents.append(
-                LocalAgent(
-                    {"synth": synth_root},
-                    extra_config=(
-                        '[peers]\nmembership = "session"\n'
-                        f'node_id = "node{n}"\nlisten = "{ip}:{port}"\nsecret = "py-secret"\n\n'
-                    ),
-                ).start()
-            )
+        agents = _session_agents(synth_root)
         sockets = [a.socket for a in agents]
         with granary.connect(sockets[0]) as c:
             before = c.peer_identity()
@@ -181,20 +192,9 @@ def _locality_rank(rank: int, sockets: list, rdv: str, out: str) -> None:
 def test_locality_mode_keeps_each_global_batch_and_a_differing_rank_means_exact(synth_root, tmp_path):
     import json
 
-    ips = ["127.0.0.2", "127.0.0.3"]
     agents = []
     try:
-        for n, ip in enumerate(ips):
-            port = _free_port(ip)
-            agents.append(
-                LocalAgent(
-                    {"synth": synth_root},
-                    extra_config=(
-                        '[peers]\nmembership = "session"\n'
-                        f'node_id = "node{n}"\nlisten = "{ip}:{port}"\nsecret = "py-secret"\n\n'
-                    ),
-                ).start()
-            )
+        agents = _session_agents(synth_root)
         sockets = [a.socket for a in agents]
         mp.spawn(_locality_rank, args=(sockets, str(tmp_path / "rdv"), str(tmp_path / "out")), nprocs=RANKS)
         res = [json.loads((tmp_path / f"out.{r}").read_text()) for r in range(RANKS)]
