@@ -122,6 +122,8 @@ impl Engine {
                     );
                     t.up[member] = true;
                     m.peers.set_up(t.member_id(member), true);
+                    m.peers
+                        .set_transport(t.member_id(member), Some(t.link(member)));
                 }
             }
             Event::Down { conn, member, why } => {
