@@ -19,6 +19,8 @@
 //!
 //! The engine drives it from `engine/peers.rs`.
 
+#[cfg(test)]
+mod conformance_tcp;
 mod membership;
 pub mod metrics;
 pub(crate) mod net;
@@ -194,6 +196,7 @@ impl PeerTier {
                 conn,
                 connect_timeout: Duration::from_millis(p.connect_timeout_ms),
                 redial_after: Duration::from_millis(1000),
+                settling: net::SETTLING,
             },
             listen,
         )?;

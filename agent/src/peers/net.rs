@@ -156,8 +156,13 @@ pub(crate) struct NetConfig {
     pub conn: ConnConfig,
     /// Time to connect before the handshake.
     pub connect_timeout: Duration,
-    /// After a failed dial, requests to that member fail for this long.
+    /// After a failed dial, or a connection that carried our requests
+    /// ending without a goodbye (reset, silence, malformed bytes),
+    /// requests to that member fail for this long (they go to the store).
     pub redial_after: Duration,
+    /// For this long after the transport starts, a failed dial is tried
+    /// again after [`VIEW_MISMATCH_REDIAL`] instead (see [`SETTLING`]).
+    pub settling: Duration,
 }
 
 /// How soon a peer that held another view is dialled again: agents take a
@@ -167,7 +172,7 @@ const VIEW_MISMATCH_REDIAL: Duration = Duration::from_millis(50);
 /// For this long after the transport starts (the agent started, or took a
 /// new view) a failed dial is tried again after [`VIEW_MISMATCH_REDIAL`]:
 /// the other agents are starting or taking the view too.
-const SETTLING: Duration = Duration::from_secs(5);
+pub(crate) const SETTLING: Duration = Duration::from_secs(5);
 
 struct Shared {
     cfg: NetConfig,
@@ -194,7 +199,7 @@ impl Shared {
 
     /// How long a member whose dial failed stays down.
     fn redial_after(&self, view_mismatch: bool) -> Duration {
-        if view_mismatch || self.origin.elapsed() < SETTLING {
+        if view_mismatch || self.origin.elapsed() < self.cfg.settling {
             VIEW_MISMATCH_REDIAL.min(self.cfg.redial_after)
         } else {
             self.cfg.redial_after
@@ -489,6 +494,9 @@ struct State {
     /// during a relaunch the other side is about to take the same view,
     /// so it is dialled again soon.
     view_mismatch: bool,
+    /// The connection ended with a goodbye (either side's `Normal`): the
+    /// peer may be dialled again at once.
+    clean_close: bool,
 }
 
 struct ConnCtx {
@@ -544,6 +552,7 @@ async fn run_conn(
             backlog: queued.into(),
             sends: VecDeque::new(),
             view_mismatch: false,
+            clean_close: false,
         }),
         write: Notify::new(),
         closed: Notify::new(),
@@ -774,6 +783,11 @@ fn handle_events(ctx: &Arc<ConnCtx>, landing: &mut Option<Landing>) -> Option<St
                         Closed::Local(GoodbyeReason::ViewMismatch)
                             | Closed::Remote(GoodbyeReason::ViewMismatch)
                     );
+                    st.clean_close = matches!(
+                        c,
+                        Closed::Local(GoodbyeReason::Normal)
+                            | Closed::Remote(GoodbyeReason::Normal)
+                    );
                     closed = Some(match c {
                         Closed::Local(r) => format!("closed here ({r:?})"),
                         Closed::Remote(r) => format!("closed by the peer ({r:?})"),
@@ -986,9 +1000,9 @@ fn finish(ctx: &ConnCtx, dialed: Option<usize>, why: &str, landing: Option<Landi
                 request,
             });
         }
-        (st.member, st.view_mismatch)
+        (st.member, st.view_mismatch, st.clean_close)
     };
-    let (member, view_mismatch) = member;
+    let (member, view_mismatch, clean_close) = member;
     let redial = ctx.shared.redial_after(view_mismatch);
     if let Some(m) = member.or(dialed) {
         let mut slots = lock(&ctx.shared.slots);
@@ -1003,6 +1017,10 @@ fn finish(ctx: &ConnCtx, dialed: Option<usize>, why: &str, landing: Option<Landi
             Slot::Up(_) if other.is_some() => {
                 slots[m] = Slot::Up(other.unwrap_or_default());
             }
+            // Our requests' connection was reset, went silent or carried
+            // malformed bytes: the peer is left alone for a while (its
+            // samples come from the store), then dialled again.
+            Slot::Up(_) if !clean_close => slots[m] = Slot::Down(Instant::now() + redial),
             Slot::Dialing(q) if member.is_none() => {
                 // The handshake failed: requests that waited for it fail.
                 out.extend(q.into_iter().map(|g| Event::Failed {
