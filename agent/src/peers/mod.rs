@@ -15,6 +15,7 @@
 //! | `net` | the TCP transport: listener, one connection per peer, payloads straight to and from the arena |
 //! | [`metrics`] | the tier's Prometheus series |
 //! | [`transport`] | `peers.transport`: the RDMA device probe, each link's transport |
+//! | `rdma_link` | the RDMA driver speaking the peer protocol's frames, with fallback to TCP or the store (not called by the tier yet) |
 //! | this module | [`PeerTier`]: routing, our requests, the serving queue |
 //!
 //! The engine drives it from `engine/peers.rs`.
@@ -24,6 +25,7 @@ mod conformance_tcp;
 mod membership;
 pub mod metrics;
 pub(crate) mod net;
+mod rdma_link;
 pub mod transport;
 
 pub(crate) use membership::{endpoint, Endpoint};
