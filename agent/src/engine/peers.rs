@@ -179,6 +179,15 @@ impl Engine {
                     m.peers.observe_rtt(t.member_id(member), nanos as f64 / 1e9);
                 }
             }
+            Event::RdmaSetup { member, .. } => {
+                // The peer tier does not run RDMA yet: blocks stay on TCP.
+                if let Some(t) = self.peers.as_ref() {
+                    tracing::debug!(
+                        peer = t.member_id(member),
+                        "RDMA setup from a peer ignored; blocks go over TCP"
+                    );
+                }
+            }
         }
     }
 

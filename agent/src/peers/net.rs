@@ -124,6 +124,13 @@ pub(crate) enum Event {
     Sent { conn: ConnId, request: u64 },
     /// A round trip to `member`, measured by a keepalive.
     Rtt { member: usize, nanos: u64 },
+    /// Authenticated member `member` sent its RDMA queue pair parameters
+    /// on connection `conn`.
+    RdmaSetup {
+        conn: ConnId,
+        member: usize,
+        bytes: Vec<u8>,
+    },
 }
 
 /// A command for one connection.
@@ -131,6 +138,7 @@ enum Cmd {
     Get(OutGet),
     Data { header: DataHeader, src: ArenaSlice },
     Miss { get: Get, reason: MissReason },
+    RdmaSetup(Vec<u8>),
 }
 
 /// How a member's connection stands, for our own requests.
@@ -386,6 +394,15 @@ impl Net {
         }
     }
 
+    /// Sends our RDMA queue pair parameters on connection `conn` (once it
+    /// is authenticated; before, or on a closed connection, they are
+    /// dropped and the peer stays on TCP).
+    pub(crate) fn send_rdma_setup(&self, conn: ConnId, bytes: Vec<u8>) {
+        if let Some(tx) = lock(&self.shared.conns).get(&conn) {
+            let _ = tx.send(Cmd::RdmaSetup(bytes));
+        }
+    }
+
     /// Answers request `get` of connection `conn` with a miss.
     pub(crate) fn send_miss(&self, conn: ConnId, get: Get, reason: MissReason) {
         if let Some(tx) = lock(&self.shared.conns).get(&conn) {
@@ -574,7 +591,7 @@ async fn run_conn(
                 conn: id,
                 request: header.request,
             }),
-            Cmd::Miss { .. } => {}
+            Cmd::Miss { .. } | Cmd::RdmaSetup(_) => {}
         }
     }
     // Let the writer flush a goodbye, then stop it: once it has ended, no
@@ -772,6 +789,15 @@ fn handle_events(ctx: &Arc<ConnCtx>, landing: &mut Option<Landing>) -> Option<St
                     }
                 }
                 ConnEvent::Credit(_) => flush_backlog(ctx, &mut st),
+                ConnEvent::RdmaSetup(bytes) => {
+                    if let Some(member) = st.member {
+                        out.push(Event::RdmaSetup {
+                            conn: ctx.id,
+                            member,
+                            bytes,
+                        });
+                    }
+                }
                 ConnEvent::Rtt(nanos) => {
                     if let Some(member) = st.member {
                         out.push(Event::Rtt { member, nanos });
@@ -883,6 +909,11 @@ fn command(ctx: &ConnCtx, cmd: Cmd) {
         }
         Cmd::Miss { get, reason } => {
             let _ = st.conn.send_miss(get.request, get.sample, reason);
+        }
+        Cmd::RdmaSetup(bytes) => {
+            if let Err(e) = st.conn.send_rdma_setup(&bytes) {
+                tracing::debug!(conn = ctx.id, "RDMA setup not sent: {e}");
+            }
         }
     }
     ctx.write.notify_one();

@@ -593,6 +593,160 @@ mod tests {
         );
     }
 
+    /// Two agents' transports on 127.0.0.1 with their RDMA links on one
+    /// fake fabric: the queue pair parameters travel as RDMA setup frames
+    /// on the authenticated TCP connection, then a block goes by RDMA.
+    #[test]
+    fn queue_pairs_are_set_up_over_the_authenticated_tcp_connection() {
+        use crate::peers::net::{Claim, Event as NetEvent, Net, NetConfig, OutGet};
+        use granary_peer::conn::ConnConfig;
+        use granary_peer::view::{Member, View};
+        use granary_shm::arena::Arena;
+        use std::sync::Arc;
+        use std::time::{Duration, Instant};
+
+        let port = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+        };
+        let addrs = [port(), port()];
+        let view = Arc::new(
+            View::new(
+                "job",
+                1,
+                (0..2).map(|i| Member::new(format!("m{i}"), addrs[i].to_string(), 1 << 30)),
+            )
+            .unwrap(),
+        );
+        let nets: Vec<Net> = (0..2)
+            .map(|me| {
+                let mut conn = ConnConfig::new(
+                    "job",
+                    format!("m{me}"),
+                    view.digest().0,
+                    crate::sys::random_u64(),
+                    b"secret".to_vec(),
+                );
+                conn.keepalive = 1_000_000_000;
+                Net::start(
+                    NetConfig {
+                        view: Arc::clone(&view),
+                        me,
+                        conn,
+                        connect_timeout: Duration::from_secs(2),
+                        redial_after: Duration::from_millis(100),
+                        settling: Duration::ZERO,
+                    },
+                    addrs[me],
+                )
+                .unwrap()
+            })
+            .collect();
+        let fabric = Fabric::new(3);
+        let mut links: Vec<RdmaLinks<FakeNic>> = (0..2)
+            .map(|_| RdmaLinks::new(fabric.add_host(), ARENA, DriverConfig::default(), 2).unwrap())
+            .collect();
+        // A first TCP request opens the connection (the owner answers it
+        // with a miss).
+        let arena = Arena::heap(1 << 20).unwrap();
+        nets[0].get(
+            1,
+            OutGet {
+                get: Get {
+                    request: 1,
+                    fingerprint: FP,
+                    sample: 1,
+                    length: 10,
+                    due: u64::MAX / 2,
+                },
+                dest: arena.slice(0, 10).unwrap(),
+                claim: Arc::new(Claim::default()),
+            },
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut landed = None;
+        let mut asked = false;
+        let mut now = 1u64;
+        while landed.is_none() && Instant::now() < deadline {
+            now += 1_000_000;
+            for me in 0..2 {
+                let mut ev = Vec::new();
+                nets[me].drain(&mut ev);
+                for e in ev {
+                    match e {
+                        // The dialler offers first.
+                        NetEvent::Up { conn, member, .. } if me == 0 => {
+                            let bytes = links[0].offer(member, now).unwrap();
+                            nets[0].send_rdma_setup(conn, bytes);
+                        }
+                        NetEvent::RdmaSetup {
+                            conn,
+                            member,
+                            bytes,
+                        } => {
+                            if me == 1 {
+                                let ours = links[1].offer(member, now).unwrap();
+                                nets[1].send_rdma_setup(conn, ours);
+                            }
+                            links[me].accept(member, &bytes, now).unwrap();
+                        }
+                        NetEvent::Request { conn, get } => {
+                            nets[me].send_miss(conn, get, MissReason::NotKept);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            if !asked && links[0].link(1) == LinkTransport::Rdma {
+                assert_eq!(links[1].link(0), LinkTransport::Rdma);
+                let bytes = block(42);
+                let get = Get {
+                    request: 2,
+                    fingerprint: FP,
+                    sample: 42,
+                    length: bytes.len() as u64,
+                    due: u64::MAX,
+                };
+                let extent = Extent {
+                    offset: 4096,
+                    len: bytes.len() as u32,
+                };
+                links[0].get(1, get, extent, now).unwrap();
+                asked = true;
+            }
+            let mut ev = Vec::new();
+            links[1].poll(now, &mut ev);
+            for e in ev {
+                if let LinkEvent::Request { member, get, .. } = e {
+                    let bytes = block(get.sample);
+                    let src = Extent {
+                        offset: 0,
+                        len: bytes.len() as u32,
+                    };
+                    links[1].driver_mut().write_arena(0, &bytes).unwrap();
+                    let crc = block_crc(FP, get.sample, &bytes);
+                    links[1].serve(member, get, src, crc, now).unwrap();
+                }
+            }
+            let mut ev = Vec::new();
+            links[0].poll(now, &mut ev);
+            landed = ev.into_iter().find_map(|e| match e {
+                LinkEvent::Landed { extent, .. } => Some(extent),
+                _ => None,
+            });
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let extent = landed.expect("a block landed by RDMA after the TCP setup");
+        let mut bytes = vec![0u8; extent.len as usize];
+        links[0]
+            .driver_mut()
+            .read_arena(extent.offset, &mut bytes)
+            .unwrap();
+        assert_eq!(bytes, block(42));
+        assert_eq!(fabric.stats().writes, 1, "one RDMA write");
+    }
+
     #[test]
     fn bad_setup_bytes_are_refused() {
         let fabric = Fabric::new(1);
