@@ -179,11 +179,17 @@ impl Engine {
                     m.peers.observe_rtt(t.member_id(member), nanos as f64 / 1e9);
                 }
             }
-            Event::RdmaSetup { member, .. } => {
+            Event::RdmaSetup {
+                conn,
+                member,
+                bytes,
+            } => {
                 // The peer tier does not run RDMA yet: blocks stay on TCP.
                 if let Some(t) = self.peers.as_ref() {
                     tracing::debug!(
+                        conn,
                         peer = t.member_id(member),
+                        len = bytes.len(),
                         "RDMA setup from a peer ignored; blocks go over TCP"
                     );
                 }

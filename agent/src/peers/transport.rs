@@ -221,11 +221,11 @@ mod tests {
         );
     }
 
-    /// The default build does not link libibverbs: the loader maps every
-    /// library a binary needs, and this test binary links the whole agent
-    /// library.
+    /// The default build does not link libibverbs, the `rdma` build does:
+    /// the loader maps every library a binary needs, and this test binary
+    /// links the whole agent library.
     #[test]
-    fn the_default_build_does_not_load_libibverbs() {
+    fn libibverbs_is_loaded_only_with_the_rdma_feature() {
         let maps = std::fs::read_to_string("/proc/self/maps").expect("own memory map");
         let libs: Vec<&str> = maps
             .lines()
