@@ -8,6 +8,11 @@
 //! break the connection the way TCP breaks. Blocks are received straight
 //! into the requester's arena extents and sent straight from the owners'
 //! arenas, and the block CRC is checked by the transport, as in the agent.
+//! The suite's header for a block is made from the fields the owner put
+//! in its data header (sample, length, block CRC; the CRC is the suite's
+//! own, same seed and polynomial), and the bytes are read back from the
+//! requester's extent; every case also checks that the transport's CRC
+//! verdict agrees with the suite's on every block.
 //!
 //! How the suite's faults map onto TCP (`docs/rdma.md` has the table):
 //!
