@@ -6,7 +6,9 @@
 #   2. workspace tests (unit, integration, cross-process, C example), release
 #      profile; then the #[ignore]d tests whose precondition holds here
 #   3. the RDMA backend built and tested with its feature (fake NIC: there
-#      is no RDMA device here); loom models of the ring and header publication
+#      is no RDMA device here), and the agent's device probe with it (the
+#      conformance suite over TCP runs with the workspace tests); loom models
+#      of the ring and header publication
 #   4. Miri over the ring / validation / lease logic with heap-backed memory
 #   5. fuzz smoke runs of the validation and handshake targets, and of the
 #      peer frame and handshake targets
@@ -52,6 +54,9 @@ fi
 step "rdma backend (feature rdma: rdma-sys over libibverbs; no device here, so the conformance suite runs on the fake NIC)"
 cargo clippy --release -p granary-rdma --features rdma --all-targets -- -D warnings
 cargo nextest run --release -p granary-rdma --features rdma
+# granaryd with the device probe behind peers.transport (links libibverbs).
+cargo clippy --release -p granary-agent --features rdma --all-targets -- -D warnings
+cargo nextest run --release -p granary-agent --features rdma --lib -E 'test(transport)'
 
 step "loom"
 scripts/ci-shm.sh loom

@@ -218,6 +218,8 @@ pub enum Event {
     Credit(u64),
     /// Round trip measured by a ping.
     Rtt(Nanos),
+    /// The peer's RDMA queue pair parameters (opaque here).
+    RdmaSetup(Vec<u8>),
     /// The connection is closed; no more events follow.
     Closed(Closed),
 }
@@ -460,6 +462,19 @@ impl Conn {
         Ok(())
     }
 
+    /// Sends this side's RDMA queue pair parameters (opaque bytes, 1 to
+    /// [`crate::frame::MAX_RDMA_SETUP`]); only once authenticated, so no
+    /// RDMA key or address leaves before the peer proved the job secret.
+    pub fn send_rdma_setup(&mut self, bytes: &[u8]) -> Result<(), ConnError> {
+        if self.state != State::Established {
+            return Err(ConnError::NotEstablished);
+        }
+        let f = Frame::RdmaSetup(bytes.to_vec());
+        f.to_bytes().map_err(ConnError::Frame)?;
+        self.push_frame(&f);
+        Ok(())
+    }
+
     /// Answers a request with a miss.
     pub fn send_miss(
         &mut self,
@@ -629,6 +644,9 @@ impl Conn {
                 self.events.push_back(Event::Credit(self.send_credit));
             }
             (State::Established, Frame::Ping(t)) => self.push_frame(&Frame::Pong(t)),
+            (State::Established, Frame::RdmaSetup(b)) => {
+                self.events.push_back(Event::RdmaSetup(b));
+            }
             (State::Established, Frame::Pong(t)) => {
                 if t <= self.now {
                     self.events.push_back(Event::Rtt(self.now - t));
@@ -747,6 +765,28 @@ mod tests {
         );
         assert_eq!(a.credit(), 4);
         assert!(matches!(events(&mut b)[0], Event::Established { .. }));
+    }
+
+    #[test]
+    fn rdma_setup_goes_only_after_authentication() {
+        let mut a = Conn::new(cfg("a", b"s"), [1; 32], 0).unwrap();
+        assert_eq!(a.send_rdma_setup(&[1; 36]), Err(ConnError::NotEstablished));
+        let (mut a, mut b) = pair(b"s", b"s");
+        events(&mut b);
+        a.send_rdma_setup(&[9; 36]).unwrap();
+        assert!(matches!(
+            a.send_rdma_setup(&[]),
+            Err(ConnError::Frame(FrameError::BadRdmaSetup(0)))
+        ));
+        pump(&mut a, &mut b, 0);
+        assert_eq!(events(&mut b), [Event::RdmaSetup(vec![9; 36])]);
+        // Before authentication it breaks the protocol.
+        let mut c = Conn::new(cfg("c", b"s"), [3; 32], 0).unwrap();
+        c.handle_input(&Frame::RdmaSetup(vec![1; 36]).to_bytes().unwrap(), 0);
+        assert!(c.is_closed());
+        assert!(!events(&mut c)
+            .iter()
+            .any(|e| matches!(e, Event::RdmaSetup(_))));
     }
 
     #[test]

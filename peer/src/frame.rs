@@ -235,7 +235,13 @@ pub enum Frame {
     Pong(u64),
     /// Kind 10. `u8 reason`.
     Goodbye(GoodbyeReason),
+    /// Kind 11. `1..=MAX_RDMA_SETUP` opaque bytes: this side's RDMA queue
+    /// pair parameters (sent only after authentication).
+    RdmaSetup(Vec<u8>),
 }
+
+/// Longest [`Frame::RdmaSetup`] body.
+pub const MAX_RDMA_SETUP: usize = 256;
 
 impl Frame {
     fn kind(&self) -> u8 {
@@ -250,6 +256,7 @@ impl Frame {
             Frame::Ping(_) => 8,
             Frame::Pong(_) => 9,
             Frame::Goodbye(_) => 10,
+            Frame::RdmaSetup(_) => 11,
         }
     }
 
@@ -311,6 +318,12 @@ impl Frame {
             }
             Frame::Ping(t) | Frame::Pong(t) => body.extend_from_slice(&t.to_le_bytes()),
             Frame::Goodbye(r) => body.push(*r as u8),
+            Frame::RdmaSetup(b) => {
+                if b.is_empty() || b.len() > MAX_RDMA_SETUP {
+                    return Err(FrameError::BadRdmaSetup(b.len()));
+                }
+                body.extend_from_slice(b);
+            }
         }
         out.push(FORMAT_VERSION);
         out.push(self.kind());
@@ -344,6 +357,8 @@ pub enum FrameError {
     UnsupportedVersion(u8),
     /// The header names no known frame kind.
     UnknownKind(u8),
+    /// An RDMA setup body of no or more than [`MAX_RDMA_SETUP`] bytes.
+    BadRdmaSetup(usize),
     /// Header flags must be zero.
     NonzeroFlags(u16),
     /// The body length exceeds [`MAX_BODY`].
@@ -377,6 +392,9 @@ impl fmt::Display for FrameError {
         match self {
             FrameError::UnsupportedVersion(v) => write!(f, "frame format version {v} unsupported"),
             FrameError::UnknownKind(k) => write!(f, "unknown frame kind {k}"),
+            FrameError::BadRdmaSetup(n) => {
+                write!(f, "RDMA setup of {n} bytes (1 to {MAX_RDMA_SETUP})")
+            }
             FrameError::NonzeroFlags(x) => write!(f, "frame flags {x:#06x} must be zero"),
             FrameError::BodyTooLong(n) => write!(f, "frame body of {n} bytes exceeds {MAX_BODY}"),
             FrameError::Truncated { kind } => write!(f, "frame of kind {kind} is truncated"),
@@ -459,7 +477,7 @@ pub fn decode_frame(buf: &[u8]) -> Result<Option<(Frame, usize)>, FrameError> {
             }
         }
         if let Some(&k) = buf.get(1) {
-            if !(1..=10).contains(&k) {
+            if !(1..=11).contains(&k) {
                 return Err(FrameError::UnknownKind(k));
             }
         }
@@ -470,7 +488,7 @@ pub fn decode_frame(buf: &[u8]) -> Result<Option<(Frame, usize)>, FrameError> {
     if version != FORMAT_VERSION {
         return Err(FrameError::UnsupportedVersion(version));
     }
-    if !(1..=10).contains(&kind) {
+    if !(1..=11).contains(&kind) {
         return Err(FrameError::UnknownKind(kind));
     }
     let flags = u16::from_le_bytes([header[2], header[3]]);
@@ -552,6 +570,13 @@ pub fn decode_frame(buf: &[u8]) -> Result<Option<(Frame, usize)>, FrameError> {
         }
         8 => Frame::Ping(b.u64()?),
         9 => Frame::Pong(b.u64()?),
+        11 => {
+            let n = b.b.len();
+            if n == 0 || n > MAX_RDMA_SETUP {
+                return Err(FrameError::BadRdmaSetup(n));
+            }
+            Frame::RdmaSetup(b.take(n)?.to_vec())
+        }
         _ => {
             let code = b.u8()?;
             Frame::Goodbye(

@@ -58,7 +58,7 @@ pub use dataset::{
 };
 pub use error::{ConfigError, Problem};
 pub use metrics::MetricsConfig;
-pub use peers::{MemberConfig, Membership, PeersConfig};
+pub use peers::{MemberConfig, Membership, PeersConfig, TransportSetting};
 pub use prefetch::{PrefetchConfig, RetryOverride, RetrySettings};
 pub use sessions::SessionsConfig;
 pub use size::ByteSize;

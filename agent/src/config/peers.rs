@@ -24,6 +24,31 @@ pub enum Membership {
     Session,
 }
 
+/// `peers.transport`: what carries blocks between peers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransportSetting {
+    /// RDMA when this host has an RDMA device (and the agent is built with
+    /// the `rdma` feature), TCP otherwise.
+    #[default]
+    Auto,
+    /// TCP only.
+    Tcp,
+    /// RDMA; the agent refuses to start without an RDMA device.
+    Rdma,
+}
+
+impl TransportSetting {
+    /// The setting as written in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransportSetting::Auto => "auto",
+            TransportSetting::Tcp => "tcp",
+            TransportSetting::Rdma => "rdma",
+        }
+    }
+}
+
 /// One member of a static view.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -87,6 +112,9 @@ pub struct PeersConfig {
     /// `peers.max_requests`: requests outstanding on one connection (the
     /// credit each side grants). Default 256.
     pub max_requests: u32,
+    /// `peers.transport`: `"auto"` (default), `"tcp"` or `"rdma"`
+    /// (`docs/rdma.md`).
+    pub transport: TransportSetting,
 }
 
 impl Default for PeersConfig {
@@ -106,6 +134,7 @@ impl Default for PeersConfig {
             connect_timeout_ms: 3000,
             idle_timeout_ms: 15000,
             max_requests: 256,
+            transport: TransportSetting::Auto,
         }
     }
 }

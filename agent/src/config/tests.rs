@@ -929,3 +929,43 @@ fn peers_are_off_by_default_and_bad_peer_settings_name_their_field() {
     let e = parse_err(&format!("[peers]\nmembers_list = []\n{ds}"));
     assert!(e.to_string().contains("members_list"), "{e}");
 }
+
+#[test]
+fn peers_transport_parses_and_rdma_needs_a_device() {
+    let ds = "[[dataset]]\nname = \"d\"\nroot = \"/tmp\"\n";
+    let peers =
+        "[peers]\nmembership = \"static\"\njob_id = \"j\"\nnode_id = \"a\"\nsecret = \"s\"\n\
+                 members = [{ id = \"a\", addr = \"10.0.0.1:7170\" }]\n";
+    assert_eq!(
+        Config::default().peers.transport,
+        TransportSetting::Auto,
+        "auto by default"
+    );
+    for (text, want) in [
+        ("auto", TransportSetting::Auto),
+        ("tcp", TransportSetting::Tcp),
+    ] {
+        let cfg = Config::from_toml_str(&format!("{peers}transport = \"{text}\"\n{ds}")).unwrap();
+        assert_eq!(cfg.peers.transport, want);
+        assert_eq!(want.as_str(), text);
+    }
+    let e = parse_err(&format!("{peers}transport = \"infiniband\"\n{ds}"));
+    assert!(e.to_string().contains("infiniband"), "{e}");
+    // "rdma" is accepted only where a device is found; without the
+    // feature there is never one.
+    let rdma = format!("{peers}transport = \"rdma\"\n{ds}");
+    let has_device = crate::peers::transport::BUILT_WITH_RDMA
+        && crate::peers::transport::probe_devices().is_ok_and(|d| !d.is_empty());
+    match Config::from_toml_str(&rdma) {
+        Ok(cfg) => {
+            assert!(has_device, "accepted without a device");
+            assert_eq!(cfg.peers.transport, TransportSetting::Rdma);
+        }
+        Err(e) => {
+            assert!(!has_device, "refused with a device: {e}");
+            let fields: Vec<_> = e.problems().iter().map(|p| p.field.clone()).collect();
+            assert_eq!(fields, ["peers.transport"], "{e}");
+            assert!(e.to_string().contains("RDMA"), "{e}");
+        }
+    }
+}

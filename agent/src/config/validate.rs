@@ -97,6 +97,16 @@ impl Config {
                 format!("{} is outside 1..=65536", c.max_requests),
             );
         }
+        if c.transport == super::TransportSetting::Rdma {
+            let probe = crate::peers::transport::probe_devices();
+            if let Err(e) = crate::peers::transport::resolve(
+                c.transport,
+                crate::peers::transport::BUILT_WITH_RDMA,
+                &probe,
+            ) {
+                p.bad("peers.transport", e.to_string());
+            }
+        }
         if !c.listen.is_empty() && c.listen.parse::<SocketAddr>().is_err() {
             p.bad(
                 "peers.listen",

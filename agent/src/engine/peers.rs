@@ -122,6 +122,8 @@ impl Engine {
                     );
                     t.up[member] = true;
                     m.peers.set_up(t.member_id(member), true);
+                    m.peers
+                        .set_transport(t.member_id(member), Some(t.link(member)));
                 }
             }
             Event::Down { conn, member, why } => {
@@ -175,6 +177,21 @@ impl Engine {
             Event::Rtt { member, nanos } => {
                 if let Some(t) = self.peers.as_ref() {
                     m.peers.observe_rtt(t.member_id(member), nanos as f64 / 1e9);
+                }
+            }
+            Event::RdmaSetup {
+                conn,
+                member,
+                bytes,
+            } => {
+                // The peer tier does not run RDMA yet: blocks stay on TCP.
+                if let Some(t) = self.peers.as_ref() {
+                    tracing::debug!(
+                        conn,
+                        peer = t.member_id(member),
+                        len = bytes.len(),
+                        "RDMA setup from a peer ignored; blocks go over TCP"
+                    );
                 }
             }
         }

@@ -264,6 +264,7 @@ impl Engine {
     fn retire_peers(&mut self, mut old: PeerTier) {
         for m in old.view().members() {
             self.metrics.peers.set_up(&m.id, false);
+            self.metrics.peers.set_transport(&m.id, None);
         }
         let gets: Vec<_> = old.gets.drain().map(|(_, g)| g).collect();
         let serving: Vec<_> = old.serving.drain().map(|(_, s)| s).collect();

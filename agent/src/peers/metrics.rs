@@ -3,6 +3,7 @@
 //! and each peer's state and round trip. Registered with the agent's other
 //! metrics (`docs/operations.md` lists them).
 
+use super::transport::LinkTransport;
 use crate::metrics::{Counter, Gauge};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
@@ -48,6 +49,9 @@ pub struct PeerMetrics {
     pub served_misses: Family<Labels, Counter>,
     /// 1 while an authenticated connection to the peer is up.
     pub peer_up: Family<Labels, Gauge>,
+    /// 1 for the transport carrying blocks to the peer (`tcp`, `rdma`,
+    /// `rdma-fallback`), 0 for the others.
+    pub peer_transport: Family<Labels, Gauge>,
     /// Round trips to each peer, from keepalives.
     pub rtt: Family<Labels, Histogram, fn() -> Histogram>,
     /// Views handed in by loaders, by outcome: `installed` (it became the
@@ -97,6 +101,7 @@ impl Default for PeerMetrics {
             served_bytes: Counter::default(),
             served_misses: Family::default(),
             peer_up: Family::default(),
+            peer_transport: Family::default(),
             rtt: Family::new_with_constructor(rtt_histogram),
             views: Family::default(),
             sessions_ended_by_view: Counter::default(),
@@ -146,6 +151,19 @@ impl PeerMetrics {
         self.peer_up
             .get_or_create(&label("peer", peer))
             .set(u64::from(up));
+    }
+
+    /// Records the transport carrying blocks to `peer` (`None`: the peer
+    /// left the view, every series of it reads 0).
+    pub fn set_transport(&self, peer: &str, transport: Option<LinkTransport>) {
+        for t in LinkTransport::ALL {
+            self.peer_transport
+                .get_or_create(&vec![
+                    ("peer".to_string(), peer.to_string()),
+                    ("transport".to_string(), t.as_str().to_string()),
+                ])
+                .set(u64::from(Some(t) == transport));
+        }
     }
 
     /// Records a round trip to `peer`.
@@ -215,6 +233,11 @@ impl PeerMetrics {
             "granary_peer_up",
             "1 while an authenticated connection to the peer is up.",
             self.peer_up.clone(),
+        );
+        registry.register(
+            "granary_peer_transport",
+            "1 for the transport carrying blocks to the peer (tcp, rdma, rdma-fallback).",
+            self.peer_transport.clone(),
         );
         registry.register(
             "granary_peer_views",

@@ -14,13 +14,19 @@
 //! | `membership` | the view from the configuration (static list, Slurm), the job secret |
 //! | `net` | the TCP transport: listener, one connection per peer, payloads straight to and from the arena |
 //! | [`metrics`] | the tier's Prometheus series |
+//! | [`transport`] | `peers.transport`: the RDMA device probe, each link's transport |
+//! | `rdma_link` | the RDMA driver speaking the peer protocol's frames, with fallback to TCP or the store (not called by the tier yet) |
 //! | this module | [`PeerTier`]: routing, our requests, the serving queue |
 //!
 //! The engine drives it from `engine/peers.rs`.
 
+#[cfg(test)]
+mod conformance_tcp;
 mod membership;
 pub mod metrics;
 pub(crate) mod net;
+mod rdma_link;
+pub mod transport;
 
 pub(crate) use membership::{endpoint, Endpoint};
 pub use membership::{load_secret, view_from_config, MembershipError};
@@ -135,6 +141,8 @@ pub struct PeerTier {
     pub(crate) serving: HashMap<(u64, u64), Serving>,
     /// Per member: whether a connection is up.
     pub(crate) up: Vec<bool>,
+    /// What `peers.transport` resolved to on this host.
+    pub(crate) transport: transport::Resolved,
 }
 
 impl PeerTier {
@@ -161,6 +169,14 @@ impl PeerTier {
         let secret =
             load_secret(&cfg.peers).map_err(|e| io::Error::other(format!("peers: {e}")))?;
         let listen = ep.listen;
+        let resolved = transport::resolve_here(cfg.peers.transport)
+            .map_err(|e| io::Error::other(format!("peers.transport {e}")))?;
+        if resolved == transport::Resolved::Rdma {
+            tracing::warn!(
+                "peers.transport: an RDMA device is present, but the peer tier carries blocks \
+                 over TCP (rdma-fallback): the RDMA driver is not under it yet (docs/rdma.md)"
+            );
+        }
         let view = Arc::new(view);
         let p: &PeersConfig = &cfg.peers;
         let idle = Duration::from_millis(p.idle_timeout_ms);
@@ -182,6 +198,7 @@ impl PeerTier {
                 conn,
                 connect_timeout: Duration::from_millis(p.connect_timeout_ms),
                 redial_after: Duration::from_millis(1000),
+                settling: net::SETTLING,
             },
             listen,
         )?;
@@ -212,6 +229,7 @@ impl PeerTier {
             }),
             serving: HashMap::new(),
             up: vec![false; view.len()],
+            transport: resolved,
             view,
         })
     }
@@ -301,6 +319,11 @@ impl PeerTier {
     /// The fingerprint of dataset `ds`, once its directory is computed.
     pub(crate) fn fingerprint_of(&self, ds: usize) -> Option<u64> {
         self.datasets.get(ds)?.as_ref().map(|d| d.fingerprint)
+    }
+
+    /// How blocks travel to member `m`.
+    pub(crate) fn link(&self, _m: usize) -> transport::LinkTransport {
+        transport::link_transport(self.transport)
     }
 
     /// The id of member `m`.

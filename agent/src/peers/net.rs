@@ -124,13 +124,29 @@ pub(crate) enum Event {
     Sent { conn: ConnId, request: u64 },
     /// A round trip to `member`, measured by a keepalive.
     Rtt { member: usize, nanos: u64 },
+    /// Authenticated member `member` sent its RDMA queue pair parameters
+    /// on connection `conn`.
+    RdmaSetup {
+        conn: ConnId,
+        member: usize,
+        bytes: Vec<u8>,
+    },
 }
 
 /// A command for one connection.
 enum Cmd {
     Get(OutGet),
-    Data { header: DataHeader, src: ArenaSlice },
-    Miss { get: Get, reason: MissReason },
+    Data {
+        header: DataHeader,
+        src: ArenaSlice,
+    },
+    Miss {
+        get: Get,
+        reason: MissReason,
+    },
+    // Sent by tests only until the engine runs RDMA (docs/rdma.md).
+    #[cfg_attr(not(test), allow(dead_code))]
+    RdmaSetup(Vec<u8>),
 }
 
 /// How a member's connection stands, for our own requests.
@@ -156,8 +172,13 @@ pub(crate) struct NetConfig {
     pub conn: ConnConfig,
     /// Time to connect before the handshake.
     pub connect_timeout: Duration,
-    /// After a failed dial, requests to that member fail for this long.
+    /// After a failed dial, or a connection that carried our requests
+    /// ending without a goodbye (reset, silence, malformed bytes),
+    /// requests to that member fail for this long (they go to the store).
     pub redial_after: Duration,
+    /// For this long after the transport starts, a failed dial is tried
+    /// again after [`VIEW_MISMATCH_REDIAL`] instead (see [`SETTLING`]).
+    pub settling: Duration,
 }
 
 /// How soon a peer that held another view is dialled again: agents take a
@@ -167,7 +188,7 @@ const VIEW_MISMATCH_REDIAL: Duration = Duration::from_millis(50);
 /// For this long after the transport starts (the agent started, or took a
 /// new view) a failed dial is tried again after [`VIEW_MISMATCH_REDIAL`]:
 /// the other agents are starting or taking the view too.
-const SETTLING: Duration = Duration::from_secs(5);
+pub(crate) const SETTLING: Duration = Duration::from_secs(5);
 
 struct Shared {
     cfg: NetConfig,
@@ -194,7 +215,7 @@ impl Shared {
 
     /// How long a member whose dial failed stays down.
     fn redial_after(&self, view_mismatch: bool) -> Duration {
-        if view_mismatch || self.origin.elapsed() < SETTLING {
+        if view_mismatch || self.origin.elapsed() < self.cfg.settling {
             VIEW_MISMATCH_REDIAL.min(self.cfg.redial_after)
         } else {
             self.cfg.redial_after
@@ -381,6 +402,17 @@ impl Net {
         }
     }
 
+    /// Sends our RDMA queue pair parameters on connection `conn` (once it
+    /// is authenticated; before, or on a closed connection, they are
+    /// dropped and the peer stays on TCP).
+    // Called by tests only until the engine runs RDMA (docs/rdma.md).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn send_rdma_setup(&self, conn: ConnId, bytes: Vec<u8>) {
+        if let Some(tx) = lock(&self.shared.conns).get(&conn) {
+            let _ = tx.send(Cmd::RdmaSetup(bytes));
+        }
+    }
+
     /// Answers request `get` of connection `conn` with a miss.
     pub(crate) fn send_miss(&self, conn: ConnId, get: Get, reason: MissReason) {
         if let Some(tx) = lock(&self.shared.conns).get(&conn) {
@@ -489,6 +521,9 @@ struct State {
     /// during a relaunch the other side is about to take the same view,
     /// so it is dialled again soon.
     view_mismatch: bool,
+    /// The connection ended with a goodbye (either side's `Normal`): the
+    /// peer may be dialled again at once.
+    clean_close: bool,
 }
 
 struct ConnCtx {
@@ -544,6 +579,7 @@ async fn run_conn(
             backlog: queued.into(),
             sends: VecDeque::new(),
             view_mismatch: false,
+            clean_close: false,
         }),
         write: Notify::new(),
         closed: Notify::new(),
@@ -565,7 +601,7 @@ async fn run_conn(
                 conn: id,
                 request: header.request,
             }),
-            Cmd::Miss { .. } => {}
+            Cmd::Miss { .. } | Cmd::RdmaSetup(_) => {}
         }
     }
     // Let the writer flush a goodbye, then stop it: once it has ended, no
@@ -763,6 +799,15 @@ fn handle_events(ctx: &Arc<ConnCtx>, landing: &mut Option<Landing>) -> Option<St
                     }
                 }
                 ConnEvent::Credit(_) => flush_backlog(ctx, &mut st),
+                ConnEvent::RdmaSetup(bytes) => {
+                    if let Some(member) = st.member {
+                        out.push(Event::RdmaSetup {
+                            conn: ctx.id,
+                            member,
+                            bytes,
+                        });
+                    }
+                }
                 ConnEvent::Rtt(nanos) => {
                     if let Some(member) = st.member {
                         out.push(Event::Rtt { member, nanos });
@@ -773,6 +818,11 @@ fn handle_events(ctx: &Arc<ConnCtx>, landing: &mut Option<Landing>) -> Option<St
                         c,
                         Closed::Local(GoodbyeReason::ViewMismatch)
                             | Closed::Remote(GoodbyeReason::ViewMismatch)
+                    );
+                    st.clean_close = matches!(
+                        c,
+                        Closed::Local(GoodbyeReason::Normal)
+                            | Closed::Remote(GoodbyeReason::Normal)
                     );
                     closed = Some(match c {
                         Closed::Local(r) => format!("closed here ({r:?})"),
@@ -869,6 +919,11 @@ fn command(ctx: &ConnCtx, cmd: Cmd) {
         }
         Cmd::Miss { get, reason } => {
             let _ = st.conn.send_miss(get.request, get.sample, reason);
+        }
+        Cmd::RdmaSetup(bytes) => {
+            if let Err(e) = st.conn.send_rdma_setup(&bytes) {
+                tracing::debug!(conn = ctx.id, "RDMA setup not sent: {e}");
+            }
         }
     }
     ctx.write.notify_one();
@@ -986,9 +1041,9 @@ fn finish(ctx: &ConnCtx, dialed: Option<usize>, why: &str, landing: Option<Landi
                 request,
             });
         }
-        (st.member, st.view_mismatch)
+        (st.member, st.view_mismatch, st.clean_close)
     };
-    let (member, view_mismatch) = member;
+    let (member, view_mismatch, clean_close) = member;
     let redial = ctx.shared.redial_after(view_mismatch);
     if let Some(m) = member.or(dialed) {
         let mut slots = lock(&ctx.shared.slots);
@@ -1003,6 +1058,10 @@ fn finish(ctx: &ConnCtx, dialed: Option<usize>, why: &str, landing: Option<Landi
             Slot::Up(_) if other.is_some() => {
                 slots[m] = Slot::Up(other.unwrap_or_default());
             }
+            // Our requests' connection was reset, went silent or carried
+            // malformed bytes: the peer is left alone for a while (its
+            // samples come from the store), then dialled again.
+            Slot::Up(_) if !clean_close => slots[m] = Slot::Down(Instant::now() + redial),
             Slot::Dialing(q) if member.is_none() => {
                 // The handshake failed: requests that waited for it fail.
                 out.extend(q.into_iter().map(|g| Event::Failed {

@@ -408,7 +408,7 @@ impl Agent {
                     Some(Event::Request(g)) => evs.push(LinkEv::Request(g)),
                     Some(Event::Data(h)) => l.rx = Some((h, Vec::new())),
                     Some(Event::Miss { request, .. }) => evs.push(LinkEv::Miss(request)),
-                    Some(Event::Rtt(_)) => {}
+                    Some(Event::Rtt(_) | Event::RdmaSetup(_)) => {}
                     Some(Event::Closed(_)) => evs.push(LinkEv::Closed),
                 }
             }

@@ -145,7 +145,8 @@ fn value(series: &[(String, f64)], name: &str, with: &str) -> f64 {
 }
 
 /// Where samples came from (arena, peers, store) and, with peers, each
-/// peer's connection and round trip.
+/// peer's connection, transport (tcp, rdma, rdma-fallback) and round
+/// trip.
 fn tiers_and_peers(series: &[(String, f64)]) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
@@ -199,7 +200,19 @@ fn tiers_and_peers(series: &[(String, f64)]) -> String {
             "no round trip measured yet".to_string()
         };
         let state = if up > 0.0 { "up" } else { "down" };
-        let _ = writeln!(out, "  {id:<20} {state:<5} {rtt}");
+        // The transport series that reads 1 (granary_peer_transport).
+        let transport = series
+            .iter()
+            .filter(|(k, v)| {
+                *v > 0.0 && k.starts_with("granary_peer_transport{") && k.contains(&with)
+            })
+            .find_map(|(k, _)| {
+                k.split("transport=\"")
+                    .nth(1)
+                    .and_then(|r| r.split('"').next())
+            })
+            .unwrap_or("-");
+        let _ = writeln!(out, "  {id:<20} {state:<5} {transport:<13} {rtt}");
     }
     out.push('\n');
     out
@@ -580,7 +593,11 @@ granary_peer_served_total 12\n\
 granary_peer_up{peer=\"n1\"} 1\n\
 granary_peer_up{peer=\"n2\"} 0\n\
 granary_peer_rtt_seconds_sum{peer=\"n1\"} 0.002\n\
-granary_peer_rtt_seconds_count{peer=\"n1\"} 4\n";
+granary_peer_rtt_seconds_count{peer=\"n1\"} 4\n\
+granary_peer_transport{peer=\"n1\",transport=\"tcp\"} 0\n\
+granary_peer_transport{peer=\"n1\",transport=\"rdma-fallback\"} 1\n\
+granary_peer_transport{peer=\"n2\",transport=\"tcp\"} 1\n\
+granary_peer_transport{peer=\"n2\",transport=\"rdma\"} 0\n";
         let s = tiers_and_peers(&parse_text(body));
         assert!(s.contains("arena") && s.contains("50 (50.0 %)"), "{s}");
         assert!(s.contains("peer ") && s.contains("30 (30.0 %)"), "{s}");
@@ -590,6 +607,12 @@ granary_peer_rtt_seconds_count{peer=\"n1\"} 4\n";
             "{s}"
         );
         assert!(s.contains("n2") && s.contains("down"), "{s}");
+        let line = |id: &str| s.lines().find(|l| l.contains(id)).unwrap_or("").to_string();
+        assert!(line("n1").contains("rdma-fallback"), "{s}");
+        assert!(
+            line("n2").contains(" tcp ") && !line("n2").contains("rdma"),
+            "{s}"
+        );
         // Without peer series: tiers only.
         let s = tiers_and_peers(&parse_text(
             "granary_tier_samples_total{tier=\"store\"} 5\n",

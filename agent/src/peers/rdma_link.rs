@@ -1,0 +1,761 @@
+//! The RDMA data path as the peer tier sees it: `granary_rdma`'s driver
+//! over any verbs backend (the libibverbs one with the `rdma` feature, the
+//! fake NIC in tests), speaking the peer protocol's own frames.
+//!
+//! * Queue pairs are set up with bytes the caller carries over the peer's
+//!   already authenticated TCP connection ([`RdmaLinks::offer`],
+//!   [`RdmaLinks::accept`]).
+//! * A get names the requester's extent of the registered arena; its
+//!   frame is the protocol's `Get`. The owner RDMA-writes the payload,
+//!   then sends the protocol's `Data` header on the same queue pair.
+//! * The requester checks the block CRC (bound to dataset, sample and
+//!   length) over the landed bytes, as on TCP.
+//! * On any failure the driver tears the queue pair down; each request in
+//!   flight comes back as [`LinkEvent::Retry`]: over TCP while its due time
+//!   has not passed, from the store once it has. The link reads
+//!   `rdma-fallback` until RDMA is probed again after the driver's backoff
+//!   ([`RdmaLinks::probe_due`]).
+//!
+//! Not wired into [`super::net::Net`] yet: the setup bytes have no frame
+//! on the TCP connection and the registered arena is the driver's own, not
+//! the agent's shared arena (`docs/rdma.md`, "In the agent").
+
+// Tested here on the fake NIC; the peer tier does not call it yet.
+#![cfg_attr(not(test), allow(dead_code))]
+
+use super::transport::LinkTransport;
+use granary_peer::block::block_crc_of;
+use granary_peer::frame::{decode_frame, DataHeader, Frame, Get, MissReason};
+use granary_rdma::driver::{Driver, DriverConfig, DriverError, Event, Extent, PeerStatus};
+use granary_rdma::{SetupParams, Verbs};
+use std::collections::HashMap;
+
+/// Where a request that left RDMA goes next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// Over the peer's TCP connection: its due time has not passed.
+    Tcp,
+    /// The store: its due time has passed.
+    Store,
+}
+
+/// What the RDMA links report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LinkEvent {
+    /// Requester: the block landed in its extent and passed its CRC.
+    Landed {
+        member: usize,
+        request: u64,
+        extent: Extent,
+        crc32c: u32,
+    },
+    /// Requester: a block landed but failed its CRC (or was not the one
+    /// asked for); read it from the store.
+    Corrupt { member: usize, request: u64 },
+    /// Requester: the owner answered with a miss.
+    Miss {
+        member: usize,
+        request: u64,
+        reason: MissReason,
+    },
+    /// Requester: the request left RDMA.
+    Retry {
+        member: usize,
+        request: u64,
+        to: Retry,
+    },
+    /// Owner: a peer asks for a block of `len` bytes at most.
+    Request { member: usize, get: Get, len: u32 },
+    /// Owner: the block for `request` is written (or never will be): its
+    /// source may be released.
+    Released { member: usize, request: u64 },
+}
+
+/// Why a call was refused: the caller uses TCP for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LinkError {
+    /// The driver refused.
+    Driver(DriverError),
+    /// Bytes from the peer that are not setup parameters.
+    BadSetup(String),
+    /// A frame that does not encode (a bug of ours).
+    Frame(String),
+}
+
+impl std::fmt::Display for LinkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LinkError::Driver(e) => write!(f, "{e}"),
+            LinkError::BadSetup(e) => write!(f, "RDMA setup parameters: {e}"),
+            LinkError::Frame(e) => write!(f, "frame: {e}"),
+        }
+    }
+}
+
+impl From<DriverError> for LinkError {
+    fn from(e: DriverError) -> LinkError {
+        LinkError::Driver(e)
+    }
+}
+
+/// Our get in flight over RDMA.
+struct Asked {
+    member: usize,
+    get: Get,
+    extent: Extent,
+}
+
+/// The RDMA links of one agent to its peers (members of the view).
+pub(crate) struct RdmaLinks<V: Verbs> {
+    driver: Driver<V>,
+    asked: HashMap<u64, Asked>,
+    /// Members RDMA was ever set up with.
+    tried: Vec<bool>,
+    /// Events of driver calls made outside [`RdmaLinks::poll`], reported
+    /// by the next poll.
+    held: Vec<Event>,
+}
+
+fn frame_bytes(f: &Frame) -> Result<Vec<u8>, LinkError> {
+    f.to_bytes().map_err(|e| LinkError::Frame(format!("{e:?}")))
+}
+
+fn decode(bytes: &[u8]) -> Option<Frame> {
+    match decode_frame(bytes) {
+        Ok(Some((f, n))) if n == bytes.len() => Some(f),
+        _ => None,
+    }
+}
+
+impl<V: Verbs> RdmaLinks<V> {
+    /// Registers an arena of `arena_len` bytes once, for `members` peers.
+    pub(crate) fn new(
+        verbs: V,
+        arena_len: u64,
+        cfg: DriverConfig,
+        members: usize,
+    ) -> Result<RdmaLinks<V>, LinkError> {
+        Ok(RdmaLinks {
+            driver: Driver::new(verbs, arena_len, cfg)?,
+            asked: HashMap::new(),
+            tried: vec![false; members],
+            held: Vec::new(),
+        })
+    }
+
+    /// The driver (its arena, its settings).
+    pub(crate) fn driver_mut(&mut self) -> &mut Driver<V> {
+        &mut self.driver
+    }
+
+    fn peer(member: usize) -> u32 {
+        member as u32
+    }
+
+    /// Prepares a queue pair to `member`; the bytes go to it over the
+    /// authenticated TCP connection.
+    pub(crate) fn offer(&mut self, member: usize, now: u64) -> Result<Vec<u8>, LinkError> {
+        let mut ev = Vec::new();
+        let p = self.driver.prepare(Self::peer(member), now, &mut ev)?;
+        if let Some(t) = self.tried.get_mut(member) {
+            *t = true;
+        }
+        // A queue pair replaced here sends its requests back (next poll).
+        self.held.append(&mut ev);
+        Ok(p.encode().to_vec())
+    }
+
+    /// Connects to `member` with the bytes it offered.
+    pub(crate) fn accept(
+        &mut self,
+        member: usize,
+        bytes: &[u8],
+        now: u64,
+    ) -> Result<(), LinkError> {
+        let p = SetupParams::decode(bytes).map_err(|e| LinkError::BadSetup(e.to_string()))?;
+        let mut ev = Vec::new();
+        let r = self.driver.connect(Self::peer(member), &p, now, &mut ev);
+        self.held.append(&mut ev);
+        r?;
+        Ok(())
+    }
+
+    /// How blocks travel to `member` now.
+    pub(crate) fn link(&self, member: usize) -> LinkTransport {
+        match self.driver.status(Self::peer(member)) {
+            PeerStatus::Up { .. } => LinkTransport::Rdma,
+            _ => LinkTransport::RdmaFallback,
+        }
+    }
+
+    /// Members whose RDMA failed and may be probed again now: offer them
+    /// a queue pair again.
+    pub(crate) fn probe_due(&self, now: u64) -> Vec<usize> {
+        (0..self.tried.len())
+            .filter(|&m| self.tried[m])
+            .filter(|&m| {
+                matches!(self.driver.status(Self::peer(m)),
+                    PeerStatus::Down { retry_at } if now >= retry_at)
+            })
+            .collect()
+    }
+
+    /// Asks `member` for `get`'s block, to land in `extent`. Refused (use
+    /// TCP) when no queue pair is up.
+    pub(crate) fn get(
+        &mut self,
+        member: usize,
+        get: Get,
+        extent: Extent,
+        now: u64,
+    ) -> Result<(), LinkError> {
+        let frame = frame_bytes(&Frame::Get(get))?;
+        let mut ev = Vec::new();
+        let r = self.driver.get(
+            Self::peer(member),
+            get.request,
+            extent,
+            &frame,
+            now,
+            &mut ev,
+        );
+        self.held.append(&mut ev);
+        r?;
+        self.asked.insert(
+            get.request,
+            Asked {
+                member,
+                get,
+                extent,
+            },
+        );
+        Ok(())
+    }
+
+    /// Owner: writes the block at `src` (crc: its block CRC) for `get`.
+    pub(crate) fn serve(
+        &mut self,
+        member: usize,
+        get: Get,
+        src: Extent,
+        crc: u32,
+        now: u64,
+    ) -> Result<(), LinkError> {
+        let header = frame_bytes(&Frame::Data(DataHeader {
+            request: get.request,
+            sample: get.sample,
+            length: u64::from(src.len),
+            crc,
+        }))?;
+        let mut ev = Vec::new();
+        let r = self
+            .driver
+            .serve(Self::peer(member), get.request, src, &header, now, &mut ev);
+        self.held.append(&mut ev);
+        r?;
+        Ok(())
+    }
+
+    /// Owner: answers `get` with a miss.
+    pub(crate) fn miss(
+        &mut self,
+        member: usize,
+        get: Get,
+        reason: MissReason,
+        now: u64,
+    ) -> Result<(), LinkError> {
+        let frame = frame_bytes(&Frame::Miss {
+            request: get.request,
+            sample: get.sample,
+            reason,
+        })?;
+        let mut ev = Vec::new();
+        let r = self
+            .driver
+            .answer(Self::peer(member), get.request, &frame, now, &mut ev);
+        self.held.append(&mut ev);
+        r?;
+        Ok(())
+    }
+
+    /// Polls the completions; appends what happened to `out`.
+    pub(crate) fn poll(&mut self, now: u64, out: &mut Vec<LinkEvent>) {
+        let mut ev = std::mem::take(&mut self.held);
+        if let Err(e) = self.driver.poll(now, &mut ev) {
+            tracing::warn!("RDMA completion queue: {e}");
+        }
+        for e in ev {
+            self.on_event(e, now, out);
+        }
+    }
+
+    fn on_event(&mut self, e: Event, now: u64, out: &mut Vec<LinkEvent>) {
+        match e {
+            Event::Landed {
+                request,
+                extent,
+                len,
+                header,
+                ..
+            } => {
+                let Some(a) = self.asked.remove(&request) else {
+                    return;
+                };
+                let member = a.member;
+                let ok = match decode(&header) {
+                    Some(Frame::Data(h))
+                        if h.request == request
+                            && h.sample == a.get.sample
+                            && h.length == a.get.length
+                            && u64::from(len) == h.length
+                            && extent == a.extent =>
+                    {
+                        let mut bytes = vec![0u8; len as usize];
+                        self.driver
+                            .read_arena(extent.offset, &mut bytes)
+                            .ok()
+                            .map(|()| crc32c::crc32c(&bytes))
+                            .filter(|&plain| {
+                                block_crc_of(a.get.fingerprint, h.sample, h.length, plain) == h.crc
+                            })
+                    }
+                    _ => None,
+                };
+                out.push(match ok {
+                    Some(crc32c) => LinkEvent::Landed {
+                        member,
+                        request,
+                        extent,
+                        crc32c,
+                    },
+                    None => LinkEvent::Corrupt { member, request },
+                });
+            }
+            Event::Answered { request, frame, .. } => {
+                let Some(a) = self.asked.remove(&request) else {
+                    return;
+                };
+                let reason = match decode(&frame) {
+                    Some(Frame::Miss { reason, .. }) => reason,
+                    _ => MissReason::StoreError,
+                };
+                out.push(LinkEvent::Miss {
+                    member: a.member,
+                    request,
+                    reason,
+                });
+            }
+            Event::Fallback { request, .. } => {
+                let Some(a) = self.asked.remove(&request) else {
+                    return;
+                };
+                let to = if now < a.get.due {
+                    Retry::Tcp
+                } else {
+                    Retry::Store
+                };
+                out.push(LinkEvent::Retry {
+                    member: a.member,
+                    request,
+                    to,
+                });
+            }
+            Event::GetReceived {
+                peer, len, frame, ..
+            } => {
+                let member = peer as usize;
+                match decode(&frame) {
+                    Some(Frame::Get(get)) => out.push(LinkEvent::Request { member, get, len }),
+                    _ => tracing::warn!(member, "RDMA get without a get frame; ignored"),
+                }
+            }
+            Event::Served { peer, request } | Event::ServeAborted { peer, request } => {
+                out.push(LinkEvent::Released {
+                    member: peer as usize,
+                    request,
+                });
+            }
+            Event::PeerDown {
+                peer,
+                reason,
+                retry_at,
+            } => {
+                tracing::warn!(
+                    member = peer,
+                    retry_at,
+                    "RDMA to peer down ({reason}); TCP carries its blocks until probed again"
+                );
+            }
+            Event::Control { .. } => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use granary_peer::block::block_crc;
+    use granary_rdma::fake::{Fabric, FakeNic};
+    use granary_rdma::verbs::WcStatus;
+
+    const ARENA: u64 = 4 << 20;
+    const FP: u64 = 0x1234_5678_9abc_def0;
+    /// The owner answers this sample with a miss.
+    const NOT_KEPT: u64 = 999;
+
+    fn block(sample: u64) -> Vec<u8> {
+        (0..(1000 + sample * 37) as usize)
+            .map(|i| (i as u64 ^ sample) as u8)
+            .collect()
+    }
+
+    /// Two agents' links on one fake fabric: member 0 asks, member 1 owns.
+    struct Pair {
+        fabric: Fabric,
+        a: RdmaLinks<FakeNic>,
+        b: RdmaLinks<FakeNic>,
+        now: u64,
+        next: u64,
+    }
+
+    impl Pair {
+        fn new() -> Pair {
+            let fabric = Fabric::new(5);
+            let cfg = DriverConfig {
+                transfer_timeout_ns: 100_000_000,
+                ..DriverConfig::default()
+            };
+            let a = RdmaLinks::new(fabric.add_host(), ARENA, cfg, 2).unwrap();
+            let b = RdmaLinks::new(fabric.add_host(), ARENA, cfg, 2).unwrap();
+            let mut p = Pair {
+                fabric,
+                a,
+                b,
+                now: 1,
+                next: 0,
+            };
+            p.connect();
+            p
+        }
+
+        /// The setup bytes each side would send over its TCP connection.
+        fn connect(&mut self) {
+            let from_a = self.a.offer(1, self.now).unwrap();
+            let from_b = self.b.offer(0, self.now).unwrap();
+            self.a.accept(1, &from_b, self.now).unwrap();
+            self.b.accept(0, &from_a, self.now).unwrap();
+        }
+
+        fn get(&mut self, request: u64, sample: u64, due: u64) -> Result<Extent, LinkError> {
+            let len = block(sample).len() as u64;
+            let extent = Extent {
+                offset: self.next,
+                len: len as u32,
+            };
+            self.next += len.next_multiple_of(64);
+            let get = Get {
+                request,
+                fingerprint: FP,
+                sample,
+                length: len,
+                due,
+            };
+            self.a.get(1, get, extent, self.now).map(|()| extent)
+        }
+
+        /// Runs both sides for `steps` ms; the owner serves every request.
+        fn run(&mut self, steps: u32) -> Vec<LinkEvent> {
+            let mut got = Vec::new();
+            for _ in 0..steps {
+                self.now += 1_000_000;
+                let mut ev = Vec::new();
+                self.b.poll(self.now, &mut ev);
+                for e in ev {
+                    if let LinkEvent::Request { member, get, .. } = e {
+                        if get.sample == NOT_KEPT {
+                            let _ = self.b.miss(member, get, MissReason::NotKept, self.now);
+                            continue;
+                        }
+                        let bytes = block(get.sample);
+                        let src = Extent {
+                            offset: ARENA / 2 + get.sample * 4096,
+                            len: bytes.len() as u32,
+                        };
+                        self.b.driver_mut().write_arena(src.offset, &bytes).unwrap();
+                        let crc = block_crc(FP, get.sample, &bytes);
+                        let _ = self.b.serve(member, get, src, crc, self.now);
+                    }
+                }
+                self.a.poll(self.now, &mut got);
+            }
+            got
+        }
+    }
+
+    #[test]
+    fn blocks_land_in_the_named_extent_with_their_crc_checked() {
+        let mut p = Pair::new();
+        assert_eq!(p.a.link(1), LinkTransport::Rdma);
+        let mut extents = HashMap::new();
+        for r in 0..20u64 {
+            extents.insert(r, p.get(r, r + 3, u64::MAX).unwrap());
+        }
+        let got = p.run(50);
+        assert_eq!(got.len(), 20, "{got:?}");
+        for e in got {
+            let LinkEvent::Landed {
+                request,
+                extent,
+                crc32c,
+                ..
+            } = e
+            else {
+                panic!("not landed: {e:?}");
+            };
+            assert_eq!(extents[&request], extent);
+            let mut bytes = vec![0u8; extent.len as usize];
+            p.a.driver_mut()
+                .read_arena(extent.offset, &mut bytes)
+                .unwrap();
+            assert_eq!(bytes, block(request + 3));
+            assert_eq!(crc32c, crc32c::crc32c(&bytes));
+        }
+    }
+
+    #[test]
+    fn a_corrupted_write_is_caught_by_the_block_crc() {
+        let mut p = Pair::new();
+        p.fabric.corrupt_next_write(1);
+        p.get(7, 9, u64::MAX).unwrap();
+        p.get(8, 10, u64::MAX).unwrap();
+        let got = p.run(50);
+        assert!(got.contains(&LinkEvent::Corrupt {
+            member: 1,
+            request: 7
+        }));
+        assert!(got
+            .iter()
+            .any(|e| matches!(e, LinkEvent::Landed { request: 8, .. })));
+    }
+
+    #[test]
+    fn an_error_completion_sends_requests_to_tcp_or_the_store_and_rdma_comes_back() {
+        let mut p = Pair::new();
+        p.fabric.inject(1, None, None, WcStatus::RetryExceeded);
+        let soon = p.now + 1_000_000_000;
+        p.get(1, 1, soon).unwrap();
+        // Already past due: it goes to the store.
+        p.get(2, 2, p.now).unwrap();
+        let got = p.run(200);
+        assert!(
+            got.contains(&LinkEvent::Retry {
+                member: 1,
+                request: 1,
+                to: Retry::Tcp
+            }),
+            "{got:?}"
+        );
+        assert!(got.contains(&LinkEvent::Retry {
+            member: 1,
+            request: 2,
+            to: Retry::Store
+        }));
+        assert_eq!(p.a.link(1), LinkTransport::RdmaFallback);
+        // Refused while backing off: the caller uses TCP.
+        assert!(p.get(3, 3, u64::MAX).is_err());
+        assert!(p.a.probe_due(p.now).is_empty());
+        // After the backoff the requester probes again.
+        p.now += DriverConfig::default().backoff_max_ns;
+        assert_eq!(p.a.probe_due(p.now), vec![1]);
+        p.connect();
+        assert_eq!(p.a.link(1), LinkTransport::Rdma);
+        p.get(4, 4, u64::MAX).unwrap();
+        let got = p.run(50);
+        assert!(
+            got.iter()
+                .any(|e| matches!(e, LinkEvent::Landed { request: 4, .. })),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn a_miss_comes_back_as_a_miss() {
+        let mut p = Pair::new();
+        p.get(5, NOT_KEPT, u64::MAX).unwrap();
+        let got = p.run(20);
+        assert_eq!(
+            got,
+            vec![LinkEvent::Miss {
+                member: 1,
+                request: 5,
+                reason: MissReason::NotKept
+            }]
+        );
+    }
+
+    /// Two agents' transports on 127.0.0.1 with their RDMA links on one
+    /// fake fabric: the queue pair parameters travel as RDMA setup frames
+    /// on the authenticated TCP connection, then a block goes by RDMA.
+    #[test]
+    fn queue_pairs_are_set_up_over_the_authenticated_tcp_connection() {
+        use crate::peers::net::{Claim, Event as NetEvent, Net, NetConfig, OutGet};
+        use granary_peer::conn::ConnConfig;
+        use granary_peer::view::{Member, View};
+        use granary_shm::arena::Arena;
+        use std::sync::Arc;
+        use std::time::{Duration, Instant};
+
+        let port = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+        };
+        let addrs = [port(), port()];
+        let view = Arc::new(
+            View::new(
+                "job",
+                1,
+                (0..2).map(|i| Member::new(format!("m{i}"), addrs[i].to_string(), 1 << 30)),
+            )
+            .unwrap(),
+        );
+        let nets: Vec<Net> = (0..2)
+            .map(|me| {
+                let mut conn = ConnConfig::new(
+                    "job",
+                    format!("m{me}"),
+                    view.digest().0,
+                    crate::sys::random_u64(),
+                    b"secret".to_vec(),
+                );
+                conn.keepalive = 1_000_000_000;
+                Net::start(
+                    NetConfig {
+                        view: Arc::clone(&view),
+                        me,
+                        conn,
+                        connect_timeout: Duration::from_secs(2),
+                        redial_after: Duration::from_millis(100),
+                        settling: Duration::ZERO,
+                    },
+                    addrs[me],
+                )
+                .unwrap()
+            })
+            .collect();
+        let fabric = Fabric::new(3);
+        let mut links: Vec<RdmaLinks<FakeNic>> = (0..2)
+            .map(|_| RdmaLinks::new(fabric.add_host(), ARENA, DriverConfig::default(), 2).unwrap())
+            .collect();
+        // A first TCP request opens the connection (the owner answers it
+        // with a miss).
+        let arena = Arena::heap(1 << 20).unwrap();
+        nets[0].get(
+            1,
+            OutGet {
+                get: Get {
+                    request: 1,
+                    fingerprint: FP,
+                    sample: 1,
+                    length: 10,
+                    due: u64::MAX / 2,
+                },
+                dest: arena.slice(0, 10).unwrap(),
+                claim: Arc::new(Claim::default()),
+            },
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut landed = None;
+        let mut asked = false;
+        let mut now = 1u64;
+        while landed.is_none() && Instant::now() < deadline {
+            now += 1_000_000;
+            for me in 0..2 {
+                let mut ev = Vec::new();
+                nets[me].drain(&mut ev);
+                for e in ev {
+                    match e {
+                        // The dialler offers first.
+                        NetEvent::Up { conn, member, .. } if me == 0 => {
+                            let bytes = links[0].offer(member, now).unwrap();
+                            nets[0].send_rdma_setup(conn, bytes);
+                        }
+                        NetEvent::RdmaSetup {
+                            conn,
+                            member,
+                            bytes,
+                        } => {
+                            if me == 1 {
+                                let ours = links[1].offer(member, now).unwrap();
+                                nets[1].send_rdma_setup(conn, ours);
+                            }
+                            links[me].accept(member, &bytes, now).unwrap();
+                        }
+                        NetEvent::Request { conn, get } => {
+                            nets[me].send_miss(conn, get, MissReason::NotKept);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            if !asked && links[0].link(1) == LinkTransport::Rdma {
+                assert_eq!(links[1].link(0), LinkTransport::Rdma);
+                let bytes = block(42);
+                let get = Get {
+                    request: 2,
+                    fingerprint: FP,
+                    sample: 42,
+                    length: bytes.len() as u64,
+                    due: u64::MAX,
+                };
+                let extent = Extent {
+                    offset: 4096,
+                    len: bytes.len() as u32,
+                };
+                links[0].get(1, get, extent, now).unwrap();
+                asked = true;
+            }
+            let mut ev = Vec::new();
+            links[1].poll(now, &mut ev);
+            for e in ev {
+                if let LinkEvent::Request { member, get, .. } = e {
+                    let bytes = block(get.sample);
+                    let src = Extent {
+                        offset: 0,
+                        len: bytes.len() as u32,
+                    };
+                    links[1].driver_mut().write_arena(0, &bytes).unwrap();
+                    let crc = block_crc(FP, get.sample, &bytes);
+                    links[1].serve(member, get, src, crc, now).unwrap();
+                }
+            }
+            let mut ev = Vec::new();
+            links[0].poll(now, &mut ev);
+            landed = ev.into_iter().find_map(|e| match e {
+                LinkEvent::Landed { extent, .. } => Some(extent),
+                _ => None,
+            });
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let extent = landed.expect("a block landed by RDMA after the TCP setup");
+        let mut bytes = vec![0u8; extent.len as usize];
+        links[0]
+            .driver_mut()
+            .read_arena(extent.offset, &mut bytes)
+            .unwrap();
+        assert_eq!(bytes, block(42));
+        assert_eq!(fabric.stats().writes, 1, "one RDMA write");
+    }
+
+    #[test]
+    fn bad_setup_bytes_are_refused() {
+        let fabric = Fabric::new(1);
+        let mut a = RdmaLinks::new(fabric.add_host(), ARENA, DriverConfig::default(), 2).unwrap();
+        a.offer(1, 1).unwrap();
+        assert!(matches!(
+            a.accept(1, b"short", 1),
+            Err(LinkError::BadSetup(_))
+        ));
+        assert_eq!(a.link(1), LinkTransport::RdmaFallback);
+    }
+}
