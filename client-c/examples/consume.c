@@ -2,10 +2,12 @@
  * consume: reads every batch of a Granary session, checks every sample and
  * prints a one-line summary.
  *
- *   consume [-f|-s] SOCKET DATASET [BATCH_SIZE [EPOCHS [SEED [RANK WORLD_SIZE]]]]
+ *   consume [-n] [-f|-s] SOCKET DATASET [BATCH_SIZE [EPOCHS [SEED [RANK WORLD_SIZE]]]]
  *
- * Every sample's CRC-32C is recomputed and compared with the one the agent
- * recorded. With -f (the agent is the test fixture of client-c/tests), the
+ * libgranary checks every sample's CRC-32C before it hands a batch out (a
+ * mismatch is a CORRUPT failed sample); -n turns that check off. This
+ * program recomputes the CRC itself as well and compares it with the one
+ * the agent recorded. With -f (the agent is the test fixture of client-c/tests), the
  * content itself is checked too: the fixture fills sample `id` of dataset
  * `name` with `id` as 8 little-endian bytes followed by a splitmix64 stream
  * seeded from FNV-1a(name) and `id`, and labels it `id % 1000`.
@@ -164,12 +166,16 @@ static int parse_u64(const char *text, uint64_t max, uint64_t *out) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: consume [-f|-s] SOCKET DATASET [BATCH_SIZE [EPOCHS [SEED [RANK WORLD_SIZE]]]]\n");
+            "usage: consume [-n] [-f|-s] SOCKET DATASET [BATCH_SIZE [EPOCHS [SEED [RANK WORLD_SIZE]]]]\n");
 }
 
 int main(int argc, char **argv) {
-    int fixture = 0, synth = 0;
+    int fixture = 0, synth = 0, no_library_crc = 0;
     int argi = 1;
+    if (argi < argc && strcmp(argv[argi], "-n") == 0) {
+        no_library_crc = 1;
+        argi++;
+    }
     if (argi < argc && strcmp(argv[argi], "-f") == 0) {
         fixture = 1;
         argi++;
@@ -188,6 +194,7 @@ int main(int argc, char **argv) {
     granary_session_options opts;
     granary_session_options_init(&opts);
     opts.dataset = dataset;
+    opts.no_crc_check = no_library_crc;
     uint64_t v = 0;
     uint32_t *u32_fields[] = {&opts.batch_size, &opts.epoch_count};
     for (int k = 0; k < 2 && argi + 2 + k < argc; k++) {

@@ -216,7 +216,27 @@ fn c_example_reads_and_verifies_every_sample() {
         .arg(&sock)
         .args(["c-scribbled", "8"]));
     check("consume without the content check", &out);
+    // A wrong CRC: libgranary's own check turns every sample into a
+    // CORRUPT failure (each batch says so)...
     let out = run(Command::new(&static_bin)
+        .arg(&sock)
+        .args(["c-bad-crc", "4"]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).starts_with("batches=3 samples=0 bytes=0 ")
+            && stdout(&out).ends_with(" errors=3 mismatches=0\n"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(ErrorCode::Corrupt.message()),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // ... and with that check off (-n), the program's own CRC check
+    // catches every sample.
+    let out = run(Command::new(&static_bin)
+        .arg("-n")
         .arg(&sock)
         .args(["c-bad-crc", "4"]));
     assert_eq!(out.status.code(), Some(1));
