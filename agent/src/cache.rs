@@ -1299,6 +1299,59 @@ impl Cache {
         (freed, busy)
     }
 
+    /// Moves the retained samples (ready, unpinned) that `keep` now wants
+    /// into the keep area, as far as it has room: after the job's view
+    /// changed, samples this agent holds as ordinary cache entries may have
+    /// become its own to keep. Returns the (from, to) extents whose bytes
+    /// the caller must copy before anything reads them (the entry points at
+    /// `to` already; `from` is free).
+    pub(crate) fn adopt_kept(
+        &mut self,
+        mut keep: impl FnMut(SampleKey) -> bool,
+    ) -> Vec<(Extent, Extent)> {
+        let wanted: Vec<(SampleKey, Extent)> = self
+            .entries
+            .iter()
+            .filter_map(|(&key, e)| match *e {
+                Entry::Ready {
+                    extent,
+                    pins: 0,
+                    residency: Residency::Retained,
+                    ..
+                } if keep(key) => Some((key, extent)),
+                _ => None,
+            })
+            .collect();
+        let mut moves = Vec::new();
+        for (key, from) in wanted {
+            if !self.areas.kept.can_alloc(from.len, self.config.align) {
+                break;
+            }
+            let Ok(to) = self
+                .areas
+                .alloc(key, from.len, self.config.align, Residency::Kept)
+            else {
+                break;
+            };
+            if self.areas.free(from).is_err() {
+                let _ = self.areas.free(to);
+                continue;
+            }
+            if let Some(Entry::Ready {
+                extent, residency, ..
+            }) = self.entries.get_mut(&key)
+            {
+                *extent = to;
+                *residency = Residency::Kept;
+            }
+            self.policy.remove(key);
+            self.acct.retained -= from.len;
+            self.acct.kept += from.len;
+            moves.push((from, to));
+        }
+        moves
+    }
+
     /// Drops `key` from the cache: a Failed record without pins, or a
     /// cached (retained, Ready, unpinned) sample, e.g. when its dataset
     /// changed.
@@ -1637,6 +1690,51 @@ mod tests {
         assert_eq!(c.accounting().kept, 0);
         c.check_invariants().unwrap();
         assert!(c.reserve_kept(k(3), 100).is_ok());
+        c.complete(k(3), 3).unwrap();
+        c.unpin(k(3)).unwrap();
+        assert_eq!(c.release_kept(|_| false), (1, 0));
+        // A new view makes this node keep samples it holds as ordinary
+        // cache entries: they move into the keep area (room for one of
+        // them here), out of the policy's reach; a pinned one stays put.
+        let cached: Vec<u64> = (10..60)
+            .filter(|&i| {
+                matches!(c.lookup(k(i)), Lookup::Ready(_))
+                    && c.entries.get(&k(i)).is_some_and(|e| {
+                        matches!(
+                            e,
+                            Entry::Ready {
+                                residency: Residency::Retained,
+                                ..
+                            }
+                        )
+                    })
+            })
+            .collect();
+        assert!(cached.len() >= 2, "{cached:?}");
+        c.pin(k(cached[0])).unwrap();
+        let moves = c.adopt_kept(|key| cached.iter().any(|&i| key == k(i)));
+        assert_eq!(moves.len(), 1, "room for one in the keep area");
+        let (from, to) = moves[0];
+        assert!(to.offset >= 768 && from.offset < 768, "{from:?} -> {to:?}");
+        let adopted = cached
+            .iter()
+            .map(|&i| k(i))
+            .find(|key| {
+                matches!(c.entries.get(key),
+                    Some(Entry::Ready { residency: Residency::Kept, extent, .. }) if *extent == to)
+            })
+            .expect("the adopted sample points at its new extent");
+        assert_ne!(adopted, k(cached[0]), "the pinned one stays");
+        assert!(!c.policy().contains(adopted));
+        assert!(matches!(
+            c.entries.get(&k(cached[0])),
+            Some(Entry::Ready {
+                residency: Residency::Retained,
+                ..
+            })
+        ));
+        c.check_invariants().unwrap();
+        c.unpin(k(cached[0])).unwrap();
         // The reserves cannot exceed the arena.
         let mut bad = config(1024, 512, PolicyKind::Lru);
         bad.keep_reserve = 513;

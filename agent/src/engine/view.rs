@@ -310,5 +310,28 @@ impl Engine {
             );
         }
         self.release_stale_kept = busy > 0;
+        // Samples this agent now keeps that it holds as ordinary cache
+        // entries move into the keep area (so they are not read again once
+        // evicted); the bytes follow their entry.
+        let moves = self
+            .cache
+            .adopt_kept(|k| tier.keeps_here(k.dataset as usize, k.index));
+        let mut moved = 0usize;
+        for (from, to) in &moves {
+            let copied = self
+                .arena
+                .read_at(from.offset, from.len as usize)
+                .and_then(|bytes| self.arena.write_at(to.offset, &bytes));
+            match copied {
+                Ok(()) => moved += 1,
+                Err(e) => tracing::error!("moving a kept sample into the keep area: {e}"),
+            }
+        }
+        if moved > 0 {
+            tracing::info!(
+                moved,
+                "cached samples the new view keeps here moved into the keep area"
+            );
+        }
     }
 }
