@@ -14,7 +14,7 @@
 
 use super::{Engine, Waiting};
 use crate::config::Membership;
-use crate::placement::{Placement, LOCAL, PEER, UNCACHED};
+use crate::placement::Placement;
 use crate::server::ConnId;
 use granary_peer::assign::{Inputs, Layout};
 use granary_shm::handshake::{AssignmentInfo, Message, OpenSession};
@@ -209,21 +209,5 @@ impl Engine {
             },
             digest,
         ))
-    }
-
-    /// Counts the placements of the batches session `sid` just planned.
-    pub(super) fn count_placed(&mut self, sid: u64) {
-        let Some(s) = self.sessions.get_mut(&sid) else {
-            return;
-        };
-        let placed = s.take_placed();
-        let Some(mode) = s.placement_mode() else {
-            return;
-        };
-        for (at, name) in [(LOCAL, "local"), (PEER, "peer"), (UNCACHED, "uncached")] {
-            if placed[at] > 0 {
-                self.metrics.peers.assigned(mode, name, placed[at]);
-            }
-        }
     }
 }

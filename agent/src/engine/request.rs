@@ -26,15 +26,9 @@ impl Engine {
             tracing::warn!(session = sid, "planning failed: {e}");
             return false;
         }
-        if s.placement_mode().is_some() {
-            self.count_placed(sid);
+        if let Some(mode) = s.placement_mode() {
+            self.metrics.peers.count_assigned(mode, s.take_placed());
         }
-        let Some(s) = self.sessions.get_mut(&sid) else {
-            return false;
-        };
-        let Some(src) = self.datasets[ds].source() else {
-            return false;
-        };
         let retrying = self
             .retry_queue
             .iter()

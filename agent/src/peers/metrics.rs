@@ -136,14 +136,20 @@ impl PeerMetrics {
         self.views.get_or_create(&label("outcome", outcome)).inc();
     }
 
-    /// Counts `n` planned samples of a `mode` session at `placement`.
-    pub fn assigned(&self, mode: &str, placement: &str, n: u64) {
-        self.assigned
-            .get_or_create(&vec![
-                ("mode".to_string(), mode.to_string()),
-                ("placement".to_string(), placement.to_string()),
-            ])
-            .inc_by(n);
+    /// Counts the `[local, peer, uncached]` samples a `mode` session just
+    /// planned.
+    pub(crate) fn count_assigned(&self, mode: &str, placed: [u64; 3]) {
+        use crate::placement::{LOCAL, PEER, UNCACHED};
+        for (at, placement) in [(LOCAL, "local"), (PEER, "peer"), (UNCACHED, "uncached")] {
+            if placed[at] > 0 {
+                self.assigned
+                    .get_or_create(&vec![
+                        ("mode".to_string(), mode.to_string()),
+                        ("placement".to_string(), placement.to_string()),
+                    ])
+                    .inc_by(placed[at]);
+            }
+        }
     }
 
     /// Records whether the connection to `peer` is up.
