@@ -23,9 +23,10 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// Breaks four files of the catalogued dataset: one deleted, one replaced
-/// by a directory, one truncated, one made unreadable (which root can still
-/// read). Returns the ids whose reads must fail.
+/// Breaks six files of the catalogued dataset: one deleted, one replaced
+/// by a directory, one truncated, one grown, one replaced by other bytes of
+/// the same size (a later modification time), one made unreadable (which
+/// root can still read). Returns the ids whose reads must fail.
 fn break_files(agent: &TestAgent) -> BTreeSet<u64> {
     let spec = &agent.spec;
     let gone = 11;
@@ -40,9 +41,22 @@ fn break_files(agent: &TestAgent) -> BTreeSet<u64> {
         .unwrap();
     f.set_len(spec.size_of(short) / 2).unwrap();
     drop(f);
+    let grown = 150;
+    let mut bytes = std::fs::read(spec.path_of(grown)).unwrap();
+    bytes.push(0);
+    std::fs::write(spec.path_of(grown), bytes).unwrap();
+    let replaced = 170;
+    let other = vec![0x5a; spec.size_of(replaced) as usize];
+    std::fs::write(spec.path_of(replaced), other).unwrap();
+    let later = std::time::SystemTime::now() + Duration::from_secs(3);
+    std::fs::File::options()
+        .write(true)
+        .open(spec.path_of(replaced))
+        .and_then(|f| f.set_modified(later))
+        .unwrap();
     let locked = 200;
     std::fs::set_permissions(spec.path_of(locked), std::fs::Permissions::from_mode(0o000)).unwrap();
-    let mut bad = BTreeSet::from([gone, dir, short]);
+    let mut bad = BTreeSet::from([gone, dir, short, grown, replaced]);
     if !is_root() {
         bad.insert(locked);
     }
@@ -82,11 +96,13 @@ fn vanished_and_unreadable_files_are_reported_per_sample() {
             *seen.entry((b.epoch(), smp.id())).or_default() += 1;
             if bad.contains(&smp.id()) {
                 // The failure's kind reaches the loader: a deleted file is
-                // not found, a truncated one changed length, a directory
-                // or an unreadable file is an I/O error.
+                // not found, a truncated or grown one changed length, one
+                // replaced by other bytes of its size is corrupt, a
+                // directory or an unreadable file is an I/O error.
                 let want = match smp.id() {
                     11 => ErrorCode::NotFound,
-                    123 => ErrorCode::ShortRead,
+                    123 | 150 => ErrorCode::ShortRead,
+                    170 => ErrorCode::Corrupt,
                     _ => ErrorCode::Io,
                 };
                 assert_eq!(smp.status(), want.as_i32(), "sample {}", smp.id());
@@ -188,7 +204,8 @@ fn vanished_and_unreadable_files_are_reported_per_sample() {
             if smp.status != 0 {
                 let want = match smp.id {
                     11 => ErrorCode::NotFound.as_i32(),
-                    123 => ErrorCode::ShortRead.as_i32(),
+                    123 | 150 => ErrorCode::ShortRead.as_i32(),
+                    170 => ErrorCode::Corrupt.as_i32(),
                     _ => io,
                 };
                 assert_eq!(smp.status, want, "sample {}", smp.id);

@@ -386,6 +386,53 @@ fn missing_keys_and_bad_credentials_fail_at_once_naming_the_key() {
 }
 
 #[test]
+fn an_object_replaced_after_cataloguing_is_a_clear_per_sample_error() {
+    use granary_agent::source::queue::changed;
+    use object_store::ObjectStoreExt;
+    let weed = Seaweed::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = synth(tmp.path(), 6, 1, 3_000);
+    ingest_dir(&weed, &spec.root, "versions");
+    let source = S3Source::connect(&weed.settings(), 8).unwrap();
+    let catalog = source
+        .catalog(&S3Layout::Prefix("versions".into()))
+        .unwrap();
+    assert!(
+        catalog.entries().iter().all(|e| e.etag.is_some()),
+        "the listing gives every object's ETag"
+    );
+    // Sample 1 replaced by other bytes of the same size, sample 2 by a
+    // longer object; the others untouched.
+    let store = source.store().clone();
+    let put = |i: usize, bytes: Vec<u8>| {
+        let key = catalog.entries()[i].key.clone();
+        source.block_on(store.put(&key, bytes.into())).expect("put");
+    };
+    let size1 = catalog.entries()[1].size as usize;
+    put(1, vec![0x5a; size1]);
+    put(2, vec![0x11; catalog.entries()[2].size as usize + 7]);
+    let mut fetcher = source.fetcher().unwrap();
+    for (i, e) in catalog.entries().iter().enumerate() {
+        let buf = heap(e.size as usize);
+        let req = catalog.request(i as u64, 1, whole(&buf)).unwrap();
+        let got = fetch_one(&mut fetcher, req);
+        match i {
+            1 | 2 => {
+                let err = got.expect_err("a replaced object");
+                let c = changed(&err).unwrap_or_else(|| panic!("sample {i}: {err}"));
+                assert!(err.to_string().contains(e.key.as_ref()), "{err}");
+                assert!(!is_retryable(&err));
+                eprintln!("sample {i}: {c}");
+            }
+            _ => {
+                assert_eq!(got.unwrap(), e.size as u32);
+                verify_sample(&read_back(&buf)).expect("original bytes");
+            }
+        }
+    }
+}
+
+#[test]
 fn a_request_slower_than_the_timeout_fails_then_succeeds_without_the_delay() {
     let weed = Seaweed::start();
     let tmp = tempfile::tempdir().unwrap();

@@ -122,6 +122,14 @@ impl SampleError {
     pub(crate) fn from_io(err: &io::Error) -> SampleError {
         let message = err.to_string();
         let retryable_store = queue::fetch_error(err).map(|f| f.retryable);
+        if let Some(c) = queue::changed(err) {
+            let kind = if c.size_differs {
+                FailureKind::Short
+            } else {
+                FailureKind::Corrupt
+            };
+            return SampleError { kind, message };
+        }
         let kind = match (err.kind(), fs::reader::errno(err)) {
             (io::ErrorKind::NotFound, _) => FailureKind::NotFound,
             (io::ErrorKind::TimedOut, _) => FailureKind::TimedOut,

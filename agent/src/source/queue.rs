@@ -101,6 +101,36 @@ impl fmt::Display for FetchError {
 
 impl std::error::Error for FetchError {}
 
+/// A sample whose file or object is no longer what its catalog recorded
+/// (its size, modification time, version or checksum differ), inside the
+/// `io::Error` of its completion. Final: reading again gives the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Changed {
+    /// The file, key or row.
+    pub target: String,
+    /// What differs, with both values.
+    pub what: String,
+    /// Whether the size is what differs (reported as a short read).
+    pub size_differs: bool,
+}
+
+impl fmt::Display for Changed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: changed since the catalog was made: {}",
+            self.target, self.what
+        )
+    }
+}
+
+impl std::error::Error for Changed {}
+
+/// The [`Changed`] error inside `err`, if there is one.
+pub fn changed(err: &io::Error) -> Option<&Changed> {
+    err.get_ref().and_then(|e| e.downcast_ref::<Changed>())
+}
+
 /// The fetch error inside `err`, if there is one.
 pub fn fetch_error(err: &io::Error) -> Option<&FetchError> {
     err.get_ref().and_then(|e| e.downcast_ref::<FetchError>())

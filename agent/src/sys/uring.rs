@@ -46,9 +46,20 @@ pub(crate) enum Step<'a> {
     /// `IORING_OP_LINK_TIMEOUT`: cancels the entry before it in the chain
     /// when `limit` expires.
     LinkTimeout { limit: &'a Arc<types::Timespec> },
+    /// `statx(AT_FDCWD, path)` for the size and modification time, which
+    /// come back in the completion's [`Cqe::stat`].
+    Statx { path: &'a Arc<CStr> },
 }
 
-/// One entry of a chain: its step, a 2-bit kind the completion carries
+/// A file's size and modification time, as `statx` gave them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileStat {
+    pub(crate) size: u64,
+    /// Seconds and nanoseconds since the epoch.
+    pub(crate) mtime: (i64, u32),
+}
+
+/// One entry of a chain: its step, a 3-bit kind the completion carries
 /// back, and its link flags.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Entry<'a> {
@@ -63,7 +74,14 @@ pub(crate) struct Cqe {
     pub(crate) slot: u32,
     pub(crate) kind: u8,
     pub(crate) result: i32,
+    /// What a successful [`Step::Statx`] found.
+    pub(crate) stat: Option<FileStat>,
 }
+
+/// The largest kind an entry may carry.
+const MAX_KIND: u8 = 7;
+/// Bits of `user_data` below the slot number.
+const KIND_BITS: u32 = 3;
 
 /// Why [`Ring::push`] did not queue a chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +90,8 @@ pub(crate) enum PushError {
     /// push again.
     Full,
     /// The slot does not exist, still has entries in flight, a kind is
-    /// above 3, or a read does not fit its arena range.
+    /// above 7, a chain has two `statx` steps, or a read does not fit its
+    /// arena range.
     Invalid,
 }
 
@@ -83,6 +102,8 @@ struct Pins {
     path: Option<Arc<CStr>>,
     dest: Option<ArenaSlice>,
     limit: Option<Arc<types::Timespec>>,
+    /// The buffer a `statx` step writes, and the step's kind.
+    stat: Option<(Box<libc::statx>, u8)>,
 }
 
 /// An io_uring whose entries' memory is held until their completions; see
@@ -135,7 +156,7 @@ impl Ring {
         let mut held = Pins::default();
         let mut entries = Vec::with_capacity(chain.len());
         for e in chain {
-            if e.kind > 3 {
+            if e.kind > MAX_KIND {
                 return Err(PushError::Invalid);
             }
             let sqe = match e.step {
@@ -177,15 +198,31 @@ impl Ring {
                     held.limit = Some(Arc::clone(limit));
                     opcode::LinkTimeout::new(Arc::as_ptr(limit)).build()
                 }
+                Step::Statx { path } => {
+                    if held.stat.is_some() {
+                        return Err(PushError::Invalid);
+                    }
+                    held.path = Some(Arc::clone(path));
+                    let buf = held.stat.insert((Box::new(zeroed_statx()), e.kind));
+                    let ptr: *mut libc::statx = &mut *buf.0;
+                    opcode::Statx::new(
+                        types::Fd(libc::AT_FDCWD),
+                        path.as_ptr(),
+                        ptr.cast::<types::statx>(),
+                    )
+                    .mask(libc::STATX_SIZE | libc::STATX_MTIME)
+                    .build()
+                }
             };
             entries.push(
                 sqe.flags(e.flags)
-                    .user_data((u64::from(slot) << 2) | u64::from(e.kind)),
+                    .user_data((u64::from(slot) << KIND_BITS) | u64::from(e.kind)),
             );
         }
         // SAFETY: every pointer in `entries` comes from something `held`
         // owns: the path from an `Arc<CStr>`, the timeout from an
-        // `Arc<Timespec>`, the read's destination from an `ArenaSlice`
+        // `Arc<Timespec>`, the `statx` buffer from a `Box` (its heap memory
+        // does not move when `held` does), the read's destination from an `ArenaSlice`
         // (`as_mut_ptr` is valid for `len()` bytes while the slice lives;
         // `at + len` was checked against it). `held` becomes the slot's pins
         // below and is released only when the chain's last completion has
@@ -204,22 +241,42 @@ impl Ring {
     pub(crate) fn reap(&mut self, out: &mut Vec<Cqe>) {
         for c in self.ring.completion() {
             let ud = c.user_data();
-            let Ok(slot) = u32::try_from(ud >> 2) else {
+            let Ok(slot) = u32::try_from(ud >> KIND_BITS) else {
                 continue;
             };
+            let kind = (ud & u64::from(MAX_KIND)) as u8;
+            let mut stat = None;
             if let Some(p) = self.pins.get_mut(slot as usize) {
                 p.in_flight = p.in_flight.saturating_sub(1);
+                // The kernel has finished writing the buffer once the
+                // step's completion is here.
+                if let Some((buf, k)) = &p.stat {
+                    if *k == kind && c.result() >= 0 {
+                        stat = Some(FileStat {
+                            size: buf.stx_size,
+                            mtime: (buf.stx_mtime.tv_sec, buf.stx_mtime.tv_nsec),
+                        });
+                    }
+                }
                 if p.in_flight == 0 {
                     *p = Pins::default();
                 }
             }
             out.push(Cqe {
                 slot,
-                kind: (ud & 3) as u8,
+                kind,
                 result: c.result(),
+                stat,
             });
         }
     }
+}
+
+/// A `statx` buffer for the kernel to fill.
+fn zeroed_statx() -> libc::statx {
+    // SAFETY: `libc::statx` is a plain C struct of integers (and reserved
+    // integer arrays), for which all-zero bytes are a valid value.
+    unsafe { std::mem::zeroed() }
 }
 
 impl AsFd for Ring {

@@ -46,6 +46,14 @@ pub struct CatalogEntry {
     pub label: i32,
     /// Size in bytes when the catalog was built.
     pub size: u64,
+    /// Modification time when the catalog was built (seconds and
+    /// nanoseconds since the epoch): a read checks the file still has it.
+    pub mtime: (i64, u32),
+}
+
+/// A file's modification time from its metadata.
+fn mtime_of(meta: &fs::Metadata) -> (i64, u32) {
+    (meta.mtime(), u32::try_from(meta.mtime_nsec()).unwrap_or(0))
 }
 
 /// The ordered list of a dataset's samples.
@@ -190,7 +198,8 @@ fn io_err<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(io::Error) ->
 
 /// What a directory entry turned out to be, after following links.
 enum Kind {
-    File(u64),
+    /// A regular file: its size and modification time.
+    File(u64, (i64, u32)),
     Dir(fs::Metadata),
     Other,
 }
@@ -222,7 +231,7 @@ fn sorted_entries(dir: &Path) -> Result<Vec<(OsString, PathBuf, Kind)>, CatalogE
             Err(e) => return Err(io_err(&path, "examine")(e)),
         };
         let kind = if meta.is_file() {
-            Kind::File(meta.len())
+            Kind::File(meta.len(), mtime_of(&meta))
         } else if meta.is_dir() {
             Kind::Dir(meta)
         } else {
@@ -244,11 +253,12 @@ fn walk(
 ) -> Result<(), CatalogError> {
     for (_, path, kind) in sorted_entries(dir)? {
         match kind {
-            Kind::File(size) => out.push(CatalogEntry {
+            Kind::File(size, mtime) => out.push(CatalogEntry {
                 sample_id: out.len() as u64,
                 path,
                 label,
                 size,
+                mtime,
             }),
             Kind::Dir(meta) => {
                 let key = (meta.dev(), meta.ino());
@@ -278,12 +288,13 @@ impl Catalog {
         let top = sorted_entries(root)?;
         let mut entries = Vec::new();
         for (_, path, kind) in &top {
-            if let Kind::File(size) = kind {
+            if let Kind::File(size, mtime) = kind {
                 entries.push(CatalogEntry {
                     sample_id: entries.len() as u64,
                     path: path.clone(),
                     label: -1,
                     size: *size,
+                    mtime: *mtime,
                 });
             }
         }
@@ -371,6 +382,7 @@ impl Catalog {
                 path,
                 label,
                 size: meta.len(),
+                mtime: mtime_of(&meta),
             });
         }
         Self::finish(entries, Vec::new(), manifest)

@@ -10,7 +10,7 @@ pub use catalog::{Catalog, CatalogEntry, CatalogError};
 use super::{Completion, Landing, SampleMeta, SampleSource, SourceFull};
 use crate::config::{DatasetConfig, DatasetLocation};
 use granary_shm::arena::ArenaSlice;
-use reader::{ReadRequest, UringReader};
+use reader::{FileStat, ReadRequest, UringReader};
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -131,6 +131,10 @@ impl SampleSource for FsSource {
             offset: 0,
             len,
             dest,
+            expect: Some(FileStat {
+                size: e.size,
+                mtime: e.mtime,
+            }),
         };
         self.reader.submit(req).map_err(|_| SourceFull)
     }

@@ -14,6 +14,15 @@
 //! retry policy's decision (`crate::retry`), on the error's
 //! [`crate::source::FailureKind`].
 //!
+//! A request that names what the file should be (`expect`: its size and
+//! modification time when it was catalogued) has a `statx` of the path
+//! after its read, in the same chain (or as a step of its own when chains
+//! are not linked): a file whose size or modification time differs fails
+//! its request with a [`Changed`] error, so a file that grew, shrank or
+//! was replaced since the catalog was made is never served as it is now.
+//! (A kernel without `IORING_OP_STATX` reads without the check, said once
+//! in the log.)
+//!
 //! A reader built `with_timeout` links an
 //! `IORING_OP_LINK_TIMEOUT` to every open and every read it hands to the
 //! kernel: a step that has not completed when the timeout expires is
@@ -30,7 +39,8 @@ use std::os::fd::{AsFd, BorrowedFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::source::queue::{IoCompletion, QueuedRequest};
+use crate::source::queue::{Changed, IoCompletion, QueuedRequest};
+pub(crate) use crate::sys::uring::FileStat;
 use crate::sys::uring::{Cqe, Entry, PushError, Ring, Step, Target};
 use granary_shm::arena::ArenaSlice;
 use io_uring::{opcode, squeue, types, Probe};
@@ -51,6 +61,7 @@ const KIND_OPEN: u8 = 0;
 const KIND_READ: u8 = 1;
 const KIND_CLOSE: u8 = 2;
 const KIND_TIMEOUT: u8 = 3;
+const KIND_STATX: u8 = 4;
 
 /// One read: `len` bytes at `offset` of a file into the start of `dest`.
 #[derive(Debug)]
@@ -68,6 +79,9 @@ pub(crate) struct ReadRequest {
     /// bytes; the reader holds it (and so the mapping) until the read's
     /// completion has been returned.
     pub dest: ArenaSlice,
+    /// What the file must still be once read (size and modification time),
+    /// if anything: checked with a `statx` after the read.
+    pub expect: Option<FileStat>,
 }
 
 /// The outcome of one `ReadRequest`: the bytes read (always the
@@ -158,12 +172,19 @@ struct Op {
     offset: u64,
     len: u32,
     dest: ArenaSlice,
+    expect: Option<FileStat>,
     done: u32,
     file: FileState,
     /// CQEs still expected for the step or chain in flight.
     pending: u8,
     open_res: Option<i32>,
     read_res: Option<i32>,
+    /// The `statx` of the step or chain in flight: what it found, or its
+    /// (negative) result.
+    stat_res: Option<Result<FileStat, i32>>,
+    /// Whether the `statx` was handed to the kernel (unlinked mode, where
+    /// it is a step of its own after the last read).
+    stat_issued: bool,
     error: Option<io::Error>,
     resubmits: u32,
     /// Whether any step has been handed to the ring yet.
@@ -191,6 +212,7 @@ impl Op {
     fn settle(&mut self) {
         let open = self.open_res.take();
         let read = self.read_res.take();
+        let stat = self.stat_res.take();
         if std::mem::take(&mut self.timed_out) {
             // The step the timeout guarded was cancelled: no resubmit. (A
             // step that completed as its timeout fired keeps its result.)
@@ -225,6 +247,38 @@ impl Op {
             Some(res) => self.transient_or_fail("read", -res),
             None => {}
         }
+        if self.error.is_none() && self.done >= self.len {
+            if let (Some(expect), Some(stat)) = (self.expect, stat) {
+                self.check(expect, stat);
+            }
+        }
+    }
+
+    /// Compares what `statx` found after the whole read with what the file
+    /// was when catalogued.
+    fn check(&mut self, expect: FileStat, stat: Result<FileStat, i32>) {
+        match stat {
+            Ok(now) if now == expect => {}
+            Ok(now) => {
+                let mut what = Vec::new();
+                if now.size != expect.size {
+                    what.push(format!("size {} (catalogued {})", now.size, expect.size));
+                }
+                if now.mtime != expect.mtime {
+                    what.push(format!(
+                        "modified at {}.{:09} (catalogued {}.{:09})",
+                        now.mtime.0, now.mtime.1, expect.mtime.0, expect.mtime.1
+                    ));
+                }
+                let changed = Changed {
+                    target: self.path.to_string_lossy().into_owned(),
+                    what: what.join(", "),
+                    size_differs: now.size != expect.size,
+                };
+                self.error = Some(io::Error::other(changed));
+            }
+            Err(res) => self.fail("statx", Some(-res), None),
+        }
     }
 
     fn transient_or_fail(&mut self, op: &'static str, errno: i32) {
@@ -255,6 +309,8 @@ pub(crate) struct UringReader {
     deferred: Vec<u32>,
     cqes: Vec<Cqe>,
     linked: bool,
+    /// Whether the kernel has `IORING_OP_STATX` (else `expect` is ignored).
+    statx: bool,
     /// The limit linked to every open and read, if any (shared with the
     /// ring's entries in flight, which the kernel reads at submission).
     timeout: Option<(Duration, Arc<types::Timespec>)>,
@@ -330,6 +386,10 @@ impl UringReader {
         let linked = allow_linking
             && ring.params().is_feature_linked_file()
             && ring.submitter().register_files_sparse(queue_depth).is_ok();
+        let statx = probe.is_supported(opcode::Statx::CODE);
+        if !statx {
+            warn_no_statx();
+        }
         Ok(Self {
             ring,
             ops: (0..queue_depth).map(|_| None).collect(),
@@ -338,6 +398,7 @@ impl UringReader {
             deferred: Vec::new(),
             cqes: Vec::new(),
             linked,
+            statx,
             timeout: None,
         })
     }
@@ -409,11 +470,14 @@ impl UringReader {
             offset: req.offset,
             len: req.len,
             dest: req.dest,
+            expect: req.expect.filter(|_| self.statx),
             done: 0,
             file: FileState::Closed,
             pending: 0,
             open_res: None,
             read_res: None,
+            stat_res: None,
+            stat_issued: false,
             error: None,
             resubmits: 0,
             issued: false,
@@ -509,7 +573,13 @@ impl UringReader {
         self.cqes.clear();
         self.ring.reap(&mut self.cqes);
         for i in 0..self.cqes.len() {
-            let Some(&Cqe { slot, kind, result }) = self.cqes.get(i) else {
+            let Some(&Cqe {
+                slot,
+                kind,
+                result,
+                stat,
+            }) = self.cqes.get(i)
+            else {
                 break;
             };
             let linked = self.linked;
@@ -525,6 +595,9 @@ impl UringReader {
                 }
                 KIND_READ => op.read_res = Some(result),
                 KIND_CLOSE => op.file = FileState::Closed,
+                KIND_STATX => {
+                    op.stat_res = Some(stat.ok_or(if result < 0 { result } else { -libc::EIO }));
+                }
                 _ => op.timed_out |= result == -libc::ETIME,
             }
             op.pending = op.pending.saturating_sub(1);
@@ -543,11 +616,23 @@ impl UringReader {
         };
         op.settle();
         let chain = match (op.finished(), op.file) {
-            (true, FileState::Open(fd)) => vec![entry(
-                Step::Close { fd: Target::Fd(fd) },
-                KIND_CLOSE,
-                squeue::Flags::empty(),
-            )],
+            (true, FileState::Open(fd)) => {
+                let mut chain = Vec::new();
+                if op.error.is_none() && op.expect.is_some() && !op.stat_issued {
+                    op.stat_issued = true;
+                    chain.push(entry(
+                        Step::Statx { path: &op.path },
+                        KIND_STATX,
+                        squeue::Flags::IO_HARDLINK,
+                    ));
+                }
+                chain.push(entry(
+                    Step::Close { fd: Target::Fd(fd) },
+                    KIND_CLOSE,
+                    squeue::Flags::empty(),
+                ));
+                chain
+            }
             (true, FileState::Closed) => {
                 if let Some(op) = self.ops.get_mut(idx as usize).and_then(Option::take) {
                     out.push(Completion {
@@ -577,6 +662,13 @@ impl UringReader {
                         limit,
                         Some(squeue::Flags::IO_HARDLINK),
                     ));
+                    if op.expect.is_some() {
+                        chain.push(entry(
+                            Step::Statx { path: &op.path },
+                            KIND_STATX,
+                            squeue::Flags::IO_HARDLINK,
+                        ));
+                    }
                     chain.push(entry(
                         Step::Close {
                             fd: Target::Fixed(idx),
@@ -607,6 +699,18 @@ impl UringReader {
             }
         }
     }
+}
+
+/// Says once per process that files are read without checking them
+/// against their catalog.
+fn warn_no_statx() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        tracing::warn!(
+            "io_uring has no STATX (Linux 5.6): files are read without checking their size and \
+             modification time against the catalog"
+        );
+    });
 }
 
 /// An entry of kind `kind` with link flags `flags`.

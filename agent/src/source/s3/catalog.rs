@@ -36,6 +36,7 @@ use object_store::{GetOptions, ObjectStore};
 use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 /// One sample of an S3 dataset.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +54,10 @@ pub struct S3Entry {
     /// Whether the sample is the whole object (a plain GET that must
     /// return exactly `size` bytes) rather than a range of it.
     pub whole_object: bool,
+    /// The object's ETag when it was catalogued (from the listing or a
+    /// HEAD), if the store gave one: every GET must find the same version
+    /// (`If-Match`, and the ETag of the response compared).
+    pub etag: Option<Arc<str>>,
 }
 
 /// The ordered list of an S3 dataset's samples.
@@ -87,7 +92,7 @@ async fn list_all(
     store: &dyn ObjectStore,
     bucket: &str,
     prefix: &str,
-) -> Result<Vec<(ObjectPath, u64)>, S3Error> {
+) -> Result<Vec<(ObjectPath, u64, Option<Arc<str>>)>, S3Error> {
     let folder = ObjectPath::from(prefix);
     let arg = (!prefix.is_empty()).then_some(&folder);
     once(|| async {
@@ -95,7 +100,7 @@ async fn list_all(
         let mut stream = store.list(arg);
         while let Some(meta) = stream.next().await {
             let meta = meta?;
-            out.push((meta.location, meta.size));
+            out.push((meta.location, meta.size, meta.e_tag.map(Arc::from)));
         }
         Ok(out)
     })
@@ -106,6 +111,9 @@ async fn list_all(
         source,
     })
 }
+
+/// An object's size and ETag.
+type Stamp = (u64, Option<Arc<str>>);
 
 /// Compares two keys component by component, in byte order.
 fn cmp_components(a: &str, b: &str) -> Ordering {
@@ -126,9 +134,11 @@ impl S3Catalog {
         } else {
             prefix.len() + 1
         };
-        // (label-to-be, relative key, key, size); label -1 or a class name.
-        let mut rows: Vec<(Option<String>, String, ObjectPath, u64)> = Vec::new();
-        for (key, size) in objects {
+        // (label-to-be, relative key, key, size and ETag); label -1 or a
+        // class name.
+        type Row = (Option<String>, String, ObjectPath, Stamp);
+        let mut rows: Vec<Row> = Vec::new();
+        for (key, size, etag) in objects {
             let Some(rel) = key.as_ref().get(strip..) else {
                 continue;
             };
@@ -136,7 +146,7 @@ impl S3Catalog {
                 continue;
             }
             let class = rel.split_once('/').map(|(c, _)| c.to_owned());
-            rows.push((class, rel.to_owned(), key, size));
+            rows.push((class, rel.to_owned(), key, (size, etag)));
         }
         let mut class_names: Vec<String> = rows.iter().filter_map(|r| r.0.clone()).collect();
         class_names.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
@@ -154,7 +164,7 @@ impl S3Catalog {
                     .map_or(-1, |i| i as i32),
             }
         };
-        let mut labelled: Vec<(i32, String, ObjectPath, u64)> = rows
+        let mut labelled: Vec<(i32, String, ObjectPath, Stamp)> = rows
             .into_iter()
             .map(|(c, rel, key, size)| (label_of(&c), rel, key, size))
             .collect();
@@ -162,13 +172,14 @@ impl S3Catalog {
         let entries = labelled
             .into_iter()
             .enumerate()
-            .map(|(i, (label, _, key, size))| S3Entry {
+            .map(|(i, (label, _, key, (size, etag)))| S3Entry {
                 sample_id: i as u64,
                 key,
                 label,
                 offset: 0,
                 size,
                 whole_object: true,
+                etag,
             })
             .collect();
         Self::finish(
@@ -230,14 +241,11 @@ impl S3Catalog {
         base: &str,
     ) -> Result<S3Catalog, S3Error> {
         let lines = parse_manifest(name, text, base)?;
-        // Sizes of whole-object samples: one listing of the common folder,
-        // then HEAD for the rest.
-        let mut sizes: HashMap<String, u64> = HashMap::new();
-        let wanted: Vec<&str> = lines
-            .iter()
-            .filter(|l| l.range.is_none())
-            .map(|l| l.key.as_str())
-            .collect();
+        // Sizes and ETags: one listing of the common folder of every object
+        // named, then a HEAD for each whole-object sample the listing missed
+        // (a ranged sample whose object the listing missed has no ETag).
+        let mut sizes: HashMap<String, Stamp> = HashMap::new();
+        let wanted: Vec<&str> = lines.iter().map(|l| l.key.as_str()).collect();
         if let Some(first) = wanted.first() {
             let mut common = first.rsplit_once('/').map_or("", |(d, _)| d).to_owned();
             for k in &wanted[1..] {
@@ -245,8 +253,8 @@ impl S3Catalog {
                     common = common.rsplit_once('/').map_or("", |(d, _)| d).to_owned();
                 }
             }
-            for (key, size) in list_all(store, bucket, &common).await? {
-                sizes.insert(key.as_ref().to_owned(), size);
+            for (key, size, etag) in list_all(store, bucket, &common).await? {
+                sizes.insert(key.as_ref().to_owned(), (size, etag));
             }
         }
         let mut entries = Vec::with_capacity(lines.len());
@@ -256,10 +264,13 @@ impl S3Catalog {
                 line: l.line,
                 reason: format!("key {:?} is not usable: {e}", l.key),
             })?;
-            let (offset, size, whole_object) = match l.range {
-                Some((offset, len)) => (offset, len, false),
+            let (offset, size, whole_object, etag) = match l.range {
+                Some((offset, len)) => {
+                    let etag = sizes.get(key.as_ref()).and_then(|s| s.1.clone());
+                    (offset, len, false, etag)
+                }
                 None => match sizes.get(key.as_ref()) {
-                    Some(&s) => (0, s, true),
+                    Some((size, etag)) => (0, *size, true, etag.clone()),
                     None => {
                         let head = once(|| async {
                             let opts = GetOptions {
@@ -271,8 +282,9 @@ impl S3Catalog {
                         .await;
                         match head {
                             Ok(meta) => {
-                                sizes.insert(l.key.clone(), meta.size);
-                                (0, meta.size, true)
+                                let etag: Option<Arc<str>> = meta.e_tag.map(Arc::from);
+                                sizes.insert(l.key.clone(), (meta.size, etag.clone()));
+                                (0, meta.size, true, etag)
                             }
                             Err((e, _)) => {
                                 return Err(S3Error::Manifest {
@@ -296,6 +308,7 @@ impl S3Catalog {
                 offset,
                 size,
                 whole_object,
+                etag,
             });
         }
         Self::finish(bucket, entries, Vec::new(), name)
@@ -346,6 +359,7 @@ impl S3Catalog {
             offset: e.offset,
             len,
             whole_object: e.whole_object,
+            etag: e.etag.clone(),
             dest,
         })
     }

@@ -30,7 +30,7 @@
 
 use super::{classify, FetchError};
 pub use crate::source::queue::Full;
-use crate::source::queue::{IoCompletion as Completion, QueuedRequest};
+use crate::source::queue::{Changed, IoCompletion as Completion, QueuedRequest};
 pub use crate::source::task_queue::FetchStats;
 use crate::source::task_queue::{AttemptFailure, Attempts, Dest, TaskQueue};
 use futures_util::StreamExt;
@@ -59,6 +59,11 @@ pub struct FetchRequest {
     /// must be exactly `len` bytes long. `false`: a ranged GET of
     /// `offset..offset + len`, which the object must contain.
     pub whole_object: bool,
+    /// The object's ETag when it was catalogued, if known: the GET carries
+    /// `If-Match`, and a response naming another ETag is refused too (for
+    /// stores that ignore the header). Either way the sample fails as
+    /// [`Changed`].
+    pub etag: Option<Arc<str>>,
     /// Destination: the arena range reserved for this fetch, at least `len`
     /// bytes; the fetcher holds it until the completion is returned.
     pub dest: ArenaSlice,
@@ -73,6 +78,7 @@ impl FetchRequest {
             offset: 0,
             len,
             whole_object: true,
+            etag: None,
             dest,
         }
     }
@@ -91,6 +97,7 @@ impl FetchRequest {
             offset,
             len,
             whole_object: false,
+            etag: None,
             dest,
         }
     }
@@ -131,6 +138,9 @@ struct AttemptError {
     kind: io::ErrorKind,
     retryable: bool,
     message: String,
+    /// The object is not the version catalogued (size or ETag): reported as
+    /// [`Changed`], not as a fetch error.
+    changed: Option<Changed>,
 }
 
 impl AttemptFailure for AttemptError {
@@ -146,6 +156,21 @@ impl AttemptError {
             kind: f.kind,
             retryable: f.retryable,
             message: format!("{}: {e}", f.what),
+            changed: None,
+        }
+    }
+
+    /// The object is not the version catalogued: `what` says how.
+    fn changed(key: &str, what: String, size_differs: bool) -> AttemptError {
+        AttemptError {
+            kind: io::ErrorKind::Other,
+            retryable: false,
+            message: what.clone(),
+            changed: Some(Changed {
+                target: format!("GET {key}"),
+                what,
+                size_differs,
+            }),
         }
     }
 }
@@ -250,6 +275,7 @@ impl S3Fetcher {
             offset: req.offset,
             len: req.len,
             whole_object: req.whole_object,
+            etag: req.etag,
         };
         let task = move |dest, attempts| async move {
             fetch(&*store, &spec, dest, timeout, &attempts).await
@@ -295,6 +321,7 @@ struct Spec {
     offset: u64,
     len: u32,
     whole_object: bool,
+    etag: Option<Arc<str>>,
 }
 
 /// Runs one request: one attempt under the timeout.
@@ -316,11 +343,16 @@ async fn fetch(
                         "timed out: no complete response within {} ms",
                         timeout.as_millis()
                     ),
+                    changed: None,
                 })
             })
     };
     match attempts.once(one).await {
         Ok(()) => Ok(req.len),
+        Err(AttemptError {
+            changed: Some(changed),
+            ..
+        }) => Err(io::Error::other(changed)),
         Err(err) => Err(io::Error::new(
             err.kind,
             FetchError {
@@ -347,24 +379,43 @@ fn target(key: &str, range: Option<(u64, u64)>) -> String {
 /// One GET attempt, its body streamed into `dest`.
 async fn attempt(store: &dyn ObjectStore, req: &Spec, dest: Dest) -> Result<(), AttemptError> {
     let want = u64::from(req.len);
-    let mut opts = GetOptions::default();
+    let mut opts = GetOptions {
+        if_match: req.etag.as_deref().map(str::to_owned),
+        ..GetOptions::default()
+    };
     if !req.whole_object {
         if req.len == 0 {
             return Ok(());
         }
         opts.range = Some(GetRange::Bounded(req.offset..req.offset + want));
     }
-    let res = store
-        .get_opts(&req.key, opts)
-        .await
-        .map_err(|e| AttemptError::from_store(&e))?;
+    let key = req.key.as_ref();
+    let res = match store.get_opts(&req.key, opts).await {
+        Ok(res) => res,
+        Err(object_store::Error::Precondition { .. }) => {
+            let what = format!(
+                "the store refused If-Match {} (HTTP 412): the object was replaced",
+                req.etag.as_deref().unwrap_or_default()
+            );
+            return Err(AttemptError::changed(key, what, false));
+        }
+        Err(e) => return Err(AttemptError::from_store(&e)),
+    };
     let mismatch = |got: String| AttemptError {
         kind: io::ErrorKind::InvalidData,
         retryable: false,
         message: format!("length mismatch: expected {want} bytes, {got}"),
+        changed: None,
     };
+    if let (Some(want), Some(got)) = (req.etag.as_deref(), res.meta.e_tag.as_deref()) {
+        if want != got {
+            let what = format!("ETag {got} (catalogued {want})");
+            return Err(AttemptError::changed(key, what, false));
+        }
+    }
     if req.whole_object && res.meta.size != want {
-        return Err(mismatch(format!("the object holds {}", res.meta.size)));
+        let what = format!("size {} (catalogued {want})", res.meta.size);
+        return Err(AttemptError::changed(key, what, true));
     }
     let served = res.range.end - res.range.start;
     if served != want {

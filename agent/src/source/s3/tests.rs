@@ -208,6 +208,8 @@ struct Reply {
     /// Content-Length to announce (default: the body's length).
     announce: Option<usize>,
     delay: Duration,
+    /// An `ETag` header to send.
+    etag: Option<&'static str>,
 }
 
 impl Reply {
@@ -217,6 +219,7 @@ impl Reply {
             body,
             announce: None,
             delay: Duration::ZERO,
+            etag: None,
         }
     }
     fn status(status: u16) -> Reply {
@@ -225,6 +228,7 @@ impl Reply {
             body: b"<Error><Code>X</Code></Error>".to_vec(),
             announce: None,
             delay: Duration::ZERO,
+            etag: None,
         }
     }
 }
@@ -280,9 +284,14 @@ fn scripted(respond: impl Fn(&str, &str, u32) -> Reply + Send + Sync + 'static) 
                         .find(|l| l.to_ascii_lowercase().starts_with("range:"))
                         .map(|l| l[6..].trim().to_owned())
                         .unwrap_or_default();
+                    let if_match = head
+                        .lines()
+                        .find(|l| l.to_ascii_lowercase().starts_with("if-match:"))
+                        .map(|l| format!(" if-match={}", l[9..].trim()))
+                        .unwrap_or_default();
                     seen.lock()
                         .unwrap()
-                        .push(format!("{method} {path} {range}"));
+                        .push(format!("{method} {path}{if_match} {range}"));
                     let n = count.fetch_add(1, Ordering::Relaxed);
                     let r = respond(&path, &range, n);
                     std::thread::sleep(r.delay);
@@ -292,6 +301,9 @@ fn scripted(respond: impl Fn(&str, &str, u32) -> Reply + Send + Sync + 'static) 
                         "HTTP/1.1 {} {reason}\r\nContent-Length: {len}\r\nContent-Type: application/octet-stream\r\n",
                         r.status
                     );
+                    if let Some(etag) = r.etag {
+                        out.push_str(&format!("ETag: {etag}\r\n"));
+                    }
                     if r.status == 206 {
                         out.push_str(
                             &format!("Content-Range: bytes {range}/1000000\r\n")
@@ -422,15 +434,70 @@ fn fetcher_reports_length_mismatches() {
     let mut f = src.fetcher().unwrap();
     let buf = Mem::zeroed(100);
     let e = fetch_one(&mut f, FetchRequest::whole(1, "big.bin", 100, buf.all())).unwrap_err();
-    assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+    let changed = crate::source::queue::changed(&e).expect("a Changed error");
+    assert!(changed.size_differs, "{e}");
     assert!(
-        e.to_string().contains("big.bin") && e.to_string().contains("length mismatch"),
+        e.to_string().contains("big.bin") && e.to_string().contains("size 120 (catalogued 100)"),
         "{e}"
+    );
+    assert_eq!(
+        crate::source::SampleError::from_io(&e).kind,
+        crate::source::FailureKind::Short
     );
     assert!(!is_retryable(&e));
     let e = fetch_one(&mut f, FetchRequest::whole(2, "short.bin", 100, buf.all())).unwrap_err();
     assert!(is_retryable(&e), "{e}");
     assert!(e.to_string().contains("short.bin"), "{e}");
+}
+
+#[test]
+fn fetcher_requires_the_catalogued_etag() {
+    use crate::source::{queue, FailureKind, SampleError};
+    // `v1.bin` is still the catalogued version; `v2.bin` was replaced and the
+    // server honours If-Match (412); `lax.bin` was replaced and the server
+    // ignores If-Match, so only the response's ETag tells.
+    let server = scripted(|path, _, _| {
+        if path.contains("v2") {
+            Reply::status(412)
+        } else if path.contains("lax") {
+            Reply {
+                etag: Some("\"new\""),
+                ..Reply::ok(body(50))
+            }
+        } else {
+            Reply {
+                etag: Some("\"old\""),
+                ..Reply::ok(body(50))
+            }
+        }
+    });
+    let src = source_for(&server, 1, Duration::from_secs(5));
+    let mut f = src.fetcher().unwrap();
+    let buf = Mem::zeroed(50);
+    let with_etag = |tag, key: &str| FetchRequest {
+        etag: Some(Arc::from("\"old\"")),
+        ..FetchRequest::whole(tag, key.to_owned(), 50, buf.all())
+    };
+    assert_eq!(fetch_one(&mut f, with_etag(1, "v1.bin")).unwrap(), 50);
+    assert!(buf.bytes() == body(50));
+    for key in ["v2.bin", "lax.bin"] {
+        let e = fetch_one(&mut f, with_etag(2, key)).unwrap_err();
+        let changed = queue::changed(&e).unwrap_or_else(|| panic!("{key}: not Changed: {e}"));
+        assert!(!changed.size_differs, "{e}");
+        assert!(e.to_string().contains(key), "{e}");
+        assert_eq!(SampleError::from_io(&e).kind, FailureKind::Corrupt, "{e}");
+        assert!(!is_retryable(&e));
+    }
+    assert_eq!(
+        server.seen.lock().unwrap().len(),
+        3,
+        "a changed object is not fetched again"
+    );
+    let seen = server.seen.lock().unwrap().clone();
+    assert!(
+        seen.iter().all(|l| l.contains("if-match=\"old\"")),
+        "every GET carries If-Match: {seen:?}"
+    );
 }
 
 #[test]

@@ -94,6 +94,71 @@ fn path_request(tag: u64, path: &Path, offset: u64, len: u32, dest: ArenaSlice) 
         offset,
         len,
         dest,
+        expect: None,
+    }
+}
+
+/// The size and modification time of `path` now.
+fn stat_of(path: &Path) -> FileStat {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(path).expect("stat");
+    FileStat {
+        size: m.len(),
+        mtime: (m.mtime(), u32::try_from(m.mtime_nsec()).expect("nsec")),
+    }
+}
+
+#[test]
+fn a_file_that_changed_since_cataloguing_fails_with_what_changed() {
+    use crate::source::{queue, FailureKind};
+    let dir = TestDir::new();
+    let same = dir.path("same");
+    let grown = dir.path("grown");
+    let replaced = dir.path("replaced");
+    for p in [&same, &grown, &replaced] {
+        fs::write(p, content(7, 300)).expect("write");
+    }
+    let catalogued: Vec<FileStat> = [&same, &grown, &replaced].map(|p| stat_of(p)).to_vec();
+    // Grown by one byte; replaced by other bytes of the same size with a
+    // later modification time.
+    fs::write(&grown, content(7, 301)).expect("grow");
+    fs::write(&replaced, content(8, 300)).expect("replace");
+    let later = std::time::SystemTime::now() + Duration::from_secs(5);
+    fs::File::options()
+        .write(true)
+        .open(&replaced)
+        .and_then(|f| f.set_modified(later))
+        .expect("set mtime");
+    for linked in modes() {
+        let mem = Mem::zeroed(900);
+        let mut reader = UringReader::with_linking(4, linked).expect("reader");
+        let requests = [&same, &grown, &replaced]
+            .iter()
+            .enumerate()
+            .map(|(i, p)| ReadRequest {
+                expect: Some(catalogued[i]),
+                ..path_request(i as u64, p, 0, 300, mem.at(i * 300, 300))
+            })
+            .collect();
+        let done = run_all(&mut reader, requests);
+        let by_tag: HashMap<u64, &Completion> = done.iter().map(|c| (c.tag, c)).collect();
+        assert_eq!(*by_tag[&0].result.as_ref().expect("unchanged file"), 300);
+        assert!(mem.bytes()[..300] == content(7, 300)[..]);
+
+        let err = by_tag[&1].result.as_ref().expect_err("grown file");
+        let c = queue::changed(err).expect("a Changed error");
+        assert!(
+            c.size_differs && c.what.contains("size 301 (catalogued 300)"),
+            "{c}"
+        );
+        assert_eq!(SampleError::from_io(err).kind, FailureKind::Short);
+        assert!(err.to_string().contains("grown"), "{err}");
+
+        let err = by_tag[&2].result.as_ref().expect_err("replaced file");
+        let c = queue::changed(err).expect("a Changed error");
+        assert!(!c.size_differs && c.what.contains("modified at"), "{c}");
+        assert_eq!(SampleError::from_io(err).kind, FailureKind::Corrupt);
+        assert!(!retryable(err), "a changed file is final");
     }
 }
 
