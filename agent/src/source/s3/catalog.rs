@@ -241,11 +241,16 @@ impl S3Catalog {
         base: &str,
     ) -> Result<S3Catalog, S3Error> {
         let lines = parse_manifest(name, text, base)?;
-        // Sizes and ETags: one listing of the common folder of every object
-        // named, then a HEAD for each whole-object sample the listing missed
-        // (a ranged sample whose object the listing missed has no ETag).
+        // Sizes and ETags of whole-object samples: one listing of their
+        // common folder, then HEAD for the rest. A ranged sample takes its
+        // object's ETag from that listing when it covered the object (else
+        // it has none: ranges never trigger a listing of their own).
         let mut sizes: HashMap<String, Stamp> = HashMap::new();
-        let wanted: Vec<&str> = lines.iter().map(|l| l.key.as_str()).collect();
+        let wanted: Vec<&str> = lines
+            .iter()
+            .filter(|l| l.range.is_none())
+            .map(|l| l.key.as_str())
+            .collect();
         if let Some(first) = wanted.first() {
             let mut common = first.rsplit_once('/').map_or("", |(d, _)| d).to_owned();
             for k in &wanted[1..] {
