@@ -253,6 +253,8 @@ fn a_loader_waiting_on_a_stopped_agent_fails_within_a_few_heartbeats() {
     let mut o = SessionOptions::new("synth");
     o.batch_size = 8;
     o.epoch_count = 1000;
+    // Report the stopped agent instead of waiting for it to come back.
+    o.resume_timeout = None;
     let mut s = client.open_session(&o).expect("open session");
     let first = s
         .next_batch(Some(Duration::from_secs(30)))

@@ -36,6 +36,11 @@
 #define GRANARY_BATCH_END_OF_STREAM 2
 
 /**
+ * `resume_timeout_ms` value: do not wait for a lost agent, fail at once.
+ */
+#define GRANARY_RESUME_OFF UINT32_MAX
+
+/**
  * Longest note of `granary_assignment_info`, NUL included.
  */
 #define GRANARY_NOTE_MAX 512
@@ -246,9 +251,14 @@ typedef struct granary_session_options {
      */
     uint32_t no_crc_check;
     /**
-     * Zero.
+     * When the agent goes away (a crash, a restart: it hangs up or stops
+     * beating), how long `granary_next_batch()` waits for it to come back,
+     * in milliseconds, before failing with `GRANARY_E_DISCONNECTED`; the
+     * session then reopens itself after the batches it has handed out, so
+     * the loader sees every batch once. 0 (default): 60 000 ms.
+     * `GRANARY_RESUME_OFF`: fail at once.
      */
-    uint32_t reserved3;
+    uint32_t resume_timeout_ms;
     /**
      * Skip the session's first `first_batch` batches, counted across its
      * epochs (default 0): a loader resuming after its agent went away
@@ -755,6 +765,20 @@ int granary_view_encode(const char *job_id,
  * writable.
  */
 int granary_session_view(const struct granary_session *session, uint64_t *view_epoch);
+
+/**
+ * How many times the session reopened itself after its agent went away
+ * (see `resume_timeout_ms`), into `*count`. After a resume the session's
+ * id and arena (`granary_session_get_info()`, `granary_session_arena()`)
+ * are the new agent's; batches taken before it stay readable until
+ * released.
+ *
+ * Thread safety: like every call on a session, one thread at a time.
+ *
+ * # Safety
+ * `session` is NULL or a live session handle; `count` is NULL or writable.
+ */
+int granary_session_resumes(const struct granary_session *session, uint32_t *count);
 
 /**
  * Hands the agent the job's membership view (`view_len` bytes from

@@ -102,11 +102,13 @@ impl Client {
             Some(c) if matches!(c.peer_hung_up(), Ok(false)) => c,
             _ => dial(&self.path)?,
         };
-        Session::open(conn, options)
+        let mut session = Session::open(conn, options)?;
+        session.resume_from(&self.path, options);
+        Ok(session)
     }
 }
 
-fn dial(path: &Path) -> Result<SeqPacket> {
+pub(crate) fn dial(path: &Path) -> Result<SeqPacket> {
     if path.as_os_str().is_empty() {
         return Err(Error::new(
             ErrorCode::InvalidArgument,

@@ -48,6 +48,7 @@ mod error;
 pub mod ffi;
 mod heartbeat;
 mod options;
+mod resume;
 mod session;
 mod view;
 
@@ -57,7 +58,9 @@ pub use client::Client;
 pub use error::{Error, Result};
 pub use granary_shm::handshake::{AssignmentInfo, MembershipMode, PeerIdentity, ViewJoined};
 pub use granary_shm::ErrorCode;
-pub use options::{SessionInfo, SessionOptions, DEFAULT_BATCH_SIZE, DEFAULT_OPEN_TIMEOUT};
+pub use options::{
+    SessionInfo, SessionOptions, DEFAULT_BATCH_SIZE, DEFAULT_OPEN_TIMEOUT, DEFAULT_RESUME_TIMEOUT,
+};
 pub use session::{
     agent_silence_limit, Session, CLOSE_WAIT, MIN_AGENT_SILENCE, RELEASE_WAIT, WAIT_SLICE,
 };

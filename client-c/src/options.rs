@@ -66,7 +66,17 @@ pub struct SessionOptions {
     /// names how many it has handed out, and gets every later batch of the
     /// same plan (the same seed, epochs and assignment).
     pub first_batch: u64,
+    /// When the agent goes away (it hangs up, closes the session, or stops
+    /// beating), how long [`Session::next_batch`](crate::Session::next_batch)
+    /// waits for it to come back before failing with `Disconnected`; the
+    /// session then reopens itself after the batches it has handed out, so
+    /// the loader sees every batch of the plan once (default
+    /// [`DEFAULT_RESUME_TIMEOUT`]). `None`: fail at once.
+    pub resume_timeout: Option<Duration>,
 }
+
+/// How long a session waits for its agent to come back by default.
+pub const DEFAULT_RESUME_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl SessionOptions {
     /// Options for `dataset` with the defaults: seed 0, epoch 0 only, batches
@@ -91,6 +101,7 @@ impl SessionOptions {
             locality: None,
             verify_crc: true,
             first_batch: 0,
+            resume_timeout: Some(DEFAULT_RESUME_TIMEOUT),
         }
     }
 

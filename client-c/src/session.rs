@@ -42,6 +42,7 @@ use granary_shm::{monotonic_ms, BatchDescriptor, ErrorCode, ReleaseDescriptor, S
 use crate::batch::{Batch, Returns};
 use crate::error::{Error, Result};
 use crate::options::{SessionInfo, SessionOptions};
+use crate::resume::Resume;
 
 /// Longest single wait on the ready ring before the session re-checks the
 /// segment state and the socket.
@@ -128,6 +129,9 @@ pub struct Session {
     last_epoch: u64,
     /// Check each sample's CRC-32C before handing a batch out.
     verify_crc: bool,
+    /// How to open the session again when its agent goes away (`None`:
+    /// fail instead).
+    resume: Option<Box<Resume>>,
 }
 
 fn protocol(message: impl Into<String>) -> Error {
@@ -394,7 +398,25 @@ impl Session {
             last_epoch: u64::from(options.first_epoch)
                 + u64::from(options.epoch_count.saturating_sub(1)),
             verify_crc: options.verify_crc,
+            resume: None,
         })
+    }
+
+    /// Lets the session reopen itself at `path` after its agent went away,
+    /// as `options.resume_timeout` says ([`crate::resume`]).
+    pub(crate) fn resume_from(&mut self, path: &std::path::Path, options: &SessionOptions) {
+        self.resume = Resume::new(path, options).map(Box::new);
+    }
+
+    /// Carries the resume state over to a session that replaces another.
+    pub(crate) fn set_resume(&mut self, resume: Resume) {
+        self.resume = Some(Box::new(resume));
+    }
+
+    /// How many times the session reopened itself after its agent went
+    /// away.
+    pub fn resumes(&self) -> u32 {
+        self.resume.as_ref().map_or(0, |r| r.count())
     }
 
     /// What became of the membership view handed in with
@@ -426,7 +448,39 @@ impl Session {
     /// descriptor or sample table failed validation; the batch is handed back
     /// and the stream goes on). A batch whose [`Batch::status`] is negative is
     /// returned as `Ok`: check it, and release it like any other.
+    ///
+    /// When the agent goes away (`Disconnected`), the session waits up to
+    /// [`SessionOptions::resume_timeout`] for it to come back and goes on
+    /// with the next batch of its plan ([`crate::resume`]); `Disconnected`
+    /// is returned only when it does not come back in time (or resuming is
+    /// off).
     pub fn next_batch(&mut self, timeout: Option<Duration>) -> Result<Batch> {
+        loop {
+            match self.next_batch_here(timeout) {
+                Ok(batch) => {
+                    if let Some(r) = &mut self.resume {
+                        r.handed_out();
+                    }
+                    return Ok(batch);
+                }
+                Err(e) if Resume::applies_to(&e) && !self.closed => {
+                    let Some(resume) = self.resume.take() else {
+                        return Err(e);
+                    };
+                    match resume.reopen(&e, self.key) {
+                        // The old session is dropped: it has nothing left
+                        // to hand back to an agent that is gone.
+                        Ok(new) => drop(std::mem::replace(self, new)),
+                        Err(e) => return Err(self.fail(e)),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// [`next_batch`](Self::next_batch) from this session's agent only.
+    fn next_batch_here(&mut self, timeout: Option<Duration>) -> Result<Batch> {
         self.segment.beat();
         self.usable()?;
         self.flush_releases(Duration::ZERO)?;
@@ -527,6 +581,16 @@ impl Session {
     /// the batch counts as released either way.
     pub fn release(&mut self, batch: Batch) -> Result<()> {
         self.segment.beat();
+        if self
+            .resume
+            .as_ref()
+            .is_some_and(|r| r.retired(batch.session_key()))
+        {
+            // A batch of the session this one replaced: its agent is gone,
+            // and the new one never lent it.
+            drop(batch.disarm());
+            return Ok(());
+        }
         if batch.session_key() != self.key {
             return Err(Error::new(
                 ErrorCode::InvalidArgument,

@@ -11,6 +11,9 @@ use support::{sample_failure, watchdog, Behaviour, Dataset, Fixture, WATCHDOG};
 fn options(dataset: &str, batch_size: u32) -> SessionOptions {
     let mut o = SessionOptions::new(dataset);
     o.batch_size = batch_size;
+    // These tests are about a lost agent reported at once (resuming has
+    // its own tests against a real agent).
+    o.resume_timeout = None;
     o
 }
 

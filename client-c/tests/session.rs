@@ -15,6 +15,9 @@ fn options(dataset: &str, batch_size: u32, epochs: u32, seed: u64) -> SessionOpt
     o.batch_size = batch_size;
     o.epoch_count = epochs;
     o.seed = seed;
+    // A lost agent is reported at once here (resuming has its own tests
+    // against a real agent).
+    o.resume_timeout = None;
     o
 }
 

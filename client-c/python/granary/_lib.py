@@ -20,6 +20,7 @@ ABI_VERSION = 1
 WAIT_FOREVER = -1
 BATCH_END_OF_EPOCH = 1
 BATCH_END_OF_STREAM = 2
+RESUME_OFF = 0xFFFFFFFF
 
 OK = 0
 E_INVALID_ARGUMENT = -1
@@ -95,7 +96,7 @@ class SessionOptions(ctypes.Structure):
         ("reserved2", ctypes.c_uint32),
         ("locality_digest", ctypes.c_uint8 * 32),
         ("no_crc_check", ctypes.c_uint32),
-        ("reserved3", ctypes.c_uint32),
+        ("resume_timeout_ms", ctypes.c_uint32),
         ("first_batch", ctypes.c_uint64),
     ]
 
@@ -277,6 +278,7 @@ _declare(
 )
 _declare("granary_join_view", _int, _vp, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), _int)
 _declare("granary_session_view", _int, _vp, ctypes.POINTER(ctypes.c_uint64))
+_declare("granary_session_resumes", _int, _vp, ctypes.POINTER(ctypes.c_uint32))
 _declare(
     "granary_layout_encode",
     _int,

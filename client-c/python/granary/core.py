@@ -34,6 +34,8 @@ from .errors import EndOfStream, GranaryError, ReleasedError, check, error_for, 
 
 DEFAULT_SOCKET = "/run/granary/granary.sock"
 DEFAULT_TIMEOUT = 30.0
+#: Seconds a session waits for a lost agent to come back (``resume_timeout``).
+DEFAULT_RESUME_TIMEOUT = 60.0
 
 _DEFAULT = object()
 
@@ -387,6 +389,7 @@ def _options(
     locality: Optional[bytes] = None,
     verify_crc: bool = True,
     first_batch: int = 0,
+    resume_timeout: Optional[float] = DEFAULT_RESUME_TIMEOUT,
 ):
     """The C options struct, and the buffers it points into (keep them
     alive while it is used)."""
@@ -417,6 +420,10 @@ def _options(
         opts.layout_len = len(layout)
     opts.no_crc_check = 0 if verify_crc else 1
     opts.first_batch = first_batch
+    if resume_timeout is None or resume_timeout <= 0:
+        opts.resume_timeout_ms = _lib.RESUME_OFF
+    else:
+        opts.resume_timeout_ms = max(1, min(int(resume_timeout * 1000), _lib.RESUME_OFF - 1))
     if locality is not None:
         if len(locality) != 32:
             raise ValueError("locality: the agreed digest is 32 bytes")
@@ -430,6 +437,12 @@ class Session:
 
     Use it from one thread at a time (calls are serialised by a lock).
     Iterating yields batches and releases each one when the loop moves on.
+
+    When the agent goes away (a crash, a restart), the next call waits up
+    to ``resume_timeout`` seconds (default 60) for it to come back and goes
+    on with the next batch of the same plan (:attr:`resumes` counts how
+    often); ``resume_timeout=None`` raises
+    :class:`~granary.errors.Disconnected` at once instead.
     """
 
     def __init__(
@@ -453,6 +466,7 @@ class Session:
         locality: Optional[bytes] = None,
         verify_crc: bool = True,
         first_batch: int = 0,
+        resume_timeout: Optional[float] = DEFAULT_RESUME_TIMEOUT,
     ):
         if client._handle is None:
             raise ReleasedError(detail="the client was closed", context="granary.Session")
@@ -473,6 +487,7 @@ class Session:
             locality=locality,
             verify_crc=verify_crc,
             first_batch=first_batch,
+            resume_timeout=resume_timeout,
         )
         _timeout_ms(timeout)  # validate early
         self.dataset = dataset
@@ -502,6 +517,7 @@ class Session:
         size = ctypes.c_uint64()
         check(lib.granary_session_arena(self._handle, ctypes.byref(base), ctypes.byref(size)), "granary_session_arena")
         self._arena = (base.value or 0, size.value)
+        self._resumes = 0
         del keep
         #: The digest of the locality-aware assignment this session
         #: delivers, None in exact order.
@@ -527,8 +543,25 @@ class Session:
     @property
     def arena(self) -> tuple[int, int]:
         """``(base address, size)`` of the read-only arena mapping; every
-        sample's bytes lie inside it."""
-        return self._arena
+        sample's bytes lie inside it (the new agent's after a resume)."""
+        with self._lock:
+            if self._closed:
+                return self._arena
+            base, size = ctypes.c_void_p(), ctypes.c_uint64()
+            check(lib.granary_session_arena(self._handle, ctypes.byref(base), ctypes.byref(size)), "granary_session_arena")
+            self._arena = (base.value or 0, size.value)
+            return self._arena
+
+    @property
+    def resumes(self) -> int:
+        """How many times the session reopened itself after its agent went
+        away (see ``resume_timeout``)."""
+        with self._lock:
+            if not self._closed:
+                n = ctypes.c_uint32()
+                check(lib.granary_session_resumes(self._handle, ctypes.byref(n)), "granary_session_resumes")
+                self._resumes = n.value
+            return self._resumes
 
     def _usable(self) -> None:
         if self._closed:

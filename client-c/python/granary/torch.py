@@ -483,10 +483,19 @@ class GranaryDataset(IterableDataset):
                     view=self.view,
                     verify_crc=self.verify_crc,
                     first_batch=first_batch,
+                    # The dataset resumes itself (below), across its
+                    # DataLoader workers, with its own timeout and log.
+                    resume_timeout=None,
                     **assignment,
                 )
 
-        session = open_at(0)
+        try:
+            session = open_at(0)
+        except Disconnected as gone:
+            # The agent is restarting as this pass (or this worker) starts.
+            if self.resume_timeout is None:
+                raise
+            session = self._resume(None, gone, open_at, 0)
         # Batches of this pass fully handed out (counted across epochs): a
         # resumed session starts after them.
         handed = 0
@@ -553,10 +562,11 @@ class GranaryDataset(IterableDataset):
         """The agent went away: waits up to ``resume_timeout`` for it to
         come back and opens the same pass after the ``handed`` batches
         already handed out, so the consumer sees each batch once."""
-        try:
-            old.close()
-        except GranaryError:
-            pass
+        if old is not None:
+            try:
+                old.close()
+            except GranaryError:
+                pass
         deadline = time.monotonic() + self.resume_timeout
         pause = 0.05
         while True:

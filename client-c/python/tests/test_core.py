@@ -147,7 +147,9 @@ def test_try_next_batch_and_the_context_managers(agent):
 @pytest.mark.parametrize("how", ["kill", "terminate"])
 def test_agent_stopped_mid_epoch_raises_within_the_timeout(own_agent, how):
     timeout = 5.0
-    s = granary.open_session("synth", own_agent.socket, batch_size=8, epochs=3, timeout=timeout)
+    s = granary.open_session(
+        "synth", own_agent.socket, batch_size=8, epochs=3, timeout=timeout, resume_timeout=None
+    )
     it = iter(s)
     for _ in range(3):
         batch = next(it)

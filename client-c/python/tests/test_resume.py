@@ -67,3 +67,60 @@ def test_an_agent_killed_mid_epoch_is_resumed_after_the_last_batch_handed_out(sy
             file_id, cls, _ = synth.verify(x)
             assert (file_id, cls) == (i, y)
         assert sorted(ids) == sorted(list(range(SYNTH_FILES)) * epochs), "every sample once per epoch"
+
+
+def test_the_library_resumes_a_plain_session_beside_a_dataloader(synth_root):
+    """A plain session (``granary.open_session``: libgranary's own resume,
+    the path C loaders take) and a ``GranaryDataset`` with two DataLoader
+    workers read at once; the agent is killed and restarted mid-epoch:
+    each loader sees every sample of both epochs once, byte for byte."""
+    epochs = 2
+    with LocalAgent({"synth": synth_root}) as agent:
+        plain: list = []
+        errors: list = []
+
+        def read_plain():
+            try:
+                with granary.open_session(
+                    "synth", agent.socket, batch_size=10, seed=9, epochs=epochs, resume_timeout=30
+                ) as s:
+                    for batch in s:
+                        plain.append([(smp.id, smp.label, bytes(smp.data)) for smp in batch])
+                        time.sleep(0.002)
+                    plain_resumes.append(s.resumes)
+            except BaseException as e:  # reported by the main thread
+                errors.append(e)
+
+        plain_resumes: list = []
+        reader = threading.Thread(target=read_plain, daemon=True)
+        reader.start()
+        killed_at: list = []
+        killer = _restart_after(agent, plain, at_least=7, pause=0.3, killed_at=killed_at)
+        ds = GranaryDataset(
+            "synth",
+            agent.socket,
+            batch_size=10,
+            seed=4,
+            epochs=epochs,
+            with_ids=True,
+            batches=True,
+            collate=lambda xs, ys: ([bytes(x.numpy()) for x in xs], ys),
+            resume_timeout=30,
+        )
+        got = []
+        for xs, ys, ids in DataLoader(ds, batch_size=None, num_workers=2):
+            got.append(list(zip(ids.tolist(), ys, xs)))
+            time.sleep(0.002)
+        reader.join(60)
+        killer.join(10)
+        assert not reader.is_alive() and not killer.is_alive()
+        assert not errors, errors
+        batches = epochs * SYNTH_FILES // 10
+        assert killed_at and killed_at[0] < batches - 4, f"the kill came at {killed_at} of {batches} batches"
+        assert plain_resumes == [1], f"the plain session resumed {plain_resumes} times"
+        for name, batches_seen in (("plain session", plain), ("dataset", got)):
+            ids = [i for batch in batches_seen for i, _, _ in batch]
+            for i, y, x in (smp for batch in batches_seen for smp in batch):
+                file_id, cls, _ = synth.verify(x)
+                assert (file_id, cls) == (i, y), name
+            assert sorted(ids) == sorted(list(range(SYNTH_FILES)) * epochs), f"{name}: every sample once per epoch"

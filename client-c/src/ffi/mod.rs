@@ -130,6 +130,11 @@ unsafe fn read_options(opts: *const GranarySessionOptions) -> Result<SessionOpti
     s.locality = (o.locality != 0).then_some(o.locality_digest);
     s.verify_crc = o.no_crc_check == 0;
     s.first_batch = o.first_batch;
+    s.resume_timeout = match o.resume_timeout_ms {
+        0 => Some(crate::DEFAULT_RESUME_TIMEOUT),
+        GRANARY_RESUME_OFF => None,
+        ms => Some(Duration::from_millis(u64::from(ms))),
+    };
     Ok(s)
 }
 
@@ -255,7 +260,7 @@ fn default_options() -> GranarySessionOptions {
         reserved2: 0,
         locality_digest: [0; 32],
         no_crc_check: 0,
-        reserved3: 0,
+        resume_timeout_ms: 0,
         first_batch: 0,
     }
 }
@@ -849,6 +854,31 @@ pub unsafe extern "C" fn granary_session_view(
                 Ok(0)
             }
         }
+    })
+}
+
+/// How many times the session reopened itself after its agent went away
+/// (see `resume_timeout_ms`), into `*count`. After a resume the session's
+/// id and arena (`granary_session_get_info()`, `granary_session_arena()`)
+/// are the new agent's; batches taken before it stay readable until
+/// released.
+///
+/// Thread safety: like every call on a session, one thread at a time.
+///
+/// # Safety
+/// `session` is NULL or a live session handle; `count` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn granary_session_resumes(
+    session: *const GranarySession,
+    count: *mut u32,
+) -> c_int {
+    call("granary_session_resumes", || {
+        // SAFETY: NULL or a live handle, per the caller.
+        let s = unsafe { session.as_ref() }.ok_or_else(|| null("session"))?;
+        // SAFETY: NULL-checked; writable per the caller.
+        let out = unsafe { count.as_mut() }.ok_or_else(|| null("count"))?;
+        *out = s.session.resumes();
+        Ok(0)
     })
 }
 

@@ -20,6 +20,9 @@ pub const GRANARY_BATCH_END_OF_EPOCH: u32 = 1;
 /// Bit of `granary_batch_flags()`: the last batch of the stream.
 pub const GRANARY_BATCH_END_OF_STREAM: u32 = 2;
 
+/// `resume_timeout_ms` value: do not wait for a lost agent, fail at once.
+pub const GRANARY_RESUME_OFF: u32 = u32::MAX;
+
 /// Return codes of every `int` function: `GRANARY_OK` (0) or a negative
 /// `GRANARY_E_*` value. `granary_strerror()` describes each one.
 #[repr(C)]
@@ -126,8 +129,13 @@ pub struct GranarySessionOptions {
     /// CRC-32C the agent recorded (default 0: checked; a mismatch makes the
     /// sample a `GRANARY_E_CORRUPT` failure, never different bytes).
     pub no_crc_check: u32,
-    /// Zero.
-    pub reserved3: u32,
+    /// When the agent goes away (a crash, a restart: it hangs up or stops
+    /// beating), how long `granary_next_batch()` waits for it to come back,
+    /// in milliseconds, before failing with `GRANARY_E_DISCONNECTED`; the
+    /// session then reopens itself after the batches it has handed out, so
+    /// the loader sees every batch once. 0 (default): 60 000 ms.
+    /// `GRANARY_RESUME_OFF`: fail at once.
+    pub resume_timeout_ms: u32,
     /// Skip the session's first `first_batch` batches, counted across its
     /// epochs (default 0): a loader resuming after its agent went away
     /// names how many it has handed out.
@@ -291,6 +299,7 @@ const _: () = {
     assert!(offset_of!(GranarySessionOptions, locality) == 96);
     assert!(offset_of!(GranarySessionOptions, locality_digest) == 104);
     assert!(offset_of!(GranarySessionOptions, no_crc_check) == OPTIONS_V3_SIZE);
+    assert!(offset_of!(GranarySessionOptions, resume_timeout_ms) == 140);
     assert!(offset_of!(GranarySessionOptions, first_batch) == 144);
     assert!(size_of::<GranarySessionOptions>() == 152);
     assert!(offset_of!(GranaryAssignmentInfo, digest) == 8);
