@@ -75,6 +75,7 @@ fn fetch_one(
     let mut f = source.fetcher_with(options).unwrap();
     let arena = granary_shm::arena::Arena::heap(u64::from(len.max(1))).unwrap();
     let req = FetchRequest {
+        crc: None,
         tag: 7,
         id,
         len,
@@ -577,6 +578,36 @@ fn ingest_writes_a_folder_that_the_source_serves_like_the_filesystem_catalog() {
             "{} differs",
             path.display()
         );
+    }
+    // Ingest wrote each blob's CRC-32C into the metadata table's `crc`
+    // column (which it added); a blob replaced after cataloguing by other
+    // bytes of the same size fails its sample as changed.
+    let replaced = {
+        let mut t = fake.shared.tables.lock().unwrap();
+        assert_eq!(t.crc_type, Some("int"), "ingest adds the crc column");
+        for smp in &t.samples {
+            let data = smp.data.as_ref().expect("ingested");
+            let want = i32::from_ne_bytes(crc32c::crc32c(data).to_ne_bytes());
+            assert_eq!(smp.crc, Some(want), "crc of {}", smp.id);
+        }
+        let smp = &mut t.samples[5];
+        let data = smp.data.as_mut().expect("ingested");
+        data.iter_mut().for_each(|b| *b ^= 0x5a);
+        smp.id
+    };
+    let again = fetch_all(&mut *ds, &indices);
+    for (i, r) in again {
+        let id: Uuid = ds.describe(i)[14..].parse().unwrap();
+        if id == replaced {
+            let e = r.expect_err("a replaced blob");
+            assert_eq!(e.kind, source::FailureKind::Corrupt, "{e}");
+            assert!(
+                e.message.contains(&id.to_string()) && e.message.contains("CRC-32C"),
+                "{e}"
+            );
+        } else {
+            r.unwrap_or_else(|e| panic!("sample {i}: {e}"));
+        }
     }
     assert!(fake.unexpected().is_empty(), "{:?}", fake.unexpected());
 }

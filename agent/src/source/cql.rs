@@ -449,13 +449,27 @@ pub struct AttemptError {
     pub failure: Failure,
     /// `what: driver message`.
     pub message: String,
+    /// The row is not what the catalog recorded (its CRC-32C differs):
+    /// reported as [`Changed`](super::queue::Changed), final.
+    pub changed: Option<super::queue::Changed>,
 }
 
 impl AttemptError {
     /// An attempt that failed as `failure` for the reason `err`.
     pub fn new(failure: Failure, err: impl fmt::Display) -> AttemptError {
         let message = format!("{}: {err}", failure.what);
-        AttemptError { failure, message }
+        AttemptError {
+            failure,
+            message,
+            changed: None,
+        }
+    }
+
+    /// A row that is not what the catalog recorded.
+    pub fn changed(changed: super::queue::Changed) -> AttemptError {
+        let mut e = AttemptError::fatal(io::ErrorKind::InvalidData, changed.to_string());
+        e.changed = Some(changed);
+        e
     }
 
     /// A failure Granary finds itself (a missing row, a wrong length).
@@ -467,6 +481,7 @@ impl AttemptError {
                 what: message.clone(),
             },
             message,
+            changed: None,
         }
     }
 
@@ -753,6 +768,7 @@ impl super::SampleSource for CqlDataset {
             tag,
             id: e.id,
             len: e.size as u32,
+            crc: e.crc,
             dest,
         };
         self.fetcher.submit(req).map_err(|_| super::SourceFull)

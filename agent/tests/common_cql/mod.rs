@@ -328,6 +328,8 @@ pub struct Sample {
     pub data: Option<Vec<u8>>,
     /// Whether the metadata table has a row for it.
     pub listed: bool,
+    /// The metadata row's `crc` (`None`: null).
+    pub crc: Option<i32>,
 }
 
 /// The fake dataset's tables.
@@ -337,6 +339,8 @@ pub struct Tables {
     pub metadata_table: String,
     /// Type of the metadata table's `size` column; `None`: no such column.
     pub size_type: Option<&'static str>,
+    /// Type of the metadata table's `crc` column; `None`: no such column.
+    pub crc_type: Option<&'static str>,
     pub samples: Vec<Sample>,
 }
 
@@ -359,6 +363,7 @@ impl Tables {
                     size: 0,
                     data: None,
                     listed: false,
+                    crc: None,
                 });
                 self.samples.last_mut().unwrap()
             }
@@ -379,6 +384,7 @@ impl Tables {
                     id,
                     label: i as i32 % classes,
                     size: len as i64,
+                    crc: Some(i32::from_ne_bytes(crc32c::crc32c(&data).to_ne_bytes())),
                     data: Some(data),
                     listed: true,
                 }
@@ -388,6 +394,7 @@ impl Tables {
             data_table: "data".into(),
             metadata_table: "metadata".into(),
             size_type: Some("int"),
+            crc_type: None,
             samples,
         }
     }
@@ -781,52 +788,17 @@ fn statements() -> Vec<Stmt> {
                 if let Some(ty) = t.size_type {
                     rows.push(col(&t.metadata_table, "size", "regular", ty));
                 }
+                if let Some(ty) = t.crc_type {
+                    rows.push(col(&t.metadata_table, "crc", "regular", ty));
+                }
                 (rows, None)
             }),
             void: false,
         },
         // The metadata scan, paged: the paging state is the next row's
-        // offset.
-        Stmt {
-            key: "SELECT id, label, size FROM",
-            table: Box::new(|t| (KS.to_owned(), t.metadata_table.clone())),
-            bind: vec![],
-            pk: vec![],
-            result: Box::new(|text_of| {
-                let big = text_of.contains("bigint");
-                vec![
-                    ("id", Ty::Uuid),
-                    ("label", Ty::Int),
-                    ("size", if big { Ty::BigInt } else { Ty::Int }),
-                ]
-            }),
-            answer: Box::new(|sh, _, p| {
-                let t = sh.tables.lock().unwrap();
-                let from = p
-                    .paging_state
-                    .as_deref()
-                    .map(|s| u32::from_be_bytes(s.try_into().unwrap()) as usize)
-                    .unwrap_or(0);
-                let page = p.page_size.filter(|&n| n > 0).unwrap_or(i32::MAX) as usize;
-                let listed: Vec<&Sample> = t.samples.iter().filter(|s| s.listed).collect();
-                let to = from.saturating_add(page).min(listed.len());
-                let big = t.size_type == Some("bigint");
-                let rows = listed[from..to]
-                    .iter()
-                    .map(|s| {
-                        let size = if big {
-                            bigint(s.size)
-                        } else {
-                            int(s.size as i32)
-                        };
-                        vec![uuid(s.id), int(s.label), size]
-                    })
-                    .collect();
-                let next = (to < listed.len()).then(|| (to as u32).to_be_bytes().to_vec());
-                (rows, next)
-            }),
-            void: false,
-        },
+        // offset; with or without the `crc` column.
+        metadata_scan(false),
+        metadata_scan(true),
         // The read.
         Stmt {
             key: "SELECT data FROM",
@@ -871,9 +843,26 @@ fn statements() -> Vec<Stmt> {
             void: true,
         },
         Stmt {
-            key: "(id, label, size) VALUES",
+            key: "ALTER TABLE ",
+            table: fixed(KS, ""),
+            bind: vec![],
+            pk: vec![],
+            result: cols(vec![]),
+            answer: Box::new(|sh, _, _| {
+                sh.tables.lock().unwrap().crc_type = Some("int");
+                (Vec::new(), None)
+            }),
+            void: true,
+        },
+        Stmt {
+            key: "(id, label, size, crc) VALUES",
             table: Box::new(|t| (KS.to_owned(), t.metadata_table.clone())),
-            bind: vec![("id", Ty::Uuid), ("label", Ty::Int), ("size", Ty::Int)],
+            bind: vec![
+                ("id", Ty::Uuid),
+                ("label", Ty::Int),
+                ("size", Ty::Int),
+                ("crc", Ty::Int),
+            ],
             pk: vec![0],
             result: cols(vec![]),
             answer: Box::new(|sh, _, p| {
@@ -884,12 +873,69 @@ fn statements() -> Vec<Stmt> {
                 let s = t.sample_mut(id);
                 s.label = int_of(&p.values[1]);
                 s.size = i64::from(int_of(&p.values[2]));
+                s.crc = Some(int_of(&p.values[3]));
                 s.listed = true;
                 (Vec::new(), None)
             }),
             void: true,
         },
     ]
+}
+
+/// The metadata scan; `crc`: the one that reads the `crc` column too.
+fn metadata_scan(crc: bool) -> Stmt {
+    Stmt {
+        key: if crc {
+            "SELECT id, label, size, crc FROM"
+        } else {
+            "SELECT id, label, size FROM"
+        },
+        table: Box::new(|t| (KS.to_owned(), t.metadata_table.clone())),
+        bind: vec![],
+        pk: vec![],
+        result: Box::new(move |text_of| {
+            let big = text_of.contains("bigint");
+            let mut c = vec![
+                ("id", Ty::Uuid),
+                ("label", Ty::Int),
+                ("size", if big { Ty::BigInt } else { Ty::Int }),
+            ];
+            if crc {
+                c.push(("crc", Ty::Int));
+            }
+            c
+        }),
+        answer: Box::new(move |sh, _, p| {
+            let t = sh.tables.lock().unwrap();
+            let from = p
+                .paging_state
+                .as_deref()
+                .map(|s| u32::from_be_bytes(s.try_into().unwrap()) as usize)
+                .unwrap_or(0);
+            let page = p.page_size.filter(|&n| n > 0).unwrap_or(i32::MAX) as usize;
+            let listed: Vec<&Sample> = t.samples.iter().filter(|s| s.listed).collect();
+            let to = from.saturating_add(page).min(listed.len());
+            let big = t.size_type == Some("bigint");
+            let rows = listed[from..to]
+                .iter()
+                .map(|s| {
+                    let size = if big {
+                        bigint(s.size)
+                    } else {
+                        int(s.size as i32)
+                    };
+                    let mut row = vec![uuid(s.id), int(s.label), size];
+                    if crc {
+                        row.push(s.crc.and_then(int));
+                    }
+                    row
+                })
+                .collect();
+            let next = (to < listed.len()).then(|| (to as u32).to_be_bytes().to_vec());
+            (rows, next)
+        }),
+        void: false,
+    }
 }
 
 /// The statement id handed out for statement `i` of [`statements`].
@@ -908,7 +954,7 @@ fn stmt_of_id(id: &[u8]) -> Option<usize> {
 /// The metadata-scan result columns depend on the table's size type, which
 /// the statement text does not say: a text to feed `result` with.
 fn result_hint(stmt: &Stmt, text_of: &str, t: &Tables) -> String {
-    if stmt.key == "SELECT id, label, size FROM" && t.size_type == Some("bigint") {
+    if stmt.key.starts_with("SELECT id, label, size") && t.size_type == Some("bigint") {
         format!("{text_of} bigint")
     } else {
         text_of.to_owned()

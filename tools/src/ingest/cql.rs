@@ -218,7 +218,7 @@ pub fn ingest(
                 s,
                 &settings,
                 format!(
-                    "INSERT INTO {} (id, label, size) VALUES (?, ?, ?)",
+                    "INSERT INTO {} (id, label, size, crc) VALUES (?, ?, ?, ?)",
                     settings.metadata_ref()
                 ),
             )
@@ -286,11 +286,21 @@ async fn create_schema(
     schema_change(
         session,
         format!(
-            "CREATE TABLE IF NOT EXISTS {} (id uuid PRIMARY KEY, label int, size int)",
+            "CREATE TABLE IF NOT EXISTS {} (id uuid PRIMARY KEY, label int, size int, crc int)",
             settings.metadata_ref()
         ),
     )
-    .await
+    .await?;
+    // A metadata table from before the `crc` column gets it (its rows
+    // written earlier keep a null CRC, which the agent does not check).
+    if !CqlCatalog::has_crc_column(session, settings).await? {
+        schema_change(
+            session,
+            format!("ALTER TABLE {} ADD crc int", settings.metadata_ref()),
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 async fn prepare(
@@ -403,17 +413,23 @@ impl Target for Writer {
                         e.message
                     )
                 })?;
-            w.execute(&w.insert_meta, (it.key, it.label, it.size as i32), seed)
-                .await
-                .map_err(|(e, n)| {
-                    format!(
-                        "{} -> {} row {}: {} after {n} attempt(s)",
-                        it.file.display(),
-                        w.settings.metadata_ref(),
-                        it.key,
-                        e.message
-                    )
-                })
+            // The blob's CRC-32C, its 32 bits as the int column holds them.
+            let crc = i32::from_ne_bytes(crc32c::crc32c(&data).to_ne_bytes());
+            w.execute(
+                &w.insert_meta,
+                (it.key, it.label, it.size as i32, crc),
+                seed,
+            )
+            .await
+            .map_err(|(e, n)| {
+                format!(
+                    "{} -> {} row {}: {} after {n} attempt(s)",
+                    it.file.display(),
+                    w.settings.metadata_ref(),
+                    it.key,
+                    e.message
+                )
+            })
         }
     }
 

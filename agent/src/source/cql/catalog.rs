@@ -4,7 +4,10 @@
 //! Loading checks the schema first (one query of `system_schema.columns`
 //! for the keyspace): the metadata table must have `id uuid` as its whole
 //! partition key, `label int` and `size int` (or `bigint`); the data table
-//! `id uuid` as its whole partition key and `data blob`. Then the metadata
+//! `id uuid` as its whole partition key and `data blob`. A `crc int`
+//! column of the metadata table (written by `granary ingest`: the blob's
+//! CRC-32C) is read when it is there, and every fetched blob is checked
+//! against it. Then the metadata
 //! table is read once, paged ([`super::CATALOG_PAGE_SIZE`] rows a page),
 //! the whole scan retried with the source's policy if a page fails
 //! retryably.
@@ -39,6 +42,23 @@ pub struct CqlEntry {
     pub label: i32,
     /// Length of its blob in bytes.
     pub size: u64,
+    /// Its blob's CRC-32C, when the metadata table has a `crc` column and
+    /// the row a value in it.
+    pub crc: Option<u32>,
+}
+
+/// One metadata row as read: id, label, size, CRC-32C.
+type Row = (Uuid, i32, u64, Option<u32>);
+
+/// One metadata row as scanned, before its checks.
+type RawRow = (Uuid, Option<i32>, Option<i64>, Option<i32>);
+
+/// What the schema check found of the metadata table's optional columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Columns {
+    size: SizeType,
+    /// Whether it has a `crc int` column.
+    crc: bool,
 }
 
 /// The samples of a CQL dataset, in catalog order.
@@ -75,17 +95,17 @@ enum SizeType {
 }
 
 impl CqlCatalog {
-    /// A catalog of `(id, label, size)` rows, sorted into catalog order.
+    /// A catalog of `(id, label, size, crc)` rows, sorted into catalog order.
     /// Fails on a size above `u32::MAX` (a sample is read in one piece into
     /// memory whose length is a `u32`).
     pub(crate) fn from_rows(
         metadata_table: &str,
-        rows: impl IntoIterator<Item = (Uuid, i32, u64)>,
+        rows: impl IntoIterator<Item = Row>,
     ) -> Result<CqlCatalog, CqlError> {
-        let mut rows: Vec<(Uuid, i32, u64)> = rows.into_iter().collect();
+        let mut rows: Vec<Row> = rows.into_iter().collect();
         rows.sort_unstable_by(|a, b| (a.1, a.0.as_bytes()).cmp(&(b.1, b.0.as_bytes())));
         let mut entries = Vec::with_capacity(rows.len());
-        for (i, (id, label, size)) in rows.into_iter().enumerate() {
+        for (i, (id, label, size, crc)) in rows.into_iter().enumerate() {
             if size > u64::from(u32::MAX) {
                 return Err(CqlError::BadRow {
                     table: metadata_table.to_owned(),
@@ -98,6 +118,7 @@ impl CqlCatalog {
                 id,
                 label,
                 size,
+                crc,
             });
         }
         Ok(CqlCatalog {
@@ -109,12 +130,13 @@ impl CqlCatalog {
     /// Checks the schema and reads the metadata table; see the
     /// [module documentation](self).
     pub async fn load(session: &Session, settings: &CqlSettings) -> Result<CqlCatalog, CqlError> {
-        let size_type = check_schema(session, settings).await?;
+        let columns = check_schema(session, settings).await?;
         let table = settings.metadata_ref();
-        let mut statement = Statement::new(format!("SELECT id, label, size FROM {table}"));
+        let crc = if columns.crc { ", crc" } else { "" };
+        let mut statement = Statement::new(format!("SELECT id, label, size{crc} FROM {table}"));
         statement.set_page_size(super::CATALOG_PAGE_SIZE);
         statement.set_consistency(Consistency::LocalQuorum);
-        let rows = once(|| read_rows(session, &statement, &table, size_type))
+        let rows = once(|| read_rows(session, &statement, &table, columns))
             .await
             .map_err(|e| CqlError::request(format!("read {table}"), e))??;
         CqlCatalog::from_rows(&table, rows)
@@ -125,6 +147,15 @@ impl CqlCatalog {
     /// how to fix it.
     pub async fn check_tables(session: &Session, settings: &CqlSettings) -> Result<(), CqlError> {
         check_schema(session, settings).await.map(|_| ())
+    }
+
+    /// Whether the metadata table has the `crc int` column (after the
+    /// same checks as [`check_tables`](Self::check_tables)).
+    pub async fn has_crc_column(
+        session: &Session,
+        settings: &CqlSettings,
+    ) -> Result<bool, CqlError> {
+        check_schema(session, settings).await.map(|c| c.crc)
     }
 
     /// `ks.metadata`, the table the catalog was read from.
@@ -139,33 +170,42 @@ async fn read_rows(
     session: &Session,
     statement: &Statement,
     table: &str,
-    size_type: SizeType,
-) -> Result<Result<Vec<(Uuid, i32, u64)>, CqlError>, AttemptError> {
+    columns: Columns,
+) -> Result<Result<Vec<Row>, CqlError>, AttemptError> {
     let pager = session.query_iter(statement.clone(), ()).await?;
     let mut out = Vec::new();
-    let raw: Vec<(Uuid, Option<i32>, Option<i64>)> = match size_type {
-        SizeType::Int => {
-            let mut stream = pager
-                .rows_stream::<(Uuid, Option<i32>, Option<i32>)>()
-                .map_err(|e| type_error(table, e))?;
-            let mut v = Vec::new();
-            while let Some((id, label, size)) = stream.try_next().await? {
-                v.push((id, label, size.map(i64::from)));
-            }
-            v
+    let raw: Vec<RawRow> = match (columns.size, columns.crc) {
+        (SizeType::Int, false) => {
+            scan(
+                pager,
+                table,
+                |(id, label, size): (Uuid, Option<i32>, Option<i32>)| {
+                    (id, label, size.map(i64::from), None)
+                },
+            )
+            .await?
         }
-        SizeType::BigInt => {
-            let mut stream = pager
-                .rows_stream::<(Uuid, Option<i32>, Option<i64>)>()
-                .map_err(|e| type_error(table, e))?;
-            let mut v = Vec::new();
-            while let Some(row) = stream.try_next().await? {
-                v.push(row);
-            }
-            v
+        (SizeType::BigInt, false) => {
+            scan(
+                pager,
+                table,
+                |(id, label, size): (Uuid, Option<i32>, Option<i64>)| (id, label, size, None),
+            )
+            .await?
         }
+        (SizeType::Int, true) => {
+            scan(
+                pager,
+                table,
+                |(id, label, size, crc): (Uuid, Option<i32>, Option<i32>, Option<i32>)| {
+                    (id, label, size.map(i64::from), crc)
+                },
+            )
+            .await?
+        }
+        (SizeType::BigInt, true) => scan(pager, table, |row: RawRow| row).await?,
     };
-    for (id, label, size) in raw {
+    for (id, label, size, crc) in raw {
         let bad = |reason: &str| CqlError::BadRow {
             table: table.to_owned(),
             id,
@@ -177,21 +217,40 @@ async fn read_rows(
         let Ok(size) = u64::try_from(size) else {
             return Ok(Err(bad(&format!("size {size} is negative"))));
         };
-        out.push((id, label.unwrap_or(-1), size));
+        // The column holds the CRC's 32 bits as a signed int.
+        let crc = crc.map(|c| u32::from_ne_bytes(c.to_ne_bytes()));
+        out.push((id, label.unwrap_or(-1), size, crc));
     }
     Ok(Ok(out))
+}
+
+/// Every row of `pager` as columns `T`, turned into a [`RawRow`] by `into`.
+async fn scan<T>(
+    pager: scylla::client::pager::QueryPager,
+    table: &str,
+    into: impl Fn(T) -> RawRow,
+) -> Result<Vec<RawRow>, AttemptError>
+where
+    T: for<'frame, 'metadata> scylla::deserialize::row::DeserializeRow<'frame, 'metadata> + 'static,
+{
+    let mut stream = pager.rows_stream::<T>().map_err(|e| type_error(table, e))?;
+    let mut v = Vec::new();
+    while let Some(row) = stream.try_next().await? {
+        v.push(into(row));
+    }
+    Ok(v)
 }
 
 fn type_error(table: &str, e: impl std::fmt::Display) -> AttemptError {
     AttemptError::fatal(
         std::io::ErrorKind::InvalidData,
-        format!("{table}: the columns are not (id uuid, label int, size int): {e}"),
+        format!("{table}: the columns are not (id uuid, label int, size int[, crc int]): {e}"),
     )
 }
 
 /// Reads the keyspace's columns and checks both tables; returns the type
-/// of the metadata table's `size` column.
-async fn check_schema(session: &Session, settings: &CqlSettings) -> Result<SizeType, CqlError> {
+/// of the metadata table's `size` column and whether it has a `crc`.
+async fn check_schema(session: &Session, settings: &CqlSettings) -> Result<Columns, CqlError> {
     // The keyspace name is checked (lowercase letters, digits, '_'), so it
     // can be written into the statement as it is.
     let mut statement = Statement::new(format!(
@@ -267,6 +326,15 @@ async fn check_schema(session: &Session, settings: &CqlSettings) -> Result<SizeT
             )))
         }
     }
+    let crc = match column(meta, "crc").as_deref() {
+        Some("int") => true,
+        Some(other) => {
+            return Err(CqlError::Schema(format!(
+                "{meta_ref}: column `crc` is of type {other}; it must be int (the blob's CRC-32C)"
+            )))
+        }
+        None => false,
+    };
     match column(data, "data").as_deref() {
         Some("blob") => {}
         Some(other) => {
@@ -280,7 +348,10 @@ async fn check_schema(session: &Session, settings: &CqlSettings) -> Result<SizeT
             )))
         }
     }
-    Ok(size_type)
+    Ok(Columns {
+        size: size_type,
+        crc,
+    })
 }
 
 fn missing_table(table: &str) -> CqlError {

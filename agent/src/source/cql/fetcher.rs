@@ -31,7 +31,7 @@
 
 use super::{AttemptError, FetchError};
 pub use crate::source::queue::Full;
-use crate::source::queue::{IoCompletion as Completion, QueuedRequest};
+use crate::source::queue::{Changed, IoCompletion as Completion, QueuedRequest};
 pub use crate::source::task_queue::FetchStats;
 use crate::source::task_queue::{AttemptFailure, Attempts, Dest, TaskQueue};
 use granary_shm::arena::ArenaSlice;
@@ -55,6 +55,10 @@ pub struct FetchRequest {
     /// The blob's length according to the catalog: the bytes written to
     /// `dest` on success.
     pub len: u32,
+    /// The blob's CRC-32C according to the catalog (the metadata table's
+    /// `crc` column, written by `granary ingest`), if it has one: a blob
+    /// with another CRC fails as changed.
+    pub crc: Option<u32>,
     /// Destination: the arena range reserved for this read, at least `len`
     /// bytes; the fetcher holds it until the completion is returned.
     pub dest: ArenaSlice,
@@ -204,6 +208,7 @@ impl CqlFetcher {
             statement: self.statement.clone(),
             table: self.table.clone(),
             row: req.id,
+            crc: req.crc,
         };
         let task = move |dest: Dest, attempts: Attempts| async move {
             let job = &job;
@@ -235,6 +240,7 @@ struct Job {
     statement: PreparedStatement,
     table: Arc<str>,
     row: Uuid,
+    crc: Option<u32>,
 }
 
 impl Job {
@@ -272,16 +278,34 @@ impl Job {
                 blob.len()
             )));
         }
+        if let Some(want) = self.crc {
+            let got = crc32c::crc32c(blob);
+            if got != want {
+                return Err(AttemptError::changed(Changed {
+                    target: self.target(),
+                    what: format!("CRC-32C {got:#010x} (catalogued {want:#010x})"),
+                    size_differs: false,
+                }));
+            }
+        }
         dest.write(0, blob);
         Ok(())
     }
 
+    /// What errors name: `cql://ks.table/<id>`.
+    fn target(&self) -> String {
+        format!("cql://{}/{}", self.table, self.row)
+    }
+
     /// The completion's error after the last failed attempt.
     fn failed(&self, err: AttemptError) -> io::Error {
+        if let Some(changed) = err.changed {
+            return io::Error::other(changed);
+        }
         io::Error::new(
             err.failure.kind,
             FetchError {
-                target: format!("cql://{}/{}", self.table, self.row),
+                target: self.target(),
                 attempts: 1,
                 retryable: err.failure.retryable,
                 message: err.message,

@@ -116,11 +116,11 @@ fn a_missing_or_empty_ca_file_is_named() {
 fn catalog_order_is_label_then_id_bytes_whatever_the_row_order() {
     let id = |b: u8| Uuid::from_bytes([b; 16]);
     let rows = vec![
-        (id(9), 1, 10),
-        (id(3), 0, 30),
-        (id(1), 1, 11),
-        (id(7), -1, 70),
-        (id(2), 0, 20),
+        (id(9), 1, 10, None),
+        (id(3), 0, 30, Some(3)),
+        (id(1), 1, 11, None),
+        (id(7), -1, 70, None),
+        (id(2), 0, 20, Some(2)),
     ];
     let a = CqlCatalog::from_rows("ks.metadata", rows.clone()).unwrap();
     let mut reversed = rows;
@@ -146,7 +146,7 @@ fn catalog_order_is_label_then_id_bytes_whatever_the_row_order() {
     assert_eq!(a.max_size(), 70);
     assert_eq!(a.get(3).map(|e| e.id), Some(id(1)));
     assert!(a.get(5).is_none());
-    let e = CqlCatalog::from_rows("ks.metadata", [(id(1), 0, 1u64 << 32)]).unwrap_err();
+    let e = CqlCatalog::from_rows("ks.metadata", [(id(1), 0, 1u64 << 32, None)]).unwrap_err();
     assert!(e.to_string().contains(&id(1).to_string()), "{e}");
 }
 
