@@ -11,7 +11,8 @@
 #      of the ring and header publication
 #   4. Miri over the ring / validation / lease logic with heap-backed memory
 #   5. fuzz smoke runs of the validation and handshake targets, and of the
-#      peer frame and handshake targets
+#      peer frame and handshake targets; the soak loops with CI counts
+#      (scripts/soak.sh --ci)
 #   6. Python package: pip install torch & co. and ./client-c/python, pytest
 #   7. every #[ignore]d test with its reason, and whether it ran
 set -euo pipefail
@@ -67,6 +68,9 @@ scripts/ci-shm.sh miri
 step "fuzz smoke"
 scripts/ci-shm.sh fuzz
 scripts/ci-peer.sh
+
+step "soak (CI counts: 1,000 kill-loop rounds, 100,000 configuration files of each kind)"
+scripts/soak.sh --ci
 
 step "python"
 client-c/python/ci.sh

@@ -1,4 +1,5 @@
-//! A hundred loaders killed with SIGKILL mid-epoch, one after another, while
+//! A hundred loaders (`GRANARY_SOAK_KILL_ROUNDS` rounds: `scripts/soak.sh`
+//! runs a thousand) killed with SIGKILL mid-epoch, one after another, while
 //! an honest loader keeps reading: the honest loader gets every sample of
 //! its share exactly once per epoch with verified content, and once the
 //! agent has noticed every death its arena accounting, sessions and file
@@ -24,7 +25,18 @@ const CHILD_FN: &str = "kill_loop_child";
 const ROLE: &str = "kill-child";
 /// Printed by a child once it holds batches on loan.
 const HOLDING: &str = "GRANARY-CHILD-HOLDING";
-const ITERATIONS: usize = 100;
+/// Rounds when `GRANARY_SOAK_KILL_ROUNDS` does not say.
+const DEFAULT_ROUNDS: usize = 100;
+
+/// The number of rounds: `GRANARY_SOAK_KILL_ROUNDS`, else [`DEFAULT_ROUNDS`].
+fn rounds() -> usize {
+    match std::env::var("GRANARY_SOAK_KILL_ROUNDS") {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("GRANARY_SOAK_KILL_ROUNDS={v:?} is not a count")),
+        Err(_) => DEFAULT_ROUNDS,
+    }
+}
 
 /// The child role: open a session with parameters drawn from the seed, keep
 /// a few batches on loan (never fewer than two once announced), release the
@@ -80,8 +92,10 @@ fn kill_loop_child() {
 
 #[test]
 fn kill_minus_nine_loop_leaks_nothing() {
-    let _wd = watchdog("kill_loop", 240);
+    let rounds = rounds();
+    let _wd = watchdog("kill_loop", 240 + 2 * rounds as u64);
     let started = Instant::now();
+    println!("kill_loop: {rounds} rounds");
     // ~72 MB of samples against a 64 MiB arena: evictions go on and reads
     // are in flight while loaders die.
     let agent = TestAgent::start(AgentOptions {
@@ -115,7 +129,7 @@ fn kill_minus_nine_loop_leaks_nothing() {
     let mut rng = Rng(seed);
     let mut killed_holding = 0u64;
     let mut children_killed = 0;
-    for i in 0..ITERATIONS {
+    for i in 0..rounds {
         // Every fifth round a second loader dies alongside the first.
         let count = if i % 5 == 0 { 2 } else { 1 };
         let mut round = Vec::new();
@@ -209,9 +223,10 @@ fn kill_minus_nine_loop_leaks_nothing() {
     assert_fds_back_to(&fds_before);
 
     println!(
-        "kill_loop: {children_killed} kills in {ITERATIONS} rounds ({killed_holding} holding \
-         batches) in {loop_time:.1?}, \
+        "kill_loop: {children_killed} kills in {rounds} rounds ({killed_holding} holding \
+         batches) in {loop_time:.1?} ({:.0} kills/s), \
          honest loader verified {epochs} epoch(s), loaders lost {}, total {:.1?}",
+        f64::from(children_killed) / loop_time.as_secs_f64(),
         m.loaders_lost.get(),
         started.elapsed()
     );

@@ -47,6 +47,8 @@ mod validate;
 #[cfg(test)]
 mod field_use_tests;
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod tests;
 
 pub use arena::{ArenaConfig, HugePages};

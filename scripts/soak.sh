@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The long loops of the hardening tests (docs/reliability.md), with the
+# counts the reliability promises name. Prints the counts it uses.
+#
+# usage: scripts/soak.sh [--ci]
+#   (default)  1,000 rounds of loaders killed with SIGKILL while an honest
+#              loader reads (agent/tests/kill_loop.rs), 300,000 mutated and
+#              300,000 random configuration files
+#              (agent/src/config/fuzz_tests.rs), and each cargo-fuzz target
+#              for FUZZ_SECONDS (default 300)
+#   --ci       the same kill loop (it takes ~20 s), 100,000 configuration
+#              files of each kind, no cargo-fuzz runs (scripts/test.sh runs
+#              them for 30 s each in its fuzz step)
+#
+# Environment (overrides):
+#   GRANARY_SOAK_KILL_ROUNDS   kill-loop rounds
+#   GRANARY_CONFIG_FUZZ_CASES  configuration files of each kind
+#   FUZZ_SECONDS               seconds per cargo-fuzz target
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ci=0
+case "${1:-}" in
+    --ci) ci=1 ;;
+    "") ;;
+    *) echo "usage: scripts/soak.sh [--ci]" >&2; exit 2 ;;
+esac
+
+export GRANARY_SOAK_KILL_ROUNDS="${GRANARY_SOAK_KILL_ROUNDS:-1000}"
+if [ "$ci" = 1 ]; then
+    export GRANARY_CONFIG_FUZZ_CASES="${GRANARY_CONFIG_FUZZ_CASES:-100000}"
+else
+    export GRANARY_CONFIG_FUZZ_CASES="${GRANARY_CONFIG_FUZZ_CASES:-300000}"
+    export FUZZ_SECONDS="${FUZZ_SECONDS:-300}"
+fi
+echo "soak: kill-loop rounds $GRANARY_SOAK_KILL_ROUNDS, configuration files" \
+    "$GRANARY_CONFIG_FUZZ_CASES of each kind, cargo-fuzz" \
+    "$([ "$ci" = 1 ] && echo "not run here (scripts/test.sh fuzz step)" || echo "${FUZZ_SECONDS} s per target")"
+
+t=$SECONDS
+cargo nextest run --release -p granary-agent --test kill_loop --no-capture 2>&1 \
+    | grep -E '^kill_loop:|PASS|FAIL|Summary'
+echo "soak: kill loop done in $((SECONDS - t)) s"
+
+t=$SECONDS
+cargo nextest run --release -p granary-agent --lib -E 'test(/config::fuzz_tests/)' --no-capture 2>&1 \
+    | grep -E '^config |PASS|FAIL|Summary'
+echo "soak: configuration fuzzing done in $((SECONDS - t)) s"
+
+if [ "$ci" = 0 ]; then
+    t=$SECONDS
+    scripts/ci-shm.sh fuzz
+    scripts/ci-peer.sh fuzz
+    echo "soak: cargo-fuzz targets done in $((SECONDS - t)) s"
+fi
