@@ -249,6 +249,13 @@ impl Server {
         }
     }
 
+    /// Closes a connection (what was sent on it stays readable by the
+    /// loader until it reads the end). No `Gone` event follows: the caller
+    /// cleans up after it. Returns whether it was open.
+    pub(crate) fn close(&mut self, id: ConnId) -> bool {
+        self.conns.remove(&id).is_some()
+    }
+
     /// Sends an error reply.
     pub(crate) fn reply_error(&self, id: ConnId, code: ErrorCode, message: impl Into<String>) {
         let _ = self.reply(

@@ -327,6 +327,15 @@ fn hostile_child() {
                 }
                 other => panic!("hostile {role}: expected the fence reason, got {other:?}"),
             }
+            // Then the agent closes the connection.
+            let until = Instant::now() + Duration::from_secs(5);
+            while !raw.conn.peer_hung_up().expect("poll the socket") && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            assert!(
+                raw.conn.peer_hung_up().expect("poll the socket"),
+                "hostile {role}: the fenced connection stays open"
+            );
         }
     }
     println!("hostile {role}: agent reaction seen");

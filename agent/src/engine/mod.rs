@@ -21,6 +21,7 @@
 mod assignment;
 mod clock;
 mod complete;
+mod fence_backoff;
 mod open;
 mod peers;
 mod publish;
@@ -153,6 +154,8 @@ pub struct Engine {
     conn_layouts: std::collections::HashMap<ConnId, assignment::HandedLayout>,
     /// A view change left kept samples the new keep-set drops.
     release_stale_kept: bool,
+    /// Processes fenced again and again wait before their next session.
+    fence_backoff: fence_backoff::FenceBackoff,
     last_release: Instant,
 }
 
@@ -350,6 +353,7 @@ impl Engine {
             conn_views: std::collections::HashMap::new(),
             conn_layouts: std::collections::HashMap::new(),
             release_stale_kept: false,
+            fence_backoff: fence_backoff::FenceBackoff::default(),
             last_release: now,
         })
     }

@@ -143,6 +143,7 @@ impl Engine {
             ));
         }
         self.check_uid_quota(conn)?;
+        self.check_fence_backoff(conn)?;
         let ss = &self.cfg.sessions;
         for (field, asked, default) in [
             ("ready_capacity", req.ready_capacity, ss.ready_ring_capacity),
@@ -313,21 +314,64 @@ impl Engine {
         cache / 100 * u64::from(self.cfg.sessions.max_pinned_percent.min(100))
     }
 
-    /// Fences a session for a protocol violation and ends it.
+    /// Fences a session for a protocol violation and ends it. A violation
+    /// of the loader's own (not a replaced view) also closes its
+    /// connection, and a process fenced again soon waits before its next
+    /// session (`fence_backoff`).
     pub(super) fn fence(&mut self, sid: u64, v: Violation) {
         // A replaced view is not the loader's doing: fenced, not counted.
-        if let Some(kind) = ViolationKind::of(&v) {
+        let kind = ViolationKind::of(&v);
+        if let Some(kind) = kind {
             self.metrics.count_violation(kind);
         }
         self.metrics.sessions_fenced.inc_by(1);
         tracing::warn!(session = sid, "session fenced: {v}");
         // The reason goes on the socket before the segment says fenced, so
         // a loader that sees the fence finds the message waiting.
-        if let Some(conn) = self.sessions.get(&sid).map(|s| s.conn()) {
+        let conn = self.sessions.get(&sid).map(|s| s.conn());
+        if let Some(conn) = conn {
             self.server
                 .reply_error(conn, ErrorCode::Fenced, v.to_string());
         }
         self.end_session(sid, Some(&v));
+        let (Some(conn), Some(_)) = (conn, kind) else {
+            return;
+        };
+        if let Some(cred) = self.server.credentials(conn) {
+            let wait = self.fence_backoff.fenced(cred.pid, self.clock.now());
+            if !wait.is_zero() {
+                tracing::warn!(
+                    pid = cred.pid,
+                    "fenced again: the process's next session waits {} ms",
+                    wait.as_millis()
+                );
+            }
+        }
+        // Whatever else the connection held (sessions, a view, a layout)
+        // goes with it.
+        self.server.close(conn);
+        self.handle_event(ConnEvent::Gone(conn));
+    }
+
+    /// Refuses a session to a process fenced again and again until its
+    /// wait is over (`fence_backoff`).
+    fn check_fence_backoff(&self, conn: ConnId) -> Result<(), Refusal> {
+        let Some(cred) = self.server.credentials(conn) else {
+            return Ok(());
+        };
+        self.fence_backoff
+            .check(cred.pid, self.clock.now())
+            .map_err(|(recent, left)| {
+                (
+                    ErrorCode::Busy,
+                    format!(
+                        "pid {}: {recent} sessions fenced within a minute for protocol \
+                         violations; new sessions are refused for {} ms more",
+                        cred.pid,
+                        left.as_millis().max(1)
+                    ),
+                )
+            })
     }
 
     /// Ends every session whose loader has neither released a batch nor
