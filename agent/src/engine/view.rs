@@ -200,7 +200,7 @@ impl Engine {
 
     /// Replaces the peer tier by one for `view`; ends the sessions of older
     /// views of the same job. Returns how many ended.
-    fn install_view(&mut self, view: View) -> Result<u32, (ErrorCode, String)> {
+    pub(super) fn install_view(&mut self, view: View) -> Result<u32, (ErrorCode, String)> {
         if let Some(old) = self.peers.take() {
             self.retire_peers(old);
         }
@@ -212,6 +212,8 @@ impl Engine {
             cc.keep_reserve,
             cc.align,
             self.datasets.len(),
+            &self.arena,
+            self.rdma_nic.as_ref(),
         )
         .map_err(|e| (ErrorCode::Io, format!("starting the peer tier: {e}")))?;
         tracing::info!(
