@@ -136,14 +136,8 @@ pub(crate) enum Event {
 /// A command for one connection.
 enum Cmd {
     Get(OutGet),
-    Data {
-        header: DataHeader,
-        src: ArenaSlice,
-    },
-    Miss {
-        get: Get,
-        reason: MissReason,
-    },
+    Data { header: DataHeader, src: ArenaSlice },
+    Miss { get: Get, reason: MissReason },
     RdmaSetup(Vec<u8>),
 }
 
