@@ -270,8 +270,9 @@ impl Engine {
         }
         let gets: Vec<_> = old.gets.drain().map(|(_, g)| g).collect();
         let serving: Vec<_> = old.serving.drain().map(|(_, s)| s).collect();
-        // Dropping the transport stops its runtime: nothing writes into an
-        // extent after this.
+        // Dropping the transport stops its runtime and the RDMA links
+        // destroy their queue pairs: nothing writes into an extent after
+        // this.
         drop(old);
         for g in &gets {
             self.read_store_instead(g);
