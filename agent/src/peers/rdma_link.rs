@@ -846,6 +846,104 @@ mod tests {
         assert_eq!(fabric.stats().writes, 1, "one RDMA write");
     }
 
+    /// The lower index offers; the other answers; after a failure either
+    /// side offers once its backoff is over, and an offer is answered even
+    /// by a side still backing off; offers that cross both connect.
+    #[test]
+    fn offers_go_from_the_lower_index_and_are_always_answered() {
+        let fabric = Fabric::new(9);
+        let cfg = DriverConfig::default();
+        let mut a = RdmaLinks::new(fabric.add_host(), ARENA, cfg, 2).unwrap();
+        let mut b = RdmaLinks::new(fabric.add_host(), ARENA, cfg, 2).unwrap();
+        // a is member 0, b member 1.
+        assert!(a.to_offer(0, 1, 1));
+        assert!(!b.to_offer(1, 0, 1), "the higher index waits");
+        let offer = a.offer(1, 1).unwrap();
+        assert!(!a.to_offer(0, 1, 1), "connecting");
+        let answer = b.on_setup(0, &offer, 1).unwrap().expect("an answer");
+        assert_eq!(a.on_setup(1, &answer, 1).unwrap(), None, "our answer");
+        assert_eq!(
+            (a.link(1), b.link(0)),
+            (LinkTransport::Rdma, LinkTransport::Rdma)
+        );
+        // The requester's queue pair fails.
+        fabric.inject(
+            0,
+            None,
+            Some(granary_rdma::verbs::Opcode::Send),
+            WcStatus::Flushed,
+        );
+        let get = Get {
+            request: 1,
+            fingerprint: FP,
+            sample: 1,
+            length: 10,
+            due: u64::MAX,
+        };
+        a.get(1, get, Extent { offset: 0, len: 10 }, 2).unwrap();
+        let mut ev = Vec::new();
+        a.poll(2, &mut ev);
+        assert!(ev.contains(&LinkEvent::Down { member: 1 }), "{ev:?}");
+        assert!(!a.to_offer(0, 1, 3), "backing off");
+        // b, whose queue pair still looks up, offers anew (as after its
+        // own failure): a answers although it is backing off.
+        let offer = b.offer(0, 3).unwrap();
+        let answer = a.on_setup(1, &offer, 3).unwrap().expect("an answer");
+        b.on_setup(0, &answer, 3).unwrap();
+        assert_eq!(
+            (a.link(1), b.link(0)),
+            (LinkTransport::Rdma, LinkTransport::Rdma)
+        );
+        // Offers that cross: each side takes the other's as the answer.
+        let (oa, ob) = (a.offer(1, 4).unwrap(), b.offer(0, 4).unwrap());
+        assert_eq!(a.on_setup(1, &ob, 4).unwrap(), None);
+        assert_eq!(b.on_setup(0, &oa, 4).unwrap(), None);
+        assert_eq!(
+            (a.link(1), b.link(0)),
+            (LinkTransport::Rdma, LinkTransport::Rdma)
+        );
+        // The connected pair carries a block.
+        let bytes = block(5);
+        let get = Get {
+            request: 2,
+            fingerprint: FP,
+            sample: 5,
+            length: bytes.len() as u64,
+            due: u64::MAX,
+        };
+        let e = Extent {
+            offset: 8192,
+            len: bytes.len() as u32,
+        };
+        a.get(1, get, e, 5).unwrap();
+        let mut landed = false;
+        for _ in 0..10 {
+            let mut ev = Vec::new();
+            b.poll(5, &mut ev);
+            for x in ev {
+                if let LinkEvent::Request { member, get, .. } = x {
+                    b.driver_mut().write_arena(0, &bytes).unwrap();
+                    let src = Extent {
+                        offset: 0,
+                        len: bytes.len() as u32,
+                    };
+                    let crc = block_crc(FP, get.sample, &bytes);
+                    b.serve(member, get, src, crc, 5).unwrap();
+                }
+            }
+            let mut ev = Vec::new();
+            a.poll(5, &mut ev);
+            landed |= ev
+                .iter()
+                .any(|x| matches!(x, LinkEvent::Landed { request: 2, .. }));
+        }
+        assert!(landed);
+        // The TCP connection ends: the queue pair is closed, no backoff.
+        a.close(1, 6);
+        assert_eq!(a.link(1), LinkTransport::RdmaFallback);
+        assert!(a.to_offer(0, 1, 6), "offered again on the next connection");
+    }
+
     #[test]
     fn bad_setup_bytes_are_refused() {
         let fabric = Fabric::new(1);

@@ -197,6 +197,28 @@ fn blocks_go_by_rdma_write_into_the_arena_and_fall_back_to_tcp_and_the_store() {
     assert_eq!(transport_metric(&job, "rdma"), 1.0);
     assert_eq!(transport_metric(&job, "rdma-fallback"), 0.0);
 
+    // A block whose bytes were corrupted on the way fails its CRC and is
+    // read from the store into the same extent.
+    job.fabric.corrupt_next_write(OWNER_HOST);
+    let bad = owned[9];
+    let at = job.ask(bad);
+    job.until("the corrupted block from the store", |j| j.ready(bad));
+    assert_eq!(job.fabric.stats().writes, 6, "it was written");
+    assert_eq!(job.store_reads(ASKER, bad), 1, "then read from the store");
+    assert_eq!(job.bytes_at(at, bad), content(bad));
+    let m = &job.agents[ASKER].engine.metrics.peers;
+    assert_eq!(m.crc_failures.get(), 1);
+    // A sample the owner does not own: a miss over the queue pair, then
+    // the store.
+    let theirs = (0..SAMPLES).find(|i| !owned.contains(i)).unwrap();
+    let at = job.ask(theirs);
+    job.until("the missed sample from the store", |j| j.ready(theirs));
+    assert_eq!(job.store_reads(ASKER, theirs), 1);
+    assert_eq!(job.bytes_at(at, theirs), content(theirs));
+    assert_eq!(job.fabric.stats().writes, 6, "no block for a miss");
+    assert_eq!(job.link(), LinkTransport::Rdma, "the link stays up");
+    assert_eq!(job.peer_samples(), 6);
+
     // An error completion on the asker's next send: the queue pair goes
     // down and the request, not yet due, goes over TCP.
     job.fabric.inject(
@@ -210,7 +232,7 @@ fn blocks_go_by_rdma_write_into_the_arena_and_fall_back_to_tcp_and_the_store() {
     job.until("the request back over TCP", |j| j.ready(tcp));
     assert_eq!(job.bytes_at(at, tcp), content(tcp));
     assert_eq!(job.store_reads(ASKER, tcp), 0, "came from the peer, by TCP");
-    assert_eq!(job.fabric.stats().writes, 5, "no RDMA write for it");
+    assert_eq!(job.fabric.stats().writes, 6, "no RDMA write for it");
     assert_eq!(job.fabric.stats().injected, 1);
     assert_eq!(job.peer_samples(), 7);
 
@@ -220,7 +242,7 @@ fn blocks_go_by_rdma_write_into_the_arena_and_fall_back_to_tcp_and_the_store() {
     let at = job.ask(again);
     job.until("a block by RDMA again", |j| j.ready(again));
     assert_eq!(job.bytes_at(at, again), content(again));
-    assert_eq!(job.fabric.stats().writes, 6);
+    assert_eq!(job.fabric.stats().writes, 7);
 
     // An owner that stops answering: the transfer timeout (the hedge
     // delay) tears the queue pair down first, and the request, now past
@@ -235,7 +257,7 @@ fn blocks_go_by_rdma_write_into_the_arena_and_fall_back_to_tcp_and_the_store() {
     job.turns(20);
     assert_eq!(
         job.fabric.stats().writes,
-        6,
+        7,
         "nothing landed after the fallback"
     );
     assert_eq!(job.bytes_at(at, late), content(late));
@@ -266,7 +288,7 @@ fn blocks_go_by_rdma_write_into_the_arena_and_fall_back_to_tcp_and_the_store() {
         let i = id - 1000;
         assert_eq!(bytes, &content(i), "sample {i} as the loader reads it");
     }
-    let fresh = owned.len() as u64 - 9;
+    let fresh = owned.len() as u64 - 10;
     assert_eq!(
         job.fabric.stats().writes - before,
         fresh,
