@@ -1,6 +1,10 @@
 //! An in-memory fake NIC: several hosts in one process joined by a
 //! [`Fabric`], each host a [`FakeNic`] implementing [`Verbs`].
 //!
+//! Regions are memory of the fake's own ([`Verbs::register`]) or memory
+//! the caller mapped, registered in place ([`Verbs::register_mapped`]: the
+//! agent's arena), which RDMA writes then land in.
+//!
 //! It executes work requests against registered regions with the checks a
 //! real RC queue pair makes: local keys and bounds (local protection
 //! error), remote keys, bounds and rights (remote access error, which
