@@ -256,7 +256,7 @@ impl PeerTier {
         let rdma = match resolved {
             transport::Resolved::Tcp => None,
             transport::Resolved::Rdma => {
-                let open = nic.map_or_else(transport::open_device, |f| f());
+                let open = nic.map_or_else(|| transport::open_device(p), |f| f());
                 rdma_links(open, arena, hedge_after, view.len())
             }
         };

@@ -171,18 +171,20 @@ pub(crate) type Nic = Box<dyn granary_rdma::Verbs + Send>;
 /// whose `peers.transport` resolved to RDMA, the fake NIC in tests.
 pub(crate) type OpenNic = std::sync::Arc<dyn Fn() -> Result<Nic, String> + Send + Sync>;
 
-/// The first RDMA device, port 1, GID index 0 (the agent's configuration
-/// has no setting for them yet, see `docs/rdma.md`). Without the `rdma`
+/// The device `peers.rdma_device` (the first one when empty), port
+/// `peers.rdma_port`, GID index `peers.rdma_gid_index`. Without the `rdma`
 /// feature there is none.
-pub(crate) fn open_device() -> Result<Nic, String> {
+pub(crate) fn open_device(cfg: &crate::config::PeersConfig) -> Result<Nic, String> {
     #[cfg(feature = "rdma")]
     {
-        granary_rdma::real::IbvNic::open(None, 1, 0)
+        let device = Some(cfg.rdma_device.as_str()).filter(|d| !d.is_empty());
+        granary_rdma::real::IbvNic::open(device, cfg.rdma_port, cfg.rdma_gid_index)
             .map(|n| Box::new(n) as Nic)
             .map_err(|e| e.to_string())
     }
     #[cfg(not(feature = "rdma"))]
     {
+        let _ = cfg;
         Err("granaryd was built without the rdma feature".to_string())
     }
 }
