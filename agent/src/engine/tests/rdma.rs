@@ -294,4 +294,19 @@ fn blocks_go_by_rdma_write_into_the_arena_and_fall_back_to_tcp_and_the_store() {
         fresh,
         "each owned sample not yet here came by RDMA"
     );
+    // The owner let go of every block it served: no request left in its
+    // serving queue, no pin left on a sample.
+    job.until("the owner's serving queue empty", |j| {
+        j.agents[OWNER]
+            .engine
+            .peers
+            .as_ref()
+            .unwrap()
+            .serving
+            .is_empty()
+    });
+    let owner = &job.agents[OWNER].engine;
+    for &i in &owned {
+        assert_eq!(owner.cache.pins(key(0, i)), 0, "sample {i} still pinned");
+    }
 }
