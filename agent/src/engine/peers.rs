@@ -245,7 +245,7 @@ impl Engine {
 
     /// Answers `get` of `conn` (a TCP connection or an RDMA link) with a
     /// miss.
-    pub(super) fn send_miss_via(&mut self, conn: u64, get: Get, reason: MissReason) {
+    fn send_miss_via(&mut self, conn: u64, get: Get, reason: MissReason) {
         let Some(tier) = self.peers.as_mut() else {
             return;
         };
