@@ -29,6 +29,9 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
+use std::os::fd::BorrowedFd;
+
+use granary_shm::arena::ArenaSlice;
 
 use crate::msg::Msg;
 use crate::setup::{SetupParams, MAX_SLOT, MIN_SLOT};
@@ -381,9 +384,33 @@ pub struct Driver<V: Verbs> {
 }
 
 impl<V: Verbs> Driver<V> {
-    /// Registers an arena of `arena_len` bytes (local + remote write) and
-    /// the message buffers.
-    pub fn new(mut verbs: V, arena_len: u64, cfg: DriverConfig) -> Result<Driver<V>, DriverError> {
+    /// Registers an arena of `arena_len` bytes (local + remote write),
+    /// allocated by the backend, and the message buffers.
+    pub fn new(verbs: V, arena_len: u64, cfg: DriverConfig) -> Result<Driver<V>, DriverError> {
+        Driver::build(verbs, cfg, |v| {
+            v.register(arena_len, Access::LOCAL_WRITE.union(Access::REMOTE_WRITE))
+        })
+    }
+
+    /// Registers `arena`, memory the caller already has mapped (the agent's
+    /// shared arena), in place (local + remote write), and the message
+    /// buffers: extents are offsets into `arena`, and peers' blocks land
+    /// in it where the caller reads them.
+    pub fn with_arena(
+        verbs: V,
+        arena: ArenaSlice,
+        cfg: DriverConfig,
+    ) -> Result<Driver<V>, DriverError> {
+        Driver::build(verbs, cfg, |v| {
+            v.register_mapped(arena, Access::LOCAL_WRITE.union(Access::REMOTE_WRITE))
+        })
+    }
+
+    fn build(
+        mut verbs: V,
+        cfg: DriverConfig,
+        arena: impl FnOnce(&mut V) -> Result<Mr, VerbsError>,
+    ) -> Result<Driver<V>, DriverError> {
         if !(MIN_SLOT..=MAX_SLOT).contains(&cfg.slot_size)
             || cfg.recv_depth < 2
             || cfg.send_depth < 1
@@ -393,9 +420,7 @@ impl<V: Verbs> Driver<V> {
                 "driver configuration out of range".into(),
             ));
         }
-        let arena = verbs
-            .register(arena_len, Access::LOCAL_WRITE.union(Access::REMOTE_WRITE))
-            .map_err(DriverError::Verbs)?;
+        let arena = arena(&mut verbs).map_err(DriverError::Verbs)?;
         let slab =
             (u64::from(cfg.recv_depth) + u64::from(CREDIT_RESERVE) + u64::from(cfg.send_depth))
                 * u64::from(cfg.slot_size);
@@ -423,6 +448,12 @@ impl<V: Verbs> Driver<V> {
     /// The backend.
     pub fn verbs(&self) -> &V {
         &self.verbs
+    }
+
+    /// Readable when a completion may be waiting (the backend's
+    /// completion channel); `None`: call [`Driver::poll`] every turn.
+    pub fn completion_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.verbs.completion_fd()
     }
 
     /// Settings.
@@ -566,6 +597,17 @@ impl<V: Verbs> Driver<V> {
             Err(e) => {
                 self.teardown(peer, FailReason::Verbs(e.clone()), now, events);
                 Err(DriverError::Verbs(e))
+            }
+        }
+    }
+
+    /// The peer offered a queue pair of its own accord: it is ready again,
+    /// so a [`Driver::prepare`] answering it is not refused while backing
+    /// off. The backoff itself stays: a further failure doubles it.
+    pub fn peer_offered(&mut self, peer: PeerId) {
+        if let Some(p) = self.peers.get_mut(&peer) {
+            if p.conn.is_none() {
+                p.failed = false;
             }
         }
     }
@@ -887,7 +929,15 @@ impl<V: Verbs> Driver<V> {
     pub fn poll(&mut self, now: u64, events: &mut Vec<Event>) -> Result<(), DriverError> {
         let mut wcs = std::mem::take(&mut self.wcs);
         wcs.clear();
-        let r = self.verbs.poll_cq(256, &mut wcs);
+        let mut r = self.verbs.poll_cq(256, &mut wcs);
+        if matches!(r, Ok(n) if n < 256) {
+            // The queue is drained: ask for the next completion to wake
+            // the caller, then look once more for one that came between.
+            r = self
+                .verbs
+                .arm()
+                .and_then(|()| self.verbs.poll_cq(256, &mut wcs));
+        }
         for wc in &wcs {
             self.on_completion(*wc, now, events);
         }
@@ -1095,6 +1145,19 @@ impl<V: Verbs> Driver<V> {
             reason,
             retry_at,
         });
+    }
+}
+
+/// Dropping the driver destroys its queue pairs first: nothing lands in
+/// the arena through them afterwards, even while the backend (a fake
+/// fabric shared with other hosts) lives on.
+impl<V: Verbs> Drop for Driver<V> {
+    fn drop(&mut self) {
+        for p in self.peers.values_mut() {
+            if let Some(c) = p.conn.take() {
+                let _ = self.verbs.destroy_qp(c.qp);
+            }
+        }
     }
 }
 

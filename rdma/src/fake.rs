@@ -1,6 +1,10 @@
 //! An in-memory fake NIC: several hosts in one process joined by a
 //! [`Fabric`], each host a [`FakeNic`] implementing [`Verbs`].
 //!
+//! Regions are memory of the fake's own ([`Verbs::register`]) or memory
+//! the caller mapped, registered in place ([`Verbs::register_mapped`]: the
+//! agent's arena), which RDMA writes then land in.
+//!
 //! It executes work requests against registered regions with the checks a
 //! real RC queue pair makes: local keys and bounds (local protection
 //! error), remote keys, bounds and rights (remote access error, which
@@ -21,6 +25,8 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use granary_shm::arena::ArenaSlice;
+
 use crate::verbs::{
     Access, Endpoint, Mr, Opcode, QpCaps, QpId, QpState, RemoteAddr, Sge, Transition, Verbs,
     VerbsError, WcStatus, WorkCompletion,
@@ -31,10 +37,42 @@ pub type HostId = usize;
 
 const PAGE: u64 = 4096;
 
+/// The bytes behind a region: the fake's own, or memory the caller
+/// mapped and registered in place ([`Verbs::register_mapped`]), which
+/// RDMA writes then land in.
+#[derive(Debug)]
+enum Mem {
+    Owned(Vec<u8>),
+    Mapped(ArenaSlice),
+}
+
+impl Mem {
+    /// `len` bytes at `off` (in bounds: checked by the caller).
+    fn read(&self, off: usize, len: usize) -> Vec<u8> {
+        match self {
+            Mem::Owned(v) => v[off..off + len].to_vec(),
+            Mem::Mapped(s) => s
+                .read_at(off, len)
+                .expect("bounds checked against the region"),
+        }
+    }
+
+    /// Stores `data` at `off` (in bounds: checked by the caller).
+    fn write(&mut self, off: usize, data: &[u8]) {
+        match self {
+            Mem::Owned(v) => v[off..off + data.len()].copy_from_slice(data),
+            Mem::Mapped(s) => {
+                let n = s.copy_at(off, data);
+                debug_assert_eq!(n, data.len(), "bounds checked against the region");
+            }
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Region {
     mr: Mr,
-    mem: Vec<u8>,
+    mem: Mem,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -355,7 +393,7 @@ impl Inner {
             return fail(self, WcStatus::RetryExceeded);
         }
         let len = wr.sge.len as usize;
-        let mut bytes = self.hosts[host].regions[src_region].mem[src_off..src_off + len].to_vec();
+        let mut bytes = self.hosts[host].regions[src_region].mem.read(src_off, len);
         match wr.op {
             SendOp::Write(raddr) => {
                 let d = &self.hosts[dst];
@@ -376,7 +414,7 @@ impl Inner {
                 }
                 let r = &mut self.hosts[dst].regions[t];
                 let off = (raddr.addr - r.mr.addr) as usize;
-                r.mem[off..off + len].copy_from_slice(&bytes);
+                r.mem.write(off, &bytes);
                 self.stats.writes += 1;
                 self.complete(host, wc(wr.wr_id, qpn, Opcode::Write, WcStatus::Success, 0));
             }
@@ -416,7 +454,7 @@ impl Inner {
                     self.fail_qp(dst, remote.qp_num);
                     return fail(self, WcStatus::RemoteInvalidRequest);
                 }
-                self.hosts[dst].regions[r].mem[off..off + len].copy_from_slice(&bytes);
+                self.hosts[dst].regions[r].mem.write(off, &bytes);
                 self.stats.sends += 1;
                 self.complete(
                     dst,
@@ -491,6 +529,25 @@ impl FakeNic {
         Ok((i, start as usize))
     }
 
+    /// Adds a region at the next free (fake) address, a page past the
+    /// last one.
+    fn add_region(h: &mut Host, len: u64, access: Access, mem: Mem) -> Mr {
+        let id = h.regions.len() as u32;
+        let addr = h.regions.last().map_or(0x10_0000, |r| {
+            (r.mr.addr + r.mr.len).div_ceil(PAGE) * PAGE + PAGE
+        });
+        let mr = Mr {
+            id,
+            addr,
+            len,
+            lkey: 0x1000 + id,
+            rkey: 0x7a00_0000 | (id << 8) | (h.lid as u32 & 0xff),
+            access,
+        };
+        h.regions.push(Region { mr, mem });
+        mr
+    }
+
     fn post_sq(&mut self, qp: QpId, wr: SendWr) -> Result<(), VerbsError> {
         let mut inner = self.fabric.lock();
         let host = self.host;
@@ -527,30 +584,27 @@ impl Verbs for FakeNic {
         }
         let size = usize::try_from(len).map_err(|_| VerbsError::Invalid("region length"))?;
         self.with_host(|h| {
-            let id = h.regions.len() as u32;
-            let addr = h.regions.last().map_or(0x10_0000, |r| {
-                (r.mr.addr + r.mr.len).div_ceil(PAGE) * PAGE + PAGE
-            });
-            let mr = Mr {
-                id,
-                addr,
+            Ok(FakeNic::add_region(
+                h,
                 len,
-                lkey: 0x1000 + id,
-                rkey: 0x7a00_0000 | (id << 8) | (h.lid as u32 & 0xff),
                 access,
-            };
-            h.regions.push(Region {
-                mr,
-                mem: vec![0; size],
-            });
-            Ok(mr)
+                Mem::Owned(vec![0; size]),
+            ))
         })
+    }
+
+    fn register_mapped(&mut self, mem: ArenaSlice, access: Access) -> Result<Mr, VerbsError> {
+        if mem.is_empty() {
+            return Err(VerbsError::Invalid("region length"));
+        }
+        let len = mem.len() as u64;
+        self.with_host(|h| Ok(FakeNic::add_region(h, len, access, Mem::Mapped(mem))))
     }
 
     fn write_local(&mut self, mr: &Mr, addr: u64, data: &[u8]) -> Result<(), VerbsError> {
         self.with_host(|h| {
             let (i, off) = FakeNic::region(h, mr, addr, data.len())?;
-            h.regions[i].mem[off..off + data.len()].copy_from_slice(data);
+            h.regions[i].mem.write(off, data);
             Ok(())
         })
     }
@@ -558,7 +612,7 @@ impl Verbs for FakeNic {
     fn read_local(&self, mr: &Mr, addr: u64, out: &mut [u8]) -> Result<(), VerbsError> {
         self.with_host(|h| {
             let (i, off) = FakeNic::region(h, mr, addr, out.len())?;
-            out.copy_from_slice(&h.regions[i].mem[off..off + out.len()]);
+            out.copy_from_slice(&h.regions[i].mem.read(off, out.len()));
             Ok(())
         })
     }

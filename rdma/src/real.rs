@@ -2,9 +2,12 @@
 //! module of the crate with `unsafe`.
 //!
 //! One device context, one protection domain, one completion queue shared
-//! by every queue pair. Regions are anonymous mappings made here (2 MiB
-//! hugepages when the length allows and the kernel has them, so the NIC's
-//! translation table stays small), registered with local write and, when
+//! by every queue pair, with a completion channel whose descriptor the
+//! agent's engine sleeps on. Regions are anonymous mappings made here
+//! (2 MiB hugepages when the length allows and the kernel has them, so the
+//! NIC's translation table stays small) or the caller's own mapping
+//! registered in place (the agent's shared arena, held until the
+//! registration is released), registered with local write and, when
 //! asked, remote write; remote read is never requested. Queue pairs are
 //! RC, one scatter/gather element, every work request signaled.
 //!
@@ -13,7 +16,10 @@
 
 use std::collections::BTreeMap;
 use std::ffi::CStr;
+use std::os::fd::BorrowedFd;
 use std::ptr;
+
+use granary_shm::arena::ArenaSlice;
 
 use rdma_sys::*;
 
@@ -77,9 +83,13 @@ pub fn devices() -> Result<Vec<String>, VerbsError> {
 
 struct Region {
     base: *mut libc::c_void,
+    /// Bytes of our own mapping to unmap; 0 for a caller's mapping.
     map_len: usize,
     mr: *mut ibv_mr,
     info: Mr,
+    /// The caller's mapping registered in place: held so that it outlives
+    /// the registration (dropped only after `ibv_dereg_mr`).
+    _mapped: Option<ArenaSlice>,
 }
 
 struct Qp {
@@ -91,6 +101,9 @@ struct Qp {
 pub struct IbvNic {
     ctx: *mut ibv_context,
     pd: *mut ibv_pd,
+    channel: *mut ibv_comp_channel,
+    /// The channel's descriptor (-1 until it exists).
+    channel_fd: i32,
     cq: *mut ibv_cq,
     port: u8,
     gid_index: u8,
@@ -170,6 +183,8 @@ impl IbvNic {
         let mut nic = IbvNic {
             ctx,
             pd: ptr::null_mut(),
+            channel: ptr::null_mut(),
+            channel_fd: -1,
             cq: ptr::null_mut(),
             port,
             gid_index,
@@ -188,14 +203,35 @@ impl IbvNic {
                 errno: errno(),
             });
         }
-        // SAFETY: `ctx` is open; no channel, vector 0.
-        nic.cq = unsafe { ibv_create_cq(ctx, CQ_DEPTH, ptr::null_mut(), ptr::null_mut(), 0) };
+        // SAFETY: `ctx` is an open context.
+        nic.channel = unsafe { ibv_create_comp_channel(ctx) };
+        if nic.channel.is_null() {
+            return Err(VerbsError::Os {
+                call: "ibv_create_comp_channel",
+                errno: errno(),
+            });
+        }
+        // SAFETY: the channel is live; its descriptor is its own.
+        let fd = unsafe { (*nic.channel).fd };
+        nic.channel_fd = fd;
+        // SAFETY: fcntl on a descriptor we own; no memory involved.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        // SAFETY: as above. Non-blocking, so `arm` can drain its events.
+        if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+            return Err(VerbsError::Os {
+                call: "fcntl",
+                errno: errno(),
+            });
+        }
+        // SAFETY: `ctx` is open and `channel` one of its channels; vector 0.
+        nic.cq = unsafe { ibv_create_cq(ctx, CQ_DEPTH, ptr::null_mut(), nic.channel, 0) };
         if nic.cq.is_null() {
             return Err(VerbsError::Os {
                 call: "ibv_create_cq",
                 errno: errno(),
             });
         }
+        nic.arm()?;
         // SAFETY: all-zero is a valid ibv_port_attr (plain integers).
         let mut attr: ibv_port_attr = unsafe { std::mem::zeroed() };
         // SAFETY: `ctx` is open and `attr` a valid out-pointer of its size.
@@ -236,6 +272,84 @@ impl IbvNic {
             return Err(VerbsError::OutOfBounds);
         }
         Ok(r.base.cast::<u8>().wrapping_add(off as usize))
+    }
+
+    /// Acknowledges every notification waiting on the channel (they must
+    /// all be acknowledged before the completion queue is destroyed).
+    fn ack_events(&mut self) {
+        let mut n = 0u32;
+        loop {
+            let mut cq = ptr::null_mut();
+            let mut ctx = ptr::null_mut();
+            // SAFETY: the channel is live and non-blocking; both are valid
+            // out-pointers.
+            let rc = unsafe { ibv_get_cq_event(self.channel, &mut cq, &mut ctx) };
+            if rc != 0 {
+                break;
+            }
+            n += 1;
+        }
+        if n > 0 {
+            // SAFETY: `n` events of our only completion queue were taken
+            // just above.
+            unsafe { ibv_ack_cq_events(self.cq, n) };
+        }
+    }
+
+    /// Registers `len` bytes at `base` with `access`.
+    fn reg(
+        &mut self,
+        base: *mut libc::c_void,
+        map_len: usize,
+        len: u64,
+        access: Access,
+        mapped: Option<ArenaSlice>,
+    ) -> Result<Mr, VerbsError> {
+        let len_usize = usize::try_from(len).map_err(|_| VerbsError::Invalid("region length"))?;
+        let mut flags = 0u32;
+        if access.contains(Access::LOCAL_WRITE) {
+            flags |= ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
+        }
+        if access.contains(Access::REMOTE_WRITE) {
+            // Remote write needs local write too (verbs rule).
+            flags |= ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
+                | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        }
+        // SAFETY: `base` maps `len_usize` bytes that stay mapped until the
+        // registration is released: our own mapping is unmapped only after
+        // deregistration, and a caller's is held in `mapped`, dropped only
+        // after deregistration (Drop).
+        let mr = unsafe { ibv_reg_mr(self.pd, base, len_usize, flags as i32) };
+        if mr.is_null() {
+            return Err(VerbsError::Os {
+                call: "ibv_reg_mr",
+                errno: errno(),
+            });
+        }
+        // SAFETY: `mr` is a live registration returned just above.
+        let reg = unsafe { &*mr };
+        let (lkey, rkey) = (reg.lkey, reg.rkey);
+        let id = self.next_region;
+        self.next_region += 1;
+        let info = Mr {
+            id,
+            addr: base as u64,
+            len,
+            lkey,
+            rkey,
+            access,
+        };
+        self.regions.insert(
+            id,
+            Region {
+                base,
+                map_len,
+                mr,
+                info,
+                _mapped: mapped,
+            },
+        );
+        Ok(info)
     }
 
     fn map(len: usize) -> Result<(*mut libc::c_void, usize), VerbsError> {
@@ -307,12 +421,24 @@ impl Drop for IbvNic {
         for r in std::mem::take(&mut self.regions).into_values() {
             // SAFETY: a live registration, deregistered once.
             unsafe { ibv_dereg_mr(r.mr) };
-            // SAFETY: our own mapping, no longer registered, unmapped once.
-            unsafe { libc::munmap(r.base, r.map_len) };
+            if r.map_len > 0 {
+                // SAFETY: our own mapping, no longer registered, unmapped
+                // once.
+                unsafe { libc::munmap(r.base, r.map_len) };
+            }
+            // A caller's mapping (`r._mapped`) is released here, after
+            // its deregistration.
         }
         if !self.cq.is_null() {
-            // SAFETY: no queue pair uses it any more.
+            self.ack_events();
+            // SAFETY: no queue pair uses it any more and every event of
+            // it has been acknowledged.
             unsafe { ibv_destroy_cq(self.cq) };
+        }
+        if !self.channel.is_null() {
+            // SAFETY: the completion queue using it is gone; destroyed
+            // once.
+            unsafe { ibv_destroy_comp_channel(self.channel) };
         }
         if !self.pd.is_null() {
             // SAFETY: nothing registered on it any more.
@@ -334,50 +460,21 @@ impl Verbs for IbvNic {
             return Err(VerbsError::Invalid("region length"));
         }
         let (base, map_len) = IbvNic::map(len_usize)?;
-        let mut flags = 0u32;
-        if access.contains(Access::LOCAL_WRITE) {
-            flags |= ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
-        }
-        if access.contains(Access::REMOTE_WRITE) {
-            // Remote write needs local write too (verbs rule).
-            flags |= ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
-                | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
-        }
-        // SAFETY: `base` maps `len_usize` bytes that stay mapped until the
-        // registration is released (Drop deregisters before unmapping).
-        let mr = unsafe { ibv_reg_mr(self.pd, base, len_usize, flags as i32) };
-        if mr.is_null() {
-            let e = errno();
+        self.reg(base, map_len, len, access, None).inspect_err(|_| {
             // SAFETY: our own fresh mapping, never registered.
             unsafe { libc::munmap(base, map_len) };
-            return Err(VerbsError::Os {
-                call: "ibv_reg_mr",
-                errno: e,
-            });
+        })
+    }
+
+    fn register_mapped(&mut self, mem: ArenaSlice, access: Access) -> Result<Mr, VerbsError> {
+        if mem.is_empty() {
+            return Err(VerbsError::Invalid("region length"));
         }
-        // SAFETY: `mr` is a live registration returned just above.
-        let reg = unsafe { &*mr };
-        let (lkey, rkey) = (reg.lkey, reg.rkey);
-        let id = self.next_region;
-        self.next_region += 1;
-        let info = Mr {
-            id,
-            addr: base as u64,
-            len,
-            lkey,
-            rkey,
-            access,
-        };
-        self.regions.insert(
-            id,
-            Region {
-                base,
-                map_len,
-                mr,
-                info,
-            },
-        );
-        Ok(info)
+        let base = mem.as_mut_ptr().cast::<libc::c_void>();
+        let len = mem.len() as u64;
+        // Registered where it is: its pages are pinned and peers' RDMA
+        // writes land in them, where the loaders read.
+        self.reg(base, 0, len, access, Some(mem))
     }
 
     fn write_local(&mut self, mr: &Mr, addr: u64, data: &[u8]) -> Result<(), VerbsError> {
@@ -613,5 +710,20 @@ impl Verbs for IbvNic {
             });
         }
         Ok(n as usize)
+    }
+
+    fn completion_fd(&self) -> Option<BorrowedFd<'_>> {
+        // SAFETY: the channel's descriptor (opened with the channel in
+        // `open`, which fails without it) stays open for as long as
+        // `self`, which the borrow cannot outlive.
+        Some(unsafe { BorrowedFd::borrow_raw(self.channel_fd) })
+    }
+
+    fn arm(&mut self) -> Result<(), VerbsError> {
+        self.ack_events();
+        // SAFETY: `cq` is live; notify on the next completion of any kind.
+        check("ibv_req_notify_cq", unsafe {
+            ibv_req_notify_cq(self.cq, 0)
+        })
     }
 }

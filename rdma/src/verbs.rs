@@ -11,6 +11,9 @@
 //! in CI) and `crate::real::IbvNic` (feature `rdma`, over libibverbs).
 
 use std::fmt;
+use std::os::fd::BorrowedFd;
+
+use granary_shm::arena::ArenaSlice;
 
 /// Access rights of a registered region. Local read is implied.
 ///
@@ -287,6 +290,13 @@ pub trait Verbs {
     /// registers it with `access`.
     fn register(&mut self, len: u64, access: Access) -> Result<Mr, VerbsError>;
 
+    /// Registers `mem`, memory the caller has already mapped (the agent's
+    /// shared arena), in place with `access`: work requests and peers'
+    /// RDMA writes then read and write that very memory. The backend holds
+    /// `mem`, and with it the mapping, for as long as the registration
+    /// lives, so the mapping always outlives the registration.
+    fn register_mapped(&mut self, mem: ArenaSlice, access: Access) -> Result<Mr, VerbsError>;
+
     /// Copies `data` into registered memory at `addr` (a local store).
     fn write_local(&mut self, mr: &Mr, addr: u64, data: &[u8]) -> Result<(), VerbsError>;
 
@@ -326,4 +336,76 @@ pub trait Verbs {
 
     /// Appends up to `max` completions to `out`; returns how many.
     fn poll_cq(&mut self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize, VerbsError>;
+
+    /// A descriptor that turns readable when a completion arrives after
+    /// [`Verbs::arm`], for a caller that sleeps in poll(2). `None` when
+    /// the backend has none (the fake NIC, whose work requests run only
+    /// when some host polls): the caller then polls the queue every turn.
+    fn completion_fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+
+    /// Consumes the notifications that made [`Verbs::completion_fd`]
+    /// readable and asks for the next completion to notify. Poll the queue
+    /// once more after arming: a completion that arrived in between
+    /// notifies nobody.
+    fn arm(&mut self) -> Result<(), VerbsError> {
+        Ok(())
+    }
+}
+
+/// A boxed backend is a backend: the agent picks one (the libibverbs NIC,
+/// or the fake one in tests) when its peer tier starts.
+impl<V: Verbs + ?Sized> Verbs for Box<V> {
+    fn register(&mut self, len: u64, access: Access) -> Result<Mr, VerbsError> {
+        (**self).register(len, access)
+    }
+    fn register_mapped(&mut self, mem: ArenaSlice, access: Access) -> Result<Mr, VerbsError> {
+        (**self).register_mapped(mem, access)
+    }
+    fn write_local(&mut self, mr: &Mr, addr: u64, data: &[u8]) -> Result<(), VerbsError> {
+        (**self).write_local(mr, addr, data)
+    }
+    fn read_local(&self, mr: &Mr, addr: u64, out: &mut [u8]) -> Result<(), VerbsError> {
+        (**self).read_local(mr, addr, out)
+    }
+    fn create_qp(&mut self, caps: QpCaps) -> Result<QpId, VerbsError> {
+        (**self).create_qp(caps)
+    }
+    fn endpoint(&self, qp: QpId) -> Result<Endpoint, VerbsError> {
+        (**self).endpoint(qp)
+    }
+    fn modify_qp(&mut self, qp: QpId, to: Transition) -> Result<(), VerbsError> {
+        (**self).modify_qp(qp, to)
+    }
+    fn qp_state(&self, qp: QpId) -> Result<QpState, VerbsError> {
+        (**self).qp_state(qp)
+    }
+    fn destroy_qp(&mut self, qp: QpId) -> Result<(), VerbsError> {
+        (**self).destroy_qp(qp)
+    }
+    fn post_send(&mut self, qp: QpId, wr_id: u64, local: Sge) -> Result<(), VerbsError> {
+        (**self).post_send(qp, wr_id, local)
+    }
+    fn post_write(
+        &mut self,
+        qp: QpId,
+        wr_id: u64,
+        local: Sge,
+        remote: RemoteAddr,
+    ) -> Result<(), VerbsError> {
+        (**self).post_write(qp, wr_id, local, remote)
+    }
+    fn post_recv(&mut self, qp: QpId, wr_id: u64, local: Sge) -> Result<(), VerbsError> {
+        (**self).post_recv(qp, wr_id, local)
+    }
+    fn poll_cq(&mut self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize, VerbsError> {
+        (**self).poll_cq(max, out)
+    }
+    fn completion_fd(&self) -> Option<BorrowedFd<'_>> {
+        (**self).completion_fd()
+    }
+    fn arm(&mut self) -> Result<(), VerbsError> {
+        (**self).arm()
+    }
 }

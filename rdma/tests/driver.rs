@@ -449,3 +449,77 @@ fn nothing_lands_after_a_fallback() {
     a.read_arena(e.offset, &mut got).unwrap();
     assert_eq!(got, [0; 64], "the extent was not written");
 }
+
+/// Both arenas registered in place: a get names an extent of the
+/// requester's own mapping, the owner's block is read from its own
+/// mapping, and the bytes land where the requester reads them. Dropping a
+/// driver destroys its queue pairs.
+#[test]
+fn arenas_registered_in_place_carry_blocks_between_mappings() {
+    use granary_shm::arena::Arena;
+    let fabric = Fabric::default();
+    let (arena_a, arena_b) = (Arena::heap(1 << 20).unwrap(), Arena::heap(1 << 20).unwrap());
+    let whole = |a: &Arena| a.slice(0, a.size() as usize).unwrap();
+    let mut a = Driver::with_arena(fabric.add_host(), whole(&arena_a), cfg()).unwrap();
+    let mut b = Driver::with_arena(fabric.add_host(), whole(&arena_b), cfg()).unwrap();
+    assert_eq!(a.arena().len, 1 << 20);
+    let mut ev = Vec::new();
+    let pa = a.prepare(A, 0, &mut ev).unwrap();
+    let pb = b.prepare(B, 0, &mut ev).unwrap();
+    a.connect(A, &pb, 0, &mut ev).unwrap();
+    b.connect(B, &pa, 0, &mut ev).unwrap();
+    let block: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+    arena_b.write_at(65536, &block).unwrap();
+    let e = Extent {
+        offset: 200_000,
+        len: 3000,
+    };
+    a.get(A, 1, e, b"g", 0, &mut ev).unwrap();
+    let (_, eb) = pump(&mut a, &mut b, 0);
+    assert!(matches!(eb[..], [Event::GetReceived { request: 1, .. }]));
+    let src = Extent {
+        offset: 65536,
+        len: 3000,
+    };
+    b.serve(B, 1, src, b"h", 0, &mut ev).unwrap();
+    let (ea, _) = pump(&mut a, &mut b, 0);
+    assert!(
+        ea.iter()
+            .any(|x| matches!(x, Event::Landed { request: 1, extent, .. } if *extent == e)),
+        "{ea:?}"
+    );
+    assert_eq!(arena_a.read_at(200_000, 3000).unwrap(), block);
+    assert!(arena_a.read_at(0, 200_000).unwrap().iter().all(|&x| x == 0));
+    assert_eq!(fabric.qp_count(0), 1);
+    drop(a);
+    assert_eq!(fabric.qp_count(0), 0, "the driver's queue pair is gone");
+}
+
+/// A peer's own offer is answered even while backing off (the peer is
+/// ready again); the backoff still doubles on the next failure.
+#[test]
+fn a_peer_offer_lifts_the_refusal_but_not_the_backoff() {
+    let fabric = Fabric::default();
+    let c = DriverConfig {
+        backoff_initial_ns: 100,
+        backoff_max_ns: 1000,
+        setup_timeout_ns: 10,
+        ..cfg()
+    };
+    let mut a = Driver::new(fabric.add_host(), 1 << 20, c).unwrap();
+    let mut ev = Vec::new();
+    a.prepare(A, 0, &mut ev).unwrap();
+    a.poll(11, &mut ev).unwrap();
+    assert_eq!(a.status(A), PeerStatus::Down { retry_at: 111 });
+    assert!(a.prepare(A, 20, &mut ev).is_err(), "backing off");
+    a.peer_offered(A);
+    a.prepare(A, 20, &mut ev)
+        .expect("answering the peer's offer");
+    assert_eq!(a.status(A), PeerStatus::Connecting);
+    a.poll(31, &mut ev).unwrap();
+    assert_eq!(
+        a.status(A),
+        PeerStatus::Down { retry_at: 231 },
+        "the wait doubled"
+    );
+}

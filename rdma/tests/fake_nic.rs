@@ -309,3 +309,73 @@ fn queue_pairs_interleave_but_each_keeps_its_order() {
     let got: Vec<u64> = wa.iter().map(|w| w.wr_id).collect();
     assert_ne!(got, issue_order, "queue pairs interleave");
 }
+
+/// Memory the caller mapped, registered in place: RDMA writes land in it
+/// (the caller reads them with its own loads), sends read from it, and
+/// the same key, bounds and rights checks apply as to the fake's own
+/// regions.
+#[test]
+fn mapped_memory_is_written_in_place_with_the_same_checks() {
+    use granary_shm::arena::Arena;
+    let mut p = pair();
+    let arena_a = Arena::heap(1 << 16).unwrap();
+    let arena_b = Arena::heap(1 << 16).unwrap();
+    arena_a.write_at(4096 + 10, b"from a's arena").unwrap();
+    let src =
+        p.a.register_mapped(arena_a.slice(4096, 8192).unwrap(), Access::LOCAL_WRITE)
+            .unwrap();
+    let rw = Access::LOCAL_WRITE.union(Access::REMOTE_WRITE);
+    // b registers the upper half of its arena only.
+    let dst =
+        p.b.register_mapped(arena_b.slice(32768, 32768).unwrap(), rw)
+            .unwrap();
+    assert_eq!(dst.len, 32768);
+    let remote = RemoteAddr {
+        addr: dst.addr + 500,
+        rkey: dst.rkey,
+    };
+    p.a.post_write(p.qa, 1, sge(&src, 10, 14), remote).unwrap();
+    assert_eq!(poll(&mut p.a)[0].status, WcStatus::Success);
+    assert_eq!(
+        arena_b.read_at(32768 + 500, 14).unwrap(),
+        b"from a's arena",
+        "the write landed in b's own mapping"
+    );
+    assert!(arena_b.read_at(0, 32768).unwrap().iter().all(|&b| b == 0));
+    let mut via_nic = [0u8; 14];
+    p.b.read_local(&dst, dst.addr + 500, &mut via_nic).unwrap();
+    assert_eq!(&via_nic, b"from a's arena");
+    p.b.write_local(&dst, dst.addr, b"local").unwrap();
+    assert_eq!(arena_b.read_at(32768, 5).unwrap(), b"local");
+    assert_eq!(
+        p.b.write_local(&dst, dst.addr + 32766, b"abc"),
+        Err(VerbsError::OutOfBounds)
+    );
+    // Past the registered half: a remote access error, nothing written.
+    let remote = RemoteAddr {
+        addr: dst.addr + 32760,
+        rkey: dst.rkey,
+    };
+    p.a.post_write(p.qa, 2, sge(&src, 10, 14), remote).unwrap();
+    assert_eq!(poll(&mut p.a)[0].status, WcStatus::RemoteAccess);
+    assert_eq!(p.b.qp_state(p.qb).unwrap(), QpState::Error);
+    assert!(arena_b.read_at(32760, 8).unwrap().iter().all(|&b| b == 0));
+    // Without remote write, a mapped region is no target either.
+    let mut p = pair();
+    let ro =
+        p.b.register_mapped(arena_b.slice(0, 4096).unwrap(), Access::LOCAL_WRITE)
+            .unwrap();
+    let src =
+        p.a.register_mapped(arena_a.slice(4096, 4096).unwrap(), Access::NONE)
+            .unwrap();
+    let remote = RemoteAddr {
+        addr: ro.addr,
+        rkey: ro.rkey,
+    };
+    p.a.post_write(p.qa, 3, sge(&src, 10, 4), remote).unwrap();
+    assert_eq!(poll(&mut p.a)[0].status, WcStatus::RemoteAccess);
+    assert!(arena_b.read_at(0, 4).unwrap().iter().all(|&b| b == 0));
+    let empty =
+        p.a.register_mapped(arena_a.slice(0, 0).unwrap(), Access::NONE);
+    assert!(matches!(empty, Err(VerbsError::Invalid(_))));
+}

@@ -592,6 +592,26 @@ impl ArenaSlice {
         n
     }
 
+    /// Copies `len` bytes at `at..` of the slice out (an RDMA write's
+    /// source, as a fake NIC reads it).
+    pub fn read_at(&self, at: usize, len: usize) -> Result<Vec<u8>, ArenaError> {
+        let oob = ArenaError::OutOfBounds {
+            offset: at as u64,
+            len: len as u64,
+            size: self.len as u64,
+        };
+        match at.checked_add(len) {
+            Some(end) if end <= self.len => {}
+            _ => return Err(oob),
+        }
+        copy_out(
+            &self.region,
+            self.region.len() as u64,
+            (self.offset + at) as u64,
+            len,
+        )
+    }
+
     /// CRC-32C of the whole slice, computed in place. The holder must know
     /// that nothing writes the range meanwhile (its read has completed).
     pub fn crc32c(&self) -> u32 {
@@ -708,6 +728,10 @@ mod tests {
         let all = a.read_at(0, 64).unwrap();
         assert_eq!(&all[16..24], b"abc\0\0xyz");
         assert!(all[..16].iter().chain(&all[24..]).all(|&b| b == 0));
+        assert_eq!(s.read_at(5, 3).unwrap(), b"xyz");
+        assert_eq!(s.read_at(0, 8).unwrap(), b"abc\0\0xyz");
+        assert!(s.read_at(6, 3).is_err(), "past the slice's end");
+        assert!(s.read_at(usize::MAX, 2).is_err(), "overflow");
     }
 
     #[test]

@@ -115,6 +115,15 @@ pub struct PeersConfig {
     /// `peers.transport`: `"auto"` (default), `"tcp"` or `"rdma"`
     /// (`docs/rdma.md`).
     pub transport: TransportSetting,
+    /// `peers.rdma_device`: the RDMA device blocks go through when the
+    /// transport resolves to RDMA, as `ibv_devices` names it. Default:
+    /// `""`, the first device.
+    pub rdma_device: String,
+    /// `peers.rdma_port`: its port, from 1. Default 1.
+    pub rdma_port: u8,
+    /// `peers.rdma_gid_index`: the port's GID index (on RoCE, the RoCE v2
+    /// GID of this node's address). Default 0.
+    pub rdma_gid_index: u8,
 }
 
 impl Default for PeersConfig {
@@ -135,6 +144,9 @@ impl Default for PeersConfig {
             idle_timeout_ms: 15000,
             max_requests: 256,
             transport: TransportSetting::Auto,
+            rdma_device: String::new(),
+            rdma_port: 1,
+            rdma_gid_index: 0,
         }
     }
 }

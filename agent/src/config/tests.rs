@@ -969,3 +969,30 @@ fn peers_transport_parses_and_rdma_needs_a_device() {
         }
     }
 }
+
+#[test]
+fn peers_rdma_device_port_and_gid_index() {
+    let ds = "[[dataset]]\nname = \"d\"\nroot = \"/tmp\"\n";
+    let peers =
+        "[peers]\nmembership = \"static\"\njob_id = \"j\"\nnode_id = \"a\"\nsecret = \"s\"\n\
+                 members = [{ id = \"a\", addr = \"10.0.0.1:7170\" }]\n";
+    let d = Config::default().peers;
+    assert_eq!(
+        (d.rdma_device.as_str(), d.rdma_port, d.rdma_gid_index),
+        ("", 1, 0)
+    );
+    let cfg = Config::from_toml_str(&format!(
+        "{peers}rdma_device = \"mlx5_1\"\nrdma_port = 2\nrdma_gid_index = 3\n{ds}"
+    ))
+    .unwrap();
+    let p = &cfg.peers;
+    assert_eq!(
+        (p.rdma_device.as_str(), p.rdma_port, p.rdma_gid_index),
+        ("mlx5_1", 2, 3)
+    );
+    let e = parse_err(&format!("{peers}rdma_port = 0\n{ds}"));
+    let fields: Vec<_> = e.problems().iter().map(|p| p.field.clone()).collect();
+    assert_eq!(fields, ["peers.rdma_port"], "{e}");
+    let e = parse_err(&format!("{peers}rdma_gid_index = 256\n{ds}"));
+    assert!(e.to_string().contains("rdma_gid_index"), "{e}");
+}

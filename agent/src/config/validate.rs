@@ -107,6 +107,9 @@ impl Config {
                 p.bad("peers.transport", e.to_string());
             }
         }
+        if c.rdma_port == 0 {
+            p.bad("peers.rdma_port", "ports count from 1");
+        }
         if !c.listen.is_empty() && c.listen.parse::<SocketAddr>().is_err() {
             p.bad(
                 "peers.listen",

@@ -37,6 +37,11 @@ impl Engine {
             .collect();
         if let Some(t) = &self.peers {
             fds.push(t.net.wake_fd().as_raw_fd());
+            // The NIC's completion channel, armed by the last poll of its
+            // queue (the fake NIC has none: it is polled every turn).
+            if let Some(fd) = t.rdma.as_ref().and_then(|l| l.completion_fd()) {
+                fds.push(fd.as_raw_fd());
+            }
         }
         if fds.is_empty() {
             std::thread::sleep(wait);

@@ -24,6 +24,7 @@ mod complete;
 mod fence_backoff;
 mod open;
 mod peers;
+mod peers_rdma;
 mod publish;
 mod release;
 mod request;
@@ -144,6 +145,10 @@ pub struct Engine {
     /// The peer tier, when `[peers]` is on and a view is known.
     peers: Option<crate::peers::PeerTier>,
     peer_events: Vec<crate::peers::net::Event>,
+    link_events: Vec<crate::peers::rdma_link::LinkEvent>,
+    /// Opens the NIC of a peer tier started later (a new view) in place of
+    /// the device probe: a test's fake NIC. `None`: `peers.transport`.
+    rdma_nic: Option<crate::peers::transport::OpenNic>,
     /// This agent's peer listener and the address it advertises, when
     /// `[peers]` is on.
     peer_endpoint: Option<crate::peers::Endpoint>,
@@ -318,6 +323,8 @@ impl Engine {
                 cc.keep_reserve,
                 cc.align,
                 datasets.len(),
+                &arena,
+                None,
             )?),
             None => None,
         };
@@ -349,6 +356,8 @@ impl Engine {
             last_heartbeat: now,
             peers,
             peer_events: Vec::new(),
+            link_events: Vec::new(),
+            rdma_nic: None,
             peer_endpoint,
             conn_views: std::collections::HashMap::new(),
             conn_layouts: std::collections::HashMap::new(),
@@ -388,6 +397,7 @@ impl Engine {
                 let wait = if self.sessions.is_empty()
                     && self.inflight.is_empty()
                     && self.peers.as_ref().is_none_or(|t| t.gets.is_empty())
+                    && !self.rdma_polled_each_turn()
                 {
                     Duration::from_millis(20)
                 } else {

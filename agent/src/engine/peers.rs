@@ -8,6 +8,9 @@
 //!   connection — reads the store into the same extent; so does a request
 //!   whose block has not begun to arrive after `peers.hedge_after_ms`
 //!   (the later block is dropped).
+//! * Over RDMA (`peers_rdma`), the same request goes to the peer's queue
+//!   pair when its link is up, and the owner writes the block into the
+//!   extent itself; its CRC, miss and fallbacks are handled alike.
 //! * A peer's request is answered from the arena when the sample is there
 //!   (pinned until its block is written), waits for the read in flight
 //!   when it is being read (single flight), or starts the one store read of
@@ -17,7 +20,7 @@
 use super::{key, Engine, Inflight};
 use crate::cache::{Completion as CacheCompletion, Lookup, SampleKey};
 use crate::peers::net::{Event, GetFailure, OutGet};
-use crate::peers::{PeerGet, Serving};
+use crate::peers::{rdma_member, PeerGet, Serving};
 use granary_peer::block::block_crc_of;
 use granary_peer::frame::{Get, MissReason};
 use granary_peer::serve::{Admit, Availability, Reply};
@@ -60,6 +63,14 @@ impl Engine {
         let request = tier.next_request();
         let claim = Arc::default();
         let due = tier.net.nanos() + tier.hedge_after.as_nanos() as u64;
+        let get = Get {
+            request,
+            fingerprint,
+            sample: k.index,
+            length: u64::from(len),
+            due,
+        };
+        let rdma = Self::rdma_get(tier, member, get, dest, len);
         tier.gets.insert(
             request,
             PeerGet {
@@ -68,23 +79,21 @@ impl Engine {
                 len,
                 claim: Arc::clone(&claim),
                 sent: now,
+                get,
+                rdma,
             },
         );
         self.metrics.peers.gets_sent.inc();
-        tier.net.get(
-            member,
-            OutGet {
-                get: Get {
-                    request,
-                    fingerprint,
-                    sample: k.index,
-                    length: u64::from(len),
-                    due,
+        if !rdma {
+            tier.net.get(
+                member,
+                OutGet {
+                    get,
+                    dest: slice,
+                    claim,
                 },
-                dest: slice,
-                claim,
-            },
-        );
+            );
+        }
     }
 
     /// Handles the transport's events, hedges late requests and sends the
@@ -95,11 +104,12 @@ impl Engine {
         };
         let mut events = std::mem::take(&mut self.peer_events);
         tier.net.drain(&mut events);
-        let any = !events.is_empty();
+        let mut any = !events.is_empty();
         for e in events.drain(..) {
             self.on_peer_event(e);
         }
         self.peer_events = events;
+        any |= self.poll_rdma();
         self.hedge_late(now);
         self.pump_serving();
         any
@@ -122,12 +132,17 @@ impl Engine {
                     );
                     t.up[member] = true;
                     m.peers.set_up(t.member_id(member), true);
+                    t.reported[member] = Some(t.link(member));
                     m.peers
                         .set_transport(t.member_id(member), Some(t.link(member)));
                 }
+                self.rdma_conn_up(conn, member);
             }
             Event::Down { conn, member, why } => {
                 tracing::debug!(conn, "peer connection down: {why}");
+                if let Some(member) = member {
+                    self.rdma_conn_down(conn, member);
+                }
                 self.peer_conn_down(conn, member);
             }
             Event::Request { conn, get } => self.peer_request(conn, get),
@@ -183,17 +198,7 @@ impl Engine {
                 conn,
                 member,
                 bytes,
-            } => {
-                // The peer tier does not run RDMA yet: blocks stay on TCP.
-                if let Some(t) = self.peers.as_ref() {
-                    tracing::debug!(
-                        conn,
-                        peer = t.member_id(member),
-                        len = bytes.len(),
-                        "RDMA setup from a peer ignored; blocks go over TCP"
-                    );
-                }
-            }
+            } => self.rdma_setup(conn, member, &bytes),
         }
     }
 
@@ -220,7 +225,7 @@ impl Engine {
         let late: Vec<u64> = tier
             .gets
             .iter()
-            .filter(|(_, g)| now.saturating_duration_since(g.sent) >= after)
+            .filter(|(_, g)| !g.rdma && now.saturating_duration_since(g.sent) >= after)
             .map(|(&r, _)| r)
             .collect();
         let mut hedge = Vec::new();
@@ -238,8 +243,20 @@ impl Engine {
         }
     }
 
-    /// Admits a peer's request.
-    fn peer_request(&mut self, conn: u64, get: Get) {
+    /// Answers `get` of `conn` (a TCP connection or an RDMA link) with a
+    /// miss.
+    fn send_miss_via(&mut self, conn: u64, get: Get, reason: MissReason) {
+        let Some(tier) = self.peers.as_mut() else {
+            return;
+        };
+        match rdma_member(conn) {
+            None => tier.net.send_miss(conn, get, reason),
+            Some(member) => Self::rdma_miss(tier, member, get, reason),
+        }
+    }
+
+    /// Admits a peer's request (`conn`: a TCP connection or an RDMA link).
+    pub(super) fn peer_request(&mut self, conn: u64, get: Get) {
         let Some(tier) = self.peers.as_mut() else {
             return;
         };
@@ -254,7 +271,7 @@ impl Engine {
             self.metrics
                 .peers
                 .served_miss(MissReason::Overloaded.as_str());
-            tier.net.send_miss(conn, get, MissReason::Overloaded);
+            self.send_miss_via(conn, get, MissReason::Overloaded);
             return;
         }
         let mut pinned_key = None;
@@ -317,8 +334,14 @@ impl Engine {
         };
         // A `Kept` sample is pinned by its reservation, if the read starts.
         let pinned = avail != Availability::Kept;
-        tier.serving
-            .insert((conn, get.request), Serving { key: k, pinned });
+        tier.serving.insert(
+            (conn, get.request),
+            Serving {
+                key: k,
+                pinned,
+                handed: false,
+            },
+        );
         if admit == Admit::StartRead && self.start_kept_read(k, get.fingerprint) {
             if let Some(s) = self
                 .peers
@@ -393,27 +416,52 @@ impl Engine {
                         Lookup::Ready(r) if s.pinned => Some(r),
                         _ => None,
                     });
-                    match ready.map(|r| self.arena.slice(r.offset, r.len as usize)) {
-                        Some(Ok(src)) => {
-                            self.metrics.peers.served.inc();
-                            self.metrics.peers.served_bytes.inc_by(get.length);
-                            tier.net.send_block(conn, get, crc, src);
+                    let via = rdma_member(conn);
+                    let handed = match (ready, via) {
+                        // The link refused (it is down): the requester gets
+                        // its request back from its own driver.
+                        (Some(r), Some(member)) => {
+                            Self::rdma_serve(tier, member, get, r.offset, r.len, crc)
                         }
-                        _ => {
-                            tier.serve.sent(conn);
-                            self.metrics.peers.served_miss(MissReason::Evicted.as_str());
-                            tier.net.send_miss(conn, get, MissReason::Evicted);
-                            if let Some(s) = tier.serving.remove(&(conn, get.request)) {
-                                if s.pinned {
-                                    let _ = self.cache.unpin(s.key);
-                                }
+                        (Some(r), None) => match self.arena.slice(r.offset, r.len as usize) {
+                            Ok(src) => {
+                                tier.net.send_block(conn, get, crc, src);
+                                true
                             }
+                            Err(_) => false,
+                        },
+                        (None, _) => false,
+                    };
+                    if handed {
+                        self.metrics.peers.served.inc();
+                        self.metrics.peers.served_bytes.inc_by(get.length);
+                        if let Some(s) = tier.serving.get_mut(&(conn, get.request)) {
+                            s.handed = true;
+                        }
+                        continue;
+                    }
+                    tier.serve.sent(conn);
+                    // An RDMA link that refused a block is down: nothing
+                    // goes on it any more.
+                    if ready.is_none() || via.is_none() {
+                        self.metrics.peers.served_miss(MissReason::Evicted.as_str());
+                        match via {
+                            None => tier.net.send_miss(conn, get, MissReason::Evicted),
+                            Some(member) => Self::rdma_miss(tier, member, get, MissReason::Evicted),
+                        }
+                    }
+                    if let Some(s) = tier.serving.remove(&(conn, get.request)) {
+                        if s.pinned {
+                            let _ = self.cache.unpin(s.key);
                         }
                     }
                 }
                 Reply::Miss { conn, get, reason } => {
                     self.metrics.peers.served_miss(reason.as_str());
-                    tier.net.send_miss(conn, get, reason);
+                    match rdma_member(conn) {
+                        None => tier.net.send_miss(conn, get, reason),
+                        Some(member) => Self::rdma_miss(tier, member, get, reason),
+                    }
                     if let Some(s) = tier.serving.remove(&(conn, get.request)) {
                         if s.pinned {
                             let _ = self.cache.unpin(s.key);

@@ -23,6 +23,8 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod rdma;
+
 /// The bytes of sample `i` (its length is `size(i)`).
 fn content(i: u64) -> Vec<u8> {
     content_of(i, size(i))

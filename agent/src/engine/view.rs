@@ -200,7 +200,7 @@ impl Engine {
 
     /// Replaces the peer tier by one for `view`; ends the sessions of older
     /// views of the same job. Returns how many ended.
-    fn install_view(&mut self, view: View) -> Result<u32, (ErrorCode, String)> {
+    pub(super) fn install_view(&mut self, view: View) -> Result<u32, (ErrorCode, String)> {
         if let Some(old) = self.peers.take() {
             self.retire_peers(old);
         }
@@ -212,6 +212,8 @@ impl Engine {
             cc.keep_reserve,
             cc.align,
             self.datasets.len(),
+            &self.arena,
+            self.rdma_nic.as_ref(),
         )
         .map_err(|e| (ErrorCode::Io, format!("starting the peer tier: {e}")))?;
         tracing::info!(
@@ -268,8 +270,9 @@ impl Engine {
         }
         let gets: Vec<_> = old.gets.drain().map(|(_, g)| g).collect();
         let serving: Vec<_> = old.serving.drain().map(|(_, s)| s).collect();
-        // Dropping the transport stops its runtime: nothing writes into an
-        // extent after this.
+        // Dropping the transport stops its runtime and the RDMA links
+        // destroy their queue pairs: nothing writes into an extent after
+        // this.
         drop(old);
         for g in &gets {
             self.read_store_instead(g);

@@ -15,7 +15,7 @@
 //! | `net` | the TCP transport: listener, one connection per peer, payloads straight to and from the arena |
 //! | [`metrics`] | the tier's Prometheus series |
 //! | [`transport`] | `peers.transport`: the RDMA device probe, each link's transport |
-//! | `rdma_link` | the RDMA driver speaking the peer protocol's frames, with fallback to TCP or the store (not called by the tier yet) |
+//! | `rdma_link` | the RDMA driver speaking the peer protocol's frames, with fallback to TCP or the store |
 //! | this module | [`PeerTier`]: routing, our requests, the serving queue |
 //!
 //! The engine drives it from `engine/peers.rs`.
@@ -25,7 +25,7 @@ mod conformance_tcp;
 mod membership;
 pub mod metrics;
 pub(crate) mod net;
-mod rdma_link;
+pub(crate) mod rdma_link;
 pub mod transport;
 
 pub(crate) use membership::{endpoint, Endpoint};
@@ -38,13 +38,16 @@ use granary_peer::conn::ConnConfig;
 use granary_peer::keep::Directory;
 use granary_peer::serve::{ServeConfig, Server};
 use granary_peer::view::View;
-use net::{Claim, Net, NetConfig};
+use granary_shm::arena::Arena;
+use net::{Claim, ConnId, Net, NetConfig};
+use rdma_link::RdmaLinks;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use transport::{LinkTransport, Nic, OpenNic};
 
 /// Where a missing sample is read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +116,12 @@ pub(crate) struct PeerGet {
     pub len: u32,
     pub claim: Arc<Claim>,
     pub sent: Instant,
+    /// The request as it went on the wire.
+    pub get: granary_peer::frame::Get,
+    /// Asked over RDMA: the owner writes the extent itself, so it is not
+    /// hedged (the driver's transfer timeout, `hedge_after`, tears the
+    /// queue pair down first and the request comes back for the store).
+    pub rdma: bool,
 }
 
 /// A peer's request being served: the pin it holds, if any.
@@ -120,6 +129,63 @@ pub(crate) struct PeerGet {
 pub(crate) struct Serving {
     pub key: SampleKey,
     pub pinned: bool,
+    /// Its answer was handed to the transport (RDMA: a `Released` for it
+    /// frees a place in the serving queue; one aborted before does not).
+    pub handed: bool,
+}
+
+/// The serving queue's name for member `m`'s RDMA link: its requests are
+/// queued and answered like a connection's. TCP connections count up from
+/// 1 and never reach these.
+pub(crate) fn rdma_conn(m: usize) -> ConnId {
+    RDMA_CONNS + m as u64
+}
+
+/// The member whose RDMA link `conn` names, if it names one.
+pub(crate) fn rdma_member(conn: ConnId) -> Option<usize> {
+    conn.checked_sub(RDMA_CONNS).map(|m| m as usize)
+}
+
+const RDMA_CONNS: ConnId = u64::MAX - u32::MAX as u64;
+
+/// The RDMA links over the NIC `open` gave, registering the whole of
+/// `arena`; `None` (TCP carries every block, reported `rdma-fallback`)
+/// when that fails.
+fn rdma_links(
+    open: Result<Nic, String>,
+    arena: &Arena,
+    hedge_after: Duration,
+    members: usize,
+) -> Option<RdmaLinks<Nic>> {
+    let cfg = granary_rdma::DriverConfig {
+        // A get unanswered when the TCP path would hedge it tears the
+        // queue pair down, so that nothing lands in its extent any more
+        // before the store is read into it.
+        transfer_timeout_ns: hedge_after.as_nanos() as u64,
+        ..granary_rdma::DriverConfig::default()
+    };
+    let links = open.and_then(|nic| {
+        let whole = arena
+            .slice(0, arena.size() as usize)
+            .map_err(|e| e.to_string())?;
+        RdmaLinks::with_arena(nic, whole, cfg, members).map_err(|e| e.to_string())
+    });
+    match links {
+        Ok(l) => {
+            tracing::info!(
+                arena_bytes = arena.size(),
+                "RDMA links ready: the arena is registered; peers' blocks land by RDMA write"
+            );
+            Some(l)
+        }
+        Err(e) => {
+            tracing::warn!(
+                "peers.transport: RDMA could not start ({e}); peers' blocks go over TCP \
+                 (rdma-fallback)"
+            );
+            None
+        }
+    }
 }
 
 /// The peer tier of one agent (see the module documentation).
@@ -143,19 +209,29 @@ pub struct PeerTier {
     pub(crate) up: Vec<bool>,
     /// What `peers.transport` resolved to on this host.
     pub(crate) transport: transport::Resolved,
+    /// The RDMA links, when the transport resolved to RDMA and the device
+    /// opened (the whole arena registered in place).
+    pub(crate) rdma: Option<RdmaLinks<Nic>>,
+    /// Per member: the authenticated TCP connection RDMA is set up over.
+    pub(crate) rdma_conn: Vec<Option<ConnId>>,
+    /// Per member: the transport last reported (`granary status`).
+    pub(crate) reported: Vec<Option<LinkTransport>>,
 }
 
 impl PeerTier {
     /// Starts the tier for `view`: the job secret, the listener.
     /// `keep_bytes` is the size of this agent's keep area and `align` the
     /// cache's extent alignment (the directory sizes samples by their
-    /// extents).
+    /// extents). When `peers.transport` resolves to RDMA, or `nic` is
+    /// given (a test's fake NIC), the RDMA links register `arena` in place.
     pub(crate) fn start(
         cfg: &Config,
         view: View,
         keep_bytes: u64,
         align: u64,
         datasets: usize,
+        arena: &Arena,
+        nic: Option<&OpenNic>,
     ) -> io::Result<PeerTier> {
         let ep = membership::endpoint(&cfg.peers, Some(&view))
             .map_err(|e| io::Error::other(format!("peers: {e}")))?;
@@ -169,16 +245,21 @@ impl PeerTier {
         let secret =
             load_secret(&cfg.peers).map_err(|e| io::Error::other(format!("peers: {e}")))?;
         let listen = ep.listen;
-        let resolved = transport::resolve_here(cfg.peers.transport)
-            .map_err(|e| io::Error::other(format!("peers.transport {e}")))?;
-        if resolved == transport::Resolved::Rdma {
-            tracing::warn!(
-                "peers.transport: an RDMA device is present, but the peer tier carries blocks \
-                 over TCP (rdma-fallback): the RDMA driver is not under it yet (docs/rdma.md)"
-            );
-        }
+        let resolved = match nic {
+            Some(_) => transport::Resolved::Rdma,
+            None => transport::resolve_here(cfg.peers.transport)
+                .map_err(|e| io::Error::other(format!("peers.transport {e}")))?,
+        };
         let view = Arc::new(view);
         let p: &PeersConfig = &cfg.peers;
+        let hedge_after = Duration::from_millis(p.hedge_after_ms);
+        let rdma = match resolved {
+            transport::Resolved::Tcp => None,
+            transport::Resolved::Rdma => {
+                let open = nic.map_or_else(|| transport::open_device(p), |f| f());
+                rdma_links(open, arena, hedge_after, view.len())
+            }
+        };
         let idle = Duration::from_millis(p.idle_timeout_ms);
         let mut conn = ConnConfig::new(
             view.job_id(),
@@ -211,7 +292,6 @@ impl PeerTier {
             keep_bytes,
             "peer tier started"
         );
-        let hedge_after = Duration::from_millis(p.hedge_after_ms);
         Ok(PeerTier {
             net,
             me,
@@ -230,6 +310,9 @@ impl PeerTier {
             serving: HashMap::new(),
             up: vec![false; view.len()],
             transport: resolved,
+            rdma,
+            rdma_conn: vec![None; view.len()],
+            reported: vec![None; view.len()],
             view,
         })
     }
@@ -321,9 +404,13 @@ impl PeerTier {
         self.datasets.get(ds)?.as_ref().map(|d| d.fingerprint)
     }
 
-    /// How blocks travel to member `m`.
-    pub(crate) fn link(&self, _m: usize) -> transport::LinkTransport {
-        transport::link_transport(self.transport)
+    /// How blocks travel to member `m` now: the RDMA link's own state
+    /// when the tier has links.
+    pub(crate) fn link(&self, m: usize) -> LinkTransport {
+        match &self.rdma {
+            Some(links) => links.link(m),
+            None => transport::link_transport(self.transport),
+        }
     }
 
     /// The id of member `m`.

@@ -136,16 +136,8 @@ pub(crate) enum Event {
 /// A command for one connection.
 enum Cmd {
     Get(OutGet),
-    Data {
-        header: DataHeader,
-        src: ArenaSlice,
-    },
-    Miss {
-        get: Get,
-        reason: MissReason,
-    },
-    // Sent by tests only until the engine runs RDMA (docs/rdma.md).
-    #[cfg_attr(not(test), allow(dead_code))]
+    Data { header: DataHeader, src: ArenaSlice },
+    Miss { get: Get, reason: MissReason },
     RdmaSetup(Vec<u8>),
 }
 
@@ -405,8 +397,6 @@ impl Net {
     /// Sends our RDMA queue pair parameters on connection `conn` (once it
     /// is authenticated; before, or on a closed connection, they are
     /// dropped and the peer stays on TCP).
-    // Called by tests only until the engine runs RDMA (docs/rdma.md).
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn send_rdma_setup(&self, conn: ConnId, bytes: Vec<u8>) {
         if let Some(tx) = lock(&self.shared.conns).get(&conn) {
             let _ = tx.send(Cmd::RdmaSetup(bytes));

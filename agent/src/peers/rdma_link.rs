@@ -4,7 +4,12 @@
 //!
 //! * Queue pairs are set up with bytes the caller carries over the peer's
 //!   already authenticated TCP connection ([`RdmaLinks::offer`],
-//!   [`RdmaLinks::accept`]).
+//!   [`RdmaLinks::on_setup`]). The member with the lower index offers
+//!   first; after a failure either side offers again once its backoff is
+//!   over ([`RdmaLinks::to_offer`]); an offer is always answered.
+//! * The arena registered is the agent's own shared arena, in place
+//!   ([`RdmaLinks::with_arena`]): extents are arena offsets, and a block
+//!   lands where the loaders read it.
 //! * A get names the requester's extent of the registered arena; its
 //!   frame is the protocol's `Get`. The owner RDMA-writes the payload,
 //!   then sends the protocol's `Data` header on the same queue pair.
@@ -13,22 +18,21 @@
 //! * On any failure the driver tears the queue pair down; each request in
 //!   flight comes back as [`LinkEvent::Retry`]: over TCP while its due time
 //!   has not passed, from the store once it has. The link reads
-//!   `rdma-fallback` until RDMA is probed again after the driver's backoff
-//!   ([`RdmaLinks::probe_due`]).
+//!   `rdma-fallback` until RDMA is probed again after the driver's backoff.
 //!
-//! Not wired into [`super::net::Net`] yet: the setup bytes have no frame
-//! on the TCP connection and the registered arena is the driver's own, not
-//! the agent's shared arena (`docs/rdma.md`, "In the agent").
-
-// Tested here on the fake NIC; the peer tier does not call it yet.
-#![cfg_attr(not(test), allow(dead_code))]
+//! The engine drives it (`engine/peers_rdma.rs`); `docs/rdma.md`, "In the
+//! agent".
 
 use super::transport::LinkTransport;
 use granary_peer::block::block_crc_of;
 use granary_peer::frame::{decode_frame, DataHeader, Frame, Get, MissReason};
-use granary_rdma::driver::{Driver, DriverConfig, DriverError, Event, Extent, PeerStatus};
+use granary_rdma::driver::{
+    Driver, DriverConfig, DriverError, Event, Extent, FailReason, PeerStatus,
+};
 use granary_rdma::{SetupParams, Verbs};
+use granary_shm::arena::ArenaSlice;
 use std::collections::HashMap;
+use std::os::fd::BorrowedFd;
 
 /// Where a request that left RDMA goes next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +73,9 @@ pub(crate) enum LinkEvent {
     /// Owner: the block for `request` is written (or never will be): its
     /// source may be released.
     Released { member: usize, request: u64 },
+    /// The queue pair to `member` is gone (after its requests came back
+    /// as `Retry` and its served blocks as `Released`).
+    Down { member: usize },
 }
 
 /// Why a call was refused: the caller uses TCP for it.
@@ -116,6 +123,15 @@ pub(crate) struct RdmaLinks<V: Verbs> {
     held: Vec<Event>,
 }
 
+impl<V: Verbs> std::fmt::Debug for RdmaLinks<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaLinks")
+            .field("members", &self.tried.len())
+            .field("asked", &self.asked.len())
+            .finish()
+    }
+}
+
 fn frame_bytes(f: &Frame) -> Result<Vec<u8>, LinkError> {
     f.to_bytes().map_err(|e| LinkError::Frame(format!("{e:?}")))
 }
@@ -128,24 +144,58 @@ fn decode(bytes: &[u8]) -> Option<Frame> {
 }
 
 impl<V: Verbs> RdmaLinks<V> {
-    /// Registers an arena of `arena_len` bytes once, for `members` peers.
+    /// Registers an arena of `arena_len` bytes of the backend's own once,
+    /// for `members` peers.
+    #[cfg(test)]
     pub(crate) fn new(
         verbs: V,
         arena_len: u64,
         cfg: DriverConfig,
         members: usize,
     ) -> Result<RdmaLinks<V>, LinkError> {
-        Ok(RdmaLinks {
-            driver: Driver::new(verbs, arena_len, cfg)?,
+        Ok(RdmaLinks::over(
+            Driver::new(verbs, arena_len, cfg)?,
+            members,
+        ))
+    }
+
+    /// Registers `arena`, the agent's shared arena, in place, for
+    /// `members` peers: extents are offsets into it.
+    pub(crate) fn with_arena(
+        verbs: V,
+        arena: ArenaSlice,
+        cfg: DriverConfig,
+        members: usize,
+    ) -> Result<RdmaLinks<V>, LinkError> {
+        Ok(RdmaLinks::over(
+            Driver::with_arena(verbs, arena, cfg)?,
+            members,
+        ))
+    }
+
+    fn over(driver: Driver<V>, members: usize) -> RdmaLinks<V> {
+        RdmaLinks {
+            driver,
             asked: HashMap::new(),
             tried: vec![false; members],
             held: Vec::new(),
-        })
+        }
     }
 
     /// The driver (its arena, its settings).
+    #[cfg(test)]
     pub(crate) fn driver_mut(&mut self) -> &mut Driver<V> {
         &mut self.driver
+    }
+
+    /// Readable when a completion may be waiting; `None`: poll every turn.
+    pub(crate) fn completion_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.driver.completion_fd()
+    }
+
+    /// Whether the queue pair to any member is up.
+    pub(crate) fn any_up(&self) -> bool {
+        (0..self.tried.len()).any(|m| self.link(m) == LinkTransport::Rdma)
     }
 
     fn peer(member: usize) -> u32 {
@@ -163,6 +213,46 @@ impl<V: Verbs> RdmaLinks<V> {
         // A queue pair replaced here sends its requests back (next poll).
         self.held.append(&mut ev);
         Ok(p.encode().to_vec())
+    }
+
+    /// Handles setup bytes from `member`: the answer to our offer, or an
+    /// offer of its own, answered with ours (returned, to send back over
+    /// the same TCP connection).
+    pub(crate) fn on_setup(
+        &mut self,
+        member: usize,
+        bytes: &[u8],
+        now: u64,
+    ) -> Result<Option<Vec<u8>>, LinkError> {
+        if self.driver.status(Self::peer(member)) == PeerStatus::Connecting {
+            self.accept(member, bytes, now)?;
+            return Ok(None);
+        }
+        // Checked before a queue pair is made for it.
+        SetupParams::decode(bytes).map_err(|e| LinkError::BadSetup(e.to_string()))?;
+        self.driver.peer_offered(Self::peer(member));
+        let ours = self.offer(member, now)?;
+        self.accept(member, bytes, now)?;
+        Ok(Some(ours))
+    }
+
+    /// Whether to offer a queue pair to `member` now (we are `me`): the
+    /// lower index offers first, and after a failure either side offers
+    /// again once its backoff is over.
+    pub(crate) fn to_offer(&self, me: usize, member: usize, now: u64) -> bool {
+        match self.driver.status(Self::peer(member)) {
+            PeerStatus::Idle => me < member,
+            PeerStatus::Down { retry_at } => now >= retry_at,
+            PeerStatus::Connecting | PeerStatus::Up { .. } => false,
+        }
+    }
+
+    /// The TCP connection that carried the setup ended: the queue pair to
+    /// `member` is closed (its requests come back as `Retry`).
+    pub(crate) fn close(&mut self, member: usize, now: u64) {
+        let mut ev = Vec::new();
+        self.driver.close(Self::peer(member), now, &mut ev);
+        self.held.append(&mut ev);
     }
 
     /// Connects to `member` with the bytes it offered.
@@ -190,6 +280,7 @@ impl<V: Verbs> RdmaLinks<V> {
 
     /// Members whose RDMA failed and may be probed again now: offer them
     /// a queue pair again.
+    #[cfg(test)]
     pub(crate) fn probe_due(&self, now: u64) -> Vec<usize> {
         (0..self.tried.len())
             .filter(|&m| self.tried[m])
@@ -380,11 +471,19 @@ impl<V: Verbs> RdmaLinks<V> {
                 reason,
                 retry_at,
             } => {
-                tracing::warn!(
-                    member = peer,
-                    retry_at,
-                    "RDMA to peer down ({reason}); TCP carries its blocks until probed again"
-                );
+                let member = peer as usize;
+                match reason {
+                    FailReason::Closed | FailReason::Replaced => tracing::debug!(
+                        member,
+                        "RDMA queue pair to peer {reason}; set up again when offered"
+                    ),
+                    _ => tracing::warn!(
+                        member,
+                        retry_at,
+                        "RDMA to peer down ({reason}); TCP carries its blocks until probed again"
+                    ),
+                }
+                out.push(LinkEvent::Down { member });
             }
             Event::Control { .. } => {}
         }
@@ -745,6 +844,104 @@ mod tests {
             .unwrap();
         assert_eq!(bytes, block(42));
         assert_eq!(fabric.stats().writes, 1, "one RDMA write");
+    }
+
+    /// The lower index offers; the other answers; after a failure either
+    /// side offers once its backoff is over, and an offer is answered even
+    /// by a side still backing off; offers that cross both connect.
+    #[test]
+    fn offers_go_from_the_lower_index_and_are_always_answered() {
+        let fabric = Fabric::new(9);
+        let cfg = DriverConfig::default();
+        let mut a = RdmaLinks::new(fabric.add_host(), ARENA, cfg, 2).unwrap();
+        let mut b = RdmaLinks::new(fabric.add_host(), ARENA, cfg, 2).unwrap();
+        // a is member 0, b member 1.
+        assert!(a.to_offer(0, 1, 1));
+        assert!(!b.to_offer(1, 0, 1), "the higher index waits");
+        let offer = a.offer(1, 1).unwrap();
+        assert!(!a.to_offer(0, 1, 1), "connecting");
+        let answer = b.on_setup(0, &offer, 1).unwrap().expect("an answer");
+        assert_eq!(a.on_setup(1, &answer, 1).unwrap(), None, "our answer");
+        assert_eq!(
+            (a.link(1), b.link(0)),
+            (LinkTransport::Rdma, LinkTransport::Rdma)
+        );
+        // The requester's queue pair fails.
+        fabric.inject(
+            0,
+            None,
+            Some(granary_rdma::verbs::Opcode::Send),
+            WcStatus::Flushed,
+        );
+        let get = Get {
+            request: 1,
+            fingerprint: FP,
+            sample: 1,
+            length: 10,
+            due: u64::MAX,
+        };
+        a.get(1, get, Extent { offset: 0, len: 10 }, 2).unwrap();
+        let mut ev = Vec::new();
+        a.poll(2, &mut ev);
+        assert!(ev.contains(&LinkEvent::Down { member: 1 }), "{ev:?}");
+        assert!(!a.to_offer(0, 1, 3), "backing off");
+        // b, whose queue pair still looks up, offers anew (as after its
+        // own failure): a answers although it is backing off.
+        let offer = b.offer(0, 3).unwrap();
+        let answer = a.on_setup(1, &offer, 3).unwrap().expect("an answer");
+        b.on_setup(0, &answer, 3).unwrap();
+        assert_eq!(
+            (a.link(1), b.link(0)),
+            (LinkTransport::Rdma, LinkTransport::Rdma)
+        );
+        // Offers that cross: each side takes the other's as the answer.
+        let (oa, ob) = (a.offer(1, 4).unwrap(), b.offer(0, 4).unwrap());
+        assert_eq!(a.on_setup(1, &ob, 4).unwrap(), None);
+        assert_eq!(b.on_setup(0, &oa, 4).unwrap(), None);
+        assert_eq!(
+            (a.link(1), b.link(0)),
+            (LinkTransport::Rdma, LinkTransport::Rdma)
+        );
+        // The connected pair carries a block.
+        let bytes = block(5);
+        let get = Get {
+            request: 2,
+            fingerprint: FP,
+            sample: 5,
+            length: bytes.len() as u64,
+            due: u64::MAX,
+        };
+        let e = Extent {
+            offset: 8192,
+            len: bytes.len() as u32,
+        };
+        a.get(1, get, e, 5).unwrap();
+        let mut landed = false;
+        for _ in 0..10 {
+            let mut ev = Vec::new();
+            b.poll(5, &mut ev);
+            for x in ev {
+                if let LinkEvent::Request { member, get, .. } = x {
+                    b.driver_mut().write_arena(0, &bytes).unwrap();
+                    let src = Extent {
+                        offset: 0,
+                        len: bytes.len() as u32,
+                    };
+                    let crc = block_crc(FP, get.sample, &bytes);
+                    b.serve(member, get, src, crc, 5).unwrap();
+                }
+            }
+            let mut ev = Vec::new();
+            a.poll(5, &mut ev);
+            landed |= ev
+                .iter()
+                .any(|x| matches!(x, LinkEvent::Landed { request: 2, .. }));
+        }
+        assert!(landed);
+        // The TCP connection ends: the queue pair is closed, no backoff.
+        a.close(1, 6);
+        assert_eq!(a.link(1), LinkTransport::RdmaFallback);
+        assert!(a.to_offer(0, 1, 6), "offered again on the next connection");
     }
 
     #[test]

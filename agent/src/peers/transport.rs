@@ -164,10 +164,35 @@ pub fn resolve_here(setting: TransportSetting) -> Result<Resolved, TransportErro
     Ok(r)
 }
 
+/// A verbs backend the peer tier's RDMA links run over.
+pub(crate) type Nic = Box<dyn granary_rdma::Verbs + Send>;
+
+/// Opens the backend when the tier starts: [`open_device`] on a host
+/// whose `peers.transport` resolved to RDMA, the fake NIC in tests.
+pub(crate) type OpenNic = std::sync::Arc<dyn Fn() -> Result<Nic, String> + Send + Sync>;
+
+/// The device `peers.rdma_device` (the first one when empty), port
+/// `peers.rdma_port`, GID index `peers.rdma_gid_index`. Without the `rdma`
+/// feature there is none.
+pub(crate) fn open_device(cfg: &crate::config::PeersConfig) -> Result<Nic, String> {
+    #[cfg(feature = "rdma")]
+    {
+        let device = Some(cfg.rdma_device.as_str()).filter(|d| !d.is_empty());
+        granary_rdma::real::IbvNic::open(device, cfg.rdma_port, cfg.rdma_gid_index)
+            .map(|n| Box::new(n) as Nic)
+            .map_err(|e| e.to_string())
+    }
+    #[cfg(not(feature = "rdma"))]
+    {
+        let _ = cfg;
+        Err("granaryd was built without the rdma feature".to_string())
+    }
+}
+
 /// How blocks travel to a peer when the agent's transport resolved to
-/// `resolved`. The peer tier carries every block over TCP today (the RDMA
-/// driver is not under it yet, see `docs/rdma.md`), so a link that wanted
-/// RDMA is reported as falling back.
+/// `resolved` and the tier has no RDMA links (the device could not be
+/// opened): a link that wanted RDMA is reported as falling back. With
+/// links, each link's own state is reported (`RdmaLinks::link`).
 pub fn link_transport(resolved: Resolved) -> LinkTransport {
     match resolved {
         Resolved::Tcp => LinkTransport::Tcp,
