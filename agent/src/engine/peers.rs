@@ -18,7 +18,7 @@
 //!   miss with its reason.
 
 use super::{key, Engine, Inflight};
-use crate::cache::{Completion as CacheCompletion, Lookup, SampleKey};
+use crate::cache::{Cache, Completion as CacheCompletion, Lookup, SampleKey};
 use crate::peers::net::{Event, GetFailure, OutGet};
 use crate::peers::{rdma_member, PeerGet, Serving};
 use granary_peer::block::block_crc_of;
@@ -478,20 +478,7 @@ impl Engine {
         let Some(tier) = self.peers.as_mut() else {
             return;
         };
-        tier.serve.conn_closed(conn);
-        let gone: Vec<(u64, u64)> = tier
-            .serving
-            .keys()
-            .filter(|(c, _)| *c == conn)
-            .copied()
-            .collect();
-        for id in gone {
-            if let Some(s) = tier.serving.remove(&id) {
-                if s.pinned {
-                    let _ = self.cache.unpin(s.key);
-                }
-            }
-        }
+        drop_served(tier, &mut self.cache, conn);
         if let Some(m) = member {
             if !tier.net.is_up(m) {
                 tier.up[m] = false;
@@ -508,6 +495,25 @@ impl Engine {
         match c {
             Ok(CacheCompletion::Ready(r)) => Some((r.len, r.crc32c)),
             _ => None,
+        }
+    }
+}
+
+/// Drops what connection `conn` (a TCP connection or an RDMA link) still
+/// had queued or in service at this owner, releasing the pins.
+pub(super) fn drop_served(tier: &mut crate::peers::PeerTier, cache: &mut Cache, conn: u64) {
+    tier.serve.conn_closed(conn);
+    let gone: Vec<(u64, u64)> = tier
+        .serving
+        .keys()
+        .filter(|(c, _)| *c == conn)
+        .copied()
+        .collect();
+    for id in gone {
+        if let Some(s) = tier.serving.remove(&id) {
+            if s.pinned {
+                let _ = cache.unpin(s.key);
+            }
         }
     }
 }

@@ -289,21 +289,7 @@ impl Engine {
             LinkEvent::Down { member } => {
                 // Requests still queued for the link are dropped with
                 // their pins, as for a closed connection.
-                let conn = rdma_conn(member);
-                tier.serve.conn_closed(conn);
-                let gone: Vec<(u64, u64)> = tier
-                    .serving
-                    .keys()
-                    .filter(|(c, _)| *c == conn)
-                    .copied()
-                    .collect();
-                for id in gone {
-                    if let Some(s) = tier.serving.remove(&id) {
-                        if s.pinned {
-                            let _ = self.cache.unpin(s.key);
-                        }
-                    }
-                }
+                super::peers::drop_served(tier, &mut self.cache, rdma_conn(member));
             }
         }
     }

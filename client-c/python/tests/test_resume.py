@@ -36,21 +36,27 @@ def _restart_after(agent: LocalAgent, got, at_least: int, pause: float, killed_a
     return t
 
 
+def _dataset(agent: LocalAgent, epochs: int) -> GranaryDataset:
+    """Batches of 10 samples as (bytes, label, id), waiting up to 30 s for
+    a lost agent."""
+    return GranaryDataset(
+        "synth",
+        agent.socket,
+        batch_size=10,
+        seed=4,
+        epochs=epochs,
+        with_ids=True,
+        batches=True,
+        collate=lambda xs, ys: ([bytes(x.numpy()) for x in xs], ys),
+        resume_timeout=30,
+    )
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_an_agent_killed_mid_epoch_is_resumed_after_the_last_batch_handed_out(synth_root, workers):
     epochs = 2
     with LocalAgent({"synth": synth_root}) as agent:
-        ds = GranaryDataset(
-            "synth",
-            agent.socket,
-            batch_size=10,
-            seed=4,
-            epochs=epochs,
-            with_ids=True,
-            batches=True,
-            collate=lambda xs, ys: ([bytes(x.numpy()) for x in xs], ys),
-            resume_timeout=30,
-        )
+        ds = _dataset(agent, epochs)
         got = []
         killed_at: list = []
         killer = _restart_after(agent, got, at_least=7, pause=0.3, killed_at=killed_at)
@@ -96,17 +102,7 @@ def test_the_library_resumes_a_plain_session_beside_a_dataloader(synth_root):
         reader.start()
         killed_at: list = []
         killer = _restart_after(agent, plain, at_least=7, pause=0.3, killed_at=killed_at)
-        ds = GranaryDataset(
-            "synth",
-            agent.socket,
-            batch_size=10,
-            seed=4,
-            epochs=epochs,
-            with_ids=True,
-            batches=True,
-            collate=lambda xs, ys: ([bytes(x.numpy()) for x in xs], ys),
-            resume_timeout=30,
-        )
+        ds = _dataset(agent, epochs)
         got = []
         for xs, ys, ids in DataLoader(ds, batch_size=None, num_workers=2):
             got.append(list(zip(ids.tolist(), ys, xs)))
