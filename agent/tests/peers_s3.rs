@@ -43,7 +43,9 @@ const SEED: u64 = 7;
 const BATCH: u32 = 16;
 const SECRET: &str = "the-job-secret";
 
-/// Epochs a rank had to reopen because its agent went away.
+/// Times a rank's session went on after its agent went away: resumed by
+/// libgranary (after the batches it had), or, when that failed, the epoch
+/// reopened whole by the rank.
 static REOPENED: AtomicU64 = AtomicU64::new(0);
 
 /// Where `a`'s peer listener is, from its configuration.
@@ -252,6 +254,7 @@ fn read_epoch(
             break;
         }
     }
+    REOPENED.fetch_add(u64::from(s.resumes()), Ordering::Relaxed);
     let _ = s.close();
     Some(ids)
 }
@@ -266,9 +269,10 @@ fn run_epoch(c: &mut Cluster, epoch: u32, during: impl FnOnce(&mut Cluster)) {
             let rank = node as u32 * RANKS_PER_NODE + r;
             let (sock, spec, view) = (c.agents[node].sock.clone(), c.spec.clone(), c.view.clone());
             handles.push(std::thread::spawn(move || {
-                // A rank whose agent died reopens the epoch on the
-                // restarted agent and reads it whole again: the loader
-                // side of a restart (what it had is discarded).
+                // A rank whose agent died resumes on the restarted agent
+                // after the batches it had (libgranary); if even that
+                // fails, it reads the epoch whole again (what it had is
+                // discarded).
                 let deadline = Instant::now() + Duration::from_secs(240);
                 loop {
                     if let Some(ids) = read_epoch(&sock, &spec, rank, epoch, view.clone()) {
