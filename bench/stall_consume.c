@@ -164,10 +164,11 @@ int main(int argc, char **argv) {
     qsort(waits, (size_t)batches, sizeof(double), cmp_double);
     printf("{\"contender\":\"granary_c\",\"workers\":0,\"batch\":%u,\"step_ms\":%.3f,\"batches\":%ld,"
            "\"samples\":%ld,\"wall_s\":%.4f,\"idle\":%.5f,\"img_per_s\":%.2f,\"wait_p50_ms\":%.3f,"
-           "\"wait_p99_ms\":%.3f,\"first_batch_s\":%.3f}\n",
+           "\"wait_p99_ms\":%.3f,\"first_batch_s\":%.3f,\"busy_s\":%.4f,\"run_s\":%.4f}\n",
            opts.batch_size, step * 1e3, batches, samples, wall, wall > 0 ? sum / wall : 0.0,
            wall > 0 ? (double)samples / wall : 0.0, percentile(waits, (size_t)batches, 50) * 1e3,
-           percentile(waits, (size_t)batches, 99) * 1e3, first_batch);
+           percentile(waits, (size_t)batches, 99) * 1e3, first_batch,
+           (double)(warmup + batches) * step, t0 + wall - t_start);
     fflush(stdout);
     free(waits);
     granary_session_close(session);

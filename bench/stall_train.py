@@ -362,6 +362,10 @@ def main():
         "wait_p50_ms": percentile(w, 50) * 1e3,
         "wait_p99_ms": percentile(w, 99) * 1e3,
         "first_batch_s": first_batch if first_batch is not None else float("nan"),
+        # From the loader's construction to the window's end: how long the
+        # GPU stepped, and the whole span (start-up included).
+        "busy_s": (a.warmup_batches + len(waits)) * step,
+        "run_s": t1 - t_start,
         **versions,
     })
 

@@ -27,6 +27,9 @@ pub struct Run {
     pub samples: u64,
     /// From the loader's start to its first batch, in s.
     pub first_batch_s: f64,
+    /// The idle fraction from the loader's start (and, for Granary, the
+    /// agent's) to the window's end: start-up, warm-up and window.
+    pub idle_from_start: f64,
     /// CPU seconds over the window: the loader's processes (the training
     /// process, its DataLoader workers and their threads).
     pub client_cpu_s: f64,
@@ -51,15 +54,19 @@ impl Run {
             wait_p50_ms: f64::NAN,
             wait_p99_ms: f64::NAN,
             first_batch_s: f64::NAN,
+            idle_from_start: f64::NAN,
             error: Some(e),
             ..Run::default()
         }
     }
 
     /// The timing fields of a loader's JSON line (`idle`, `img_per_s`,
-    /// `wait_p50_ms`, `wait_p99_ms`, `samples`, `first_batch_s`); CPU
-    /// fields stay zero. An error when a field is missing.
-    pub fn from_loader_line(line: &str) -> Result<Run, String> {
+    /// `wait_p50_ms`, `wait_p99_ms`, `samples`, `first_batch_s`, and
+    /// `busy_s` and `run_s`, the GPU's stepping time and the loader's whole
+    /// run); `setup_s` is start-up the loader did not see (the agent's),
+    /// added to its run for [`Run::idle_from_start`]. CPU fields stay zero.
+    /// An error when a field is missing.
+    pub fn from_loader_line(line: &str, setup_s: f64) -> Result<Run, String> {
         let get = |k: &str| json_num(line, k).ok_or_else(|| format!("no number {k:?} in {line}"));
         let samples = get("samples")?;
         if samples < 1.0 {
@@ -72,6 +79,7 @@ impl Run {
             wait_p99_ms: get("wait_p99_ms")?,
             samples: samples as u64,
             first_batch_s: json_num(line, "first_batch_s").unwrap_or(f64::NAN),
+            idle_from_start: 1.0 - get("busy_s")? / (get("run_s")? + setup_s).max(1e-9),
             ..Run::default()
         })
     }
@@ -111,6 +119,8 @@ pub struct Cell {
     pub runs: usize,
     /// Median GPU-idle fraction.
     pub idle: f64,
+    /// Median [`Run::idle_from_start`].
+    pub idle_from_start: f64,
     /// Median samples/s.
     pub img_per_s: f64,
     /// Median of the runs' median batch waits, ms.
@@ -138,6 +148,7 @@ impl Cell {
             ok: good.len(),
             runs: runs.len(),
             idle: m(&|r| r.idle),
+            idle_from_start: m(&|r| r.idle_from_start),
             img_per_s: m(&|r| r.img_per_s),
             wait_p50_ms: m(&|r| r.wait_p50_ms),
             wait_p99_ms: m(&|r| r.wait_p99_ms),
@@ -270,13 +281,14 @@ mod tests {
 
     #[test]
     fn loader_lines_parse_and_empty_windows_are_errors() {
-        let line = r#"{"contender": "boto3", "idle": 0.25, "img_per_s": 640.5, "wait_p50_ms": 3.0, "wait_p99_ms": 90.0, "samples": 6400, "first_batch_s": 1.5}"#;
-        let r = Run::from_loader_line(line).unwrap();
+        let line = r#"{"contender": "boto3", "idle": 0.25, "img_per_s": 640.5, "wait_p50_ms": 3.0, "wait_p99_ms": 90.0, "samples": 6400, "first_batch_s": 1.5, "busy_s": 6.0, "run_s": 9.0}"#;
+        let r = Run::from_loader_line(line, 1.0).unwrap();
+        assert!((r.idle_from_start - 0.4).abs() < 1e-12);
         assert_eq!(r.samples, 6400);
         assert_eq!(r.idle, 0.25);
         assert_eq!(r.wait_p99_ms, 90.0);
-        assert!(Run::from_loader_line(&line.replace("6400", "0")).is_err());
-        assert!(Run::from_loader_line(r#"{"samples": 5}"#).is_err());
+        assert!(Run::from_loader_line(&line.replace("6400", "0"), 0.0).is_err());
+        assert!(Run::from_loader_line(r#"{"samples": 5}"#, 0.0).is_err());
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //!    worker per CPU) is run with no step, its rate R measured, and the step
 //!    set to `batch / (0.95 R)`: the shortest step that loader can keep
 //!    95 % busy. The loader is then run at that step; while its GPU-idle
-//!    fraction is above 5 % the step grows by a quarter (at most 4 times).
+//!    fraction is above 5 % the step grows by a quarter (at most 12 times).
 //!    `--step-ms` skips the calibration;
 //! 3. for every round-trip time, every contender runs `--reps` times,
 //!    interleaved (A B C … A B C …), each run a fresh process (and, for
@@ -74,6 +74,9 @@ const BUCKET: &str = "granary-bench";
 const PREFIX: &str = "synth";
 const DATASET: &str = "stall";
 const SEED: u64 = 42;
+/// How many times calibration lengthens the step by a quarter (×14.6 in all)
+/// before giving up.
+const CALIBRATION_GROWTHS: u32 = 12;
 /// Where the MDS shards of the streaming contender go in the bucket.
 const MDS_PREFIX: &str = "mds";
 static RUN_NO: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -324,6 +327,7 @@ fn measure(ctx: &Ctx, c: &Contender, step_ms: f64) -> Run {
 }
 
 fn measure_once(ctx: &Ctx, c: &Contender, step_ms: f64) -> Result<Run> {
+    let t_setup = Instant::now();
     let agent = if c.agent {
         let mut settings = ctx.weed.settings_via(ctx.proxy.local_addr());
         settings.request_timeout = Duration::from_secs(30);
@@ -405,6 +409,7 @@ fn measure_once(ctx: &Ctx, c: &Contender, step_ms: f64) -> Result<Run> {
             cmd
         }
     };
+    let setup_s = t_setup.elapsed().as_secs_f64();
     let mut child = cmd
         .envs(ctx.weed.env())
         .stdin(Stdio::null())
@@ -434,7 +439,7 @@ fn measure_once(ctx: &Ctx, c: &Contender, step_ms: f64) -> Result<Run> {
     let (Some(a), Some(b)) = (m0, m1) else {
         return Err(format!("{}: no window marks", c.name));
     };
-    let mut r = Run::from_loader_line(&line)?;
+    let mut r = Run::from_loader_line(&line, setup_s)?;
     let secs = b.at.duration_since(a.at).as_secs_f64().max(1e-9);
     r.client_cpu_s = b.client.saturating_sub(a.client).as_secs_f64();
     (r.proxy_cpu_s, r.agent_cpu_s) = split_own(&a.threads, &b.threads);
@@ -451,8 +456,9 @@ fn print_run(name: &str, r: &Run) {
         return;
     }
     println!(
-        "  {name}: idle {:.1} %, {:.0} img/s, wait p50 {:.1} ms p99 {:.1} ms, first batch {:.2} s; CPU µs/sample: loader {:.0} (agent {:.0}), proxy {:.0}, store {:.0}; others {:.2} cores",
+        "  {name}: idle {:.1} % ({:.1} % from the start), {:.0} img/s, wait p50 {:.1} ms p99 {:.1} ms, first batch {:.2} s; CPU µs/sample: loader {:.0} (agent {:.0}), proxy {:.0}, store {:.0}; others {:.2} cores",
         r.idle * 100.0,
+        r.idle_from_start * 100.0,
         r.img_per_s,
         r.wait_p50_ms,
         r.wait_p99_ms,
@@ -486,7 +492,7 @@ fn calibrate(ctx: &Ctx) -> Result<(f64, f64, f64)> {
         return Err(format!("calibration: {e}"));
     }
     let mut step = f64::from(ctx.batch) / (0.95 * free.img_per_s) * 1e3;
-    for _ in 0..5 {
+    for _ in 0..=CALIBRATION_GROWTHS {
         let r = measure(ctx, &local, step);
         print_run(&format!("local disk, step {step:.2} ms"), &r);
         if let Some(e) = &r.error {
@@ -673,7 +679,7 @@ fn run() -> Result<()> {
         })
         .collect();
     println!(
-        "\nGPU-idle fraction (median of {reps} runs; img/s; loader CPU µs per sample), step {step_ms:.2} ms:"
+        "\nGPU-idle fraction in the window (median of {reps} runs; from the start; img/s; loader CPU µs per sample), step {step_ms:.2} ms:"
     );
     println!(
         "| RTT ms | {} |",
@@ -692,8 +698,9 @@ fn run() -> Result<()> {
                     "failed".to_owned()
                 } else {
                     format!(
-                        "{:.1} % ({:.0}; {:.0})",
+                        "{:.1} % ({:.1} %; {:.0}; {:.0})",
                         c.idle * 100.0,
+                        c.idle_from_start * 100.0,
                         c.img_per_s,
                         c.loader_us
                     )
