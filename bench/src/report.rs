@@ -123,7 +123,7 @@ pub fn json_num(line: &str, key: &str) -> Option<f64> {
 /// benchmark's result line on its stdin.
 pub fn draw(python: &str, script: &Path, line: &str, out: &Path) -> Result<(), String> {
     let mut child = Command::new(python)
-        .arg(&script)
+        .arg(script)
         .arg("-")
         .arg(out)
         .stdin(Stdio::piped())

@@ -187,7 +187,10 @@ impl Goal {
             .filter(|(_, c)| c.loader_us.is_finite())
             .min_by(|a, b| a.1.loader_us.total_cmp(&b.1.loader_us))
             .map(|(n, c)| ((*n).to_owned(), c.loader_us));
-        let idle_met = granary.idle.is_finite().then(|| granary.idle <= GOAL_IDLE);
+        let idle_met = granary
+            .idle
+            .is_finite()
+            .then_some(granary.idle <= GOAL_IDLE);
         let cpu_met = match &best {
             Some((_, b)) if granary.loader_us.is_finite() => {
                 Some(granary.loader_us <= GOAL_CPU_RATIO * b)
