@@ -242,6 +242,11 @@ pub fn summary_json(rtts: &[u64], columns: &[(String, Vec<Cell>)], goal: &Goal) 
     j.str("goal_cpu", verdict(goal.cpu_met));
     for (name, cells) in columns {
         j.nums(
+            &format!("{name}_idle_from_start"),
+            &col(&|c| c.idle_from_start, cells),
+            4,
+        );
+        j.nums(
             &format!("{name}_img_per_s"),
             &col(&|c| c.img_per_s, cells),
             1,
@@ -352,6 +357,10 @@ mod tests {
         );
         assert!(
             line.contains(r#""boto3_w8_img_per_s":[1000.0,null]"#),
+            "{line}"
+        );
+        assert!(
+            line.contains(r#""granary_idle_from_start":[0.0000,0.0000]"#),
             "{line}"
         );
     }
