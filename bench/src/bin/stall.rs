@@ -525,6 +525,12 @@ fn run() -> Result<()> {
             "--contenders: the list must start with granary (the goal is judged on it)".into(),
         );
     }
+    if let Some(bad) = names.iter().find(|n| !ALL.contains(&n.as_str())) {
+        return Err(format!(
+            "--contenders: unknown contender {bad:?} (known: {})",
+            ALL.join(", ")
+        ));
+    }
     let reps = args.u64("reps", q(3, 2))?.max(1);
     let files = args.u64("files", q(20_000, 6_000))?;
     let mean = args.u64("mean-size", 110_000)?;
