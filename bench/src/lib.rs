@@ -13,8 +13,11 @@
 //! * [`report`]: medians, percentiles and the final JSON line.
 //! * [`delay_proxy`]: a TCP proxy adding latency in each direction (and an
 //!   optional bandwidth cap) without breaking pipelining.
+//! * [`s3_data`]: a synthetic dataset uploaded into SeaweedFS, and its key
+//!   list for the Python loaders.
 //! * [`seaweed`]: a SeaweedFS S3 server on free loopback ports (also
 //!   compiled into the agent's S3 tests).
+//! * [`stall_stats`]: the figures, goal and last line of `bench/run stall`.
 //! * [`agent`]: the real engine on a thread of the benchmark process,
 //!   configured from TOML, its metrics read back as Prometheus text.
 //! * [`loader`]: one session through libgranary, samples seen in place,
@@ -43,6 +46,8 @@ pub mod loader;
 pub mod netns;
 pub mod peer;
 pub mod report;
+pub mod s3_data;
 pub mod seaweed;
+pub mod stall_stats;
 pub mod sys;
 pub mod touch;

@@ -1,6 +1,9 @@
 //! Summary statistics and the JSON object every benchmark prints last.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
 
 /// Median of `values` (mean of the two middle values for an even count);
 /// `NaN` when empty.
@@ -106,6 +109,42 @@ impl Json {
     }
 }
 
+/// A number field of a flat JSON line (what the Python loaders print):
+/// `None` when the key is missing or its value is not a number.
+pub fn json_num(line: &str, key: &str) -> Option<f64> {
+    let pat = format!("\"{key}\":");
+    let at = line.find(&pat)? + pat.len();
+    let rest = line[at..].trim_start();
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    rest[..end].trim().parse().ok()
+}
+
+/// Draws a plot with a Python `script` run as `python script - out`, the
+/// benchmark's result line on its stdin.
+pub fn draw(python: &str, script: &Path, line: &str, out: &Path) -> Result<(), String> {
+    let mut child = Command::new(python)
+        .arg(script)
+        .arg("-")
+        .arg(out)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("{python} {}: {e}", script.display()))?;
+    child
+        .stdin
+        .take()
+        .ok_or("no stdin")?
+        .write_all(line.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let status = child.wait().map_err(|e| e.to_string())?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{} exited with {status}", script.display()))
+    }
+}
+
 fn push_str(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
@@ -151,5 +190,14 @@ mod tests {
             j.line(),
             r#"{"bench":"ring","a":1.23,"b":7,"c":"x\"y","d":null,"e":[1.0,null,2.3],"f":{"g":1}}"#
         );
+    }
+    #[test]
+    fn numbers_are_read_from_a_json_line() {
+        let line = r#"{"workers": 8, "samples_per_s": 74.5, "ramp_s": 1e-3, "torch": "2.1"}"#;
+        assert_eq!(json_num(line, "workers"), Some(8.0));
+        assert_eq!(json_num(line, "samples_per_s"), Some(74.5));
+        assert_eq!(json_num(line, "ramp_s"), Some(0.001));
+        assert_eq!(json_num(line, "missing"), None);
+        assert_eq!(json_num(line, "torch"), None);
     }
 }

@@ -70,12 +70,12 @@ use granary_bench::cli::Args;
 use granary_bench::data::{self, Dataset};
 use granary_bench::delay_proxy::DelayProxy;
 use granary_bench::loader::{self, Wait};
-use granary_bench::report::{median, Json};
+use granary_bench::report::{self, json_num, median, Json};
+use granary_bench::s3_data;
 use granary_bench::seaweed::Seaweed;
 use granary_bench::sys;
+use granary_bench::sys::{cpu_model, process_cpu, wait_quiet, MachineCpu};
 use granary_bench::touch::touch;
-use granary_tools::ingest::{self, IngestOptions, Phase};
-use granary_tools::progress::ProgressBar;
 use granary_tools::synth;
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Write as _};
@@ -275,71 +275,6 @@ impl CpuUse {
     }
 }
 
-/// The aggregate line of `/proc/stat`, in clock ticks.
-#[derive(Clone, Copy, Debug, Default)]
-struct MachineCpu {
-    busy: u64,
-    softirq: u64,
-    steal: u64,
-    total: u64,
-}
-
-impl MachineCpu {
-    fn read() -> MachineCpu {
-        let Ok(s) = std::fs::read_to_string("/proc/stat") else {
-            return MachineCpu::default();
-        };
-        let Some(line) = s.lines().next() else {
-            return MachineCpu::default();
-        };
-        let v: Vec<u64> = line
-            .split_ascii_whitespace()
-            .skip(1)
-            .filter_map(|x| x.parse().ok())
-            .collect();
-        // user nice system idle iowait irq softirq steal guest guest_nice
-        let get = |i: usize| v.get(i).copied().unwrap_or(0);
-        MachineCpu {
-            busy: get(0) + get(1) + get(2) + get(5) + get(6),
-            softirq: get(6),
-            steal: get(7),
-            total: (0..8).map(get).sum(),
-        }
-    }
-
-    /// (busy, softirq, stolen) cores since `earlier`.
-    fn since(&self, earlier: &MachineCpu) -> (f64, f64, f64) {
-        let total = self.total.saturating_sub(earlier.total) as f64;
-        if total == 0.0 {
-            return (0.0, 0.0, 0.0);
-        }
-        let cpus = granary_bench::cpu::online_cpus() as f64;
-        let share = |a: u64, b: u64| a.saturating_sub(b) as f64 / total * cpus;
-        (
-            share(self.busy, earlier.busy),
-            share(self.softirq, earlier.softirq),
-            share(self.steal, earlier.steal),
-        )
-    }
-}
-
-/// Waits until the machine has been quiet (under 0.2 busy cores) for 2 s,
-/// at most `limit`; returns how long it waited and whether it got there.
-fn wait_quiet(limit: Duration) -> (Duration, bool) {
-    let t = Instant::now();
-    loop {
-        let a = MachineCpu::read();
-        std::thread::sleep(Duration::from_secs(2));
-        let (busy, _, _) = MachineCpu::read().since(&a);
-        if busy < 0.2 {
-            return (t.elapsed(), true);
-        }
-        if t.elapsed() >= limit {
-            return (t.elapsed(), false);
-        }
-    }
-}
-
 /// Runs one measurement after [`wait_quiet`], recording the wait; a
 /// contended one (other processes took more than [`CONTENDED`] cores) is
 /// run again, up to `retries` times, and the least contended attempt is
@@ -379,25 +314,6 @@ fn measured(limit: Duration, retries: u32, mut f: impl FnMut() -> Result<Point>)
     let mut p = best.unwrap_or_else(|| Point::failed("not measured".into()));
     p.attempts = attempts;
     p
-}
-
-/// CPU time (user + system) of process `pid`, all its threads.
-fn process_cpu(pid: u32) -> Duration {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return Duration::ZERO;
-    };
-    let Some(end) = stat.rfind(')') else {
-        return Duration::ZERO;
-    };
-    let f: Vec<&str> = stat[end + 1..].split_ascii_whitespace().collect();
-    // Fields 14 and 15 (utime, stime); f[0] is field 3.
-    let ticks: u64 = [11, 12]
-        .iter()
-        .filter_map(|&i| f.get(i)?.parse::<u64>().ok())
-        .sum();
-    // SAFETY: sysconf only reads a configuration value.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Duration::from_nanos(ticks.saturating_mul(1_000_000_000) / hz)
 }
 
 /// One measured point of one loader.
@@ -576,13 +492,13 @@ fn run() -> Result<()> {
         weed.data_dir().display(),
         t.elapsed().as_secs_f64()
     );
-    let ingest_s = upload(&weed, &ds)?;
+    let ingest_s = s3_data::upload(&weed, &ds, PREFIX)?;
     println!(
         "SeaweedFS idle {:.1} s after the ingest",
-        settle(&weed).as_secs_f64()
+        s3_data::settle(&weed).as_secs_f64()
     );
 
-    let keys = write_keys(&weed, &ds)?;
+    let keys = s3_data::write_keys(&weed, &ds, PREFIX)?;
     let proxy = DelayProxy::start(
         SocketAddr::from(([127, 0, 0, 1], 0)),
         weed.s3_addr(),
@@ -814,7 +730,7 @@ fn run() -> Result<()> {
     let line = j.line();
 
     if let Some(plot) = plot {
-        match draw(&python, &bench_dir, &line, &plot) {
+        match report::draw(&python, &bench_dir.join("latency_plot.py"), &line, &plot) {
             Ok(()) => println!("plot: {}", plot.display()),
             Err(e) => println!("plot: not drawn: {e}"),
         }
@@ -854,92 +770,6 @@ fn granary_config_line(k: &GranaryKnobs) -> String {
         let _ = write!(s, ", {sec}.{line}");
     }
     s
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown".to_owned())
-}
-
-/// Uploads the dataset into the bucket; returns the seconds it took.
-fn upload(weed: &Seaweed, ds: &Dataset) -> Result<f64> {
-    let mut opts = IngestOptions::new(&ds.spec.root, weed.settings(), PREFIX);
-    opts.concurrency = 32;
-    // Reading every object back checks the upload and leaves the store's
-    // caches (filer metadata, volume files in the page cache) in the same
-    // state for every point, the first one included.
-    opts.verify = true;
-    let mut bar = ProgressBar::new(&format!("ingest s3://{BUCKET}/{PREFIX}"), ds.len());
-    let report = ingest::ingest(&opts, |phase, done, _, bytes| {
-        if phase == Phase::Upload {
-            bar.update(done, bytes);
-        }
-    })
-    .map_err(|e| format!("ingest: {e}"))?;
-    bar.finish(report.files, report.bytes);
-    let s = report.upload_time.as_secs_f64();
-    println!(
-        "ingest: {} objects, {:.3} GB in {:.1} s ({:.0} MB/s); all read back and compared in {:.1} s",
-        report.uploaded,
-        report.uploaded_bytes as f64 / 1e9,
-        s,
-        report.uploaded_bytes as f64 / 1e6 / s.max(1e-9),
-        report.verify_time.as_secs_f64()
-    );
-    if report.verified != ds.len() {
-        return Err(format!(
-            "{} of {} objects verified",
-            report.verified,
-            ds.len()
-        ));
-    }
-    Ok(s)
-}
-
-/// Waits until SeaweedFS is idle (under 5 % of a core over half a second)
-/// after the ingest, at most 30 s; returns how long that took.
-fn settle(weed: &Seaweed) -> Duration {
-    let t = Instant::now();
-    let Some(pid) = weed.pid() else {
-        return Duration::ZERO;
-    };
-    let step = Duration::from_millis(500);
-    let mut last = process_cpu(pid);
-    while t.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(step);
-        let now = process_cpu(pid);
-        if now.saturating_sub(last).as_secs_f64() < 0.05 * step.as_secs_f64() {
-            break;
-        }
-        last = now;
-    }
-    t.elapsed()
-}
-
-/// The keys and sizes of the samples, `key<TAB>size` per line, in a file
-/// for the Python baseline.
-fn write_keys(weed: &Seaweed, ds: &Dataset) -> Result<PathBuf> {
-    let path = weed.dir().join("keys.tsv");
-    let mut text = String::new();
-    for e in ds.catalog.entries() {
-        let rel = e
-            .path
-            .strip_prefix(&ds.spec.root)
-            .map_err(|_| format!("{} is outside the dataset", e.path.display()))?;
-        let rel = rel
-            .to_str()
-            .ok_or_else(|| format!("{}: not UTF-8", rel.display()))?;
-        let _ = writeln!(text, "{PREFIX}/{rel}\t{}", e.size);
-    }
-    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(path)
 }
 
 fn print_point(who: &str, p: &Point) {
@@ -1196,15 +1026,6 @@ fn measure_granary(
     })
 }
 
-/// A number field of the Python script's JSON line.
-fn json_num(line: &str, key: &str) -> Option<f64> {
-    let pat = format!("\"{key}\":");
-    let at = line.find(&pat)? + pat.len();
-    let rest = line[at..].trim_start();
-    let end = rest.find([',', '}']).unwrap_or(rest.len());
-    rest[..end].trim().parse().ok()
-}
-
 /// One run of `bench/latency_dataloader.py` through the proxy.
 fn measure_dataloader(
     python: &str,
@@ -1278,32 +1099,6 @@ fn measure_dataloader(
     })
 }
 
-/// Draws the plot with `bench/latency_plot.py` from the result line.
-fn draw(python: &str, bench_dir: &Path, line: &str, out: &Path) -> Result<()> {
-    let script = bench_dir.join("latency_plot.py");
-    let mut child = Command::new(python)
-        .arg(&script)
-        .arg("-")
-        .arg(out)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("{python} {}: {e}", script.display()))?;
-    child
-        .stdin
-        .take()
-        .ok_or("no stdin")?
-        .write_all(line.as_bytes())
-        .map_err(|e| e.to_string())?;
-    let status = child.wait().map_err(|e| e.to_string())?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("{} exited with {status}", script.display()))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1321,16 +1116,6 @@ mod tests {
         assert!(parse_keys("nosection=1").is_err());
         assert!(parse_keys("a.b").is_err());
         assert!(parse_keys("").unwrap().is_empty());
-    }
-
-    #[test]
-    fn numbers_are_read_from_the_python_line() {
-        let line = r#"{"workers": 8, "samples_per_s": 74.5, "ramp_s": 1e-3, "torch": "2.1"}"#;
-        assert_eq!(json_num(line, "workers"), Some(8.0));
-        assert_eq!(json_num(line, "samples_per_s"), Some(74.5));
-        assert_eq!(json_num(line, "ramp_s"), Some(0.001));
-        assert_eq!(json_num(line, "missing"), None);
-        assert_eq!(json_num(line, "torch"), None);
     }
 
     #[test]

@@ -1,0 +1,813 @@
+//! GPU stall: how long a training loop whose GPU step is a fixed sleep waits for data from S3 (SeaweedFS behind a delay proxy, 0–200 ms RTT), for Granary and the loaders users pick instead, and the CPU each spends per sample.
+//!
+//! One run:
+//!
+//! 1. the synthetic dataset (default 20,000 files of ~110 KB; `--quick`
+//!    6,000) is generated once under `bench/.data/`, uploaded into a fresh
+//!    SeaweedFS ([`granary_bench::seaweed`], [`granary_bench::s3_data`])
+//!    and read back once; the delay proxy
+//!    ([`granary_bench::delay_proxy`]) starts in front of it;
+//! 2. **the GPU step is calibrated**: a PyTorch DataLoader reading the same
+//!    files from local disk (`bench/stall_train.py --contender local`, one
+//!    worker per CPU) is run with no step, its rate R measured, and the step
+//!    set to `batch / (0.95 R)`: the shortest step that loader can keep
+//!    95 % busy. The loader is then run at that step; while its GPU-idle
+//!    fraction is above 5 % the step grows by a quarter (at most 12 times).
+//!    `--step-ms` skips the calibration;
+//! 3. for every round-trip time, every contender runs `--reps` times,
+//!    interleaved (A B C … A B C …), each run a fresh process (and, for
+//!    Granary, a fresh agent: every sample comes from the store): the loop
+//!    consumes `--warmup-batches` batches unmeasured, then measures
+//!    `--batches` batches or `--window-s` seconds, whichever ends first:
+//!    GPU-idle fraction (time in `next()` / wall time), samples/s, p50/p99
+//!    batch wait; the run reads CPU counters at the window's edges (the
+//!    loader's process tree, the agent's threads, the proxy's threads,
+//!    SeaweedFS, the whole machine). Each point is the median of its runs;
+//! 4. the table, the goal (at 100 ms: Granary's idle fraction ≤ 5 %, its
+//!    loader CPU per sample ≤ 0.5 × the best contender's), the plot
+//!    (`docs/stall.png`, `bench/stall_plot.py`) and the JSON line.
+//!
+//! Contenders (`--contenders`; the doc, docs/benchmarks.md, gives each one's
+//! settings and why): `granary` (Python `GranaryDataset` in a DataLoader),
+//! `granary_c` (`bench/stall_consume.c` on libgranary), `boto3_w8`,
+//! `boto3_w32`, `boto3_threads` (4 workers × 16 threads), `s3torch_map`,
+//! `s3torch_iter` (s3torchconnector, 8 workers), `streaming`
+//! (mosaicml-streaming over MDS shards of the same samples, written by
+//! `bench/stall_mds.py` into the same store).
+
+use granary_bench::agent::{Agent, AgentSettings, S3Dataset};
+use granary_bench::cli::Args;
+use granary_bench::data::{self, Dataset};
+use granary_bench::delay_proxy::DelayProxy;
+use granary_bench::report;
+use granary_bench::s3_data;
+use granary_bench::seaweed::Seaweed;
+use granary_bench::stall_stats::{self, Cell, Goal, Run, GOAL_RTT_MS};
+use granary_bench::sys::{self, cpu_model, process_cpu, tree_cpu, MachineCpu};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+type Result<T> = std::result::Result<T, String>;
+
+const USAGE: &str = "\
+usage: bench/run stall [options]
+  --quick             a short run: 6,000 files, 150 batches or 12 s per window, 2 repetitions
+  --rtt LIST          round-trip times in ms, comma-separated (default 0,10,50,100,200)
+  --contenders LIST   default granary,granary_c,boto3_w8,boto3_w32,boto3_threads,s3torch_map,
+                      s3torch_iter,streaming
+  --reps N            interleaved runs per contender and RTT (default 3; --quick 2)
+  --files N           files in the synthetic dataset (default 20000; --quick 6000)
+  --mean-size B       mean file size in bytes (default 110000)
+  --batch N           samples per batch, every contender (default 32)
+  --batches N         measured batches per run (default 400; --quick 150)
+  --window-s S        longest measured window (default 30; --quick 12)
+  --warmup-batches N  batches consumed before the window (default 5)
+  --step-ms MS        the GPU step; default: calibrated on the local-disk loader
+  --quiet-wait-s S    before each run, wait up to S s for the machine to be quiet (default 5)
+  --plot PATH         where the plot goes (default docs/stall.png; `none`: no plot)
+  --python PATH       the Python interpreter (default $PYTHON, else python3)";
+
+const BUCKET: &str = "granary-bench";
+const PREFIX: &str = "synth";
+const DATASET: &str = "stall";
+const SEED: u64 = 42;
+/// How many times calibration lengthens the step by a quarter (×14.6 in all)
+/// before giving up.
+const CALIBRATION_GROWTHS: u32 = 12;
+/// Where the MDS shards of the streaming contender go in the bucket.
+const MDS_PREFIX: &str = "mds";
+static RUN_NO: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// The loader CPU of the contenders is compared with the best of these.
+const ALL: &[&str] = &[
+    "granary",
+    "granary_c",
+    "boto3_w8",
+    "boto3_w32",
+    "boto3_threads",
+    "s3torch_map",
+    "s3torch_iter",
+    "streaming",
+];
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("stall: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// How one contender is started.
+#[derive(Clone, Debug)]
+enum Launch {
+    /// `stall_train.py` with these arguments.
+    Python(Vec<String>),
+    /// The C consumer, built at this path.
+    C(PathBuf),
+    /// Not runnable here, and why.
+    Missing(String),
+}
+
+#[derive(Clone, Debug)]
+struct Contender {
+    name: String,
+    launch: Launch,
+    /// Needs a fresh Granary agent per run.
+    agent: bool,
+    settings: &'static str,
+}
+
+fn py_args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}
+
+fn contender(name: &str, python: &str, c_loader: &Result<PathBuf>) -> Result<Contender> {
+    let missing = |module: &str, package: &str| -> Option<String> {
+        let ok = Command::new(python)
+            .args(["-c", &format!("import {module}")])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        (!ok).then(|| format!("{module} does not import (pip install {package})"))
+    };
+    let (launch, agent, settings) = match name {
+        "granary" => (
+            Launch::Python(py_args(&["--contender", "granary", "--workers", "2"])),
+            true,
+            "GranaryDataset(batches=True, batch_size=32), DataLoader(batch_size=None, num_workers=2); agent: max_inflight_reads 1024, window 64 batches, 1 GiB arena",
+        ),
+        "granary_c" => (
+            match c_loader {
+                Ok(p) => Launch::C(p.clone()),
+                Err(e) => Launch::Missing(e.clone()),
+            },
+            true,
+            "bench/stall_consume.c: one libgranary session in the training process; agent as for granary",
+        ),
+        "boto3_w8" | "boto3_w32" => (
+            Launch::Python(py_args(&[
+                "--contender",
+                "boto3",
+                "--workers",
+                if name == "boto3_w8" { "8" } else { "32" },
+            ])),
+            false,
+            "map-style Dataset, one boto3 get_object per sample; DataLoader(batch_size=32, RandomSampler, num_workers=8 or 32)",
+        ),
+        "boto3_threads" => (
+            Launch::Python(py_args(&[
+                "--contender",
+                "boto3_threads",
+                "--workers",
+                "4",
+                "--threads",
+                "16",
+            ])),
+            false,
+            "as boto3, each worker fetching its batch with 16 threads (__getitems__); 4 workers",
+        ),
+        "s3torch_map" | "s3torch_iter" => (
+            match missing("s3torchconnector", "s3torchconnector") {
+                Some(e) => Launch::Missing(e),
+                None => Launch::Python(py_args(&[
+                    "--contender",
+                    name,
+                    "--workers",
+                    "8",
+                ])),
+            },
+            false,
+            "s3torchconnector S3MapDataset / S3IterableDataset(enable_sharding=True) .from_objects, force_path_style; DataLoader(batch_size=32, num_workers=8)",
+        ),
+        "streaming" => (
+            match missing("streaming", "mosaicml-streaming") {
+                Some(e) => Launch::Missing(e),
+                None => Launch::Python(py_args(&["--contender", "streaming", "--workers", "8"])),
+            },
+            false,
+            "mosaicml-streaming StreamingDataset(shuffle=True, batch_size=32) over MDS shards (MDSWriter defaults: 64 MiB, uncompressed) in the same store, a fresh local cache per run; DataLoader(batch_size=32, num_workers=8)",
+        ),
+        other => {
+            return Err(format!(
+                "--contenders: unknown contender {other:?} (known: {})",
+                ALL.join(", ")
+            ))
+        }
+    };
+    Ok(Contender {
+        name: name.to_owned(),
+        launch,
+        agent,
+        settings,
+    })
+}
+
+/// Builds `bench/stall_consume.c` against libgranary.so (built by
+/// `bench/run stall`) into `dir`.
+fn build_c_loader(root: &Path, dir: &Path) -> Result<PathBuf> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| root.join("target"), PathBuf::from)
+        .join("release");
+    if !target.join("libgranary.so").is_file() {
+        return Err(format!(
+            "{}/libgranary.so is missing (cargo build --release -p granary-client)",
+            target.display()
+        ));
+    }
+    let out = dir.join("stall_consume");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+    let status = Command::new(&cc)
+        .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"])
+        .arg(format!("-I{}", root.join("client-c/include").display()))
+        .arg(root.join("bench/stall_consume.c"))
+        .arg("-o")
+        .arg(&out)
+        .arg(format!("-L{}", target.display()))
+        .arg(format!("-Wl,-rpath,{}", target.display()))
+        .arg("-lgranary")
+        .status()
+        .map_err(|e| format!("{cc}: {e}"))?;
+    if status.success() {
+        Ok(out)
+    } else {
+        Err(format!("{cc} bench/stall_consume.c: {status}"))
+    }
+}
+
+/// Writes the MDS shards of the streaming contender into the bucket
+/// (`bench/stall_mds.py`).
+fn write_mds(python: &str, root: &Path, weed: &Seaweed, keys: &Path, ds: &Dataset) -> Result<()> {
+    let work = weed.dir().join("mds-work");
+    let out = Command::new(python)
+        .arg(root.join("bench/stall_mds.py"))
+        .arg("--keys")
+        .arg(keys)
+        .arg("--local-root")
+        .arg(&ds.spec.root)
+        .args(["--endpoint", &weed.endpoint(), "--bucket", weed.bucket()])
+        .args(["--prefix", MDS_PREFIX])
+        .arg("--work")
+        .arg(&work)
+        .envs(weed.env())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("stall_mds.py: {e}"))?;
+    let _ = std::fs::remove_dir_all(&work);
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!("stall_mds.py exited with {}: {text}", out.status));
+    }
+    println!("MDS shards for streaming: {}", text.trim());
+    Ok(())
+}
+
+/// What every run shares.
+struct Ctx {
+    python: String,
+    root: PathBuf,
+    weed: Seaweed,
+    proxy: DelayProxy,
+    keys: PathBuf,
+    ds: Dataset,
+    batch: u32,
+    batches: u64,
+    window_s: f64,
+    warmup: u64,
+    quiet: Duration,
+}
+
+/// CPU counters at one edge of a window.
+struct Mark {
+    at: Instant,
+    client: Duration,
+    threads: Vec<(String, Duration)>,
+    weed: Duration,
+    machine: MachineCpu,
+}
+
+impl Mark {
+    fn take(child: u32, weed: Option<u32>) -> Mark {
+        Mark {
+            at: Instant::now(),
+            client: tree_cpu(child),
+            threads: sys::thread_cpu(),
+            weed: weed.map_or(Duration::ZERO, process_cpu),
+            machine: MachineCpu::read(),
+        }
+    }
+}
+
+/// (proxy, agent) CPU seconds between two snapshots of this process's
+/// threads: the agent is every thread but the proxy's and the main one.
+fn split_own(a: &[(String, Duration)], b: &[(String, Duration)]) -> (f64, f64) {
+    let total = |s: &[(String, Duration)], skip: &dyn Fn(&str) -> bool| -> Duration {
+        s.iter().filter(|(n, _)| !skip(n)).map(|(_, d)| *d).sum()
+    };
+    let proxy = sys::cpu_of(b, "delay-proxy").saturating_sub(sys::cpu_of(a, "delay-proxy"));
+    let main = sys::cpu_of(b, "stall").saturating_sub(sys::cpu_of(a, "stall"));
+    let all = total(b, &|_| false).saturating_sub(total(a, &|_| false));
+    (
+        proxy.as_secs_f64(),
+        all.saturating_sub(proxy).saturating_sub(main).as_secs_f64(),
+    )
+}
+
+/// One run of one contender at the proxy's current delay.
+fn measure(ctx: &Ctx, c: &Contender, step_ms: f64) -> Run {
+    if !ctx.quiet.is_zero() {
+        sys::wait_quiet(ctx.quiet);
+    }
+    measure_once(ctx, c, step_ms).unwrap_or_else(Run::failed)
+}
+
+fn measure_once(ctx: &Ctx, c: &Contender, step_ms: f64) -> Result<Run> {
+    let t_setup = Instant::now();
+    let agent = if c.agent {
+        let mut settings = ctx.weed.settings_via(ctx.proxy.local_addr());
+        settings.request_timeout = Duration::from_secs(30);
+        let mut cfg = AgentSettings::new_s3(
+            1 << 30,
+            S3Dataset {
+                name: DATASET.to_owned(),
+                settings,
+                prefix: PREFIX.to_owned(),
+                extra: Vec::new(),
+            },
+        );
+        cfg.window_batches = 64;
+        cfg.max_inflight_reads = 1024;
+        Some(Agent::start(&cfg).map_err(|e| format!("agent: {e}"))?)
+    } else {
+        None
+    };
+    // The streaming contender's local cache: fresh for every run, so its
+    // shards come from the store.
+    let cache = ctx.weed.dir().join(format!(
+        "mds-cache-{}",
+        RUN_NO.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let socket = agent
+        .as_ref()
+        .map(|a| a.socket().display().to_string())
+        .unwrap_or_default();
+    let (batch, step) = (ctx.batch.to_string(), format!("{step_ms:.3}"));
+    let (warm, batches, window) = (
+        ctx.warmup.to_string(),
+        ctx.batches.to_string(),
+        ctx.window_s.to_string(),
+    );
+    let mut cmd = match &c.launch {
+        Launch::Missing(e) => return Err(format!("not run: {e}")),
+        Launch::C(bin) => {
+            let mut cmd = Command::new(bin);
+            cmd.args([
+                socket.as_str(),
+                DATASET,
+                &batch,
+                &step,
+                &warm,
+                &batches,
+                &window,
+                &SEED.to_string(),
+            ]);
+            cmd
+        }
+        Launch::Python(args) => {
+            let mut cmd = Command::new(&ctx.python);
+            cmd.arg(ctx.root.join("bench/stall_train.py"))
+                .args(args)
+                .args(["--batch", &batch, "--step-ms", &step])
+                .args(["--warmup-batches", &warm, "--batches", &batches])
+                .args(["--window-s", &window, "--seed", &SEED.to_string()])
+                .arg("--keys")
+                .arg(&ctx.keys)
+                .arg("--local-root")
+                .arg(&ctx.ds.spec.root)
+                .args(["--endpoint", &format!("http://{}", ctx.proxy.local_addr())])
+                .args(["--bucket", ctx.weed.bucket(), "--marks"]);
+            if c.agent {
+                cmd.args(["--socket", &socket, "--dataset", DATASET]);
+            }
+            if c.name == "streaming" {
+                cmd.args([
+                    "--remote",
+                    &format!("s3://{}/{MDS_PREFIX}", ctx.weed.bucket()),
+                ])
+                .arg("--cache")
+                .arg(&cache)
+                .env(
+                    "S3_ENDPOINT_URL",
+                    format!("http://{}", ctx.proxy.local_addr()),
+                );
+            }
+            cmd
+        }
+    };
+    let setup_s = t_setup.elapsed().as_secs_f64();
+    let mut child = cmd
+        .envs(ctx.weed.env())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", c.name))?;
+    let pid = child.id();
+    let out = child.stdout.take().ok_or("no stdout")?;
+    let weed = ctx.weed.pid();
+    let (mut m0, mut m1, mut line) = (None, None, None);
+    for l in BufReader::new(out).lines() {
+        let l = l.map_err(|e| e.to_string())?;
+        match l.trim() {
+            "mark window-start" => m0 = Some(Mark::take(pid, weed)),
+            "mark window-end" => m1 = Some(Mark::take(pid, weed)),
+            l if l.starts_with('{') => line = Some(l.to_owned()),
+            l => println!("    {}: {l}", c.name),
+        }
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&cache);
+    let line = line
+        .filter(|_| status.success())
+        .ok_or_else(|| format!("{} exited with {status}", c.name))?;
+    let (Some(a), Some(b)) = (m0, m1) else {
+        return Err(format!("{}: no window marks", c.name));
+    };
+    let mut r = Run::from_loader_line(&line, setup_s)?;
+    let secs = b.at.duration_since(a.at).as_secs_f64().max(1e-9);
+    r.client_cpu_s = b.client.saturating_sub(a.client).as_secs_f64();
+    (r.proxy_cpu_s, r.agent_cpu_s) = split_own(&a.threads, &b.threads);
+    r.store_cpu_s = b.weed.saturating_sub(a.weed).as_secs_f64();
+    let (busy, _, _) = b.machine.since(&a.machine);
+    let ours = (r.client_cpu_s + r.proxy_cpu_s + r.agent_cpu_s + r.store_cpu_s) / secs;
+    r.others_cores = (busy - ours).max(0.0);
+    Ok(r)
+}
+
+fn print_run(name: &str, r: &Run) {
+    if let Some(e) = &r.error {
+        println!("  {name}: FAILED: {e}");
+        return;
+    }
+    println!(
+        "  {name}: idle {:.1} % ({:.1} % from the start), {:.0} img/s, wait p50 {:.1} ms p99 {:.1} ms, first batch {:.2} s; CPU µs/sample: loader {:.0} (agent {:.0}), proxy {:.0}, store {:.0}; others {:.2} cores",
+        r.idle * 100.0,
+        r.idle_from_start * 100.0,
+        r.img_per_s,
+        r.wait_p50_ms,
+        r.wait_p99_ms,
+        r.first_batch_s,
+        r.loader_us(),
+        r.agent_cpu_s / r.samples.max(1) as f64 * 1e6,
+        r.proxy_us(),
+        r.store_us(),
+        r.others_cores
+    );
+}
+
+/// The GPU step: the shortest that the local-disk DataLoader keeps ≥ 95 %
+/// busy (see the module documentation). Returns (step ms, the loader's
+/// rate with no step, its idle fraction at the step).
+fn calibrate(ctx: &Ctx) -> Result<(f64, f64, f64)> {
+    let local = Contender {
+        name: "local".to_owned(),
+        launch: Launch::Python(py_args(&[
+            "--contender",
+            "local",
+            "--workers",
+            &granary_bench::cpu::online_cpus().to_string(),
+        ])),
+        agent: false,
+        settings: "",
+    };
+    let free = measure(ctx, &local, 0.0);
+    print_run("local disk, no GPU step", &free);
+    if let Some(e) = &free.error {
+        return Err(format!("calibration: {e}"));
+    }
+    let mut step = f64::from(ctx.batch) / (0.95 * free.img_per_s) * 1e3;
+    for _ in 0..=CALIBRATION_GROWTHS {
+        let r = measure(ctx, &local, step);
+        print_run(&format!("local disk, step {step:.2} ms"), &r);
+        if let Some(e) = &r.error {
+            return Err(format!("calibration: {e}"));
+        }
+        if r.idle <= stall_stats::GOAL_IDLE {
+            return Ok((step, free.img_per_s, r.idle));
+        }
+        step *= 1.25;
+    }
+    Err(format!(
+        "calibration: the local-disk loader never got under {} % idle",
+        stall_stats::GOAL_IDLE * 100.0
+    ))
+}
+
+fn run() -> Result<()> {
+    let args = Args::parse(std::env::args().skip(1), &["quick"], USAGE)?;
+    let quick = args.flag("quick");
+    let q = |full: u64, short: u64| if quick { short } else { full };
+    let rtts = args.list("rtt", &[0, 10, 50, 100, 200])?;
+    let names: Vec<String> = args
+        .string("contenders", &ALL.join(","))
+        .split(',')
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect();
+    if names.first().map(String::as_str) != Some("granary") {
+        return Err(
+            "--contenders: the list must start with granary (the goal is judged on it)".into(),
+        );
+    }
+    if let Some(bad) = names.iter().find(|n| !ALL.contains(&n.as_str())) {
+        return Err(format!(
+            "--contenders: unknown contender {bad:?} (known: {})",
+            ALL.join(", ")
+        ));
+    }
+    let reps = args.u64("reps", q(3, 2))?.max(1);
+    let files = args.u64("files", q(20_000, 6_000))?;
+    let mean = args.u64("mean-size", 110_000)?;
+    let batch = args.u32("batch", 32)?.max(1);
+    let batches = args.u64("batches", q(400, 150))?.max(1);
+    let window_s: f64 = args
+        .string("window-s", if quick { "12" } else { "30" })
+        .parse()
+        .ok()
+        .filter(|x: &f64| x.is_finite() && *x > 0.0)
+        .ok_or("--window-s: not a positive number of seconds")?;
+    let warmup = args.u64("warmup-batches", 5)?;
+    let step_arg = args.string("step-ms", "");
+    let quiet_s: f64 = args
+        .string("quiet-wait-s", "5")
+        .parse()
+        .ok()
+        .filter(|x: &f64| x.is_finite() && *x >= 0.0)
+        .ok_or("--quiet-wait-s: not a number of seconds")?;
+    let python = match args.string("python", "") {
+        p if !p.is_empty() => p,
+        _ => std::env::var("PYTHON")
+            .ok()
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| "python3".to_owned()),
+    };
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("no repository root")?
+        .to_path_buf();
+    let plot = match args.string("plot", "").as_str() {
+        "" => Some(root.join("docs/stall.png")),
+        "none" => None,
+        p => Some(PathBuf::from(p)),
+    };
+    let consumed = (warmup + batches) * u64::from(batch);
+    if consumed > files {
+        return Err(format!(
+            "--files {files} is smaller than the {consumed} samples a run may consume (warm-up + batches) × batch"
+        ));
+    }
+
+    let regime_before = sys::regime();
+    println!("stall: {regime_before}");
+    println!("stall: CPU {}", cpu_model());
+    let t_all = Instant::now();
+    let ds = data::ensure(&data::spec(files, mean, 100)).map_err(|e| format!("dataset: {e}"))?;
+    println!(
+        "dataset: {} files, {:.3} GB, mean {:.0} bytes ({})",
+        ds.len(),
+        ds.bytes as f64 / 1e9,
+        ds.bytes as f64 / ds.len().max(1) as f64,
+        ds.spec.root.display()
+    );
+    let weed = Seaweed::try_start(BUCKET)?;
+    println!(
+        "SeaweedFS: S3 on {} (pid {})",
+        weed.endpoint(),
+        weed.pid().unwrap_or(0)
+    );
+    s3_data::upload(&weed, &ds, PREFIX)?;
+    println!(
+        "SeaweedFS idle {:.1} s after the ingest",
+        s3_data::settle(&weed).as_secs_f64()
+    );
+    let keys = s3_data::write_keys(&weed, &ds, PREFIX)?;
+    let c_loader = build_c_loader(&root, weed.dir());
+    let mut contenders = names
+        .iter()
+        .map(|n| contender(n, &python, &c_loader))
+        .collect::<Result<Vec<_>>>()?;
+    for c in &mut contenders {
+        if c.name == "streaming" && matches!(c.launch, Launch::Python(_)) {
+            if let Err(e) = write_mds(&python, &root, &weed, &keys, &ds) {
+                c.launch = Launch::Missing(e);
+            }
+        }
+    }
+    for c in &contenders {
+        match &c.launch {
+            Launch::Missing(e) => println!("contender {}: NOT RUN: {e}", c.name),
+            _ => println!("contender {}: {}", c.name, c.settings),
+        }
+    }
+    let proxy = DelayProxy::start(
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        weed.s3_addr(),
+        Duration::ZERO,
+        None,
+    )
+    .map_err(|e| format!("delay proxy: {e}"))?;
+    println!("delay proxy: {} -> {}", proxy.local_addr(), weed.s3_addr());
+    let ctx = Ctx {
+        python: python.clone(),
+        root: root.clone(),
+        weed,
+        proxy,
+        keys,
+        ds,
+        batch,
+        batches,
+        window_s,
+        warmup,
+        quiet: Duration::from_secs_f64(quiet_s),
+    };
+
+    let (step_ms, local_rate, local_idle) = if step_arg.is_empty() {
+        println!("--- calibrating the GPU step on the local-disk DataLoader");
+        calibrate(&ctx)?
+    } else {
+        let s: f64 = step_arg
+            .parse()
+            .ok()
+            .filter(|x: &f64| x.is_finite() && *x >= 0.0)
+            .ok_or("--step-ms: not a number of ms")?;
+        (s, f64::NAN, f64::NAN)
+    };
+    println!(
+        "GPU step: {step_ms:.2} ms per batch of {batch} ({:.0} img/s when never waiting); local-disk loader: {local_rate:.0} img/s with no step, idle {:.1} % at this step",
+        f64::from(batch) / step_ms * 1e3,
+        local_idle * 100.0
+    );
+
+    let mut runs: Vec<Vec<Vec<Run>>> = vec![vec![Vec::new(); rtts.len()]; contenders.len()];
+    for (i, &rtt) in rtts.iter().enumerate() {
+        ctx.proxy.set_delay(Duration::from_micros(rtt * 500));
+        println!("--- RTT {rtt} ms");
+        for rep in 0..reps {
+            for (k, c) in contenders.iter().enumerate() {
+                let r = measure(&ctx, c, step_ms);
+                print_run(&format!("{} (run {})", c.name, rep + 1), &r);
+                runs[k][i].push(r);
+            }
+        }
+    }
+    let Ctx {
+        weed, proxy, keys, ..
+    } = ctx;
+    drop(proxy);
+    drop(weed);
+    let _ = std::fs::remove_file(&keys);
+
+    // Medians, table, goal.
+    let columns: Vec<(String, Vec<Cell>)> = contenders
+        .iter()
+        .zip(&runs)
+        .map(|(c, per_rtt)| {
+            (
+                c.name.clone(),
+                per_rtt.iter().map(|r| Cell::of(r)).collect(),
+            )
+        })
+        .collect();
+    println!(
+        "\nGPU-idle fraction in the window (median of {reps} runs; from the start; img/s; loader CPU µs per sample), step {step_ms:.2} ms:"
+    );
+    println!(
+        "| RTT ms | {} |",
+        columns
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    for (i, rtt) in rtts.iter().enumerate() {
+        let cells: Vec<String> = columns
+            .iter()
+            .map(|(_, cells)| {
+                let c = &cells[i];
+                if c.ok == 0 {
+                    "failed".to_owned()
+                } else {
+                    format!(
+                        "{:.1} % ({:.1} %; {:.0}; {:.0})",
+                        c.idle * 100.0,
+                        c.idle_from_start * 100.0,
+                        c.img_per_s,
+                        c.loader_us
+                    )
+                }
+            })
+            .collect();
+        println!("| {rtt} | {} |", cells.join(" | "));
+    }
+    let at = rtts.iter().position(|&r| r == GOAL_RTT_MS);
+    let empty = Cell::of(&[]);
+    let cell = |k: usize| at.map_or(&empty, |i| &columns[k].1[i]);
+    let others: Vec<(&str, &Cell)> = columns
+        .iter()
+        .enumerate()
+        .skip(1)
+        .filter(|(_, (n, _))| !n.starts_with("granary"))
+        .map(|(k, (n, _))| (n.as_str(), cell(k)))
+        .collect();
+    let goal = Goal::judge(cell(0), &others);
+    println!(
+        "goal at {GOAL_RTT_MS} ms: granary idle {:.1} % (goal ≤ {:.0} %: {}); loader CPU {:.0} µs/sample against the best contender's {} (goal ≤ {}×: {})",
+        goal.idle * 100.0,
+        stall_stats::GOAL_IDLE * 100.0,
+        stall_stats::verdict(goal.idle_met),
+        goal.granary_us,
+        goal.best
+            .as_ref()
+            .map_or("(none measured)".to_owned(), |(n, v)| format!("{v:.0} µs ({n})")),
+        stall_stats::GOAL_CPU_RATIO,
+        stall_stats::verdict(goal.cpu_met)
+    );
+    for (n, c) in &others {
+        println!("  {n} at {GOAL_RTT_MS} ms: idle {:.1} %", c.idle * 100.0);
+    }
+    let regime_after = sys::regime();
+    println!("after: {regime_after}");
+
+    let mut j = stall_stats::summary_json(&rtts, &columns, &goal);
+    j.num("step_ms", step_ms, 3)
+        .num("local_disk_img_per_s", local_rate, 0)
+        .num("local_disk_idle_at_step", local_idle, 4)
+        .int("batch", u64::from(batch))
+        .int("reps", reps)
+        .int("batches_per_run", batches)
+        .num("window_s", window_s, 1)
+        .int("files", files)
+        .int("mean_size", mean)
+        .str("cpu_model", &cpu_model())
+        .int("cpus", granary_bench::cpu::online_cpus() as u64)
+        .str("regime_before", &regime_before)
+        .str("regime_after", &regime_after)
+        .num("total_s", t_all.elapsed().as_secs_f64(), 0);
+    for c in &contenders {
+        if let Launch::Missing(e) = &c.launch {
+            j.str(&format!("{}_not_run", c.name), e);
+        }
+    }
+    let line = j.line();
+    if let Some(plot) = plot {
+        match report::draw(&python, &root.join("bench/stall_plot.py"), &line, &plot) {
+            Ok(()) => println!("plot: {}", plot.display()),
+            Err(e) => println!("plot: not drawn: {e}"),
+        }
+    }
+    println!("{line}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_threads_split_into_proxy_and_agent() {
+        let s = |v: &[(&str, u64)]| -> Vec<(String, Duration)> {
+            v.iter()
+                .map(|(n, ms)| ((*n).to_owned(), Duration::from_millis(*ms)))
+                .collect()
+        };
+        let a = s(&[("stall", 100), ("delay-proxy", 10), ("granary-engine", 5)]);
+        let b = s(&[
+            ("stall", 150),
+            ("delay-proxy", 40),
+            ("granary-engine", 25),
+            ("granary-s3", 30),
+        ]);
+        let (proxy, agent) = split_own(&a, &b);
+        assert!((proxy - 0.030).abs() < 1e-9);
+        assert!((agent - 0.050).abs() < 1e-9);
+    }
+
+    #[test]
+    fn contender_names_are_checked() {
+        let none: Result<PathBuf> = Err("no C loader".into());
+        assert!(contender("nope", "python3", &none).is_err());
+        let c = contender("granary_c", "python3", &none).unwrap();
+        assert!(matches!(c.launch, Launch::Missing(_)));
+        let c = contender("boto3_w32", "python3", &none).unwrap();
+        match c.launch {
+            Launch::Python(a) => assert!(a.windows(2).any(|w| w == ["--workers", "32"])),
+            other => panic!("{other:?}"),
+        }
+    }
+}

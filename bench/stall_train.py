@@ -1,0 +1,374 @@
+#!/usr/bin/env python3
+"""One contender of `bench/run stall`: a training loop whose GPU step is a
+sleep, fed by one data loader, timed batch by batch.
+
+    stall_train.py --contender NAME --batch 32 --step-ms 20 \
+        [--warmup-batches 5] [--batches 200] [--window-s 20] [--marks] ...
+
+Contenders (every one delivers the same thing to the loop: per batch, the
+samples' bytes concatenated into one uint8 tensor, their lengths and their
+labels; every sample's length and magic are checked):
+
+  local           DataLoader over the dataset's files on local disk (the
+                  GPU step's calibration), --workers processes
+  granary         granary.torch.GranaryDataset(batches=True) through a
+                  DataLoader(batch_size=None), --workers processes; needs
+                  --socket and --dataset
+  boto3           DataLoader over a map-style Dataset doing one boto3
+                  get_object per sample, --workers processes
+  boto3_threads   the same, each worker fetching its batch with a pool of
+                  --threads threads (Dataset.__getitems__)
+  s3torch_map     s3torchconnector's S3MapDataset.from_objects,
+                  DataLoader(shuffle=True), --workers processes
+  s3torch_iter    s3torchconnector's S3IterableDataset.from_objects
+                  (enable_sharding=True, keys in shuffled order),
+                  --workers processes
+  streaming       mosaicml-streaming's StreamingDataset over the MDS shards
+                  bench/stall_mds.py wrote into the store (--remote), cached
+                  in --cache (a fresh folder per run), shuffle=True,
+                  --workers processes
+
+The loop: `--warmup-batches` batches (worker start-up, first requests) are
+consumed and not measured; then batches are measured until `--batches` or
+`--window-s` seconds, whichever comes first. For each measured batch the
+time spent in `next()` is the GPU's wait; the GPU step then sleeps
+`--step-ms` (no CPU). With `--marks`, `mark window-start` and `mark
+window-end` lines let the caller read CPU counters at the window's edges.
+The last line is one JSON object; the process then kills its workers and
+exits at once.
+"""
+
+import argparse
+import json
+import os
+import random
+import signal
+import sys
+import time
+import warnings
+import zlib
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, Dataset, RandomSampler
+
+MAGIC = b"GRNSYNTH"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def read_keys(path):
+    keys, sizes = [], []
+    with open(path) as f:
+        for line in f:
+            k, s = line.rstrip("\n").split("\t")
+            keys.append(k)
+            sizes.append(int(s))
+    return keys, sizes
+
+
+def label_of(key):
+    """The class folder of `prefix/class/file` (the synthetic tree's layout)."""
+    parts = key.split("/")
+    return zlib.crc32(parts[-2].encode()) % 1000 if len(parts) >= 2 else 0
+
+
+def as_sample(body, expected, key):
+    if len(body) != expected or bytes(body[:8]) != MAGIC:
+        raise RuntimeError(f"{key}: {len(body)} bytes (expected {expected}), starts {bytes(body[:8])!r}")
+    return torch.frombuffer(bytearray(body), dtype=torch.uint8)
+
+
+def flat_collate(items):
+    """[(uint8 tensor, label)] -> (all bytes in one tensor, lengths, labels)."""
+    xs = [x for x, _ in items]
+    lengths = torch.tensor([len(x) for x in xs], dtype=torch.int64)
+    labels = torch.tensor([int(y) for _, y in items], dtype=torch.int64)
+    return torch.cat(xs), lengths, labels
+
+
+class LocalFiles(Dataset):
+    """Sample i is file root/keys[i] (prefix stripped), read whole."""
+
+    def __init__(self, root, keys, sizes):
+        self.paths = [os.path.join(root, k.split("/", 1)[1]) for k in keys]
+        self.keys, self.sizes = keys, sizes
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        with open(self.paths[i], "rb") as f:
+            body = f.read()
+        return as_sample(body, self.sizes[i], self.keys[i]), label_of(self.keys[i])
+
+
+class Boto3Samples(Dataset):
+    """Sample i is object keys[i]: one get_object, body read whole."""
+
+    def __init__(self, endpoint, bucket, keys, sizes, pool):
+        self.endpoint, self.bucket, self.keys, self.sizes, self.pool = endpoint, bucket, keys, sizes, pool
+        self._client = None
+        self._pid = None
+
+    def __len__(self):
+        return len(self.keys)
+
+    def client(self):
+        # boto3 clients must not cross a fork: one per worker process.
+        if self._client is None or self._pid != os.getpid():
+            import boto3
+            from botocore.config import Config
+
+            self._client = boto3.session.Session().client(
+                "s3",
+                endpoint_url=self.endpoint,
+                config=Config(
+                    s3={"addressing_style": "path"},
+                    retries={"max_attempts": 5, "mode": "standard"},
+                    max_pool_connections=self.pool,
+                ),
+            )
+            self._pid = os.getpid()
+        return self._client
+
+    def __getitem__(self, i):
+        body = self.client().get_object(Bucket=self.bucket, Key=self.keys[i])["Body"].read()
+        return as_sample(body, self.sizes[i], self.keys[i]), label_of(self.keys[i])
+
+
+class Boto3ThreadedSamples(Boto3Samples):
+    """The ConcurrentDataloader recipe: a worker fetches its whole batch with
+    a pool of threads (one boto3 client, thread-safe, shared by the pool)."""
+
+    def __init__(self, endpoint, bucket, keys, sizes, threads):
+        super().__init__(endpoint, bucket, keys, sizes, pool=threads)
+        self.threads = threads
+        self._pool = None
+        self._pool_pid = None
+
+    def __getitems__(self, indices):
+        from concurrent.futures import ThreadPoolExecutor
+
+        if self._pool is None or self._pool_pid != os.getpid():
+            self.client()
+            self._pool = ThreadPoolExecutor(max_workers=self.threads)
+            self._pool_pid = os.getpid()
+        return list(self._pool.map(self.__getitem__, indices))
+
+
+def s3torch_config():
+    from s3torchconnector import S3ClientConfig
+
+    # SeaweedFS serves buckets by path, not by virtual host.
+    return S3ClientConfig(force_path_style=True)
+
+
+def build_loader(a):
+    mp = {"multiprocessing_context": "fork"} if a.workers > 0 else {}
+    g = torch.Generator()
+    g.manual_seed(a.seed)
+    c = a.contender
+    if c == "granary":
+        try:
+            import granary  # noqa: F401
+        except ImportError:
+            sys.path.insert(0, str(REPO / "client-c" / "python"))
+        from granary.torch import GranaryDataset
+
+        def collate(xs, labels):
+            for x in xs:
+                if bytes(x[:8].numpy()) != MAGIC:
+                    raise RuntimeError("a sample without the synthetic header")
+            return torch.cat(list(xs)), torch.tensor([len(x) for x in xs], dtype=torch.int64), labels
+
+        ds = GranaryDataset(a.dataset, a.socket, batch_size=a.batch, seed=a.seed, batches=True,
+                            collate=collate, epochs=1, timeout=120.0)
+        return DataLoader(ds, batch_size=None, num_workers=a.workers, **mp)
+    keys, sizes = read_keys(a.keys)
+    if c in ("local", "boto3", "boto3_threads", "s3torch_map"):
+        if c == "local":
+            ds = LocalFiles(a.local_root, keys, sizes)
+        elif c == "boto3":
+            ds = Boto3Samples(a.endpoint, a.bucket, keys, sizes, pool=4)
+        elif c == "boto3_threads":
+            ds = Boto3ThreadedSamples(a.endpoint, a.bucket, keys, sizes, threads=a.threads)
+        else:
+            from s3torchconnector import S3MapDataset
+
+            size_of = dict(zip(keys, sizes))
+
+            def transform(obj):
+                key = obj.key
+                return as_sample(obj.read(), size_of[key], key), label_of(key)
+
+            ds = S3MapDataset.from_objects([f"s3://{a.bucket}/{k}" for k in keys], region=a.region,
+                                           endpoint=a.endpoint, transform=transform,
+                                           s3client_config=s3torch_config())
+        # Permutation after permutation: the window never crosses an epoch's end.
+        sampler = RandomSampler(ds, replacement=False, num_samples=len(keys) * 100, generator=g)
+        return DataLoader(ds, batch_size=a.batch, sampler=sampler, num_workers=a.workers,
+                          collate_fn=flat_collate, **mp)
+    if c == "s3torch_iter":
+        from s3torchconnector import S3IterableDataset
+
+        size_of = dict(zip(keys, sizes))
+        order = list(keys)
+        random.Random(a.seed).shuffle(order)
+
+        def transform(obj):
+            key = obj.key
+            return as_sample(obj.read(), size_of[key], key), label_of(key)
+
+        ds = S3IterableDataset.from_objects([f"s3://{a.bucket}/{k}" for k in order], region=a.region,
+                                            endpoint=a.endpoint, transform=transform, enable_sharding=True,
+                                            s3client_config=s3torch_config())
+        return DataLoader(ds, batch_size=a.batch, num_workers=a.workers, collate_fn=flat_collate, **mp)
+    if c == "streaming":
+        from streaming import StreamingDataset
+        from streaming.base.util import clean_stale_shared_memory
+
+        # Earlier runs were killed; their shared memory must not confuse this one.
+        clean_stale_shared_memory()
+
+        class MdsSamples(StreamingDataset):
+            def __getitem__(self, i):
+                obj = super().__getitem__(i)
+                return as_sample(obj["x"], obj["n"], f"mds sample {i}"), obj["y"]
+
+        # S3_ENDPOINT_URL (set by the caller) points the library's boto3 client at the proxy.
+        ds = MdsSamples(remote=a.remote, local=a.cache, shuffle=True, shuffle_seed=a.seed, batch_size=a.batch)
+        return DataLoader(ds, batch_size=a.batch, num_workers=a.workers, collate_fn=flat_collate, **mp)
+    raise SystemExit(f"stall_train: unknown contender {c!r}")
+
+
+def child_pids():
+    me = os.getpid()
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if int(stat[stat.rfind(")") + 2:].split()[1]) == me:
+            out.append(int(name))
+    return out
+
+
+def finish(code, message=None, result=None):
+    for pid in child_pids():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    if message:
+        print(f"stall_train: {message}", file=sys.stderr, flush=True)
+    if result is not None:
+        print(json.dumps(result), flush=True)
+    os._exit(code)
+
+
+def percentile(sorted_values, p):
+    """Nearest rank, as the Rust side's report::percentile."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(1, min(len(sorted_values), int(-(-p * len(sorted_values) // 100))))
+    return sorted_values[rank - 1]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--contender", required=True)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--step-ms", type=float, required=True)
+    ap.add_argument("--warmup-batches", type=int, default=5)
+    ap.add_argument("--batches", type=int, default=200)
+    ap.add_argument("--window-s", type=float, default=20.0)
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--keys")
+    ap.add_argument("--local-root")
+    ap.add_argument("--endpoint")
+    ap.add_argument("--bucket")
+    ap.add_argument("--region", default=os.environ.get("AWS_REGION", "us-east-1"))
+    ap.add_argument("--socket")
+    ap.add_argument("--dataset")
+    ap.add_argument("--remote", help="streaming: s3://bucket/prefix of the MDS shards")
+    ap.add_argument("--cache", help="streaming: the local cache folder")
+    ap.add_argument("--marks", action="store_true")
+    ap.add_argument("--limit-s", type=float, default=300.0, help="give up (exit 1) after this long")
+    a = ap.parse_args()
+    import threading
+
+    guard = threading.Timer(a.limit_s, lambda: finish(1, f"{a.contender}: gave up after {a.limit_s} s"))
+    guard.daemon = True
+    guard.start()
+    warnings.filterwarnings("ignore", message=".*worker processes in total.*")
+
+    def mark(what):
+        if a.marks:
+            print(f"mark {what}", flush=True)
+
+    t_start = time.monotonic()
+    t1 = t0 = t_start
+    step = a.step_ms / 1000.0
+    samples = 0
+    try:
+        loader = build_loader(a)
+        it = iter(loader)
+        first_batch = None
+        for i in range(a.warmup_batches):
+            next(it)
+            if first_batch is None:
+                first_batch = time.monotonic() - t_start
+            time.sleep(step)
+        waits = []
+        mark("window-start")
+        t0 = time.monotonic()
+        while len(waits) < a.batches and time.monotonic() - t0 < a.window_s:
+            s = time.monotonic()
+            try:
+                x, lengths, labels = next(it)
+            except StopIteration:
+                break
+            waits.append(time.monotonic() - s)
+            if len(lengths) != len(labels) or int(lengths.sum()) != len(x):
+                raise RuntimeError("a batch whose lengths do not add up")
+            samples += len(lengths)
+            time.sleep(step)
+        t1 = time.monotonic()
+        mark("window-end")
+    except Exception as e:  # a worker's error arrives here
+        finish(1, f"{a.contender}: {type(e).__name__}: {e}")
+    wall = t1 - t0
+    w = sorted(waits)
+    versions = {"torch": torch.__version__}
+    for mod in ("boto3", "s3torchconnector", "streaming"):
+        if mod in sys.modules:
+            versions[mod] = getattr(sys.modules[mod], "__version__", "?")
+    finish(0, result={
+        "contender": a.contender,
+        "workers": a.workers,
+        "batch": a.batch,
+        "step_ms": a.step_ms,
+        "batches": len(waits),
+        "samples": samples,
+        "wall_s": wall,
+        "idle": sum(waits) / wall if wall > 0 else float("nan"),
+        "img_per_s": samples / wall if wall > 0 else float("nan"),
+        "wait_p50_ms": percentile(w, 50) * 1e3,
+        "wait_p99_ms": percentile(w, 99) * 1e3,
+        "first_batch_s": first_batch if first_batch is not None else float("nan"),
+        # From the loader's construction to the window's end: how long the
+        # GPU stepped, and the whole span (start-up included).
+        "busy_s": (a.warmup_batches + len(waits)) * step,
+        "run_s": t1 - t_start,
+        **versions,
+    })
+
+
+if __name__ == "__main__":
+    main()
