@@ -178,6 +178,9 @@ struct Harness {
     engine: Engine,
     clock: ManualClock,
     script: Arc<Mutex<Script>>,
+    /// The connection id of the next session (one connection each, as
+    /// libgranary opens them).
+    next_conn: u64,
     _dir: tempfile::TempDir,
 }
 
@@ -248,6 +251,7 @@ fn harness_with(extra: &str, relaxed: bool, datasets: &[(&str, u64)]) -> Harness
         engine,
         clock,
         script,
+        next_conn: 0,
         _dir: dir,
     }
 }
@@ -289,7 +293,9 @@ impl Harness {
             .iter()
             .position(|d| d.name == dataset)
             .expect("a dataset of the harness");
-        let (opened, sid) = self.engine.open_session(0, ds, &req).unwrap();
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        let (opened, sid) = self.engine.open_session(conn, ds, &req).unwrap();
         let s = &self.engine.sessions[&sid];
         let mut segment =
             LoaderSegment::attach_fd(s.segment().fd().unwrap(), Some(opened.reply.instance_epoch))
@@ -905,4 +911,180 @@ fn a_session_of_huge_samples_pins_at_most_its_share_of_the_cache() {
     }
     assert!(ended, "a batch larger than the cap deadlocked its session");
     assert_eq!(batches, (SAMPLES / 8) as usize);
+}
+
+/// A whole session driven by a random loader script, beside an honest
+/// session: hostile sessions open with odd batch sizes, take batches and
+/// hoard them, release them twice, release forged and stale descriptors,
+/// fall silent past the client timeout, and close; the engine never fails
+/// a turn, its invariant check holds after every turn (debug builds and
+/// tests), the honest session gets every sample once per epoch byte for
+/// byte, and once the hostile sessions are gone nothing stays pinned. A new
+/// seed each run, printed (`GRANARY_SESSION_FUZZ_SEED` replays one).
+/// `GRANARY_SESSION_FUZZ_RUNS` scripts run one after the other (default 1;
+/// `scripts/soak.sh` runs more), from consecutive seeds.
+#[test]
+fn random_loader_scripts_never_hurt_the_engine_or_an_honest_session() {
+    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let first = env("GRANARY_SESSION_FUZZ_SEED").unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    let runs = env("GRANARY_SESSION_FUZZ_RUNS").unwrap_or(1);
+    println!("session fuzz: {runs} script(s) from GRANARY_SESSION_FUZZ_SEED={first}");
+    for seed in first..first.saturating_add(runs) {
+        one_loader_script(seed);
+    }
+}
+
+/// One random loader script (see above) from `seed`.
+fn one_loader_script(seed: u64) {
+    let mut state = seed;
+    let mut next = move || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        crate::planner::mix64(state)
+    };
+    const EPOCHS: u32 = 30;
+    let mut h = harness(
+        "sample_deadline_ms = 1500\n[sessions]\nclient_timeout_ms = 2000\n",
+        false,
+    );
+    h.auto(true);
+    let (honest_sid, mut honest) = h.open(8, EPOCHS);
+    let mut seen = vec![vec![0u32; SAMPLES as usize]; EPOCHS as usize];
+    let mut ended = false;
+    // (session, loader, batches taken and not released)
+    let mut hostile: Vec<(u64, Loader, Vec<BatchDescriptor>)> = Vec::new();
+    let (mut opened, mut refused, mut fenced) = (0, 0, 0);
+    for _ in 0..50_000 {
+        if ended {
+            break;
+        }
+        let pick = |n: usize, r: u64| (r % n.max(1) as u64) as usize;
+        match next() % 12 {
+            0 if hostile.len() < 4 => {
+                let batch = [1u32, 3, 8, 64, 65_536, 70_000][pick(6, next())];
+                let ds = 0;
+                let req = OpenSession {
+                    dataset: "fake".into(),
+                    seed: next(),
+                    rank: 0,
+                    world_size: 1,
+                    batch_size: batch,
+                    drop_last: next() % 2 == 0,
+                    first_epoch: 0,
+                    epoch_count: 1 + (next() % 3) as u32,
+                    ready_capacity: 0,
+                    release_capacity: 0,
+                    client_abi: 1,
+                    locality: None,
+                    first_batch: 0,
+                };
+                match h.engine.open_session(h.next_conn, ds, &req) {
+                    Ok((o, sid)) => {
+                        h.next_conn += 1;
+                        let s = &h.engine.sessions[&sid];
+                        let mut seg = LoaderSegment::attach_fd(
+                            s.segment().fd().unwrap(),
+                            Some(o.reply.instance_epoch),
+                        )
+                        .unwrap();
+                        let (ready, release) = seg.take_endpoints().unwrap();
+                        let arena = ArenaView::map(o.arena_fd, o.reply.arena_size).unwrap();
+                        let l = Loader {
+                            ready,
+                            release,
+                            arena,
+                            _segment: seg,
+                        };
+                        hostile.push((sid, l, Vec::new()));
+                        opened += 1;
+                    }
+                    Err(_) => refused += 1,
+                }
+            }
+            1 if !hostile.is_empty() => {
+                let (sid, _, _) = hostile.remove(pick(hostile.len(), next()));
+                h.engine.end_session(sid, None);
+            }
+            2 | 3 if !hostile.is_empty() => {
+                let i = pick(hostile.len(), next());
+                let (_, l, held) = &mut hostile[i];
+                held.extend(l.take().into_iter().map(|(d, _)| d));
+            }
+            4 | 5 if !hostile.is_empty() => {
+                let i = pick(hostile.len(), next());
+                let r = next();
+                let (_, l, held) = &mut hostile[i];
+                if !held.is_empty() {
+                    let d = held.remove(pick(held.len(), r));
+                    let rel = ReleaseDescriptor {
+                        seq: d.seq,
+                        token: d.token,
+                    };
+                    let _ = l.release.try_push(rel);
+                    if r % 4 == 0 {
+                        // Released twice.
+                        let _ = l.release.try_push(rel);
+                    }
+                }
+            }
+            6 if !hostile.is_empty() => {
+                let i = pick(hostile.len(), next());
+                let rel = ReleaseDescriptor {
+                    seq: next() % 8,
+                    token: next(),
+                };
+                let _ = hostile[i].1.release.try_push(rel);
+            }
+            7 => h.clock.advance(Duration::from_millis(next() % 1500)),
+            _ => {}
+        }
+        h.engine.turn().unwrap();
+        // Sessions the engine ended (fenced, silent, or finished and
+        // closed) leave the script.
+        let before = hostile.len();
+        hostile.retain(|(sid, _, _)| h.engine.sessions.contains_key(sid));
+        fenced += before - hostile.len();
+        assert!(
+            h.engine.sessions.contains_key(&honest_sid),
+            "the honest session was ended (seed {seed})"
+        );
+        // The honest loader is alive: it beats, as libgranary does; it
+        // reads on every other turn, so the script has time to act.
+        honest._segment.beat();
+        if next() % 2 == 0 {
+            h.clock.advance(Duration::from_millis(1));
+            continue;
+        }
+        for (d, t) in honest.take() {
+            for e in &t {
+                assert_eq!(e.status, 0, "seed {seed}");
+                let i = e.sample_id - 1000;
+                assert_eq!(honest.bytes(e), content(i), "sample {i}, seed {seed}");
+                seen[d.epoch as usize][i as usize] += 1;
+            }
+            honest.give_back(&d);
+            ended |= d.flags & BATCH_END_OF_STREAM != 0;
+        }
+        h.clock.advance(Duration::from_millis(1));
+    }
+    assert!(ended, "the honest session did not finish (seed {seed})");
+    for (epoch, counts) in seen.iter().enumerate() {
+        assert!(
+            counts.iter().all(|&c| c == 1),
+            "epoch {epoch}: not every sample exactly once (seed {seed}): {counts:?}"
+        );
+    }
+    for (sid, _, _) in hostile.drain(..) {
+        h.engine.end_session(sid, None);
+    }
+    h.engine.end_session(honest_sid, None);
+    h.turns(2);
+    let a = h.engine.cache.accounting();
+    assert_eq!(a.pinned, 0, "pins left behind (seed {seed}): {a:?}");
+    println!(
+        "session fuzz: {opened} hostile sessions opened, {refused} refused, {fenced} ended by the agent"
+    );
 }
