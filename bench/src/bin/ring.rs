@@ -29,6 +29,7 @@ use granary_bench::baseline::{self, BaseProducer, Variant};
 use granary_bench::cpu::{current_cpu, online_cpus, CpuSamples, Placement};
 use granary_bench::peer::{self, Peer};
 use granary_bench::report::{self, Json};
+use granary_bench::sys::cpu_model;
 use granary_shm::layout::{BatchDescriptor, ReleaseDescriptor};
 use granary_shm::memfd;
 use granary_shm::region::Region;
@@ -675,18 +676,6 @@ fn loadavg() -> String {
                 .join(" ")
         })
         .unwrap_or_else(|_| "?".to_owned())
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_owned())
-        })
-        .unwrap_or_else(|| "?".to_owned())
 }
 
 /// Median ns/item (whole runs and 1 Mi-item slices) of one case.
