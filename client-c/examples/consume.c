@@ -2,7 +2,7 @@
  * consume: reads every batch of a Granary session, checks every sample and
  * prints a one-line summary.
  *
- *   consume [-n] [-f|-s] SOCKET DATASET [BATCH_SIZE [EPOCHS [SEED [RANK WORLD_SIZE]]]]
+ *   consume [-n] [-f|-s] [-i] [-p MS] SOCKET DATASET [BATCH_SIZE [EPOCHS [SEED [RANK WORLD_SIZE]]]]
  *
  * libgranary checks every sample's CRC-32C before it hands a batch out (a
  * mismatch is a CORRUPT failed sample); -n turns that check off. This
@@ -16,6 +16,10 @@
  * checksum, file id = sample id, class = label, length, and the SplitMix64
  * body; one line per epoch (samples, bytes, seconds) precedes the summary,
  * and a `first_batch_ms=` line the time from session open to the first batch.
+ * With -i every delivered sample is printed as `sample EPOCH ID` and a
+ * `resumes=N` line (how often libgranary resumed the session after losing
+ * its agent) precedes the summary. With -p MS the program pauses MS
+ * milliseconds after each batch, like a training step.
  *
  * Exit status: 0 when every batch was read and every check passed, 1 on a
  * mismatch or a per-batch error, 2 on a usage or session error.
@@ -26,6 +30,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <time.h>
+#include <unistd.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,23 +171,44 @@ static int parse_u64(const char *text, uint64_t max, uint64_t *out) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: consume [-n] [-f|-s] SOCKET DATASET [BATCH_SIZE [EPOCHS [SEED [RANK WORLD_SIZE]]]]\n");
+            "usage: consume [-n] [-f|-s] [-i] [-p MS] SOCKET DATASET "
+            "[BATCH_SIZE [EPOCHS [SEED [RANK WORLD_SIZE]]]]\n");
 }
 
 int main(int argc, char **argv) {
-    int fixture = 0, synth = 0, no_library_crc = 0;
-    int argi = 1;
-    if (argi < argc && strcmp(argv[argi], "-n") == 0) {
-        no_library_crc = 1;
-        argi++;
+    int fixture = 0, synth = 0, no_library_crc = 0, print_ids = 0;
+    uint64_t pause_ms = 0;
+    int opt;
+    while ((opt = getopt(argc, argv, "nfsip:")) != -1) {
+        switch (opt) {
+        case 'n':
+            no_library_crc = 1;
+            break;
+        case 'f':
+            fixture = 1;
+            break;
+        case 's':
+            synth = 1;
+            break;
+        case 'i':
+            print_ids = 1;
+            break;
+        case 'p':
+            if (!parse_u64(optarg, 3600 * 1000, &pause_ms)) {
+                usage();
+                return 2;
+            }
+            break;
+        default:
+            usage();
+            return 2;
+        }
     }
-    if (argi < argc && strcmp(argv[argi], "-f") == 0) {
-        fixture = 1;
-        argi++;
-    } else if (argi < argc && strcmp(argv[argi], "-s") == 0) {
-        synth = 1;
-        argi++;
+    if (fixture && synth) {
+        usage();
+        return 2;
     }
+    int argi = optind;
     int rest = argc - argi;
     if (rest < 2 || rest > 7 || rest == 6) {
         usage();
@@ -289,6 +315,9 @@ int main(int argc, char **argv) {
                     errors++;
                     continue;
                 }
+                if (print_ids) {
+                    printf("sample %u %" PRIu64 "\n", granary_batch_epoch(batch), s.id);
+                }
                 samples++;
                 bytes += s.length;
                 epoch_samples++;
@@ -321,6 +350,10 @@ int main(int argc, char **argv) {
             t_epoch = t;
         }
         rc = granary_batch_release(session, batch);
+        if (pause_ms > 0) {
+            struct timespec ts = {(time_t)(pause_ms / 1000), (long)(pause_ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
         if (rc != GRANARY_OK) {
             fprintf(stderr, "consume: release: %s (%s)\n", granary_strerror(rc),
                     granary_last_error_message());
@@ -329,6 +362,13 @@ int main(int argc, char **argv) {
         }
     }
 
+    if (print_ids) {
+        uint32_t resumes = 0;
+        if (granary_session_resumes(session, &resumes) != GRANARY_OK) {
+            failed = 1;
+        }
+        printf("resumes=%u\n", resumes);
+    }
     printf("batches=%" PRIu64 " samples=%" PRIu64 " bytes=%" PRIu64 " errors=%" PRIu64
            " mismatches=%" PRIu64 "\n",
            batches, samples, bytes, errors, mismatches);
