@@ -7,16 +7,20 @@
 #              loader reads (agent/tests/kill_loop.rs), 300,000 mutated and
 #              300,000 random configuration files
 #              (agent/src/config/fuzz_tests.rs), 2,000 random loader scripts
-#              beside an honest session (agent/src/engine/tests.rs), and
-#              each cargo-fuzz target for FUZZ_SECONDS (default 300)
+#              beside an honest session (agent/src/engine/tests.rs), an
+#              honest loader next to each kind of misbehaving loader in
+#              60 s phases, the 0.9x goal asserted (agent/tests/neighbours.rs),
+#              and each cargo-fuzz target for FUZZ_SECONDS (default 300)
 #   --ci       the same kill loop (it takes ~20 s), 100,000 configuration
-#              files of each kind, 200 loader scripts, no cargo-fuzz runs
-#              (scripts/test.sh runs them for 30 s each in its fuzz step)
+#              files of each kind, 200 loader scripts, 3 s neighbour phases
+#              (>= 0.5x asserted, the 0.9x verdict printed), no cargo-fuzz
+#              runs (scripts/test.sh runs them for 30 s each in its fuzz step)
 #
 # Environment (overrides):
 #   GRANARY_SOAK_KILL_ROUNDS   kill-loop rounds
 #   GRANARY_CONFIG_FUZZ_CASES  configuration files of each kind
 #   GRANARY_SESSION_FUZZ_RUNS  random loader scripts
+#   GRANARY_NEIGHBOUR_SECONDS  seconds per neighbour phase
 #   FUZZ_SECONDS               seconds per cargo-fuzz target
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,13 +36,16 @@ export GRANARY_SOAK_KILL_ROUNDS="${GRANARY_SOAK_KILL_ROUNDS:-1000}"
 if [ "$ci" = 1 ]; then
     export GRANARY_CONFIG_FUZZ_CASES="${GRANARY_CONFIG_FUZZ_CASES:-100000}"
     export GRANARY_SESSION_FUZZ_RUNS="${GRANARY_SESSION_FUZZ_RUNS:-200}"
+    export GRANARY_NEIGHBOUR_SECONDS="${GRANARY_NEIGHBOUR_SECONDS:-3}"
 else
     export GRANARY_CONFIG_FUZZ_CASES="${GRANARY_CONFIG_FUZZ_CASES:-300000}"
     export GRANARY_SESSION_FUZZ_RUNS="${GRANARY_SESSION_FUZZ_RUNS:-2000}"
+    export GRANARY_NEIGHBOUR_SECONDS="${GRANARY_NEIGHBOUR_SECONDS:-60}"
     export FUZZ_SECONDS="${FUZZ_SECONDS:-300}"
 fi
 echo "soak: kill-loop rounds $GRANARY_SOAK_KILL_ROUNDS, configuration files" \
-    "$GRANARY_CONFIG_FUZZ_CASES of each kind, loader scripts $GRANARY_SESSION_FUZZ_RUNS, cargo-fuzz" \
+    "$GRANARY_CONFIG_FUZZ_CASES of each kind, loader scripts $GRANARY_SESSION_FUZZ_RUNS," \
+    "neighbour phases ${GRANARY_NEIGHBOUR_SECONDS} s, cargo-fuzz" \
     "$([ "$ci" = 1 ] && echo "not run here (scripts/test.sh fuzz step)" || echo "${FUZZ_SECONDS} s per target")"
 
 t=$SECONDS
@@ -55,6 +62,11 @@ t=$SECONDS
 cargo nextest run --release -p granary-agent --lib -E 'test(/random_loader_scripts/)' --no-capture 2>&1 \
     | grep -E '^session fuzz|PASS|FAIL|Summary'
 echo "soak: loader scripts done in $((SECONDS - t)) s"
+
+t=$SECONDS
+cargo nextest run --release -p granary-agent --test neighbours --no-capture 2>&1 \
+    | grep -E '^neighbours:|PASS|FAIL|Summary|panicked'
+echo "soak: neighbours done in $((SECONDS - t)) s"
 
 if [ "$ci" = 0 ]; then
     t=$SECONDS

@@ -30,8 +30,12 @@ cargo clippy --release -p granary-shm --features loom --all-targets -- -D warnin
 
 step "workspace tests"
 cargo build --release --workspace --all-targets
-cargo nextest run --release --workspace --no-fail-fast
+# The neighbours test runs in the soak step, where its figures are printed.
+cargo nextest run --release --workspace --no-fail-fast -E 'not binary(neighbours)'
 cargo test --release --workspace --doc
+
+step "systemd (granaryd under systemd-run where systemd runs this machine, else SKIPPED loudly)"
+cargo nextest run --release -p granary-agent --test systemd_units --no-capture -E 'test(/systemd_run/)'
 
 # #[ignore]d tests that can run here after all.
 ran_ignored=()
@@ -69,7 +73,7 @@ step "fuzz smoke"
 scripts/ci-shm.sh fuzz
 scripts/ci-peer.sh
 
-step "soak (CI counts: 1,000 kill-loop rounds, 100,000 configuration files of each kind)"
+step "soak (CI counts: 1,000 kill-loop rounds, 100,000 configuration files of each kind, 200 loader scripts, 3 s neighbour phases)"
 scripts/soak.sh --ci
 
 step "python"

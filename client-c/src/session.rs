@@ -33,6 +33,7 @@ use granary_shm::handshake::{
     AssignmentInfo, ErrorReply, Message, ViewChunk, ViewJoined, MAX_LAYOUT_BYTES, MAX_VIEW_BYTES,
 };
 use granary_shm::layout::{state, BATCH_END_OF_EPOCH, BATCH_END_OF_STREAM};
+use granary_shm::region::Region;
 use granary_shm::ring::{Consumer, Producer};
 use granary_shm::segment::LoaderSegment;
 use granary_shm::socket::{SeqPacket, SocketError};
@@ -467,6 +468,7 @@ impl Session {
                     let Some(resume) = self.resume.take() else {
                         return Err(e);
                     };
+                    self.let_go_of_the_arena();
                     match resume.reopen(&e, self.key) {
                         // The old session is dropped: it has nothing left
                         // to hand back to an agent that is gone.
@@ -477,6 +479,15 @@ impl Session {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Unmaps the lost agent's arena before waiting for the agent to come
+    /// back: a restarted agent may need that memory again (with
+    /// `arena.hugepages = "required"` and a pool that holds one arena, it
+    /// cannot start while the old arena's pages are mapped here). Batches
+    /// still on loan hold the mapping until they are released.
+    fn let_go_of_the_arena(&mut self) {
+        self.arena = ArenaView::from_region(Arc::new(Region::heap(0)));
     }
 
     /// [`next_batch`](Self::next_batch) from this session's agent only.
