@@ -3,7 +3,8 @@
 # cargo-fuzz runs of the frame decoder and the hello/handshake.
 #
 # usage: scripts/ci-peer.sh [STEP...]      (default: fuzz)
-#   fuzz        each cargo-fuzz target for FUZZ_SECONDS (default 20)
+#   fuzz        each cargo-fuzz target for FUZZ_SECONDS (default 20), after
+#               its regression inputs (scripts/fuzz.sh)
 #
 # Environment:
 #   FUZZ_SECONDS            seconds per fuzz target (default 20)
@@ -25,33 +26,8 @@ step() {
     log "<== ci-peer: $name done in $((SECONDS - t0)) s"
 }
 
-# Skips (or fails, with GRANARY_REQUIRE_NIGHTLY=1) a step that needs a tool.
-skipped() {
-    if [ "${GRANARY_REQUIRE_NIGHTLY:-0}" = 1 ]; then
-        log "ci-peer: $1 needs $2 and none could be had"
-        return 1
-    fi
-    log "ci-peer: SKIPPED $1: $2 could not be had (set GRANARY_REQUIRE_NIGHTLY=1 to fail)"
-}
-
 fuzz_smoke() {
-    if ! rustup run nightly rustc --version >/dev/null 2>&1; then
-        log "ci-peer: no nightly toolchain; trying to install it"
-        rustup toolchain install nightly --profile minimal >/dev/null 2>&1 ||
-            { skipped fuzz "a nightly toolchain"; return; }
-    fi
-    if ! cargo fuzz --version >/dev/null 2>&1; then
-        cargo install cargo-fuzz --locked >/dev/null 2>&1 ||
-            { skipped fuzz "cargo-fuzz"; return; }
-    fi
-    local t
-    for t in "${FUZZ_TARGETS[@]}"; do
-        log "ci-peer: fuzzing $t for ${FUZZ_SECONDS:-20} s"
-        (
-            cd peer/fuzz
-            cargo +nightly fuzz run "$t" -- -max_total_time="${FUZZ_SECONDS:-20}"
-        )
-    done
+    FUZZ_SECONDS="${FUZZ_SECONDS:-20}" scripts/fuzz.sh "${FUZZ_TARGETS[@]/#/peer/}"
 }
 
 main() {

@@ -7,7 +7,8 @@
 #   loom        loom models of the ring and of header publication
 #   miri        Miri over the ring, validation, lease and segment unit tests
 #   miri-full   Miri over every unit test of the crate (before a release)
-#   fuzz        each cargo-fuzz target for FUZZ_SECONDS (default 30)
+#   fuzz        each cargo-fuzz target for FUZZ_SECONDS (default 30), after
+#               its regression inputs (scripts/fuzz.sh)
 #
 # Environment:
 #   LOOM_MAX_PREEMPTIONS    loom's preemption bound (default 4 here)
@@ -77,16 +78,7 @@ miri_full() {
 
 fuzz_smoke() {
     have_nightly || { no_nightly fuzz; return; }
-    if ! cargo fuzz --version >/dev/null 2>&1; then
-        cargo install cargo-fuzz --locked
-    fi
-    local t
-    for t in "${FUZZ_TARGETS[@]}"; do
-        (
-            cd shm-protocol/fuzz
-            cargo +nightly fuzz run "$t" -- -max_total_time="${FUZZ_SECONDS:-30}"
-        )
-    done
+    FUZZ_SECONDS="${FUZZ_SECONDS:-30}" scripts/fuzz.sh "${FUZZ_TARGETS[@]/#/shm/}"
 }
 
 main() {

@@ -19,7 +19,7 @@ impl Clock for SystemClock {
     }
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod manual {
     use super::Clock;
     use std::sync::{Arc, Mutex};

@@ -22,6 +22,10 @@ mod assignment;
 mod clock;
 mod complete;
 mod fence_backoff;
+#[cfg(any(test, feature = "fuzzing"))]
+mod harness;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod loader_script;
 mod open;
 mod peers;
 mod peers_rdma;

@@ -8,9 +8,11 @@
 
 use super::*;
 use crate::engine::key;
+use crate::engine::Engine;
 use crate::peers::transport::{LinkTransport, Nic, OpenNic};
 use granary_rdma::fake::Fabric;
 use granary_rdma::verbs::{Opcode, WcStatus};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The requester: member 1. The owner: member 0 (it offers the queue
