@@ -10,9 +10,14 @@
 //! 256   capacity × T
 //! ```
 //!
-//! Nothing else: no validation of the peer's index, no cached copy of it (each
-//! batch loads it once), no parking and no wake-up, plain (non-volatile)
-//! copies of the items. Waits spin, bounded by a deadline.
+//! Nothing else: no validation of the peer's index, no parking and no
+//! wake-up, plain (non-volatile) copies of the items. Waits spin, bounded by
+//! a deadline. By default each batch loads the peer's index once;
+//! [`BaseProducer::set_cache_peer`] / [`BaseConsumer::set_cache_peer`] make
+//! an end keep a private copy of the peer's index and load the shared one
+//! only when the copy says the ring is full (producer) or empty (consumer):
+//! the minimal ring with cached peer indices, which touches the peer's cache
+//! line only when it must.
 //!
 //! For diagnosis only, a [`Variant`] adds back, piece by piece, what granary's
 //! ring does beyond this: volatile item copies ([`CopyMode`]), and after each
@@ -336,6 +341,9 @@ impl<T: RingItem> Raw<T> {
 pub struct BaseProducer<T: RingItem> {
     raw: Raw<T>,
     tail: u64,
+    /// Last head loaded (used only with `cache_peer`).
+    head_cache: u64,
+    cache_peer: bool,
     variant: Variant,
     flags_seen: u64,
     full_waits: u64,
@@ -345,6 +353,9 @@ pub struct BaseProducer<T: RingItem> {
 pub struct BaseConsumer<T: RingItem> {
     raw: Raw<T>,
     head: u64,
+    /// Last tail loaded (used only with `cache_peer`).
+    tail_cache: u64,
+    cache_peer: bool,
     variant: Variant,
     flags_seen: u64,
 }
@@ -365,9 +376,12 @@ pub unsafe fn producer<T: RingItem>(
 ) -> BaseProducer<T> {
     let raw = Raw::new(region, offset, capacity);
     let tail = raw.index(TAIL_AT).load(Ordering::Relaxed);
+    let head_cache = raw.index(HEAD_AT).load(Ordering::Acquire);
     BaseProducer {
         raw,
         tail,
+        head_cache,
+        cache_peer: false,
         variant: Variant::PLAIN,
         flags_seen: 0,
         full_waits: 0,
@@ -388,6 +402,8 @@ pub unsafe fn consumer<T: RingItem>(
     BaseConsumer {
         raw,
         head,
+        tail_cache: head,
+        cache_peer: false,
         variant: Variant::PLAIN,
         flags_seen: 0,
     }
@@ -397,6 +413,12 @@ impl<T: RingItem> BaseProducer<T> {
     /// Selects the diagnostic extra work.
     pub fn set_variant(&mut self, variant: Variant) {
         self.variant = variant;
+    }
+
+    /// Keeps a private copy of the consumer's head, reloaded only when the
+    /// copy says the ring is too full for a batch.
+    pub fn set_cache_peer(&mut self, on: bool) {
+        self.cache_peer = on;
     }
 
     /// How many times a [`PeerCheck`] load found a flag set (always 0 here).
@@ -421,10 +443,20 @@ impl<T: RingItem> BaseProducer<T> {
         assert!(k <= self.raw.capacity, "batch larger than the ring");
         let (raw, tail) = (&self.raw, self.tail);
         let need = tail.wrapping_add(k);
-        let room = || need.wrapping_sub(raw.index(HEAD_AT).load(Ordering::Acquire)) <= raw.capacity;
-        if !room() {
-            self.full_waits += 1;
-            spin_until(deadline, room)?;
+        let fits = |head: u64| need.wrapping_sub(head) <= raw.capacity;
+        // With a cached head that already shows room, the consumer's line
+        // is not touched at all; a head seen earlier is only ever behind
+        // the real one, so the room it shows is real.
+        if !(self.cache_peer && fits(self.head_cache)) {
+            let mut head = raw.index(HEAD_AT).load(Ordering::Acquire);
+            if !fits(head) {
+                self.full_waits += 1;
+                spin_until(deadline, || {
+                    head = raw.index(HEAD_AT).load(Ordering::Acquire);
+                    fits(head)
+                })?;
+            }
+            self.head_cache = head;
         }
         macro_rules! fill {
             ($mode:expr) => {
@@ -458,6 +490,12 @@ impl<T: RingItem> BaseConsumer<T> {
         self.variant = variant;
     }
 
+    /// Keeps a private copy of the producer's tail, reloaded only when the
+    /// copy says the ring is empty.
+    pub fn set_cache_peer(&mut self, on: bool) {
+        self.cache_peer = on;
+    }
+
     /// How many times a [`PeerCheck`] load found a flag set (always 0 here).
     pub fn flags_seen(&self) -> u64 {
         self.flags_seen
@@ -467,7 +505,16 @@ impl<T: RingItem> BaseConsumer<T> {
     /// their slots with one store of `head`. Returns how many it copied.
     #[inline]
     pub fn pop_into(&mut self, out: &mut [T]) -> usize {
-        let tail = self.raw.index(TAIL_AT).load(Ordering::Acquire);
+        // With a cached tail that still shows items, the producer's line is
+        // not touched; those items were published before that tail was
+        // acquired, so they are visible.
+        let tail = if self.cache_peer && self.tail_cache != self.head {
+            self.tail_cache
+        } else {
+            let t = self.raw.index(TAIL_AT).load(Ordering::Acquire);
+            self.tail_cache = t;
+            t
+        };
         let n = tail.wrapping_sub(self.head).min(out.len() as u64) as usize;
         let (raw, head) = (&self.raw, self.head);
         macro_rules! drain {
@@ -520,13 +567,14 @@ mod tests {
 
     #[test]
     fn moves_items_in_order_across_threads() {
-        move_items(Variant::PLAIN);
+        move_items(Variant::PLAIN, false);
+        move_items(Variant::PLAIN, true);
         for variant in Variant::ATTRIBUTION {
-            move_items(variant);
+            move_items(variant, false);
         }
     }
 
-    fn move_items(variant: Variant) {
+    fn move_items(variant: Variant, cache_peer: bool) {
         let cap = 64;
         let region = Arc::new(Region::heap(ring_bytes::<[u64; 8]>(cap)));
         // SAFETY: the only producer of a zeroed heap ring.
@@ -535,6 +583,8 @@ mod tests {
         let mut c = unsafe { consumer::<[u64; 8]>(region, 0, cap) };
         p.set_variant(variant);
         c.set_variant(variant);
+        p.set_cache_peer(cache_peer);
+        c.set_cache_peer(cache_peer);
         let n = 100_000u64;
         let deadline = Instant::now() + Duration::from_secs(30);
         let h = std::thread::spawn(move || {

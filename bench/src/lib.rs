@@ -51,3 +51,4 @@ pub mod seaweed;
 pub mod stall_stats;
 pub mod sys;
 pub mod touch;
+pub mod uring_read;

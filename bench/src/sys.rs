@@ -27,6 +27,53 @@ pub fn drop_caches() -> Result<(), String> {
         .map_err(|e| format!("cannot write /proc/sys/vm/drop_caches: {e}"))
 }
 
+const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
+
+/// Extra 2 MiB huge pages reserved in `/proc/sys/vm/nr_hugepages` for the
+/// life of this value; the old count is written back when it is dropped.
+#[derive(Debug)]
+pub struct HugepageReservation {
+    old: u64,
+    /// The count the kernel reports after the request (it may reserve fewer
+    /// than asked when memory is fragmented).
+    pub now: u64,
+}
+
+impl HugepageReservation {
+    /// Raises `nr_hugepages` by `extra` pages. Needs root.
+    pub fn reserve(extra: u64) -> Result<HugepageReservation, String> {
+        let old = read_nr_hugepages()?;
+        std::fs::write(NR_HUGEPAGES, format!("{}\n", old + extra))
+            .map_err(|e| format!("cannot write {NR_HUGEPAGES}: {e}"))?;
+        let now = read_nr_hugepages()?;
+        Ok(HugepageReservation { old, now })
+    }
+
+    /// The count before the reservation.
+    pub fn old(&self) -> u64 {
+        self.old
+    }
+}
+
+impl Drop for HugepageReservation {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::write(NR_HUGEPAGES, format!("{}\n", self.old)) {
+            eprintln!(
+                "WARNING: cannot restore {NR_HUGEPAGES} to {}: {e}",
+                self.old
+            );
+        }
+    }
+}
+
+fn read_nr_hugepages() -> Result<u64, String> {
+    std::fs::read_to_string(NR_HUGEPAGES)
+        .map_err(|e| format!("cannot read {NR_HUGEPAGES}: {e}"))?
+        .trim()
+        .parse()
+        .map_err(|e| format!("{NR_HUGEPAGES}: {e}"))
+}
+
 /// The 1-minute load average, if `/proc/loadavg` can be read.
 pub fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")

@@ -1,6 +1,6 @@
-//! Cold cache: the first epoch through the agent after dropping the page cache, against fio (io_uring, queue depth 64) reading the same files.
+//! Cold cache: the first epoch through the agent after dropping the page cache, against equal-depth readers of the same files (a minimal io_uring whole-file reader, buffered and O_DIRECT, and fio).
 //!
-//! Both sides read the synthetic dataset (default 20,000 files, ~110 KB
+//! Every side reads the synthetic dataset (default 20,000 files, ~110 KB
 //! each, ~2.2 GB) under the same conditions:
 //!
 //! 1. `sync; echo 3 > /proc/sys/vm/drop_caches` (file data, dentries and
@@ -8,26 +8,35 @@
 //!    that nothing was cold);
 //! 2. every file is stat'ed once, as the agent's catalog does when it
 //!    starts and as fio does while it sets its job up, so metadata is warm
-//!    and file data cold on both sides;
-//! 3. timed: either a fresh in-process agent's first epoch, from opening
-//!    the session to releasing its last batch (the loader takes each batch
-//!    and hands it back; `--touch` makes it read every byte too), or fio's
-//!    own I/O phase (`read runtime`) with
-//!    `--ioengine=io_uring --iodepth=64 --rw=read --direct=0 --numjobs=1`
-//!    over the dataset folder as its one file list (`--opendir`).
+//!    and file data cold on every side;
+//! 3. timed, every reader at the agent's queue depth (`--inflight`, default
+//!    256 = `prefetch.max_inflight_reads`):
+//!    * a fresh in-process agent's first epoch, from opening the session to
+//!      releasing its last batch (the loader takes each batch and hands it
+//!      back; `--touch` makes it read every byte too);
+//!    * `uring`: a minimal io_uring reader ([`granary_bench::uring_read`]),
+//!      `openat` → one read of the whole file → `close` per file, that many
+//!      files in flight, buffered; `uring-direct`: the same with `O_DIRECT`
+//!      (the agent has no `O_DIRECT` setting, so it is tried in this
+//!      baseline only);
+//!    * fio's own I/O phase (`read runtime`) with `--ioengine=io_uring
+//!      --iodepth=<depth> --rw=read --direct=0 --numjobs=1
+//!      --file_service_type=sequential` over the dataset folder as its one
+//!      file list (`--opendir`).
 //!
 //! fio cannot read a set of files of different sizes one whole file per
-//! read: with a fixed block size it stops at each file's last whole block,
-//! so with `--bs=128k` every file under 128 KiB (most of them) is skipped.
-//! Two fio block settings are run and the faster one is the yardstick:
-//! `--bs=4k` (every whole 4 KiB page of every file, ~98% of the bytes; the
-//! kernel's readahead makes the device reads large) and
-//! `--bsrange=512-128k --bs_unaligned=1` (reads of random sizes up to
-//! 128 KiB, ~99.8% of the bytes). The bytes each side read are printed.
+//! read: with a fixed block size it stops at each file's last whole block
+//! (a block larger than a file skips the file, and `--filesize` makes fio
+//! extend the files to that size), and a block range draws random lengths.
+//! Two fio block settings are run: `--bs=4k` (every whole 4 KiB page of
+//! every file, ~98% of the bytes) and `--bsrange=512-128k
+//! --bs_unaligned=1` (reads of random sizes up to 128 KiB, ~99.8% of the
+//! bytes). The bytes each side read are printed.
 //!
-//! Granary and fio alternate (`--reps` times each, the order flipping every
-//! repetition); medians are reported. `--sweep` also runs the agent with
-//! other `prefetch.max_inflight_reads` and window settings.
+//! The sides alternate (`--reps` times each, the order reversing every
+//! repetition); medians are reported. `ratio_equal_depth` is Granary's
+//! median over the best reader's median (goal ≥ 0.95). `--sweep` also runs
+//! the agent with other `prefetch.max_inflight_reads` and window settings.
 
 use granary::{Client, SessionOptions};
 use granary_bench::agent::{Agent, AgentSettings};
@@ -37,6 +46,7 @@ use granary_bench::loader::{self, Wait};
 use granary_bench::report::{median, Json};
 use granary_bench::sys;
 use granary_bench::touch::touch;
+use granary_bench::uring_read::{self, FileToRead};
 use std::process::{Command, ExitCode};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -49,13 +59,15 @@ usage: bench/run cold [options]
   --mean-size B    mean file size in bytes (default 110000)
   --reps N         runs of each side (default 3)
   --batch N        samples per batch (default 32)
-  --inflight N     prefetch.max_inflight_reads (default 256, the agent's default)
+  --inflight N     prefetch.max_inflight_reads, and the depth of every reader
+                   (default 256, the agent's default)
   --window N       prefetch.window_batches (default 16, the agent's default)
   --fio-bs LIST    fio block settings, comma-separated: a size (4k, 128k)
                    or a range MIN-MAX (unaligned sizes); default 4k,512-128k
   --touch          the loader reads every byte of every sample
   --sweep          also run the agent with other in-flight / window settings
-  --no-fio         skip fio";
+  --no-fio         skip fio
+  --no-uring       skip the io_uring whole-file reader";
 
 #[derive(Clone, Copy, Debug)]
 struct Knobs {
@@ -86,7 +98,7 @@ fn main() -> ExitCode {
 fn run() -> Result<()> {
     let args = Args::parse(
         std::env::args().skip(1),
-        &["touch", "sweep", "no-fio"],
+        &["touch", "sweep", "no-fio", "no-uring"],
         USAGE,
     )?;
     let files = args.u64("files", 20_000)?;
@@ -130,27 +142,79 @@ fn run() -> Result<()> {
         println!("fio: {v}");
     }
 
+    let uring = !args.flag("no-uring");
+    let depth = knobs.inflight;
+    let files_to_read: Vec<FileToRead> = ds
+        .catalog
+        .entries()
+        .iter()
+        .map(|e| FileToRead {
+            path: e.path.clone(),
+            size: e.size,
+        })
+        .collect();
+    // Every reader besides the agent, by name; each runs at `depth`.
+    let mut readers: Vec<Reader> = Vec::new();
+    if uring {
+        readers.push(Reader::Uring { direct: false });
+        readers.push(Reader::Uring { direct: true });
+    }
+    if fio {
+        readers.extend(fio_bs.iter().map(|bs| Reader::Fio(bs.clone())));
+    }
+    println!(
+        "depth: {depth} (agent prefetch.max_inflight_reads; every reader's queue depth / files in flight)"
+    );
+
     let mut granary_rates = Vec::new();
-    let mut fio_rates = vec![Vec::new(); fio_bs.len()];
-    let mut fio_wall_rates = vec![Vec::new(); fio_bs.len()];
+    let mut reader_rates = vec![Vec::new(); readers.len()];
+    let mut fio_wall_rates = vec![Vec::new(); readers.len()];
     for rep in 0..reps {
-        let order = if rep % 2 == 0 {
-            [true, false]
-        } else {
-            [false, true]
-        };
-        for agent_side in order {
-            if agent_side {
-                let r = granary_epoch(&ds, arena, knobs, touch_bytes, &mut cold)?;
-                println!("granary (run {}/{reps}): {}", rep + 1, r.describe());
-                granary_rates.push(r.files_per_s);
-            } else if fio {
-                for (i, bs) in fio_bs.iter().enumerate() {
-                    let r = fio_run(&ds, bs, &mut cold)?;
-                    println!("fio {bs} (run {}/{reps}): {}", rep + 1, r.describe());
-                    fio_rates[i].push(r.files_per_s);
-                    fio_wall_rates[i].push(r.wall_files_per_s);
+        // A B C … then … C B A: every side sees both ends of the repetition.
+        let mut order: Vec<Option<usize>> = std::iter::once(None)
+            .chain((0..readers.len()).map(Some))
+            .collect();
+        if rep % 2 == 1 {
+            order.reverse();
+        }
+        for side in order {
+            match side {
+                None => {
+                    let r = granary_epoch(&ds, arena, knobs, touch_bytes, &mut cold)?;
+                    println!("granary (run {}/{reps}): {}", rep + 1, r.describe());
+                    granary_rates.push(r.files_per_s);
                 }
+                Some(i) => match &readers[i] {
+                    Reader::Fio(bs) => {
+                        let r = fio_run(&ds, bs, depth, &mut cold)?;
+                        println!(
+                            "{} (run {}/{reps}): {}",
+                            readers[i].name(),
+                            rep + 1,
+                            r.describe()
+                        );
+                        reader_rates[i].push(r.files_per_s);
+                        fio_wall_rates[i].push(r.wall_files_per_s);
+                    }
+                    Reader::Uring { direct } => {
+                        let stat = make_cold(&ds, &mut cold)?;
+                        let p = uring_read::read_all(&files_to_read, depth, *direct)
+                            .map_err(|e| format!("{}: {e}", readers[i].name()))?;
+                        let secs = p.elapsed.as_secs_f64().max(1e-9);
+                        println!(
+                            "{} (run {}/{reps}): {:.0} files/s, {:.2} s, {:.3} GB read ({:.2} GB/s) in {} reads; stat pass {:.2} s",
+                            readers[i].name(),
+                            rep + 1,
+                            p.files as f64 / secs,
+                            secs,
+                            p.bytes as f64 / 1e9,
+                            p.bytes as f64 / 1e9 / secs,
+                            p.reads,
+                            stat.as_secs_f64()
+                        );
+                        reader_rates[i].push(p.files as f64 / secs);
+                    }
+                },
             }
         }
     }
@@ -191,38 +255,54 @@ fn run() -> Result<()> {
     }
 
     let g = median(&granary_rates);
-    for (i, bs) in fio_bs.iter().enumerate().filter(|_| fio) {
-        println!(
-            "fio {bs}: median {:.0} files/s over its I/O phase, {:.0} files/s over its whole run",
-            median(&fio_rates[i]),
-            median(&fio_wall_rates[i])
-        );
+    println!("granary: median {g:.0} files/s ({})", knobs.label());
+    for (i, r) in readers.iter().enumerate() {
+        let m = median(&reader_rates[i]);
+        match r {
+            Reader::Fio(_) => println!(
+                "{}: median {m:.0} files/s over its I/O phase ({:.0} files/s over its whole run); granary ÷ it {:.3}",
+                r.name(),
+                median(&fio_wall_rates[i]),
+                g / m
+            ),
+            Reader::Uring { .. } => {
+                println!("{}: median {m:.0} files/s; granary ÷ it {:.3}", r.name(), g / m)
+            }
+        }
     }
-    let (fio_best, f) = fio_bs
-        .iter()
-        .zip(&fio_rates)
-        .map(|(bs, r)| (bs.as_str(), median(r)))
-        .filter(|_| fio)
-        .max_by(|a, b| a.1.total_cmp(&b.1))
-        .unwrap_or(("none", f64::NAN));
-    let ratio = g / f;
+    let best_of = |keep: &dyn Fn(&Reader) -> bool| {
+        readers
+            .iter()
+            .zip(&reader_rates)
+            .filter(|(r, _)| keep(r))
+            .map(|(r, v)| (r.name(), median(v)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .unwrap_or_else(|| ("none".to_owned(), f64::NAN))
+    };
+    let (best_name, best_rate) = best_of(&|_| true);
+    let (fio_best, f) = best_of(&|r| matches!(r, Reader::Fio(_)));
+    let (_, u) = best_of(&|r| matches!(r, Reader::Uring { direct: false }));
+    let (_, ud) = best_of(&|r| matches!(r, Reader::Uring { direct: true }));
+    let ratio_eq = g / best_rate;
     println!(
-        "result: granary {g:.0} files/s ({}), fio {f:.0} files/s (block setting {fio_best}, I/O phase): ratio {ratio:.3} (goal ≥ 0.9: {})",
-        knobs.label(),
-        if !fio {
-            "no fio run"
-        } else if ratio >= 0.9 {
+        "result: granary {g:.0} files/s, best equal-depth reader {best_rate:.0} files/s ({best_name}, depth {depth}): ratio_equal_depth {ratio_eq:.3} (goal ≥ 0.95: {})",
+        if readers.is_empty() {
+            "no reader run"
+        } else if ratio_eq >= 0.95 {
             "met"
         } else {
             "NOT met"
         }
     );
+    println!(
+        "O_DIRECT: the agent has no O_DIRECT setting; tried in the io_uring reader only: {ud:.0} files/s direct vs {u:.0} buffered"
+    );
     if args.flag("sweep") {
         println!(
-            "best agent configuration: {}: {:.0} files/s, ratio {:.3}",
+            "best agent configuration: {}: {:.0} files/s, ratio_equal_depth {:.3}",
             best.0.label(),
             best.1,
-            best.1 / f
+            best.1 / best_rate
         );
     }
     if !cold {
@@ -232,12 +312,19 @@ fn run() -> Result<()> {
     let mut j = Json::bench("cold");
     j.num("granary_files_per_s", g, 0)
         .num("fio_files_per_s", f, 0)
-        .num("ratio", ratio, 3)
+        .num("ratio", g / f, 3)
+        .num("uring_files_per_s", u, 0)
+        .num("uring_direct_files_per_s", ud, 0)
+        .num("best_reader_files_per_s", best_rate, 0)
+        .str("best_reader", &best_name)
+        .num("ratio_equal_depth", ratio_eq, 3)
+        .str("goal", if ratio_eq >= 0.95 { "met" } else { "NOT met" })
+        .int("depth", u64::from(depth))
         .str("config", &knobs.label())
-        .str("fio_bs", fio_best);
+        .str("fio_bs", fio_best.trim_start_matches("fio "));
     if args.flag("sweep") {
         j.num("best_files_per_s", best.1, 0)
-            .num("best_ratio", best.1 / f, 3)
+            .num("best_ratio_equal_depth", best.1 / best_rate, 3)
             .str("best_config", &best.0.label());
     }
     if !cold {
@@ -248,6 +335,24 @@ fn run() -> Result<()> {
     }
     println!("{}", j.line());
     Ok(())
+}
+
+/// A reader the agent is compared with.
+enum Reader {
+    /// fio with this block setting.
+    Fio(String),
+    /// The minimal io_uring whole-file reader.
+    Uring { direct: bool },
+}
+
+impl Reader {
+    fn name(&self) -> String {
+        match self {
+            Reader::Fio(bs) => format!("fio {bs}"),
+            Reader::Uring { direct: false } => "uring".to_owned(),
+            Reader::Uring { direct: true } => "uring-direct".to_owned(),
+        }
+    }
 }
 
 /// Drops the page cache (or records that it could not), then stats every
@@ -409,9 +514,9 @@ impl FioRun {
     }
 }
 
-/// fio's command line for the dataset; `bs` is a block size or a
-/// `MIN-MAX` range of unaligned sizes.
-fn fio_args(ds: &Dataset, bs: &str) -> Vec<String> {
+/// fio's command line for the dataset at queue depth `depth`; `bs` is a
+/// block size or a `MIN-MAX` range of unaligned sizes.
+fn fio_args(ds: &Dataset, bs: &str, depth: u32) -> Vec<String> {
     let block = match bs.split_once('-') {
         Some(_) => vec![format!("--bsrange={bs}"), "--bs_unaligned=1".to_owned()],
         None => vec![format!("--bs={bs}")],
@@ -420,11 +525,12 @@ fn fio_args(ds: &Dataset, bs: &str) -> Vec<String> {
         "--name=cold".into(),
         format!("--opendir={}", ds.spec.root.display()),
         "--ioengine=io_uring".into(),
-        "--iodepth=64".into(),
+        format!("--iodepth={depth}"),
         "--rw=read".into(),
         "--direct=0".into(),
         "--numjobs=1".into(),
-        "--openfiles=256".into(),
+        format!("--openfiles={depth}"),
+        "--file_service_type=sequential".into(),
         "--output-format=terse".into(),
         "--terse-version=3".into(),
     ];
@@ -432,9 +538,9 @@ fn fio_args(ds: &Dataset, bs: &str) -> Vec<String> {
     v
 }
 
-fn fio_run(ds: &Dataset, bs: &str, cold: &mut bool) -> Result<FioRun> {
+fn fio_run(ds: &Dataset, bs: &str, depth: u32, cold: &mut bool) -> Result<FioRun> {
     let stat = make_cold(ds, cold)?;
-    let args = fio_args(ds, bs);
+    let args = fio_args(ds, bs, depth);
     let t = Instant::now();
     let out = Command::new("fio")
         .args(&args)
