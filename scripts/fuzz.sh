@@ -79,8 +79,10 @@ for target in "${targets[@]}"; do
         [ -d "$regressions" ] && n="$(find "$regressions" -type f ! -name '*.md' | wc -l)"
         if [ "$n" -gt 0 ]; then
             log "fuzz: $target: $n regression input(s), each run once"
+            # The built target given files (not directories) runs each once.
+            host="$(rustc +nightly -vV | sed -n 's/^host: //p')"
             find "$regressions" -type f ! -name '*.md' -print0 |
-                xargs -0 cargo +nightly fuzz run "$name" -- -runs=1
+                xargs -0 "target/$host/release/$name"
         else
             log "fuzz: $target: no regression inputs"
         fi

@@ -8,19 +8,20 @@
 #              300,000 random configuration files
 #              (agent/src/config/fuzz_tests.rs), 2,000 random loader scripts
 #              beside an honest session (agent/src/engine/tests.rs), an
-#              honest loader next to each kind of misbehaving loader in
-#              60 s phases, the 0.9x goal asserted (agent/tests/neighbours.rs),
+#              honest loader next to each kind of misbehaving loader for
+#              60 s (rounds of 10 s, interleaved with 10 s alone), the 0.9x
+#              goal asserted (agent/tests/neighbours.rs),
 #              and each cargo-fuzz target for FUZZ_SECONDS (default 300)
 #   --ci       the same kill loop (it takes ~20 s), 100,000 configuration
-#              files of each kind, 200 loader scripts, 3 s neighbour phases
+#              files of each kind, 200 loader scripts, 3 s next to each kind
 #              (>= 0.5x asserted, the 0.9x verdict printed), no cargo-fuzz
-#              runs (scripts/test.sh runs them for 30 s each in its fuzz step)
+#              runs (scripts/test.sh runs them for 20-30 s each in its fuzz step)
 #
 # Environment (overrides):
 #   GRANARY_SOAK_KILL_ROUNDS   kill-loop rounds
 #   GRANARY_CONFIG_FUZZ_CASES  configuration files of each kind
 #   GRANARY_SESSION_FUZZ_RUNS  random loader scripts
-#   GRANARY_NEIGHBOUR_SECONDS  seconds per neighbour phase
+#   GRANARY_NEIGHBOUR_SECONDS  seconds next to each kind of misbehaving loader
 #   FUZZ_SECONDS               seconds per cargo-fuzz target
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,7 +46,7 @@ else
 fi
 echo "soak: kill-loop rounds $GRANARY_SOAK_KILL_ROUNDS, configuration files" \
     "$GRANARY_CONFIG_FUZZ_CASES of each kind, loader scripts $GRANARY_SESSION_FUZZ_RUNS," \
-    "neighbour phases ${GRANARY_NEIGHBOUR_SECONDS} s, cargo-fuzz" \
+    "${GRANARY_NEIGHBOUR_SECONDS} s next to each kind of misbehaving loader, cargo-fuzz" \
     "$([ "$ci" = 1 ] && echo "not run here (scripts/test.sh fuzz step)" || echo "${FUZZ_SECONDS} s per target")"
 
 t=$SECONDS
@@ -70,7 +71,6 @@ echo "soak: neighbours done in $((SECONDS - t)) s"
 
 if [ "$ci" = 0 ]; then
     t=$SECONDS
-    scripts/ci-shm.sh fuzz
-    scripts/ci-peer.sh fuzz
+    scripts/fuzz.sh
     echo "soak: cargo-fuzz targets done in $((SECONDS - t)) s"
 fi

@@ -10,9 +10,11 @@
 #      conformance suite over TCP runs with the workspace tests); loom models
 #      of the ring and header publication
 #   4. Miri over the ring / validation / lease logic with heap-backed memory
-#   5. fuzz smoke runs of the validation and handshake targets, and of the
-#      peer frame and handshake targets; the soak loops with CI counts
-#      (scripts/soak.sh --ci)
+#   5. fuzz smoke runs (scripts/fuzz.sh: regression inputs replayed, then
+#      fuzzing from the committed seeds) of the validation and handshake
+#      targets, the peer frame and handshake targets, and the agent's
+#      configuration and whole-session targets; the soak loops with CI
+#      counts (scripts/soak.sh --ci)
 #   6. Python package: pip install torch & co. and ./client-c/python, pytest
 #   7. every #[ignore]d test with its reason, and whether it ran
 set -euo pipefail
@@ -72,8 +74,9 @@ scripts/ci-shm.sh miri
 step "fuzz smoke"
 scripts/ci-shm.sh fuzz
 scripts/ci-peer.sh
+FUZZ_SECONDS=20 scripts/fuzz.sh agent/config agent/session
 
-step "soak (CI counts: 1,000 kill-loop rounds, 100,000 configuration files of each kind, 200 loader scripts, 3 s neighbour phases)"
+step "soak (CI counts: 1,000 kill-loop rounds, 100,000 configuration files of each kind, 200 loader scripts, 3 s next to each misbehaving loader)"
 scripts/soak.sh --ci
 
 step "python"
