@@ -13,7 +13,6 @@ mod common;
 
 use common::*;
 use granary::{Client, ErrorCode, SessionOptions};
-use granary_tools::synth::{self, SynthSpec};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -120,27 +119,15 @@ fn a_restarted_agent_gets_its_hugepages_back_from_a_resuming_loader() {
             return;
         }
     };
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().join("synth");
-    let mut spec = SynthSpec::new(&data);
-    spec.num_files = 400;
-    spec.mean_size = 4_000;
-    synth::generate(&spec, |_, _| {}).expect("synthetic dataset");
-    let sock = dir.path().join("granary.sock");
-    let config = dir.path().join("granaryd.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[arena]\nsize = \"{ARENA_MIB}MiB\"\nhugepages = \"required\"\n[socket]\npath = \"{}\"\n\
-             [prefetch]\nmax_inflight_reads = 32\n[metrics]\naddress = \"\"\n\
-             [[dataset]]\nname = \"{DATASET}\"\nroot = \"{}\"\n",
-            sock.display(),
-            data.display()
-        ),
-    )
-    .expect("write the configuration");
-    let log: PathBuf = dir.path().join("granaryd.log");
-    let first = start_agent(&config, &sock, &log).unwrap_or_else(|e| panic!("first start: {e}"));
+    let d = AgentDir::new(None, 400, 4_000);
+    d.write_config(
+        &format!("{ARENA_MIB}MiB"),
+        "required",
+        "[metrics]\naddress = \"\"",
+    );
+    let (sock, spec, config) = (&d.sock, &d.spec, &d.config);
+    let log: PathBuf = d.dir.path().join("granaryd.log");
+    let first = start_agent(config, sock, &log).unwrap_or_else(|e| panic!("first start: {e}"));
     assert!(
         available() < arena_pages,
         "the agent's arena is not on the pool ({} pages still available)",
@@ -192,7 +179,7 @@ fn a_restarted_agent_gets_its_hugepages_back_from_a_resuming_loader() {
     let refused = Arc::new(Mutex::new(Vec::new()));
     let t0 = Instant::now();
     let second = loop {
-        match start_agent(&config, &sock, &log) {
+        match start_agent(config, sock, &log) {
             Ok(a) => break a,
             Err(e) => {
                 refused.lock().expect("lock").push(e);

@@ -40,7 +40,7 @@ use granary_shm::handshake::Message;
 use granary_shm::region::Region;
 use granary_shm::segment::LoaderSegment;
 use granary_shm::socket::SeqPacket;
-use granary_tools::synth::{self, SynthSpec};
+use granary_tools::synth::SynthSpec;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
@@ -88,44 +88,31 @@ impl Drop for Granaryd {
 }
 
 fn start_granaryd() -> Granaryd {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().join("synth");
-    let mut spec = SynthSpec::new(&data);
-    spec.num_files = FILES;
-    spec.mean_size = 8_000;
-    spec.num_classes = 10;
-    synth::generate(&spec, |_, _| {}).expect("synthetic dataset");
+    let d = AgentDir::new(None, FILES, 8_000);
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port();
     let metrics: SocketAddr = format!("127.0.0.1:{port}").parse().expect("address");
-    let sock = dir.path().join("granary.sock");
-    let config = dir.path().join("granaryd.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[arena]\nsize = \"64MiB\"\nhugepages = \"off\"\n[socket]\npath = \"{}\"\n[prefetch]\nmax_inflight_reads = 32\n\
-             [metrics]\naddress = \"{metrics}\"\n[[dataset]]\nname = \"{DATASET}\"\nroot = \"{}\"\n",
-            sock.display(),
-            data.display()
-        ),
-    )
-    .expect("write the configuration");
+    d.write_config(
+        "64MiB",
+        "off",
+        &format!("[metrics]\naddress = \"{metrics}\""),
+    );
     let child = Command::new(env!("CARGO_BIN_EXE_granaryd"))
         .arg("run")
         .arg("--config")
-        .arg(&config)
+        .arg(&d.config)
         .env("RUST_LOG", "warn")
-        .stderr(std::fs::File::create(dir.path().join("granaryd.log")).expect("log file"))
+        .stderr(std::fs::File::create(d.dir.path().join("granaryd.log")).expect("log file"))
         .spawn()
         .expect("start granaryd");
     let mut g = Granaryd {
         child,
-        sock,
-        spec,
+        sock: d.sock.clone(),
+        spec: d.spec.clone(),
         metrics,
-        _dir: dir,
+        _dir: d.dir,
     };
     wait_for("granaryd's socket", Duration::from_secs(60), || {
         if let Some(status) = g.child.try_wait().expect("poll granaryd") {

@@ -11,7 +11,6 @@ mod common;
 
 use common::*;
 use granary::{Client, SessionOptions};
-use granary_tools::synth::{self, SynthSpec};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -236,25 +235,9 @@ fn granaryd_serves_an_epoch_under_systemd_run_with_the_units_settings() {
         180,
     );
     // Not under /tmp: the unit has PrivateTmp=yes.
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a directory");
-    let data = dir.path().join("synth");
-    let mut spec = SynthSpec::new(&data);
-    spec.num_files = 300;
-    spec.mean_size = 4_000;
-    synth::generate(&spec, |_, _| {}).expect("synthetic dataset");
-    let sock = dir.path().join("granary.sock");
-    let config = dir.path().join("granaryd.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[arena]\nsize = \"64MiB\"\nhugepages = \"off\"\n[socket]\npath = \"{}\"\n\
-             [prefetch]\nmax_inflight_reads = 32\n[metrics]\naddress = \"\"\n\
-             [[dataset]]\nname = \"{DATASET}\"\nroot = \"{}\"\n",
-            sock.display(),
-            data.display()
-        ),
-    )
-    .expect("write the configuration");
+    let d = AgentDir::new(Some(Path::new(env!("CARGO_TARGET_TMPDIR"))), 300, 4_000);
+    d.write_config("64MiB", "off", "[metrics]\naddress = \"\"");
+    let (dir, sock, spec, config) = (&d.dir, &d.sock, &d.spec, &d.config);
     let unit_text = std::fs::read_to_string(units_dir().join("granaryd.service")).unwrap();
     let name = format!("granary-test-{}.service", std::process::id());
     let mut cmd = Command::new("systemd-run");
@@ -269,7 +252,7 @@ fn granaryd_serves_an_epoch_under_systemd_run_with_the_units_settings() {
     cmd.arg(env!("CARGO_BIN_EXE_granaryd"))
         .arg("run")
         .arg("--config")
-        .arg(&config);
+        .arg(config);
     let out = cmd.output().expect("systemd-run");
     let unit = Unit(name);
     assert!(
@@ -281,7 +264,7 @@ fn granaryd_serves_an_epoch_under_systemd_run_with_the_units_settings() {
     wait_for("the unit to be active", Duration::from_secs(60), || {
         unit_property(&unit.0, "ActiveState") == "active"
     });
-    let client = Client::connect(&sock).expect("connect to the agent under systemd");
+    let client = Client::connect(sock).expect("connect to the agent under systemd");
     let mut o = SessionOptions::new(DATASET);
     o.batch_size = 16;
     let mut s = client.open_session(&o).expect("open a session");
@@ -290,7 +273,7 @@ fn granaryd_serves_an_epoch_under_systemd_run_with_the_units_settings() {
         match s.next_batch(Some(Duration::from_secs(30))) {
             Ok(b) => {
                 for smp in b.samples() {
-                    verify(&spec, &smp);
+                    verify(spec, &smp);
                     seen.push(smp.id());
                 }
                 s.release(b).expect("release");

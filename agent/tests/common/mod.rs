@@ -611,3 +611,58 @@ pub fn raw_open(sock: &Path, o: &SessionOptions) -> RawSession {
         segment,
     }
 }
+
+/// A temporary directory holding a synthetic dataset (`synth/`) and the
+/// paths of a `granaryd`'s socket and configuration file beside it, for
+/// tests that run the real binary.
+pub struct AgentDir {
+    pub dir: tempfile::TempDir,
+    pub data: PathBuf,
+    pub spec: SynthSpec,
+    pub sock: PathBuf,
+    pub config: PathBuf,
+}
+
+impl AgentDir {
+    /// `files` synthetic files of about `mean_size` bytes, in a new
+    /// directory under `parent` (the system's temporary directory if
+    /// `None`).
+    pub fn new(parent: Option<&Path>, files: u64, mean_size: u64) -> AgentDir {
+        let dir = match parent {
+            Some(p) => tempfile::tempdir_in(p),
+            None => tempfile::tempdir(),
+        }
+        .expect("temp dir");
+        let data = dir.path().join("synth");
+        let mut spec = SynthSpec::new(&data);
+        spec.num_files = files;
+        spec.mean_size = mean_size;
+        synth::generate(&spec, |_, _| {}).expect("synthetic dataset");
+        let sock = dir.path().join("granary.sock");
+        let config = dir.path().join("granaryd.toml");
+        AgentDir {
+            dir,
+            data,
+            spec,
+            sock,
+            config,
+        }
+    }
+
+    /// Writes the configuration: an arena of `arena` with `hugepages`,
+    /// the socket, 32 reads in flight, `extra` TOML (tables of their own),
+    /// and the dataset `synth`.
+    pub fn write_config(&self, arena: &str, hugepages: &str, extra: &str) {
+        std::fs::write(
+            &self.config,
+            format!(
+                "[arena]\nsize = \"{arena}\"\nhugepages = \"{hugepages}\"\n[socket]\npath = \"{}\"\n\
+                 [prefetch]\nmax_inflight_reads = 32\n{extra}\n\
+                 [[dataset]]\nname = \"{DATASET}\"\nroot = \"{}\"\n",
+                self.sock.display(),
+                self.data.display()
+            ),
+        )
+        .expect("write the configuration");
+    }
+}
