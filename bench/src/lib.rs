@@ -13,6 +13,8 @@
 //! * [`report`]: medians, percentiles and the final JSON line.
 //! * [`delay_proxy`]: a TCP proxy adding latency in each direction (and an
 //!   optional bandwidth cap) without breaking pipelining.
+//! * [`light_store`]: a light read-only S3 store serving a directory, for
+//!   benchmarks where the store must not be the bottleneck.
 //! * [`s3_data`]: a synthetic dataset uploaded into SeaweedFS, and its key
 //!   list for the Python loaders.
 //! * [`seaweed`]: a SeaweedFS S3 server on free loopback ports (also
@@ -42,6 +44,7 @@ pub mod corrupt_proxy;
 pub mod cpu;
 pub mod data;
 pub mod delay_proxy;
+pub mod light_store;
 pub mod loader;
 pub mod netns;
 pub mod peer;
