@@ -8,7 +8,7 @@ use crate::sys::process_cpu;
 use granary_tools::ingest::{self, IngestOptions, Phase};
 use granary_tools::progress::ProgressBar;
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Uploads the dataset into the server's bucket under `prefix` (32
@@ -72,6 +72,12 @@ pub fn settle(weed: &Seaweed) -> Duration {
 /// (`keys.tsv` in the server's directory) for the Python loaders.
 pub fn write_keys(weed: &Seaweed, ds: &Dataset, prefix: &str) -> Result<PathBuf, String> {
     let path = weed.dir().join("keys.tsv");
+    write_keys_at(&path, ds, prefix)?;
+    Ok(path)
+}
+
+/// The same list at `path` (for a store without a directory of its own).
+pub fn write_keys_at(path: &Path, ds: &Dataset, prefix: &str) -> Result<(), String> {
     let mut text = String::new();
     for e in ds.catalog.entries() {
         let rel = e
@@ -83,6 +89,5 @@ pub fn write_keys(weed: &Seaweed, ds: &Dataset, prefix: &str) -> Result<PathBuf,
             .ok_or_else(|| format!("{}: not UTF-8", rel.display()))?;
         let _ = writeln!(text, "{prefix}/{rel}\t{}", e.size);
     }
-    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(path)
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
