@@ -2,10 +2,11 @@
 """Plots the result line of `bench/run latency`: samples/s against the
 store's round-trip time, one line per loader.
 
-    latency_plot.py RESULT.json|- OUT.png
+    latency_plot.py RESULT.json|- OUT.png [PREFIX]
 
 RESULT is the benchmark's last line (a JSON object with `rtt_ms`, `granary`
-and `dataloader_w*` arrays). The x axis is symmetric-log: linear between 0
+and `dataloader_w*` arrays). PREFIX picks another store's arrays: `light_`
+plots `light_granary`, `light_dataloader_w*`, … (the light store). The x axis is symmetric-log: linear between 0
 and 1 ms, so the 0 ms point sits at the left edge, logarithmic above. The y
 axis is logarithmic.
 """
@@ -21,14 +22,17 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: 
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4):
         print(__doc__, file=sys.stderr)
         sys.exit(2)
     src, out = sys.argv[1], sys.argv[2]
+    pre = sys.argv[3] if len(sys.argv) == 4 else ""
     text = sys.stdin.read() if src == "-" else open(src).read()
     r = json.loads(text.strip().splitlines()[-1])
     rtt = r["rtt_ms"]
 
+    r = {k[len(pre):]: v for k, v in r.items() if k.startswith(pre)} | {"rtt_ms": rtt, **{
+        k: r[k] for k in ("files", "mean_sample_bytes", "cpus") if k in r}}
     series = [("granary", "Granary (agent + libgranary loader)", "o-", "C0")]
     more = sorted(
         (int(k[len("granary_inflight_"):]), k)
@@ -75,7 +79,8 @@ def main():
     ax.set_ylabel("samples/s (steady state, log)")
     mean_kb = r.get("mean_sample_bytes", 0) / 1e3
     ax.set_title(
-        f"Reading {r.get('files', '?')} samples (~{mean_kb:.0f} KB) from SeaweedFS behind a delay proxy",
+        f"Reading {r.get('files', '?')} samples (~{mean_kb:.0f} KB) from "
+        f"{'the light store' if pre == 'light_' else 'SeaweedFS'} behind a delay proxy",
         fontsize=10,
     )
     ax.grid(True, which="major", alpha=0.3)

@@ -122,10 +122,22 @@ pub fn json_num(line: &str, key: &str) -> Option<f64> {
 /// Draws a plot with a Python `script` run as `python script - out`, the
 /// benchmark's result line on its stdin.
 pub fn draw(python: &str, script: &Path, line: &str, out: &Path) -> Result<(), String> {
+    draw_with(python, script, line, out, &[])
+}
+
+/// [`draw`] with more arguments after the output path.
+pub fn draw_with(
+    python: &str,
+    script: &Path,
+    line: &str,
+    out: &Path,
+    more: &[&str],
+) -> Result<(), String> {
     let mut child = Command::new(python)
         .arg(script)
         .arg("-")
         .arg(out)
+        .args(more)
         .stdin(Stdio::piped())
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())

@@ -132,7 +132,8 @@ usage: bench/run latency [options]
   --store WHICH      seaweed, light or both (default both: SeaweedFS first)
   --light-threads N  the light store's worker threads (default 1)
   --no-dataloader    skip the DataLoaders
-  --plot PATH        where the plot goes (default docs/latency.png; `none`: no plot)
+  --plot PATH        where the plot goes (default docs/latency.png, the light store's
+                     beside it as docs/latency_light.png; `none`: no plot)
   --python PATH      the Python interpreter (default $PYTHON, else python3)";
 
 /// Where the S3 objects live.
@@ -745,9 +746,25 @@ fn run() -> Result<()> {
     let line = j.line();
 
     if let Some(plot) = plot {
-        match report::draw(&python, &bench_dir.join("latency_plot.py"), &line, &plot) {
-            Ok(()) => println!("plot: {}", plot.display()),
-            Err(e) => println!("plot: not drawn: {e}"),
+        // SeaweedFS's at PATH, the light store's at PATH_light.
+        let script = bench_dir.join("latency_plot.py");
+        for which in &stores {
+            let (out, more): (PathBuf, &[&str]) = if which == "light" {
+                let stem = plot
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .unwrap_or("latency");
+                (
+                    plot.with_file_name(format!("{stem}_light.png")),
+                    &["light_"],
+                )
+            } else {
+                (plot.clone(), &[])
+            };
+            match report::draw_with(&python, &script, &line, &out, more) {
+                Ok(()) => println!("plot: {}", out.display()),
+                Err(e) => println!("plot: not drawn: {e}"),
+            }
         }
     }
     println!("{line}");
