@@ -927,8 +927,10 @@ fn sweep(store: &Store, ds: &Dataset, keys: &Path, plan: &Plan<'_>) -> Result<Sw
                 sw.granary_more[k].1.push(median_point(m));
             }
         }
-        for (k, d) in dl.into_iter().enumerate() {
-            sw.loaders[k].push(median_point(d));
+        if plan.do_loader {
+            for (k, d) in dl.into_iter().enumerate() {
+                sw.loaders[k].push(median_point(d));
+            }
         }
     }
     Ok(sw)
@@ -1040,7 +1042,7 @@ fn summarize(store: &Store, sw: &Sweep, plan: &Plan<'_>, j: &mut Json) {
     // The store's share of the machine at each point, and at 0 ms whether
     // it could be what limits the clients.
     let store_cores = |v: &[Point]| -> Vec<f64> { v.iter().map(|p| p.cpu.store).collect() };
-    let mut at0 = Vec::new();
+    let mut at0_verdict = None;
     if let Some(i) = idx(0) {
         let mut line = Vec::new();
         let mut worst = 0.0f64;
@@ -1058,31 +1060,35 @@ fn summarize(store: &Store, sw: &Sweep, plan: &Plan<'_>, j: &mut Json) {
                     p.cpu.us_per_sample(p.samples_per_s)[0].1
                 ));
                 worst = worst.max(p.cpu.store);
-                at0.push((name, p.cpu.store));
             }
         }
+        let verdict = if line.is_empty() {
+            "not measured"
+        } else if worst < STORE_BOTTLENECK {
+            "yes"
+        } else {
+            "no"
+        };
         println!(
             "{} at 0 ms: {}; {}",
             store.name(),
             line.join(", "),
-            if worst < STORE_BOTTLENECK {
-                format!("below {STORE_BOTTLENECK} core for every client: the store is not the bottleneck")
-            } else {
-                format!("{worst:.2} cores for one client: the store may be what limits it")
+            match verdict {
+                "yes" => format!(
+                    "below {STORE_BOTTLENECK} core for every client: the store is not the bottleneck"
+                ),
+                "no" => format!("{worst:.2} cores for one client: the store may be what limits it"),
+                _ => "not measured".to_owned(),
             }
         );
-        j.str(
-            &format!("{pre}store_not_bottleneck_at_0ms"),
-            if worst < STORE_BOTTLENECK {
-                "yes"
-            } else {
-                "no"
-            },
-        );
+        at0_verdict = Some(verdict);
     }
     let rates = |v: &[Point]| -> Vec<f64> { v.iter().map(|p| p.samples_per_s).collect() };
     let cus = |v: &[Point]| -> Vec<f64> { (0..v.len()).map(|i| client_us(v, i)).collect() };
     j.nums(&format!("{pre}granary"), &rates(&sw.granary), 1);
+    if let Some(v) = at0_verdict {
+        j.str(&format!("{pre}store_not_bottleneck_at_0ms"), v);
+    }
     for (n, points) in &sw.granary_more {
         j.nums(&format!("{pre}granary_inflight_{n}"), &rates(points), 1);
     }
