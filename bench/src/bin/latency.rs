@@ -1603,6 +1603,54 @@ mod tests {
     }
 
     #[test]
+    fn repeats_keep_the_median_and_failures_count_lowest() {
+        let at = |r: f64| Point {
+            samples_per_s: r,
+            ..Point::default()
+        };
+        let p = median_point(vec![at(30.0), at(10.0), at(20.0)]);
+        assert_eq!(p.samples_per_s, 20.0);
+        assert_eq!(p.repeats, vec![30.0, 10.0, 20.0]);
+        // An even count keeps the lower middle; a failed repeat ranks last.
+        let p = median_point(vec![
+            at(30.0),
+            Point::failed("x".into()),
+            at(10.0),
+            at(20.0),
+        ]);
+        assert_eq!(p.samples_per_s, 10.0);
+        let p = median_point(vec![at(5.0)]);
+        assert_eq!(p.samples_per_s, 5.0);
+        assert!(p.repeats.is_empty());
+        assert!(median_point(Vec::new()).error.is_some());
+    }
+
+    #[test]
+    fn cpu_per_sample_divides_cores_by_the_rate() {
+        let u = CpuUse {
+            store: 0.5,
+            engine: 0.2,
+            fetcher: 0.3,
+            loader: 0.1,
+            ..CpuUse::default()
+        };
+        let us = u.us_per_sample(1000.0);
+        assert_eq!(us[0], ("store", 500.0));
+        assert!((us[2].1 - 500.0).abs() < 1e-9);
+        assert!((us[5].1 - 600.0).abs() < 1e-9);
+        assert!(u.us_per_sample(0.0)[0].1.is_nan());
+        // The light store's threads are part of this process: not "others".
+        let inside = CpuUse {
+            store: 0.5,
+            store_in_process: true,
+            own: 1.0,
+            busy: 1.2,
+            ..CpuUse::default()
+        };
+        assert!((inside.rest() - 0.2).abs() < 1e-9);
+    }
+
+    #[test]
     fn contention_is_what_nobody_here_used() {
         let u = CpuUse {
             store: 1.0,
