@@ -12,6 +12,7 @@ axis is logarithmic.
 """
 
 import json
+import re
 import sys
 
 import matplotlib
@@ -37,14 +38,14 @@ def main():
     more = sorted(
         (int(k[len("granary_inflight_"):]), k)
         for k in r
-        if k.startswith("granary_inflight_") and not k.endswith("_detail")
+        if re.fullmatch(r"granary_inflight_\d+", k)
     )
     for i, (n, k) in enumerate(more):
         series.append((k, f"Granary, max_inflight_reads={n}", "o:", f"C{i + 4}"))
     workers = sorted(
         (int(k[len("dataloader_w"):]), k)
         for k in r
-        if k.startswith("dataloader_w") and not k.endswith("_detail")
+        if re.fullmatch(r"dataloader_w\d+", k)
     )
     for i, (w, k) in enumerate(workers):
         series.append((k, f"PyTorch DataLoader + boto3, num_workers={w}", "s--", f"C{i + 1}"))
