@@ -46,6 +46,7 @@ pub mod data;
 pub mod delay_proxy;
 pub mod light_store;
 pub mod loader;
+pub mod local_s3;
 pub mod netns;
 pub mod peer;
 pub mod report;

@@ -37,6 +37,7 @@
 //! hyper's HTTP/1.1 server (keep-alive, pipelining); nothing here parses
 //! HTTP by hand.
 
+use crate::local_s3::Credentials;
 use bytes::Bytes;
 use granary_agent::source::s3::S3Settings;
 use http_body_util::Full;
@@ -63,6 +64,13 @@ pub const ACCESS_KEY: &str = "light-store";
 pub const SECRET_KEY: &str = "light-store-secret";
 /// The region clients sign for.
 pub const REGION: &str = "us-east-1";
+
+/// The light store's credentials and region, for clients.
+const CREDENTIALS: Credentials = Credentials {
+    access_key: ACCESS_KEY,
+    secret_key: SECRET_KEY,
+    region: REGION,
+};
 /// The most keys one ListObjectsV2 page returns (S3's limit).
 const MAX_KEYS: usize = 1000;
 
@@ -186,24 +194,13 @@ impl LightStore {
     /// a proxy in front of it): path-style, plain HTTP, placeholder
     /// credentials (never checked).
     pub fn settings_via(&self, addr: SocketAddr) -> S3Settings {
-        let mut s = S3Settings::new(self.bucket.name.clone());
-        s.endpoint = Some(format!("http://{addr}"));
-        s.allow_http = true;
-        s.path_style = true;
-        s.region = Some(REGION.into());
-        s.access_key_id = Some(ACCESS_KEY.into());
-        s.secret_access_key = Some(SECRET_KEY.into());
-        s
+        CREDENTIALS.settings(&self.bucket.name, addr, true)
     }
 
     /// Environment for a child process (a Python client) to reach the
     /// store: placeholder credentials and the region.
     pub fn env(&self) -> [(&'static str, String); 3] {
-        [
-            ("AWS_ACCESS_KEY_ID", ACCESS_KEY.to_owned()),
-            ("AWS_SECRET_ACCESS_KEY", SECRET_KEY.to_owned()),
-            ("AWS_REGION", REGION.to_owned()),
-        ]
+        CREDENTIALS.env()
     }
 
     /// How many objects it serves.

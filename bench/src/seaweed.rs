@@ -18,6 +18,7 @@
 //! agent's S3 tests (`agent/tests/common_s3`), which is why it depends on
 //! nothing but `granary_agent`, `tokio` and `std`.
 
+use crate::local_s3::Credentials;
 use granary_agent::source::s3::S3Settings;
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -34,6 +35,13 @@ pub const ACCESS_KEY: &str = "granary-test-key";
 pub const SECRET_KEY: &str = "granary-test-secret";
 /// The signing region clients use.
 pub const REGION: &str = "us-east-1";
+
+/// SeaweedFS's credentials and region, for clients.
+const CREDENTIALS: Credentials = Credentials {
+    access_key: ACCESS_KEY,
+    secret_key: SECRET_KEY,
+    region: REGION,
+};
 /// How long a server may take to come up.
 const START_LIMIT: Duration = Duration::from_secs(90);
 
@@ -297,23 +305,13 @@ impl Seaweed {
 
     /// Settings that reach the server through `addr` (a proxy).
     pub fn settings_via(&self, addr: SocketAddr) -> S3Settings {
-        let mut s = S3Settings::new(self.bucket.clone());
-        s.endpoint = Some(format!("http://{addr}"));
-        s.allow_http = true;
-        s.region = Some(REGION.into());
-        s.access_key_id = Some(ACCESS_KEY.into());
-        s.secret_access_key = Some(SECRET_KEY.into());
-        s
+        CREDENTIALS.settings(&self.bucket, addr, false)
     }
 
     /// Environment for a child process (`granary`, a Python client) to
     /// reach the server.
     pub fn env(&self) -> [(&'static str, String); 3] {
-        [
-            ("AWS_ACCESS_KEY_ID", ACCESS_KEY.to_owned()),
-            ("AWS_SECRET_ACCESS_KEY", SECRET_KEY.to_owned()),
-            ("AWS_REGION", REGION.to_owned()),
-        ]
+        CREDENTIALS.env()
     }
 
     /// Kills the server (SIGKILL) and waits for it to be gone.
