@@ -194,7 +194,7 @@ impl LightStore {
     /// a proxy in front of it): path-style, plain HTTP, placeholder
     /// credentials (never checked).
     pub fn settings_via(&self, addr: SocketAddr) -> S3Settings {
-        CREDENTIALS.settings(&self.bucket.name, addr, true)
+        CREDENTIALS.settings(&self.bucket.name, addr)
     }
 
     /// Environment for a child process (a Python client) to reach the

@@ -18,13 +18,13 @@ pub struct Credentials {
 
 impl Credentials {
     /// Agent settings for `bucket` through `addr` (the store or a proxy in
-    /// front of it), plain HTTP; `path_style` for stores that only take
-    /// `/bucket/key` addressing.
-    pub fn settings(&self, bucket: &str, addr: SocketAddr, path_style: bool) -> S3Settings {
+    /// front of it): plain HTTP, path-style addressing (`/bucket/key`:
+    /// a loopback address has no bucket subdomains).
+    pub fn settings(&self, bucket: &str, addr: SocketAddr) -> S3Settings {
         let mut s = S3Settings::new(bucket.to_owned());
         s.endpoint = Some(format!("http://{addr}"));
         s.allow_http = true;
-        s.path_style = path_style;
+        s.path_style = true;
         s.region = Some(self.region.into());
         s.access_key_id = Some(self.access_key.into());
         s.secret_access_key = Some(self.secret_key.into());

@@ -305,7 +305,7 @@ impl Seaweed {
 
     /// Settings that reach the server through `addr` (a proxy).
     pub fn settings_via(&self, addr: SocketAddr) -> S3Settings {
-        CREDENTIALS.settings(&self.bucket, addr, false)
+        CREDENTIALS.settings(&self.bucket, addr)
     }
 
     /// Environment for a child process (`granary`, a Python client) to
