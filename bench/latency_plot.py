@@ -4,8 +4,9 @@ store's round-trip time, one line per loader.
 
     latency_plot.py RESULT.json|- OUT.png [PREFIX]
 
-RESULT is the benchmark's last line (a JSON object with `rtt_ms`, `granary`
-and `dataloader_w*` arrays). PREFIX picks another store's arrays: `light_`
+RESULT is the benchmark's last line (a JSON object with `rtt_ms`, `granary`,
+`dataloader_w*` arrays and those of the other contenders, `boto3_threads`,
+`s3torch_map`, `s3torch_iter`). PREFIX picks another store's arrays: `light_`
 plots `light_granary`, `light_dataloader_w*`, … (the light store). The x axis is symmetric-log: linear between 0
 and 1 ms, so the 0 ms point sits at the left edge, logarithmic above. The y
 axis is logarithmic.
@@ -49,6 +50,13 @@ def main():
     )
     for i, (w, k) in enumerate(workers):
         series.append((k, f"PyTorch DataLoader + boto3, num_workers={w}", "s--", f"C{i + 1}"))
+    labels = {
+        "boto3_threads": "DataLoader + boto3, 4 workers × 16 threads",
+        "s3torch_map": "s3torchconnector S3MapDataset, 8 workers",
+        "s3torch_iter": "s3torchconnector S3IterableDataset, 8 workers",
+    }
+    for i, (k, label) in enumerate((k, v) for k, v in labels.items() if k in r):
+        series.append((k, label, "^-.", f"C{i + 6}"))
 
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
     for n, (key, label, style, color) in enumerate(series):

@@ -24,12 +24,21 @@ labels; every sample's length and magic are checked):
                   (enable_sharding=True, keys in shuffled order),
                   --workers processes
   streaming       mosaicml-streaming's StreamingDataset over the MDS shards
-                  bench/stall_mds.py wrote into the store (--remote), cached
+                  bench/stall_shards.py wrote into the store (--remote), cached
                   in --cache (a fresh folder per run), shuffle=True,
                   --workers processes
+  litdata         litdata's StreamingDataset over the chunks litdata.optimize
+                  wrote (bench/stall_shards.py; --remote, --cache as for
+                  streaming), shuffle=True, its StreamingDataLoader with
+                  --workers processes
+  webdataset      webdataset.WebDataset over tar shards (--remote), each read
+                  with `pipe:curl` on a presigned URL through the proxy,
+                  shard shuffle and a 1,000-sample shuffle buffer, batched in
+                  the workers, WebLoader with --workers processes
 
 The loop: `--warmup-batches` batches (worker start-up, first requests) are
-consumed and not measured; then batches are measured until `--batches` or
+consumed and not measured, more until `--warmup-s` seconds after the first
+batch; then batches are measured until `--batches` or
 `--window-s` seconds, whichever comes first. For each measured batch the
 time spent in `next()` is the GPU's wait; the GPU step then sleeps
 `--step-ms` (no CPU). With `--marks`, `mark window-start` and `mark
@@ -238,6 +247,61 @@ def build_loader(a):
         # S3_ENDPOINT_URL (set by the caller) points the library's boto3 client at the proxy.
         ds = MdsSamples(remote=a.remote, local=a.cache, shuffle=True, shuffle_seed=a.seed, batch_size=a.batch)
         return DataLoader(ds, batch_size=a.batch, num_workers=a.workers, collate_fn=flat_collate, **mp)
+    if c == "litdata":
+        import litdata
+        from botocore.config import Config
+
+        class LitdataSamples(litdata.StreamingDataset):
+            def __getitem__(self, i):
+                obj = super().__getitem__(i)
+                return as_sample(obj["x"], obj["n"], f"litdata sample {i}"), obj["y"]
+
+        # The boto3 client's options: the proxy, path-style addressing (as
+        # SeaweedFS serves buckets) and the same retry rule as the boto3
+        # contenders (botocore's standard mode) in place of litdata's own.
+        import litdata.streaming.downloader as litdata_downloader
+
+        # litdata downloads chunks with obstore, built from the boto3 client's
+        # endpoint, and object_store refuses a plain-http endpoint unless its
+        # client is told to allow it, which litdata does not do (it expects
+        # https): allowed here, so that litdata keeps its own fast path.
+        litdata_downloader._OBSTORE_CLIENT_OPTIONS = {**litdata_downloader._OBSTORE_CLIENT_OPTIONS,
+                                                       "allow_http": True}
+        options = {"endpoint_url": a.endpoint,
+                   "config": Config(s3={"addressing_style": "path"}, retries={"mode": "standard"})}
+        ds = LitdataSamples(a.remote, cache_dir=a.cache, shuffle=True, seed=a.seed, storage_options=options)
+        return litdata.StreamingDataLoader(ds, batch_size=a.batch, num_workers=a.workers,
+                                           collate_fn=flat_collate, **mp)
+    if c == "webdataset":
+        import boto3
+        import webdataset as wds
+        from botocore.config import Config
+        from urllib.parse import urlparse
+
+        remote = urlparse(a.remote)
+        bucket, prefix = remote.netloc, remote.path.strip("/") + "/"
+        s3 = boto3.session.Session().client("s3", endpoint_url=a.endpoint,
+                                            config=Config(s3={"addressing_style": "path"}))
+        names = sorted(o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+                       for o in page.get("Contents", []) if o["Key"].endswith(".tar"))
+        if not names:
+            raise RuntimeError(f"no .tar shards under {a.remote}")
+        # webdataset reads cloud shards through a command (its docs: `pipe:curl`
+        # or `pipe:aws s3 cp`); presigned URLs let curl read them through the proxy.
+        urls = [f"pipe:curl -sfS '{s3.generate_presigned_url('get_object', Params={'Bucket': bucket, 'Key': k}, ExpiresIn=7200)}'"
+                for k in names]
+
+        def sample(s):
+            return as_sample(s["x"], int(s["n"]), s["__key__"]), int(s["y"])
+
+        # empty_check=False: with fewer shards than workers (small runs) some
+        # workers have none, which is not an error.
+        ds = (wds.WebDataset(urls, shardshuffle=len(urls), seed=a.seed, workersplitter=wds.split_by_worker,
+                             empty_check=False)
+              .shuffle(1000)
+              .map(sample)
+              .batched(a.batch, collation_fn=flat_collate, partial=False))
+        return wds.WebLoader(ds, batch_size=None, num_workers=a.workers, **mp)
     raise SystemExit(f"stall_train: unknown contender {c!r}")
 
 
@@ -284,6 +348,8 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--step-ms", type=float, required=True)
     ap.add_argument("--warmup-batches", type=int, default=5)
+    ap.add_argument("--warmup-s", type=float, default=0.0,
+                    help="after the warm-up batches, keep warming up until this long after the first batch")
     ap.add_argument("--batches", type=int, default=200)
     ap.add_argument("--window-s", type=float, default=20.0)
     ap.add_argument("--workers", type=int, default=8)
@@ -296,8 +362,8 @@ def main():
     ap.add_argument("--region", default=os.environ.get("AWS_REGION", "us-east-1"))
     ap.add_argument("--socket")
     ap.add_argument("--dataset")
-    ap.add_argument("--remote", help="streaming: s3://bucket/prefix of the MDS shards")
-    ap.add_argument("--cache", help="streaming: the local cache folder")
+    ap.add_argument("--remote", help="streaming, litdata, webdataset: s3://bucket/prefix of the shards")
+    ap.add_argument("--cache", help="streaming, litdata: the local cache folder")
     ap.add_argument("--marks", action="store_true")
     ap.add_argument("--limit-s", type=float, default=300.0, help="give up (exit 1) after this long")
     a = ap.parse_args()
@@ -320,8 +386,11 @@ def main():
         loader = build_loader(a)
         it = iter(loader)
         first_batch = None
-        for i in range(a.warmup_batches):
+        warmed = 0
+        while warmed < a.warmup_batches or (
+                first_batch is not None and time.monotonic() - t_start - first_batch < a.warmup_s):
             next(it)
+            warmed += 1
             if first_batch is None:
                 first_batch = time.monotonic() - t_start
             time.sleep(step)
@@ -346,7 +415,7 @@ def main():
     wall = t1 - t0
     w = sorted(waits)
     versions = {"torch": torch.__version__}
-    for mod in ("boto3", "s3torchconnector", "streaming"):
+    for mod in ("boto3", "s3torchconnector", "streaming", "litdata", "webdataset"):
         if mod in sys.modules:
             versions[mod] = getattr(sys.modules[mod], "__version__", "?")
     finish(0, result={
@@ -364,7 +433,8 @@ def main():
         "first_batch_s": first_batch if first_batch is not None else float("nan"),
         # From the loader's construction to the window's end: how long the
         # GPU stepped, and the whole span (start-up included).
-        "busy_s": (a.warmup_batches + len(waits)) * step,
+        "busy_s": (warmed + len(waits)) * step,
+        "warmup_batches": warmed,
         "run_s": t1 - t_start,
         **versions,
     })

@@ -19,6 +19,8 @@
 //!   list for the Python loaders.
 //! * [`seaweed`]: a SeaweedFS S3 server on free loopback ports (also
 //!   compiled into the agent's S3 tests).
+//! * [`stall_loaders`]: the arguments of each loader `bench/stall_train.py`
+//!   runs for `bench/run stall` (and `bench/run latency`).
 //! * [`stall_stats`]: the figures, goal and last line of `bench/run stall`.
 //! * [`agent`]: the real engine on a thread of the benchmark process,
 //!   configured from TOML, its metrics read back as Prometheus text.
@@ -52,6 +54,7 @@ pub mod peer;
 pub mod report;
 pub mod s3_data;
 pub mod seaweed;
+pub mod stall_loaders;
 pub mod stall_stats;
 pub mod sys;
 pub mod touch;

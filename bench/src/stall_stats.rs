@@ -41,6 +41,13 @@ pub struct Run {
     pub store_cpu_s: f64,
     /// Cores busy on the machine outside all of the above.
     pub others_cores: f64,
+    /// CPU seconds of the loader's processes and the agent from the start
+    /// (the agent's start, the loader's launch: imports, listing, a shard
+    /// reader's downloads before its first batch) to the window's end.
+    pub cpu_from_start_s: f64,
+    /// Samples delivered from the start to the window's end (warm-up
+    /// batches and window).
+    pub samples_from_start: u64,
     /// Why the run failed, if it did.
     pub error: Option<String>,
 }
@@ -98,6 +105,16 @@ impl Run {
         self.per_sample_us(self.client_cpu_s + self.agent_cpu_s)
     }
 
+    /// Loader CPU µs per sample delivered, from the start
+    /// ([`Run::cpu_from_start_s`]).
+    pub fn loader_us_from_start(&self) -> f64 {
+        if self.error.is_some() || self.samples_from_start == 0 {
+            f64::NAN
+        } else {
+            self.cpu_from_start_s / self.samples_from_start as f64 * 1e6
+        }
+    }
+
     /// CPU µs per delivered sample of the proxy.
     pub fn proxy_us(&self) -> f64 {
         self.per_sample_us(self.proxy_cpu_s)
@@ -131,6 +148,8 @@ pub struct Cell {
     pub loader_us: f64,
     /// Median agent CPU µs per sample (part of `loader_us`).
     pub agent_us: f64,
+    /// Median [`Run::loader_us_from_start`].
+    pub loader_us_from_start: f64,
     /// Median proxy CPU µs per sample.
     pub proxy_us: f64,
     /// Median store CPU µs per sample.
@@ -154,6 +173,7 @@ impl Cell {
             wait_p99_ms: m(&|r| r.wait_p99_ms),
             loader_us: m(&|r| r.loader_us()),
             agent_us: m(&|r| r.per_sample_us(r.agent_cpu_s)),
+            loader_us_from_start: m(&|r| r.loader_us_from_start()),
             proxy_us: m(&|r| r.proxy_us()),
             store_us: m(&|r| r.store_us()),
             error: runs.iter().find_map(|r| r.error.clone()),
@@ -262,6 +282,11 @@ pub fn summary_json(rtts: &[u64], columns: &[(String, Vec<Cell>)], goal: &Goal) 
             2,
         );
         j.nums(&format!("{name}_cpu_us"), &col(&|c| c.loader_us, cells), 1);
+        j.nums(
+            &format!("{name}_cpu_us_from_start"),
+            &col(&|c| c.loader_us_from_start, cells),
+            1,
+        );
         j.nums(&format!("{name}_proxy_us"), &col(&|c| c.proxy_us, cells), 1);
         j.nums(&format!("{name}_store_us"), &col(&|c| c.store_us, cells), 1);
     }
@@ -297,6 +322,21 @@ mod tests {
         assert_eq!(r.wait_p99_ms, 90.0);
         assert!(Run::from_loader_line(&line.replace("6400", "0"), 0.0).is_err());
         assert!(Run::from_loader_line(r#"{"samples": 5}"#, 0.0).is_err());
+    }
+
+    #[test]
+    fn cpu_from_the_start_counts_the_warm_up_samples() {
+        let mut r = run(0.1, 1000, 0.2, 0.1);
+        assert!(
+            r.loader_us_from_start().is_nan(),
+            "nothing delivered from the start yet"
+        );
+        r.cpu_from_start_s = 0.9;
+        r.samples_from_start = 1500;
+        assert!((r.loader_us_from_start() - 600.0).abs() < 1e-9);
+        assert!((Cell::of(&[r.clone()]).loader_us_from_start - 600.0).abs() < 1e-9);
+        r.error = Some("failed".into());
+        assert!(r.loader_us_from_start().is_nan());
     }
 
     #[test]

@@ -284,15 +284,22 @@ pub fn parse_stat(stat: &str) -> Option<(u32, u32, u64)> {
         .split_ascii_whitespace()
         .collect();
     // f[0] is field 3 (state), f[1] field 4 (ppid), f[11], f[12] fields 14
-    // and 15 (utime, stime).
+    // and 15 (utime, stime), f[13], f[14] fields 16 and 17 (cutime, cstime:
+    // the children it has waited for, such as a worker's finished `curl`,
+    // whose CPU would otherwise vanish from a tree's sum when they exit).
     let ppid = f.get(1)?.parse().ok()?;
     let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    Some((pid, ppid, ticks))
+    let reaped: u64 = [13, 14]
+        .iter()
+        .filter_map(|&i| f.get(i)?.parse::<i64>().ok())
+        .map(|t| t.max(0) as u64)
+        .sum();
+    Some((pid, ppid, ticks + reaped))
 }
 
 /// CPU time (user + system) of process `root` and of every descendant alive
-/// now (a DataLoader's workers, their threads included). Descendants that
-/// already exited are not counted.
+/// now (a DataLoader's workers, their threads included), and of the
+/// descendants that exited and were waited for by a process of the tree.
 pub fn tree_cpu(root: u32) -> std::time::Duration {
     let mut procs: Vec<(u32, u32, u64)> = Vec::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
@@ -352,6 +359,9 @@ mod tests {
         let line =
             "4242 (pt worker (2)) S 4200 4242 1 0 -1 4194560 100 0 0 0 150 25 0 0 20 0 3 0 1 1 1";
         assert_eq!(parse_stat(line), Some((4242, 4200, 175)));
+        let waited =
+            "4242 (pt worker (2)) S 4200 4242 1 0 -1 4194560 100 0 0 0 150 25 30 12 20 0 3 0 1 1 1";
+        assert_eq!(parse_stat(waited), Some((4242, 4200, 217)));
         assert_eq!(parse_stat("12 (x) S"), None);
         assert_eq!(parse_stat("garbage"), None);
     }

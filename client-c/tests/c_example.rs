@@ -56,6 +56,28 @@ fn check(what: &str, out: &Output) {
     );
 }
 
+/// libgranary.so exports its C API and nothing else (`build.rs` hides what
+/// the crates linked into it export, such as crc-fast's C interface).
+#[test]
+fn the_shared_library_exports_only_its_c_api() {
+    let lib = lib_dir().join("libgranary.so");
+    let out = run(Command::new("nm").args(["-D", "--defined-only"]).arg(&lib));
+    check("nm -D libgranary.so", &out);
+    let symbols: Vec<String> = stdout(&out)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_owned))
+        .collect();
+    assert!(
+        symbols.iter().any(|s| s == "granary_session_open"),
+        "the C API is missing from {symbols:?}"
+    );
+    let foreign: Vec<&String> = symbols
+        .iter()
+        .filter(|s| !s.starts_with("granary_"))
+        .collect();
+    assert!(foreign.is_empty(), "libgranary.so exports {foreign:?}");
+}
+
 /// Builds consume.c twice: against libgranary.a and against libgranary.so.
 fn build(dir: &Path) -> (PathBuf, PathBuf) {
     let libs = lib_dir();

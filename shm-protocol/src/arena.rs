@@ -198,6 +198,14 @@ fn mib(bytes: u64) -> String {
 }
 
 /// Checks that `offset..offset+len` lies inside `size` bytes.
+/// CRC-32C (Castagnoli) of `bytes`: the checksum the agent records for a
+/// sample and a loader checks. `crc_fast` picks its fastest kernel at run
+/// time (VPCLMULQDQ/AVX-512 or PCLMULQDQ folding on x86-64); the value is
+/// the crc32c crate's, which the peers and the CQL source use.
+fn crc32c_of(bytes: &[u8]) -> u32 {
+    crc_fast::crc32_iscsi(bytes)
+}
+
 fn check_range(offset: u64, len: usize, size: u64) -> Result<usize, ArenaError> {
     let len64 = u64::try_from(len).unwrap_or(u64::MAX);
     let oob = ArenaError::OutOfBounds {
@@ -520,7 +528,7 @@ impl Arena {
         // the agent during the call, so the shared slice is not mutated
         // while it lives.
         let bytes = unsafe { std::slice::from_raw_parts(src.cast_const(), len) };
-        Ok(crc32c::crc32c(bytes))
+        Ok(crc32c_of(bytes))
     }
 
     /// A handle on `len` bytes at `offset` that keeps the mapping alive, for
@@ -620,7 +628,7 @@ impl ArenaSlice {
         // loaders map it read-only and the holder guarantees no write of
         // the range during the call.
         let bytes = unsafe { std::slice::from_raw_parts(self.as_mut_ptr().cast_const(), self.len) };
-        crc32c::crc32c(bytes)
+        crc32c_of(bytes)
     }
 }
 
@@ -710,13 +718,29 @@ impl ArenaView {
         // while it lives (and a byte changed anyway only makes the CRC
         // differ, which is what the check reports).
         let bytes = unsafe { std::slice::from_raw_parts(src.cast_const(), len) };
-        Ok(crc32c::crc32c(bytes))
+        Ok(crc32c_of(bytes))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_arena_checksum_is_the_crc32c_crates() {
+        // Every length up to a few folding blocks, odd alignments, and a
+        // sample-sized buffer: one kernel per size class.
+        let data: Vec<u8> = (0..300_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for len in (0..600).chain([4095, 4096, 4097, 65_536, 110_000, 299_993]) {
+            for start in [0usize, 1, 7] {
+                let b = &data[start..start + len];
+                assert_eq!(crc32c_of(b), crc32c::crc32c(b), "{len} bytes at {start}");
+            }
+        }
+        assert_eq!(crc32c_of(b"123456789"), 0xe306_9283);
+    }
 
     #[test]
     fn slice_copies_land_inside_the_slice_only() {

@@ -1,4 +1,4 @@
-//! S3 latency: samples/s against the store's round-trip time (0–200 ms, a delay proxy in front of SeaweedFS and of a light S3 store) for Granary and for PyTorch DataLoaders doing one boto3 GET per sample (8 and 32 workers).
+//! S3 latency: samples/s against the store's round-trip time (0–200 ms, a delay proxy in front of SeaweedFS and of a light S3 store) for Granary, PyTorch DataLoaders doing one boto3 GET per sample (8 and 32 workers), 64 threaded GETs (4 workers × 16) and s3torchconnector.
 //!
 //! One run:
 //!
@@ -39,6 +39,12 @@
 //!      map-style Dataset doing one boto3 `get_object` per sample (body read
 //!      whole, length and magic checked), `num_workers` 8 and 32, batches
 //!      of 32, shuffled;
+//!    * **boto3_threads**, **s3torch_map**, **s3torch_iter**
+//!      (`--contenders`): the per-sample loaders of `bench/run stall`, with
+//!      its settings (4 workers × 16 threads; s3torchconnector's map and
+//!      iterable datasets with 8 workers), run by `bench/stall_train.py`
+//!      with no GPU step, so that they deliver as fast as they can; their
+//!      CPU is their whole process tree's;
 //! 4. the same sweep runs against the **light store**
 //!    ([`granary_bench::light_store`], `--store light|seaweed|both`): the
 //!    dataset's folder served read-only as the same bucket and keys by a
@@ -90,6 +96,7 @@ use granary_bench::loader::{self, Wait};
 use granary_bench::report::{self, json_num, median, Json};
 use granary_bench::s3_data;
 use granary_bench::seaweed::Seaweed;
+use granary_bench::stall_loaders;
 use granary_bench::sys;
 use granary_bench::sys::{cpu_model, process_cpu, wait_quiet, MachineCpu};
 use granary_bench::touch::touch;
@@ -109,6 +116,8 @@ usage: bench/run latency [options]
   --mean-size B      mean file size in bytes (default 110000)
   --rtt-ms LIST      round-trip times, comma-separated (default 0,2,10,50,100,200)
   --workers LIST     DataLoader num_workers values (default 8,32)
+  --contenders LIST  more loaders, run by bench/stall_train.py with no GPU step (default
+                     boto3_threads,s3torch_map,s3torch_iter; `none`: only the DataLoaders)
   --batch N          samples per batch, both loaders (default 32)
   --warmup-s S       ramp-up skipped before each window (default 2)
   --window-s S       length of each window (default 12)
@@ -647,6 +656,24 @@ fn run() -> Result<()> {
         .max(1);
     let pair = !args.flag("no-pair");
     let do_loader = !args.flag("no-dataloader");
+    let mut loaders: Vec<Loader> = workers
+        .iter()
+        .map(|&w| Loader {
+            name: format!("dataloader_w{w}"),
+            how: LoaderKind::DataLoader(w),
+        })
+        .collect();
+    match args
+        .string("contenders", &stall_loaders::PER_SAMPLE.join(","))
+        .as_str()
+    {
+        "none" | "" => {}
+        list => {
+            for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                loaders.push(train_loader(name)?);
+            }
+        }
+    }
 
     let regime_before = sys::regime();
     println!("latency: {regime_before}");
@@ -666,7 +693,7 @@ fn run() -> Result<()> {
     j.nums("rtt_ms", &rtt_f, 0);
     let plan = Plan {
         rtts: &rtts,
-        workers: &workers,
+        loaders: &loaders,
         inflights: &inflights,
         knobs: &knobs,
         win,
@@ -786,10 +813,45 @@ fn run() -> Result<()> {
     Ok(())
 }
 
+/// A loader of the sweep other than Granary.
+#[derive(Clone, Debug)]
+struct Loader {
+    /// Its name in the tables and in the last line's keys.
+    name: String,
+    how: LoaderKind,
+}
+
+#[derive(Clone, Debug)]
+enum LoaderKind {
+    /// `bench/latency_dataloader.py` with this many workers.
+    DataLoader(u64),
+    /// `bench/stall_train.py` with these arguments (`--contender NAME ...`),
+    /// with no GPU step: a loader of `bench/run stall`, at full speed.
+    Train(Vec<String>),
+}
+
+/// A per-sample loader of `bench/run stall` (`stall_loaders::PER_SAMPLE`),
+/// with its `stall` arguments. The shard readers are left out: the light
+/// store serves the dataset's files, not shards.
+fn train_loader(name: &str) -> Result<Loader> {
+    let args = stall_loaders::args(name)
+        .filter(|_| stall_loaders::PER_SAMPLE.contains(&name))
+        .ok_or_else(|| {
+            format!(
+                "--contenders: {name:?} is not one of {}",
+                stall_loaders::PER_SAMPLE.join(", ")
+            )
+        })?;
+    Ok(Loader {
+        name: name.to_owned(),
+        how: LoaderKind::Train(args.iter().map(|s| (*s).to_owned()).collect()),
+    })
+}
+
 /// What every store's sweep is run with.
 struct Plan<'a> {
     rtts: &'a [u64],
-    workers: &'a [u64],
+    loaders: &'a [Loader],
     inflights: &'a [u64],
     knobs: &'a GranaryKnobs,
     win: Windowing,
@@ -865,7 +927,7 @@ fn sweep(store: &Store, ds: &Dataset, keys: &Path, plan: &Plan<'_>) -> Result<Sw
             .iter()
             .map(|&n| (n, Vec::new()))
             .collect(),
-        loaders: vec![Vec::new(); plan.workers.len()],
+        loaders: vec![Vec::new(); plan.loaders.len()],
     };
     let delay = |rtt: u64| Duration::from_micros(rtt * 1000 / 2);
     for (i, &rtt) in plan.rtts.iter().enumerate() {
@@ -878,7 +940,7 @@ fn sweep(store: &Store, ds: &Dataset, keys: &Path, plan: &Plan<'_>) -> Result<Sw
         let mut g = Vec::new();
         let mut r0 = Vec::new();
         let mut more: Vec<Vec<Point>> = vec![Vec::new(); sw.granary_more.len()];
-        let mut dl: Vec<Vec<Point>> = vec![Vec::new(); plan.workers.len()];
+        let mut dl: Vec<Vec<Point>> = vec![Vec::new(); plan.loaders.len()];
         for round in 0..plan.repeat {
             if plan.repeat > 1 {
                 println!("  round {} of {}", round + 1, plan.repeat);
@@ -924,11 +986,22 @@ fn sweep(store: &Store, ds: &Dataset, keys: &Path, plan: &Plan<'_>) -> Result<Sw
                 }
             }
             if plan.do_loader {
-                for (k, &w) in plan.workers.iter().enumerate() {
-                    let p = measured(quiet, retries, || {
-                        measure_dataloader(plan.python, store, &proxy, keys, w, plan.batch, win)
+                for (k, l) in plan.loaders.iter().enumerate() {
+                    let p = measured(quiet, retries, || match &l.how {
+                        LoaderKind::DataLoader(w) => measure_dataloader(
+                            plan.python,
+                            store,
+                            &proxy,
+                            keys,
+                            *w,
+                            plan.batch,
+                            win,
+                        ),
+                        LoaderKind::Train(args) => {
+                            measure_train(plan.python, store, &proxy, keys, args, plan.batch, win)
+                        }
                     });
-                    print_point(&format!("dataloader w{w}"), &p);
+                    print_point(&l.name, &p);
                     dl[k].push(p);
                 }
             }
@@ -955,7 +1028,7 @@ fn sweep(store: &Store, ds: &Dataset, keys: &Path, plan: &Plan<'_>) -> Result<Sw
 /// SeaweedFS's under the names they always had, the light store's with a
 /// `light_` prefix.
 fn summarize(store: &Store, sw: &Sweep, plan: &Plan<'_>, j: &mut Json) {
-    let (rtts, workers) = (plan.rtts, plan.workers);
+    let (rtts, loaders) = (plan.rtts, plan.loaders);
     let pre = store.key();
     let rate = |v: &[Point], i: usize| v.get(i).map_or(f64::NAN, |p| p.samples_per_s);
     let client_us = |v: &[Point], i: usize| {
@@ -971,7 +1044,7 @@ fn summarize(store: &Store, sw: &Sweep, plan: &Plan<'_>, j: &mut Json) {
         sw.granary_more
             .iter()
             .map(|(n, _)| format!("granary, {n} in flight"))
-            .chain(workers.iter().map(|w| format!("DataLoader w{w}")))
+            .chain(loaders.iter().map(|l| l.name.clone()))
             .collect::<Vec<_>>()
             .join(" | ")
     );
@@ -1014,16 +1087,18 @@ fn summarize(store: &Store, sw: &Sweep, plan: &Plan<'_>, j: &mut Json) {
     };
     let keep = g100 / g0_median;
     let at100 = |k: usize| idx(100).map_or(f64::NAN, |i| rate(&sw.loaders[k], i));
-    let w8_100 = workers.iter().position(|&w| w == 8).map_or(f64::NAN, at100);
+    let w8_100 = loaders
+        .iter()
+        .position(|l| l.name == "dataloader_w8")
+        .map_or(f64::NAN, at100);
     let speedup = g100 / w8_100;
     // The best contender at 100 ms.
-    let best = (0..workers.len())
-        .map(|k| (workers[k], at100(k)))
+    let best = (0..loaders.len())
+        .map(|k| (&loaders[k].name, at100(k)))
         .filter(|(_, r)| r.is_finite())
         .max_by(|a, b| a.1.total_cmp(&b.1));
-    let (best_name, best_rate) = best.map_or(("none".to_owned(), f64::NAN), |(w, r)| {
-        (format!("dataloader_w{w}"), r)
-    });
+    let (best_name, best_rate) =
+        best.map_or(("none".to_owned(), f64::NAN), |(n, r)| (n.clone(), r));
     let over_best = g100 / best_rate;
     let core_rate = |v: &[Point], i: Option<usize>| {
         i.and_then(|i| v.get(i))
@@ -1062,10 +1137,10 @@ fn summarize(store: &Store, sw: &Sweep, plan: &Plan<'_>, j: &mut Json) {
         let mut line = Vec::new();
         let mut worst = 0.0f64;
         let named = std::iter::once(("granary".to_owned(), &sw.granary)).chain(
-            workers
+            loaders
                 .iter()
                 .zip(&sw.loaders)
-                .map(|(w, l)| (format!("dataloader_w{w}"), l)),
+                .map(|(l, v)| (l.name.clone(), v)),
         );
         for (name, v) in named {
             if let Some(p) = v.get(i).filter(|p| p.error.is_none()) {
@@ -1107,8 +1182,8 @@ fn summarize(store: &Store, sw: &Sweep, plan: &Plan<'_>, j: &mut Json) {
     for (n, points) in &sw.granary_more {
         j.nums(&format!("{pre}granary_inflight_{n}"), &rates(points), 1);
     }
-    for (k, w) in workers.iter().enumerate() {
-        j.nums(&format!("{pre}dataloader_w{w}"), &rates(&sw.loaders[k]), 1);
+    for (k, l) in loaders.iter().enumerate() {
+        j.nums(&format!("{pre}{}", l.name), &rates(&sw.loaders[k]), 1);
     }
     j.nums(&format!("{pre}granary_ref0"), &rates(&sw.ref0), 1);
     j.nums(
@@ -1116,9 +1191,9 @@ fn summarize(store: &Store, sw: &Sweep, plan: &Plan<'_>, j: &mut Json) {
         &cus(&sw.granary),
         1,
     );
-    for (k, w) in workers.iter().enumerate() {
+    for (k, l) in loaders.iter().enumerate() {
         j.nums(
-            &format!("{pre}dataloader_w{w}_client_us_per_sample"),
+            &format!("{pre}{}_client_us_per_sample", l.name),
             &cus(&sw.loaders[k]),
             1,
         );
@@ -1128,9 +1203,9 @@ fn summarize(store: &Store, sw: &Sweep, plan: &Plan<'_>, j: &mut Json) {
         &store_cores(&sw.granary),
         3,
     );
-    for (k, w) in workers.iter().enumerate() {
+    for (k, l) in loaders.iter().enumerate() {
         j.nums(
-            &format!("{pre}store_cores_dataloader_w{w}"),
+            &format!("{pre}store_cores_{}", l.name),
             &store_cores(&sw.loaders[k]),
             3,
         );
@@ -1209,11 +1284,8 @@ fn summarize(store: &Store, sw: &Sweep, plan: &Plan<'_>, j: &mut Json) {
             &details(points),
         );
     }
-    for (k, w) in workers.iter().enumerate() {
-        j.raw(
-            &format!("{pre}dataloader_w{w}_detail"),
-            &details(&sw.loaders[k]),
-        );
+    for (k, l) in loaders.iter().enumerate() {
+        j.raw(&format!("{pre}{}_detail", l.name), &details(&sw.loaders[k]));
     }
     j.str(&format!("{pre}store"), store.describe());
 }
@@ -1512,7 +1584,127 @@ fn measure_granary(
     })
 }
 
-/// One run of `bench/latency_dataloader.py` through the proxy.
+/// What a Python loader's run left: its last line (one JSON object), the
+/// CPU use of the window between its `mark` lines (its own process tree
+/// as `python`), and how long the process ran.
+struct ScriptRun {
+    line: String,
+    cpu: CpuUse,
+    ran: Duration,
+}
+
+/// Runs `python script args...` with the store's credentials, reading CPU
+/// counters at its `mark window-start` / `mark window-end` lines; its
+/// other lines are echoed. An error when it fails or prints no marks.
+fn run_script(python: &str, script: &Path, args: &[String], store: &Store) -> Result<ScriptRun> {
+    let t0 = Instant::now();
+    let mut child = Command::new(python)
+        .arg(script)
+        .args(args)
+        .arg("--marks")
+        .envs(store.env())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("{python} {}: {e}", script.display()))?;
+    let pid = child.id();
+    let out = child.stdout.take().ok_or("no stdout")?;
+    let (mut c0, mut c1) = (None, None);
+    let mut result = None;
+    for line in BufReader::new(out).lines() {
+        let line = line.map_err(|e| e.to_string())?;
+        match line.trim() {
+            "mark window-start" => c0 = Some((CpuMark::take(store), sys::tree_cpu(pid))),
+            "mark window-end" => c1 = Some((CpuMark::take(store), sys::tree_cpu(pid))),
+            l if l.starts_with('{') => result = Some(l.to_owned()),
+            l => println!("    python: {l}"),
+        }
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    let _ = std::io::stdout().flush();
+    let Some(line) = result.filter(|_| status.success()) else {
+        return Err(format!("{} exited with {status}", script.display()));
+    };
+    let (Some((a, ta)), Some((b, tb))) = (c0, c1) else {
+        return Err(format!("{}: no window marks", script.display()));
+    };
+    let mut cpu = CpuUse::between(&a, &b);
+    let secs = match (a.at, b.at) {
+        (Some(x), Some(y)) => y.duration_since(x).as_secs_f64().max(1e-9),
+        _ => f64::NAN,
+    };
+    cpu.python = tb.saturating_sub(ta).as_secs_f64() / secs;
+    cpu.loader = 0.0;
+    Ok(ScriptRun {
+        line,
+        cpu,
+        ran: t0.elapsed(),
+    })
+}
+
+/// One run of `bench/stall_train.py` (a `bench/run stall` contender) through
+/// the proxy, with no GPU step: after one batch and `win.warmup` more
+/// seconds of warm-up, the samples delivered to the training loop in
+/// `win.window`; the CPU of its whole process tree (workers, threads) over
+/// the window is its Python cores.
+fn measure_train(
+    python: &str,
+    store: &Store,
+    proxy: &DelayProxy,
+    keys: &Path,
+    args: &[String],
+    batch: u32,
+    win: Windowing,
+) -> Result<Point> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("stall_train.py");
+    let mut all = args.to_vec();
+    all.extend(
+        [
+            "--step-ms",
+            "0",
+            "--batch",
+            &batch.to_string(),
+            "--warmup-batches",
+            "1",
+            "--warmup-s",
+            &win.warmup.as_secs_f64().to_string(),
+            "--batches",
+            "1000000000",
+            "--window-s",
+            &win.window.as_secs_f64().to_string(),
+            "--keys",
+            &keys.display().to_string(),
+            "--endpoint",
+            &format!("http://{}", proxy.local_addr()),
+            "--bucket",
+            store.bucket(),
+        ]
+        .map(str::to_owned),
+    );
+    let run = run_script(python, &script, &all, store)?;
+    let get = |k: &str| json_num(&run.line, k).unwrap_or(f64::NAN);
+    Ok(Point {
+        samples_per_s: get("img_per_s"),
+        mb_per_s: f64::NAN,
+        samples: get("samples") as u64,
+        window_s: get("wall_s"),
+        ramp_s: get("first_batch_s"),
+        cpu: run.cpu.clone(),
+        note: format!(
+            "first batch after {:.1} s; process ran {:.1} s",
+            get("first_batch_s"),
+            run.ran.as_secs_f64()
+        ),
+        json_extra: format!("\"python\":{}", run.line),
+        error: None,
+        ..Point::default()
+    })
+}
+
+/// One run of `bench/latency_dataloader.py` through the proxy. Its
+/// Python cores are what the script measured itself (its workers count
+/// the samples where they are fetched).
 fn measure_dataloader(
     python: &str,
     store: &Store,
@@ -1523,62 +1715,40 @@ fn measure_dataloader(
     win: Windowing,
 ) -> Result<Point> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("latency_dataloader.py");
-    let t0 = Instant::now();
-    let mut child = Command::new(python)
-        .arg(&script)
-        .args(["--endpoint", &format!("http://{}", proxy.local_addr())])
-        .args(["--bucket", store.bucket()])
-        .arg("--keys")
-        .arg(keys)
-        .args(["--workers", &workers.to_string()])
-        .args(["--batch", &batch.to_string()])
-        .args(["--warmup-s", &win.warmup.as_secs_f64().to_string()])
-        .args(["--window-s", &win.window.as_secs_f64().to_string()])
-        .arg("--marks")
-        .envs(store.env())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("{python} {}: {e}", script.display()))?;
-    let out = child.stdout.take().ok_or("no stdout")?;
-    let (mut c0, mut c1) = (None, None);
-    let mut result = None;
-    for line in BufReader::new(out).lines() {
-        let line = line.map_err(|e| e.to_string())?;
-        match line.trim() {
-            "mark window-start" => c0 = Some(CpuMark::take(store)),
-            "mark window-end" => c1 = Some(CpuMark::take(store)),
-            l if l.starts_with('{') => result = Some(l.to_owned()),
-            l => println!("    python: {l}"),
-        }
-    }
-    let status = child.wait().map_err(|e| e.to_string())?;
-    let _ = std::io::stdout().flush();
-    let Some(line) = result.filter(|_| status.success()) else {
-        return Err(format!("{} exited with {status}", script.display()));
-    };
-    let get = |k: &str| json_num(&line, k).unwrap_or(f64::NAN);
-    let mut cpu = match (&c0, &c1) {
-        (Some(a), Some(b)) => CpuUse::between(a, b),
-        _ => CpuUse::default(),
-    };
+    let args = [
+        "--endpoint",
+        &format!("http://{}", proxy.local_addr()),
+        "--bucket",
+        store.bucket(),
+        "--keys",
+        &keys.display().to_string(),
+        "--workers",
+        &workers.to_string(),
+        "--batch",
+        &batch.to_string(),
+        "--warmup-s",
+        &win.warmup.as_secs_f64().to_string(),
+        "--window-s",
+        &win.window.as_secs_f64().to_string(),
+    ]
+    .map(str::to_owned);
+    let run = run_script(python, &script, &args, store)?;
+    let get = |k: &str| json_num(&run.line, k).unwrap_or(f64::NAN);
+    let mut cpu = run.cpu.clone();
     cpu.python = get("cpu_cores");
-    cpu.loader = 0.0;
-    let ramp = get("ramp_s");
     Ok(Point {
         samples_per_s: get("samples_per_s"),
         mb_per_s: get("mb_per_s"),
         samples: get("samples") as u64,
         window_s: get("window_s"),
-        ramp_s: ramp,
+        ramp_s: get("ramp_s"),
         cpu,
         note: format!(
             "delivered to the main process {:.1} samples/s; process ran {:.1} s",
             get("delivered_per_s"),
-            t0.elapsed().as_secs_f64()
+            run.ran.as_secs_f64()
         ),
-        json_extra: format!("\"python\":{line}"),
+        json_extra: format!("\"python\":{}", run.line),
         error: None,
         ..Point::default()
     })

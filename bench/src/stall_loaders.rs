@@ -1,0 +1,65 @@
+//! How `bench/stall_train.py` is told to run each loader of `bench/run
+//! stall`: the arguments that make its settings (docs/benchmarks.md has
+//! them with their reasons). `bench/run latency` runs the per-sample ones
+//! with the same arguments.
+
+/// Every contender of `bench/run stall`, Granary's first.
+pub const CONTENDERS: &[&str] = &[
+    "granary",
+    "granary_w0",
+    "granary_c",
+    "boto3_w8",
+    "boto3_w32",
+    "boto3_threads",
+    "s3torch_map",
+    "s3torch_iter",
+    "streaming",
+    "litdata",
+    "webdataset",
+];
+
+/// The `stall_train.py` arguments of contender `name`, if it is one of
+/// its loaders (the C loader is not).
+pub fn args(name: &str) -> Option<&'static [&'static str]> {
+    Some(match name {
+        "granary" => &["--contender", "granary", "--workers", "2"],
+        "granary_w0" => &["--contender", "granary", "--workers", "0"],
+        "boto3_w8" => &["--contender", "boto3", "--workers", "8"],
+        "boto3_w32" => &["--contender", "boto3", "--workers", "32"],
+        "boto3_threads" => &[
+            "--contender",
+            "boto3_threads",
+            "--workers",
+            "4",
+            "--threads",
+            "16",
+        ],
+        "s3torch_map" => &["--contender", "s3torch_map", "--workers", "8"],
+        "s3torch_iter" => &["--contender", "s3torch_iter", "--workers", "8"],
+        "streaming" => &["--contender", "streaming", "--workers", "8"],
+        "litdata" => &["--contender", "litdata", "--workers", "8"],
+        "webdataset" => &["--contender", "webdataset", "--workers", "8"],
+        _ => return None,
+    })
+}
+
+/// The loaders that fetch each sample with its own request, which
+/// `bench/run latency` can run against a store of plain files.
+pub const PER_SAMPLE: &[&str] = &["boto3_threads", "s3torch_map", "s3torch_iter"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_loader_names_its_script_contender_and_workers() {
+        for &name in CONTENDERS.iter().filter(|&&n| n != "granary_c") {
+            let a = args(name).unwrap_or_else(|| panic!("{name}"));
+            assert_eq!(a[0], "--contender", "{name}");
+            assert!(a.windows(2).any(|w| w[0] == "--workers"), "{name}");
+        }
+        assert_eq!(args("granary_c"), None, "the C loader is not a script");
+        assert_eq!(args("boto3_w32").unwrap()[3], "32");
+        assert!(PER_SAMPLE.iter().all(|n| args(n).is_some()));
+    }
+}
