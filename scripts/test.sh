@@ -46,6 +46,10 @@ if [ "$(id -u)" -eq 0 ]; then
     cargo nextest run --release -p granary-agent --test bad_input --run-ignored only \
         -E 'test(=a_uid_outside_the_allowlist_gets_no_fds)'
     ran_ignored+=(a_uid_outside_the_allowlist_gets_no_fds)
+    # A ramfs, whose files refuse O_DIRECT: the reader falls back to the page cache.
+    cargo nextest run --release -p granary-agent --lib --run-ignored only \
+        -E 'test(=source::fs::reader::tests::a_filesystem_that_refuses_direct_io_is_read_through_the_page_cache)'
+    ran_ignored+=(a_filesystem_that_refuses_direct_io_is_read_through_the_page_cache)
     # The cluster benchmark's smoke variant: network namespaces, tc, two
     # granaryd (built by the workspace build above) over a SeaweedFS.
     cargo nextest run --release -p granary-bench --test cluster_smoke --run-ignored only

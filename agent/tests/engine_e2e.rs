@@ -1,7 +1,8 @@
 //! End to end on one node: a synthetic dataset on disk, the engine serving
 //! it over the real socket, arena and rings, and loaders using libgranary's
 //! Rust API. Two ranks of one job plus a second job on the same dataset, two
-//! epochs: every sample exactly once per epoch per job, every byte verified.
+//! epochs: every sample exactly once per epoch per job, every byte verified;
+//! once through the page cache and once with `direct_io` (`O_DIRECT`).
 
 use granary::{Client, SessionOptions};
 use granary_agent::config::Config;
@@ -31,6 +32,17 @@ fn watchdog(secs: u64) -> Arc<AtomicBool> {
 
 #[test]
 fn two_ranks_and_a_second_job_get_every_sample_once_per_epoch() {
+    two_jobs_over_the_synthetic_dataset(false);
+}
+
+/// The same with `O_DIRECT` reads: whole 4 KiB blocks land in the arena,
+/// and loaders see exactly each file's bytes and checksum.
+#[test]
+fn with_direct_io_every_sample_arrives_byte_for_byte_too() {
+    two_jobs_over_the_synthetic_dataset(true);
+}
+
+fn two_jobs_over_the_synthetic_dataset(direct_io: bool) {
     let done = watchdog(180);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
@@ -54,6 +66,7 @@ address = ""
 [[dataset]]
 name = "synth"
 root = "{}"
+direct_io = {direct_io}
 "#,
         sock.display(),
         data.display()

@@ -37,6 +37,8 @@ pub struct AgentSettings {
     pub release_ring_capacity: u32,
     /// `[[dataset]]` entries: name and root directory.
     pub datasets: Vec<(String, PathBuf)>,
+    /// `dataset[i].direct_io` of those entries: read with `O_DIRECT`.
+    pub direct_io: bool,
     /// `[[dataset]]` entries of `kind = "s3"`.
     pub s3_datasets: Vec<S3Dataset>,
     /// More `key = value` lines for a section (`arena`, `socket`,
@@ -105,6 +107,7 @@ impl AgentSettings {
             ready_ring_capacity: d.sessions.ready_ring_capacity,
             release_ring_capacity: d.sessions.release_ring_capacity,
             datasets: vec![(dataset.to_owned(), root.to_path_buf())],
+            direct_io: false,
             s3_datasets: Vec::new(),
             extra: Vec::new(),
         }
@@ -160,8 +163,9 @@ impl AgentSettings {
         for (name, root) in &self.datasets {
             let _ = write!(
                 s,
-                "[[dataset]]\nname = \"{name}\"\nroot = {}\n",
-                toml_path(root)
+                "[[dataset]]\nname = \"{name}\"\nroot = {}\ndirect_io = {}\n",
+                toml_path(root),
+                self.direct_io
             );
         }
         s

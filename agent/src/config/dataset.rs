@@ -87,6 +87,12 @@ pub struct FsConfig {
     /// `dataset[i].manifest`: a file listing `path<TAB>label` per line.
     #[serde(default)]
     pub manifest: Option<PathBuf>,
+    /// `dataset[i].direct_io`: read the files with `O_DIRECT`, straight
+    /// from the device into the arena in whole 4 KiB blocks, bypassing the
+    /// page cache. Default false. A filesystem that refuses it gets
+    /// buffered reads, said once in the log. See docs/fetcher.md.
+    #[serde(default)]
+    pub direct_io: bool,
 }
 
 /// A `kind = "s3"` dataset.

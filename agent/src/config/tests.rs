@@ -51,6 +51,7 @@ fn default_toml_parses_validates_and_matches_defaults() {
             retry: RetryOverride::default(),
             root: Some("/var/lib/granary/datasets/imagenet/train".into()),
             manifest: None,
+            direct_io: false,
         })]
     );
 }

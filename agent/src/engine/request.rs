@@ -113,7 +113,14 @@ impl Engine {
     pub(super) fn start_read(&mut self, mut inf: Inflight) {
         inf.started = self.clock.now();
         let ds = inf.key.dataset as usize;
-        let dest = match self.arena.slice(inf.dest, inf.len as usize) {
+        // The cache's extent, of the sample's size rounded up to its
+        // alignment, holds the source's whole blocks (checked at open).
+        let block = self.datasets[ds].source().map_or(1, |s| s.read_block());
+        let span = inf
+            .len
+            .checked_next_multiple_of(block.max(1))
+            .unwrap_or(inf.len);
+        let dest = match self.arena.slice(inf.dest, span as usize) {
             Ok(d) => d,
             Err(e) => {
                 tracing::error!("read of {} into the arena refused: {e}", inf.key);

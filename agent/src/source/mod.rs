@@ -213,10 +213,18 @@ pub trait SampleSource: Send {
     fn describe(&self, index: u64) -> String;
     /// Most reads in flight at once.
     fn capacity(&self) -> u32;
+    /// The block this source's reads write whole: [`submit`](Self::submit)'s
+    /// `dest` is the sample's size rounded up to it, and starts at a
+    /// multiple of it. 1 (the default): exactly the size. A power of two
+    /// that divides the cache's extent alignment.
+    fn read_block(&self) -> u32 {
+        1
+    }
     /// Reads accepted whose completion has not been returned yet.
     fn in_flight(&self) -> usize;
     /// Starts reading sample `index` (all `meta(index).size` bytes) into
-    /// `dest`, a range of the arena that only this read writes until its
+    /// `dest` (that size rounded up to [`read_block`](Self::read_block)), a
+    /// range of the arena that only this read writes until its
     /// completion (tagged `tag`) is returned; the source holds `dest` until
     /// then, so the mapping outlives the read. Never blocks.
     fn submit(&mut self, tag: u64, index: u64, dest: ArenaSlice) -> Result<(), SourceFull>;
@@ -243,9 +251,11 @@ pub fn open(dataset: &DatasetConfig, cfg: &Config) -> io::Result<Box<dyn SampleS
     let capacity = cfg.prefetch.max_inflight_reads;
     let read_timeout = Duration::from_millis(cfg.prefetch.read_timeout_ms);
     match dataset {
-        DatasetConfig::Fs(_) => {
+        DatasetConfig::Fs(fs) => {
             let catalog = open_catalog(dataset).map_err(io::Error::other)?;
-            Ok(Box::new(FsSource::new(catalog, capacity, read_timeout)?))
+            Ok(Box::new(
+                FsSource::new(catalog, capacity, read_timeout)?.with_direct_io(fs.direct_io),
+            ))
         }
         DatasetConfig::S3(s3) => Ok(Box::new(s3::S3Dataset::open(
             dataset,

@@ -27,6 +27,44 @@ pub(crate) fn random_u64() -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// How many of the first `len` bytes' pages of `file` are in the page cache
+/// (`mincore` over a shared mapping of them), for tests of reads that must
+/// bypass it.
+#[cfg(test)]
+pub(crate) fn pages_in_page_cache(file: &std::fs::File, len: usize) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    if len == 0 {
+        return Ok(0);
+    }
+    let page = 4096;
+    let mut vec = vec![0u8; len.div_ceil(page)];
+    // SAFETY: a fresh read-only shared mapping of an open file, which
+    // nothing reads through; unmapped below before the function returns.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `addr..addr + len` is the mapping made above, and `vec` holds
+    // one byte per page of it.
+    let rc = unsafe { libc::mincore(addr, len, vec.as_mut_ptr()) };
+    let err = io::Error::last_os_error();
+    // SAFETY: the mapping made above, no longer used.
+    unsafe { libc::munmap(addr, len) };
+    if rc != 0 {
+        return Err(err);
+    }
+    Ok(vec.iter().filter(|&&b| b & 1 == 1).count())
+}
+
 /// Waits until one of `fds` is readable or `timeout` has passed. The
 /// caller keeps the descriptors open for the call.
 pub(crate) fn poll_readable(fds: &[RawFd], timeout: Duration) -> io::Result<()> {

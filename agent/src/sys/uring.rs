@@ -31,8 +31,14 @@ pub(crate) enum Target {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Step<'a> {
     /// `openat(AT_FDCWD, path, O_RDONLY)`: into the slot's own direct
-    /// descriptor when `direct`, else as a normal close-on-exec descriptor.
-    Open { path: &'a Arc<CStr>, direct: bool },
+    /// descriptor when `fixed`, else as a normal close-on-exec descriptor;
+    /// with `O_DIRECT` too when `o_direct` (reads then bypass the page
+    /// cache and must be aligned to the device's blocks).
+    Open {
+        path: &'a Arc<CStr>,
+        fixed: bool,
+        o_direct: bool,
+    },
     /// Reads `len` bytes at `offset` of the file into `dest[at..at + len]`.
     Read {
         fd: Target,
@@ -160,14 +166,22 @@ impl Ring {
                 return Err(PushError::Invalid);
             }
             let sqe = match e.step {
-                Step::Open { path, direct } => {
+                Step::Open {
+                    path,
+                    fixed,
+                    o_direct,
+                } => {
                     let open = opcode::OpenAt::new(types::Fd(libc::AT_FDCWD), path.as_ptr());
                     held.path = Some(Arc::clone(path));
-                    if direct {
+                    let direct_io = if o_direct { libc::O_DIRECT } else { 0 };
+                    if fixed {
                         let slot = types::DestinationSlot::try_from_slot_target(slot).ok();
-                        open.file_index(slot).flags(libc::O_RDONLY).build()
+                        open.file_index(slot)
+                            .flags(libc::O_RDONLY | direct_io)
+                            .build()
                     } else {
-                        open.flags(libc::O_RDONLY | libc::O_CLOEXEC).build()
+                        open.flags(libc::O_RDONLY | libc::O_CLOEXEC | direct_io)
+                            .build()
                     }
                 }
                 Step::Read {

@@ -13,12 +13,11 @@
 //!    256 = `prefetch.max_inflight_reads`):
 //!    * a fresh in-process agent's first epoch, from opening the session to
 //!      releasing its last batch (the loader takes each batch and hands it
-//!      back; `--touch` makes it read every byte too);
+//!      back; `--touch` makes it read every byte too); `granary-direct`:
+//!      the same agent with `direct_io = true` (`O_DIRECT` reads);
 //!    * `uring`: a minimal io_uring reader ([`granary_bench::uring_read`]),
 //!      `openat` → one read of the whole file → `close` per file, that many
-//!      files in flight, buffered; `uring-direct`: the same with `O_DIRECT`
-//!      (the agent has no `O_DIRECT` setting, so it is tried in this
-//!      baseline only);
+//!      files in flight, buffered; `uring-direct`: the same with `O_DIRECT`;
 //!    * fio's own I/O phase (`read runtime`) with `--ioengine=io_uring
 //!      --iodepth=<depth> --rw=read --direct=0 --numjobs=1
 //!      --file_service_type=sequential` over the dataset folder as its one
@@ -35,7 +34,8 @@
 //!
 //! The sides alternate (`--reps` times each, the order reversing every
 //! repetition); medians are reported. `ratio_equal_depth` is Granary's
-//! median over the best reader's median (goal ≥ 0.95). `--sweep` also runs
+//! median (its default, buffered reads) over the best reader's median (goal
+//! ≥ 0.95); `granary-direct` is reported beside it, against `uring-direct`. `--sweep` also runs
 //! the agent with other `prefetch.max_inflight_reads` and window settings.
 
 use granary::{Client, SessionOptions};
@@ -74,15 +74,29 @@ struct Knobs {
     batch: u32,
     inflight: u32,
     window: u32,
+    /// `dataset[0].direct_io`.
+    direct: bool,
 }
 
 impl Knobs {
     fn label(&self) -> String {
         format!(
-            "batch {} window {} max_inflight_reads {}",
-            self.batch, self.window, self.inflight
+            "batch {} window {} max_inflight_reads {}{}",
+            self.batch,
+            self.window,
+            self.inflight,
+            if self.direct { " direct_io" } else { "" }
         )
     }
+}
+
+/// One side of a repetition.
+#[derive(Clone, Copy)]
+enum Side {
+    /// The agent, with `direct_io` or not.
+    Agent { direct: bool },
+    /// `readers[i]`.
+    Reader(usize),
 }
 
 fn main() -> ExitCode {
@@ -115,6 +129,7 @@ fn run() -> Result<()> {
         batch: args.u32("batch", granary::DEFAULT_BATCH_SIZE)?,
         inflight: args.u32("inflight", 256)?,
         window: args.u32("window", 16)?,
+        direct: false,
     };
 
     println!("cold: {}", sys::regime());
@@ -167,24 +182,33 @@ fn run() -> Result<()> {
     );
 
     let mut granary_rates = Vec::new();
+    let mut direct_rates = Vec::new();
     let mut reader_rates = vec![Vec::new(); readers.len()];
     let mut fio_wall_rates = vec![Vec::new(); readers.len()];
     for rep in 0..reps {
         // A B C … then … C B A: every side sees both ends of the repetition.
-        let mut order: Vec<Option<usize>> = std::iter::once(None)
-            .chain((0..readers.len()).map(Some))
+        let mut order: Vec<Side> = [false, true]
+            .map(|direct| Side::Agent { direct })
+            .into_iter()
+            .chain((0..readers.len()).map(Side::Reader))
             .collect();
         if rep % 2 == 1 {
             order.reverse();
         }
         for side in order {
             match side {
-                None => {
-                    let r = granary_epoch(&ds, arena, knobs, touch_bytes, &mut cold)?;
-                    println!("granary (run {}/{reps}): {}", rep + 1, r.describe());
-                    granary_rates.push(r.files_per_s);
+                Side::Agent { direct } => {
+                    let k = Knobs { direct, ..knobs };
+                    let r = granary_epoch(&ds, arena, k, touch_bytes, &mut cold)?;
+                    let name = if direct { "granary-direct" } else { "granary" };
+                    println!("{name} (run {}/{reps}): {}", rep + 1, r.describe());
+                    if direct {
+                        direct_rates.push(r.files_per_s);
+                    } else {
+                        granary_rates.push(r.files_per_s);
+                    }
                 }
-                Some(i) => match &readers[i] {
+                Side::Reader(i) => match &readers[i] {
                     Reader::Fio(bs) => {
                         let r = fio_run(&ds, bs, depth, &mut cold)?;
                         println!(
@@ -243,6 +267,7 @@ fn run() -> Result<()> {
                 batch: 128,
                 window: 16,
                 inflight: 1024,
+                direct: false,
             },
         ];
         for k in grid {
@@ -294,8 +319,12 @@ fn run() -> Result<()> {
             "NOT met"
         }
     );
+    let gd = median(&direct_rates);
     println!(
-        "O_DIRECT: the agent has no O_DIRECT setting; tried in the io_uring reader only: {ud:.0} files/s direct vs {u:.0} buffered"
+        "O_DIRECT: granary-direct median {gd:.0} files/s ({:.3}× granary buffered; {:.3}× uring-direct); \
+         io_uring reader {ud:.0} files/s direct vs {u:.0} buffered",
+        gd / g,
+        gd / ud
     );
     if args.flag("sweep") {
         println!(
@@ -315,6 +344,9 @@ fn run() -> Result<()> {
         .num("ratio", g / f, 3)
         .num("uring_files_per_s", u, 0)
         .num("uring_direct_files_per_s", ud, 0)
+        .num("granary_direct_files_per_s", gd, 0)
+        .num("direct_vs_buffered", gd / g, 3)
+        .num("ratio_direct", gd / ud, 3)
         .num("best_reader_files_per_s", best_rate, 0)
         .str("best_reader", &best_name)
         .num("ratio_equal_depth", ratio_eq, 3)
@@ -423,6 +455,7 @@ fn granary_epoch(
     let mut settings = AgentSettings::new(arena, "cold", &ds.spec.root);
     settings.max_inflight_reads = k.inflight;
     settings.window_batches = k.window;
+    settings.direct_io = k.direct;
     let agent = Agent::start(&settings).map_err(|e| format!("agent: {e}"))?;
     let client = Client::connect(agent.socket()).map_err(|e| format!("connect: {e}"))?;
     let stat = make_cold(ds, cold)?;

@@ -81,12 +81,12 @@ const SEED: u64 = 42;
 /// How many times calibration lengthens the step by a quarter (×14.6 in all)
 /// before giving up.
 const CALIBRATION_GROWTHS: u32 = 12;
-/// The shard readers: contender, shard format (`stall_shards.py --format`),
-/// where its shards go in the bucket.
-const SHARD_READERS: &[(&str, &str, &str)] = &[
-    ("streaming", "mds", "mds"),
-    ("litdata", "litdata", "litdata"),
-    ("webdataset", "wds", "wds"),
+/// The shard readers: contender and shard format (`stall_shards.py
+/// --format`), which is also the folder of the bucket its shards go in.
+const SHARD_READERS: &[(&str, &str)] = &[
+    ("streaming", "mds"),
+    ("litdata", "litdata"),
+    ("webdataset", "wds"),
 ];
 static RUN_NO: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 /// Every contender, in the default order (Granary first).
@@ -257,7 +257,7 @@ fn write_shards(
     weed: &Seaweed,
     keys: &Path,
     ds: &Dataset,
-    (format, prefix): (&str, &str),
+    format: &str,
 ) -> Result<()> {
     let work = weed.dir().join("shards-work");
     let out = Command::new(python)
@@ -268,7 +268,7 @@ fn write_shards(
         .arg("--local-root")
         .arg(&ds.spec.root)
         .args(["--endpoint", &weed.endpoint(), "--bucket", weed.bucket()])
-        .args(["--prefix", prefix])
+        .args(["--prefix", format])
         .arg("--work")
         .arg(&work)
         .envs(weed.env())
@@ -421,7 +421,7 @@ fn measure_once(ctx: &Ctx, c: &Contender, step_ms: f64) -> Result<Run> {
             if c.agent {
                 cmd.args(["--socket", &socket, "--dataset", DATASET]);
             }
-            if let Some((_, _, prefix)) = SHARD_READERS.iter().find(|r| r.0 == c.name) {
+            if let Some((_, prefix)) = SHARD_READERS.iter().find(|r| r.0 == c.name) {
                 cmd.args(["--remote", &format!("s3://{}/{prefix}", ctx.weed.bucket())])
                     .arg("--cache")
                     .arg(&cache)
@@ -634,11 +634,11 @@ fn run() -> Result<()> {
         .map(|n| contender(n, &python, &c_loader))
         .collect::<Result<Vec<_>>>()?;
     for c in &mut contenders {
-        let Some((_, format, prefix)) = SHARD_READERS.iter().find(|r| r.0 == c.name) else {
+        let Some((_, format)) = SHARD_READERS.iter().find(|r| r.0 == c.name) else {
             continue;
         };
         if matches!(c.launch, Launch::Python(_)) {
-            if let Err(e) = write_shards(&python, &root, &weed, &keys, &ds, (format, prefix)) {
+            if let Err(e) = write_shards(&python, &root, &weed, &keys, &ds, format) {
                 c.launch = Launch::Missing(e);
             }
         }
@@ -799,19 +799,7 @@ fn run() -> Result<()> {
     // The goal's CPU is the window's. From the start, a shard reader's
     // downloads before its first batch and every loader's start-up are
     // charged too: printed beside it, not in its place.
-    let from_start = |c: &Cell| Cell {
-        loader_us: c.loader_us_from_start,
-        ..c.clone()
-    };
-    let others_from_start: Vec<(&str, Cell)> =
-        others.iter().map(|(n, c)| (*n, from_start(c))).collect();
-    let goal_from_start = Goal::judge(
-        &from_start(cell(0)),
-        &others_from_start
-            .iter()
-            .map(|(n, c)| (*n, c))
-            .collect::<Vec<_>>(),
-    );
+    let goal_from_start = Goal::judge_by(cell(0), &others, |c| c.loader_us_from_start);
     println!(
         "CPU from the start at {GOAL_RTT_MS} ms (not the goal's measure): granary {:.0} µs/sample against the best contender's {} (≤ {}×: {})",
         goal_from_start.granary_us,

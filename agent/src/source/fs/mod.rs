@@ -39,11 +39,17 @@ pub fn open_catalog(dataset: &DatasetConfig) -> Result<Catalog, CatalogError> {
     }
 }
 
+// The engine's extents hold an O_DIRECT read's whole blocks: they start at
+// multiples of the cache's alignment and are rounded up to it.
+const _: () = assert!(crate::cache::DEFAULT_ALIGN.is_multiple_of(reader::DIRECT_BLOCK as u64));
+
 /// A filesystem dataset: its catalog and an io_uring reader of its own.
 pub struct FsSource {
     reader: UringReader,
     landing: Landing,
     catalog: Catalog,
+    /// Whether files are read with `O_DIRECT`.
+    direct: bool,
 }
 
 impl std::fmt::Debug for FsSource {
@@ -51,6 +57,7 @@ impl std::fmt::Debug for FsSource {
         f.debug_struct("FsSource")
             .field("samples", &self.catalog.len())
             .field("reader", &self.reader)
+            .field("direct", &self.direct)
             .finish()
     }
 }
@@ -64,7 +71,15 @@ impl FsSource {
             reader: UringReader::new(capacity)?.with_timeout(Some(read_timeout)),
             landing: Landing::default(),
             catalog,
+            direct: false,
         })
+    }
+
+    /// Reads the files with `O_DIRECT` when `on` (see [`reader`]): the
+    /// engine then gives every read whole 4 KiB blocks of the arena.
+    pub fn with_direct_io(mut self, on: bool) -> FsSource {
+        self.direct = on;
+        self
     }
 
     /// The catalog.
@@ -101,6 +116,14 @@ impl SampleSource for FsSource {
         self.reader.capacity()
     }
 
+    fn read_block(&self) -> u32 {
+        if self.direct {
+            reader::DIRECT_BLOCK
+        } else {
+            1
+        }
+    }
+
     fn in_flight(&self) -> usize {
         self.reader.in_flight()
     }
@@ -125,6 +148,20 @@ impl SampleSource for FsSource {
         if dest.len() < len as usize {
             return Err(SourceFull);
         }
+        let span = u64::from(len).next_multiple_of(u64::from(self.read_block()));
+        if (dest.len() as u64) < span {
+            // The engine gives whole blocks (read_block); a shorter range is
+            // its bug, said rather than read some other way.
+            let err = io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{}: O_DIRECT read given {} bytes of arena, {span} needed",
+                    e.path.display(),
+                    dest.len()
+                ),
+            );
+            return self.reader.reject(tag, err).map_err(|_| SourceFull);
+        }
         let req = ReadRequest {
             tag,
             path,
@@ -135,6 +172,7 @@ impl SampleSource for FsSource {
                 size: e.size,
                 mtime: e.mtime,
             }),
+            direct: self.direct,
         };
         self.reader.submit(req).map_err(|_| SourceFull)
     }

@@ -23,6 +23,17 @@
 //! (A kernel without `IORING_OP_STATX` reads without the check, said once
 //! in the log.)
 //!
+//! A request may ask for `O_DIRECT` ([`ReadRequest::direct`]): the file is
+//! opened with it and read in whole [`DIRECT_BLOCK`]s straight from the
+//! device into the arena, bypassing the page cache (no copy, no cache
+//! pages to reclaim). A short read continues from the block it stopped in.
+//! A filesystem that refuses `O_DIRECT` (`EINVAL` at open, as ramfs and
+//! some FUSE filesystems do) or a device whose blocks are larger than
+//! `DIRECT_BLOCK` (`EINVAL` at an aligned read) gets that request read
+//! again through the page cache, and every later request of the reader
+//! too; the log says so once. A misaligned request (an offset or a
+//! destination that is not a multiple of the block) falls back alone.
+//!
 //! A reader built `with_timeout` links an
 //! `IORING_OP_LINK_TIMEOUT` to every open and every read it hands to the
 //! kernel: a step that has not completed when the timeout expires is
@@ -49,6 +60,12 @@ use io_uring::{opcode, squeue, types, Probe};
 /// per request, and the kernel caps a ring at 32768 entries; chains that do
 /// not fit wait for the next submission).
 pub(crate) const MAX_QUEUE_DEPTH: u32 = 8192;
+
+/// The unit of `O_DIRECT` reads: their file offsets, lengths and memory
+/// addresses are multiples of it. 4 KiB is at least the logical block size
+/// of every disk in common use (512 or 4096 bytes), and the arena's extents
+/// are aligned to it.
+pub(crate) const DIRECT_BLOCK: u32 = 4096;
 
 /// How many times one request is resubmitted after `EINTR`, `EAGAIN` or
 /// `ECANCELED` before the error is reported.
@@ -82,6 +99,13 @@ pub(crate) struct ReadRequest {
     /// What the file must still be once read (size and modification time),
     /// if anything: checked with a `statx` after the read.
     pub expect: Option<FileStat>,
+    /// Read with `O_DIRECT`, in whole [`DIRECT_BLOCK`]s: `dest` must then
+    /// hold `len` rounded up to the block (a shorter one is read through
+    /// the page cache), and should start at a multiple of the block, as
+    /// should `offset` (else the kernel refuses and the request is read
+    /// through the page cache). The bytes of the last block past the end
+    /// of the file are left as the device gives them.
+    pub direct: bool,
 }
 
 /// The outcome of one `ReadRequest`: the bytes read (always the
@@ -191,6 +215,15 @@ struct Op {
     issued: bool,
     /// Whether a linked timeout of the step or chain in flight expired.
     timed_out: bool,
+    /// Whether the next open is with `O_DIRECT` (reads then go in whole
+    /// blocks).
+    direct: bool,
+    /// Whether the file was opened with `O_DIRECT` (its reads are in whole
+    /// blocks until it is reopened).
+    opened_direct: bool,
+    /// `O_DIRECT` was just refused (`EINVAL` at `"open"` or `"read"`); the
+    /// request goes on through the page cache.
+    refused: Option<&'static str>,
 }
 
 impl Op {
@@ -228,15 +261,22 @@ impl Op {
         if let Some(res) = open {
             if res < 0 {
                 // A failed open cancels the linked read; its result means nothing.
-                self.transient_or_fail("open", -res);
+                if self.opened_direct && res == -libc::EINVAL {
+                    self.refuse_direct("open");
+                } else {
+                    self.transient_or_fail("open", -res);
+                }
                 return;
             }
         }
         match read {
             Some(res) if res >= 0 => {
-                let n = res.unsigned_abs().min(self.len - self.done);
-                self.done += n;
-                if n == 0 && self.done < self.len {
+                let from = u64::from(self.read_from());
+                let reach = (from + u64::from(res.unsigned_abs())).min(u64::from(self.len));
+                let reach = u32::try_from(reach).unwrap_or(self.len);
+                if reach > self.done {
+                    self.done = reach;
+                } else if self.done < self.len {
                     self.fail(
                         "read",
                         None,
@@ -244,6 +284,7 @@ impl Op {
                     );
                 }
             }
+            Some(res) if self.opened_direct && res == -libc::EINVAL => self.refuse_direct("read"),
             Some(res) => self.transient_or_fail("read", -res),
             None => {}
         }
@@ -281,6 +322,34 @@ impl Op {
         }
     }
 
+    /// Goes on without `O_DIRECT`, which `step` just refused.
+    fn refuse_direct(&mut self, step: &'static str) {
+        self.direct = false;
+        self.refused = Some(step);
+    }
+
+    /// Where in the destination the next read starts: where the last one
+    /// stopped, or with `O_DIRECT` the start of the block it stopped in.
+    fn read_from(&self) -> u32 {
+        if self.opened_direct {
+            self.done / DIRECT_BLOCK * DIRECT_BLOCK
+        } else {
+            self.done
+        }
+    }
+
+    /// Whether the request's offset and destination are aligned to the
+    /// block, so that a refusal of `O_DIRECT` is the device's, not the
+    /// request's.
+    fn aligned(&self) -> bool {
+        self.offset.is_multiple_of(u64::from(DIRECT_BLOCK))
+            && self
+                .dest
+                .as_mut_ptr()
+                .addr()
+                .is_multiple_of(DIRECT_BLOCK as usize)
+    }
+
     fn transient_or_fail(&mut self, op: &'static str, errno: i32) {
         let transient = matches!(errno, libc::EINTR | libc::EAGAIN | libc::ECANCELED);
         if transient && self.resubmits < TRANSIENT_RESUBMITS {
@@ -314,6 +383,11 @@ pub(crate) struct UringReader {
     /// The limit linked to every open and read, if any (shared with the
     /// ring's entries in flight, which the kernel reads at submission).
     timeout: Option<(Duration, Arc<types::Timespec>)>,
+    /// Whether requests asking for `O_DIRECT` get it: false once the
+    /// filesystem or device has refused it.
+    direct_io: bool,
+    /// Requests whose `O_DIRECT` was refused, read through the page cache.
+    direct_refusals: u64,
 }
 
 impl fmt::Debug for UringReader {
@@ -323,6 +397,7 @@ impl fmt::Debug for UringReader {
             .field("in_flight", &self.in_flight())
             .field("linked", &self.linked)
             .field("timeout", &self.timeout.is_some())
+            .field("direct_io", &self.direct_io)
             .finish()
     }
 }
@@ -400,6 +475,8 @@ impl UringReader {
             linked,
             statx,
             timeout: None,
+            direct_io: true,
+            direct_refusals: 0,
         })
     }
 
@@ -423,6 +500,19 @@ impl UringReader {
     #[cfg(test)]
     pub(crate) fn is_linked(&self) -> bool {
         self.linked
+    }
+
+    /// Whether requests asking for `O_DIRECT` still get it (false once the
+    /// filesystem or device has refused it).
+    #[cfg(test)]
+    pub(crate) fn direct_io(&self) -> bool {
+        self.direct_io
+    }
+
+    /// Requests whose `O_DIRECT` was refused (read through the page cache).
+    #[cfg(test)]
+    pub(crate) fn direct_refusals(&self) -> u64 {
+        self.direct_refusals
     }
 
     /// The queue depth: the most requests in flight at once.
@@ -464,6 +554,8 @@ impl UringReader {
         let Some(idx) = self.free.pop() else {
             return Err(Full(req));
         };
+        let blocks = u64::from(req.len).next_multiple_of(u64::from(DIRECT_BLOCK));
+        let direct = req.direct && self.direct_io && blocks <= req.dest.len() as u64;
         let op = Op {
             tag: req.tag,
             path: Arc::from(req.path),
@@ -482,6 +574,9 @@ impl UringReader {
             resubmits: 0,
             issued: false,
             timed_out: false,
+            direct,
+            opened_direct: false,
+            refused: None,
         };
         if let Some(slot) = self.ops.get_mut(idx as usize) {
             *slot = Some(op);
@@ -615,6 +710,19 @@ impl UringReader {
             return;
         };
         op.settle();
+        if let Some(step) = op.refused.take() {
+            self.direct_refusals += 1;
+            // An aligned request refused: the filesystem or the device.
+            if self.direct_io && (step == "open" || op.aligned()) {
+                self.direct_io = false;
+                tracing::warn!(
+                    "O_DIRECT refused ({step} {}: {}); this dataset's files are read through \
+                     the page cache from now on",
+                    op.path.to_string_lossy(),
+                    io::Error::from_raw_os_error(libc::EINVAL)
+                );
+            }
+        }
         let chain = match (op.finished(), op.file) {
             (true, FileState::Open(fd)) => {
                 let mut chain = Vec::new();
@@ -643,13 +751,22 @@ impl UringReader {
                 self.free.push(idx);
                 return;
             }
+            // Opened with O_DIRECT, which its read refused: closed, to be
+            // opened again without.
+            (false, FileState::Open(fd)) if op.opened_direct && !op.direct => vec![entry(
+                Step::Close { fd: Target::Fd(fd) },
+                KIND_CLOSE,
+                squeue::Flags::empty(),
+            )],
             (false, FileState::Open(fd)) => {
                 guarded(read_step(op, Target::Fd(fd)), KIND_READ, limit, None)
             }
             (false, FileState::Closed) => {
+                op.opened_direct = op.direct;
                 let open = Step::Open {
                     path: &op.path,
-                    direct: linked,
+                    fixed: linked,
+                    o_direct: op.direct,
                 };
                 if linked {
                     let mut chain = guarded(open, KIND_OPEN, limit, Some(squeue::Flags::IO_LINK));
@@ -738,14 +855,21 @@ fn guarded<'a>(
     }
 }
 
-/// A read of the rest of `op` through `fd`.
+/// A read of the rest of `op` through `fd`; with `O_DIRECT`, from the start
+/// of the block where the last read stopped to the end of the last block.
 fn read_step(op: &Op, fd: Target) -> Step<'_> {
+    let at = op.read_from();
+    let end = if op.opened_direct {
+        op.len.next_multiple_of(DIRECT_BLOCK)
+    } else {
+        op.len
+    };
     Step::Read {
         fd,
         dest: &op.dest,
-        at: op.done,
-        len: op.len - op.done,
-        offset: op.offset + u64::from(op.done),
+        at,
+        len: end - at,
+        offset: op.offset + u64::from(at),
     }
 }
 

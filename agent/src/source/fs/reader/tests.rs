@@ -95,6 +95,7 @@ fn path_request(tag: u64, path: &Path, offset: u64, len: u32, dest: ArenaSlice) 
         len,
         dest,
         expect: None,
+        direct: false,
     }
 }
 
@@ -636,4 +637,199 @@ fn a_fifo_without_a_writer_times_out() {
 fn without_a_timeout_reads_are_not_limited() {
     let reader = UringReader::new(1).expect("reader");
     assert_eq!(reader.timeout(), None);
+}
+
+/// Writes `bytes` to `path`, flushed to the disk, and drops its pages from
+/// the page cache; whether the page cache could be emptied of it (not on
+/// filesystems that live in memory).
+fn write_uncached(path: &Path, bytes: &[u8]) -> bool {
+    use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
+    fs::write(path, bytes).expect("write");
+    let f = fs::File::open(path).expect("open");
+    f.sync_all().expect("sync");
+    posix_fadvise(&f, 0, 0, PosixFadviseAdvice::POSIX_FADV_DONTNEED).expect("fadvise");
+    crate::sys::pages_in_page_cache(&f, bytes.len()).expect("mincore") == 0
+}
+
+/// `len` rounded up to the `O_DIRECT` block, at least one block.
+fn blocks(len: usize) -> usize {
+    len.next_multiple_of(DIRECT_BLOCK as usize)
+        .max(DIRECT_BLOCK as usize)
+}
+
+#[test]
+fn direct_reads_deliver_every_byte_and_leave_the_page_cache_alone() {
+    let dir = TestDir::new();
+    let sizes = [0usize, 1, 511, 4095, 4096, 4097, 12_288, 300_001];
+    for linked in modes() {
+        let paths: Vec<PathBuf> = (0..sizes.len())
+            .map(|i| dir.path(&format!("f{i}-{linked}")))
+            .collect();
+        let mut uncached = true;
+        for (i, (p, &len)) in paths.iter().zip(&sizes).enumerate() {
+            uncached &= write_uncached(p, &content(i as u64, len));
+        }
+        let offsets: Vec<usize> = sizes
+            .iter()
+            .scan(0, |at, &len| {
+                let here = *at;
+                *at += blocks(len);
+                Some(here)
+            })
+            .collect();
+        let total: usize = sizes.iter().map(|&l| blocks(l)).sum();
+        let mem = Mem::zeroed(total);
+        let mut reader = UringReader::with_linking(4, linked).expect("reader");
+        let requests = paths
+            .iter()
+            .enumerate()
+            .map(|(i, p)| ReadRequest {
+                direct: true,
+                expect: Some(stat_of(p)),
+                ..path_request(
+                    i as u64,
+                    p,
+                    0,
+                    sizes[i] as u32,
+                    mem.at(offsets[i], blocks(sizes[i])),
+                )
+            })
+            .collect();
+        let done = run_all(&mut reader, requests);
+        assert_eq!(done.len(), sizes.len());
+        let bytes = mem.bytes();
+        for c in &done {
+            let i = c.tag as usize;
+            let len = sizes[i];
+            assert_eq!(*c.result.as_ref().expect("direct read"), len as u32);
+            assert!(
+                bytes[offsets[i]..offsets[i] + len] == content(i as u64, len)[..],
+                "file {i} ({len} bytes, linked {linked})"
+            );
+        }
+        assert!(reader.direct_io(), "O_DIRECT still on");
+        assert_eq!(reader.direct_refusals(), 0);
+        if uncached {
+            for (p, &len) in paths.iter().zip(&sizes) {
+                let f = fs::File::open(p).expect("open");
+                let cached = crate::sys::pages_in_page_cache(&f, len).expect("mincore");
+                assert_eq!(cached, 0, "{} went through the page cache", p.display());
+            }
+        } else {
+            println!(
+                "NOTE: the temporary folder's filesystem keeps files in memory: \
+                 page-cache bypass not checked, bytes only"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_misaligned_direct_request_is_read_through_the_page_cache_alone() {
+    let dir = TestDir::new();
+    let p = dir.path("f");
+    let bytes = content(3, 20_000);
+    fs::write(&p, &bytes).expect("write");
+    let span = blocks(9000);
+    for linked in modes() {
+        let mem = Mem::zeroed(8192 + 2 * span);
+        let mut reader = UringReader::with_linking(4, linked).expect("reader");
+        // Offset 100 is no multiple of any device's block: the kernel
+        // refuses the O_DIRECT read, and the request goes on buffered.
+        let odd = ReadRequest {
+            direct: true,
+            ..path_request(0, &p, 100, 5000, mem.at(0, 8192))
+        };
+        let done = run_all(&mut reader, vec![odd]);
+        assert_eq!(*done[0].result.as_ref().expect("read"), 5000);
+        assert!(mem.bytes()[..5000] == bytes[100..5100]);
+        assert_eq!(reader.direct_refusals(), 1, "linked {linked}");
+        assert!(reader.direct_io(), "the request's fault, not the device's");
+        // Aligned requests keep O_DIRECT, at an offset too; the second
+        // one's last block runs past the end of the file.
+        let aligned = [(1u64, 4096u64), (2, 8192)]
+            .iter()
+            .enumerate()
+            .map(|(k, &(tag, offset))| ReadRequest {
+                direct: true,
+                ..path_request(tag, &p, offset, 9000, mem.at(8192 + k * span, span))
+            })
+            .collect();
+        let done = run_all(&mut reader, aligned);
+        let got = mem.bytes();
+        for c in &done {
+            assert_eq!(*c.result.as_ref().expect("read"), 9000);
+            let k = c.tag as usize - 1;
+            let at = 8192 + k * span;
+            let from = 4096 * c.tag as usize;
+            assert!(
+                got[at..at + 9000] == bytes[from..from + 9000],
+                "request {}",
+                c.tag
+            );
+        }
+        assert_eq!(
+            reader.direct_refusals(),
+            1,
+            "no refusal of aligned requests"
+        );
+    }
+}
+
+/// Needs root (mounts a ramfs, whose files refuse `O_DIRECT` at open):
+/// run by `scripts/test.sh` in its root step.
+#[test]
+#[ignore = "needs root: mounts a ramfs"]
+fn a_filesystem_that_refuses_direct_io_is_read_through_the_page_cache() {
+    let dir = TestDir::new();
+    let mnt = dir.path("ramfs");
+    fs::create_dir(&mnt).expect("mkdir");
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "ramfs", "ramfs"])
+        .arg(&mnt)
+        .status()
+        .expect("run mount");
+    assert!(mounted.success(), "mount -t ramfs (needs root)");
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(&mnt);
+    let sizes = [5000usize, 4096, 70_000, 1];
+    for (i, &len) in sizes.iter().enumerate() {
+        fs::write(mnt.join(format!("f{i}")), content(i as u64, len)).expect("write");
+    }
+    for linked in modes() {
+        let mem = Mem::zeroed(sizes.iter().map(|&l| blocks(l)).sum());
+        let mut reader = UringReader::with_linking(2, linked).expect("reader");
+        let mut at = 0;
+        let requests = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| {
+                let dest = mem.at(at, blocks(len));
+                at += blocks(len);
+                ReadRequest {
+                    direct: true,
+                    ..path_request(i as u64, &mnt.join(format!("f{i}")), 0, len as u32, dest)
+                }
+            })
+            .collect();
+        let done = run_all(&mut reader, requests);
+        let got = mem.bytes();
+        let mut at = 0;
+        for (i, &len) in sizes.iter().enumerate() {
+            let c = done.iter().find(|c| c.tag == i as u64).expect("completion");
+            assert_eq!(*c.result.as_ref().expect("read"), len as u32);
+            assert!(got[at..at + len] == content(i as u64, len)[..], "file {i}");
+            at += blocks(len);
+        }
+        assert!(!reader.direct_io(), "O_DIRECT off after the refusal");
+        // The requests in flight when it was refused were refused too
+        // (queue depth 2); the later ones did not ask.
+        let refused = reader.direct_refusals();
+        assert!((1..=2).contains(&refused), "{refused} refusals");
+    }
 }
