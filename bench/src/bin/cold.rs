@@ -67,7 +67,14 @@ usage: bench/run cold [options]
   --touch          the loader reads every byte of every sample
   --sweep          also run the agent with other in-flight / window settings
   --no-fio         skip fio
-  --no-uring       skip the io_uring whole-file reader";
+  --no-uring       skip the io_uring whole-file reader
+  --warm-page-cache  read every file once before each run instead of dropping
+                   the page cache: NOT a cold read (every read is served from
+                   the page cache), for comparing read paths on cached files;
+                   the goal is not judged";
+
+/// `--warm-page-cache`: every run starts with the dataset in the page cache.
+static WARM_PAGE_CACHE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 #[derive(Clone, Copy, Debug)]
 struct Knobs {
@@ -112,7 +119,7 @@ fn main() -> ExitCode {
 fn run() -> Result<()> {
     let args = Args::parse(
         std::env::args().skip(1),
-        &["touch", "sweep", "no-fio", "no-uring"],
+        &["touch", "sweep", "no-fio", "no-uring", "warm-page-cache"],
         USAGE,
     )?;
     let files = args.u64("files", 20_000)?;
@@ -134,8 +141,12 @@ fn run() -> Result<()> {
 
     println!("cold: {}", sys::regime());
     let root = sys::is_root();
-    let mut cold = root;
-    if !root {
+    let warm_cache = args.flag("warm-page-cache");
+    WARM_PAGE_CACHE.store(warm_cache, Ordering::Relaxed);
+    let mut cold = root && !warm_cache;
+    if warm_cache {
+        println!("cold: --warm-page-cache: every file is read before each run: NOTHING BELOW IS A COLD READ, and the goal is not judged");
+    } else if !root {
         println!("cold: WARNING: NOT ROOT: the page cache cannot be dropped, so NOTHING BELOW IS A COLD READ");
     }
     let ds = data::ensure(&data::spec(files, mean, 100)).map_err(|e| format!("dataset: {e}"))?;
@@ -311,7 +322,9 @@ fn run() -> Result<()> {
     let ratio_eq = g / best_rate;
     println!(
         "result: granary {g:.0} files/s, best equal-depth reader {best_rate:.0} files/s ({best_name}, depth {depth}): ratio_equal_depth {ratio_eq:.3} (goal ≥ 0.95: {})",
-        if readers.is_empty() {
+        if warm_cache {
+            "not judged: page cache warm"
+        } else if readers.is_empty() {
             "no reader run"
         } else if ratio_eq >= 0.95 {
             "met"
@@ -350,7 +363,16 @@ fn run() -> Result<()> {
         .num("best_reader_files_per_s", best_rate, 0)
         .str("best_reader", &best_name)
         .num("ratio_equal_depth", ratio_eq, 3)
-        .str("goal", if ratio_eq >= 0.95 { "met" } else { "NOT met" })
+        .str(
+            "goal",
+            if warm_cache {
+                "not judged"
+            } else if ratio_eq >= 0.95 {
+                "met"
+            } else {
+                "NOT met"
+            },
+        )
         .int("depth", u64::from(depth))
         .str("config", &knobs.label())
         .str("fio_bs", fio_best.trim_start_matches("fio "));
@@ -359,7 +381,12 @@ fn run() -> Result<()> {
             .num("best_ratio_equal_depth", best.1 / best_rate, 3)
             .str("best_config", &best.0.label());
     }
-    if !cold {
+    if warm_cache {
+        j.str(
+            "warning",
+            "--warm-page-cache: reads served from the page cache",
+        );
+    } else if !cold {
         j.str(
             "warning",
             "not root: page cache not dropped, reads were not cold",
@@ -387,10 +414,15 @@ impl Reader {
     }
 }
 
-/// Drops the page cache (or records that it could not), then stats every
-/// file. Returns how long the stat pass took.
+/// Drops the page cache (or records that it could not; with
+/// `--warm-page-cache` reads every file instead), then stats every file.
+/// Returns how long the stat pass took.
 fn make_cold(ds: &Dataset, cold: &mut bool) -> Result<Duration> {
-    if *cold {
+    if WARM_PAGE_CACHE.load(Ordering::Relaxed) {
+        for e in ds.catalog.entries() {
+            std::fs::read(&e.path).map_err(|err| format!("{}: {err}", e.path.display()))?;
+        }
+    } else if *cold {
         if let Err(e) = sys::drop_caches() {
             println!("cold: WARNING: {e}: the page cache was NOT dropped");
             *cold = false;
