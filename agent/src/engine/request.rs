@@ -114,7 +114,8 @@ impl Engine {
         inf.started = self.clock.now();
         let ds = inf.key.dataset as usize;
         // The cache's extent, of the sample's size rounded up to its
-        // alignment, holds the source's whole blocks (checked at open).
+        // alignment, holds the source's whole blocks (a compile-time
+        // assertion in source::fs ties the block to the alignment).
         let block = self.datasets[ds].source().map_or(1, |s| s.read_block());
         let span = inf
             .len
