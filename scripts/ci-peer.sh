@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks of the peer core (granary-peer) beyond `cargo test`: short
-# cargo-fuzz runs of the frame decoder and the hello/handshake.
+# cargo-fuzz runs of the frame decoder, the channel handshake and the
+# records of an established channel.
 #
 # usage: scripts/ci-peer.sh [STEP...]      (default: fuzz)
 #   fuzz        each cargo-fuzz target for FUZZ_SECONDS (default 20), after
@@ -13,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-FUZZ_TARGETS=(frame handshake)
+FUZZ_TARGETS=(frame handshake records)
 
 log() { printf '%s\n' "$*" >&2; }
 

@@ -6,7 +6,8 @@
 #     shm/validate     segment and descriptor validation (shm-protocol/fuzz)
 #     shm/handshake    the session handshake codec
 #     peer/frame       the peer frame decoder (peer/fuzz)
-#     peer/handshake   the peer hello and handshake
+#     peer/handshake   the peer channel handshake (a listener and a dialer fed strangers' bytes)
+#     peer/records     an established peer channel: forged records, frames inside authentic ones
 #     agent/config     the agent's configuration parser (agent/fuzz)
 #     agent/session    whole loader sessions against the engine
 #   (default: all of them)
@@ -29,7 +30,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ALL=(shm/validate shm/handshake peer/frame peer/handshake agent/config agent/session)
+ALL=(shm/validate shm/handshake peer/frame peer/handshake peer/records agent/config agent/session)
 
 log() { printf '%s\n' "$*" >&2; }
 

@@ -25,7 +25,7 @@ use common::{verify, watchdog};
 use common_peers::{free_port, Agent};
 use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
 use common_s3::{synth, Seaweed, BUCKET};
-use corrupt_proxy::{Corrupt, CorruptingProxy};
+use corrupt_proxy::{Corrupt, CorruptingProxy, Senders};
 use granary::{encode_view, Client, ErrorCode, MembershipMode, SessionOptions, ViewMember};
 use granary_tools::ingest::{self, IngestOptions};
 use granary_tools::synth::SynthSpec;
@@ -129,9 +129,23 @@ fn cluster_with(
         None => listen.clone(),
         Some(bad) => listen
             .iter()
-            .map(|&up| {
-                let p = CorruptingProxy::start("127.0.0.5:0".parse().unwrap(), up, bad.clone())
-                    .unwrap();
+            .enumerate()
+            .map(|(node, &up)| {
+                // Agents dial from their listener's IP: the proxy tells who
+                // sends by it.
+                let senders = Senders {
+                    upstream: format!("n{node}"),
+                    by_ip: (0..NODES)
+                        .map(|n| (Agent::ip(n).parse().unwrap(), format!("n{n}")))
+                        .collect(),
+                };
+                let p = CorruptingProxy::start_with(
+                    "127.0.0.5:0".parse().unwrap(),
+                    up,
+                    bad.clone(),
+                    senders,
+                )
+                .unwrap();
                 let a = p.addr();
                 proxies.push(p);
                 a
@@ -387,13 +401,18 @@ fn a_wrong_job_secret_gets_nothing_served() {
         strangers.push(s);
     }
     run_epoch(&mut c, 0, |_| {});
-    // The garbage got the connection closed (end of stream after at most a
-    // hello and a goodbye).
+    // The garbage got the connection closed without one byte in answer
+    // (nothing a stranger could test guesses of the secret against).
     for mut s in strangers.into_iter().take(2) {
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut got = Vec::new();
         let r = s.read_to_end(&mut got);
-        assert!(r.is_ok() && got.len() < 1024, "{r:?} {}", got.len());
+        // End of stream, or a reset when the listener closed with the
+        // stranger's bytes unread.
+        let closed = r.is_ok()
+            || r.as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset);
+        assert!(closed && got.is_empty(), "{r:?} {}", got.len());
     }
     let odd = &c.agents[2];
     assert_eq!(
@@ -414,8 +433,15 @@ fn a_wrong_job_secret_gets_nothing_served() {
 }
 
 #[test]
-fn corrupted_blocks_are_detected_and_read_from_the_store() {
-    let _w = watchdog("corrupted_blocks_are_detected_and_read_from_the_store", 600);
+fn bytes_changed_on_the_wire_are_rejected_and_read_from_the_store() {
+    let _w = watchdog(
+        "bytes_changed_on_the_wire_are_rejected_and_read_from_the_store",
+        600,
+    );
+    // A proxy changes one byte in every block record n1 sends. The channel
+    // rejects the record (it fails its tag), closes the connection, and
+    // the requests on it are read from the store: nothing wrong reaches a
+    // loader (run_epoch checks every byte), the block CRC never has to.
     let mut c = cluster_with(
         "job4",
         |_| SECRET.to_string(),
@@ -424,16 +450,23 @@ fn corrupted_blocks_are_detected_and_read_from_the_store() {
     );
     run_epoch(&mut c, 0, |_| {});
     let corrupted: u64 = c.proxies.iter().map(CorruptingProxy::corrupted).sum();
-    let crc_failures = sum(&c, "granary_peer_crc_failures_total", "");
-    let failed = sum(&c, "granary_peer_gets_failed_total", "reason=\"corrupt\"");
-    eprintln!("blocks corrupted {corrupted}, CRC failures {crc_failures}");
-    assert!(corrupted > 0, "no block of n1 went through a proxy");
-    // Every corrupted block was caught (and read again from the store:
-    // run_epoch verified every sample byte for byte).
-    assert_eq!(crc_failures, corrupted as f64);
-    assert_eq!(failed, crc_failures);
+    let rejected = sum(&c, "granary_peer_rejected_total", "reason=\"record\"");
+    let lost = sum(
+        &c,
+        "granary_peer_gets_failed_total",
+        "reason=\"connection\"",
+    );
+    eprintln!("block records changed {corrupted}, records rejected {rejected}, requests failed over {lost}");
+    assert!(corrupted > 0, "no block record of n1 went through a proxy");
+    assert!(
+        rejected >= 1.0 && rejected <= corrupted as f64,
+        "{rejected} records rejected for {corrupted} changed"
+    );
+    assert!(lost >= 1.0, "no request failed over to the store");
+    assert_eq!(sum(&c, "granary_peer_crc_failures_total", ""), 0.0);
+    // n1 itself received nothing changed.
     assert_eq!(
-        c.agents[1].metric("granary_peer_crc_failures_total", ""),
+        c.agents[1].metric("granary_peer_rejected_total", "reason=\"record\""),
         0.0
     );
 }

@@ -1,40 +1,60 @@
-//! A TCP proxy in front of one agent's peer listener that decodes the peer
-//! frames going both ways (`granary_peer::frame::Decoder`) and flips the
-//! first payload byte of chosen data blocks, so the receiving agent's block
-//! CRC must catch them; or holds back, or cuts, what one node sends. What
-//! it does: [`Corrupt`].
+//! A TCP proxy in front of one agent's peer listener that follows the peer
+//! channel's framing going both ways (the dialer's preamble and handshake
+//! message, the listener's handshake message, then length-prefixed
+//! records) without decrypting anything, and changes one byte of chosen
+//! block records, so the receiving agent's channel must reject the record;
+//! or holds back, or cuts, what one node sends. What it does: [`Corrupt`].
+//!
+//! A *block record* is a record of at least [`BLOCK_RECORD`] bytes: the
+//! records that carry payloads (frame records are small). Who sends a
+//! direction is known from the addresses: the listener's own bytes come
+//! from the upstream node, a dialer's from the node whose IP it dials from
+//! ([`Senders`]; agents dial from their listener's IP).
 //!
 //! One thread per direction per connection; the proxy forwards bytes as
-//! they come and never holds a whole block. Counts the blocks it forwarded
-//! and those it corrupted.
+//! they come and never holds a whole record. Counts the block records it
+//! forwarded and those it changed.
 
-use granary_peer::frame::{Decoded, Decoder, Frame};
+use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Which data blocks (with a non-empty payload) get corrupted.
+/// Records at least this long carry payload bytes.
+pub const BLOCK_RECORD: usize = 1024;
+
+/// Which block records get changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Corrupt {
     /// None: the proxy only forwards.
     Nothing,
-    /// Every block sent by the node whose hello names this id.
+    /// Every block record sent by the node with this id.
     From(String),
-    /// Blocks `first`, `first + every`, `first + 2·every`, … in the order
-    /// the proxy sees them (counted over all its connections, both ways).
+    /// Block records `first`, `first + every`, `first + 2·every`, … in the
+    /// order the proxy sees them (counted over all its connections, both
+    /// ways).
     Every {
-        /// The period (10 000: one block in 10 000).
+        /// The period (10 000: one block record in 10 000).
         every: u64,
-        /// The 0-based number of the first corrupted block.
+        /// The 0-based number of the first changed record.
         first: u64,
     },
     /// Every chunk the node with this id sends waits this long.
     SlowFrom(String, std::time::Duration),
-    /// The node's first block on each connection goes through up to its
-    /// first payload byte; then the connection is cut both ways (counted as
-    /// corrupted).
+    /// The node's first block record on each connection goes through up to
+    /// its first byte; then the connection is cut both ways (counted as
+    /// changed).
     CutFrom(String),
+}
+
+/// Who sends on a connection through the proxy.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Senders {
+    /// The node behind the proxy (the listener).
+    pub upstream: String,
+    /// Dialers' nodes by the IP they dial from.
+    pub by_ip: HashMap<IpAddr, String>,
 }
 
 /// Counters shared by a proxy's threads.
@@ -55,11 +75,22 @@ pub struct CorruptingProxy {
 
 impl CorruptingProxy {
     /// Listens on `listen` (port 0 picks one) and forwards every connection
-    /// to `upstream`, corrupting what `corrupt` says.
+    /// to `upstream`, changing what `corrupt` says (senders unknown: only
+    /// [`Corrupt::Nothing`] and [`Corrupt::Every`] act).
     pub fn start(
         listen: SocketAddr,
         upstream: SocketAddr,
         corrupt: Corrupt,
+    ) -> std::io::Result<CorruptingProxy> {
+        CorruptingProxy::start_with(listen, upstream, corrupt, Senders::default())
+    }
+
+    /// [`CorruptingProxy::start`], knowing who sends on each connection.
+    pub fn start_with(
+        listen: SocketAddr,
+        upstream: SocketAddr,
+        corrupt: Corrupt,
+        senders: Senders,
     ) -> std::io::Result<CorruptingProxy> {
         let listener = TcpListener::bind(listen)?;
         let addr = listener.local_addr()?;
@@ -82,9 +113,17 @@ impl CorruptingProxy {
                     let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
                         continue;
                     };
-                    for (from, to) in [(c2, s2), (server, client)] {
+                    let dialer = client
+                        .peer_addr()
+                        .ok()
+                        .and_then(|a| senders.by_ip.get(&a.ip()).cloned())
+                        .unwrap_or_default();
+                    for (from, to, who, dialing) in [
+                        (c2, s2, dialer, true),
+                        (server, client, senders.upstream.clone(), false),
+                    ] {
                         let (c, corrupt) = (Arc::clone(&c), corrupt.clone());
-                        std::thread::spawn(move || pump(from, to, &corrupt, &c));
+                        std::thread::spawn(move || pump(from, to, &corrupt, &c, &who, dialing));
                     }
                 }
             })?;
@@ -96,12 +135,12 @@ impl CorruptingProxy {
         self.addr
     }
 
-    /// Data blocks corrupted so far.
+    /// Block records changed (or cut) so far.
     pub fn corrupted(&self) -> u64 {
         self.counts.corrupted.load(Ordering::Relaxed)
     }
 
-    /// Data blocks forwarded so far (corrupted or not).
+    /// Block records forwarded so far (changed or not).
     pub fn blocks(&self) -> u64 {
         self.counts.blocks.load(Ordering::Relaxed)
     }
@@ -114,7 +153,7 @@ impl Drop for CorruptingProxy {
     }
 }
 
-/// Whether the block about to be counted as number `n` is corrupted.
+/// Whether the block record about to be counted as number `n` is changed.
 fn chosen(corrupt: &Corrupt, sender: &str, n: u64) -> bool {
     match corrupt {
         Corrupt::Nothing | Corrupt::SlowFrom(..) | Corrupt::CutFrom(_) => false,
@@ -125,12 +164,76 @@ fn chosen(corrupt: &Corrupt, sender: &str, n: u64) -> bool {
     }
 }
 
-/// Copies one direction, flipping the first payload byte of the chosen
-/// blocks.
-fn pump(mut from: TcpStream, mut to: TcpStream, corrupt: &Corrupt, counts: &Counts) {
-    let mut dec = Decoder::new();
-    let mut sender = String::new();
-    // Stream offsets: of the next byte read, and of payload bytes to flip.
+/// Where one direction's byte stream stands in the channel's framing.
+#[derive(Debug)]
+struct Framing {
+    /// Bytes of clear preamble still to pass (the dialer's 8).
+    preamble: usize,
+    /// Whether the handshake message is still ahead.
+    handshake: bool,
+    /// Bytes of the length prefix read so far.
+    prefix: Vec<u8>,
+    /// Body bytes of the current message or record still to pass.
+    body: usize,
+}
+
+impl Framing {
+    fn new(dialing: bool) -> Framing {
+        Framing {
+            preamble: if dialing { 8 } else { 0 },
+            handshake: true,
+            prefix: Vec::new(),
+            body: 0,
+        }
+    }
+
+    /// Walks `chunk`; calls `record(at, len)` at the first body byte of
+    /// each record (not the handshake message), `at` its offset in the
+    /// chunk.
+    fn walk(&mut self, chunk: &[u8], mut record: impl FnMut(usize, usize)) {
+        let mut i = 0;
+        while i < chunk.len() {
+            if self.preamble > 0 {
+                let n = self.preamble.min(chunk.len() - i);
+                self.preamble -= n;
+                i += n;
+            } else if self.body > 0 {
+                let n = self.body.min(chunk.len() - i);
+                self.body -= n;
+                i += n;
+            } else {
+                self.prefix.push(chunk[i]);
+                i += 1;
+                if self.prefix.len() == 2 {
+                    let len = usize::from(u16::from_be_bytes([self.prefix[0], self.prefix[1]]));
+                    self.prefix.clear();
+                    self.body = len;
+                    if self.handshake {
+                        self.handshake = false;
+                    } else if len > 0 && i < chunk.len() {
+                        record(i, len);
+                    } else if len > 0 {
+                        // The body starts in the next chunk.
+                        record(chunk.len(), len);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Copies one direction, changing a byte in the middle of the chosen block
+/// records.
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    corrupt: &Corrupt,
+    counts: &Counts,
+    sender: &str,
+    dialing: bool,
+) {
+    let mut framing = Framing::new(dialing);
+    // Stream offsets: of the next byte read, and of bytes to flip.
     let mut fed = 0u64;
     let mut flips: Vec<u64> = Vec::new();
     let mut cut_at: Option<u64> = None;
@@ -141,28 +244,23 @@ fn pump(mut from: TcpStream, mut to: TcpStream, corrupt: &Corrupt, counts: &Coun
             Ok(n) => n,
         };
         let chunk = &mut buf[..n];
-        dec.feed(chunk);
         let end = fed + n as u64;
-        while let Ok(Some(item)) = dec.next_item() {
-            if let Decoded::Frame(f) = item {
-                match f {
-                    Frame::Hello(h) => sender = h.node_id,
-                    Frame::Data(h) if h.length > 0 => {
-                        let k = counts.blocks.fetch_add(1, Ordering::Relaxed);
-                        if chosen(corrupt, &sender, k) {
-                            flips.push(end - dec.buffered() as u64);
-                            counts.corrupted.fetch_add(1, Ordering::Relaxed);
-                        }
-                        let cut = matches!(corrupt, Corrupt::CutFrom(id) if *id == sender);
-                        if cut && h.length > 1 && cut_at.is_none() {
-                            cut_at = Some(end - dec.buffered() as u64 + 1);
-                            counts.corrupted.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    _ => {}
-                }
+        framing.walk(chunk, |at, len| {
+            if len < BLOCK_RECORD {
+                return;
             }
-        }
+            let start = fed + at as u64;
+            let k = counts.blocks.fetch_add(1, Ordering::Relaxed);
+            if chosen(corrupt, sender, k) {
+                flips.push(start + len as u64 / 2);
+                counts.corrupted.fetch_add(1, Ordering::Relaxed);
+            }
+            let cut = matches!(corrupt, Corrupt::CutFrom(id) if id == sender);
+            if cut && cut_at.is_none() {
+                cut_at = Some(start + 1);
+                counts.corrupted.fetch_add(1, Ordering::Relaxed);
+            }
+        });
         flips.retain(|&at| {
             if (fed..end).contains(&at) {
                 chunk[(at - fed) as usize] ^= 0x5a;
@@ -172,7 +270,7 @@ fn pump(mut from: TcpStream, mut to: TcpStream, corrupt: &Corrupt, counts: &Coun
             }
         });
         if let Some(at) = cut_at.filter(|&at| at <= end) {
-            // The header and one payload byte go through; then nothing.
+            // Up to one byte of the record's body goes through; then nothing.
             let _ = to.write_all(&chunk[..at.saturating_sub(fed) as usize]);
             let _ = to.shutdown(Shutdown::Both);
             let _ = from.shutdown(Shutdown::Both);
@@ -180,7 +278,7 @@ fn pump(mut from: TcpStream, mut to: TcpStream, corrupt: &Corrupt, counts: &Coun
         }
         fed = end;
         if let Corrupt::SlowFrom(id, d) = corrupt {
-            if *id == sender {
+            if id == sender {
                 std::thread::sleep(*d);
             }
         }
@@ -194,6 +292,32 @@ fn pump(mut from: TcpStream, mut to: TcpStream, corrupt: &Corrupt, counts: &Coun
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn framing_finds_records_after_the_handshake_in_any_chunking() {
+        // Dialer: preamble, message 1 (3 bytes), records of 2000 and 5 bytes.
+        let mut wire = b"GRNY\x02\x01\x01\x00".to_vec();
+        wire.extend_from_slice(&[0, 3, 9, 9, 9]);
+        wire.extend_from_slice(&2000u16.to_be_bytes());
+        wire.extend(std::iter::repeat_n(1u8, 2000));
+        wire.extend_from_slice(&5u16.to_be_bytes());
+        wire.extend_from_slice(&[2; 5]);
+        for piece in [1, 2, 7, 100, 5000] {
+            let mut f = Framing::new(true);
+            let mut seen = Vec::new();
+            let mut off = 0;
+            for chunk in wire.chunks(piece) {
+                f.walk(chunk, |at, len| seen.push((off + at, len)));
+                off += chunk.len();
+            }
+            assert_eq!(seen, [(15, 2000), (2017, 5)], "pieces of {piece}");
+        }
+        // Listener: message 2 first, no preamble.
+        let mut f = Framing::new(false);
+        let mut seen = Vec::new();
+        f.walk(&[0, 2, 7, 7, 0, 1, 4], |at, len| seen.push((at, len)));
+        assert_eq!(seen, [(6, 1)]);
+    }
 
     #[test]
     fn every_nth_block_from_the_first() {

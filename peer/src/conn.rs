@@ -2,32 +2,33 @@
 //! the clock passed in.
 //!
 //! ```text
-//!   new() ──sends Hello──▶ AwaitHello ──their Hello ok, sends Auth──▶ AwaitAuth
-//!                              │                                        │
-//!                              │ bad version / job / view / peer        │ their Auth verifies
-//!                              ▼                                        ▼
-//!                           Closed ◀──── wrong MAC, bad bytes, ──── Established
-//!                                        timeout, goodbye            (requests, data,
-//!                                                                     misses, credit,
-//!                                                                     ping/pong)
+//!   dial()   ── preamble + message 1 ──▶ AwaitMessage2 ── message 2 ok ──┐
+//!   accept() ── AwaitPreamble ── preamble, message 1 ok, message 2 ──────┤
+//!                  │                                                     ▼
+//!                  │ bad preamble, wrong secret, timeout          hellos agree?
+//!                  ▼                                               │         │
+//!               Closed ◀─── goodbye, bad record, timeout ─── Established   no: goodbye
+//!                                                            (requests, data,
+//!                                                             misses, credit,
+//!                                                             ping/pong)
 //! ```
 //!
-//! # Handshake
+//! # Channel
 //!
-//! Both sides send a [`Hello`] at once, each with a fresh 32-byte nonce the
-//! caller supplies. On the other's hello each side checks protocol version,
-//! job id and view digest, then answers with
+//! Every byte goes through [`crate::channel`]: the dialer sends the
+//! preamble and Noise message 1, the listener answers with message 2, and
+//! from then on both sides speak in authenticated (by default encrypted)
+//! records. Each side's [`Hello`] is the payload of its handshake message.
+//! The listener sends nothing at all until message 1 has authenticated
+//! under the job secret, so a stranger gets no answer to test guesses
+//! against; a wrong secret, a splice of two connections or a changed byte
+//! ends the connection with nothing served.
 //!
-//! ```text
-//! Auth = HMAC-SHA256(secret, "granary-peer-auth-v1\0" || sender's hello frame || receiver's hello frame)
-//! ```
-//!
-//! over the exact frame bytes (header included) of both hellos, sender's
-//! first. Each side verifies the other's in constant time. The nonces make
-//! each answer fresh; the order of the hellos in the transcript makes a
-//! reflected answer fail. Nothing but hello, auth and goodbye is accepted
-//! before both answers verified: a wrong secret closes the connection with
-//! nothing served.
+//! Once both hellos are known each side checks the other's: protocol
+//! version, job id and view digest equal to its own, a node id that is not
+//! its own, and for the dialer the node it meant to reach. A mismatch ends
+//! the connection with a goodbye naming it (authenticated, so it is
+//! believed).
 //!
 //! # Established
 //!
@@ -39,48 +40,33 @@
 //! * Due times travel as time left (nanoseconds from sending), so the two
 //!   clocks need no common origin: [`Event::Request`] carries the due time
 //!   on the receiver's clock.
-//! * Answers: [`Conn::send_data`] queues a [`Transmit::Bytes`] with the data
-//!   header, then a [`Transmit::Payload`] telling the transport to write
-//!   the payload bytes from the pinned extent. On the receiving side
+//! * Answers: [`Conn::send_data`] queues the data header, then
+//!   [`Transmit::Payload`] asks the transport for the payload, which it
+//!   hands to [`Conn::seal_payload`] a piece at a time (copied once, from
+//!   the pinned extent into the record). On the receiving side
 //!   [`Event::Data`] is followed by the payload: [`Conn::payload`] gives
-//!   the bytes already buffered, the transport reads the rest straight into
-//!   the reserved extent and reports them with [`Conn::payload_direct`];
+//!   its bytes as records open, to be copied into the reserved extent;
 //!   events resume after the payload.
 //! * Keepalive: after [`ConnConfig::keepalive`] without sending, a ping is
 //!   sent; after [`ConnConfig::idle_timeout`] without receiving, the
-//!   connection closes. Pongs give [`Event::Rtt`].
+//!   connection closes. Pongs give [`Event::Rtt`]. Pings are answered with
+//!   one pong per write, whatever their number: a peer that pings and
+//!   never reads makes nothing pile up.
 
 use std::collections::VecDeque;
 use std::fmt;
 
-use hmac::{Hmac, KeyInit, Mac};
-use sha2::Sha256;
-
+use crate::channel::{
+    psk_of, ChannelError, Handshake, Preamble, Protection, Records, Suite, LEN_PREFIX, MAGIC,
+    MAX_HANDSHAKE_MESSAGE, MAX_RECORD, MAX_RECORD_PLAINTEXT, PREAMBLE_LEN,
+};
 use crate::frame::{
-    DataHeader, Decoded, Decoder, Frame, FrameError, Get, GoodbyeReason, Hello, MissReason,
-    PayloadOrderError, Want, MAX_ID_LEN, MAX_VECTOR, PROTOCOL_VERSION,
+    decode_frame, DataHeader, Decoded, Decoder, Frame, FrameError, Get, GoodbyeReason, Hello,
+    MissReason, PayloadOrderError, Want, MAX_ID_LEN, MAX_VECTOR, PROTOCOL_VERSION,
 };
 
 /// Nanoseconds since an origin the caller picks (monotonic).
 pub type Nanos = u64;
-
-const AUTH_LABEL: &[u8] = b"granary-peer-auth-v1\0";
-
-/// The HMAC a sender answers with (see the module documentation).
-pub fn auth_mac(secret: &[u8], sender_hello: &[u8], receiver_hello: &[u8]) -> [u8; 32] {
-    let mut m = mac(secret);
-    m.update(sender_hello);
-    m.update(receiver_hello);
-    m.finalize().into_bytes().into()
-}
-
-fn mac(secret: &[u8]) -> Hmac<Sha256> {
-    // HMAC takes keys of any length.
-    let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(secret)
-        .unwrap_or_else(|_| unreachable!("HMAC accepts every key length"));
-    m.update(AUTH_LABEL);
-    m
-}
 
 /// What a connection needs to know about its own side.
 #[derive(Clone, Debug)]
@@ -107,11 +93,16 @@ pub struct ConnConfig {
     pub idle_timeout: Nanos,
     /// Time without sending before a ping goes out.
     pub keepalive: Nanos,
+    /// What records protect; both sides must agree (`peers.encryption`).
+    pub protection: Protection,
+    /// The AEAD a dialer proposes (the listener takes the dialer's).
+    pub suite: Suite,
 }
 
 impl ConnConfig {
     /// A configuration with the default timeouts (5 s handshake, 30 s
-    /// idle, 5 s keepalive) and an initial credit of 256.
+    /// idle, 5 s keepalive), an initial credit of 256, encrypted records
+    /// and the suite this CPU runs fastest.
     pub fn new(
         job_id: impl Into<String>,
         node_id: impl Into<String>,
@@ -130,6 +121,8 @@ impl ConnConfig {
             handshake_timeout: 5_000_000_000,
             idle_timeout: 30_000_000_000,
             keepalive: 5_000_000_000,
+            protection: Protection::Encrypted,
+            suite: Suite::fastest_here(),
         }
     }
 }
@@ -151,10 +144,12 @@ pub enum ConnError {
     BadCount,
     /// An answer with no request of the peer outstanding.
     NothingToAnswer,
-    /// Payload bytes reported out of order.
+    /// Payload bytes reported out of order, or more than announced.
     PayloadOrder,
     /// The frame cannot be encoded (length over the limit).
     Frame(FrameError),
+    /// The channel could not be set up or seal.
+    Channel(ChannelError),
 }
 
 impl fmt::Display for ConnError {
@@ -172,6 +167,7 @@ impl fmt::Display for ConnError {
             ConnError::NothingToAnswer => write!(f, "no request of the peer is outstanding"),
             ConnError::PayloadOrder => write!(f, "{PayloadOrderError}"),
             ConnError::Frame(e) => write!(f, "{e}"),
+            ConnError::Channel(e) => write!(f, "{e}"),
         }
     }
 }
@@ -181,18 +177,23 @@ impl std::error::Error for ConnError {}
 /// How a connection ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Closed {
-    /// This side closed it (and said goodbye with this reason).
+    /// This side closed it (and said goodbye with this reason when the
+    /// channel was up).
     Local(GoodbyeReason),
     /// The peer said goodbye.
     Remote(GoodbyeReason),
-    /// The peer sent bytes that are not frames.
+    /// The peer sent frames that do not decode (inside authentic records).
     Malformed(FrameError),
+    /// The channel failed: not a peer of this job (bad preamble, another
+    /// secret, another protection), or a record that did not
+    /// authenticate. Nothing was served on it.
+    Channel(ChannelError),
 }
 
 /// What the connection tells its driver.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// Both sides authenticated.
+    /// Both sides authenticated and their hellos agree.
     Established {
         /// The peer's node id.
         peer: String,
@@ -227,33 +228,57 @@ pub enum Event {
 /// What the transport must write, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Transmit {
-    /// Frame bytes.
+    /// Wire bytes (handshake messages or sealed records).
     Bytes(Vec<u8>),
     /// `header.length` payload bytes of `header.sample`, from its pinned
-    /// extent (the data header was in the previous bytes).
+    /// extent: the transport passes them to [`Conn::seal_payload`] (the
+    /// data header was in the previous bytes) and writes what it returns
+    /// before polling again.
     Payload(DataHeader),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
-    AwaitHello,
-    AwaitAuth,
+    /// Listener: waiting for the preamble and message 1.
+    AwaitMessage1,
+    /// Dialer: waiting for message 2.
+    AwaitMessage2,
     Established,
     Closed,
+}
+
+/// Queued output, sealed when the transport polls for it.
+#[derive(Debug)]
+enum Out {
+    /// Wire bytes as they are (handshake).
+    Wire(Vec<u8>),
+    /// Frames not yet sealed.
+    Plain(Vec<u8>),
+    /// A payload the transport supplies.
+    Payload(DataHeader),
 }
 
 /// A peer connection. See the module documentation.
 #[derive(Debug)]
 pub struct Conn {
     cfg: ConnConfig,
+    psk: [u8; 32],
+    /// The listener's ephemeral randomness, until message 1 arrives.
+    entropy: Option<[u8; 32]>,
     state: State,
+    hs: Option<Handshake>,
+    records: Option<Records>,
+    /// Wire bytes received: `inbuf[in_pos..]` not yet taken apart.
+    inbuf: Vec<u8>,
+    in_pos: usize,
+    /// The opened plaintext of the current record not yet taken:
+    /// `inbuf[plain.0..plain.1]`.
+    plain: (usize, usize),
+    /// Length of `inbuf` before [`Conn::input_buffer`] grew it.
+    reading: Option<usize>,
     decoder: Decoder,
     events: VecDeque<Event>,
-    out: VecDeque<Transmit>,
-    our_hello: Vec<u8>,
-    our_nonce: [u8; 32],
-    /// The peer's hello frame bytes (empty until received).
-    peer_hello: Vec<u8>,
+    out: VecDeque<Out>,
     peer: Option<Hello>,
     created: Nanos,
     now: Nanos,
@@ -265,12 +290,44 @@ pub struct Conn {
     peer_outstanding: u64,
     /// Answers sent whose credit is not yet granted back.
     credit_owed: u32,
+    /// The token of the latest ping not yet answered.
+    pong: Option<u64>,
+    /// Payload bytes the transport must still seal, and how many it did.
+    sealing: Option<(DataHeader, u64)>,
 }
 
 impl Conn {
-    /// A new connection (either side), sending its hello at once. `nonce`
-    /// must be fresh randomness.
-    pub fn new(cfg: ConnConfig, nonce: [u8; 32], now: Nanos) -> Result<Conn, ConnError> {
+    /// The dialer's side of a new connection: queues the preamble and
+    /// handshake message 1 at once. `entropy` must be fresh randomness (it
+    /// becomes the ephemeral key).
+    pub fn dial(cfg: ConnConfig, entropy: [u8; 32], now: Nanos) -> Result<Conn, ConnError> {
+        let mut c = Conn::new(cfg, now)?;
+        let preamble = Preamble {
+            suite: c.cfg.suite,
+            protection: c.cfg.protection,
+        };
+        let mut hs = Handshake::initiator(preamble, &c.psk, entropy).map_err(ConnError::Channel)?;
+        let hello = c.our_hello()?;
+        let mut wire = preamble.encode().to_vec();
+        hs.write(&hello, &mut wire).map_err(ConnError::Channel)?;
+        c.hs = Some(hs);
+        c.state = State::AwaitMessage2;
+        c.out.push_back(Out::Wire(wire));
+        c.last_send = now;
+        Ok(c)
+    }
+
+    /// The listener's side of an accepted connection: says nothing until
+    /// the dialer's first message authenticates. `entropy` as for
+    /// [`Conn::dial`].
+    pub fn accept(cfg: ConnConfig, entropy: [u8; 32], now: Nanos) -> Result<Conn, ConnError> {
+        let mut c = Conn::new(cfg, now)?;
+        c.entropy = Some(entropy);
+        c.state = State::AwaitMessage1;
+        Ok(c)
+    }
+
+    fn new(cfg: ConnConfig, now: Nanos) -> Result<Conn, ConnError> {
         if cfg.secret.is_empty() {
             return Err(ConnError::EmptySecret);
         }
@@ -285,24 +342,20 @@ impl Conn {
         {
             return Err(ConnError::BadTimeouts);
         }
-        let hello = Frame::Hello(Hello {
-            version: PROTOCOL_VERSION,
-            job_id: cfg.job_id.clone(),
-            node_id: cfg.node_id.clone(),
-            view_digest: cfg.view_digest,
-            incarnation: cfg.incarnation,
-            nonce,
-        });
-        let our_hello = hello.to_bytes().map_err(ConnError::Frame)?;
-        let mut c = Conn {
+        Ok(Conn {
+            psk: psk_of(&cfg.secret),
             cfg,
-            state: State::AwaitHello,
+            entropy: None,
+            state: State::Closed,
+            hs: None,
+            records: None,
+            inbuf: Vec::new(),
+            in_pos: 0,
+            plain: (0, 0),
+            reading: None,
             decoder: Decoder::new(),
             events: VecDeque::new(),
             out: VecDeque::new(),
-            our_hello: our_hello.clone(),
-            our_nonce: nonce,
-            peer_hello: Vec::new(),
             peer: None,
             created: now,
             now,
@@ -311,9 +364,21 @@ impl Conn {
             send_credit: 0,
             peer_outstanding: 0,
             credit_owed: 0,
-        };
-        c.push_bytes(&our_hello);
-        Ok(c)
+            pong: None,
+            sealing: None,
+        })
+    }
+
+    fn our_hello(&self) -> Result<Vec<u8>, ConnError> {
+        Frame::Hello(Hello {
+            version: PROTOCOL_VERSION,
+            job_id: self.cfg.job_id.clone(),
+            node_id: self.cfg.node_id.clone(),
+            view_digest: self.cfg.view_digest,
+            incarnation: self.cfg.incarnation,
+        })
+        .to_bytes()
+        .map_err(ConnError::Frame)
     }
 
     /// True once both sides authenticated, until closed.
@@ -326,9 +391,14 @@ impl Conn {
         self.state == State::Closed
     }
 
-    /// The peer's hello, once received.
+    /// The peer's hello, once its handshake message authenticated.
     pub fn peer(&self) -> Option<&Hello> {
         self.peer.as_ref()
+    }
+
+    /// The suite and protection of the channel, once it is up.
+    pub fn channel(&self) -> Option<(Suite, Protection)> {
+        self.records.as_ref().map(|r| (r.suite(), r.protection()))
     }
 
     /// Requests this side may still send.
@@ -338,15 +408,83 @@ impl Conn {
 
     /// Feeds bytes read from the transport.
     pub fn handle_input(&mut self, bytes: &[u8], now: Nanos) {
-        self.now = self.now.max(now);
         if self.state == State::Closed {
             return;
         }
-        if !bytes.is_empty() {
+        self.compact();
+        self.inbuf.extend_from_slice(bytes);
+        self.received(bytes.len(), now);
+    }
+
+    /// Room to read wire bytes into without a copy: as many as the
+    /// handshake still needs before it is done (so a stranger's bytes
+    /// never grow a buffer), up to a record and a half after. Report what
+    /// was read with [`Conn::input_written`].
+    pub fn input_buffer(&mut self) -> &mut [u8] {
+        self.compact();
+        let want = match self.state {
+            State::AwaitMessage1 => self.handshake_wanted(PREAMBLE_LEN),
+            State::AwaitMessage2 => self.handshake_wanted(0),
+            State::Established => (LEN_PREFIX + MAX_RECORD) * 3 / 2,
+            State::Closed => 0,
+        };
+        let len = self.inbuf.len();
+        self.inbuf.resize(len + want, 0);
+        self.reading = Some(len);
+        &mut self.inbuf[len..]
+    }
+
+    /// `n` bytes were read into [`Conn::input_buffer`].
+    pub fn input_written(&mut self, n: usize, now: Nanos) {
+        let Some(len) = self.reading.take() else {
+            return;
+        };
+        self.inbuf.truncate(len + n.min(self.inbuf.len() - len));
+        if self.state != State::Closed {
+            self.received(n, now);
+        }
+    }
+
+    /// Bytes the handshake message at `offset` past the unread bytes still
+    /// needs (at least 1 while it is incomplete).
+    fn handshake_wanted(&self, offset: usize) -> usize {
+        let have = self.inbuf.len() - self.in_pos;
+        let head = offset + LEN_PREFIX;
+        if have < head {
+            return head - have;
+        }
+        let at = self.in_pos + offset;
+        let n = usize::from(u16::from_be_bytes([self.inbuf[at], self.inbuf[at + 1]]));
+        (head + n.min(MAX_HANDSHAKE_MESSAGE))
+            .saturating_sub(have)
+            .max(1)
+    }
+
+    fn received(&mut self, n: usize, now: Nanos) {
+        self.now = self.now.max(now);
+        if n > 0 {
             self.last_recv = self.now;
         }
-        self.decoder.feed(bytes);
         self.process();
+    }
+
+    /// Drops wire bytes already taken apart.
+    fn compact(&mut self) {
+        let keep = if self.plain.0 < self.plain.1 {
+            self.plain.0.min(self.in_pos)
+        } else {
+            self.in_pos
+        };
+        if keep == 0 || keep < self.inbuf.len() / 2 && keep < 64 * 1024 {
+            return;
+        }
+        self.inbuf.drain(..keep);
+        self.in_pos -= keep;
+        if self.plain.0 < self.plain.1 {
+            self.plain = (self.plain.0 - keep, self.plain.1 - keep);
+        } else {
+            self.plain = (0, 0);
+        }
     }
 
     /// The next event, if any.
@@ -355,14 +493,90 @@ impl Conn {
         self.events.pop_front()
     }
 
-    /// The next thing to write, if any.
+    /// The next thing to write, if any. Nothing comes while a payload
+    /// handed out by [`Transmit::Payload`] is not wholly sealed.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        if self.credit_owed > 0 && self.state == State::Established {
-            let f = Frame::Credit(self.credit_owed);
-            self.credit_owed = 0;
-            self.push_frame(&f);
+        if self.sealing.is_some() {
+            return None;
         }
-        self.out.pop_front()
+        if self.state == State::Established {
+            if self.credit_owed > 0 {
+                let f = Frame::Credit(self.credit_owed);
+                self.credit_owed = 0;
+                self.push_frame(&f);
+            }
+            if let Some(t) = self.pong.take() {
+                self.push_frame(&Frame::Pong(t));
+            }
+        }
+        loop {
+            match self.out.pop_front()? {
+                Out::Wire(b) => return Some(Transmit::Bytes(b)),
+                Out::Plain(p) => {
+                    let records = self.records.as_mut()?;
+                    let mut wire = Vec::with_capacity(p.len() + 64);
+                    match records.seal(&p, &mut wire) {
+                        Ok(()) => return Some(Transmit::Bytes(wire)),
+                        Err(e) => self.fail_channel(e),
+                    }
+                }
+                Out::Payload(h) => {
+                    if h.length > 0 {
+                        self.sealing = Some((h, 0));
+                    }
+                    return Some(Transmit::Payload(h));
+                }
+            }
+        }
+    }
+
+    /// Payload bytes still to seal for the last [`Transmit::Payload`].
+    pub fn payload_to_seal(&self) -> u64 {
+        self.sealing.map_or(0, |(h, done)| h.length - done)
+    }
+
+    /// Seals the next `len` bytes of the payload handed out by
+    /// [`Transmit::Payload`] into records appended to `out`. `fill(offset,
+    /// dst)` writes the payload bytes at `offset` (from the start of the
+    /// payload) into `dst`, in place in the record.
+    pub fn seal_payload(
+        &mut self,
+        len: u64,
+        out: &mut Vec<u8>,
+        mut fill: impl FnMut(u64, &mut [u8]),
+    ) -> Result<(), ConnError> {
+        let Some((h, done)) = self.sealing else {
+            return Err(ConnError::PayloadOrder);
+        };
+        if len > h.length - done {
+            return Err(ConnError::PayloadOrder);
+        }
+        let records = self.records.as_mut().ok_or(ConnError::NotEstablished)?;
+        let mut at = done;
+        let end = done + len;
+        while at < end {
+            let n = (end - at).min(MAX_RECORD_PLAINTEXT as u64) as usize;
+            records
+                .seal_with(n, out, |dst| fill(at, dst))
+                .map_err(ConnError::Channel)?;
+            at += n as u64;
+        }
+        self.sealing = (end < h.length).then_some((h, end));
+        self.last_send = self.now;
+        Ok(())
+    }
+
+    /// [`Conn::seal_payload`] of the whole of `payload`, for callers that
+    /// hold it in memory.
+    pub fn seal_payload_from(
+        &mut self,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), ConnError> {
+        self.seal_payload(payload.len() as u64, out, |at, dst| {
+            let at = at as usize;
+            dst.copy_from_slice(&payload[at..at + dst.len()]);
+        })
     }
 
     /// When [`Conn::handle_timeout`] must next be called, if ever.
@@ -404,14 +618,30 @@ impl Conn {
         }
     }
 
-    /// Closes with a goodbye (no-op when already closed).
+    /// Closes, with a goodbye when the channel is up (no-op when already
+    /// closed).
     pub fn close(&mut self, reason: GoodbyeReason) {
         if self.state == State::Closed {
             return;
         }
-        self.push_frame(&Frame::Goodbye(reason));
+        if self.records.is_some() {
+            self.push_frame(&Frame::Goodbye(reason));
+        }
         self.state = State::Closed;
         self.events.push_back(Event::Closed(Closed::Local(reason)));
+    }
+
+    /// Closes after a channel failure: a goodbye only when the records
+    /// still work (an unauthentic record from the peer), none before.
+    fn fail_channel(&mut self, e: ChannelError) {
+        if self.state == State::Closed {
+            return;
+        }
+        if self.records.is_some() && e == ChannelError::Unauthentic {
+            self.push_frame(&Frame::Goodbye(GoodbyeReason::ProtocolError));
+        }
+        self.state = State::Closed;
+        self.events.push_back(Event::Closed(Closed::Channel(e)));
     }
 
     /// Asks for one sample; `due` is on this side's clock.
@@ -452,19 +682,20 @@ impl Conn {
     }
 
     /// Answers a request with a block: queues the data header, then a
-    /// [`Transmit::Payload`] for the transport to write the bytes.
+    /// [`Transmit::Payload`] for the transport to supply the bytes.
     pub fn send_data(&mut self, header: DataHeader) -> Result<(), ConnError> {
         self.ready_to_answer()?;
         let bytes = Frame::Data(header).to_bytes().map_err(ConnError::Frame)?;
         self.answered();
         self.push_bytes(&bytes);
-        self.out.push_back(Transmit::Payload(header));
+        self.out.push_back(Out::Payload(header));
         Ok(())
     }
 
     /// Sends this side's RDMA queue pair parameters (opaque bytes, 1 to
-    /// [`crate::frame::MAX_RDMA_SETUP`]); only once authenticated, so no
-    /// RDMA key or address leaves before the peer proved the job secret.
+    /// [`crate::frame::MAX_RDMA_SETUP`]); only once established, so no
+    /// RDMA key or address leaves before the peer proved the job secret,
+    /// and only inside the channel.
     pub fn send_rdma_setup(&mut self, bytes: &[u8]) -> Result<(), ConnError> {
         if self.state != State::Established {
             return Err(ConnError::NotEstablished);
@@ -492,34 +723,45 @@ impl Conn {
         Ok(())
     }
 
-    /// After [`Event::Data`]: the payload bytes already buffered here, in
-    /// order (copy them into the extent), or `None` when none are.
+    /// After [`Event::Data`]: the next payload bytes received, in order
+    /// (copy them into the extent), or `None` when none are here yet.
     pub fn payload(&mut self) -> Option<&[u8]> {
-        if self.decoder.payload_remaining() == 0 {
+        let left = self.decoder.payload_remaining();
+        if left == 0 {
             return None;
         }
-        match self.decoder.next_item() {
-            Ok(Some(Decoded::Payload(p))) => Some(p),
-            _ => None,
+        if self.decoder.buffered() > 0 {
+            return match self.decoder.next_item() {
+                Ok(Some(Decoded::Payload(p))) => Some(p),
+                _ => None,
+            };
+        }
+        if self.plain.0 >= self.plain.1 && !self.open_record() {
+            return None;
+        }
+        let (a, b) = self.plain;
+        let n = ((b - a) as u64).min(left) as usize;
+        if n == 0 || self.decoder.payload_direct(n as u64).is_err() {
+            return None;
+        }
+        self.plain.0 += n;
+        Some(&self.inbuf[a..a + n])
+    }
+
+    /// Queues `plain` as frame bytes to be sealed as they are: lets a fuzz
+    /// target play a member that sends arbitrary frames inside authentic
+    /// records.
+    #[cfg(any(test, fuzzing))]
+    #[doc(hidden)]
+    pub fn inject_plaintext_for_fuzzing(&mut self, plain: &[u8]) {
+        if !plain.is_empty() {
+            self.push_bytes(plain);
         }
     }
 
     /// Payload bytes still expected for the current block.
     pub fn payload_remaining(&self) -> u64 {
         self.decoder.payload_remaining()
-    }
-
-    /// Records `n` payload bytes the transport read straight into the
-    /// extent (only once [`Conn::payload`] returned `None`).
-    pub fn payload_direct(&mut self, n: u64, now: Nanos) -> Result<(), ConnError> {
-        self.decoder
-            .payload_direct(n)
-            .map_err(|_| ConnError::PayloadOrder)?;
-        self.now = self.now.max(now);
-        if n > 0 {
-            self.last_recv = self.now;
-        }
-        Ok(())
     }
 
     fn ready_to_request(&self, n: u64) -> Result<(), ConnError> {
@@ -556,64 +798,268 @@ impl Conn {
 
     fn push_bytes(&mut self, b: &[u8]) {
         self.last_send = self.now;
-        if let Some(Transmit::Bytes(last)) = self.out.back_mut() {
+        if let Some(Out::Plain(last)) = self.out.back_mut() {
             last.extend_from_slice(b);
         } else {
-            self.out.push_back(Transmit::Bytes(b.to_vec()));
+            self.out.push_back(Out::Plain(b.to_vec()));
         }
     }
 
-    /// Decodes and handles buffered frames until a payload or the end.
+    /// Takes apart what was received, as far as it goes.
     fn process(&mut self) {
-        while self.state != State::Closed && self.decoder.payload_remaining() == 0 {
-            match self.decoder.next_item() {
-                Ok(Some(Decoded::Frame(f))) => self.on_frame(f),
-                Ok(Some(Decoded::Payload(_))) | Ok(None) => return,
-                Err(e) => {
-                    self.push_frame(&Frame::Goodbye(GoodbyeReason::ProtocolError));
-                    self.state = State::Closed;
-                    self.events.push_back(Event::Closed(Closed::Malformed(e)));
+        loop {
+            match self.state {
+                State::Closed => return,
+                State::AwaitMessage1 => {
+                    if !self.take_message1() {
+                        return;
+                    }
                 }
+                State::AwaitMessage2 => {
+                    if !self.take_message2() {
+                        return;
+                    }
+                }
+                State::Established => {
+                    if !self.take_frame() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The listener's handshake: preamble and message 1 in, message 2 out.
+    fn take_message1(&mut self) -> bool {
+        let have = &self.inbuf[self.in_pos..];
+        if have.len() < PREAMBLE_LEN + LEN_PREFIX {
+            // A stranger is told apart as soon as its bytes differ.
+            let n = have.len().min(MAGIC.len());
+            if have[..n] != MAGIC[..n] {
+                self.fail_channel(ChannelError::BadPreamble);
+            }
+            return false;
+        }
+        let mut pre = [0u8; PREAMBLE_LEN];
+        pre.copy_from_slice(&have[..PREAMBLE_LEN]);
+        let preamble = match Preamble::decode(&pre, self.cfg.protection) {
+            Ok(p) => p,
+            Err(e) => {
+                self.fail_channel(e);
+                return false;
+            }
+        };
+        let n = usize::from(u16::from_be_bytes([
+            have[PREAMBLE_LEN],
+            have[PREAMBLE_LEN + 1],
+        ]));
+        if n > MAX_HANDSHAKE_MESSAGE {
+            self.fail_channel(ChannelError::HandshakeLength(n));
+            return false;
+        }
+        let start = PREAMBLE_LEN + LEN_PREFIX;
+        if have.len() < start + n {
+            return false;
+        }
+        let message = have[start..start + n].to_vec();
+        self.in_pos += start + n;
+        let entropy = self.entropy.take().unwrap_or_default();
+        let result = Handshake::responder(preamble, &self.psk, entropy).and_then(|mut hs| {
+            let theirs = hs.read(&message)?;
+            Ok((hs, theirs))
+        });
+        let (mut hs, theirs) = match result {
+            Ok(r) => r,
+            Err(e) => {
+                self.fail_channel(e);
+                return false;
+            }
+        };
+        let Some(hello) = parse_hello(&theirs) else {
+            self.fail_channel(ChannelError::BadHello);
+            return false;
+        };
+        let mut wire = Vec::new();
+        let ours = match self.our_hello() {
+            Ok(h) => h,
+            Err(_) => {
+                self.fail_channel(ChannelError::Internal);
+                return false;
+            }
+        };
+        let records = hs.write(&ours, &mut wire).and_then(|()| hs.finish());
+        match records {
+            Ok(r) => self.records = Some(r),
+            Err(e) => {
+                self.fail_channel(e);
+                return false;
+            }
+        }
+        self.out.push_back(Out::Wire(wire));
+        self.last_send = self.now;
+        self.established(hello);
+        true
+    }
+
+    /// The dialer's handshake: message 2 in.
+    fn take_message2(&mut self) -> bool {
+        let have = &self.inbuf[self.in_pos..];
+        if have.len() < LEN_PREFIX {
+            return false;
+        }
+        let n = usize::from(u16::from_be_bytes([have[0], have[1]]));
+        if n > MAX_HANDSHAKE_MESSAGE {
+            self.fail_channel(ChannelError::HandshakeLength(n));
+            return false;
+        }
+        if have.len() < LEN_PREFIX + n {
+            return false;
+        }
+        let message = have[LEN_PREFIX..LEN_PREFIX + n].to_vec();
+        self.in_pos += LEN_PREFIX + n;
+        let Some(mut hs) = self.hs.take() else {
+            self.fail_channel(ChannelError::Internal);
+            return false;
+        };
+        let theirs = match hs.read(&message) {
+            Ok(t) => t,
+            Err(e) => {
+                self.fail_channel(e);
+                return false;
+            }
+        };
+        match hs.finish() {
+            Ok(r) => self.records = Some(r),
+            Err(e) => {
+                self.fail_channel(e);
+                return false;
+            }
+        }
+        let Some(hello) = parse_hello(&theirs) else {
+            self.fail_channel(ChannelError::BadHello);
+            return false;
+        };
+        self.established(hello);
+        true
+    }
+
+    /// Checks the peer's authenticated hello; establishes or says goodbye.
+    fn established(&mut self, h: Hello) {
+        let reason = if h.version != PROTOCOL_VERSION {
+            Some(GoodbyeReason::VersionMismatch)
+        } else if h.job_id != self.cfg.job_id
+            || h.view_digest != self.cfg.view_digest
+            || self
+                .cfg
+                .expected_peer
+                .as_ref()
+                .is_some_and(|want| *want != h.node_id)
+        {
+            Some(GoodbyeReason::ViewMismatch)
+        } else if h.node_id == self.cfg.node_id {
+            // A connection to ourselves (or our own message reflected).
+            Some(GoodbyeReason::ProtocolError)
+        } else {
+            None
+        };
+        self.peer = Some(h.clone());
+        self.state = State::Established;
+        if let Some(r) = reason {
+            self.close(r);
+            return;
+        }
+        self.events.push_back(Event::Established {
+            peer: h.node_id,
+            incarnation: h.incarnation,
+            view_digest: h.view_digest,
+        });
+        if self.cfg.initial_credit > 0 {
+            self.push_frame(&Frame::Credit(self.cfg.initial_credit));
+        }
+    }
+
+    /// Opens the next whole record, if one is here; false otherwise (or on
+    /// failure, which closes).
+    fn open_record(&mut self) -> bool {
+        if self.state != State::Established {
+            return false;
+        }
+        let Some(records) = self.records.as_mut() else {
+            return false;
+        };
+        let len = match Records::record_len(&self.inbuf[self.in_pos..]) {
+            Ok(Some(n)) => n,
+            Ok(None) => return false,
+            Err(e) => {
+                self.fail_channel(e);
+                return false;
+            }
+        };
+        let start = self.in_pos + LEN_PREFIX;
+        if self.inbuf.len() < start + len {
+            return false;
+        }
+        match records.open(&mut self.inbuf[start..start + len]) {
+            Ok(n) => {
+                self.plain = (start, start + n);
+                self.in_pos = start + len;
+                true
+            }
+            Err(e) => {
+                self.fail_channel(e);
+                false
+            }
+        }
+    }
+
+    /// One step of the established phase: a frame handled, plaintext fed
+    /// to the decoder or a record opened. False when nothing can be done
+    /// until more bytes arrive (or a payload is taken).
+    fn take_frame(&mut self) -> bool {
+        if self.decoder.payload_remaining() > 0 {
+            // The payload is taken by `payload()`; open its record so
+            // that it is ready.
+            return false;
+        }
+        match self.decoder.next_item() {
+            Ok(Some(Decoded::Frame(f))) => {
+                self.on_frame(f);
+                true
+            }
+            Ok(Some(Decoded::Payload(_))) => true,
+            Ok(None) => {
+                if self.plain.0 < self.plain.1 {
+                    let (a, b) = self.plain;
+                    let n = self.decoder.wanted().clamp(1, b - a);
+                    self.decoder.feed(&self.inbuf[a..a + n]);
+                    self.plain.0 += n;
+                    true
+                } else {
+                    self.open_record()
+                }
+            }
+            Err(e) => {
+                self.push_frame(&Frame::Goodbye(GoodbyeReason::ProtocolError));
+                self.state = State::Closed;
+                self.events.push_back(Event::Closed(Closed::Malformed(e)));
+                false
             }
         }
     }
 
     fn on_frame(&mut self, f: Frame) {
-        match (self.state, f) {
-            (_, Frame::Goodbye(r)) => {
+        match f {
+            Frame::Goodbye(r) => {
                 self.state = State::Closed;
                 self.events.push_back(Event::Closed(Closed::Remote(r)));
             }
-            (State::AwaitHello, Frame::Hello(h)) => self.on_hello(h),
-            (State::AwaitAuth, Frame::Auth(tag)) => {
-                // Constant-time comparison by the MAC library.
-                let mut m = mac(&self.cfg.secret);
-                m.update(&self.peer_hello);
-                m.update(&self.our_hello);
-                let ok = !self.peer_hello.is_empty() && m.verify_slice(&tag).is_ok();
-                if !ok {
-                    self.close(GoodbyeReason::AuthFailed);
-                    return;
-                }
-                self.state = State::Established;
-                if let Some(p) = &self.peer {
-                    self.events.push_back(Event::Established {
-                        peer: p.node_id.clone(),
-                        incarnation: p.incarnation,
-                        view_digest: p.view_digest,
-                    });
-                }
-                if self.cfg.initial_credit > 0 {
-                    self.push_frame(&Frame::Credit(self.cfg.initial_credit));
-                }
-            }
-            (State::Established, Frame::Get(g)) => {
+            Frame::Get(g) => {
                 if self.take_peer_requests(1) {
                     let due = self.now.saturating_add(g.due);
                     self.events.push_back(Event::Request(Get { due, ..g }));
                 }
             }
-            (State::Established, Frame::GetMany { fingerprint, items }) => {
+            Frame::GetMany { fingerprint, items } => {
                 if self.take_peer_requests(items.len() as u64) {
                     for w in items {
                         self.events.push_back(Event::Request(Get {
@@ -626,73 +1072,31 @@ impl Conn {
                     }
                 }
             }
-            (State::Established, Frame::Data(d)) => self.events.push_back(Event::Data(d)),
-            (
-                State::Established,
-                Frame::Miss {
-                    request,
-                    sample,
-                    reason,
-                },
-            ) => self.events.push_back(Event::Miss {
+            Frame::Data(d) => self.events.push_back(Event::Data(d)),
+            Frame::Miss {
+                request,
+                sample,
+                reason,
+            } => self.events.push_back(Event::Miss {
                 request,
                 sample,
                 reason,
             }),
-            (State::Established, Frame::Credit(n)) => {
+            Frame::Credit(n) => {
                 self.send_credit = self.send_credit.saturating_add(u64::from(n));
                 self.events.push_back(Event::Credit(self.send_credit));
             }
-            (State::Established, Frame::Ping(t)) => self.push_frame(&Frame::Pong(t)),
-            (State::Established, Frame::RdmaSetup(b)) => {
-                self.events.push_back(Event::RdmaSetup(b));
-            }
-            (State::Established, Frame::Pong(t)) => {
+            // Answered with one pong per write, however many came.
+            Frame::Ping(t) => self.pong = Some(t),
+            Frame::RdmaSetup(b) => self.events.push_back(Event::RdmaSetup(b)),
+            Frame::Pong(t) => {
                 if t <= self.now {
                     self.events.push_back(Event::Rtt(self.now - t));
                 }
             }
-            // Anything else (a second hello, data before auth, ...) breaks
-            // the protocol; nothing is served.
-            _ => self.close(GoodbyeReason::ProtocolError),
+            // A hello inside the channel breaks the protocol.
+            Frame::Hello(_) => self.close(GoodbyeReason::ProtocolError),
         }
-    }
-
-    fn on_hello(&mut self, h: Hello) {
-        if h.version != PROTOCOL_VERSION {
-            self.close(GoodbyeReason::VersionMismatch);
-            return;
-        }
-        if h.job_id != self.cfg.job_id || h.view_digest != self.cfg.view_digest {
-            self.close(GoodbyeReason::ViewMismatch);
-            return;
-        }
-        if self
-            .cfg
-            .expected_peer
-            .as_ref()
-            .is_some_and(|want| *want != h.node_id)
-        {
-            self.close(GoodbyeReason::ViewMismatch);
-            return;
-        }
-        if h.node_id == self.cfg.node_id || h.nonce == self.our_nonce {
-            // A connection to ourselves, or our own hello reflected.
-            self.close(GoodbyeReason::ProtocolError);
-            return;
-        }
-        let theirs = match Frame::Hello(h.clone()).to_bytes() {
-            Ok(b) => b,
-            Err(_) => {
-                self.close(GoodbyeReason::ProtocolError);
-                return;
-            }
-        };
-        let ours = auth_mac(&self.cfg.secret, &self.our_hello, &theirs);
-        self.peer_hello = theirs;
-        self.peer = Some(h);
-        self.state = State::AwaitAuth;
-        self.push_frame(&Frame::Auth(ours));
     }
 
     fn take_peer_requests(&mut self, n: u64) -> bool {
@@ -706,9 +1110,18 @@ impl Conn {
     }
 }
 
+/// A hello frame and nothing else.
+fn parse_hello(b: &[u8]) -> Option<Hello> {
+    match decode_frame(b) {
+        Ok(Some((Frame::Hello(h), n))) if n == b.len() => Some(h),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::channel::TAG_LEN;
 
     const S: u64 = 1_000_000_000;
 
@@ -726,7 +1139,10 @@ mod tests {
             match t {
                 Transmit::Bytes(b) => to.handle_input(&b, now),
                 Transmit::Payload(h) => {
-                    to.handle_input(&vec![h.sample as u8; h.length as usize], now);
+                    let mut wire = Vec::new();
+                    from.seal_payload_from(&vec![h.sample as u8; h.length as usize], &mut wire)
+                        .unwrap();
+                    to.handle_input(&wire, now);
                     payloads.push(h);
                 }
             }
@@ -734,13 +1150,27 @@ mod tests {
         payloads
     }
 
+    /// Everything `c` queued, as wire bytes (payloads sealed as zeros).
+    fn wire_of(c: &mut Conn) -> Vec<u8> {
+        let mut w = Vec::new();
+        while let Some(t) = c.poll_transmit() {
+            match t {
+                Transmit::Bytes(b) => w.extend_from_slice(&b),
+                Transmit::Payload(h) => c
+                    .seal_payload_from(&vec![0; h.length as usize], &mut w)
+                    .unwrap(),
+            }
+        }
+        w
+    }
+
     fn events(c: &mut Conn) -> Vec<Event> {
         std::iter::from_fn(|| c.poll_event()).collect()
     }
 
-    fn pair(sa: &[u8], sb: &[u8]) -> (Conn, Conn) {
-        let mut a = Conn::new(cfg("a", sa), [1; 32], 0).unwrap();
-        let mut b = Conn::new(cfg("b", sb), [2; 32], 0).unwrap();
+    fn pair_with(a: ConnConfig, b: ConnConfig) -> (Conn, Conn) {
+        let mut a = Conn::dial(a, [1; 32], 0).unwrap();
+        let mut b = Conn::accept(b, [2; 32], 0).unwrap();
         for _ in 0..3 {
             pump(&mut a, &mut b, 0);
             pump(&mut b, &mut a, 0);
@@ -748,28 +1178,181 @@ mod tests {
         (a, b)
     }
 
+    fn pair(sa: &[u8], sb: &[u8]) -> (Conn, Conn) {
+        pair_with(cfg("a", sa), cfg("b", sb))
+    }
+
     #[test]
     fn handshake_establishes_with_the_right_secret() {
-        let (mut a, mut b) = pair(b"s3cret", b"s3cret");
-        assert!(a.is_established() && b.is_established());
-        assert_eq!(
-            events(&mut a),
-            [
-                Event::Established {
-                    peer: "b".into(),
-                    incarnation: 1,
-                    view_digest: [7; 32]
-                },
-                Event::Credit(4)
-            ]
-        );
-        assert_eq!(a.credit(), 4);
-        assert!(matches!(events(&mut b)[0], Event::Established { .. }));
+        for protection in [Protection::Encrypted, Protection::Authenticated] {
+            for suite in Suite::ALL {
+                let mut ca = cfg("a", b"s3cret");
+                ca.protection = protection;
+                ca.suite = suite;
+                let mut cb = cfg("b", b"s3cret");
+                cb.protection = protection;
+                let (mut a, mut b) = pair_with(ca, cb);
+                assert!(a.is_established() && b.is_established());
+                assert_eq!(a.channel(), Some((suite, protection)));
+                assert_eq!(
+                    b.channel(),
+                    Some((suite, protection)),
+                    "the listener takes the dialer's suite"
+                );
+                assert_eq!(
+                    events(&mut a),
+                    [
+                        Event::Established {
+                            peer: "b".into(),
+                            incarnation: 1,
+                            view_digest: [7; 32]
+                        },
+                        Event::Credit(4)
+                    ]
+                );
+                assert_eq!(a.credit(), 4);
+                assert!(matches!(events(&mut b)[0], Event::Established { .. }));
+            }
+        }
+    }
+
+    #[test]
+    fn the_listener_says_nothing_to_a_stranger() {
+        // Not a preamble, a preamble and garbage, a dialer with another
+        // secret: the listener closes and has not written one byte.
+        let mut dialer = Conn::dial(cfg("x", b"wrong"), [3; 32], 0).unwrap();
+        let real = wire_of(&mut dialer);
+        let inputs: Vec<Vec<u8>> = vec![
+            b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+            {
+                let mut v = real[..PREAMBLE_LEN].to_vec();
+                v.extend_from_slice(&[0, 60]);
+                v.extend(std::iter::repeat_n(7u8, 60));
+                v
+            },
+            real,
+        ];
+        for input in inputs {
+            let mut l = Conn::accept(cfg("me", b"right"), [4; 32], 0).unwrap();
+            l.handle_input(&input, 0);
+            assert!(l.is_closed(), "{input:?}");
+            assert!(
+                wire_of(&mut l).is_empty(),
+                "the listener answered a stranger"
+            );
+            let ev = events(&mut l);
+            assert!(
+                matches!(ev[..], [Event::Closed(Closed::Channel(_))]),
+                "{ev:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn wrong_secret_serves_nothing_and_establishes_nothing() {
+        let (mut a, mut b) = pair(b"right", b"wrong");
+        assert!(a.is_closed() || !a.is_established());
+        assert!(b.is_closed());
+        assert!(events(&mut b).contains(&Event::Closed(Closed::Channel(ChannelError::Handshake))));
+        assert_eq!(a.send_get(get(1), 0), Err(ConnError::NotEstablished));
+        // The dialer gets no answer: it times out.
+        a.handle_timeout(6 * S);
+        assert!(a.is_closed());
+        assert!(events(&mut a).contains(&Event::Closed(Closed::Local(GoodbyeReason::Timeout))));
+    }
+
+    #[test]
+    fn a_relay_between_two_listeners_gets_nothing() {
+        // Someone dials both agents and passes each one's bytes to the
+        // other: two listeners both wait for a first message; neither sends
+        // one, so nothing happens until both time out.
+        let mut a = Conn::accept(cfg("a", b"k"), [1; 32], 0).unwrap();
+        let mut b = Conn::accept(cfg("b", b"k"), [2; 32], 0).unwrap();
+        for _ in 0..3 {
+            pump(&mut a, &mut b, 0);
+            pump(&mut b, &mut a, 0);
+        }
+        assert!(!a.is_established() && !b.is_established());
+        // Replaying a dialer's recorded first message to another listener
+        // gets a message 2 whose keys the replayer cannot compute: the
+        // records it then forges fail.
+        let mut d = Conn::dial(cfg("d", b"k"), [5; 32], 0).unwrap();
+        let m1 = wire_of(&mut d);
+        let mut l = Conn::accept(cfg("l", b"k"), [6; 32], 0).unwrap();
+        l.handle_input(&m1, 0);
+        assert!(l.is_established());
+        events(&mut l);
+        let mut forged = vec![0, 40];
+        forged.extend(std::iter::repeat_n(0x55u8, 40));
+        l.handle_input(&forged, 0);
+        assert!(events(&mut l).contains(&Event::Closed(Closed::Channel(ChannelError::Unauthentic))));
+    }
+
+    #[test]
+    fn a_flipped_byte_on_the_wire_closes_and_delivers_nothing() {
+        for protection in [Protection::Encrypted, Protection::Authenticated] {
+            let mut ca = cfg("a", b"k");
+            ca.protection = protection;
+            let mut cb = cfg("b", b"k");
+            cb.protection = protection;
+            let (mut a, mut b) = pair_with(ca, cb);
+            events(&mut a);
+            events(&mut b);
+            a.send_get(get(3), 0).unwrap();
+            let mut w = wire_of(&mut a);
+            let last = w.len() - TAG_LEN - 3;
+            w[last] ^= 0x20;
+            b.handle_input(&w, 0);
+            let ev = events(&mut b);
+            assert!(!ev.iter().any(|e| matches!(e, Event::Request(_))), "{ev:?}");
+            assert!(ev.contains(&Event::Closed(Closed::Channel(ChannelError::Unauthentic))));
+        }
+    }
+
+    #[test]
+    fn encrypted_records_hide_payloads_and_authenticated_ones_do_not() {
+        for protection in [Protection::Encrypted, Protection::Authenticated] {
+            let mut ca = cfg("a", b"k");
+            ca.protection = protection;
+            let mut cb = cfg("b", b"k");
+            cb.protection = protection;
+            let (mut a, mut b) = pair_with(ca, cb);
+            events(&mut a);
+            a.send_get(get(0), 0).unwrap();
+            pump(&mut a, &mut b, 0);
+            events(&mut b);
+            b.send_data(DataHeader {
+                request: 0,
+                sample: 0,
+                length: 1000,
+                crc: 0,
+            })
+            .unwrap();
+            let secret_bytes = b"the-sample-bytes".repeat(70);
+            let mut w = Vec::new();
+            while let Some(t) = b.poll_transmit() {
+                match t {
+                    Transmit::Bytes(x) => w.extend_from_slice(&x),
+                    Transmit::Payload(_) => {
+                        b.seal_payload_from(&secret_bytes[..1000], &mut w).unwrap()
+                    }
+                }
+            }
+            let seen = w.windows(16).any(|x| x == b"the-sample-bytes");
+            assert_eq!(seen, protection == Protection::Authenticated);
+            a.handle_input(&w, 0);
+            assert!(matches!(a.poll_event(), Some(Event::Data(_))));
+            let mut got = Vec::new();
+            while let Some(p) = a.payload() {
+                got.extend_from_slice(p);
+            }
+            assert_eq!(got, secret_bytes[..1000]);
+        }
     }
 
     #[test]
     fn rdma_setup_goes_only_after_authentication() {
-        let mut a = Conn::new(cfg("a", b"s"), [1; 32], 0).unwrap();
+        let mut a = Conn::dial(cfg("a", b"s"), [1; 32], 0).unwrap();
         assert_eq!(a.send_rdma_setup(&[1; 36]), Err(ConnError::NotEstablished));
         let (mut a, mut b) = pair(b"s", b"s");
         events(&mut b);
@@ -780,55 +1363,52 @@ mod tests {
         ));
         pump(&mut a, &mut b, 0);
         assert_eq!(events(&mut b), [Event::RdmaSetup(vec![9; 36])]);
-        // Before authentication it breaks the protocol.
-        let mut c = Conn::new(cfg("c", b"s"), [3; 32], 0).unwrap();
-        c.handle_input(&Frame::RdmaSetup(vec![1; 36]).to_bytes().unwrap(), 0);
-        assert!(c.is_closed());
-        assert!(!events(&mut c)
-            .iter()
-            .any(|e| matches!(e, Event::RdmaSetup(_))));
     }
 
     #[test]
-    fn wrong_secret_closes_and_serves_nothing() {
-        let (mut a, b) = pair(b"right", b"wrong");
-        assert!(a.is_closed() && b.is_closed());
-        assert!(events(&mut a).contains(&Event::Closed(Closed::Local(GoodbyeReason::AuthFailed))));
-        assert_eq!(a.send_get(get(1), 0), Err(ConnError::NotEstablished));
-        // A request smuggled in after the hello is not served either.
-        let mut c = Conn::new(cfg("c", b"right"), [3; 32], 0).unwrap();
-        let mut d = Conn::new(cfg("d", b"wrong"), [4; 32], 0).unwrap();
-        pump(&mut d, &mut c, 0);
-        c.handle_input(&Frame::Get(get(1)).to_bytes().unwrap(), 0);
-        let ev = events(&mut c);
-        assert!(!ev.iter().any(|e| matches!(e, Event::Request(_))), "{ev:?}");
-        assert!(c.is_closed());
-    }
-
-    #[test]
-    fn view_or_job_mismatch_closes() {
-        let mut a = Conn::new(cfg("a", b"s"), [1; 32], 0).unwrap();
+    fn view_or_job_or_peer_mismatch_says_goodbye() {
         let mut other = cfg("b", b"s");
         other.view_digest = [8; 32];
-        let mut b = Conn::new(other, [2; 32], 0).unwrap();
-        pump(&mut b, &mut a, 0);
-        assert!(events(&mut a).contains(&Event::Closed(Closed::Local(GoodbyeReason::ViewMismatch))));
-        let mut a = Conn::new(cfg("a", b"s"), [1; 32], 0).unwrap();
-        let mut want = cfg("x", b"s");
+        let (mut a, mut b) = pair_with(cfg("a", b"s"), other);
+        assert!(a.is_closed() && b.is_closed());
+        let ea = events(&mut a);
+        let eb = events(&mut b);
+        assert!(
+            ea.iter()
+                .chain(&eb)
+                .any(|e| matches!(e, Event::Closed(Closed::Local(GoodbyeReason::ViewMismatch)))),
+            "{ea:?} {eb:?}"
+        );
+        assert!(!ea
+            .iter()
+            .chain(&eb)
+            .any(|e| matches!(e, Event::Established { .. })));
+        // The dialer meant to reach "b", and "x" answered.
+        let mut want = cfg("a", b"s");
         want.expected_peer = Some("b".into());
-        let mut x = Conn::new(want, [5; 32], 0).unwrap();
-        pump(&mut a, &mut x, 0);
-        assert!(x.is_closed());
+        let (mut a, _) = pair_with(want, cfg("x", b"s"));
+        assert!(events(&mut a).contains(&Event::Closed(Closed::Local(GoodbyeReason::ViewMismatch))));
+        // Another job.
+        let mut job = cfg("b", b"s");
+        job.job_id = "other".into();
+        let (a, _) = pair_with(cfg("a", b"s"), job);
+        assert!(a.is_closed());
     }
 
     #[test]
-    fn reflected_hello_fails() {
-        let mut a = Conn::new(cfg("a", b"s"), [1; 32], 0).unwrap();
-        let Some(Transmit::Bytes(hello)) = a.poll_transmit() else {
-            panic!("no hello")
-        };
-        a.handle_input(&hello, 0);
-        assert!(a.is_closed());
+    fn protection_mismatch_is_refused_by_the_listener() {
+        let mut off = cfg("b", b"s");
+        off.protection = Protection::Authenticated;
+        let (_, mut b) = pair_with(cfg("a", b"s"), off);
+        assert!(events(&mut b).contains(&Event::Closed(Closed::Channel(
+            ChannelError::ProtectionMismatch { theirs: 1 }
+        ))));
+    }
+
+    #[test]
+    fn a_connection_to_ourselves_closes() {
+        let (a, b) = pair_with(cfg("a", b"s"), cfg("a", b"s"));
+        assert!(a.is_closed() && b.is_closed());
     }
 
     fn get(request: u64) -> Get {
@@ -923,50 +1503,101 @@ mod tests {
             .filter(|e| matches!(e, Event::Request(_)))
             .collect();
         assert_eq!(reqs.len(), 3);
-        // A peer sending past its credit is closed.
-        let raw = Frame::GetMany {
-            fingerprint: 9,
-            items: items.clone(),
-        }
-        .to_bytes()
-        .unwrap();
-        b.handle_input(&raw, 0);
+        // A peer sending past its credit is closed: a's credit is spent, so
+        // its frame is forged into its records by hand.
+        a.credit_owed = 0;
+        a.send_credit = 3;
+        a.send_get_many(9, &items, 0).unwrap();
+        pump(&mut a, &mut b, 0);
         assert!(
             events(&mut b).contains(&Event::Closed(Closed::Local(GoodbyeReason::ProtocolError)))
         );
     }
 
     #[test]
-    fn payload_read_directly() {
+    fn large_payloads_cross_many_records_and_frames_resume_after_them() {
         let (mut a, mut b) = pair(b"k", b"k");
+        events(&mut a);
         a.send_get(get(0), 0).unwrap();
+        a.send_get(get(1), 0).unwrap();
         pump(&mut a, &mut b, 0);
         events(&mut b);
+        let len = 3 * MAX_RECORD_PLAINTEXT as u64 + 77;
         b.send_data(DataHeader {
             request: 0,
-            sample: 0,
-            length: 100,
+            sample: 5,
+            length: len,
             crc: 0,
         })
         .unwrap();
+        b.send_miss(1, 1, MissReason::Evicted).unwrap();
         let Some(Transmit::Bytes(hdr)) = b.poll_transmit() else {
-            panic!()
+            panic!("no header")
         };
-        assert!(matches!(b.poll_transmit(), Some(Transmit::Payload(_))));
-        events(&mut a);
-        a.handle_input(&hdr, 0);
-        assert!(matches!(a.poll_event(), Some(Event::Data(_))));
-        assert_eq!(a.payload(), None);
-        assert_eq!(a.payload_remaining(), 100);
-        a.payload_direct(100, 0).unwrap();
-        a.handle_input(
-            &Frame::Goodbye(GoodbyeReason::Normal).to_bytes().unwrap(),
-            0,
-        );
+        let Some(Transmit::Payload(h)) = b.poll_transmit() else {
+            panic!("no payload")
+        };
         assert_eq!(
-            events(&mut a),
-            [Event::Closed(Closed::Remote(GoodbyeReason::Normal))]
+            b.poll_transmit(),
+            None,
+            "nothing while the payload is unsealed"
         );
+        assert_eq!(b.payload_to_seal(), len);
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        let mut w = hdr;
+        // Sealed in two pieces of odd sizes.
+        b.seal_payload(100_001, &mut w, |at, d| {
+            d.copy_from_slice(&bytes[at as usize..at as usize + d.len()])
+        })
+        .unwrap();
+        assert!(
+            b.seal_payload(len, &mut Vec::new(), |_, _| {}).is_err(),
+            "more than is left"
+        );
+        b.seal_payload(len - 100_001, &mut w, |at, d| {
+            d.copy_from_slice(&bytes[at as usize..at as usize + d.len()])
+        })
+        .unwrap();
+        assert_eq!(h.length, len);
+        w.extend_from_slice(&wire_of(&mut b));
+        // Fed a few bytes at a time.
+        let mut got = Vec::new();
+        let mut evs = Vec::new();
+        for piece in w.chunks(4093) {
+            a.handle_input(piece, 0);
+            loop {
+                while let Some(p) = a.payload() {
+                    got.extend_from_slice(p);
+                }
+                if a.payload_remaining() > 0 {
+                    break;
+                }
+                match a.poll_event() {
+                    Some(e) => evs.push(e),
+                    None => break,
+                }
+            }
+        }
+        assert_eq!(got, bytes);
+        assert!(matches!(evs[0], Event::Data(_)));
+        assert!(matches!(evs[1], Event::Miss { request: 1, .. }), "{evs:?}");
+    }
+
+    #[test]
+    fn pings_from_a_peer_that_never_reads_coalesce() {
+        let (mut a, mut b) = pair(b"k", b"k");
+        events(&mut b);
+        wire_of(&mut b);
+        let mut pings = Vec::new();
+        for t in 0..10_000u64 {
+            a.handle_timeout(t * 6 * S);
+            pings.extend_from_slice(&wire_of(&mut a));
+            a.last_recv = t * 6 * S;
+        }
+        b.handle_input(&pings, 0);
+        events(&mut b);
+        let w = wire_of(&mut b);
+        assert!(w.len() < 200, "{} bytes answered 10,000 pings", w.len());
     }
 
     #[test]
@@ -983,35 +1614,60 @@ mod tests {
         assert!(events(&mut a).contains(&Event::Closed(Closed::Local(GoodbyeReason::Timeout))));
         assert_eq!(a.poll_timeout(), None);
 
-        let mut c = Conn::new(cfg("c", b"k"), [1; 32], 0).unwrap();
+        let mut c = Conn::accept(cfg("c", b"k"), [1; 32], 0).unwrap();
         assert_eq!(c.poll_timeout(), Some(5 * S));
         c.handle_timeout(5 * S);
         assert!(c.is_closed());
     }
 
     #[test]
-    fn malformed_bytes_close() {
-        let (mut a, _) = pair(b"k", b"k");
-        a.handle_input(&[1, 200, 0, 0, 0, 0, 0, 0], 0);
-        assert!(events(&mut a).contains(&Event::Closed(Closed::Malformed(
+    fn malformed_frames_inside_records_close() {
+        let (mut a, mut b) = pair(b"k", b"k");
+        // Frames in authentic records that do not decode.
+        a.inject_plaintext_for_fuzzing(&[FORMAT_VERSION_FOR_TESTS, 200, 0, 0, 0, 0, 0, 0]);
+        pump(&mut a, &mut b, 0);
+        assert!(events(&mut b).contains(&Event::Closed(Closed::Malformed(
             FrameError::UnknownKind(200)
         ))));
+    }
+
+    const FORMAT_VERSION_FOR_TESTS: u8 = crate::frame::FORMAT_VERSION;
+
+    #[test]
+    fn the_input_buffer_stays_small_until_the_handshake_is_done() {
+        let mut l = Conn::accept(cfg("l", b"k"), [1; 32], 0).unwrap();
+        assert_eq!(l.input_buffer().len(), PREAMBLE_LEN + LEN_PREFIX);
+        l.input_written(0, 0);
+        let mut d = Conn::dial(cfg("d", b"k"), [2; 32], 0).unwrap();
+        let m1 = wire_of(&mut d);
+        // Byte by byte through the zero-copy buffer.
+        for &byte in &m1 {
+            let buf = l.input_buffer();
+            assert!(buf.len() <= PREAMBLE_LEN + LEN_PREFIX + MAX_HANDSHAKE_MESSAGE);
+            buf[0] = byte;
+            l.input_written(1, 0);
+        }
+        assert!(l.is_established());
+        assert!(l.input_buffer().len() > MAX_RECORD);
+        l.input_written(0, 0);
+        pump(&mut l, &mut d, 0);
+        assert!(d.is_established());
     }
 
     #[test]
     fn bad_configs_are_refused() {
         assert_eq!(
-            Conn::new(cfg("a", b""), [0; 32], 0).unwrap_err(),
+            Conn::dial(cfg("a", b""), [0; 32], 0).unwrap_err(),
             ConnError::EmptySecret
         );
         let mut c = cfg("a", b"k");
         c.keepalive = c.idle_timeout;
         assert_eq!(
-            Conn::new(c, [0; 32], 0).unwrap_err(),
+            Conn::accept(c, [0; 32], 0).unwrap_err(),
             ConnError::BadTimeouts
         );
         assert_eq!(
-            Conn::new(cfg("", b"k"), [0; 32], 0).unwrap_err(),
+            Conn::dial(cfg("", b"k"), [0; 32], 0).unwrap_err(),
             ConnError::BadId
         );
     }

@@ -4,7 +4,7 @@
 //! Every frame is an 8-byte header and a body:
 //!
 //! ```text
-//! offset 0  u8     format version (1)
+//! offset 0  u8     format version (2)
 //! offset 1  u8     kind
 //! offset 2  u16 LE flags, must be 0
 //! offset 4  u32 LE body length, at most MAX_BODY
@@ -23,9 +23,9 @@
 use std::fmt;
 
 /// The frame format version this crate writes and reads.
-pub const FORMAT_VERSION: u8 = 1;
+pub const FORMAT_VERSION: u8 = 2;
 /// The peer protocol version carried in [`Hello`].
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// Bytes of a frame header.
 pub const HEADER_LEN: usize = 8;
 /// Longest frame body.
@@ -37,7 +37,8 @@ pub const MAX_PAYLOAD: u64 = 1 << 30;
 /// Longest job or node id in a [`Hello`].
 pub const MAX_ID_LEN: usize = 255;
 
-/// The first frame each side sends.
+/// Who a side is: the payload of its handshake message
+/// ([`crate::channel`]), so it travels encrypted and authenticated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hello {
     /// Peer protocol version spoken ([`PROTOCOL_VERSION`]).
@@ -50,9 +51,6 @@ pub struct Hello {
     pub view_digest: [u8; 32],
     /// The sender's incarnation (changes on every agent restart).
     pub incarnation: u64,
-    /// Fresh randomness from the sender: the challenge the other side must
-    /// answer.
-    pub nonce: [u8; 32],
 }
 
 /// One sample wanted, with its dataset.
@@ -198,11 +196,8 @@ impl GoodbyeReason {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Frame {
     /// Kind 1. `u16 version, u8 len + job id, u8 len + node id,
-    /// [32] view digest, u64 incarnation, [32] nonce`.
+    /// [32] view digest, u64 incarnation`. Only as a handshake payload.
     Hello(Hello),
-    /// Kind 2. `[32] HMAC-SHA256` answering the other side's hello
-    /// ([`crate::conn`] gives the transcript).
-    Auth([u8; 32]),
     /// Kind 3. `u64 request, u64 fingerprint, u64 sample, u64 length,
     /// u64 due`.
     Get(Get),
@@ -247,7 +242,6 @@ impl Frame {
     fn kind(&self) -> u8 {
         match self {
             Frame::Hello(_) => 1,
-            Frame::Auth(_) => 2,
             Frame::Get(_) => 3,
             Frame::GetMany { .. } => 4,
             Frame::Data(_) => 5,
@@ -272,9 +266,7 @@ impl Frame {
                 put_id(&mut body, &h.node_id)?;
                 body.extend_from_slice(&h.view_digest);
                 body.extend_from_slice(&h.incarnation.to_le_bytes());
-                body.extend_from_slice(&h.nonce);
             }
-            Frame::Auth(mac) => body.extend_from_slice(mac),
             Frame::Get(g) => {
                 for v in [g.request, g.fingerprint, g.sample, g.length, g.due] {
                     body.extend_from_slice(&v.to_le_bytes());
@@ -465,6 +457,12 @@ impl<'a> Body<'a> {
     }
 }
 
+/// Kinds this format defines (2, the authentication answer of format 1,
+/// is retired: the channel authenticates).
+fn known_kind(k: u8) -> bool {
+    k == 1 || (3..=11).contains(&k)
+}
+
 /// Decodes one frame from the front of `buf`: `Ok(None)` when more bytes
 /// are needed, else the frame and the bytes it took (a data header's
 /// payload is not included).
@@ -477,7 +475,7 @@ pub fn decode_frame(buf: &[u8]) -> Result<Option<(Frame, usize)>, FrameError> {
             }
         }
         if let Some(&k) = buf.get(1) {
-            if !(1..=11).contains(&k) {
+            if !known_kind(k) {
                 return Err(FrameError::UnknownKind(k));
             }
         }
@@ -488,7 +486,7 @@ pub fn decode_frame(buf: &[u8]) -> Result<Option<(Frame, usize)>, FrameError> {
     if version != FORMAT_VERSION {
         return Err(FrameError::UnsupportedVersion(version));
     }
-    if !(1..=11).contains(&kind) {
+    if !known_kind(kind) {
         return Err(FrameError::UnknownKind(kind));
     }
     let flags = u16::from_le_bytes([header[2], header[3]]);
@@ -511,9 +509,7 @@ pub fn decode_frame(buf: &[u8]) -> Result<Option<(Frame, usize)>, FrameError> {
             node_id: b.id()?,
             view_digest: b.arr()?,
             incarnation: b.u64()?,
-            nonce: b.arr()?,
         }),
-        2 => Frame::Auth(b.arr()?),
         3 => Frame::Get(Get {
             request: b.u64()?,
             fingerprint: b.u64()?,
@@ -628,6 +624,22 @@ impl Decoder {
         self.buf.len() - self.pos
     }
 
+    /// Bytes still needed to complete the next frame: 0 while a payload is
+    /// pending or a whole frame is buffered. Feeding no more than this
+    /// keeps the bytes after a data header (its payload) out of the
+    /// decoder's buffer.
+    pub fn wanted(&self) -> usize {
+        if self.payload_left > 0 || self.error.is_some() {
+            return 0;
+        }
+        let buf = &self.buf[self.pos..];
+        let Some(h) = buf.get(..HEADER_LEN) else {
+            return HEADER_LEN - buf.len();
+        };
+        let body = u32::from_le_bytes([h[4], h[5], h[6], h[7]]).min(MAX_BODY) as usize;
+        (HEADER_LEN + body).saturating_sub(buf.len())
+    }
+
     /// Payload bytes of the current data frame still to come (0 outside a
     /// payload).
     pub fn payload_remaining(&self) -> u64 {
@@ -710,9 +722,7 @@ mod tests {
                 node_id: "node01".into(),
                 view_digest: [3; 32],
                 incarnation: 77,
-                nonce: [9; 32],
             }),
-            Frame::Auth([5; 32]),
             Frame::Get(Get {
                 request: 1,
                 fingerprint: 2,
@@ -772,7 +782,7 @@ mod tests {
         })
         .to_bytes()
         .unwrap();
-        let mut want = vec![1, 3, 0, 0, 40, 0, 0, 0];
+        let mut want = vec![2, 3, 0, 0, 40, 0, 0, 0];
         for v in 1u64..=5 {
             want.extend_from_slice(&v.to_le_bytes());
         }
@@ -786,11 +796,11 @@ mod tests {
         .unwrap();
         assert_eq!(
             m,
-            [1, 6, 0, 0, 17, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 3]
+            [2, 6, 0, 0, 17, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 3]
         );
         assert_eq!(
             Frame::Goodbye(GoodbyeReason::Timeout).to_bytes().unwrap(),
-            [1, 10, 0, 0, 1, 0, 0, 0, 5]
+            [2, 10, 0, 0, 1, 0, 0, 0, 5]
         );
     }
 
@@ -798,9 +808,13 @@ mod tests {
     fn bad_frames_are_typed_errors() {
         let good = Frame::Ping(1).to_bytes().unwrap();
         let mut b = good.clone();
-        b[0] = 2;
-        assert_eq!(decode_frame(&b), Err(FrameError::UnsupportedVersion(2)));
-        assert_eq!(decode_frame(&[2]), Err(FrameError::UnsupportedVersion(2)));
+        b[0] = 1;
+        assert_eq!(decode_frame(&b), Err(FrameError::UnsupportedVersion(1)));
+        assert_eq!(decode_frame(&[1]), Err(FrameError::UnsupportedVersion(1)));
+        // Kind 2 (format 1's authentication answer) is retired.
+        let mut b = good.clone();
+        b[1] = 2;
+        assert_eq!(decode_frame(&b), Err(FrameError::UnknownKind(2)));
         let mut b = good.clone();
         b[1] = 99;
         assert_eq!(decode_frame(&b), Err(FrameError::UnknownKind(99)));
@@ -845,7 +859,6 @@ mod tests {
             node_id: "n".into(),
             view_digest: [0; 32],
             incarnation: 0,
-            nonce: [0; 32],
         })
         .to_bytes()
         .unwrap();

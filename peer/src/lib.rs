@@ -30,6 +30,7 @@
 
 pub mod assign;
 pub mod block;
+pub mod channel;
 pub mod conn;
 pub mod frame;
 pub mod keep;

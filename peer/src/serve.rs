@@ -8,12 +8,18 @@
 //!   for that read (single flight) and are answered when it lands; the
 //!   first request for a kept sample not yet read asks the caller to start
 //!   the one read ([`Admit::StartRead`]).
-//! * Sends are bounded twice: at most [`ServeConfig::per_conn_window`]
-//!   transmissions in flight per connection (its credit), and at most
-//!   [`ServeConfig::max_in_flight`] over all connections. A transmission
-//!   ends when the caller reports it written ([`Server::sent`]).
+//! * Sends are bounded twice: at most [`ServeConfig::max_in_flight`] over
+//!   all connections, shared fairly: each connection with something to
+//!   send may have `max_in_flight / (connections with something to send)`
+//!   in flight (at least one), and never more than
+//!   [`ServeConfig::per_conn_window`]. Connections that stop reading
+//!   therefore cannot hold every slot. A transmission ends when the caller
+//!   reports it written ([`Server::sent`]).
 //! * A connection may have at most [`ServeConfig::max_queued_per_conn`]
-//!   requests queued or waiting; more get [`MissReason::Overloaded`].
+//!   requests queued or waiting, and its requests admitted (queued,
+//!   waiting for a read, or being sent) may cover at most
+//!   [`ServeConfig::max_pinned_bytes_per_conn`] bytes (the caller pins
+//!   them); more get [`MissReason::Overloaded`].
 //! * With [`ServeConfig::late_grace`] set, a request still queued that long
 //!   after its due time is answered [`MissReason::Late`] instead of sent
 //!   (the requester has read the store by then).
@@ -99,6 +105,9 @@ pub struct ServeConfig {
     pub max_queued_per_conn: usize,
     /// Answer [`MissReason::Late`] to requests queued this long past due.
     pub late_grace: Option<Nanos>,
+    /// Bytes of one connection's admitted requests (queued, waiting or
+    /// being sent); one request is always admitted, whatever its size.
+    pub max_pinned_bytes_per_conn: u64,
 }
 
 impl Default for ServeConfig {
@@ -108,6 +117,7 @@ impl Default for ServeConfig {
             per_conn_window: 16,
             max_queued_per_conn: 4096,
             late_grace: None,
+            max_pinned_bytes_per_conn: u64::MAX,
         }
     }
 }
@@ -118,6 +128,10 @@ struct ConnQueue {
     ready: BinaryHeap<Reverse<(Nanos, u64, GetKey, u32)>>,
     waiting: usize,
     in_flight: usize,
+    /// Bytes of its requests admitted and not yet answered or written.
+    pinned: u64,
+    /// Its transmissions in flight: request id, bytes.
+    sending: HashMap<u64, u64>,
 }
 
 /// [`Get`] in an orderable form for the heap.
@@ -175,6 +189,7 @@ impl Server {
                 per_conn_window: cfg.per_conn_window.max(1),
                 max_queued_per_conn: cfg.max_queued_per_conn.max(1),
                 late_grace: cfg.late_grace,
+                max_pinned_bytes_per_conn: cfg.max_pinned_bytes_per_conn,
             },
             conns: BTreeMap::new(),
             loads: HashMap::new(),
@@ -198,8 +213,13 @@ impl Server {
     /// knows of the sample.
     pub fn request(&mut self, conn: ConnId, get: Get, avail: Availability) -> Admit {
         let q = self.conns.entry(conn).or_default();
-        if q.ready.len() + q.waiting >= self.cfg.max_queued_per_conn {
+        let over_bytes = q.pinned > 0
+            && q.pinned.saturating_add(get.length) > self.cfg.max_pinned_bytes_per_conn;
+        if q.ready.len() + q.waiting >= self.cfg.max_queued_per_conn || over_bytes {
             return self.miss(conn, get, MissReason::Overloaded);
+        }
+        if !matches!(avail, Availability::Absent(_)) {
+            q.pinned += get.length;
         }
         let key = (get.fingerprint, get.sample);
         // Single flight: a read in flight serves every request for it.
@@ -211,6 +231,7 @@ impl Server {
         match avail {
             Availability::Ready { length, crc } => {
                 if length != get.length {
+                    q.pinned -= get.length;
                     return self.miss(conn, get, MissReason::LengthMismatch);
                 }
                 self.arrivals += 1;
@@ -260,12 +281,18 @@ impl Server {
                     q.ready
                         .push(Reverse((get.due, self.arrivals, get.into(), crc)));
                 }
-                Ok(_) => self.misses.push_back(Reply::Miss {
-                    conn,
-                    get,
-                    reason: MissReason::LengthMismatch,
-                }),
-                Err(reason) => self.misses.push_back(Reply::Miss { conn, get, reason }),
+                Ok(_) => {
+                    q.pinned -= get.length;
+                    self.misses.push_back(Reply::Miss {
+                        conn,
+                        get,
+                        reason: MissReason::LengthMismatch,
+                    })
+                }
+                Err(reason) => {
+                    q.pinned -= get.length;
+                    self.misses.push_back(Reply::Miss { conn, get, reason })
+                }
             }
         }
     }
@@ -280,7 +307,16 @@ impl Server {
         if self.in_flight >= self.cfg.max_in_flight {
             return None;
         }
-        let window = self.cfg.per_conn_window;
+        let active = self
+            .conns
+            .values()
+            .filter(|q| !q.ready.is_empty() || q.in_flight > 0)
+            .count()
+            .max(1);
+        let window = self
+            .cfg
+            .per_conn_window
+            .min((self.cfg.max_in_flight / active).max(1));
         let (&conn, _) = self
             .conns
             .iter()
@@ -295,6 +331,7 @@ impl Server {
             .late_grace
             .is_some_and(|g| now > due.saturating_add(g))
         {
+            q.pinned -= get.length;
             return Some(Reply::Miss {
                 conn,
                 get,
@@ -302,18 +339,26 @@ impl Server {
             });
         }
         q.in_flight += 1;
+        q.sending.insert(get.request, get.length);
         self.in_flight += 1;
         Some(Reply::Send { conn, get, crc })
     }
 
-    /// A transmission to `conn` has been written (or abandoned).
-    pub fn sent(&mut self, conn: ConnId) {
+    /// The transmission of request `request` to `conn` has been written
+    /// (or abandoned). Unknown ones are ignored.
+    pub fn sent(&mut self, conn: ConnId, request: u64) {
         if let Some(q) = self.conns.get_mut(&conn) {
-            if q.in_flight > 0 {
+            if let Some(len) = q.sending.remove(&request) {
                 q.in_flight -= 1;
+                q.pinned -= len;
                 self.in_flight -= 1;
             }
         }
+    }
+
+    /// Bytes of `conn`'s requests admitted and not yet answered or written.
+    pub fn pinned_bytes(&self, conn: ConnId) -> u64 {
+        self.conns.get(&conn).map_or(0, |q| q.pinned)
     }
 
     /// Forgets everything of a closed connection (its transmissions no
@@ -451,19 +496,100 @@ mod tests {
         }
         let r = drain(&mut s, 0);
         // Connection 1 fills its window of 2; connection 2 gets the third.
-        assert_eq!(r.len(), 3);
+        // Two connections share 3 slots: one each (3 / 2), the third waits.
+        assert_eq!(r.len(), 2);
         let to2 = r
             .iter()
             .filter(|x| matches!(x, Reply::Send { conn: 2, .. }))
             .count();
         assert_eq!(to2, 1);
         assert_eq!(s.poll(0), None);
-        s.sent(1);
+        s.sent(1, 0);
         assert!(matches!(s.poll(0), Some(Reply::Send { conn: 1, .. })));
         assert_eq!(s.poll(0), None);
         s.conn_closed(1);
         assert_eq!(s.in_flight(), 1);
+        // Alone now, connection 2 may have its whole window.
         assert!(matches!(s.poll(0), Some(Reply::Send { conn: 2, .. })));
+        assert_eq!(s.in_flight(), 2);
+        assert_eq!(s.poll(0), None);
+    }
+
+    #[test]
+    fn connections_that_do_not_read_cannot_take_every_slot() {
+        // Six connections whose blocks are never written (their peers do
+        // not read) and one that reads: the reader still gets its share.
+        let mut s = Server::new(ServeConfig {
+            max_in_flight: 64,
+            per_conn_window: 16,
+            ..ServeConfig::default()
+        });
+        for c in 1..=6 {
+            for r in 0..100 {
+                s.request(c, get(r, r, 0), READY);
+            }
+        }
+        let stuck = drain(&mut s, 0).len();
+        assert!(stuck <= 64);
+        for r in 0..100 {
+            s.request(7, get(r, r, 0), READY);
+        }
+        let mut served = 0;
+        for _ in 0..100 {
+            match s.poll(0) {
+                Some(Reply::Send { conn: 7, get, .. }) => {
+                    served += 1;
+                    s.sent(7, get.request);
+                }
+                Some(other) => panic!("a stuck connection got more: {other:?}"),
+                None => break,
+            }
+        }
+        assert_eq!(served, 100, "the reading connection was starved");
+    }
+
+    #[test]
+    fn pinned_bytes_per_connection_are_capped() {
+        let mut s = Server::new(ServeConfig {
+            max_pinned_bytes_per_conn: 25,
+            ..ServeConfig::default()
+        });
+        assert_eq!(s.request(1, get(1, 1, 0), READY), Admit::Queued);
+        assert_eq!(
+            s.request(1, get(2, 2, 0), Availability::Kept),
+            Admit::StartRead
+        );
+        assert_eq!(
+            s.request(1, get(3, 3, 0), READY),
+            Admit::Missed(MissReason::Overloaded)
+        );
+        assert_eq!(s.pinned_bytes(1), 20);
+        // Another connection has its own budget.
+        assert_eq!(s.request(2, get(4, 4, 0), READY), Admit::Queued);
+        // Written blocks and failed reads give bytes back.
+        let sent: Vec<Reply> = drain(&mut s, 0);
+        assert!(sent
+            .iter()
+            .any(|r| matches!(r, Reply::Send { conn: 1, .. })));
+        s.sent(1, 1);
+        s.loaded(1, 2, Err(MissReason::StoreError));
+        assert_eq!(s.pinned_bytes(1), 0);
+        // One request is admitted whatever its size.
+        let big = Get {
+            length: 1000,
+            ..get(5, 5, 0)
+        };
+        assert_eq!(
+            s.request(
+                1,
+                big,
+                Availability::Ready {
+                    length: 1000,
+                    crc: 0
+                }
+            ),
+            Admit::Queued
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Property tests of what agents must agree on and what they parse.
 
 use granary_peer::block::{block_crc, verify};
-use granary_peer::conn::{Conn, ConnConfig, Event};
+use granary_peer::conn::{Conn, ConnConfig, Event, Transmit};
 use granary_peer::frame::{
     decode_frame, DataHeader, Decoded, Decoder, Frame, Get, GoodbyeReason, Hello, MissReason, Want,
 };
@@ -148,30 +148,37 @@ proptest! {
     }
 
     #[test]
-    fn hello_noise_never_establishes_or_serves(
+    fn stranger_bytes_never_establish_serve_or_get_an_answer(
         data in prop::collection::vec(any::<u8>(), 0..400),
-        prefix_hello in any::<bool>(),
+        real_preamble in any::<bool>(),
+        piece in 1usize..64,
     ) {
-        let mut c = Conn::new(ConnConfig::new("job", "me", [1; 32], 1, b"secret".to_vec()), [2; 32], 0).unwrap();
-        if prefix_hello {
-            let h = Frame::Hello(Hello {
-                version: 1,
-                job_id: "job".into(),
-                node_id: "them".into(),
-                view_digest: [1; 32],
-                incarnation: 9,
-                nonce: [3; 32],
-            });
-            c.handle_input(&h.to_bytes().unwrap(), 1);
+        // A listener fed anything but a dialer holding the secret: never
+        // established, never an event but Closed, never one byte written.
+        let cfg = ConnConfig::new("job", "me", [1; 32], 1, b"secret".to_vec());
+        let mut c = Conn::accept(cfg, [2; 32], 0).unwrap();
+        let mut input = Vec::new();
+        if real_preamble {
+            let stranger = ConnConfig::new("job", "them", [1; 32], 1, b"not the secret".to_vec());
+            let mut d = Conn::dial(stranger, [3; 32], 0).unwrap();
+            while let Some(t) = d.poll_transmit() {
+                if let Transmit::Bytes(b) = t {
+                    input.extend_from_slice(&b);
+                }
+            }
         }
-        c.handle_input(&data, 2);
-        while let Some(e) = c.poll_event() {
-            prop_assert!(
-                matches!(e, Event::Closed(_)),
-                "unauthenticated bytes produced {:?}", e
-            );
+        input.extend_from_slice(&data);
+        for chunk in input.chunks(piece) {
+            c.handle_input(chunk, 1);
+            while let Some(e) = c.poll_event() {
+                prop_assert!(
+                    matches!(e, Event::Closed(_)),
+                    "unauthenticated bytes produced {:?}", e
+                );
+            }
         }
         prop_assert!(!c.is_established());
+        prop_assert!(c.poll_transmit().is_none(), "the listener answered a stranger");
     }
 
     #[test]
@@ -242,25 +249,15 @@ fn frame() -> impl Strategy<Value = Frame> {
         },
     );
     prop_oneof![
-        (
-            any::<u16>(),
-            id(),
-            id(),
-            any::<[u8; 32]>(),
-            any::<u64>(),
-            any::<[u8; 32]>()
-        )
-            .prop_map(
-                |(version, job_id, node_id, view_digest, incarnation, nonce)| Frame::Hello(Hello {
-                    version,
-                    job_id,
-                    node_id,
-                    view_digest,
-                    incarnation,
-                    nonce
-                })
-            ),
-        any::<[u8; 32]>().prop_map(Frame::Auth),
+        (any::<u16>(), id(), id(), any::<[u8; 32]>(), any::<u64>(),).prop_map(
+            |(version, job_id, node_id, view_digest, incarnation)| Frame::Hello(Hello {
+                version,
+                job_id,
+                node_id,
+                view_digest,
+                incarnation,
+            })
+        ),
         get.prop_map(Frame::Get),
         (any::<u64>(), prop::collection::vec(want, 1..40))
             .prop_map(|(fingerprint, items)| Frame::GetMany { fingerprint, items }),

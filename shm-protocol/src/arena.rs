@@ -600,6 +600,28 @@ impl ArenaSlice {
         n
     }
 
+    /// Copies the bytes at `at..` of the slice into `dst` (as many as fit,
+    /// at most `len() - at`); returns how many were copied. The holder must
+    /// know that nothing writes the range meanwhile (it is pinned).
+    pub fn copy_to(&self, at: usize, dst: &mut [u8]) -> usize {
+        let n = dst.len().min(self.len.saturating_sub(at));
+        if n == 0 {
+            return 0;
+        }
+        // SAFETY: `at + n <= len` (above) and `offset + len <= region.len()`
+        // (checked when the slice was made); the region stays mapped while
+        // `self.region` is held; the holder keeps writers off the range; the
+        // destination is disjoint ordinary memory.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.as_mut_ptr().wrapping_add(at).cast_const(),
+                dst.as_mut_ptr(),
+                n,
+            );
+        }
+        n
+    }
+
     /// Copies `len` bytes at `at..` of the slice out (an RDMA write's
     /// source, as a fake NIC reads it).
     pub fn read_at(&self, at: usize, len: usize) -> Result<Vec<u8>, ArenaError> {

@@ -60,7 +60,9 @@ pub use dataset::{
 };
 pub use error::{ConfigError, Problem};
 pub use metrics::MetricsConfig;
-pub use peers::{MemberConfig, Membership, PeersConfig, TransportSetting};
+pub use peers::{
+    CipherSetting, Encryption, MemberConfig, Membership, PeersConfig, TransportSetting,
+};
 pub use prefetch::{PrefetchConfig, RetryOverride, RetrySettings};
 pub use sessions::SessionsConfig;
 pub use size::ByteSize;

@@ -49,6 +49,33 @@ impl TransportSetting {
     }
 }
 
+/// `peers.encryption`: what the peer channel's records protect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Encryption {
+    /// Every record authenticated and encrypted.
+    #[default]
+    On,
+    /// Every record authenticated, sent in clear: for a fabric the operator
+    /// trusts against taps (and the only setting RDMA runs with, since RDMA
+    /// writes carry payloads in clear).
+    Off,
+}
+
+/// `peers.cipher`: the AEAD an agent proposes when it dials a peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CipherSetting {
+    /// The one this CPU runs fastest: AES-256-GCM with AES and carry-less
+    /// multiply instructions, ChaCha20-Poly1305 without.
+    #[default]
+    Auto,
+    /// AES-256-GCM.
+    Aes256Gcm,
+    /// ChaCha20-Poly1305.
+    Chacha20Poly1305,
+}
+
 /// One member of a static view.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -89,8 +116,8 @@ pub struct PeersConfig {
     pub advertise: String,
     /// `peers.members`: the static view (`"static"`).
     pub members: Vec<MemberConfig>,
-    /// `peers.secret`: the per-job secret peers authenticate each other
-    /// with (HMAC-SHA256 challenge). Give it or `peers.secret_file`.
+    /// `peers.secret`: the per-job secret, the pre-shared key of the peer
+    /// channel's handshake. Give it or `peers.secret_file`.
     pub secret: Option<Secret>,
     /// `peers.secret_file`: a file holding the secret (trailing newline
     /// ignored).
@@ -124,6 +151,29 @@ pub struct PeersConfig {
     /// `peers.rdma_gid_index`: the port's GID index (on RoCE, the RoCE v2
     /// GID of this node's address). Default 0.
     pub rdma_gid_index: u8,
+    /// `peers.encryption`: `"on"` (default) or `"off"` (records
+    /// authenticated, not encrypted).
+    pub encryption: Encryption,
+    /// `peers.cipher`: `"auto"` (default), `"aes-256-gcm"` or
+    /// `"chacha20-poly1305"`.
+    pub cipher: CipherSetting,
+    /// `peers.max_connections`: peer connections this agent's listener
+    /// holds at once, authenticated or not. Default 256.
+    pub max_connections: u32,
+    /// `peers.max_connections_per_address`: of which from one source IP
+    /// address. Default 8.
+    pub max_connections_per_address: u32,
+    /// `peers.write_timeout_ms`: a connection whose writes make no progress
+    /// this long is closed (what it was sent is unpinned). Default 10000.
+    pub write_timeout_ms: u64,
+    /// `peers.block_timeout_ms`: a block whose payload has not wholly
+    /// arrived this long after its header is abandoned, its connection
+    /// closed and the sample read elsewhere. Default 5000.
+    pub block_timeout_ms: u64,
+    /// `peers.max_pinned_per_peer`: bytes of this agent's arena one peer
+    /// connection's requests may hold pinned (queued, waiting for a store
+    /// read or being sent); more get an `overloaded` miss. Default 256 MiB.
+    pub max_pinned_per_peer: ByteSize,
 }
 
 impl Default for PeersConfig {
@@ -147,6 +197,13 @@ impl Default for PeersConfig {
             rdma_device: String::new(),
             rdma_port: 1,
             rdma_gid_index: 0,
+            encryption: Encryption::On,
+            cipher: CipherSetting::Auto,
+            max_connections: 256,
+            max_connections_per_address: 8,
+            write_timeout_ms: 10_000,
+            block_timeout_ms: 5000,
+            max_pinned_per_peer: ByteSize(256 << 20),
         }
     }
 }

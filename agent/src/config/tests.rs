@@ -952,9 +952,13 @@ fn peers_transport_parses_and_rdma_needs_a_device() {
     }
     let e = parse_err(&format!("{peers}transport = \"infiniband\"\n{ds}"));
     assert!(e.to_string().contains("infiniband"), "{e}");
-    // "rdma" is accepted only where a device is found; without the
-    // feature there is never one.
-    let rdma = format!("{peers}transport = \"rdma\"\n{ds}");
+    // "rdma" writes payloads in clear: refused with encryption on, whatever
+    // the host has.
+    let e = parse_err(&format!("{peers}transport = \"rdma\"\n{ds}"));
+    assert!(e.to_string().contains("peers.encryption = \"off\""), "{e}");
+    // With encryption off it is accepted only where a device is found;
+    // without the feature there is never one.
+    let rdma = format!("{peers}transport = \"rdma\"\nencryption = \"off\"\n{ds}");
     let has_device = crate::peers::transport::BUILT_WITH_RDMA
         && crate::peers::transport::probe_devices().is_ok_and(|d| !d.is_empty());
     match Config::from_toml_str(&rdma) {

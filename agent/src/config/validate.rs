@@ -97,6 +97,50 @@ impl Config {
                 format!("{} is outside 1..=65536", c.max_requests),
             );
         }
+        if c.transport == super::TransportSetting::Rdma && c.encryption == super::Encryption::On {
+            p.bad(
+                "peers.transport",
+                "\"rdma\" writes payloads in clear, so it needs peers.encryption = \"off\" \
+                 (a fabric trusted against taps); with encryption on, peers use TCP",
+            );
+        }
+        for (field, v) in [
+            ("peers.max_connections", c.max_connections),
+            (
+                "peers.max_connections_per_address",
+                c.max_connections_per_address,
+            ),
+        ] {
+            if v == 0 {
+                p.bad(field, "must be above 0");
+            }
+        }
+        if c.max_connections_per_address > c.max_connections {
+            p.bad(
+                "peers.max_connections_per_address",
+                format!(
+                    "{} is above peers.max_connections ({})",
+                    c.max_connections_per_address, c.max_connections
+                ),
+            );
+        }
+        for (field, v) in [
+            ("peers.write_timeout_ms", c.write_timeout_ms),
+            ("peers.block_timeout_ms", c.block_timeout_ms),
+        ] {
+            if v < 100 {
+                p.bad(field, format!("{v} ms is too short (at least 100)"));
+            }
+        }
+        if c.max_pinned_per_peer.0 < 1 << 20 {
+            p.bad(
+                "peers.max_pinned_per_peer",
+                format!(
+                    "{} bytes is too small (at least 1 MiB)",
+                    c.max_pinned_per_peer.0
+                ),
+            );
+        }
         if c.transport == super::TransportSetting::Rdma {
             let probe = crate::peers::transport::probe_devices();
             if let Err(e) = crate::peers::transport::resolve(

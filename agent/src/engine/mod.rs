@@ -324,11 +324,11 @@ impl Engine {
             Some(view) => Some(crate::peers::PeerTier::start(
                 &cfg,
                 view,
-                cc.keep_reserve,
-                cc.align,
+                &cc,
                 datasets.len(),
                 &arena,
                 None,
+                &metrics.peers,
             )?),
             None => None,
         };

@@ -181,7 +181,7 @@ impl Engine {
             }
             Event::Sent { conn, request } => {
                 if let Some(t) = self.peers.as_mut() {
-                    t.serve.sent(conn);
+                    t.serve.sent(conn, request);
                     if let Some(s) = t.serving.remove(&(conn, request)) {
                         if s.pinned {
                             let _ = self.cache.unpin(s.key);
@@ -263,11 +263,15 @@ impl Engine {
         if tier.serving.contains_key(&(conn, get.request)) {
             // A request id reused while the first is pending: answered
             // with a miss, the first keeps its pin.
-            tracing::warn!(
-                conn,
-                request = get.request,
-                "peer reused a request id in flight"
-            );
+            self.metrics.peers.reject("request_id");
+            if let Some(skipped) = tier.log.allow("request_id") {
+                tracing::warn!(
+                    conn,
+                    request = get.request,
+                    skipped,
+                    "peer reused a request id in flight"
+                );
+            }
             self.metrics
                 .peers
                 .served_miss(MissReason::Overloaded.as_str());
@@ -328,7 +332,14 @@ impl Engine {
         let Some(tier) = self.peers.as_mut() else {
             return;
         };
+        let pinned_before = tier.serve.pinned_bytes(conn);
         let admit = tier.serve.request(conn, get, avail);
+        if admit == Admit::Missed(MissReason::Overloaded) {
+            let over_bytes = pinned_before.saturating_add(get.length) > tier.max_pinned;
+            self.metrics
+                .peers
+                .reject(if over_bytes { "pinned" } else { "queued" });
+        }
         let Some(k) = pinned_key else {
             return;
         };
@@ -440,7 +451,7 @@ impl Engine {
                         }
                         continue;
                     }
-                    tier.serve.sent(conn);
+                    tier.serve.sent(conn, get.request);
                     // An RDMA link that refused a block is down: nothing
                     // goes on it any more.
                     if ready.is_none() || via.is_none() {

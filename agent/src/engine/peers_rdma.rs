@@ -280,7 +280,7 @@ impl Engine {
                     return;
                 };
                 if s.handed {
-                    tier.serve.sent(conn);
+                    tier.serve.sent(conn, request);
                 }
                 if s.pinned {
                     let _ = self.cache.unpin(s.key);

@@ -209,11 +209,11 @@ impl Engine {
         let tier = PeerTier::start(
             &self.cfg,
             view,
-            cc.keep_reserve,
-            cc.align,
+            &cc,
             self.datasets.len(),
             &self.arena,
             self.rdma_nic.as_ref(),
+            &self.metrics.peers,
         )
         .map_err(|e| (ErrorCode::Io, format!("starting the peer tier: {e}")))?;
         tracing::info!(

@@ -22,7 +22,7 @@
 //! | peer loss mid-transfer | the owner's transport is dropped (its sockets close) after it took requests and began answering; its listener is gone |
 //! | `RetryExceeded` | the relay goes silent both ways: the idle timeout ends the connection |
 //! | `ReceiverNotReady` | the relay resets the connection (RST): TCP has no receiver-not-ready, its flow control only stalls the sender |
-//! | `RemoteAccess` | the relay replaces the owner's next bytes with a malformed frame: the requester closes with a protocol error |
+//! | `RemoteAccess` | the relay replaces the owner's next bytes with a forged record: the requester's channel rejects it (its tag fails) and closes |
 //! | `Flushed` | the relay closes the connection (FIN) with requests in flight |
 //!
 //! In every case the requests in flight fail (`Lost`), the member is left
@@ -235,8 +235,11 @@ fn pump(
                 break;
             }
             Some(Break::Garble) => {
-                // A frame header announcing an impossible body.
-                let _ = to.write_all(&[0xff; 16]);
+                // A whole record that is not the owner's: the requester's
+                // channel rejects it.
+                let mut forged = vec![0u8, 32];
+                forged.extend_from_slice(&[0xff; 32]);
+                let _ = to.write_all(&forged);
                 stop.store(true, Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(20));
                 break;
@@ -313,6 +316,9 @@ fn net_config(view: &Arc<View>, me: usize, credit: u32) -> NetConfig {
         connect_timeout: Duration::from_secs(2),
         redial_after: REDIAL,
         settling: Duration::ZERO,
+        source: None,
+        limits: super::net::Limits::default(),
+        rejected: Default::default(),
     }
 }
 
@@ -638,7 +644,7 @@ fn tcp_each_error_completion() {
         let want: &[&str] = match kind {
             ErrorKind::RetryExceeded => &["Timeout"],
             ErrorKind::ReceiverNotReady => &["reset", "closed here (ProtocolError)"],
-            ErrorKind::RemoteAccess => &["malformed"],
+            ErrorKind::RemoteAccess => &["authentication tag"],
             ErrorKind::Flushed => &["closed by the peer", "reset", "closed here (ProtocolError)"],
         };
         assert!(

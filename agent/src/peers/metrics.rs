@@ -66,6 +66,9 @@ pub struct PeerMetrics {
     /// (`exact`, `locality`) and `placement` (`local`: kept here, `peer`:
     /// kept by another node, `uncached`: kept by none).
     pub assigned: Family<Labels, Counter>,
+    /// Connections, blocks and requests refused or cut off by the tier's
+    /// bounds and checks, by reason (`docs/security.md`).
+    pub rejected: Family<Labels, Counter>,
     /// Handles on the `tier` series, updated without locks.
     pub arena_samples: Counter,
     /// See `arena_samples`.
@@ -107,6 +110,7 @@ impl Default for PeerMetrics {
             sessions_ended_by_view: Counter::default(),
             view_epoch: Gauge::default(),
             assigned: Family::default(),
+            rejected: Family::default(),
         }
     }
 }
@@ -122,6 +126,11 @@ impl PeerMetrics {
         self.gets_failed
             .get_or_create(&label("reason", reason))
             .inc();
+    }
+
+    /// Counts something refused or cut off, for `reason`.
+    pub fn reject(&self, reason: &str) {
+        self.rejected.get_or_create(&label("reason", reason)).inc();
     }
 
     /// Counts a miss this agent answered, for `reason`.
@@ -259,6 +268,12 @@ impl PeerMetrics {
             "granary_peer_view_epoch",
             "Epoch of the membership view this agent holds (0: none).",
             self.view_epoch.clone(),
+        );
+        registry.register(
+            "granary_peer_rejected",
+            "Peer connections, blocks and requests refused or cut off by the tier's bounds and \
+             checks, by reason.",
+            self.rejected.clone(),
         );
         registry.register(
             "granary_peer_rtt_seconds",

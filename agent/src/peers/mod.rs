@@ -15,6 +15,7 @@
 //! | `net` | the TCP transport: listener, one connection per peer, payloads straight to and from the arena |
 //! | [`metrics`] | the tier's Prometheus series |
 //! | [`transport`] | `peers.transport`: the RDMA device probe, each link's transport |
+//! | `ratelog` | rate-limited warnings (one line per kind per period, with the count left out) |
 //! | `rdma_link` | the RDMA driver speaking the peer protocol's frames, with fallback to TCP or the store |
 //! | this module | [`PeerTier`]: routing, our requests, the serving queue |
 //!
@@ -25,15 +26,17 @@ mod conformance_tcp;
 mod membership;
 pub mod metrics;
 pub(crate) mod net;
+pub(crate) mod ratelog;
 pub(crate) mod rdma_link;
 pub mod transport;
 
 pub(crate) use membership::{endpoint, Endpoint};
 pub use membership::{load_secret, view_from_config, MembershipError};
 
-use crate::cache::SampleKey;
-use crate::config::{Config, PeersConfig};
+use crate::cache::{CacheConfig, SampleKey};
+use crate::config::{CipherSetting, Config, Encryption, PeersConfig};
 use crate::source::SampleSource;
+use granary_peer::channel::{Protection, Suite};
 use granary_peer::conn::ConnConfig;
 use granary_peer::keep::Directory;
 use granary_peer::serve::{ServeConfig, Server};
@@ -216,23 +219,28 @@ pub struct PeerTier {
     pub(crate) rdma_conn: Vec<Option<ConnId>>,
     /// Per member: the transport last reported (`granary status`).
     pub(crate) reported: Vec<Option<LinkTransport>>,
+    /// `peers.max_pinned_per_peer`.
+    pub(crate) max_pinned: u64,
+    /// Rate-limited warnings of the engine's side of the tier.
+    pub(crate) log: ratelog::RateLog,
 }
 
 impl PeerTier {
-    /// Starts the tier for `view`: the job secret, the listener.
-    /// `keep_bytes` is the size of this agent's keep area and `align` the
-    /// cache's extent alignment (the directory sizes samples by their
-    /// extents). When `peers.transport` resolves to RDMA, or `nic` is
-    /// given (a test's fake NIC), the RDMA links register `arena` in place.
+    /// Starts the tier for `view`: the job secret, the listener. The
+    /// cache's keep area is this agent's share and its extent alignment
+    /// sizes samples in the directory. When `peers.transport` resolves to
+    /// RDMA, or `nic` is given (a test's fake NIC), the RDMA links register
+    /// `arena` in place. Refusals are counted in `metrics`.
     pub(crate) fn start(
         cfg: &Config,
         view: View,
-        keep_bytes: u64,
-        align: u64,
+        cache: &CacheConfig,
         datasets: usize,
         arena: &Arena,
         nic: Option<&OpenNic>,
+        metrics: &metrics::PeerMetrics,
     ) -> io::Result<PeerTier> {
+        let (keep_bytes, align) = (cache.keep_reserve, cache.align);
         let ep = membership::endpoint(&cfg.peers, Some(&view))
             .map_err(|e| io::Error::other(format!("peers: {e}")))?;
         let node_id = ep.node_id.clone();
@@ -249,6 +257,16 @@ impl PeerTier {
             Some(_) => transport::Resolved::Rdma,
             None => transport::resolve_here(cfg.peers.transport)
                 .map_err(|e| io::Error::other(format!("peers.transport {e}")))?,
+        };
+        let encrypted = cfg.peers.encryption == Encryption::On;
+        let resolved = if encrypted && resolved == transport::Resolved::Rdma {
+            tracing::info!(
+                "peers.encryption = \"on\": RDMA writes payloads in clear, so peers use TCP \
+                 (set peers.encryption = \"off\" on a fabric trusted against taps to use RDMA)"
+            );
+            transport::Resolved::Tcp
+        } else {
+            resolved
         };
         let view = Arc::new(view);
         let p: &PeersConfig = &cfg.peers;
@@ -269,6 +287,16 @@ impl PeerTier {
             secret,
         );
         conn.initial_credit = p.max_requests;
+        conn.protection = if encrypted {
+            Protection::Encrypted
+        } else {
+            Protection::Authenticated
+        };
+        conn.suite = match p.cipher {
+            CipherSetting::Auto => Suite::fastest_here(),
+            CipherSetting::Aes256Gcm => Suite::Aes256Gcm,
+            CipherSetting::Chacha20Poly1305 => Suite::ChaCha20Poly1305,
+        };
         conn.handshake_timeout = Duration::from_millis(p.connect_timeout_ms).as_nanos() as u64;
         conn.idle_timeout = idle.as_nanos() as u64;
         conn.keepalive = (idle / 3).as_nanos() as u64;
@@ -280,6 +308,14 @@ impl PeerTier {
                 connect_timeout: Duration::from_millis(p.connect_timeout_ms),
                 redial_after: Duration::from_millis(1000),
                 settling: net::SETTLING,
+                source: Some(listen.ip()).filter(|ip| !ip.is_unspecified()),
+                limits: net::Limits {
+                    max_connections: p.max_connections,
+                    max_per_address: p.max_connections_per_address,
+                    write_timeout: Duration::from_millis(p.write_timeout_ms),
+                    block_timeout: Duration::from_millis(p.block_timeout_ms),
+                },
+                rejected: metrics.rejected.clone(),
             },
             listen,
         )?;
@@ -306,6 +342,7 @@ impl PeerTier {
                 per_conn_window: 16,
                 max_queued_per_conn: (p.max_requests as usize).max(1) * 2,
                 late_grace: Some(hedge_after.as_nanos() as u64),
+                max_pinned_bytes_per_conn: p.max_pinned_per_peer.0,
             }),
             serving: HashMap::new(),
             up: vec![false; view.len()],
@@ -313,6 +350,8 @@ impl PeerTier {
             rdma,
             rdma_conn: vec![None; view.len()],
             reported: vec![None; view.len()],
+            max_pinned: p.max_pinned_per_peer.0,
+            log: ratelog::RateLog::new(Duration::from_secs(10)),
             view,
         })
     }

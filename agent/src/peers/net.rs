@@ -8,12 +8,12 @@
 //! reads what happened from an event queue whose eventfd it polls with its
 //! sources' descriptors.
 //!
-//! Payloads never pass through a buffer of ours: a block we asked for is
-//! received straight into the arena extent reserved for it
-//! ([`crate::sys::recv_into`]), and a block we serve is sent straight from
-//! the pinned extent of the cached sample ([`crate::sys::send_from`]).
-//! The only bytes copied are those the frame decoder had already buffered
-//! past a data header.
+//! Every connection is a secure channel (`granary_peer::channel`): the
+//! dialer starts the Noise handshake, the listener answers only once the
+//! dialer proved the job secret. A block we asked for is opened from its
+//! records and copied once into the arena extent reserved for it; a block
+//! we serve is copied once from the pinned extent of the cached sample
+//! into the records that carry it, sealed in place, a chunk at a time.
 //!
 //! A request and a hedged store read never write the same extent at once:
 //! each request carries a [`Claim`]; the receiver takes it before writing
@@ -21,16 +21,21 @@
 //! whoever comes second gives way (a block arriving after the store read
 //! began is received into a scratch buffer and dropped).
 
+use super::metrics::{label, Labels};
+use super::ratelog::RateLog;
+use crate::metrics::Counter;
 use crate::sys;
 use granary_peer::block::block_crc_of;
+use granary_peer::channel::ChannelError;
 use granary_peer::conn::{Closed, Conn, ConnConfig, Event as ConnEvent, Nanos, Transmit};
 use granary_peer::frame::{DataHeader, Get, GoodbyeReason, MissReason};
 use granary_peer::view::View;
 use granary_shm::arena::ArenaSlice;
 use nix::sys::eventfd::{EfdFlags, EventFd};
+use prometheus_client::metrics::family::Family;
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::net::{SocketAddr, TcpListener as StdListener};
+use std::net::{IpAddr, SocketAddr, TcpListener as StdListener};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -171,6 +176,38 @@ pub(crate) struct NetConfig {
     /// For this long after the transport starts, a failed dial is tried
     /// again after [`VIEW_MISMATCH_REDIAL`] instead (see [`SETTLING`]).
     pub settling: Duration,
+    /// The address dials leave from: the listener's IP when it names one.
+    pub source: Option<std::net::IpAddr>,
+    /// The bounds on what peers and strangers may hold here.
+    pub limits: Limits,
+    /// `granary_peer_rejected_total{reason}`.
+    pub rejected: Family<Labels, Counter>,
+}
+
+/// The transport's bounds (`peers.max_connections` and the others; see
+/// `docs/security.md`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// Accepted connections held at once.
+    pub max_connections: u32,
+    /// Of which from one source IP.
+    pub max_per_address: u32,
+    /// A write making no progress this long closes its connection.
+    pub write_timeout: Duration,
+    /// A block not wholly received this long after its header closes its
+    /// connection (the sample is read elsewhere).
+    pub block_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 256,
+            max_per_address: 8,
+            write_timeout: Duration::from_secs(10),
+            block_timeout: Duration::from_secs(5),
+        }
+    }
 }
 
 /// How soon a peer that held another view is dialled again: agents take a
@@ -192,6 +229,9 @@ struct Shared {
     /// Authenticated connections and their member.
     established: Mutex<HashMap<ConnId, usize>>,
     next_conn: AtomicU64,
+    /// Accepted connections held, by source IP.
+    accepted: Mutex<HashMap<IpAddr, u32>>,
+    log: RateLog,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -211,6 +251,18 @@ impl Shared {
             VIEW_MISMATCH_REDIAL.min(self.cfg.redial_after)
         } else {
             self.cfg.redial_after
+        }
+    }
+
+    /// Counts a refusal for `reason` and logs it, rate-limited.
+    fn reject(&self, reason: &'static str, from: Option<SocketAddr>, what: &str) {
+        self.cfg
+            .rejected
+            .get_or_create(&label("reason", reason))
+            .inc();
+        if let Some(skipped) = self.log.allow(reason) {
+            let from = from.map_or_else(|| "-".to_string(), |a| a.to_string());
+            tracing::warn!(%from, reason, skipped, "peer tier: {what}");
         }
     }
 
@@ -268,6 +320,8 @@ impl Net {
             conns: Mutex::new(HashMap::new()),
             established: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
+            accepted: Mutex::new(HashMap::new()),
+            log: RateLog::new(Duration::from_secs(10)),
         });
         let listener = {
             let _guard = rt.enter();
@@ -433,12 +487,79 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
     loop {
         match listener.accept().await {
             Ok((stream, from)) => {
+                let Some(slot) = AcceptSlot::take(&shared, from) else {
+                    // Dropped at once: closed before a byte is read.
+                    continue;
+                };
                 tracing::debug!(%from, "peer connection accepted");
-                tokio::spawn(run_conn(Arc::clone(&shared), stream, None, Vec::new()));
+                tokio::spawn(async move {
+                    let s = Arc::clone(&slot.shared);
+                    run_conn(s, stream, None, Vec::new(), Some(from)).await;
+                    drop(slot);
+                });
             }
             Err(e) => {
-                tracing::warn!("peer listener: {e}");
+                if let Some(skipped) = shared.log.allow("accept") {
+                    tracing::warn!(skipped, "peer listener: {e}");
+                }
                 tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// An accepted connection's place under `peers.max_connections` and
+/// `peers.max_connections_per_address`, given back on drop.
+struct AcceptSlot {
+    shared: Arc<Shared>,
+    ip: IpAddr,
+}
+
+impl AcceptSlot {
+    fn take(shared: &Arc<Shared>, from: SocketAddr) -> Option<AcceptSlot> {
+        let limits = shared.cfg.limits;
+        let ip = from.ip();
+        let refused = {
+            let mut held = lock(&shared.accepted);
+            let total: u32 = held.values().sum();
+            let here = held.get(&ip).copied().unwrap_or(0);
+            if total >= limits.max_connections {
+                Some("connections")
+            } else if here >= limits.max_per_address {
+                Some("per_address")
+            } else {
+                *held.entry(ip).or_insert(0) += 1;
+                None
+            }
+        };
+        match refused {
+            Some(reason) => {
+                shared.reject(
+                    reason,
+                    Some(from),
+                    if reason == "connections" {
+                        "connection refused: peers.max_connections reached"
+                    } else {
+                        "connection refused: peers.max_connections_per_address reached"
+                    },
+                );
+                None
+            }
+            None => Some(AcceptSlot {
+                shared: Arc::clone(shared),
+                ip,
+            }),
+        }
+    }
+}
+
+impl Drop for AcceptSlot {
+    fn drop(&mut self) {
+        let mut held = lock(&self.shared.accepted);
+        if let Some(n) = held.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.ip);
             }
         }
     }
@@ -446,7 +567,11 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
 
 async fn dial(shared: Arc<Shared>, member: usize) {
     let addr = shared.cfg.view.members()[member].addr.clone();
-    let connect = tokio::time::timeout(shared.cfg.connect_timeout, TcpStream::connect(&addr)).await;
+    let connect = tokio::time::timeout(
+        shared.cfg.connect_timeout,
+        connect_from(shared.cfg.source, &addr),
+    )
+    .await;
     let err = match connect {
         Ok(Ok(stream)) => {
             // Requests made while the handshake runs wait in the slot; those
@@ -458,7 +583,7 @@ async fn dial(shared: Arc<Shared>, member: usize) {
                     _ => Vec::new(),
                 }
             };
-            run_conn(shared, stream, Some(member), queued).await;
+            run_conn(shared, stream, Some(member), queued, None).await;
             return;
         }
         Ok(Err(e)) => e.to_string(),
@@ -485,6 +610,32 @@ async fn dial(shared: Arc<Shared>, member: usize) {
     }));
 }
 
+/// Connects to `addr` (`HOST:PORT`) from `source` when it names an IP (the
+/// listener's), so that peers see this node's own address; from the
+/// address the routes pick otherwise.
+async fn connect_from(source: Option<std::net::IpAddr>, addr: &str) -> io::Result<TcpStream> {
+    let Some(ip) = source else {
+        return TcpStream::connect(addr).await;
+    };
+    let mut last = io::Error::other(format!("{addr}: no address"));
+    for target in tokio::net::lookup_host(addr).await? {
+        if target.is_ipv4() != ip.is_ipv4() {
+            continue;
+        }
+        let socket = if ip.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.bind(SocketAddr::new(ip, 0))?;
+        match socket.connect(target).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 /// The block being received.
 struct Landing {
     request: u64,
@@ -495,6 +646,8 @@ struct Landing {
     dest: Option<ArenaSlice>,
     got: usize,
     len: usize,
+    /// When its header arrived (the transport's clock).
+    started: Nanos,
 }
 
 /// One connection's state, shared by its reading and writing halves.
@@ -514,11 +667,15 @@ struct State {
     /// The connection ended with a goodbye (either side's `Normal`): the
     /// peer may be dialled again at once.
     clean_close: bool,
+    /// The transport closed it for a reason it counted already.
+    counted: bool,
 }
 
 struct ConnCtx {
     shared: Arc<Shared>,
     id: ConnId,
+    /// The other end's address (for logs).
+    remote: Option<SocketAddr>,
     stream: Arc<TcpStream>,
     state: Mutex<State>,
     write: Notify,
@@ -536,16 +693,21 @@ async fn run_conn(
     stream: TcpStream,
     dialed: Option<usize>,
     queued: Vec<OutGet>,
+    from: Option<SocketAddr>,
 ) {
     let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
     let _ = stream.set_nodelay(true);
     let mut cfg = shared.cfg.conn.clone();
     cfg.expected_peer = dialed.map(|m| shared.cfg.view.members()[m].id.clone());
-    let mut nonce = [0u8; 32];
-    for chunk in nonce.chunks_mut(8) {
+    let mut entropy = [0u8; 32];
+    for chunk in entropy.chunks_mut(8) {
         chunk.copy_from_slice(&sys::random_u64().to_le_bytes());
     }
-    let conn = match Conn::new(cfg, nonce, shared.now()) {
+    let conn = match dialed {
+        Some(_) => Conn::dial(cfg, entropy, shared.now()),
+        None => Conn::accept(cfg, entropy, shared.now()),
+    };
+    let conn = match conn {
         Ok(c) => c,
         Err(e) => {
             tracing::error!("peer connection refused by its own configuration: {e:?}");
@@ -558,9 +720,11 @@ async fn run_conn(
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
     lock(&shared.conns).insert(id, tx);
+    let remote = from.or_else(|| stream.peer_addr().ok());
     let ctx = Arc::new(ConnCtx {
         shared,
         id,
+        remote,
         stream: Arc::new(stream),
         state: Mutex::new(State {
             conn,
@@ -570,6 +734,7 @@ async fn run_conn(
             sends: VecDeque::new(),
             view_mismatch: false,
             clean_close: false,
+            counted: false,
         }),
         write: Notify::new(),
         closed: Notify::new(),
@@ -615,15 +780,34 @@ async fn read_loop(
     ctx: &Arc<ConnCtx>,
     rx: &mut mpsc::UnboundedReceiver<Cmd>,
 ) -> (String, Option<Landing>) {
-    let mut buf = vec![0u8; 64 * 1024];
     let mut landing: Option<Landing> = None;
     loop {
         if let Some(why) = handle_events(ctx, &mut landing) {
             return (why, landing);
         }
+        let block_due = landing.as_ref().map(|l| {
+            l.started
+                .saturating_add(ctx.shared.cfg.limits.block_timeout.as_nanos() as u64)
+        });
+        if block_due.is_some_and(|due| ctx.shared.now() >= due) {
+            ctx.shared.reject(
+                "block_timeout",
+                ctx.remote,
+                "a block did not arrive whole within peers.block_timeout_ms; connection closed, \
+                 the sample is read elsewhere",
+            );
+            return (
+                "a block did not arrive within peers.block_timeout_ms".into(),
+                landing,
+            );
+        }
         let deadline = {
             let st = ctx.st();
             st.conn.poll_timeout()
+        };
+        let deadline = match (deadline, block_due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         };
         let sleep = match deadline {
             Some(at) => Duration::from_nanos(at.saturating_sub(ctx.shared.now())),
@@ -634,7 +818,7 @@ async fn read_loop(
                 if let Err(e) = r {
                     return (format!("socket: {e}"), landing);
                 }
-                match receive(ctx, &mut landing, &mut buf) {
+                match receive(ctx) {
                     Ok(true) => {}
                     Ok(false) => return ("closed by the peer".into(), landing),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -653,52 +837,25 @@ async fn read_loop(
                 ctx.write.notify_one();
             }
             _ = ctx.closed.notified() => {
+                // The writer failed (and counted a timeout if it was one).
                 let mut st = ctx.st();
+                st.counted = true;
                 st.conn.close(GoodbyeReason::ProtocolError);
             }
         }
     }
 }
 
-/// One non-blocking receive: payload bytes straight into the landing
-/// extent, anything else into `buf` for the decoder. Returns false at the
-/// end of the stream.
-fn receive(ctx: &ConnCtx, landing: &mut Option<Landing>, buf: &mut [u8]) -> io::Result<bool> {
+/// One non-blocking receive into the connection's own buffer (no more than
+/// its handshake still needs until the channel is up). Returns false at
+/// the end of the stream.
+fn receive(ctx: &ConnCtx) -> io::Result<bool> {
     let now = ctx.shared.now();
-    let direct = {
-        let st = ctx.st();
-        landing.is_some() && st.conn.payload_remaining() > 0
-    };
-    if let (true, Some(l)) = (direct, landing.as_mut()) {
-        let want = l.len - l.got;
-        let n = match &l.dest {
-            Some(dest) => {
-                let dest = dest.clone();
-                ctx.stream.try_io(tokio::io::Interest::READABLE, || {
-                    sys::recv_into(ctx.stream.as_fd(), &dest, l.got, want)
-                })?
-            }
-            None => {
-                let cap = want.min(buf.len());
-                ctx.stream.try_read(&mut buf[..cap])?
-            }
-        };
-        if n == 0 {
-            return Ok(false);
-        }
-        l.got += n;
-        ctx.st()
-            .conn
-            .payload_direct(n as u64, now)
-            .map_err(|e| io::Error::other(format!("{e:?}")))?;
-        return Ok(true);
-    }
-    let n = ctx.stream.try_read(buf)?;
-    if n == 0 {
-        return Ok(false);
-    }
-    ctx.st().conn.handle_input(&buf[..n], now);
-    Ok(true)
+    let mut st = ctx.st();
+    let r = ctx.stream.try_read(st.conn.input_buffer());
+    let n = *r.as_ref().unwrap_or(&0);
+    st.conn.input_written(n, now);
+    r.map(|n| n > 0)
 }
 
 /// Handles the connection's events (and the buffered payload bytes of a
@@ -744,7 +901,12 @@ fn handle_events(ctx: &Arc<ConnCtx>, landing: &mut Option<Landing>) -> Option<St
                         flush_backlog(ctx, &mut st);
                     }
                     _ => {
-                        tracing::warn!(%peer, "peer is not a member of this job's view; closing");
+                        ctx.shared.reject(
+                            "not_member",
+                            ctx.remote,
+                            &format!("peer {peer:?} is not a member of this job's view; closing"),
+                        );
+                        st.counted = true;
                         st.conn.close(GoodbyeReason::ViewMismatch);
                     }
                 },
@@ -760,15 +922,17 @@ fn handle_events(ctx: &Arc<ConnCtx>, landing: &mut Option<Landing>) -> Option<St
                             dest,
                             got: 0,
                             len: h.length as usize,
+                            started: ctx.shared.now(),
                         });
                     }
                     other => {
                         let what = if other.is_some() {
-                            "a block other than the one asked for"
+                            "peer sent a block other than the one asked for; closing"
                         } else {
-                            "a block nobody asked for"
+                            "peer sent a block nobody asked for; closing"
                         };
-                        tracing::warn!(conn = ctx.id, "peer sent {what}; closing");
+                        ctx.shared.reject("protocol", ctx.remote, what);
+                        st.counted = true;
                         if let Some(g) = other {
                             out.push(Event::Failed {
                                 request: g.get.request,
@@ -804,6 +968,9 @@ fn handle_events(ctx: &Arc<ConnCtx>, landing: &mut Option<Landing>) -> Option<St
                     }
                 }
                 ConnEvent::Closed(c) => {
+                    if !st.counted {
+                        refused(ctx, &c, st.member.is_some());
+                    }
                     st.view_mismatch = matches!(
                         c,
                         Closed::Local(GoodbyeReason::ViewMismatch)
@@ -818,6 +985,7 @@ fn handle_events(ctx: &Arc<ConnCtx>, landing: &mut Option<Landing>) -> Option<St
                         Closed::Local(r) => format!("closed here ({r:?})"),
                         Closed::Remote(r) => format!("closed by the peer ({r:?})"),
                         Closed::Malformed(e) => format!("peer sent malformed bytes: {e}"),
+                        Closed::Channel(e) => format!("channel: {e}"),
                     });
                     break;
                 }
@@ -827,6 +995,31 @@ fn handle_events(ctx: &Arc<ConnCtx>, landing: &mut Option<Landing>) -> Option<St
     ctx.shared.emit_all(out);
     ctx.write.notify_one();
     closed
+}
+
+/// Counts and logs (rate-limited) a connection that ended because of what
+/// the other side did.
+fn refused(ctx: &ConnCtx, c: &Closed, established: bool) {
+    let reason = match c {
+        Closed::Channel(ChannelError::ProtectionMismatch { .. }) => "protection",
+        Closed::Channel(
+            ChannelError::Unauthentic | ChannelError::RecordLength(_) | ChannelError::Exhausted,
+        ) => "record",
+        Closed::Channel(_) => "handshake",
+        Closed::Malformed(_) => "malformed",
+        Closed::Local(GoodbyeReason::Timeout) if !established => "handshake_timeout",
+        Closed::Local(GoodbyeReason::ProtocolError) => "protocol",
+        _ => return,
+    };
+    let what = match c {
+        Closed::Channel(e) => format!("connection closed: {e}"),
+        Closed::Malformed(e) => format!("connection closed: malformed frames ({e})"),
+        Closed::Local(GoodbyeReason::Timeout) => {
+            "connection closed: no handshake within peers.connect_timeout_ms".to_string()
+        }
+        _ => "connection closed: the peer broke the protocol".to_string(),
+    };
+    ctx.shared.reject(reason, ctx.remote, &what);
 }
 
 /// The event for a block fully received.
@@ -919,9 +1112,14 @@ fn command(ctx: &ConnCtx, cmd: Cmd) {
     ctx.write.notify_one();
 }
 
-/// Writes what the connection queues: frame bytes, and each block's payload
-/// straight from its pinned extent.
+/// Bytes of a payload sealed per write: a few records, so that a large
+/// block never sits whole in memory.
+const SEAL_CHUNK: u64 = 256 * 1024;
+
+/// Writes what the connection queues: sealed frames, and each block's
+/// payload sealed from its pinned extent a chunk at a time.
 async fn write_loop(ctx: Arc<ConnCtx>) {
+    let mut sealed = Vec::new();
     loop {
         let next = {
             let mut st = ctx.st();
@@ -940,7 +1138,9 @@ async fn write_loop(ctx: Arc<ConnCtx>) {
                 ctx.write.notified().await;
                 continue;
             }
-            Some(Ok(bytes)) => write_bytes(&ctx.stream, &bytes).await,
+            Some(Ok(bytes)) => {
+                write_bytes(&ctx.stream, &bytes, ctx.shared.cfg.limits.write_timeout).await
+            }
             // Closed and everything written.
             Some(Err(None)) => return,
             Some(Err(Some((h, src)))) => {
@@ -948,7 +1148,7 @@ async fn write_loop(ctx: Arc<ConnCtx>) {
                     Some((request, src))
                         if *request == h.request && src.len() as u64 >= h.length =>
                     {
-                        write_extent(&ctx.stream, src, h.length as usize).await
+                        write_payload(&ctx, src, h.length, &mut sealed).await
                     }
                     _ => Err(io::Error::other("no pinned extent for a block to send")),
                 };
@@ -960,6 +1160,13 @@ async fn write_loop(ctx: Arc<ConnCtx>) {
             }
         };
         if let Err(e) = result {
+            if e.kind() == io::ErrorKind::TimedOut {
+                ctx.shared.reject(
+                    "write_timeout",
+                    ctx.remote,
+                    "the peer took nothing within peers.write_timeout_ms; connection closed",
+                );
+            }
             tracing::debug!(conn = ctx.id, "peer write: {e}");
             ctx.closed.notify_one();
             return;
@@ -967,26 +1174,45 @@ async fn write_loop(ctx: Arc<ConnCtx>) {
     }
 }
 
-async fn write_bytes(stream: &TcpStream, mut bytes: &[u8]) -> io::Result<()> {
-    while !bytes.is_empty() {
-        stream.writable().await?;
-        match stream.try_write(bytes) {
-            Ok(n) => bytes = &bytes[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
-        }
+/// Seals `len` bytes of the pinned extent `src` into records, a chunk at a
+/// time, and writes them.
+async fn write_payload(
+    ctx: &ConnCtx,
+    src: &ArenaSlice,
+    len: u64,
+    sealed: &mut Vec<u8>,
+) -> io::Result<()> {
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(SEAL_CHUNK);
+        sealed.clear();
+        ctx.st()
+            .conn
+            .seal_payload(n, sealed, |off, dst| {
+                src.copy_to(off as usize, dst);
+            })
+            .map_err(|e| io::Error::other(format!("sealing a block: {e}")))?;
+        write_bytes(&ctx.stream, sealed, ctx.shared.cfg.limits.write_timeout).await?;
+        at += n;
     }
     Ok(())
 }
 
-async fn write_extent(stream: &TcpStream, src: &ArenaSlice, len: usize) -> io::Result<()> {
-    let mut at = 0;
-    while at < len {
-        stream.writable().await?;
-        match stream.try_io(tokio::io::Interest::WRITABLE, || {
-            sys::send_from(stream.as_fd(), src, at, len - at)
-        }) {
-            Ok(n) => at += n,
+/// Writes all of `bytes`; fails with `TimedOut` when the socket takes
+/// nothing for `timeout` (a peer that does not read).
+async fn write_bytes(stream: &TcpStream, mut bytes: &[u8], timeout: Duration) -> io::Result<()> {
+    while !bytes.is_empty() {
+        match tokio::time::timeout(timeout, stream.writable()).await {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "no write progress within peers.write_timeout_ms",
+                ))
+            }
+        }
+        match stream.try_write(bytes) {
+            Ok(n) => bytes = &bytes[n..],
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(e),
         }

@@ -736,6 +736,9 @@ mod tests {
                         connect_timeout: Duration::from_secs(2),
                         redial_after: Duration::from_millis(100),
                         settling: Duration::ZERO,
+                        source: None,
+                        limits: crate::peers::net::Limits::default(),
+                        rejected: Default::default(),
                     },
                     addrs[me],
                 )

@@ -89,69 +89,6 @@ pub(crate) fn poll_readable(fds: &[RawFd], timeout: Duration) -> io::Result<()> 
     Ok(())
 }
 
-/// Receives up to `len` bytes from the socket `fd`, without blocking,
-/// straight into `dest` at `at` bytes from its start. `WouldBlock` when
-/// nothing is buffered; `Ok(0)` at the end of the stream.
-pub(crate) fn recv_into(
-    fd: std::os::fd::BorrowedFd<'_>,
-    dest: &granary_shm::arena::ArenaSlice,
-    at: usize,
-    len: usize,
-) -> io::Result<usize> {
-    use std::os::fd::AsRawFd;
-    if at.checked_add(len).is_none_or(|end| end > dest.len()) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "receive past the end of its arena range",
-        ));
-    }
-    let ptr = dest.as_mut_ptr().wrapping_add(at);
-    // SAFETY: `[at, at + len)` lies inside `dest` (checked above), whose
-    // mapping `dest` keeps alive for the call; the kernel writes through the
-    // pointer and no Rust reference to the range exists; the engine lends
-    // the range to this transfer only (see `peers::net`).
-    let n = unsafe { libc::recv(fd.as_raw_fd(), ptr.cast(), len, libc::MSG_DONTWAIT) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
-}
-
-/// Sends up to `len` bytes of `src` from `at` bytes into it on the socket
-/// `fd`, without blocking (`WouldBlock` when the socket buffer is full).
-pub(crate) fn send_from(
-    fd: std::os::fd::BorrowedFd<'_>,
-    src: &granary_shm::arena::ArenaSlice,
-    at: usize,
-    len: usize,
-) -> io::Result<usize> {
-    use std::os::fd::AsRawFd;
-    if at.checked_add(len).is_none_or(|end| end > src.len()) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "send past the end of its arena range",
-        ));
-    }
-    let ptr = src.as_mut_ptr().wrapping_add(at).cast_const();
-    // SAFETY: `[at, at + len)` lies inside `src` (checked above), whose
-    // mapping `src` keeps alive for the call; the kernel only reads the
-    // range, which the caller holds pinned (nothing writes it).
-    let n = unsafe {
-        libc::send(
-            fd.as_raw_fd(),
-            ptr.cast(),
-            len,
-            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-        )
-    };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
-}
-
 /// The supplementary groups of the process at the other end of the Unix
 /// socket `fd`, as they were when it connected (`SO_PEERGROUPS`, Linux
 /// 4.13 and later).

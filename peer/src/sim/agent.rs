@@ -248,7 +248,7 @@ impl Agent {
                 let mut cfg = self.conn_config(sh);
                 cfg.expected_peer = Some(sh.view.members()[peer].id.clone());
                 let nonce = sh.rng.nonce();
-                let Ok(conn) = Conn::new(cfg, nonce, q.now) else {
+                let Ok(conn) = Conn::dial(cfg, nonce, q.now) else {
                     self.read_store(s, false, true, true, q, sh);
                     return;
                 };
@@ -332,7 +332,7 @@ impl Agent {
         if !self.links.contains_key(&link) {
             let cfg = self.conn_config(sh);
             let nonce = sh.rng.nonce();
-            let Ok(conn) = Conn::new(cfg, nonce, q.now) else {
+            let Ok(conn) = Conn::accept(cfg, nonce, q.now) else {
                 return;
             };
             self.links.insert(
@@ -503,8 +503,8 @@ impl Agent {
                         .map(|l| l.conn.send_miss(get.request, get.sample, reason)),
                 ),
             };
-            if let (Reply::Send { .. }, Some(Err(_)) | None) = (r, &res) {
-                self.server.sent(link);
+            if let (Reply::Send { get, .. }, Some(Err(_)) | None) = (r, &res) {
+                self.server.sent(link, get.request);
             }
             touched.insert(link);
         }
@@ -526,12 +526,12 @@ impl Agent {
             return;
         };
         let mut data = Vec::new();
-        let mut payloads = 0;
+        let mut payloads = Vec::new();
         while let Some(t) = l.conn.poll_transmit() {
             match t {
                 Transmit::Bytes(b) => data.extend_from_slice(&b),
                 Transmit::Payload(h) => {
-                    payloads += 1;
+                    payloads.push(h.request);
                     let mut bytes = store_bytes(h.sample, h.length);
                     let f = sh.cfg.faults;
                     if !bytes.is_empty() && sh.rng.below(1000) < u64::from(f.corrupt_per_mille) {
@@ -541,13 +541,19 @@ impl Agent {
                         let other = (h.sample + 1) % sh.sizes.len() as u64;
                         bytes = store_bytes(other, h.length);
                     }
-                    data.extend_from_slice(&bytes);
+                    if l.conn.seal_payload_from(&bytes, &mut data).is_err() {
+                        // Cannot happen for a payload just handed out.
+                        sh.fail(SimError::WrongBytes {
+                            node: self.node,
+                            sample: h.sample,
+                        });
+                    }
                 }
             }
         }
         let peer = l.peer;
-        for _ in 0..payloads {
-            self.server.sent(id);
+        for request in payloads {
+            self.server.sent(id, request);
         }
         if data.is_empty() {
             return;

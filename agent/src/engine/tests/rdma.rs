@@ -41,6 +41,7 @@ node_id = "n{me}"
 listen = "127.0.0.1:{}"
 secret = "the-secret"
 hedge_after_ms = {HEDGE_MS}
+encryption = "off"  # RDMA carries payloads in clear: only on trusted fabrics
 members = [
   {{ id = "n0", addr = "127.0.0.1:{}", keep = "16MiB" }},
   {{ id = "n1", addr = "127.0.0.1:{}", keep = "16MiB" }},
