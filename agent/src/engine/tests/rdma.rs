@@ -39,7 +39,7 @@ membership = "static"
 job_id = "job"
 node_id = "n{me}"
 listen = "127.0.0.1:{}"
-secret = "the-secret"
+secret = "c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23"
 hedge_after_ms = {HEDGE_MS}
 members = [
   {{ id = "n0", addr = "127.0.0.1:{}", keep = "16MiB" }},
