@@ -159,3 +159,40 @@ fn validate_warns_when_a_config_holding_secrets_is_readable_by_others() {
         assert!(!text(&out).contains("do-not-print-me"), "{}", text(&out));
     }
 }
+
+#[test]
+fn validate_refuses_a_weak_job_secret_and_takes_a_generated_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("granaryd.toml");
+    let secret = dir.path().join("job.secret");
+    let write = |peers: &str| {
+        std::fs::write(
+            &config,
+            format!(
+                "[arena]\nsize = \"64MiB\"\nhugepages = \"off\"\n[prefetch]\nmax_inflight_reads = 32\n\
+                 [peers]\nmembership = \"session\"\n{peers}\n\
+                 [[dataset]]\nname = \"d\"\nroot = \"/tmp\"\n"
+            ),
+        )
+        .unwrap();
+    };
+    let path = config.to_str().unwrap();
+    write("secret = \"hunter2hunter2\"");
+    let out = granaryd(&["validate", "--config", path]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let t = text(&out);
+    assert!(
+        t.contains("peers.secret") && t.contains("too weak") && t.contains("granary secret new"),
+        "{t}"
+    );
+    assert!(!t.contains("hunter2"), "the secret is never printed: {t}");
+    write(&format!("secret_file = \"{}\"", secret.display()));
+    std::fs::write(&secret, "x\n").unwrap();
+    let out = granaryd(&["validate", "--config", path]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("peers.secret_file"), "{}", text(&out));
+    let good = granary_agent::config::peer_secret::generate().unwrap();
+    std::fs::write(&secret, format!("{good}\n")).unwrap();
+    let out = granaryd(&["validate", "--config", path]);
+    assert!(out.status.success(), "{}", text(&out));
+}

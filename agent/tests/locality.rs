@@ -79,7 +79,7 @@ address = "{metrics}"
 membership = "session"
 node_id = "n{node}"
 listen = "{listen}"
-secret = "locality-secret"
+secret = "c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23"
 [[dataset]]
 name = "data"
 root = "{root}"

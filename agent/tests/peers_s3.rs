@@ -41,7 +41,7 @@ const NODES: usize = 3;
 const RANKS_PER_NODE: u32 = 2;
 const SEED: u64 = 7;
 const BATCH: u32 = 16;
-const SECRET: &str = "the-job-secret";
+const SECRET: &str = "c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23";
 
 /// Times a rank's session went on after its agent went away: resumed by
 /// libgranary (after the batches it had), or, when that failed, the epoch
@@ -382,7 +382,7 @@ fn a_wrong_job_secret_gets_nothing_served() {
     let _w = watchdog("a_wrong_job_secret_gets_nothing_served", 600);
     let mut c = cluster("job3", |n| {
         if n == 2 {
-            "another-secret".into()
+            "fbde5277205c87aa9fbe7520fe4a6bf975a016fec2021eaa5f9d38308c2d9e2e".into()
         } else {
             SECRET.into()
         }

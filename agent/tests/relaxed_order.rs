@@ -42,6 +42,9 @@ impl SampleSource for Laggy {
     fn meta(&self, index: u64) -> SampleMeta {
         self.inner.meta(index)
     }
+    fn version(&self, index: u64, out: &mut Vec<u8>) {
+        self.inner.version(index, out);
+    }
     fn total_bytes(&self) -> u64 {
         self.inner.total_bytes()
     }

@@ -6,7 +6,9 @@
 //! * [`synth`]: the self-verifying synthetic dataset of the quickstart,
 //!   the tests and the benchmarks.
 //! * [`progress`]: the text progress bar of long operations.
+//! * [`secret`]: a fresh job secret for the peer tier (`granary secret new`).
 #![deny(unsafe_op_in_unsafe_fn)]
 pub mod ingest;
 pub mod progress;
+pub mod secret;
 pub mod synth;

@@ -25,7 +25,7 @@ fn help_version_and_bad_arguments() {
         format!("granary {}", env!("CARGO_PKG_VERSION"))
     );
     let help = text(&granary(&["--help"]));
-    for word in ["status", "demo", "ingest"] {
+    for word in ["status", "demo", "ingest", "secret"] {
         assert!(help.contains(word), "{word} missing from:\n{help}");
     }
     let help = text(&granary(&["ingest", "--help"]));
@@ -82,4 +82,37 @@ fn status_prints_the_agents_counters() {
         "{}",
         text(&out)
     );
+}
+
+#[test]
+fn secret_new_writes_a_private_strong_secret_and_keeps_an_existing_one() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("job.secret");
+    let path = p.to_str().unwrap();
+    let out = granary(&["secret", "new", path]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        out.stdout.is_empty(),
+        "the secret is not printed: {}",
+        text(&out)
+    );
+    let mode = std::fs::metadata(&p).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let first = std::fs::read_to_string(&p).unwrap();
+    granary_agent::config::peer_secret::check(first.trim_end().as_bytes()).unwrap();
+    let out = granary(&["secret", "new", path]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("--force"), "{}", text(&out));
+    assert_eq!(std::fs::read_to_string(&p).unwrap(), first);
+    let out = granary(&["secret", "new", "--force", path]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_ne!(std::fs::read_to_string(&p).unwrap(), first);
+    // `-`: to standard output, one line.
+    let out = granary(&["secret", "new", "-"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let line = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(line.len(), 65, "{line:?}");
+    granary_agent::config::peer_secret::check(line.trim_end().as_bytes()).unwrap();
+    assert!(!dir.path().join("-").exists());
 }

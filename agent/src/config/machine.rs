@@ -42,7 +42,41 @@ impl Config {
                 self.check_hugepages(&pool)?;
             }
         }
-        Ok(())
+        self.check_secret_file()
+    }
+
+    /// With peers on and `peers.secret_file` set, reads the file and checks
+    /// the secret as the agent does at start-up: readable, not empty, and
+    /// strong enough (`config::peer_secret`).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] naming `peers.secret_file`.
+    pub(crate) fn check_secret_file(&self) -> Result<(), ConfigError> {
+        use crate::peers::MembershipError;
+        let Some(path) = self
+            .peers
+            .secret_file
+            .as_ref()
+            .filter(|_| self.peers.enabled())
+        else {
+            return Ok(());
+        };
+        let reason = match crate::peers::load_secret(&self.peers) {
+            Ok(_) => return Ok(()),
+            Err(MembershipError::SecretFile(_, e)) => {
+                format!("cannot read {}: {e}", path.display())
+            }
+            Err(MembershipError::WeakSecret { weak, .. }) => {
+                format!("{}: the secret {weak}", path.display())
+            }
+            Err(MembershipError::NoSecret) => format!("{} holds no secret", path.display()),
+            Err(e) => e.to_string(),
+        };
+        Err(ConfigError::Invalid {
+            file: None,
+            problems: vec![Problem::new("peers.secret_file", reason)],
+        })
     }
 
     /// With `arena.hugepages = "required"`, checks that the arena (rounded
@@ -310,5 +344,42 @@ mod tests {
         assert_eq!(mem_total(""), None);
         let here = std::fs::read_to_string("/proc/meminfo").unwrap();
         assert!(mem_total(&here).is_some_and(|m| m > 0));
+    }
+
+    #[test]
+    fn the_secret_file_is_read_and_judged_like_at_start_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("job.secret");
+        let cfg = Config::from_toml_str(&format!(
+            "[peers]\nmembership = \"session\"\nsecret_file = \"{}\"\n\
+             [[dataset]]\nname = \"d\"\nroot = \"/d\"\n",
+            path.display()
+        ))
+        .unwrap();
+        let reason = |c: &Config| {
+            let e = c.check_secret_file().unwrap_err();
+            assert_eq!(e.field(), Some("peers.secret_file"));
+            e.to_string()
+        };
+        assert!(reason(&cfg).contains("cannot read"), "{}", reason(&cfg));
+        std::fs::write(&path, "password\n").unwrap();
+        let r = reason(&cfg);
+        assert!(
+            r.contains("too weak") && r.contains("granary secret new PATH"),
+            "{r}"
+        );
+        assert!(!r.contains("password\n"), "{r}");
+        std::fs::write(&path, "\n\n").unwrap();
+        assert!(reason(&cfg).contains("holds no secret"), "{}", reason(&cfg));
+        let good = crate::config::peer_secret::generate().unwrap();
+        std::fs::write(&path, format!("{good}\n")).unwrap();
+        cfg.check_secret_file().unwrap();
+        // Peers off: the file is not looked at.
+        let off = Config::from_toml_str(&format!(
+            "[peers]\nsecret_file = \"{}\"\n[[dataset]]\nname = \"d\"\nroot = \"/d\"\n",
+            dir.path().join("absent").display()
+        ))
+        .unwrap();
+        off.check_secret_file().unwrap();
     }
 }

@@ -12,7 +12,8 @@
 //! `cache`, `sessions`, `metrics`, `peers` and `dataset` hold one section each (their
 //! types are re-exported here); `size` the byte-size type; `validate` the rules between
 //! settings; `machine` the checks against the machine the agent is to run
-//! on (its memory); `document` parses the TOML text keeping positions, so that
+//! on (its memory, the peer secret file); `peer_secret` the job secret's strength rule and
+//! generator; `document` parses the TOML text keeping positions, so that
 //! errors name the field's path and line; `error` the error types.
 //!
 //! ```
@@ -36,6 +37,7 @@ mod document;
 mod error;
 mod machine;
 mod metrics;
+pub mod peer_secret;
 mod peers;
 mod prefetch;
 mod secret_files;

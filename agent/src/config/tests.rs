@@ -891,7 +891,7 @@ fn peers_are_off_by_default_and_bad_peer_settings_name_their_field() {
     let cfg = Config::from_toml_str(ds).unwrap();
     assert!(!cfg.peers.enabled());
     let ok = format!(
-        "[peers]\nmembership = \"static\"\njob_id = \"j\"\nnode_id = \"a\"\nsecret = \"s\"\n\
+        "[peers]\nmembership = \"static\"\njob_id = \"j\"\nnode_id = \"a\"\nsecret = \"c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23\"\n\
          members = [{{ id = \"a\", addr = \"10.0.0.1:7170\" }}, {{ id = \"b\", addr = \"h:7170\", keep = \"1GiB\" }}]\n{ds}"
     );
     let cfg = Config::from_toml_str(&ok).unwrap();
@@ -932,10 +932,38 @@ fn peers_are_off_by_default_and_bad_peer_settings_name_their_field() {
 }
 
 #[test]
+fn a_weak_inline_peer_secret_is_refused_with_how_to_make_one() {
+    let ds = "[[dataset]]\nname = \"d\"\nroot = \"/tmp\"\n";
+    for weak in ["x", "password", "aaaaaaaaaaaaaaaa", "the-job-secret"] {
+        let e = parse_err(&format!(
+            "[peers]\nmembership = \"session\"\nsecret = \"{weak}\"\n{ds}"
+        ));
+        let fields: Vec<_> = e.problems().iter().map(|p| p.field.clone()).collect();
+        assert_eq!(fields, ["peers.secret"], "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("too weak") && msg.contains("granary secret new PATH"),
+            "{msg}"
+        );
+        assert!(
+            !msg.contains(&format!("\"{weak}\"")),
+            "never printed: {msg}"
+        );
+    }
+    let good = super::peer_secret::generate().unwrap();
+    Config::from_toml_str(&format!(
+        "[peers]\nmembership = \"session\"\nsecret = \"{good}\"\n{ds}"
+    ))
+    .unwrap();
+    // With peers off, the secret is not judged.
+    Config::from_toml_str(&format!("[peers]\nsecret = \"x\"\n{ds}")).unwrap();
+}
+
+#[test]
 fn peers_transport_parses_and_rdma_needs_a_device() {
     let ds = "[[dataset]]\nname = \"d\"\nroot = \"/tmp\"\n";
     let peers =
-        "[peers]\nmembership = \"static\"\njob_id = \"j\"\nnode_id = \"a\"\nsecret = \"s\"\n\
+        "[peers]\nmembership = \"static\"\njob_id = \"j\"\nnode_id = \"a\"\nsecret = \"c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23\"\n\
                  members = [{ id = \"a\", addr = \"10.0.0.1:7170\" }]\n";
     assert_eq!(
         Config::default().peers.transport,
@@ -979,7 +1007,7 @@ fn peers_transport_parses_and_rdma_needs_a_device() {
 fn peers_rdma_device_port_and_gid_index() {
     let ds = "[[dataset]]\nname = \"d\"\nroot = \"/tmp\"\n";
     let peers =
-        "[peers]\nmembership = \"static\"\njob_id = \"j\"\nnode_id = \"a\"\nsecret = \"s\"\n\
+        "[peers]\nmembership = \"static\"\njob_id = \"j\"\nnode_id = \"a\"\nsecret = \"c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23\"\n\
                  members = [{ id = \"a\", addr = \"10.0.0.1:7170\" }]\n";
     let d = Config::default().peers;
     assert_eq!(

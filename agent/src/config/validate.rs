@@ -67,8 +67,12 @@ impl Config {
                 "give exactly one of peers.secret and peers.secret_file (the per-job secret)",
             );
         }
-        if c.secret.as_ref().is_some_and(|s| s.expose().is_empty()) {
-            p.bad("peers.secret", "is empty");
+        if let Some(s) = &c.secret {
+            if s.expose().is_empty() {
+                p.bad("peers.secret", "is empty");
+            } else if let Err(e) = super::peer_secret::check(s.expose().as_bytes()) {
+                p.bad("peers.secret", e.to_string());
+            }
         }
         if !(1..=90).contains(&c.keep_percent) {
             p.bad(

@@ -77,6 +77,9 @@ impl SampleSource for FakeSource {
             size: size(index) + self.extra,
         }
     }
+    fn version(&self, index: u64, out: &mut Vec<u8>) {
+        out.extend_from_slice(&index.to_le_bytes());
+    }
     fn total_bytes(&self) -> u64 {
         (0..self.n).map(|i| size(i) + self.extra).sum()
     }

@@ -1,6 +1,7 @@
 //! The job's membership view, from the launcher, never voted: the static
 //! list of the configuration, or Slurm's variables; and the job secret.
 
+use crate::config::peer_secret::{self, WeakSecret};
 use crate::config::{Membership, PeersConfig};
 use granary_peer::view::{Member, View, ViewError};
 use std::collections::HashMap;
@@ -19,6 +20,14 @@ pub enum MembershipError {
     SecretFile(PathBuf, std::io::Error),
     /// No secret, or an empty one.
     NoSecret,
+    /// The secret's estimated entropy is too low; `from` names where it
+    /// came from (`peers.secret`, or `peers.secret_file PATH`).
+    WeakSecret {
+        /// `peers.secret` or `peers.secret_file PATH`.
+        from: String,
+        /// The estimate.
+        weak: WeakSecret,
+    },
     /// The view comes from loaders (`"session"`), not the configuration.
     FromSessions,
 }
@@ -32,6 +41,9 @@ impl fmt::Display for MembershipError {
                 write!(f, "peers.secret_file {}: {e}", p.display())
             }
             MembershipError::NoSecret => f.write_str("the job secret is missing or empty"),
+            MembershipError::WeakSecret { from, weak } => {
+                write!(f, "the job secret ({from}) {weak}")
+            }
             MembershipError::FromSessions => {
                 f.write_str("peers.membership is \"session\": loaders hand in the view")
             }
@@ -152,8 +164,22 @@ pub fn view_from_config(
 }
 
 /// The job secret: `peers.secret`, or the contents of `peers.secret_file`
-/// without trailing whitespace.
+/// without trailing whitespace; refused unless its estimated entropy
+/// reaches 128 bits (`config::peer_secret`).
 pub fn load_secret(cfg: &PeersConfig) -> Result<Vec<u8>, MembershipError> {
+    let secret = read_secret(cfg)?;
+    peer_secret::check(&secret).map_err(|weak| MembershipError::WeakSecret {
+        from: match (&cfg.secret, &cfg.secret_file) {
+            (None, Some(p)) => format!("peers.secret_file {}", p.display()),
+            _ => "peers.secret".to_owned(),
+        },
+        weak,
+    })?;
+    Ok(secret)
+}
+
+/// The job secret as configured, not checked for strength.
+fn read_secret(cfg: &PeersConfig) -> Result<Vec<u8>, MembershipError> {
     let secret = match (&cfg.secret, &cfg.secret_file) {
         (Some(s), _) => s.expose().as_bytes().to_vec(),
         (None, Some(p)) => {
@@ -176,9 +202,15 @@ mod tests {
     use super::*;
     use crate::config::Config;
 
+    /// A secret that passes the strength rule.
+    const STRONG: &str = "c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23";
+
+    /// The configuration with `[peers]` `peers`, where `$S` stands for
+    /// [`STRONG`].
     fn cfg(peers: &str) -> Config {
         Config::from_toml_str(&format!(
-            "[peers]\n{peers}\n[[dataset]]\nname = \"d\"\nroot = \"/tmp\"\n"
+            "[peers]\n{}\n[[dataset]]\nname = \"d\"\nroot = \"/tmp\"\n",
+            peers.replace("$S", STRONG)
         ))
         .unwrap()
     }
@@ -188,7 +220,7 @@ mod tests {
         let c = cfg(r#"membership = "static"
 job_id = "j1"
 node_id = "b"
-secret = "s3cret"
+secret = "$S"
 members = [{ id = "a", addr = "127.0.0.2:7170" }, { id = "b", addr = "127.0.0.3:7170", keep = "1GiB" }]"#);
         let v = view_from_config(&c.peers, 4096, &HashMap::new()).unwrap();
         assert_eq!(v.job_id(), "j1");
@@ -196,7 +228,7 @@ members = [{ id = "a", addr = "127.0.0.2:7170" }, { id = "b", addr = "127.0.0.3:
         assert_eq!(v.members()[v.index_of("a").unwrap()].capacity, 4096);
         assert_eq!(v.members()[v.index_of("b").unwrap()].capacity, 1 << 30);
         assert_eq!(node_id(&c.peers), "b");
-        assert_eq!(load_secret(&c.peers).unwrap(), b"s3cret");
+        assert_eq!(load_secret(&c.peers).unwrap(), STRONG.as_bytes());
     }
 
     #[test]
@@ -204,7 +236,7 @@ members = [{ id = "a", addr = "127.0.0.2:7170" }, { id = "b", addr = "127.0.0.3:
         let c = cfg(r#"membership = "slurm"
 node_id = "gpu02"
 port = 7300
-secret = "x""#);
+secret = "$S""#);
         let env: HashMap<String, String> = [
             ("SLURM_JOB_ID", "4242"),
             ("SLURM_JOB_NODELIST", "gpu[01-03]"),
@@ -227,7 +259,7 @@ secret = "x""#);
         let c = cfg(r#"membership = "static"
 job_id = "j1"
 node_id = "b"
-secret = "s"
+secret = "$S"
 members = [{ id = "a", addr = "127.0.0.2:7170" }, { id = "b", addr = "127.0.0.3:7171" }]"#);
         let v = view_from_config(&c.peers, 1, &HashMap::new()).unwrap();
         let e = endpoint(&c.peers, Some(&v)).unwrap();
@@ -236,20 +268,20 @@ members = [{ id = "a", addr = "127.0.0.2:7170" }, { id = "b", addr = "127.0.0.3:
         let s = cfg(r#"membership = "session"
 node_id = "n7"
 port = 7300
-secret = "s""#);
+secret = "$S""#);
         let e = endpoint(&s.peers, None).unwrap();
         assert_eq!(e.listen, "0.0.0.0:7300".parse().unwrap());
         assert_eq!(e.advertise, "n7:7300");
         let s = cfg(r#"membership = "session"
 listen = "127.0.0.4:7400"
-secret = "s""#);
+secret = "$S""#);
         assert_eq!(
             endpoint(&s.peers, None).unwrap().advertise,
             "127.0.0.4:7400"
         );
         let s = cfg(r#"membership = "session"
 advertise = "gpu7.example:7170"
-secret = "s""#);
+secret = "$S""#);
         assert_eq!(
             endpoint(&s.peers, None).unwrap().advertise,
             "gpu7.example:7170"
@@ -264,12 +296,23 @@ secret = "s""#);
     fn secret_file_is_read_and_trimmed_and_errors_are_clear() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("job.secret");
-        std::fs::write(&p, "abc\n").unwrap();
+        std::fs::write(&p, format!("{STRONG}\n")).unwrap();
         let c = cfg(&format!(
             "membership = \"static\"\njob_id = \"j\"\nsecret_file = \"{}\"\nmembers = [{{ id = \"a\", addr = \"h:1\" }}]",
             p.display()
         ));
-        assert_eq!(load_secret(&c.peers).unwrap(), b"abc");
+        assert_eq!(load_secret(&c.peers).unwrap(), STRONG.as_bytes());
+        // A weak one is refused at start-up, naming the file, never
+        // printing the secret.
+        std::fs::write(&p, "abcdef-secret\n").unwrap();
+        let e = load_secret(&c.peers).unwrap_err();
+        assert!(matches!(e, MembershipError::WeakSecret { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("job.secret") && msg.contains("granary secret new PATH"),
+            "{msg}"
+        );
+        assert!(!msg.contains("abcdef"), "{msg}");
         std::fs::write(&p, "\n").unwrap();
         assert!(matches!(
             load_secret(&c.peers),

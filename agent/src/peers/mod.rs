@@ -11,6 +11,7 @@
 //!
 //! | module | what it holds |
 //! |---|---|
+//! | `fingerprint` | a dataset's identity across agents: names, sizes and version tokens |
 //! | `membership` | the view from the configuration (static list, Slurm), the job secret |
 //! | `net` | the TCP transport: listener, one connection per peer, payloads straight to and from the arena |
 //! | [`metrics`] | the tier's Prometheus series |
@@ -23,6 +24,7 @@
 
 #[cfg(test)]
 mod conformance_tcp;
+mod fingerprint;
 mod membership;
 pub mod metrics;
 pub(crate) mod net;
@@ -30,6 +32,7 @@ pub(crate) mod ratelog;
 pub(crate) mod rdma_link;
 pub mod transport;
 
+pub use fingerprint::fingerprint;
 pub(crate) use membership::{endpoint, Endpoint};
 pub use membership::{load_secret, view_from_config, MembershipError};
 
@@ -44,7 +47,6 @@ use granary_peer::view::View;
 use granary_shm::arena::Arena;
 use net::{Claim, ConnId, Net, NetConfig};
 use rdma_link::RdmaLinks;
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
@@ -61,28 +63,6 @@ pub(crate) enum Route {
     Keep,
     /// The peer with this member index, which owns and keeps it.
     Peer(usize),
-}
-
-/// A dataset's identity across agents: SHA-256 over its name and every
-/// sample's id and size, folded to 64 bits. Agents serving the same
-/// catalog under the same name agree on it; any difference (another
-/// version of the dataset) makes them disagree, and their peers answer
-/// `UnknownDataset`.
-pub fn fingerprint(name: &str, src: &dyn SampleSource) -> u64 {
-    let mut h = Sha256::new();
-    h.update(b"granary-dataset-v1\0");
-    h.update((name.len() as u64).to_le_bytes());
-    h.update(name.as_bytes());
-    h.update(src.len().to_le_bytes());
-    for i in 0..src.len() {
-        let m = src.meta(i);
-        h.update(m.sample_id.to_le_bytes());
-        h.update(m.size.to_le_bytes());
-    }
-    let d = h.finalize();
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&d[..8]);
-    u64::from_le_bytes(b)
 }
 
 /// The view a loader's connection joined: sessions opened on it end when

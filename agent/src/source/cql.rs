@@ -735,6 +735,10 @@ impl super::SampleSource for CqlDataset {
         self.catalog.meta(index)
     }
 
+    fn version(&self, index: u64, out: &mut Vec<u8>) {
+        self.catalog.version(index, out);
+    }
+
     fn total_bytes(&self) -> u64 {
         self.catalog.total_bytes()
     }

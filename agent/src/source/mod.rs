@@ -207,6 +207,12 @@ pub trait SampleSource: Send {
     }
     /// Sample `index`'s id, label and size; `index < len()`.
     fn meta(&self, index: u64) -> SampleMeta;
+    /// Appends sample `index`'s version token to `out` (`index < len()`):
+    /// what this source's read of it asks for and checks besides its
+    /// length, so that agents whose catalogs name other versions of a
+    /// sample get other dataset fingerprints (`docs/peers.md`, "Dataset
+    /// identity"). Empty when the source has nothing of the kind.
+    fn version(&self, index: u64, out: &mut Vec<u8>);
     /// Bytes of all samples.
     fn total_bytes(&self) -> u64;
     /// Where sample `index` lives, for messages (a path, an `s3://` URL…).

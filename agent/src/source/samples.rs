@@ -8,10 +8,16 @@
 use super::SampleMeta;
 
 /// A catalog entry's id, label and size: what the engine knows of a sample
-/// before reading it.
+/// before reading it; and its version token.
 pub trait EntryMeta {
     /// The entry as the engine sees it.
     fn meta(&self) -> SampleMeta;
+    /// Appends the entry's version token to `out`: what a store read of the
+    /// sample asks for and checks besides its length (an object's key and
+    /// ETag, a file's mtime, a row's id and CRC), so that the dataset
+    /// fingerprint peers must share covers it (`docs/peers.md`, "Dataset
+    /// identity").
+    fn version(&self, out: &mut Vec<u8>);
 }
 
 /// The samples of one catalog, in sample-id order (entry `i` has id `i`),
@@ -62,6 +68,11 @@ impl<E: EntryMeta> SampleList<E> {
         self.entries[index as usize].meta()
     }
 
+    /// Appends sample `index`'s version token to `out`; `index < len()`.
+    pub fn version(&self, index: u64, out: &mut Vec<u8>) {
+        self.entries[index as usize].version(out);
+    }
+
     /// Sum of all sample sizes, in bytes (saturating).
     pub fn total_bytes(&self) -> u64 {
         self.total_bytes
@@ -93,6 +104,9 @@ mod tests {
                 size: self.0 * 10,
             }
         }
+        fn version(&self, out: &mut Vec<u8>) {
+            out.push(self.0 as u8);
+        }
     }
 
     #[test]
@@ -106,6 +120,9 @@ mod tests {
         assert_eq!(l.get(1).map(|e| e.0), Some(1));
         assert!(l.get(3).is_none());
         assert!(l.get(u64::MAX).is_none());
+        let mut v = vec![9];
+        l.version(2, &mut v);
+        assert_eq!(v, [9, 2], "appended");
     }
 
     #[test]
@@ -119,6 +136,7 @@ mod tests {
                     size: u64::MAX / 2 + 1,
                 }
             }
+            fn version(&self, _: &mut Vec<u8>) {}
         }
         assert_eq!(SampleList::new(vec![Big, Big]).total_bytes(), u64::MAX);
     }

@@ -64,7 +64,7 @@ const PEER_PORT: u16 = 7170;
 const PROXY_PORT: u16 = 7171;
 const STORE_PORT: u16 = 9000;
 const METRICS: &str = "127.0.0.1:9100";
-const SECRET: &str = "cluster-bench-job-secret";
+const SECRET: &str = "8159dcb5e0454eb92e9adeff3647662612ceeb706beb34aa1581c73752f8af65";
 /// The longest one epoch may take before the run is abandoned.
 const EPOCH_LIMIT: Duration = Duration::from_secs(1200);
 

@@ -39,7 +39,7 @@ def _session_agents(synth_root) -> list:
                     {"synth": synth_root},
                     extra_config=(
                         '[peers]\nmembership = "session"\n'
-                        f'node_id = "node{n}"\nlisten = "{ip}:{port}"\nsecret = "py-secret"\n\n'
+                        f'node_id = "node{n}"\nlisten = "{ip}:{port}"\nsecret = "c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23"\n\n'
                     ),
                 ).start()
             )
@@ -120,7 +120,7 @@ def test_a_stale_view_is_refused_and_the_session_still_opens(synth_root):
         {"synth": synth_root},
         extra_config=(
             '[peers]\nmembership = "session"\n'
-            f'node_id = "solo"\nlisten = "127.0.0.2:{port}"\nsecret = "py-secret"\n\n'
+            f'node_id = "solo"\nlisten = "127.0.0.2:{port}"\nsecret = "c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23"\n\n'
         ),
     ) as a:
         with granary.connect(a.socket) as c:

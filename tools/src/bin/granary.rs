@@ -13,6 +13,9 @@
 //!   [--tls] [--tls-ca-file F] [--concurrency N] [--verify] [--resume]`:
 //!   write a dataset folder into ScyllaDB/Cassandra tables (password from
 //!   `GRANARY_CQL_PASSWORD`); see `docs/scylla.md`.
+//! * `granary secret new PATH [--force]`: a fresh job secret for
+//!   `peers.secret_file`, mode 0600 (`-`: to standard output); see
+//!   `docs/configuration.md`.
 
 use clap::{Args, Parser, Subcommand};
 use granary_agent::metrics::{parse_text, scrape};
@@ -24,7 +27,8 @@ use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 
 /// The Granary operator CLI: the agent's counters, the quickstart demo,
-/// and the ingest of a dataset folder into S3 or CQL tables.
+/// the ingest of a dataset folder into S3 or CQL tables, and job secrets
+/// for the peer tier.
 #[derive(Debug, Parser)]
 #[command(name = "granary", version, about, propagate_version = true)]
 struct Cli {
@@ -58,6 +62,23 @@ enum Cmd {
     /// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY; see docs/s3.md) or into
     /// CQL tables (password from GRANARY_CQL_PASSWORD; see docs/scylla.md).
     Ingest(Box<IngestArgs>),
+    /// The job secret peers authenticate each other with.
+    #[command(subcommand)]
+    Secret(SecretCmd),
+}
+
+#[derive(Debug, Subcommand)]
+enum SecretCmd {
+    /// Write a fresh secret (32 random bytes as 64 hex digits) to PATH with
+    /// mode 0600, for peers.secret_file; `-` prints it instead.
+    New {
+        /// The file to create, or `-` for standard output.
+        #[arg(value_name = "PATH")]
+        path: PathBuf,
+        /// Replace PATH if it exists.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -109,6 +130,7 @@ fn main() -> ExitCode {
         Cmd::Status { metrics } => status(&metrics),
         Cmd::Demo { dir, files, epochs } => demo(dir, files, epochs),
         Cmd::Ingest(args) => ingest(&args),
+        Cmd::Secret(SecretCmd::New { path, force }) => secret_new(&path, force),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -117,6 +139,15 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn secret_new(path: &std::path::Path, force: bool) -> Result<(), String> {
+    if path.as_os_str() == "-" {
+        let line = granary_tools::secret::new_line().map_err(|e| e.to_string())?;
+        print!("{line}");
+        return Ok(());
+    }
+    granary_tools::secret::write_new(path, force).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn status(addr: &str) -> Result<(), String> {

@@ -85,6 +85,15 @@ impl EntryMeta for CqlEntry {
             size: self.size,
         }
     }
+
+    /// What the read asks for and checks: the row's id (16 bytes), then
+    /// the blob's CRC-32C (u32, little-endian) when the catalog has one.
+    fn version(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.id.as_bytes());
+        if let Some(crc) = self.crc {
+            out.extend_from_slice(&crc.to_le_bytes());
+        }
+    }
 }
 
 /// The type of the metadata table's `size` column.

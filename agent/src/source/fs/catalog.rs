@@ -80,6 +80,14 @@ impl EntryMeta for CatalogEntry {
             size: self.size,
         }
     }
+
+    /// The modification time the read checks: seconds (i64) and
+    /// nanoseconds (u32), little-endian. The path is left out, so that
+    /// agents mounting one dataset at different places still agree.
+    fn version(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.mtime.0.to_le_bytes());
+        out.extend_from_slice(&self.mtime.1.to_le_bytes());
+    }
 }
 
 /// Why a catalog could not be built.

@@ -85,6 +85,20 @@ impl EntryMeta for S3Entry {
             size: self.size,
         }
     }
+
+    /// What the GET asks for: the key's length (u32, little-endian) and
+    /// bytes, the offset (u64, little-endian), then the ETag it must match
+    /// (`If-Match`) as the store gave it, quotes included; nothing when
+    /// the store gave none. The bucket and endpoint are left out.
+    fn version(&self, out: &mut Vec<u8>) {
+        let key = self.key.as_ref().as_bytes();
+        out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        out.extend_from_slice(key);
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        if let Some(etag) = &self.etag {
+            out.extend_from_slice(etag.as_bytes());
+        }
+    }
 }
 
 /// Lists every object below `prefix` (as a folder).

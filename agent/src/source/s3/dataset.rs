@@ -95,6 +95,10 @@ impl SampleSource for S3Dataset {
         self.catalog.meta(index)
     }
 
+    fn version(&self, index: u64, out: &mut Vec<u8>) {
+        self.catalog.version(index, out);
+    }
+
     fn total_bytes(&self) -> u64 {
         self.catalog.total_bytes()
     }
