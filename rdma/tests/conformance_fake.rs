@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use granary_rdma::conformance::{self, ErrorKind, Fault, Outcome, Ran, Transport};
 use granary_rdma::driver::{Driver, DriverConfig, Event, Extent, PeerStatus};
 use granary_rdma::fake::{Fabric, FakeNic};
-use granary_rdma::verbs::WcStatus;
+use granary_rdma::verbs::{Access, WcStatus};
 
 const ARENA: u64 = 4 << 20;
 /// The requester's peer id on each owner.
@@ -338,11 +338,17 @@ fn driver_never_registers_remote_read_and_arena_once() {
     for host in 0..3 {
         let regions = t.fabric.regions(host);
         assert_eq!(regions.len(), 2, "arena and message buffers, once");
-        let remote: Vec<_> = regions
+        assert!(
+            regions
+                .iter()
+                .all(|r| !r.access.contains(Access::REMOTE_WRITE)),
+            "no region's own key lets a peer write: {regions:?}"
+        );
+        let bindable: Vec<_> = regions
             .iter()
-            .filter(|r| r.access.contains(granary_rdma::verbs::Access::REMOTE_WRITE))
+            .filter(|r| r.access.contains(Access::MW_BIND))
             .collect();
-        assert_eq!(remote.len(), 1, "only the arena is remotely writable");
-        assert_eq!(remote[0].len, ARENA);
+        assert_eq!(bindable.len(), 1, "windows are bound to the arena only");
+        assert_eq!(bindable[0].len, ARENA);
     }
 }
