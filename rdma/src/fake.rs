@@ -294,7 +294,8 @@ impl Fabric {
         }
     }
 
-    /// Flips one bit in the bytes of the next RDMA write `host` makes.
+    /// Flips one bit in the bytes of the next RDMA write `host` makes
+    /// (whether it then lands or not).
     pub fn corrupt_next_write(&self, host: HostId) {
         if let Some(h) = self.lock().hosts.get_mut(host) {
             h.corrupt_next_write = true;
@@ -527,8 +528,13 @@ impl Inner {
         let mut bytes = self.hosts[host].regions[src_region].mem.read(src_off, len);
         match wr.op {
             SendOp::Write(mut raddr) => {
+                // Faults apply to the next write, whether it lands or not.
                 if let Some(shift) = self.hosts[host].shift_next_write.take() {
                     raddr.addr = raddr.addr.wrapping_add_signed(shift);
+                }
+                if std::mem::take(&mut self.hosts[host].corrupt_next_write) && !bytes.is_empty() {
+                    let i = (self.next_rand() % bytes.len() as u64) as usize;
+                    bytes[i] ^= 1 << (self.next_rand() % 8);
                 }
                 let Some(t) = self.write_target(dst, remote.qp_num, raddr, len as u64) else {
                     fail(self, WcStatus::RemoteAccess);
@@ -536,10 +542,6 @@ impl Inner {
                     return;
                 };
                 self.hosts[host].last_write = Some((qpn, wr));
-                if std::mem::take(&mut self.hosts[host].corrupt_next_write) && !bytes.is_empty() {
-                    let i = (self.next_rand() % bytes.len() as u64) as usize;
-                    bytes[i] ^= 1 << (self.next_rand() % 8);
-                }
                 let r = &mut self.hosts[dst].regions[t];
                 let off = (raddr.addr - r.mr.addr) as usize;
                 r.mem.write(off, &bytes);
