@@ -9,6 +9,12 @@
 //! is, so a flipped bit or a block for another sample is caught by the
 //! requester. Every case checks that each request is resolved exactly
 //! once: delivered and verified, or fallen back.
+//!
+//! Two cases play an owner that writes where it was not asked to: outside
+//! the extent its get named, and into an extent again after its get
+//! ended. The requester's memory must be as the suite saw it: each block
+//! delivered still in its extent, and every byte outside the extents its
+//! gets named as it was before ([`Transport::memory_as_delivered`]).
 
 use std::collections::BTreeMap;
 
@@ -62,6 +68,21 @@ pub enum Fault {
         /// The error.
         kind: ErrorKind,
     },
+    /// The owner writes its next block `shift` bytes away from the extent
+    /// the get named (with whatever key or handle that get gave it).
+    StrayWrite {
+        /// The owner.
+        owner: usize,
+        /// Bytes from the extent's start (negative: before it).
+        shift: i64,
+    },
+    /// The owner writes the last block it delivered once more, changed, to
+    /// the same extent with the same key or handle, after the requester
+    /// was told of the delivery.
+    StaleKeyWrite {
+        /// The owner.
+        owner: usize,
+    },
 }
 
 /// How one request ended.
@@ -111,6 +132,13 @@ pub trait Transport {
     fn retry_after_ns(&self) -> u64;
     /// Time after which an unanswered request is given up (ns).
     fn transfer_timeout_ns(&self) -> u64;
+    /// Whether the requester's memory is as the suite saw it: every block
+    /// delivered still in its extent as delivered, and every byte outside
+    /// the extents the requester's gets named as it was before the first
+    /// get. `None` when the harness cannot look.
+    fn memory_as_delivered(&mut self) -> Option<bool> {
+        None
+    }
 }
 
 /// Whether a case ran.
@@ -428,4 +456,87 @@ pub fn error_completion<T: Transport>(t: &mut T, kind: ErrorKind) -> Ran {
         "{kind:?}: link back: {tally:?}"
     );
     Ran::Yes
+}
+
+/// An owner writes its next block `shift` bytes away from the extent the
+/// get named: the write fails (or is refused), that request falls back,
+/// nothing is written outside the extents the requester named and no
+/// delivered block changes, and afterwards blocks go through again.
+pub fn write_outside_extent<T: Transport>(t: &mut T, shift: i64) -> Ran {
+    let mut tally = Tally::default();
+    for s in 0..3 {
+        issue(t, &mut tally, 0, 7000 + s);
+    }
+    drain(t, &mut tally, STEP_NS, 1000);
+    assert_eq!(tally.good.len(), 3);
+    match t.memory_as_delivered() {
+        None => return Ran::Unsupported,
+        Some(ok) => assert!(ok, "memory as delivered before the fault"),
+    }
+    if !t.inject(Fault::StrayWrite { owner: 0, shift }) {
+        return Ran::Unsupported;
+    }
+    issue(t, &mut tally, 0, 7100);
+    let stray = *tally.issued.keys().last().expect("just issued");
+    let p = patience(t);
+    drain(t, &mut tally, STEP_NS, p);
+    assert!(
+        tally.fallback.contains(&stray),
+        "shift {shift}: the stray block fell back: {tally:?}"
+    );
+    assert!(tally.corrupt.is_empty(), "shift {shift}: {tally:?}");
+    assert_eq!(
+        t.memory_as_delivered(),
+        Some(true),
+        "shift {shift}: nothing written outside the extents named"
+    );
+    blocks_go_through_again(t, &mut tally, 7200);
+    assert_eq!(t.memory_as_delivered(), Some(true), "shift {shift}");
+    Ran::Yes
+}
+
+/// After a block was delivered, its owner writes the extent again with
+/// the key or handle of that get: it does not land, and the block stays
+/// as delivered; afterwards blocks go through again.
+pub fn write_with_a_dead_key<T: Transport>(t: &mut T) -> Ran {
+    let mut tally = Tally::default();
+    issue(t, &mut tally, 0, 7300);
+    drain(t, &mut tally, STEP_NS, 1000);
+    assert_eq!(tally.good.len(), 1);
+    match t.memory_as_delivered() {
+        None => return Ran::Unsupported,
+        Some(ok) => assert!(ok, "memory as delivered before the fault"),
+    }
+    if !t.inject(Fault::StaleKeyWrite { owner: 0 }) {
+        return Ran::Unsupported;
+    }
+    let mut out = Vec::new();
+    for _ in 0..10 {
+        t.step(STEP_NS, &mut out);
+    }
+    assert!(out.is_empty(), "nothing was in flight: {out:?}");
+    assert_eq!(
+        t.memory_as_delivered(),
+        Some(true),
+        "the delivered block is unchanged"
+    );
+    blocks_go_through_again(t, &mut tally, 7400);
+    assert_eq!(t.memory_as_delivered(), Some(true));
+    Ran::Yes
+}
+
+/// Once the owner may be tried again, five blocks from it verify.
+fn blocks_go_through_again<T: Transport>(t: &mut T, tally: &mut Tally, first: u64) {
+    let mut out = Vec::new();
+    t.step(t.retry_after_ns() + STEP_NS, &mut out);
+    for o in out.drain(..) {
+        tally.record(o);
+    }
+    let good = tally.good.len();
+    for s in 0..5 {
+        issue(t, tally, 0, first + s);
+    }
+    let p = patience(t);
+    drain(t, tally, STEP_NS, p);
+    assert_eq!(tally.good.len(), good + 5, "blocks go through: {tally:?}");
 }

@@ -1,19 +1,26 @@
 //! The RDMA data path over a [`Verbs`] backend, below the peer protocol
 //! core and agnostic of it: protocol frames are opaque bytes.
 //!
-//! * The whole arena is registered once, local write + remote write (never
-//!   remote read: [`Access`] cannot say it). Message buffers live in a
-//!   second region with local rights only.
+//! * The whole arena is registered once, local write + window binds: its
+//!   own rkey grants peers nothing (never remote read either: [`Access`]
+//!   cannot say it). Message buffers live in a second region with local
+//!   rights only.
 //! * Each peer gets one RC queue pair, set up over the peer's
 //!   authenticated TCP connection: [`Driver::prepare`] returns the
 //!   [`SetupParams`] to send, [`Driver::connect`] takes the peer's.
 //!   Receives are posted before the parameters leave, so the peer's first
 //!   send always finds one.
 //! * A get names the requester's reserved extent (address, rkey, length).
-//!   The owner posts an RDMA write of the payload, then a send of the data
-//!   header on the same queue pair: when the header arrives the bytes have
-//!   landed. The owner can write only into an extent a get named, only
-//!   once, and never more than its length.
+//!   The rkey is a memory window's, bound (on the peer's queue pair, just
+//!   before the get is sent) to exactly that extent with remote write: the
+//!   peer can write those bytes and no others, and only through its own
+//!   queue pair. The owner posts an RDMA write of the payload, then a send
+//!   of the data header on the same queue pair: when the header arrives
+//!   the bytes have landed. The requester then invalidates the window and
+//!   reports the block only once the invalidate completed, so nothing can
+//!   change the extent after it is reported; a miss is reported the same
+//!   way. A get waits in the queue while all of the peer's
+//!   [`DriverConfig::windows_per_peer`] windows are in use.
 //! * Flow control: each side grants `recv_depth` credits and posts that
 //!   many receives plus [`CREDIT_RESERVE`]; every message returns the
 //!   receives reposted since the last one, and a credit-only message (which
@@ -22,10 +29,11 @@
 //!   happen in a healthy pair.
 //! * On any error completion, a malformed message, a failed post or a
 //!   transfer older than the timeout, the queue pair is destroyed first
-//!   (after which nothing more can land in the arena through it) and only
-//!   then is every request in flight reported as [`Event::Fallback`] (the
-//!   caller retries over TCP, or the store). RDMA to that peer is probed
-//!   again after an exponential backoff.
+//!   (after which nothing more can land in the arena through it) and the
+//!   windows still bound through it are deallocated (their rkeys name
+//!   nothing any more), and only then is every request in flight reported
+//!   as [`Event::Fallback`] (the caller retries over TCP, or the store).
+//!   RDMA to that peer is probed again after an exponential backoff.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -36,8 +44,8 @@ use granary_shm::arena::ArenaSlice;
 use crate::msg::Msg;
 use crate::setup::{SetupParams, MAX_SLOT, MIN_SLOT};
 use crate::verbs::{
-    Access, Mr, Mtu, Opcode, QpCaps, QpId, QpTiming, RemoteAddr, Sge, Transition, Verbs,
-    VerbsError, WcStatus, WorkCompletion,
+    Access, Mr, Mtu, MwId, Opcode, QpCaps, QpId, QpTiming, RemoteAddr, Sge, Transition, Verbs,
+    VerbsError, WcStatus, WindowSpan, WorkCompletion,
 };
 
 /// The caller's name for a peer.
@@ -49,8 +57,13 @@ pub struct DriverConfig {
     /// Receives posted per peer: the credits granted to it.
     pub recv_depth: u16,
     /// Message send slots per peer (the send queue holds twice as many
-    /// work requests: a write and a send per block).
+    /// work requests, a write or a window bind and a send per message,
+    /// plus one invalidate per window).
     pub send_depth: u16,
+    /// Memory windows per peer: the most of our gets to it whose extent a
+    /// window is bound to (sent and not yet answered, or answered and
+    /// being invalidated). Further gets wait in the queue.
+    pub windows_per_peer: u16,
     /// Bytes of each message slot (longest message).
     pub slot_size: u32,
     /// Most peers with a queue pair at once.
@@ -72,6 +85,7 @@ impl Default for DriverConfig {
         DriverConfig {
             recv_depth: 64,
             send_depth: 64,
+            windows_per_peer: 64,
             slot_size: 4096,
             max_peers: 64,
             timing: QpTiming {
@@ -315,6 +329,38 @@ enum Outgoing {
     },
 }
 
+/// How a get of ours has been answered, held until the window bound to
+/// its extent is invalidated.
+#[derive(Clone, Debug)]
+enum Answer {
+    Data { len: u32, header: Vec<u8> },
+    Miss { frame: Vec<u8> },
+}
+
+/// Requester side: a get of ours, queued or sent.
+#[derive(Clone, Debug)]
+struct OurGet {
+    extent: Extent,
+    /// When `get` was called.
+    since: u64,
+    /// Sent: its message is posted.
+    sent: bool,
+    /// The window bound to its extent (none for an empty extent).
+    window: Option<u16>,
+    /// Its answer, once received, while the window is being invalidated.
+    answer: Option<Answer>,
+}
+
+/// A memory window of a queue pair's.
+#[derive(Clone, Copy, Debug)]
+struct Window {
+    mw: MwId,
+    /// The rkey of its current bind.
+    rkey: u32,
+    /// The get whose extent it is bound to (unbound: `None`).
+    request: Option<u64>,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SlotUse {
     Free,
@@ -336,7 +382,9 @@ struct Conn {
     slots: Vec<SlotUse>,
     pending: VecDeque<Outgoing>,
     /// Requester side: gets sent or queued, by request.
-    gets: BTreeMap<u64, (Extent, u64)>,
+    gets: BTreeMap<u64, OurGet>,
+    /// Requester side: windows, bound or not (at most `windows_per_peer`).
+    windows: Vec<Window>,
     /// Owner side: gets received and not answered yet.
     asked: BTreeMap<u64, (RemoteAddr, u32)>,
     /// Owner side: blocks queued or posted.
@@ -360,6 +408,8 @@ pub const CREDIT_RESERVE: u16 = 2;
 const KIND_RECV: u64 = 1;
 const KIND_SEND: u64 = 2;
 const KIND_WRITE: u64 = 3;
+const KIND_BIND: u64 = 4;
+const KIND_INVALIDATE: u64 = 5;
 
 fn wr_id(gen: u16, kind: u64, slot: u16) -> u64 {
     (u64::from(gen) << 32) | (kind << 16) | u64::from(slot)
@@ -377,6 +427,8 @@ pub struct Driver<V: Verbs> {
     arena: Mr,
     bufs: Mr,
     peers: BTreeMap<PeerId, Peer>,
+    /// Unbound windows of queue pairs gone, for the next ones to use.
+    spare_windows: Vec<MwId>,
     free_slabs: Vec<u16>,
     next_gen: u16,
     wcs: Vec<WorkCompletion>,
@@ -384,16 +436,18 @@ pub struct Driver<V: Verbs> {
 }
 
 impl<V: Verbs> Driver<V> {
-    /// Registers an arena of `arena_len` bytes (local + remote write),
+    /// The arena's rights: local write and window binds. Not remote
+    /// write: peers write only through the windows bound per get.
+    pub const ARENA_ACCESS: Access = Access::LOCAL_WRITE.union(Access::MW_BIND);
+
+    /// Registers an arena of `arena_len` bytes ([`Driver::ARENA_ACCESS`]),
     /// allocated by the backend, and the message buffers.
     pub fn new(verbs: V, arena_len: u64, cfg: DriverConfig) -> Result<Driver<V>, DriverError> {
-        Driver::build(verbs, cfg, |v| {
-            v.register(arena_len, Access::LOCAL_WRITE.union(Access::REMOTE_WRITE))
-        })
+        Driver::build(verbs, cfg, |v| v.register(arena_len, Self::ARENA_ACCESS))
     }
 
     /// Registers `arena`, memory the caller already has mapped (the agent's
-    /// shared arena), in place (local + remote write), and the message
+    /// shared arena), in place ([`Driver::ARENA_ACCESS`]), and the message
     /// buffers: extents are offsets into `arena`, and peers' blocks land
     /// in it where the caller reads them.
     pub fn with_arena(
@@ -401,9 +455,7 @@ impl<V: Verbs> Driver<V> {
         arena: ArenaSlice,
         cfg: DriverConfig,
     ) -> Result<Driver<V>, DriverError> {
-        Driver::build(verbs, cfg, |v| {
-            v.register_mapped(arena, Access::LOCAL_WRITE.union(Access::REMOTE_WRITE))
-        })
+        Driver::build(verbs, cfg, |v| v.register_mapped(arena, Self::ARENA_ACCESS))
     }
 
     fn build(
@@ -414,6 +466,7 @@ impl<V: Verbs> Driver<V> {
         if !(MIN_SLOT..=MAX_SLOT).contains(&cfg.slot_size)
             || cfg.recv_depth < 2
             || cfg.send_depth < 1
+            || cfg.windows_per_peer < 1
             || cfg.max_peers == 0
         {
             return Err(DriverError::BadSetup(
@@ -433,6 +486,7 @@ impl<V: Verbs> Driver<V> {
             arena,
             bufs,
             peers: BTreeMap::new(),
+            spare_windows: Vec::new(),
             free_slabs: (0..cfg.max_peers).rev().collect(),
             next_gen: 1,
             wcs: Vec::new(),
@@ -549,7 +603,7 @@ impl<V: Verbs> Driver<V> {
         }
         let slab = self.free_slabs.pop().ok_or(DriverError::TooManyPeers)?;
         let caps = QpCaps {
-            max_send_wr: 2 * u32::from(self.cfg.send_depth),
+            max_send_wr: 2 * u32::from(self.cfg.send_depth) + u32::from(self.cfg.windows_per_peer),
             max_recv_wr: u32::from(self.recv_slots()),
         };
         let qp = match self.verbs.create_qp(caps) {
@@ -575,6 +629,7 @@ impl<V: Verbs> Driver<V> {
             slots,
             pending: VecDeque::new(),
             gets: BTreeMap::new(),
+            windows: Vec::new(),
             asked: BTreeMap::new(),
             serving: BTreeMap::new(),
         };
@@ -704,7 +759,16 @@ impl<V: Verbs> Driver<V> {
         if conn.gets.contains_key(&request) {
             return Err(DriverError::DuplicateRequest(request));
         }
-        conn.gets.insert(request, (extent, now));
+        conn.gets.insert(
+            request,
+            OurGet {
+                extent,
+                since: now,
+                sent: false,
+                window: None,
+                answer: None,
+            },
+        );
         conn.pending.push_back(Outgoing::Get {
             request,
             extent,
@@ -808,6 +872,7 @@ impl<V: Verbs> Driver<V> {
 
     fn try_pump(&mut self, peer: PeerId) -> Result<(), FailReason> {
         let half = self.cfg.recv_depth.div_ceil(2);
+        let most = usize::from(self.cfg.windows_per_peer);
         loop {
             let Some(conn) = self.conn_mut(peer).filter(|c| c.connected) else {
                 return Ok(());
@@ -816,7 +881,15 @@ impl<V: Verbs> Driver<V> {
                 return Ok(());
             };
             if conn.credits >= 1 {
-                if let Some(out) = conn.pending.pop_front() {
+                // A get needs a window for its extent; the other messages
+                // go past gets waiting for one.
+                let window =
+                    conn.windows.len() < most || conn.windows.iter().any(|w| w.request.is_none());
+                let next = conn.pending.iter().position(|o| match o {
+                    Outgoing::Get { extent, .. } => window || extent.len == 0,
+                    _ => true,
+                });
+                if let Some(out) = next.and_then(|i| conn.pending.remove(i)) {
                     self.post_message(peer, slot as u16, out)?;
                     continue;
                 }
@@ -875,10 +948,11 @@ impl<V: Verbs> Driver<V> {
                 extent,
                 frame,
             } => {
+                let rkey = self.bind_window(peer, *request, *extent)?;
                 Msg::Get {
                     request: *request,
                     addr: self.arena.addr + extent.offset,
-                    rkey: self.arena.rkey,
+                    rkey,
                     len: extent.len,
                     frame,
                 }
@@ -896,9 +970,13 @@ impl<V: Verbs> Driver<V> {
                     len: src.len,
                     lkey: self.arena.lkey,
                 };
-                self.verbs
-                    .post_write(qp, wr_id(gen, KIND_WRITE, slot), sge, *remote)
-                    .map_err(FailReason::Verbs)?;
+                // An empty block has nothing to write (and its get no
+                // window to write into).
+                if src.len > 0 {
+                    self.verbs
+                        .post_write(qp, wr_id(gen, KIND_WRITE, slot), sge, *remote)
+                        .map_err(FailReason::Verbs)?;
+                }
                 Msg::Data {
                     request: *request,
                     len: src.len,
@@ -923,6 +1001,165 @@ impl<V: Verbs> Driver<V> {
         let r = self.post_send_slot(peer, slot, &buf, usage, true);
         self.scratch = buf;
         r
+    }
+
+    /// Binds a window of `peer`'s queue pair to `extent`, for get
+    /// `request` about to be sent, and returns its rkey: the only key that
+    /// lets the peer write, and only into `extent`. An empty extent gets
+    /// no window (rkey 0, which names nothing). The caller checked that a
+    /// window is free or may be added.
+    fn bind_window(
+        &mut self,
+        peer: PeerId,
+        request: u64,
+        extent: Extent,
+    ) -> Result<u32, FailReason> {
+        let arena = self.arena;
+        let conn = self.conn_mut(peer).expect("caller checked");
+        let g = conn
+            .gets
+            .get_mut(&request)
+            .expect("a queued get is in the map");
+        g.sent = true;
+        if extent.len == 0 {
+            return Ok(0);
+        }
+        let (qp, gen) = (conn.qp, conn.gen);
+        let free = conn.windows.iter().position(|w| w.request.is_none());
+        let index = match free {
+            Some(i) => i,
+            None => {
+                let mw = match self.spare_windows.pop() {
+                    Some(mw) => mw,
+                    None => self.verbs.alloc_mw().map_err(FailReason::Verbs)?,
+                };
+                let conn = self.conn_mut(peer).expect("caller checked");
+                conn.windows.push(Window {
+                    mw,
+                    rkey: 0,
+                    request: None,
+                });
+                conn.windows.len() - 1
+            }
+        };
+        let mw = self.conn_mut(peer).expect("caller checked").windows[index].mw;
+        let span = WindowSpan {
+            addr: arena.addr + extent.offset,
+            len: u64::from(extent.len),
+            access: Access::REMOTE_WRITE,
+        };
+        let rkey = self
+            .verbs
+            .post_bind(qp, wr_id(gen, KIND_BIND, index as u16), mw, &arena, span)
+            .map_err(FailReason::Verbs)?;
+        let conn = self.conn_mut(peer).expect("caller checked");
+        conn.windows[index].rkey = rkey;
+        conn.windows[index].request = Some(request);
+        conn.gets
+            .get_mut(&request)
+            .expect("a queued get is in the map")
+            .window = Some(index as u16);
+        Ok(rkey)
+    }
+
+    /// Get `request` to `peer` is answered: once the window bound to its
+    /// extent is invalidated (at once when it has none) the answer is
+    /// reported, so nothing can write the extent after the caller hears of
+    /// it.
+    fn answered(
+        &mut self,
+        peer: PeerId,
+        request: u64,
+        answer: Answer,
+        events: &mut Vec<Event>,
+    ) -> Result<(), FailReason> {
+        let conn = self.conn_mut(peer).expect("caller found it");
+        let (qp, gen) = (conn.qp, conn.gen);
+        let g = conn
+            .gets
+            .get_mut(&request)
+            .ok_or_else(|| FailReason::Protocol(format!("answer for unknown request {request}")))?;
+        if !g.sent || g.answer.is_some() {
+            return Err(FailReason::Protocol(format!(
+                "answer for request {request} not sent or already answered"
+            )));
+        }
+        if let (Answer::Data { len, .. }, extent) = (&answer, g.extent) {
+            if *len > extent.len {
+                // The request stays in flight: the teardown reports it.
+                return Err(FailReason::Protocol(format!(
+                    "data of {len} bytes for an extent of {}",
+                    extent.len
+                )));
+            }
+        }
+        match g.window {
+            Some(w) => {
+                g.answer = Some(answer);
+                let rkey = conn.windows[usize::from(w)].rkey;
+                self.verbs
+                    .post_invalidate(qp, wr_id(gen, KIND_INVALIDATE, w), rkey)
+                    .map_err(FailReason::Verbs)
+            }
+            None => {
+                let g = conn.gets.remove(&request).expect("found above");
+                self.report(peer, request, g.extent, answer, events);
+                Ok(())
+            }
+        }
+    }
+
+    /// The window `index` of `peer`'s queue pair is invalidated: it is
+    /// free again, and the answer of the get it was bound for is reported.
+    fn invalidated(
+        &mut self,
+        peer: PeerId,
+        index: u16,
+        events: &mut Vec<Event>,
+    ) -> Result<(), FailReason> {
+        let conn = self.conn_mut(peer).expect("caller found it");
+        let request = conn
+            .windows
+            .get_mut(usize::from(index))
+            .and_then(|w| w.request.take())
+            .ok_or_else(|| FailReason::Protocol("invalidate of a window not bound".into()))?;
+        let g = conn
+            .gets
+            .remove(&request)
+            .ok_or_else(|| FailReason::Protocol("invalidate for an unknown get".into()))?;
+        let answer = g
+            .answer
+            .ok_or_else(|| FailReason::Protocol("invalidate of a get not answered".into()))?;
+        self.report(peer, request, g.extent, answer, events);
+        Ok(())
+    }
+
+    fn report(
+        &mut self,
+        peer: PeerId,
+        request: u64,
+        extent: Extent,
+        answer: Answer,
+        events: &mut Vec<Event>,
+    ) {
+        match answer {
+            Answer::Data { len, header } => {
+                debug_assert!(extent.offset + u64::from(extent.len) <= self.arena.len);
+                events.push(Event::Landed {
+                    peer,
+                    request,
+                    extent,
+                    len,
+                    header,
+                });
+                self.peers.get_mut(&peer).expect("caller found it").backoff = 0;
+            }
+            Answer::Miss { frame } => events.push(Event::Answered {
+                peer,
+                request,
+                frame,
+            }),
+        }
     }
 
     /// Polls completions, checks timeouts, and reports what happened.
@@ -953,7 +1190,7 @@ impl<V: Verbs> Driver<V> {
                 let get_late = c
                     .gets
                     .values()
-                    .any(|(_, t)| now.saturating_sub(*t) > self.cfg.transfer_timeout_ns);
+                    .any(|g| now.saturating_sub(g.since) > self.cfg.transfer_timeout_ns);
                 (setup_late || get_late).then_some(*id)
             })
             .collect();
@@ -994,7 +1231,8 @@ impl<V: Verbs> Driver<V> {
                     )),
                 }
             }
-            (KIND_WRITE, Opcode::Write) => Ok(()),
+            (KIND_WRITE, Opcode::Write) | (KIND_BIND, Opcode::Bind) => Ok(()),
+            (KIND_INVALIDATE, Opcode::LocalInvalidate) => self.invalidated(peer, slot, events),
             _ => Err(FailReason::Protocol(
                 "completion of an unexpected kind".into(),
             )),
@@ -1030,7 +1268,6 @@ impl<V: Verbs> Driver<V> {
             .post_recv(qp, wr_id(gen, KIND_RECV, slot), sge)
             .map_err(FailReason::Verbs)?;
         let (msg, returned) = Msg::decode(&buf).map_err(|e| FailReason::Protocol(e.to_string()))?;
-        let arena = self.arena;
         let conn = self.conn_mut(peer).expect("caller found it");
         if msg != Msg::Credit {
             conn.owed += 1;
@@ -1063,36 +1300,12 @@ impl<V: Verbs> Driver<V> {
                 len,
                 frame,
             } => {
-                let (extent, _) = *conn.gets.get(&request).ok_or_else(|| {
-                    FailReason::Protocol(format!("data for unknown request {request}"))
-                })?;
-                if len > extent.len {
-                    // The request stays in flight: the teardown reports it.
-                    return Err(FailReason::Protocol(format!(
-                        "data of {len} bytes for an extent of {}",
-                        extent.len
-                    )));
-                }
-                conn.gets.remove(&request);
-                debug_assert!(extent.offset + u64::from(extent.len) <= arena.len);
-                events.push(Event::Landed {
-                    peer,
-                    request,
-                    extent,
-                    len,
-                    header: frame.to_vec(),
-                });
-                self.peers.get_mut(&peer).expect("caller found it").backoff = 0;
+                let header = frame.to_vec();
+                self.answered(peer, request, Answer::Data { len, header }, events)?;
             }
             Msg::Answer { request, frame } => {
-                conn.gets.remove(&request).ok_or_else(|| {
-                    FailReason::Protocol(format!("answer for unknown request {request}"))
-                })?;
-                events.push(Event::Answered {
-                    peer,
-                    request,
-                    frame: frame.to_vec(),
-                });
+                let frame = frame.to_vec();
+                self.answered(peer, request, Answer::Miss { frame }, events)?;
             }
             Msg::Control { frame } => events.push(Event::Control {
                 peer,
@@ -1126,6 +1339,16 @@ impl<V: Verbs> Driver<V> {
         // Nothing can land through a destroyed queue pair; an error here
         // means it is already gone.
         let _ = self.verbs.destroy_qp(conn.qp);
+        // Windows still bound through it cannot be invalidated through it
+        // any more: deallocating them revokes their keys. Unbound ones
+        // serve the next queue pairs.
+        for w in &conn.windows {
+            if w.request.is_some() {
+                let _ = self.verbs.dealloc_mw(w.mw);
+            } else {
+                self.spare_windows.push(w.mw);
+            }
+        }
         self.free_slabs.push(conn.slab);
         for request in conn.gets.keys() {
             events.push(Event::Fallback {
@@ -1148,15 +1371,21 @@ impl<V: Verbs> Driver<V> {
     }
 }
 
-/// Dropping the driver destroys its queue pairs first: nothing lands in
-/// the arena through them afterwards, even while the backend (a fake
-/// fabric shared with other hosts) lives on.
+/// Dropping the driver destroys its queue pairs first and deallocates its
+/// windows: nothing lands in the arena through them afterwards, even
+/// while the backend (a fake fabric shared with other hosts) lives on.
 impl<V: Verbs> Drop for Driver<V> {
     fn drop(&mut self) {
         for p in self.peers.values_mut() {
             if let Some(c) = p.conn.take() {
                 let _ = self.verbs.destroy_qp(c.qp);
+                for w in c.windows {
+                    let _ = self.verbs.dealloc_mw(w.mw);
+                }
             }
+        }
+        for mw in self.spare_windows.drain(..) {
+            let _ = self.verbs.dealloc_mw(mw);
         }
     }
 }

@@ -14,13 +14,27 @@
 //! An error completion moves the queue pair to ERROR and flushes every
 //! outstanding work request, as the verbs do.
 //!
+//! Memory windows (type 2) follow the same rules as on a NIC: a bind is a
+//! send-queue work request, executed in order, that needs an unbound
+//! window, a region registered with [`Access::MW_BIND`] (and local write
+//! for a remote-write window) and a non-empty span inside it (else a
+//! memory-window bind error). An RDMA write naming a window's rkey lands
+//! only if the window is bound with remote write, through the very queue
+//! pair the write arrives on, and the whole write lies inside the bound
+//! span; a window never bound, invalidated (a local invalidate executed)
+//! or deallocated, or a write reaching one byte outside, is a remote
+//! access error and writes nothing. A window bound through a queue pair
+//! that is destroyed stays bound, naming a queue pair that no longer
+//! exists, until it is invalidated or deallocated.
+//!
 //! Work requests run when any host polls: the fabric picks queue pairs in
 //! a seeded pseudo-random order, one work request at a time, so
 //! completions interleave across queue pairs while each queue pair's own
 //! work requests complete in post order. Faults can be injected: an error
 //! status on the next matching work request, a flipped bit in the next
-//! RDMA write a host makes, a host held (its work requests wait) or
-//! killed (it never answers again).
+//! RDMA write a host makes, the next RDMA write a host makes shifted to
+//! another address, the last RDMA write a host made replayed, a host
+//! held (its work requests wait) or killed (it never answers again).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -28,14 +42,18 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use granary_shm::arena::ArenaSlice;
 
 use crate::verbs::{
-    Access, Endpoint, Mr, Opcode, QpCaps, QpId, QpState, RemoteAddr, Sge, Transition, Verbs,
-    VerbsError, WcStatus, WorkCompletion,
+    Access, Endpoint, Mr, MwId, Opcode, QpCaps, QpId, QpState, RemoteAddr, Sge, Transition, Verbs,
+    VerbsError, WcStatus, WindowSpan, WorkCompletion,
 };
 
 /// Index of a host on a [`Fabric`].
 pub type HostId = usize;
 
 const PAGE: u64 = 4096;
+/// Most memory windows a host may hold at once (a NIC's `max_mw`).
+pub const MAX_MW: usize = 1 << 16;
+/// High byte of every window rkey (regions' rkeys have 0x7a).
+const MW_KEY: u32 = 0x3c00_0000;
 
 /// The bytes behind a region: the fake's own, or memory the caller
 /// mapped and registered in place ([`Verbs::register_mapped`]), which
@@ -79,6 +97,42 @@ struct Region {
 enum SendOp {
     Send,
     Write(RemoteAddr),
+    Bind {
+        mw: u32,
+        region: u32,
+        span: WindowSpan,
+        rkey: u32,
+    },
+    Invalidate {
+        rkey: u32,
+    },
+}
+
+impl SendOp {
+    fn opcode(&self) -> Opcode {
+        match self {
+            SendOp::Send => Opcode::Send,
+            SendOp::Write(_) => Opcode::Write,
+            SendOp::Bind { .. } => Opcode::Bind,
+            SendOp::Invalidate { .. } => Opcode::LocalInvalidate,
+        }
+    }
+}
+
+/// A window bound to a span of a region through a queue pair.
+#[derive(Clone, Copy, Debug)]
+struct Binding {
+    qpn: u32,
+    region: u32,
+    span: WindowSpan,
+    rkey: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct FakeMw {
+    /// The low byte of the rkey the next bind posted gives.
+    next_tag: u8,
+    bound: Option<Binding>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -118,11 +172,16 @@ struct Host {
     alive: bool,
     held: bool,
     regions: Vec<Region>,
+    windows: BTreeMap<u32, FakeMw>,
+    next_mw: u32,
     qps: BTreeMap<u32, FakeQp>,
     next_qpn: u32,
     cq: VecDeque<WorkCompletion>,
     faults: VecDeque<Injected>,
     corrupt_next_write: bool,
+    shift_next_write: Option<i64>,
+    /// The last RDMA write this host executed: its queue pair and request.
+    last_write: Option<(u32, SendWr)>,
 }
 
 /// Counters of what the fabric did, for tests.
@@ -132,6 +191,10 @@ pub struct FabricStats {
     pub sends: u64,
     /// RDMA writes landed.
     pub writes: u64,
+    /// Window binds executed.
+    pub binds: u64,
+    /// Local invalidates executed.
+    pub invalidates: u64,
     /// Error completions the fabric produced itself (not injected, not
     /// flushed by an injected one's queue pair error), by status.
     pub errors: Vec<(WcStatus, u64)>,
@@ -206,11 +269,15 @@ impl Fabric {
             alive: true,
             held: false,
             regions: Vec::new(),
+            windows: BTreeMap::new(),
+            next_mw: 0,
             qps: BTreeMap::new(),
             next_qpn: 0x100,
             cq: VecDeque::new(),
             faults: VecDeque::new(),
             corrupt_next_write: false,
+            shift_next_write: None,
+            last_write: None,
         });
         FakeNic {
             fabric: self.clone(),
@@ -227,11 +294,42 @@ impl Fabric {
         }
     }
 
-    /// Flips one bit in the bytes of the next RDMA write `host` makes.
+    /// Flips one bit in the bytes of the next RDMA write `host` makes
+    /// (whether it then lands or not).
     pub fn corrupt_next_write(&self, host: HostId) {
         if let Some(h) = self.lock().hosts.get_mut(host) {
             h.corrupt_next_write = true;
         }
+    }
+
+    /// The next RDMA write `host` makes goes `shift` bytes away from the
+    /// address it was posted with (same rkey): a peer writing outside the
+    /// span it was given.
+    pub fn shift_next_write(&self, host: HostId, shift: i64) {
+        if let Some(h) = self.lock().hosts.get_mut(host) {
+            h.shift_next_write = Some(shift);
+        }
+    }
+
+    /// `host` posts the last RDMA write it executed once more, on the same
+    /// queue pair, to the same address with the same rkey, with one bit of
+    /// its bytes flipped (so that landing would show): a peer writing with
+    /// a key after the get that gave it ended. False when there is no such
+    /// write or its queue pair is no longer ready to send.
+    pub fn replay_last_write(&self, host: HostId) -> bool {
+        let mut inner = self.lock();
+        let Some(h) = inner.hosts.get_mut(host) else {
+            return false;
+        };
+        let Some((qpn, wr)) = h.last_write else {
+            return false;
+        };
+        let Some(q) = h.qps.get_mut(&qpn).filter(|q| q.state == QpState::Rts) else {
+            return false;
+        };
+        q.sq.push_back(wr);
+        h.corrupt_next_write = true;
+        true
     }
 
     /// While held, `host`'s posted work requests wait.
@@ -256,6 +354,14 @@ impl Fabric {
             .get(host)
             .map(|h| h.regions.iter().map(|r| r.mr).collect())
             .unwrap_or_default()
+    }
+
+    /// Memory windows `host` holds: allocated, and of those bound.
+    pub fn windows(&self, host: HostId) -> (usize, usize) {
+        self.lock().hosts.get(host).map_or((0, 0), |h| {
+            let bound = h.windows.values().filter(|w| w.bound.is_some()).count();
+            (h.windows.len(), bound)
+        })
     }
 
     /// Live queue pairs of `host`.
@@ -296,10 +402,7 @@ impl Inner {
         let sq: Vec<SendWr> = qp.sq.drain(..).collect();
         let rq: Vec<RecvWr> = qp.rq.drain(..).collect();
         for wr in sq {
-            let opcode = match wr.op {
-                SendOp::Send => Opcode::Send,
-                SendOp::Write(_) => Opcode::Write,
-            };
+            let opcode = wr.op.opcode();
             self.complete(host, wc(wr.wr_id, qpn, opcode, WcStatus::Flushed, 0));
         }
         for wr in rq {
@@ -352,10 +455,7 @@ impl Inner {
             .expect("picked a live qp");
         let wr = qp.sq.pop_front().expect("picked a non-empty queue");
         let remote = qp.remote;
-        let opcode = match wr.op {
-            SendOp::Send => Opcode::Send,
-            SendOp::Write(_) => Opcode::Write,
-        };
+        let opcode = wr.op.opcode();
         let fail = |inner: &mut Inner, status: WcStatus| {
             inner.complete(host, wc(wr.wr_id, qpn, opcode, status, 0));
             inner.fail_qp(host, qpn);
@@ -373,6 +473,38 @@ impl Inner {
                 .cq
                 .push_back(wc(wr.wr_id, qpn, opcode, f.status, 0));
             return self.fail_qp(host, qpn);
+        }
+        // Window binds and invalidates are local: no packet leaves.
+        match wr.op {
+            SendOp::Bind {
+                mw,
+                region,
+                span,
+                rkey,
+            } => {
+                if !self.bind(host, qpn, mw, region, span, rkey) {
+                    return fail(self, WcStatus::MwBind);
+                }
+                self.stats.binds += 1;
+                return self.complete(host, wc(wr.wr_id, qpn, Opcode::Bind, WcStatus::Success, 0));
+            }
+            SendOp::Invalidate { rkey } => {
+                let h = &mut self.hosts[host];
+                let Some(w) = h
+                    .windows
+                    .values_mut()
+                    .find(|w| w.bound.is_some_and(|b| b.rkey == rkey))
+                else {
+                    return fail(self, WcStatus::MwBind);
+                };
+                w.bound = None;
+                self.stats.invalidates += 1;
+                return self.complete(
+                    host,
+                    wc(wr.wr_id, qpn, Opcode::LocalInvalidate, WcStatus::Success, 0),
+                );
+            }
+            SendOp::Send | SendOp::Write(_) => {}
         }
         let Some((src_region, src_off)) = self.local_bytes(host, wr.sge, Access::NONE) else {
             return fail(self, WcStatus::LocalProtection);
@@ -395,23 +527,21 @@ impl Inner {
         let len = wr.sge.len as usize;
         let mut bytes = self.hosts[host].regions[src_region].mem.read(src_off, len);
         match wr.op {
-            SendOp::Write(raddr) => {
-                let d = &self.hosts[dst];
-                let target = d.regions.iter().position(|r| {
-                    r.mr.rkey == raddr.rkey
-                        && r.mr.access.contains(Access::REMOTE_WRITE)
-                        && raddr.addr >= r.mr.addr
-                        && raddr.addr - r.mr.addr + len as u64 <= r.mr.len
-                });
-                let Some(t) = target else {
-                    fail(self, WcStatus::RemoteAccess);
-                    self.fail_qp(dst, remote.qp_num);
-                    return;
-                };
+            SendOp::Write(mut raddr) => {
+                // Faults apply to the next write, whether it lands or not.
+                if let Some(shift) = self.hosts[host].shift_next_write.take() {
+                    raddr.addr = raddr.addr.wrapping_add_signed(shift);
+                }
                 if std::mem::take(&mut self.hosts[host].corrupt_next_write) && !bytes.is_empty() {
                     let i = (self.next_rand() % bytes.len() as u64) as usize;
                     bytes[i] ^= 1 << (self.next_rand() % 8);
                 }
+                let Some(t) = self.write_target(dst, remote.qp_num, raddr, len as u64) else {
+                    fail(self, WcStatus::RemoteAccess);
+                    self.fail_qp(dst, remote.qp_num);
+                    return;
+                };
+                self.hosts[host].last_write = Some((qpn, wr));
                 let r = &mut self.hosts[dst].regions[t];
                 let off = (raddr.addr - r.mr.addr) as usize;
                 r.mem.write(off, &bytes);
@@ -468,7 +598,82 @@ impl Inner {
                 );
                 self.complete(host, wc(wr.wr_id, qpn, Opcode::Send, WcStatus::Success, 0));
             }
+            SendOp::Bind { .. } | SendOp::Invalidate { .. } => unreachable!("handled above"),
         }
+    }
+
+    /// Executes a bind of window `mw` of `host` through queue pair `qpn`:
+    /// false (a bind error) unless the window is unbound and the region
+    /// allows binds over a non-empty span inside it.
+    fn bind(
+        &mut self,
+        host: HostId,
+        qpn: u32,
+        mw: u32,
+        region: u32,
+        span: WindowSpan,
+        rkey: u32,
+    ) -> bool {
+        let h = &mut self.hosts[host];
+        let Some(r) = h.regions.iter().find(|r| r.mr.id == region) else {
+            return false;
+        };
+        let mr = r.mr;
+        let inside = span.addr >= mr.addr
+            && span
+                .addr
+                .checked_add(span.len)
+                .is_some_and(|end| end <= mr.addr + mr.len);
+        let rights = mr.access.contains(Access::MW_BIND)
+            && (!span.access.contains(Access::REMOTE_WRITE)
+                || mr.access.contains(Access::LOCAL_WRITE));
+        let Some(w) = h.windows.get_mut(&mw) else {
+            return false;
+        };
+        if w.bound.is_some() || span.len == 0 || !inside || !rights {
+            return false;
+        }
+        w.bound = Some(Binding {
+            qpn,
+            region,
+            span,
+            rkey,
+        });
+        true
+    }
+
+    /// Where an RDMA write of `len` bytes to `raddr`, arriving on `dst`'s
+    /// queue pair `qpn`, lands: the region, if the key is a region's with
+    /// remote write and the write lies inside it, or a window bound through
+    /// `qpn` with remote write whose span holds the whole write.
+    fn write_target(&self, dst: HostId, qpn: u32, raddr: RemoteAddr, len: u64) -> Option<usize> {
+        let d = &self.hosts[dst];
+        let inside = |addr: u64, size: u64| {
+            raddr.addr >= addr
+                && raddr
+                    .addr
+                    .checked_add(len)
+                    .is_some_and(|end| end <= addr + size)
+        };
+        if let Some(i) = d.regions.iter().position(|r| {
+            r.mr.rkey == raddr.rkey
+                && r.mr.access.contains(Access::REMOTE_WRITE)
+                && inside(r.mr.addr, r.mr.len)
+        }) {
+            return Some(i);
+        }
+        let b = d
+            .windows
+            .values()
+            .filter_map(|w| w.bound)
+            .find(|b| b.rkey == raddr.rkey)?;
+        if b.qpn != qpn
+            || !b.span.access.contains(Access::REMOTE_WRITE)
+            || !inside(b.span.addr, b.span.len)
+        {
+            return None;
+        }
+        d.regions.iter().position(|r| r.mr.id == b.region)
     }
 }
 
@@ -565,10 +770,7 @@ impl FakeNic {
                 Ok(())
             }
             QpState::Error => {
-                let opcode = match wr.op {
-                    SendOp::Send => Opcode::Send,
-                    SendOp::Write(_) => Opcode::Write,
-                };
+                let opcode = wr.op.opcode();
                 inner.complete(host, wc(wr.wr_id, qp.0, opcode, WcStatus::Flushed, 0));
                 Ok(())
             }
@@ -737,6 +939,88 @@ impl Verbs for FakeNic {
             }
             state => Err(VerbsError::BadState { qp, state }),
         }
+    }
+
+    fn alloc_mw(&mut self) -> Result<MwId, VerbsError> {
+        self.with_host(|h| {
+            if h.windows.len() >= MAX_MW {
+                return Err(VerbsError::Invalid("too many memory windows"));
+            }
+            // Ids wrap within the key's 16 bits, skipping those in use.
+            let id = (0..MAX_MW as u32)
+                .map(|i| (h.next_mw + i) % MAX_MW as u32)
+                .find(|i| !h.windows.contains_key(i))
+                .expect("fewer than MAX_MW windows");
+            h.next_mw = (id + 1) % MAX_MW as u32;
+            h.windows.insert(
+                id,
+                FakeMw {
+                    next_tag: 0,
+                    bound: None,
+                },
+            );
+            Ok(MwId(id))
+        })
+    }
+
+    fn dealloc_mw(&mut self, mw: MwId) -> Result<(), VerbsError> {
+        self.with_host(|h| {
+            h.windows
+                .remove(&mw.0)
+                .map(|_| ())
+                .ok_or(VerbsError::UnknownMw(mw))
+        })
+    }
+
+    fn post_bind(
+        &mut self,
+        qp: QpId,
+        wr_id: u64,
+        mw: MwId,
+        mr: &Mr,
+        span: WindowSpan,
+    ) -> Result<u32, VerbsError> {
+        let rkey = self.with_host(|h| {
+            if !h.regions.iter().any(|r| r.mr.id == mr.id) {
+                return Err(VerbsError::UnknownMr(mr.id));
+            }
+            let w = h.windows.get_mut(&mw.0).ok_or(VerbsError::UnknownMw(mw))?;
+            w.next_tag = w.next_tag.wrapping_add(1);
+            Ok(MW_KEY | (mw.0 << 8) | u32::from(w.next_tag))
+        })?;
+        self.post_sq(
+            qp,
+            SendWr {
+                wr_id,
+                sge: Sge {
+                    addr: 0,
+                    len: 0,
+                    lkey: 0,
+                },
+                op: SendOp::Bind {
+                    mw: mw.0,
+                    region: mr.id,
+                    span,
+                    rkey,
+                },
+            },
+        )?;
+        Ok(rkey)
+    }
+
+    fn post_invalidate(&mut self, qp: QpId, wr_id: u64, rkey: u32) -> Result<(), VerbsError> {
+        self.post_sq(
+            qp,
+            SendWr {
+                wr_id,
+                sge: Sge {
+                    addr: 0,
+                    len: 0,
+                    lkey: 0,
+                },
+                op: SendOp::Invalidate { rkey },
+            },
+        )
     }
 
     fn poll_cq(&mut self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize, VerbsError> {

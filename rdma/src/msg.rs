@@ -8,7 +8,7 @@
 //! offset 2  u16 LE credits returned (receives reposted since the last message)
 //! offset 4  u32 LE frame length
 //! offset 8  kind fields:
-//!           1 Get     u64 request, u64 extent address, u32 rkey, u32 extent length
+//!           1 Get     u64 request, u64 extent address, u32 window rkey, u32 extent length
 //!           2 Data    u64 request, u32 payload length, u32 zero
 //!           3 Answer  u64 request
 //!           4 Control (none)
@@ -38,7 +38,8 @@ pub enum Msg<'a> {
         request: u64,
         /// Extent address in the requester's arena.
         addr: u64,
-        /// The arena's rkey.
+        /// The rkey of the memory window bound to exactly this extent
+        /// (0, naming nothing, for an empty extent).
         rkey: u32,
         /// Extent length.
         len: u32,

@@ -8,8 +8,12 @@
 //! NIC's translation table stays small) or the caller's own mapping
 //! registered in place (the agent's shared arena, held until the
 //! registration is released), registered with local write and, when
-//! asked, remote write; remote read is never requested. Queue pairs are
-//! RC, one scatter/gather element, every work request signaled.
+//! asked, window binds (`IBV_ACCESS_MW_BIND`) or remote write; remote read
+//! is never requested. Peers write through memory windows of type 2
+//! (`ibv_alloc_mw`), bound with `IBV_WR_BIND_MW` and revoked with
+//! `IBV_WR_LOCAL_INV` work requests or `ibv_dealloc_mw`; a device without
+//! type 2 windows is refused when it is opened. Queue pairs are RC, one
+//! scatter/gather element, every work request signaled.
 //!
 //! This code has been compiled but never run against a device: see
 //! `docs/rdma.md`.
@@ -24,8 +28,8 @@ use granary_shm::arena::ArenaSlice;
 use rdma_sys::*;
 
 use crate::verbs::{
-    Access, Endpoint, Mr, Opcode, QpCaps, QpId, QpState, RemoteAddr, Sge, Transition, Verbs,
-    VerbsError, WcStatus, WorkCompletion,
+    Access, Endpoint, Mr, MwId, Opcode, QpCaps, QpId, QpState, RemoteAddr, Sge, Transition, Verbs,
+    VerbsError, WcStatus, WindowSpan, WorkCompletion,
 };
 
 const HUGE_PAGE: usize = 2 << 20;
@@ -97,6 +101,18 @@ struct Qp {
     psn: u32,
 }
 
+struct Window {
+    mw: *mut ibv_mw,
+    /// The rkey of the last bind posted (the allocation's before any).
+    rkey: u32,
+}
+
+/// `rkey` with its low byte (the key tag a type 2 bind may choose) one
+/// up, wrapping: each bind of a window gives a new key.
+fn next_rkey(rkey: u32) -> u32 {
+    (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff)
+}
+
 /// A libibverbs device, port and GID index.
 pub struct IbvNic {
     ctx: *mut ibv_context,
@@ -111,6 +127,8 @@ pub struct IbvNic {
     gid: [u8; 16],
     regions: BTreeMap<u32, Region>,
     next_region: u32,
+    windows: BTreeMap<u32, Window>,
+    next_window: u32,
     qps: BTreeMap<u32, Qp>,
 }
 
@@ -126,6 +144,7 @@ impl std::fmt::Debug for IbvNic {
             .field("port", &self.port)
             .field("lid", &self.lid)
             .field("regions", &self.regions.len())
+            .field("windows", &self.windows.len())
             .field("qps", &self.qps.len())
             .finish()
     }
@@ -192,9 +211,27 @@ impl IbvNic {
             gid: [0; 16],
             regions: BTreeMap::new(),
             next_region: 0,
+            windows: BTreeMap::new(),
+            next_window: 0,
             qps: BTreeMap::new(),
         };
         // From here on, Drop releases whatever was made.
+        // SAFETY: all-zero is a valid ibv_device_attr (integers and bytes).
+        let mut dev: ibv_device_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: `ctx` is open and `dev` a valid out-pointer of its size.
+        check("ibv_query_device", unsafe {
+            ibv_query_device(ctx, &mut dev)
+        })?;
+        let type2 = ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2A.0
+            | ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2B.0;
+        if dev.device_cap_flags & type2 == 0 || dev.max_mw <= 0 {
+            // Without windows the only remote-write key would be the whole
+            // arena's: refused, and peers use TCP.
+            return Err(VerbsError::NoDevice(format!(
+                "{} has no type 2 memory windows",
+                device.unwrap_or("the first device")
+            )));
+        }
         // SAFETY: `ctx` is an open context.
         nic.pd = unsafe { ibv_alloc_pd(ctx) };
         if nic.pd.is_null() {
@@ -315,6 +352,9 @@ impl IbvNic {
             flags |= ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
                 | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
         }
+        if access.contains(Access::MW_BIND) {
+            flags |= ibv_access_flags::IBV_ACCESS_MW_BIND.0;
+        }
         // SAFETY: `base` maps `len_usize` bytes that stay mapped until the
         // registration is released: our own mapping is unmapped only after
         // deregistration, and a caller's is held in `mapped`, dropped only
@@ -374,6 +414,28 @@ impl IbvNic {
         Ok((p, len))
     }
 
+    /// A signaled send-queue work request with no scatter/gather list.
+    fn send_wr(wr_id: u64, opcode: ibv_wr_opcode::Type) -> ibv_send_wr {
+        // SAFETY: all-zero is a valid ibv_send_wr (null pointers, zero
+        // integers, unions of integers and pointers).
+        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = wr_id;
+        wr.opcode = opcode;
+        wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        wr
+    }
+
+    /// Posts `wr` on `qp`'s send queue.
+    fn post(&mut self, qp: QpId, wr: &mut ibv_send_wr) -> Result<(), VerbsError> {
+        let qp = self.qp(qp)?;
+        let mut bad = ptr::null_mut();
+        // SAFETY: `qp` is live; `wr` and whatever it points at (its
+        // scatter/gather element, a window) outlive the call, the verbs
+        // copying the request; buffers are registered memory the caller
+        // keeps until the completion.
+        check("ibv_post_send", unsafe { ibv_post_send(qp, wr, &mut bad) })
+    }
+
     fn post_send_wr(
         &mut self,
         qp: QpId,
@@ -382,33 +444,21 @@ impl IbvNic {
         opcode: ibv_wr_opcode::Type,
         remote: Option<RemoteAddr>,
     ) -> Result<(), VerbsError> {
-        let qp = self.qp(qp)?;
         let mut sge = ibv_sge {
             addr: local.addr,
             length: local.len,
             lkey: local.lkey,
         };
-        // SAFETY: all-zero is a valid ibv_send_wr (null pointers, zero
-        // integers, unions of integers).
-        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = wr_id;
+        let mut wr = IbvNic::send_wr(wr_id, opcode);
         wr.sg_list = &mut sge;
         wr.num_sge = 1;
-        wr.opcode = opcode;
-        wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
         if let Some(r) = remote {
             wr.wr.rdma = rdma_t {
                 remote_addr: r.addr,
                 rkey: r.rkey,
             };
         }
-        let mut bad = ptr::null_mut();
-        // SAFETY: `qp` is live; `wr` and `sge` outlive the call (the verbs
-        // copy the request); the buffer is registered memory the caller
-        // keeps until the completion.
-        check("ibv_post_send", unsafe {
-            ibv_post_send(qp, &mut wr, &mut bad)
-        })
+        self.post(qp, &mut wr)
     }
 }
 
@@ -417,6 +467,11 @@ impl Drop for IbvNic {
         for q in std::mem::take(&mut self.qps).into_values() {
             // SAFETY: a live queue pair, destroyed once.
             unsafe { ibv_destroy_qp(q.qp) };
+        }
+        for w in std::mem::take(&mut self.windows).into_values() {
+            // SAFETY: a live window, deallocated once, before the regions
+            // it may be bound to are deregistered.
+            unsafe { ibv_dealloc_mw(w.mw) };
         }
         for r in std::mem::take(&mut self.regions).into_values() {
             // SAFETY: a live registration, deregistered once.
@@ -543,9 +598,11 @@ impl Verbs for IbvNic {
                 a.qp_state = ibv_qp_state::IBV_QPS_INIT;
                 a.pkey_index = 0;
                 a.port_num = self.port;
-                // Never IBV_ACCESS_REMOTE_READ.
+                // Never IBV_ACCESS_REMOTE_READ. Remote writes are checked
+                // against the windows bound through this queue pair.
                 a.qp_access_flags = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
-                    | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+                    | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
+                    | ibv_access_flags::IBV_ACCESS_MW_BIND.0;
                 m(ibv_qp_attr_mask::IBV_QP_STATE)
                     | m(ibv_qp_attr_mask::IBV_QP_PKEY_INDEX)
                     | m(ibv_qp_attr_mask::IBV_QP_PORT)
@@ -669,6 +726,81 @@ impl Verbs for IbvNic {
         })
     }
 
+    fn alloc_mw(&mut self) -> Result<MwId, VerbsError> {
+        // SAFETY: `pd` is live; the window is released by dealloc_mw or
+        // Drop.
+        let mw = match unsafe { ibv_alloc_mw(self.pd, ibv_mw_type::IBV_MW_TYPE_2) } {
+            Some(mw) if !mw.is_null() => mw,
+            _ => {
+                return Err(VerbsError::Os {
+                    call: "ibv_alloc_mw",
+                    errno: errno(),
+                })
+            }
+        };
+        // SAFETY: `mw` is the live window just allocated.
+        let rkey = unsafe { &*mw }.rkey;
+        let id = self.next_window;
+        self.next_window = self.next_window.wrapping_add(1);
+        self.windows.insert(id, Window { mw, rkey });
+        Ok(MwId(id))
+    }
+
+    fn dealloc_mw(&mut self, mw: MwId) -> Result<(), VerbsError> {
+        let w = self
+            .windows
+            .remove(&mw.0)
+            .ok_or(VerbsError::UnknownMw(mw))?;
+        // SAFETY: a live window, removed from the map, deallocated once
+        // (which also unbinds it).
+        check("ibv_dealloc_mw", unsafe { ibv_dealloc_mw(w.mw) })
+    }
+
+    fn post_bind(
+        &mut self,
+        qp: QpId,
+        wr_id: u64,
+        mw: MwId,
+        mr: &Mr,
+        span: WindowSpan,
+    ) -> Result<u32, VerbsError> {
+        let region = self
+            .regions
+            .get(&mr.id)
+            .ok_or(VerbsError::UnknownMr(mr.id))?
+            .mr;
+        let w = self.windows.get(&mw.0).ok_or(VerbsError::UnknownMw(mw))?;
+        let (raw, rkey) = (w.mw, next_rkey(w.rkey));
+        let mut flags = 0u32;
+        if span.access.contains(Access::REMOTE_WRITE) {
+            flags |= ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        }
+        let mut wr = IbvNic::send_wr(wr_id, ibv_wr_opcode::IBV_WR_BIND_MW);
+        wr.bind_mw_tso_union.bind_mw = bind_mw_t {
+            mw: raw,
+            rkey,
+            bind_info: ibv_mw_bind_info {
+                mr: region,
+                addr: span.addr,
+                length: span.len,
+                mw_access_flags: flags,
+            },
+        };
+        self.post(qp, &mut wr)?;
+        // A type 2 bind posted this way leaves `mw->rkey` as it was: the
+        // key is ours to remember.
+        if let Some(w) = self.windows.get_mut(&mw.0) {
+            w.rkey = rkey;
+        }
+        Ok(rkey)
+    }
+
+    fn post_invalidate(&mut self, qp: QpId, wr_id: u64, rkey: u32) -> Result<(), VerbsError> {
+        let mut wr = IbvNic::send_wr(wr_id, ibv_wr_opcode::IBV_WR_LOCAL_INV);
+        wr.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
+        self.post(qp, &mut wr)
+    }
+
     fn poll_cq(&mut self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize, VerbsError> {
         const BATCH: usize = 64;
         // SAFETY: all-zero is a valid ibv_wc.
@@ -689,6 +821,7 @@ impl Verbs for IbvNic {
                 ibv_wc_status::IBV_WC_LOC_PROT_ERR => WcStatus::LocalProtection,
                 ibv_wc_status::IBV_WC_WR_FLUSH_ERR => WcStatus::Flushed,
                 ibv_wc_status::IBV_WC_REM_ACCESS_ERR => WcStatus::RemoteAccess,
+                ibv_wc_status::IBV_WC_MW_BIND_ERR => WcStatus::MwBind,
                 ibv_wc_status::IBV_WC_REM_INV_REQ_ERR => WcStatus::RemoteInvalidRequest,
                 ibv_wc_status::IBV_WC_RETRY_EXC_ERR => WcStatus::RetryExceeded,
                 ibv_wc_status::IBV_WC_RNR_RETRY_EXC_ERR => WcStatus::RnrRetryExceeded,
@@ -698,6 +831,8 @@ impl Verbs for IbvNic {
             // only then.
             let opcode = match wc.opcode {
                 ibv_wc_opcode::IBV_WC_RDMA_WRITE => Opcode::Write,
+                ibv_wc_opcode::IBV_WC_BIND_MW => Opcode::Bind,
+                ibv_wc_opcode::IBV_WC_LOCAL_INV => Opcode::LocalInvalidate,
                 o if o & ibv_wc_opcode::IBV_WC_RECV != 0 => Opcode::Recv,
                 _ => Opcode::Send,
             };

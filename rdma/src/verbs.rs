@@ -2,10 +2,17 @@
 //!
 //! It covers exactly what the data path needs from a reliable-connected
 //! (RC) queue pair: register memory, bring a queue pair from RESET to
-//! RTS, post sends, RDMA writes and receives, and poll one completion
-//! queue. There is deliberately no RDMA read and no way to ask for a
-//! remote-read key: [`Access`] cannot express it, so no region of the
-//! arena can ever be read by a peer.
+//! RTS, post sends, RDMA writes and receives, bind and invalidate memory
+//! windows, and poll one completion queue. There is deliberately no RDMA
+//! read and no way to ask for a remote-read key: [`Access`] cannot express
+//! it, so no region of the arena can ever be read by a peer.
+//!
+//! Remote write is granted through memory windows (type 2): a window is
+//! bound, by a work request on one queue pair, to a span of a region
+//! registered with [`Access::MW_BIND`], and its rkey then lets the peer at
+//! the other end of that queue pair write that span and nothing else,
+//! until a local invalidate (another work request) or deallocating the
+//! window revokes it.
 //!
 //! Two implementations exist: [`crate::fake::FakeNic`] (always built, runs
 //! in CI) and `crate::real::IbvNic` (feature `rdma`, over libibverbs).
@@ -26,8 +33,13 @@ impl Access {
     pub const NONE: Access = Access(0);
     /// The NIC may write the region for local work requests (receives).
     pub const LOCAL_WRITE: Access = Access(1);
-    /// Peers may RDMA-write the region with its rkey.
+    /// Peers may RDMA-write the region with its rkey (a region), or the
+    /// span a window is bound to with the window's rkey (a window bind).
     pub const REMOTE_WRITE: Access = Access(2);
+    /// Memory windows may be bound to spans of the region. The region's
+    /// own rkey grants nothing remote unless [`Access::REMOTE_WRITE`] is
+    /// given as well.
+    pub const MW_BIND: Access = Access(4);
 
     /// Both sets of rights.
     pub const fn union(self, other: Access) -> Access {
@@ -70,12 +82,29 @@ pub struct Sge {
     pub lkey: u32,
 }
 
+/// A memory window handle (type 2), local to one backend. Allocated
+/// unbound; [`Verbs::post_bind`] binds it through a queue pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MwId(pub u32);
+
+/// What a window is bound to: `len` bytes at `addr` of a region, with
+/// `access` (the driver asks only for [`Access::REMOTE_WRITE`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WindowSpan {
+    /// First byte, as the NIC sees it (inside the region).
+    pub addr: u64,
+    /// Length in bytes (not 0: a type 2 bind needs a length).
+    pub len: u64,
+    /// Rights granted to the peer holding the window's rkey.
+    pub access: Access,
+}
+
 /// A peer's memory, as named in an RDMA write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RemoteAddr {
     /// Address in the peer's registered region.
     pub addr: u64,
-    /// The region's remote key.
+    /// The remote key of the window (or region) covering it.
     pub rkey: u32,
 }
 
@@ -165,7 +194,7 @@ pub struct QpTiming {
 /// A queue pair transition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Transition {
-    /// RESET -> INIT (access: local write + remote write).
+    /// RESET -> INIT (access: local write, remote write, window binds).
     Init,
     /// INIT -> RTR, connected to `remote`.
     Rtr {
@@ -190,6 +219,10 @@ pub enum Opcode {
     Write,
     /// A receive.
     Recv,
+    /// A memory window bind.
+    Bind,
+    /// A local invalidate of a window's rkey.
+    LocalInvalidate,
 }
 
 /// Completion status: the verbs' `ibv_wc_status` values the driver
@@ -206,6 +239,9 @@ pub enum WcStatus {
     Flushed,
     /// The responder rejected the remote key, bounds or rights.
     RemoteAccess,
+    /// A window bind or invalidate failed (bad window, region, span or
+    /// rights).
+    MwBind,
     /// The responder found the request invalid.
     RemoteInvalidRequest,
     /// Transport retries exhausted (peer gone or path broken).
@@ -240,6 +276,8 @@ pub enum VerbsError {
     UnknownQp(QpId),
     /// The region handle is unknown.
     UnknownMr(u32),
+    /// The memory window handle is unknown.
+    UnknownMw(MwId),
     /// The queue pair is in a state that does not allow the call.
     BadState {
         /// The queue pair.
@@ -268,6 +306,7 @@ impl fmt::Display for VerbsError {
             VerbsError::NoDevice(m) => write!(f, "no RDMA device: {m}"),
             VerbsError::UnknownQp(q) => write!(f, "unknown queue pair {}", q.0),
             VerbsError::UnknownMr(m) => write!(f, "unknown memory region {m}"),
+            VerbsError::UnknownMw(m) => write!(f, "unknown memory window {}", m.0),
             VerbsError::BadState { qp, state } => {
                 write!(f, "queue pair {} in state {state:?}", qp.0)
             }
@@ -334,6 +373,34 @@ pub trait Verbs {
     /// Posts a receive into `local`.
     fn post_recv(&mut self, qp: QpId, wr_id: u64, local: Sge) -> Result<(), VerbsError>;
 
+    /// Allocates an unbound memory window (type 2).
+    fn alloc_mw(&mut self) -> Result<MwId, VerbsError>;
+
+    /// Deallocates `mw`. A window still bound is revoked with it: its
+    /// rkey names nothing from then on.
+    fn dealloc_mw(&mut self, mw: MwId) -> Result<(), VerbsError>;
+
+    /// Posts a bind of `mw` (unbound) to `span` of `mr` (registered with
+    /// [`Access::MW_BIND`]) on `qp`'s send queue and returns the window's
+    /// new rkey. Once the bind executes (in send-queue order, so before
+    /// any work request posted after it), the peer at the other end of
+    /// `qp`, and only through `qp`, may access `span` with the rkey as
+    /// `span.access` allows, until the rkey is invalidated or the window
+    /// deallocated. Each bind gives a new rkey (its low byte counts up).
+    fn post_bind(
+        &mut self,
+        qp: QpId,
+        wr_id: u64,
+        mw: MwId,
+        mr: &Mr,
+        span: WindowSpan,
+    ) -> Result<u32, VerbsError>;
+
+    /// Posts a local invalidate of `rkey` (a window bound through `qp`) on
+    /// `qp`'s send queue: once it completes, the rkey names nothing and
+    /// the window is unbound, ready for another bind.
+    fn post_invalidate(&mut self, qp: QpId, wr_id: u64, rkey: u32) -> Result<(), VerbsError>;
+
     /// Appends up to `max` completions to `out`; returns how many.
     fn poll_cq(&mut self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize, VerbsError>;
 
@@ -398,6 +465,25 @@ impl<V: Verbs + ?Sized> Verbs for Box<V> {
     }
     fn post_recv(&mut self, qp: QpId, wr_id: u64, local: Sge) -> Result<(), VerbsError> {
         (**self).post_recv(qp, wr_id, local)
+    }
+    fn alloc_mw(&mut self) -> Result<MwId, VerbsError> {
+        (**self).alloc_mw()
+    }
+    fn dealloc_mw(&mut self, mw: MwId) -> Result<(), VerbsError> {
+        (**self).dealloc_mw(mw)
+    }
+    fn post_bind(
+        &mut self,
+        qp: QpId,
+        wr_id: u64,
+        mw: MwId,
+        mr: &Mr,
+        span: WindowSpan,
+    ) -> Result<u32, VerbsError> {
+        (**self).post_bind(qp, wr_id, mw, mr, span)
+    }
+    fn post_invalidate(&mut self, qp: QpId, wr_id: u64, rkey: u32) -> Result<(), VerbsError> {
+        (**self).post_invalidate(qp, wr_id, rkey)
     }
     fn poll_cq(&mut self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize, VerbsError> {
         (**self).poll_cq(max, out)

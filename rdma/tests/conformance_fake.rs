@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use granary_rdma::conformance::{self, ErrorKind, Fault, Outcome, Ran, Transport};
 use granary_rdma::driver::{Driver, DriverConfig, Event, Extent, PeerStatus};
 use granary_rdma::fake::{Fabric, FakeNic};
-use granary_rdma::verbs::WcStatus;
+use granary_rdma::verbs::{Access, WcStatus};
 
 const ARENA: u64 = 4 << 20;
 /// The requester's peer id on each owner.
@@ -25,6 +25,11 @@ struct FakeRdma {
     next_extent: u64,
     /// Owner side bump allocator for staging blocks.
     next_src: Vec<u64>,
+    /// What the requester's arena must hold where `known`: a canary
+    /// pattern at first, then each block delivered; an extent a get named
+    /// is unknown until its block is delivered.
+    expected: Vec<u8>,
+    known: Vec<bool>,
     refused: Vec<Outcome>,
     cfg: DriverConfig,
 }
@@ -37,6 +42,9 @@ impl FakeRdma {
             .map(|_| Driver::new(fabric.add_host(), ARENA, cfg).expect("owner driver"))
             .collect();
         let n = owners.len();
+        let expected: Vec<u8> = (0..ARENA).map(|i| (i % 251) as u8 ^ 0xa5).collect();
+        let mut requester = requester;
+        requester.write_arena(0, &expected).expect("canary");
         let mut t = FakeRdma {
             fabric,
             clock: 1,
@@ -47,6 +55,8 @@ impl FakeRdma {
             extents: BTreeMap::new(),
             next_extent: 0,
             next_src: vec![0; n],
+            expected,
+            known: vec![true; ARENA as usize],
             refused: Vec::new(),
             cfg,
         };
@@ -103,6 +113,9 @@ impl FakeRdma {
                 self.requester
                     .read_arena(extent.offset, &mut bytes)
                     .expect("extent inside the arena");
+                let at = extent.offset as usize;
+                self.expected[at..at + bytes.len()].copy_from_slice(&bytes);
+                self.known[at..at + bytes.len()].fill(true);
                 out.push(Outcome::Delivered {
                     request,
                     header,
@@ -162,11 +175,13 @@ impl Transport for FakeRdma {
 
     fn get(&mut self, owner: usize, request: u64, sample: u64) {
         let len = conformance::sample_len(sample) as u64;
-        let at = FakeRdma::alloc(&mut self.next_extent, len);
+        // At least 64 bytes between extents, which no get names.
+        let at = FakeRdma::alloc(&mut self.next_extent, len + 64);
         let extent = Extent {
             offset: at,
             len: len as u32,
         };
+        self.known[at as usize..(at + len) as usize].fill(false);
         let mut ev = Vec::new();
         match self.requester.get(
             owner as u32,
@@ -242,8 +257,21 @@ impl Transport for FakeRdma {
                 };
                 self.fabric.inject(host(owner), None, None, status);
             }
+            Fault::StrayWrite { owner, shift } => self.fabric.shift_next_write(host(owner), shift),
+            Fault::StaleKeyWrite { owner } => return self.fabric.replay_last_write(host(owner)),
         }
         true
+    }
+
+    fn memory_as_delivered(&mut self) -> Option<bool> {
+        let mut mem = vec![0u8; ARENA as usize];
+        self.requester.read_arena(0, &mut mem).expect("the arena");
+        Some(
+            mem.iter()
+                .zip(&self.expected)
+                .zip(&self.known)
+                .all(|((m, e), k)| !k || m == e),
+        )
     }
 
     fn flow_control_violations(&self) -> u64 {
@@ -338,11 +366,74 @@ fn driver_never_registers_remote_read_and_arena_once() {
     for host in 0..3 {
         let regions = t.fabric.regions(host);
         assert_eq!(regions.len(), 2, "arena and message buffers, once");
-        let remote: Vec<_> = regions
+        assert!(
+            regions
+                .iter()
+                .all(|r| !r.access.contains(Access::REMOTE_WRITE)),
+            "no region's own key lets a peer write: {regions:?}"
+        );
+        let bindable: Vec<_> = regions
             .iter()
-            .filter(|r| r.access.contains(granary_rdma::verbs::Access::REMOTE_WRITE))
+            .filter(|r| r.access.contains(Access::MW_BIND))
             .collect();
-        assert_eq!(remote.len(), 1, "only the arena is remotely writable");
-        assert_eq!(remote[0].len, ARENA);
+        assert_eq!(bindable.len(), 1, "windows are bound to the arena only");
+        assert_eq!(bindable[0].len, ARENA);
     }
+}
+
+/// Fewer windows than gets: gets wait for a window and all arrive; the
+/// requester never holds more windows than allowed.
+#[test]
+fn windows_exhausted() {
+    for windows in [1u16, 2, 5] {
+        let mut t = FakeRdma::new(
+            1,
+            DriverConfig {
+                windows_per_peer: windows,
+                recv_depth: 4,
+                send_depth: 4,
+                ..cfg()
+            },
+            u64::from(windows),
+        );
+        conformance::credits_exhausted(&mut t);
+        let (held, bound) = t.fabric.windows(0);
+        assert_eq!((held, bound), (usize::from(windows), 0), "all unbound");
+    }
+}
+
+/// A block written one byte before its extent, one byte past it, 1 MiB
+/// away or past the end of the arena: a remote access error, nothing
+/// written anywhere, the request falls back, the link comes back.
+#[test]
+fn an_owner_cannot_write_outside_the_extent() {
+    for (i, shift) in [-1i64, 1, 1 << 20, ARENA as i64].into_iter().enumerate() {
+        let mut t = FakeRdma::new(2, cfg(), 40 + i as u64);
+        let before = t.fabric.stats();
+        assert_eq!(
+            conformance::write_outside_extent(&mut t, shift),
+            Ran::Yes,
+            "shift {shift}"
+        );
+        let after = t.fabric.stats();
+        assert_eq!(
+            after.count(WcStatus::RemoteAccess),
+            before.count(WcStatus::RemoteAccess) + 1,
+            "shift {shift}: the stray write was refused"
+        );
+        assert_eq!(after.writes, 3 + 5, "shift {shift}: only the good blocks");
+    }
+}
+
+/// The owner replays its last write, changed, after the get ended: the
+/// window was invalidated before the block was reported, so it fails and
+/// the block stays as delivered.
+#[test]
+fn a_key_is_dead_after_its_get() {
+    let mut t = FakeRdma::new(1, cfg(), 50);
+    assert_eq!(conformance::write_with_a_dead_key(&mut t), Ran::Yes);
+    let st = t.fabric.stats();
+    assert_eq!(st.count(WcStatus::RemoteAccess), 1, "the replay refused");
+    assert_eq!(st.writes, 1 + 5, "only the good blocks landed");
+    assert!(st.invalidates >= 6, "one invalidate per block: {st:?}");
 }

@@ -7,7 +7,10 @@ use granary_rdma::driver::{
 use granary_rdma::fake::{Fabric, FakeNic};
 use granary_rdma::msg::Msg;
 use granary_rdma::setup::SetupParams;
-use granary_rdma::verbs::{Access, Mtu, QpCaps, QpTiming, Sge, Transition, Verbs};
+use granary_rdma::verbs::{
+    Access, Mr, Mtu, Opcode, QpCaps, QpId, QpTiming, RemoteAddr, Sge, Transition, Verbs, WcStatus,
+    WorkCompletion,
+};
 
 const A: u32 = 1; // a's name for b
 const B: u32 = 2; // b's name for a
@@ -142,20 +145,19 @@ fn misses_and_control_frames_pass_through() {
     b.answer(B, 5, b"miss", 0, &mut ev).unwrap();
     b.send_control(B, b"pong", 0, &mut ev).unwrap();
     let (ea, _) = pump(&mut a, &mut b, 0);
-    assert_eq!(
-        ea,
-        vec![
-            Event::Answered {
-                peer: A,
-                request: 5,
-                frame: b"miss".to_vec()
-            },
-            Event::Control {
-                peer: A,
-                frame: b"pong".to_vec()
-            }
-        ]
-    );
+    // The miss is reported once the window bound to its extent is
+    // invalidated, which may be after a control frame received later.
+    assert_eq!(ea.len(), 2, "{ea:?}");
+    assert!(ea.contains(&Event::Answered {
+        peer: A,
+        request: 5,
+        frame: b"miss".to_vec()
+    }));
+    assert!(ea.contains(&Event::Control {
+        peer: A,
+        frame: b"pong".to_vec()
+    }));
+    assert_eq!(fabric.windows(0), (1, 0), "its window unbound, kept");
     assert_eq!(
         a.status(A),
         PeerStatus::Up {
@@ -522,4 +524,338 @@ fn a_peer_offer_lifts_the_refusal_but_not_the_backoff() {
         PeerStatus::Down { retry_at: 231 },
         "the wait doubled"
     );
+}
+
+/// A driver (the requester, a) connected to an owner that speaks raw
+/// verbs and does whatever it likes with the keys it is given.
+struct RawOwner {
+    fabric: Fabric,
+    a: Driver<FakeNic>,
+    raw: FakeNic,
+    qp: QpId,
+    /// Raw's memory: bytes to send from at 0, receives from 4096 on.
+    buf: Mr,
+    now: u64,
+}
+
+/// What a get told the owner.
+#[derive(Debug)]
+struct Told {
+    addr: u64,
+    rkey: u32,
+    len: u32,
+}
+
+const CANARY: u8 = 0x5a;
+const RECVS: u64 = 8;
+
+impl RawOwner {
+    fn new(seed: u64) -> RawOwner {
+        let timing = QpTiming {
+            mtu: Mtu::M4096,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 6,
+            min_rnr_timer: 12,
+        };
+        let fabric = Fabric::new(seed);
+        let mut a = Driver::new(fabric.add_host(), 1 << 20, cfg()).unwrap();
+        a.write_arena(0, &vec![CANARY; 1 << 20]).unwrap();
+        let mut raw = fabric.add_host();
+        let mut ev = Vec::new();
+        let pa = a.prepare(A, 0, &mut ev).unwrap();
+        let qp = raw
+            .create_qp(QpCaps {
+                max_send_wr: 16,
+                max_recv_wr: RECVS as u32,
+            })
+            .unwrap();
+        let buf = raw.register(65536, Access::LOCAL_WRITE).unwrap();
+        raw.modify_qp(qp, Transition::Init).unwrap();
+        for r in 0..RECVS {
+            raw.post_recv(qp, r, Self::recv_sge(&buf, r)).unwrap();
+        }
+        let pr = SetupParams {
+            endpoint: raw.endpoint(qp).unwrap(),
+            mtu: Mtu::M4096,
+            recv_depth: RECVS as u16,
+            slot_size: 4096,
+        };
+        a.connect(A, &pr, 0, &mut ev).unwrap();
+        raw.modify_qp(
+            qp,
+            Transition::Rtr {
+                remote: pa.endpoint,
+                timing,
+            },
+        )
+        .unwrap();
+        raw.modify_qp(qp, Transition::Rts { timing }).unwrap();
+        RawOwner {
+            fabric,
+            a,
+            raw,
+            qp,
+            buf,
+            now: 0,
+        }
+    }
+
+    fn recv_sge(buf: &Mr, r: u64) -> Sge {
+        Sge {
+            addr: buf.addr + 4096 + r * 4096,
+            len: 4096,
+            lkey: buf.lkey,
+        }
+    }
+
+    /// Runs both sides; returns raw's completions, appends a's events.
+    fn run(&mut self, ev: &mut Vec<Event>) -> Vec<WorkCompletion> {
+        let mut wcs = Vec::new();
+        for _ in 0..3 {
+            self.a.poll(self.now, ev).unwrap();
+            self.raw.poll_cq(64, &mut wcs).unwrap();
+        }
+        wcs
+    }
+
+    /// a asks for a block into `extent`: what the owner is told.
+    fn get(&mut self, request: u64, extent: Extent) -> Told {
+        let mut ev = Vec::new();
+        self.a
+            .get(A, request, extent, b"g", self.now, &mut ev)
+            .unwrap();
+        let wcs = self.run(&mut ev);
+        assert!(ev.is_empty(), "{ev:?}");
+        let recv = wcs
+            .iter()
+            .find(|w| w.opcode == Opcode::Recv)
+            .expect("the get arrived");
+        assert_eq!(recv.status, WcStatus::Success);
+        let mut bytes = vec![0u8; recv.byte_len as usize];
+        let at = Self::recv_sge(&self.buf, recv.wr_id).addr;
+        self.raw.read_local(&self.buf, at, &mut bytes).unwrap();
+        let (msg, _) = Msg::decode(&bytes).unwrap();
+        let Msg::Get {
+            request: got,
+            addr,
+            rkey,
+            len,
+            ..
+        } = msg
+        else {
+            panic!("not a get: {msg:?}");
+        };
+        assert_eq!(got, request);
+        Told { addr, rkey, len }
+    }
+
+    /// Raw writes `len` bytes of `byte` at `addr` with `rkey`; returns the
+    /// write's status and what a reported meanwhile.
+    fn write(&mut self, addr: u64, rkey: u32, len: u32, byte: u8) -> (WcStatus, Vec<Event>) {
+        self.raw
+            .write_local(&self.buf, self.buf.addr, &vec![byte; len as usize])
+            .unwrap();
+        let local = Sge {
+            addr: self.buf.addr,
+            len,
+            lkey: self.buf.lkey,
+        };
+        self.raw
+            .post_write(self.qp, 77, local, RemoteAddr { addr, rkey })
+            .unwrap();
+        let mut ev = Vec::new();
+        let wcs = self.run(&mut ev);
+        let w = wcs
+            .iter()
+            .find(|w| w.wr_id == 77)
+            .expect("the write completed");
+        (w.status, ev)
+    }
+
+    /// Raw sends `msg`; returns what a reported.
+    fn send(&mut self, msg: Msg<'_>) -> Vec<Event> {
+        let mut bytes = Vec::new();
+        msg.encode(0, &mut bytes);
+        self.raw
+            .write_local(&self.buf, self.buf.addr + 2048, &bytes)
+            .unwrap();
+        let local = Sge {
+            addr: self.buf.addr + 2048,
+            len: bytes.len() as u32,
+            lkey: self.buf.lkey,
+        };
+        self.raw.post_send(self.qp, 78, local).unwrap();
+        let mut ev = Vec::new();
+        self.run(&mut ev);
+        ev
+    }
+
+    fn arena(&self, offset: u64, len: usize) -> Vec<u8> {
+        let mut out = vec![0u8; len];
+        self.a.read_arena(offset, &mut out).unwrap();
+        out
+    }
+}
+
+const EXTENT: Extent = Extent {
+    offset: 8192,
+    len: 100,
+};
+
+/// The key in a get is a window's over exactly the extent: an owner
+/// writing one byte before it, one byte past it, far from it, or with the
+/// arena's own key gets a remote access error and writes nothing, the
+/// bytes around the extent included; the get falls back and the window
+/// is gone with the queue pair.
+#[test]
+fn an_owner_cannot_write_outside_the_extent_a_get_named() {
+    for case in 0..5 {
+        let mut o = RawOwner::new(case + 1);
+        let told = o.get(1, EXTENT);
+        let start = o.a.arena().addr + EXTENT.offset;
+        assert_eq!((told.addr, told.len), (start, EXTENT.len));
+        assert_ne!(told.rkey, o.a.arena().rkey, "not the arena's key");
+        assert_eq!(o.fabric.windows(0), (1, 1), "one window, bound");
+        let (addr, rkey, len) = match case {
+            0 => (start - 1, told.rkey, told.len),
+            1 => (start + 1, told.rkey, told.len),
+            2 => (start, told.rkey, told.len + 1),
+            3 => (start + 200_000, told.rkey, 8),
+            _ => (start, o.a.arena().rkey, told.len),
+        };
+        let (status, ev) = o.write(addr, rkey, len, 0xee);
+        assert_eq!(status, WcStatus::RemoteAccess, "case {case}");
+        assert!(
+            ev.iter()
+                .any(|e| matches!(e, Event::Fallback { request: 1, .. })),
+            "case {case}: {ev:?}"
+        );
+        assert!(
+            o.arena(0, 1 << 20).iter().all(|&x| x == CANARY),
+            "case {case}: not one byte written"
+        );
+        assert_eq!(o.fabric.stats().writes, 0, "case {case}");
+        assert_eq!(o.fabric.windows(0).1, 0, "case {case}: no window bound");
+    }
+}
+
+/// Inside the extent the owner's write lands and the block is reported;
+/// by then its window is invalidated, so the same key writes nothing
+/// more. The same for a get answered with a miss, and for one that timed
+/// out (the queue pair destroyed, its window deallocated).
+#[test]
+fn a_key_is_dead_once_its_get_ended() {
+    // Landed.
+    let mut o = RawOwner::new(1);
+    let told = o.get(1, EXTENT);
+    let (status, ev) = o.write(told.addr, told.rkey, told.len, 0xee);
+    assert_eq!((status, ev.len()), (WcStatus::Success, 0));
+    let ev = o.send(Msg::Data {
+        request: 1,
+        len: told.len,
+        frame: b"h",
+    });
+    assert!(
+        matches!(
+            ev[..],
+            [Event::Landed {
+                request: 1,
+                len: 100,
+                ..
+            }]
+        ),
+        "{ev:?}"
+    );
+    assert_eq!(o.fabric.stats().invalidates, 1, "invalidated before Landed");
+    assert_eq!(o.fabric.windows(0), (1, 0));
+    let (status, _) = o.write(told.addr, told.rkey, told.len, 0x33);
+    assert_eq!(status, WcStatus::RemoteAccess, "the key died with the get");
+    assert_eq!(o.arena(EXTENT.offset, 100), vec![0xee; 100]);
+    assert_eq!(o.arena(EXTENT.offset - 1, 1), vec![CANARY]);
+    assert_eq!(o.arena(EXTENT.offset + 100, 1), vec![CANARY]);
+
+    // Answered with a miss.
+    let mut o = RawOwner::new(2);
+    let told = o.get(2, EXTENT);
+    let ev = o.send(Msg::Answer {
+        request: 2,
+        frame: b"miss",
+    });
+    assert!(
+        matches!(ev[..], [Event::Answered { request: 2, .. }]),
+        "{ev:?}"
+    );
+    let (status, _) = o.write(told.addr, told.rkey, told.len, 0x33);
+    assert_eq!(status, WcStatus::RemoteAccess);
+    assert!(o.arena(0, 1 << 20).iter().all(|&x| x == CANARY));
+
+    // Timed out.
+    let mut o = RawOwner::new(3);
+    let told = o.get(3, EXTENT);
+    o.now = cfg().transfer_timeout_ns + 1;
+    let mut ev = Vec::new();
+    o.a.poll(o.now, &mut ev).unwrap();
+    assert!(
+        matches!(
+            ev[..],
+            [
+                Event::Fallback {
+                    request: 3,
+                    reason: FailReason::Timeout,
+                    ..
+                },
+                Event::PeerDown { .. }
+            ]
+        ),
+        "{ev:?}"
+    );
+    assert_eq!(o.fabric.windows(0), (0, 0), "its window deallocated");
+    let (status, _) = o.write(told.addr, told.rkey, told.len, 0x33);
+    assert_ne!(status, WcStatus::Success);
+    assert!(o.arena(0, 1 << 20).iter().all(|&x| x == CANARY));
+}
+
+/// An owner answering a get twice is a protocol error: the queue pair
+/// goes down and the get falls back; it is never reported landed.
+#[test]
+fn a_second_answer_tears_the_queue_pair_down() {
+    let mut o = RawOwner::new(4);
+    let told = o.get(1, EXTENT);
+    o.write(told.addr, told.rkey, told.len, 0xee);
+    // Two Data messages back to back, the second before the invalidate
+    // the first started has completed.
+    for (i, at) in [2048u64, 3072].into_iter().enumerate() {
+        let mut bytes = Vec::new();
+        Msg::Data {
+            request: 1,
+            len: told.len,
+            frame: b"h",
+        }
+        .encode(0, &mut bytes);
+        o.raw.write_local(&o.buf, o.buf.addr + at, &bytes).unwrap();
+        let local = Sge {
+            addr: o.buf.addr + at,
+            len: bytes.len() as u32,
+            lkey: o.buf.lkey,
+        };
+        o.raw.post_send(o.qp, 80 + i as u64, local).unwrap();
+    }
+    let mut ev = Vec::new();
+    o.run(&mut ev);
+    assert!(
+        matches!(
+            ev[..],
+            [
+                Event::Fallback {
+                    request: 1,
+                    reason: FailReason::Protocol(_),
+                    ..
+                },
+                Event::PeerDown { .. }
+            ]
+        ),
+        "{ev:?}"
+    );
+    assert_eq!(o.fabric.windows(0), (0, 0), "its window deallocated");
 }

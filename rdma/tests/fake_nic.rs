@@ -2,8 +2,8 @@
 
 use granary_rdma::fake::{Fabric, FakeNic};
 use granary_rdma::verbs::{
-    Access, Mr, Mtu, Opcode, QpCaps, QpId, QpState, QpTiming, RemoteAddr, Sge, Transition, Verbs,
-    VerbsError, WcStatus, WorkCompletion,
+    Access, Mr, Mtu, MwId, Opcode, QpCaps, QpId, QpState, QpTiming, RemoteAddr, Sge, Transition,
+    Verbs, VerbsError, WcStatus, WindowSpan, WorkCompletion,
 };
 
 const TIMING: QpTiming = QpTiming {
@@ -26,14 +26,12 @@ struct Pair {
     qb: QpId,
 }
 
-fn pair() -> Pair {
-    let fabric = Fabric::new(42);
-    let mut a = fabric.add_host();
-    let mut b = fabric.add_host();
+/// Connects a new queue pair of `a` to a new one of `b`, both in RTS.
+fn connect(a: &mut FakeNic, b: &mut FakeNic) -> (QpId, QpId) {
     let qa = a.create_qp(CAPS).unwrap();
     let qb = b.create_qp(CAPS).unwrap();
     let (ea, eb) = (a.endpoint(qa).unwrap(), b.endpoint(qb).unwrap());
-    for (nic, qp, remote) in [(&mut a, qa, eb), (&mut b, qb, ea)] {
+    for (nic, qp, remote) in [(&mut *a, qa, eb), (&mut *b, qb, ea)] {
         assert_eq!(nic.qp_state(qp).unwrap(), QpState::Reset);
         nic.modify_qp(qp, Transition::Init).unwrap();
         nic.modify_qp(
@@ -48,6 +46,14 @@ fn pair() -> Pair {
             .unwrap();
         assert_eq!(nic.qp_state(qp).unwrap(), QpState::Rts);
     }
+    (qa, qb)
+}
+
+fn pair() -> Pair {
+    let fabric = Fabric::new(42);
+    let mut a = fabric.add_host();
+    let mut b = fabric.add_host();
+    let (qa, qb) = connect(&mut a, &mut b);
     Pair {
         fabric,
         a,
@@ -378,4 +384,242 @@ fn mapped_memory_is_written_in_place_with_the_same_checks() {
     let empty =
         p.a.register_mapped(arena_a.slice(0, 0).unwrap(), Access::NONE);
     assert!(matches!(empty, Err(VerbsError::Invalid(_))));
+}
+
+/// b's arena (local write + window binds, filled with 0x11) with a window
+/// bound through b's queue pair to 100 bytes at offset 1000, and a's
+/// source of 0xee bytes.
+struct Bound {
+    p: Pair,
+    src: Mr,
+    arena: Mr,
+    mw: MwId,
+    rkey: u32,
+}
+
+const CANARY: u8 = 0x11;
+const AT: u64 = 1000;
+const LEN: u64 = 100;
+
+fn bound() -> Bound {
+    let mut p = pair();
+    let src = p.a.register(4096, Access::LOCAL_WRITE).unwrap();
+    p.a.write_local(&src, src.addr, &[0xee; 4096]).unwrap();
+    let arena =
+        p.b.register(8192, Access::LOCAL_WRITE.union(Access::MW_BIND))
+            .unwrap();
+    p.b.write_local(&arena, arena.addr, &[CANARY; 8192])
+        .unwrap();
+    let mw = p.b.alloc_mw().unwrap();
+    let span = WindowSpan {
+        addr: arena.addr + AT,
+        len: LEN,
+        access: Access::REMOTE_WRITE,
+    };
+    let rkey = p.b.post_bind(p.qb, 50, mw, &arena, span).unwrap();
+    assert_ne!(rkey, arena.rkey, "a window has a key of its own");
+    let wb = poll(&mut p.b);
+    assert_eq!(
+        wb.iter()
+            .map(|w| (w.wr_id, w.opcode, w.status))
+            .collect::<Vec<_>>(),
+        vec![(50, Opcode::Bind, WcStatus::Success)]
+    );
+    assert_eq!(p.fabric.windows(p.b.host()), (1, 1));
+    Bound {
+        p,
+        src,
+        arena,
+        mw,
+        rkey,
+    }
+}
+
+impl Bound {
+    /// a writes `len` bytes of 0xee at `off` of b's arena with `rkey`.
+    fn write(&mut self, off: i64, len: u32, rkey: u32) -> WcStatus {
+        let remote = RemoteAddr {
+            addr: (self.arena.addr + AT).wrapping_add_signed(off - AT as i64),
+            rkey,
+        };
+        self.p
+            .a
+            .post_write(self.p.qa, 1, sge(&self.src, 0, len), remote)
+            .unwrap();
+        let wa = poll(&mut self.p.a);
+        assert_eq!(wa.len(), 1);
+        wa[0].status
+    }
+
+    /// b's arena bytes.
+    fn arena(&self) -> Vec<u8> {
+        let mut out = vec![0u8; 8192];
+        self.p
+            .b
+            .read_local(&self.arena, self.arena.addr, &mut out)
+            .unwrap();
+        out
+    }
+}
+
+/// A window admits a write that lies wholly inside its span, through the
+/// queue pair it was bound through.
+#[test]
+fn a_bound_window_admits_writes_inside_its_span() {
+    let mut b = bound();
+    let rkey = b.rkey;
+    assert_eq!(b.write(AT as i64, LEN as u32, rkey), WcStatus::Success);
+    assert_eq!(b.write(AT as i64 + 60, 40, rkey), WcStatus::Success);
+    let mem = b.arena();
+    assert!(mem[AT as usize..(AT + LEN) as usize]
+        .iter()
+        .all(|&x| x == 0xee));
+    assert_eq!(mem[AT as usize - 1], CANARY, "the byte before untouched");
+    assert_eq!(mem[(AT + LEN) as usize], CANARY, "the byte after untouched");
+    assert_eq!(b.p.fabric.stats().writes, 2);
+}
+
+/// Every write that reaches outside the window, or names the region's own
+/// key, is a remote access error that writes nothing at all (not even its
+/// part inside the span) and breaks both queue pairs.
+#[test]
+fn writes_outside_the_window_are_remote_access_errors_and_write_nothing() {
+    // (offset, length, use the region's own key)
+    let cases: [(i64, u32, bool); 6] = [
+        (AT as i64 - 1, LEN as u32, false),
+        (AT as i64 + 1, LEN as u32, false),
+        (AT as i64, LEN as u32 + 1, false),
+        (AT as i64 + 4000, 8, false),
+        (-((1 << 20) as i64), 8, false),
+        (AT as i64, LEN as u32, true),
+    ];
+    for (i, (off, len, region_key)) in cases.into_iter().enumerate() {
+        let mut b = bound();
+        let rkey = if region_key { b.arena.rkey } else { b.rkey };
+        assert_eq!(b.write(off, len, rkey), WcStatus::RemoteAccess, "case {i}");
+        assert!(
+            b.arena().iter().all(|&x| x == CANARY),
+            "case {i}: nothing written"
+        );
+        assert_eq!(b.p.fabric.stats().writes, 0, "case {i}");
+        assert_eq!(b.p.b.qp_state(b.p.qb).unwrap(), QpState::Error, "case {i}");
+    }
+}
+
+/// Once invalidated, deallocated or bound anew, a window's old key names
+/// nothing: a write with it fails and writes nothing.
+#[test]
+fn a_key_dies_with_its_binding() {
+    for how in ["invalidate", "dealloc", "rebind"] {
+        let mut b = bound();
+        let (old, mw) = (b.rkey, b.mw);
+        assert_eq!(b.write(AT as i64, 10, old), WcStatus::Success, "{how}");
+        match how {
+            "invalidate" => {
+                b.p.b.post_invalidate(b.p.qb, 60, old).unwrap();
+                let wb = poll(&mut b.p.b);
+                assert_eq!(
+                    (wb[0].opcode, wb[0].status),
+                    (Opcode::LocalInvalidate, WcStatus::Success)
+                );
+                assert_eq!(b.p.fabric.windows(b.p.b.host()), (1, 0));
+            }
+            "dealloc" => {
+                b.p.b.dealloc_mw(mw).unwrap();
+                assert_eq!(b.p.fabric.windows(b.p.b.host()), (0, 0));
+                assert_eq!(b.p.b.dealloc_mw(mw), Err(VerbsError::UnknownMw(mw)));
+            }
+            _ => {
+                b.p.b.post_invalidate(b.p.qb, 60, old).unwrap();
+                let span = WindowSpan {
+                    addr: b.arena.addr + AT,
+                    len: LEN,
+                    access: Access::REMOTE_WRITE,
+                };
+                let new = b.p.b.post_bind(b.p.qb, 61, mw, &b.arena, span).unwrap();
+                assert_ne!(new, old, "a new key for each bind");
+                assert!(poll(&mut b.p.b)
+                    .iter()
+                    .all(|w| w.status == WcStatus::Success));
+            }
+        }
+        b.p.a.write_local(&b.src, b.src.addr, &[0x77; 10]).unwrap();
+        assert_eq!(b.write(AT as i64, 10, old), WcStatus::RemoteAccess, "{how}");
+        let mem = b.arena();
+        assert!(
+            mem[AT as usize..AT as usize + 10]
+                .iter()
+                .all(|&x| x == 0xee),
+            "{how}: the bytes written before the key died stay"
+        );
+    }
+}
+
+/// A window bound through one queue pair is no key for a peer on another.
+#[test]
+fn a_window_serves_only_the_queue_pair_it_was_bound_through() {
+    let mut b = bound();
+    let mut c = b.p.fabric.add_host();
+    let (qc, _) = connect(&mut c, &mut b.p.b);
+    let src = c.register(4096, Access::LOCAL_WRITE).unwrap();
+    let remote = RemoteAddr {
+        addr: b.arena.addr + AT,
+        rkey: b.rkey,
+    };
+    c.post_write(qc, 1, sge(&src, 0, 10), remote).unwrap();
+    assert_eq!(poll(&mut c)[0].status, WcStatus::RemoteAccess);
+    assert!(b.arena().iter().all(|&x| x == CANARY));
+    // The peer it was bound for still can.
+    let rkey = b.rkey;
+    assert_eq!(b.write(AT as i64, 10, rkey), WcStatus::Success);
+}
+
+/// A bind needs an unbound window, a region registered for binds (with
+/// local write for a remote-write window) and a non-empty span inside it;
+/// otherwise it completes with a bind error and the queue pair fails.
+#[test]
+fn binds_are_checked() {
+    let fabric = Fabric::new(3);
+    let mut b = fabric.add_host();
+    let mut a = fabric.add_host();
+    let no_bind = b.register(4096, Access::LOCAL_WRITE).unwrap();
+    let bind_only = b.register(4096, Access::MW_BIND).unwrap();
+    let ok = b
+        .register(4096, Access::LOCAL_WRITE.union(Access::MW_BIND))
+        .unwrap();
+    let span = |mr: &Mr, off: u64, len: u64| WindowSpan {
+        addr: mr.addr + off,
+        len,
+        access: Access::REMOTE_WRITE,
+    };
+    let cases = [
+        (no_bind, span(&no_bind, 0, 64)),
+        (bind_only, span(&bind_only, 0, 64)),
+        (ok, span(&ok, 4000, 97)),
+        (ok, span(&ok, 0, 0)),
+    ];
+    for (i, (mr, sp)) in cases.into_iter().enumerate() {
+        let (qb, _) = connect(&mut b, &mut a);
+        let mw = b.alloc_mw().unwrap();
+        b.post_bind(qb, 1, mw, &mr, sp).unwrap();
+        b.post_send(qb, 2, sge(&ok, 0, 8)).unwrap();
+        let wb = poll(&mut b);
+        assert_eq!(wb[0].status, WcStatus::MwBind, "case {i}");
+        assert_eq!(wb[1].status, WcStatus::Flushed, "case {i}");
+        assert_eq!(b.qp_state(qb).unwrap(), QpState::Error, "case {i}");
+    }
+    // A window already bound must be invalidated before it is bound again.
+    let (qb, _) = connect(&mut b, &mut a);
+    let mw = b.alloc_mw().unwrap();
+    b.post_bind(qb, 1, mw, &ok, span(&ok, 0, 64)).unwrap();
+    b.post_bind(qb, 2, mw, &ok, span(&ok, 64, 64)).unwrap();
+    let wb = poll(&mut b);
+    assert_eq!(
+        wb.iter().map(|w| w.status).collect::<Vec<_>>(),
+        vec![WcStatus::Success, WcStatus::MwBind]
+    );
+    assert_eq!(
+        b.post_bind(qb, 3, MwId(999), &ok, span(&ok, 0, 8)),
+        Err(VerbsError::UnknownMw(MwId(999)))
+    );
 }

@@ -5,7 +5,10 @@
 //!   on its authenticated TCP connection. The member with the lower index
 //!   offers once the connection is up; the other answers with its own;
 //!   after a failure either side offers again when its backoff is over.
-//!   The TCP connection ending closes the queue pair.
+//!   The queue pair belongs to the connection it was set up over: setup
+//!   bytes from the member on any other connection are refused (logged at
+//!   most once a second per member) while it is up or being set up, and
+//!   only that connection ending closes it.
 //! * Requester: a peer get goes to the queue pair when the link is up
 //!   (`rdma_get`), naming its reserved extent of the arena, which is
 //!   registered in place. The block lands there by RDMA write, its CRC is
@@ -21,7 +24,7 @@
 //!   least every millisecond while a link is up).
 
 use super::Engine;
-use crate::peers::rdma_link::{LinkEvent, Retry};
+use crate::peers::rdma_link::{LinkError, LinkEvent, Retry};
 use crate::peers::{rdma_conn, PeerTier};
 use granary_peer::frame::{Get, MissReason};
 use granary_rdma::Extent;
@@ -95,24 +98,34 @@ impl Engine {
         }
     }
 
-    /// A TCP connection to `member` ended: when RDMA was set up over it,
-    /// its queue pair is closed (its requests come back over TCP).
+    /// A TCP connection to `member` ended: when it is the one the queue
+    /// pair was set up over, the queue pair is closed (its requests come
+    /// back over TCP); any other connection ending leaves it.
     pub(super) fn rdma_conn_down(&mut self, conn: u64, member: usize) {
         let Some(t) = self.peers.as_mut() else {
             return;
         };
-        if t.rdma_conn.get(member) != Some(&Some(conn)) {
-            return;
-        }
-        t.rdma_conn[member] = None;
         let now = t.net.nanos();
-        if let Some(links) = t.rdma.as_mut() {
-            links.close(member, now);
+        let Some(links) = t.rdma.as_mut() else {
+            return;
+        };
+        if t.rdma_conn.get(member) == Some(&Some(conn)) {
+            // Offers go over the queue pair's own connection if that is
+            // another one, still up.
+            t.rdma_conn[member] = links.channel(member).filter(|&c| c != conn);
+        }
+        if links.close(member, conn, now) {
+            tracing::debug!(
+                conn,
+                peer = t.member_id(member),
+                "the connection RDMA was set up over ended; queue pair closed"
+            );
         }
     }
 
     /// Setup bytes from `member` on `conn`: the answer to our offer, or
-    /// its offer, which we answer.
+    /// its offer, which we answer. Refused when the member's queue pair is
+    /// up, or being set up, over another connection.
     pub(super) fn rdma_setup(&mut self, conn: u64, member: usize, bytes: &[u8]) {
         let Some(t) = self.peers.as_mut() else {
             return;
@@ -126,13 +139,25 @@ impl Engine {
             );
             return;
         };
-        match links.on_setup(member, bytes, now) {
+        match links.on_setup(member, conn, bytes, now) {
             Ok(answer) => {
                 t.rdma_conn[member] = Some(conn);
                 if let Some(ours) = answer {
                     t.net.send_rdma_setup(conn, ours);
                 }
                 tracing::info!(peer = t.member_id(member), "RDMA queue pair to peer up");
+            }
+            Err(LinkError::OtherChannel { channel, .. }) => {
+                if let Some(refused) = links.refusal_due(member, now) {
+                    tracing::warn!(
+                        conn,
+                        channel,
+                        refused,
+                        peer = t.member_id(member),
+                        "RDMA setup from peer on a connection other than the one its queue \
+                         pair was set up over; refused (count since the last such line)"
+                    );
+                }
             }
             Err(e) => tracing::warn!(
                 peer = t.member_id(member),
@@ -169,7 +194,7 @@ impl Engine {
             if m == t.me || !links.to_offer(t.me, m, now) {
                 continue;
             }
-            match links.offer(m, now) {
+            match links.offer(m, conn, now) {
                 Ok(bytes) => t.net.send_rdma_setup(conn, bytes),
                 Err(e) => tracing::debug!(member = m, "RDMA offer not made: {e}"),
             }

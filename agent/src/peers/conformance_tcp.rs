@@ -543,6 +543,14 @@ impl Transport for TcpTransport {
     }
 
     fn inject(&mut self, fault: Fault) -> bool {
+        if matches!(
+            fault,
+            Fault::StrayWrite { .. } | Fault::StaleKeyWrite { .. }
+        ) {
+            // The transport receives a block only into the extent it asked
+            // for: an owner has no way to aim elsewhere.
+            return false;
+        }
         self.faulted = true;
         match fault {
             Fault::CorruptNextBlock { owner } => self.owners[owner].corrupt_next = true,
@@ -559,6 +567,7 @@ impl Transport for TcpTransport {
                 };
                 self.relays[owner].state.lock().unwrap().armed = Some(b);
             }
+            Fault::StrayWrite { .. } | Fault::StaleKeyWrite { .. } => unreachable!("refused above"),
         }
         true
     }

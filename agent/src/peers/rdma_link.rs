@@ -7,6 +7,15 @@
 //!   [`RdmaLinks::on_setup`]). The member with the lower index offers
 //!   first; after a failure either side offers again once its backoff is
 //!   over ([`RdmaLinks::to_offer`]); an offer is always answered.
+//! * A queue pair lives and dies with the one connection it was set up
+//!   over, its channel ([`RdmaLinks::channel`]): setup bytes from the same
+//!   member on any other connection are refused while it is up or being
+//!   set up ([`LinkError::OtherChannel`], logged at most once a second per
+//!   member, [`RdmaLinks::refusal_due`]), and only that connection ending
+//!   closes it ([`RdmaLinks::close`]).
+//! * A get's extent is writable by the owner only through a memory window
+//!   bound to exactly that extent for the get's lifetime (see
+//!   `granary_rdma::driver`).
 //! * The arena registered is the agent's own shared arena, in place
 //!   ([`RdmaLinks::with_arena`]): extents are arena offsets, and a block
 //!   lands where the loaders read it.
@@ -23,6 +32,7 @@
 //! The engine drives it (`engine/peers_rdma.rs`); `docs/rdma.md`, "In the
 //! agent".
 
+use super::net::ConnId;
 use super::transport::LinkTransport;
 use granary_peer::block::block_crc_of;
 use granary_peer::frame::{decode_frame, DataHeader, Frame, Get, MissReason};
@@ -85,6 +95,9 @@ pub(crate) enum LinkError {
     Driver(DriverError),
     /// Bytes from the peer that are not setup parameters.
     BadSetup(String),
+    /// Setup bytes on connection `conn` from a member whose queue pair is
+    /// up, or being set up, over another connection (`channel`): refused.
+    OtherChannel { conn: ConnId, channel: ConnId },
     /// A frame that does not encode (a bug of ours).
     Frame(String),
 }
@@ -94,6 +107,10 @@ impl std::fmt::Display for LinkError {
         match self {
             LinkError::Driver(e) => write!(f, "{e}"),
             LinkError::BadSetup(e) => write!(f, "RDMA setup parameters: {e}"),
+            LinkError::OtherChannel { conn, channel } => write!(
+                f,
+                "RDMA setup on connection {conn}, but the queue pair is set up over connection {channel}"
+            ),
             LinkError::Frame(e) => write!(f, "frame: {e}"),
         }
     }
@@ -112,12 +129,27 @@ struct Asked {
     extent: Extent,
 }
 
+/// Most one refusal line per member per this many ns.
+const REFUSAL_LOG_NS: u64 = 1_000_000_000;
+
+/// When a refusal was last logged, and how many came since.
+#[derive(Debug, Clone, Copy, Default)]
+struct Refusals {
+    logged: Option<u64>,
+    held: u64,
+}
+
 /// The RDMA links of one agent to its peers (members of the view).
 pub(crate) struct RdmaLinks<V: Verbs> {
     driver: Driver<V>,
     asked: HashMap<u64, Asked>,
     /// Members RDMA was ever set up with.
     tried: Vec<bool>,
+    /// Per member: the connection its queue pair was set up over (what it
+    /// says only counts while the queue pair is up or being set up).
+    channel: Vec<Option<ConnId>>,
+    /// Per member: setup bytes refused for coming on another connection.
+    refusals: Vec<Refusals>,
     /// Events of driver calls made outside [`RdmaLinks::poll`], reported
     /// by the next poll.
     held: Vec<Event>,
@@ -178,6 +210,8 @@ impl<V: Verbs> RdmaLinks<V> {
             driver,
             asked: HashMap::new(),
             tried: vec![false; members],
+            channel: vec![None; members],
+            refusals: vec![Refusals::default(); members],
             held: Vec::new(),
         }
     }
@@ -202,28 +236,57 @@ impl<V: Verbs> RdmaLinks<V> {
         member as u32
     }
 
-    /// Prepares a queue pair to `member`; the bytes go to it over the
-    /// authenticated TCP connection.
-    pub(crate) fn offer(&mut self, member: usize, now: u64) -> Result<Vec<u8>, LinkError> {
+    /// Prepares a queue pair to `member`, to live on connection `conn`
+    /// (its channel); the bytes go to it over that authenticated
+    /// connection.
+    pub(crate) fn offer(
+        &mut self,
+        member: usize,
+        conn: ConnId,
+        now: u64,
+    ) -> Result<Vec<u8>, LinkError> {
         let mut ev = Vec::new();
         let p = self.driver.prepare(Self::peer(member), now, &mut ev)?;
         if let Some(t) = self.tried.get_mut(member) {
             *t = true;
+        }
+        if let Some(c) = self.channel.get_mut(member) {
+            *c = Some(conn);
         }
         // A queue pair replaced here sends its requests back (next poll).
         self.held.append(&mut ev);
         Ok(p.encode().to_vec())
     }
 
-    /// Handles setup bytes from `member`: the answer to our offer, or an
-    /// offer of its own, answered with ours (returned, to send back over
-    /// the same TCP connection).
+    /// The connection the queue pair to `member` was set up over, while
+    /// that queue pair is up or being set up.
+    pub(crate) fn channel(&self, member: usize) -> Option<ConnId> {
+        match self.driver.status(Self::peer(member)) {
+            PeerStatus::Connecting | PeerStatus::Up { .. } => {
+                self.channel.get(member).copied().flatten()
+            }
+            PeerStatus::Idle | PeerStatus::Down { .. } => None,
+        }
+    }
+
+    /// Handles setup bytes from `member` on connection `conn`: the answer
+    /// to our offer, or an offer of its own, answered with ours (returned,
+    /// to send back over `conn`). Refused, leaving the queue pair as it
+    /// is, when the member's queue pair is up or being set up over another
+    /// connection.
     pub(crate) fn on_setup(
         &mut self,
         member: usize,
+        conn: ConnId,
         bytes: &[u8],
         now: u64,
     ) -> Result<Option<Vec<u8>>, LinkError> {
+        if let Some(channel) = self.channel(member).filter(|&c| c != conn) {
+            if let Some(r) = self.refusals.get_mut(member) {
+                r.held += 1;
+            }
+            return Err(LinkError::OtherChannel { conn, channel });
+        }
         if self.driver.status(Self::peer(member)) == PeerStatus::Connecting {
             self.accept(member, bytes, now)?;
             return Ok(None);
@@ -231,9 +294,24 @@ impl<V: Verbs> RdmaLinks<V> {
         // Checked before a queue pair is made for it.
         SetupParams::decode(bytes).map_err(|e| LinkError::BadSetup(e.to_string()))?;
         self.driver.peer_offered(Self::peer(member));
-        let ours = self.offer(member, now)?;
+        let ours = self.offer(member, conn, now)?;
         self.accept(member, bytes, now)?;
         Ok(Some(ours))
+    }
+
+    /// After a refusal of `member`'s setup bytes: `Some(n)` when a line
+    /// may be logged now (at most one a second per member), `n` being the
+    /// refusals since the last line, the latest included.
+    pub(crate) fn refusal_due(&mut self, member: usize, now: u64) -> Option<u64> {
+        let r = self.refusals.get_mut(member)?;
+        if r.held == 0
+            || r.logged
+                .is_some_and(|t| now.saturating_sub(t) < REFUSAL_LOG_NS)
+        {
+            return None;
+        }
+        r.logged = Some(now);
+        Some(std::mem::take(&mut r.held))
     }
 
     /// Whether to offer a queue pair to `member` now (we are `me`): the
@@ -247,12 +325,20 @@ impl<V: Verbs> RdmaLinks<V> {
         }
     }
 
-    /// The TCP connection that carried the setup ended: the queue pair to
-    /// `member` is closed (its requests come back as `Retry`).
-    pub(crate) fn close(&mut self, member: usize, now: u64) {
+    /// Connection `conn` to `member` ended: when it is the queue pair's
+    /// channel, the queue pair is closed (its requests come back as
+    /// `Retry`) and true returned; any other connection ending leaves it.
+    pub(crate) fn close(&mut self, member: usize, conn: ConnId, now: u64) -> bool {
+        if self.channel(member) != Some(conn) {
+            return false;
+        }
         let mut ev = Vec::new();
         self.driver.close(Self::peer(member), now, &mut ev);
         self.held.append(&mut ev);
+        if let Some(c) = self.channel.get_mut(member) {
+            *c = None;
+        }
+        true
     }
 
     /// Connects to `member` with the bytes it offered.
@@ -499,6 +585,9 @@ mod tests {
 
     const ARENA: u64 = 4 << 20;
     const FP: u64 = 0x1234_5678_9abc_def0;
+    /// Each side's name for the connection between a and b.
+    const A_CONN: ConnId = 7;
+    const B_CONN: ConnId = 70;
     /// The owner answers this sample with a miss.
     const NOT_KEPT: u64 = 999;
 
@@ -539,8 +628,8 @@ mod tests {
 
         /// The setup bytes each side would send over its TCP connection.
         fn connect(&mut self) {
-            let from_a = self.a.offer(1, self.now).unwrap();
-            let from_b = self.b.offer(0, self.now).unwrap();
+            let from_a = self.a.offer(1, A_CONN, self.now).unwrap();
+            let from_b = self.b.offer(0, B_CONN, self.now).unwrap();
             self.a.accept(1, &from_b, self.now).unwrap();
             self.b.accept(0, &from_a, self.now).unwrap();
         }
@@ -779,7 +868,7 @@ mod tests {
                     match e {
                         // The dialler offers first.
                         NetEvent::Up { conn, member, .. } if me == 0 => {
-                            let bytes = links[0].offer(member, now).unwrap();
+                            let bytes = links[0].offer(member, conn, now).unwrap();
                             nets[0].send_rdma_setup(conn, bytes);
                         }
                         NetEvent::RdmaSetup {
@@ -788,7 +877,7 @@ mod tests {
                             bytes,
                         } => {
                             if me == 1 {
-                                let ours = links[1].offer(member, now).unwrap();
+                                let ours = links[1].offer(member, conn, now).unwrap();
                                 nets[1].send_rdma_setup(conn, ours);
                             }
                             links[me].accept(member, &bytes, now).unwrap();
@@ -861,10 +950,17 @@ mod tests {
         // a is member 0, b member 1.
         assert!(a.to_offer(0, 1, 1));
         assert!(!b.to_offer(1, 0, 1), "the higher index waits");
-        let offer = a.offer(1, 1).unwrap();
+        let offer = a.offer(1, A_CONN, 1).unwrap();
         assert!(!a.to_offer(0, 1, 1), "connecting");
-        let answer = b.on_setup(0, &offer, 1).unwrap().expect("an answer");
-        assert_eq!(a.on_setup(1, &answer, 1).unwrap(), None, "our answer");
+        let answer = b
+            .on_setup(0, B_CONN, &offer, 1)
+            .unwrap()
+            .expect("an answer");
+        assert_eq!(
+            a.on_setup(1, A_CONN, &answer, 1).unwrap(),
+            None,
+            "our answer"
+        );
         assert_eq!(
             (a.link(1), b.link(0)),
             (LinkTransport::Rdma, LinkTransport::Rdma)
@@ -890,17 +986,23 @@ mod tests {
         assert!(!a.to_offer(0, 1, 3), "backing off");
         // b, whose queue pair still looks up, offers anew (as after its
         // own failure): a answers although it is backing off.
-        let offer = b.offer(0, 3).unwrap();
-        let answer = a.on_setup(1, &offer, 3).unwrap().expect("an answer");
-        b.on_setup(0, &answer, 3).unwrap();
+        let offer = b.offer(0, B_CONN, 3).unwrap();
+        let answer = a
+            .on_setup(1, A_CONN, &offer, 3)
+            .unwrap()
+            .expect("an answer");
+        b.on_setup(0, B_CONN, &answer, 3).unwrap();
         assert_eq!(
             (a.link(1), b.link(0)),
             (LinkTransport::Rdma, LinkTransport::Rdma)
         );
         // Offers that cross: each side takes the other's as the answer.
-        let (oa, ob) = (a.offer(1, 4).unwrap(), b.offer(0, 4).unwrap());
-        assert_eq!(a.on_setup(1, &ob, 4).unwrap(), None);
-        assert_eq!(b.on_setup(0, &oa, 4).unwrap(), None);
+        let (oa, ob) = (
+            a.offer(1, A_CONN, 4).unwrap(),
+            b.offer(0, B_CONN, 4).unwrap(),
+        );
+        assert_eq!(a.on_setup(1, A_CONN, &ob, 4).unwrap(), None);
+        assert_eq!(b.on_setup(0, B_CONN, &oa, 4).unwrap(), None);
         assert_eq!(
             (a.link(1), b.link(0)),
             (LinkTransport::Rdma, LinkTransport::Rdma)
@@ -942,7 +1044,7 @@ mod tests {
         }
         assert!(landed);
         // The TCP connection ends: the queue pair is closed, no backoff.
-        a.close(1, 6);
+        assert!(a.close(1, A_CONN, 6));
         assert_eq!(a.link(1), LinkTransport::RdmaFallback);
         assert!(a.to_offer(0, 1, 6), "offered again on the next connection");
     }
@@ -951,11 +1053,72 @@ mod tests {
     fn bad_setup_bytes_are_refused() {
         let fabric = Fabric::new(1);
         let mut a = RdmaLinks::new(fabric.add_host(), ARENA, DriverConfig::default(), 2).unwrap();
-        a.offer(1, 1).unwrap();
+        a.offer(1, A_CONN, 1).unwrap();
         assert!(matches!(
             a.accept(1, b"short", 1),
             Err(LinkError::BadSetup(_))
         ));
         assert_eq!(a.link(1), LinkTransport::RdmaFallback);
+    }
+    /// A queue pair lives and dies with the connection it was set up over:
+    /// setup bytes from the member on another connection are refused
+    /// (counted, logged at most once a second) and leave it carrying
+    /// blocks; another connection ending leaves it; its own ending closes
+    /// it, after which another connection may set one up.
+    #[test]
+    fn a_queue_pair_belongs_to_the_connection_it_was_set_up_over() {
+        let mut p = Pair::new();
+        assert_eq!(p.a.channel(1), Some(A_CONN));
+        assert_eq!(p.b.channel(0), Some(B_CONN));
+        let other: ConnId = 8;
+        // A queue pair of a third host's offered on another connection
+        // authenticated as b, and a's own answer replayed there.
+        let mut rogue =
+            RdmaLinks::new(p.fabric.add_host(), ARENA, DriverConfig::default(), 2).unwrap();
+        let offer = rogue.offer(0, 1, p.now).unwrap();
+        let qps = p.fabric.qp_count(0);
+        for _ in 0..3 {
+            assert_eq!(
+                p.a.on_setup(1, other, &offer, p.now),
+                Err(LinkError::OtherChannel {
+                    conn: other,
+                    channel: A_CONN
+                })
+            );
+        }
+        assert_eq!(p.fabric.qp_count(0), qps, "no queue pair made or replaced");
+        assert_eq!(p.a.channel(1), Some(A_CONN));
+        assert_eq!(p.a.link(1), LinkTransport::Rdma);
+        // Logged once, then at most once a second with the count held back.
+        assert_eq!(p.a.refusal_due(1, p.now), Some(3));
+        assert_eq!(p.a.refusal_due(1, p.now), None, "nothing new to log");
+        let _ = p.a.on_setup(1, other, &offer, p.now + 1);
+        assert_eq!(p.a.refusal_due(1, p.now + 1), None, "within the second");
+        let _ = p.a.on_setup(1, other, &offer, p.now + 2_000_000_000);
+        assert_eq!(p.a.refusal_due(1, p.now + 2_000_000_000), Some(2));
+        // The queue pair still carries blocks.
+        let e = p.get(1, 4, u64::MAX).unwrap();
+        let got = p.run(20);
+        assert!(
+            got.iter()
+                .any(|x| matches!(x, LinkEvent::Landed { request: 1, extent, .. } if *extent == e)),
+            "{got:?}"
+        );
+        // Another connection of b's ending leaves it.
+        assert!(!p.a.close(1, other, p.now));
+        assert_eq!(p.a.link(1), LinkTransport::Rdma);
+        // Its own connection ending closes it.
+        assert!(p.a.close(1, A_CONN, p.now));
+        assert_eq!(p.a.link(1), LinkTransport::RdmaFallback);
+        assert_eq!(p.a.channel(1), None);
+        // Then another connection may carry a new one.
+        let offer = p.b.offer(0, 80, p.now).unwrap();
+        let answer =
+            p.a.on_setup(1, other, &offer, p.now)
+                .unwrap()
+                .expect("answered");
+        p.b.on_setup(0, 80, &answer, p.now).unwrap();
+        assert_eq!(p.a.channel(1), Some(other));
+        assert_eq!(p.a.link(1), LinkTransport::Rdma);
     }
 }

@@ -313,3 +313,77 @@ fn blocks_go_by_rdma_write_into_the_arena_and_fall_back_to_tcp_and_the_store() {
         assert_eq!(owner.cache.pins(key(0, i)), 0, "sample {i} still pinned");
     }
 }
+
+/// A queue pair lives and dies with the one authenticated connection it
+/// was set up over. Setup bytes arriving from the owner on any other
+/// connection (here: a queue pair of a stranger's, offered as if on a
+/// second connection authenticated as the owner) are refused and leave
+/// the queue pair carrying blocks; another connection of the owner's
+/// ending leaves it too; only its own connection ending closes it.
+#[test]
+fn a_queue_pair_lives_and_dies_with_the_connection_it_was_set_up_over() {
+    use crate::peers::rdma_link::RdmaLinks;
+    use granary_rdma::DriverConfig;
+
+    let mut job = Job::start();
+    let owned = job.owned();
+    let first = owned[0];
+    job.ask(first);
+    job.until("the first block over TCP", |j| j.ready(first));
+    job.until("the RDMA link, both ways", |j| {
+        j.link() == LinkTransport::Rdma && j.owner_link() == LinkTransport::Rdma
+    });
+    let channel = |job: &Job| {
+        let t = job.agents[ASKER].engine.peers.as_ref().unwrap();
+        t.rdma.as_ref().unwrap().channel(OWNER)
+    };
+    let conn = channel(&job).expect("the queue pair's connection");
+    let other = conn + 1_000;
+    let qps = job.fabric.qp_count(ASKER_HOST);
+
+    let mut stranger =
+        RdmaLinks::new(job.fabric.add_host(), 1 << 20, DriverConfig::default(), 2).unwrap();
+    let offer = stranger.offer(ASKER, 1, 1).unwrap();
+    for _ in 0..5 {
+        job.asker().rdma_setup(other, OWNER, &offer);
+    }
+    assert_eq!(channel(&job), Some(conn), "the channel is unchanged");
+    assert_eq!(job.link(), LinkTransport::Rdma);
+    assert_eq!(
+        job.fabric.qp_count(ASKER_HOST),
+        qps,
+        "no queue pair made or replaced"
+    );
+    assert_eq!(
+        stranger.link(ASKER),
+        LinkTransport::RdmaFallback,
+        "nobody answered the stranger"
+    );
+    // One line logged for the first refusal; the four after it, within
+    // the second, held back and counted in the next line.
+    let t = job.agents[ASKER].engine.peers.as_mut().unwrap();
+    let later = t.net.nanos() + 2_000_000_000;
+    assert_eq!(t.rdma.as_mut().unwrap().refusal_due(OWNER, later), Some(4));
+
+    // Blocks still come by RDMA over the owner's queue pair.
+    let next = owned[1];
+    let at = job.ask(next);
+    job.until("a block by RDMA", |j| j.ready(next));
+    assert_eq!(job.fabric.stats().writes, 1);
+    assert_eq!(job.bytes_at(at, next), content(next));
+
+    // Another connection of the owner's ending changes nothing.
+    job.asker().rdma_conn_down(other, OWNER);
+    assert_eq!(job.link(), LinkTransport::Rdma);
+    assert_eq!(channel(&job), Some(conn));
+    let more = owned[2];
+    job.ask(more);
+    job.until("another block by RDMA", |j| j.ready(more));
+    assert_eq!(job.fabric.stats().writes, 2);
+
+    // The queue pair's own connection ending closes it.
+    job.asker().rdma_conn_down(conn, OWNER);
+    assert_eq!(job.link(), LinkTransport::RdmaFallback);
+    assert_eq!(channel(&job), None);
+    assert_eq!(job.fabric.qp_count(ASKER_HOST), qps - 1);
+}
