@@ -578,11 +578,18 @@ mod tests {
         let v = View::new(long.clone(), 9, members).unwrap();
         let bytes = v.encode();
         assert_eq!(View::member_count(&bytes), Ok(3));
-        assert_eq!(bytes.len(), max_encoded_len(3), "longest names: the bound is exact");
+        assert_eq!(
+            bytes.len(),
+            max_encoded_len(3),
+            "longest names: the bound is exact"
+        );
         let short = View::new("j", 1, [Member::new("a", "h:1", 1)]).unwrap();
         assert!(short.encode().len() < max_encoded_len(1));
         // Only the header is read: a body cut short still gives the count.
-        assert_eq!(View::member_count(&bytes[..VIEW_MAGIC.len() + 4 + MAX_NAME_LEN + 12]), Ok(3));
+        assert_eq!(
+            View::member_count(&bytes[..VIEW_MAGIC.len() + 4 + MAX_NAME_LEN + 12]),
+            Ok(3)
+        );
         assert!(View::member_count(&bytes[..20]).is_err());
         assert!(View::member_count(b"not a view at all, no magic").is_err());
     }

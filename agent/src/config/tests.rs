@@ -1002,7 +1002,10 @@ fn peers_rdma_device_port_and_gid_index() {
 fn peers_view_owners_member_bound_and_handin_bound() {
     let ds = "[[dataset]]\nname = \"d\"\nroot = \"/tmp\"\n";
     let d = Config::default().peers;
-    assert!(d.view_uids.is_empty(), "only the agent's own uid by default");
+    assert!(
+        d.view_uids.is_empty(),
+        "only the agent's own uid by default"
+    );
     assert_eq!(d.max_members, 4096);
     assert_eq!(d.handin_bytes_per_uid.bytes(), 16 << 20);
     assert!(d.may_install_views(0, 0), "the agent's own uid always may");
@@ -1015,11 +1018,17 @@ fn peers_view_owners_member_bound_and_handin_bound() {
     let p = &cfg.peers;
     assert!(p.may_install_views(0, 1001) && p.may_install_views(0, 0));
     assert!(!p.may_install_views(0, 1002));
-    assert_eq!((p.max_members, p.handin_bytes_per_uid.bytes()), (64, 1 << 20));
+    assert_eq!(
+        (p.max_members, p.handin_bytes_per_uid.bytes()),
+        (64, 1 << 20)
+    );
     for (bad, field) in [
         ("max_members = 0", "peers.max_members"),
         ("max_members = 65537", "peers.max_members"),
-        ("handin_bytes_per_uid = \"4KiB\"", "peers.handin_bytes_per_uid"),
+        (
+            "handin_bytes_per_uid = \"4KiB\"",
+            "peers.handin_bytes_per_uid",
+        ),
     ] {
         let e = parse_err(&format!("{session}{bad}\n{ds}"));
         let fields: Vec<_> = e.problems().iter().map(|p| p.field.clone()).collect();

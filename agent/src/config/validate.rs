@@ -110,10 +110,7 @@ impl Config {
         if c.handin_bytes_per_uid.bytes() < super::peers::MIN_HANDIN_BYTES_PER_UID {
             p.bad(
                 "peers.handin_bytes_per_uid",
-                format!(
-                    "{} is below the minimum of 64 KiB",
-                    c.handin_bytes_per_uid
-                ),
+                format!("{} is below the minimum of 64 KiB", c.handin_bytes_per_uid),
             );
         }
         if c.membership == Membership::Static && c.members.len() > c.max_members as usize {

@@ -14,6 +14,9 @@
 //!   then is answered as if it had just arrived.
 //! * A directory that cannot be computed is said once (warn) for that view;
 //!   its dataset reads the store.
+//! * At start, before any loader is served, the engine waits (up to 15 s)
+//!   for the directories of a configured view (`"static"`, `"slurm"`), so
+//!   that the first sessions' reads are routed as before.
 
 use super::{Engine, Waiting};
 use crate::peers::directory::Job;
@@ -31,7 +34,7 @@ pub(crate) struct Directories {
     failed: Vec<(usize, [u8; 32])>,
     /// Locality-mode queries and opens waiting for their dataset's
     /// directory.
-    waiting: Vec<(usize, ConnId, OpenSession, Waiting)>,
+    pub(crate) waiting: Vec<(usize, ConnId, OpenSession, Waiting)>,
     /// Holds computations back while a test holds its write lock.
     pub(crate) hold: Option<Arc<RwLock<()>>>,
 }
@@ -91,7 +94,9 @@ impl Engine {
             if dirs.jobs.contains_key(&ds) || dirs.failed.contains(&(ds, view)) {
                 continue;
             }
-            let Some(inputs) = d.source().and_then(|src| tier.directory_inputs(ds, &d.name, src))
+            let Some(inputs) = d
+                .source()
+                .and_then(|src| tier.directory_inputs(ds, &d.name, src))
             else {
                 continue;
             };
@@ -119,6 +124,17 @@ impl Engine {
             }
         }
         true
+    }
+
+    /// Waits up to `limit` for the directories being computed (at start,
+    /// before any session: a configured view's).
+    pub(super) fn wait_for_directories(&mut self, limit: std::time::Duration) {
+        let deadline = std::time::Instant::now() + limit;
+        self.peer_directories();
+        while !self.directories.jobs.is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            self.peer_directories();
+        }
     }
 
     /// Whether dataset `ds`'s directory is being computed.

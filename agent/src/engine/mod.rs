@@ -341,7 +341,7 @@ impl Engine {
         let server = Server::bind(&cfg.socket, &cfg.peers)?;
         metrics.arena_size.set(size);
         let now = clock.now();
-        Ok(Engine {
+        let mut engine = Engine {
             cfg,
             metrics,
             clock,
@@ -372,7 +372,12 @@ impl Engine {
             release_stale_kept: false,
             fence_backoff: fence_backoff::FenceBackoff::default(),
             last_release: now,
-        })
+        };
+        // A configured view's directories before the first loader is
+        // served (no session waits yet), so that its first reads are
+        // routed; those of datasets still loading come later.
+        engine.wait_for_directories(STARTUP_LOAD_WAIT);
+        Ok(engine)
     }
 
     /// The socket path loaders connect to.

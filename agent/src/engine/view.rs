@@ -154,8 +154,13 @@ impl Engine {
                 ),
             ));
         }
-        let members = View::member_count(bytes)
-            .map_err(|e| ("malformed", ErrorCode::InvalidArgument, format!("view: {e}")))?;
+        let members = View::member_count(bytes).map_err(|e| {
+            (
+                "malformed",
+                ErrorCode::InvalidArgument,
+                format!("view: {e}"),
+            )
+        })?;
         let max = self.cfg.peers.max_members;
         if members > max as usize {
             return Err((
@@ -164,8 +169,13 @@ impl Engine {
                 format!("view: {members} members, more than peers.max_members ({max})"),
             ));
         }
-        let view = View::decode(bytes)
-            .map_err(|e| ("malformed", ErrorCode::InvalidArgument, format!("view: {e}")))?;
+        let view = View::decode(bytes).map_err(|e| {
+            (
+                "malformed",
+                ErrorCode::InvalidArgument,
+                format!("view: {e}"),
+            )
+        })?;
         let tag = ViewTag::of(&view);
         let held = self.peers.as_ref().map(|t| t.view().clone());
         let joined = |installed: bool, sessions_ended: u32| ViewJoined {

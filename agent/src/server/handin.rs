@@ -319,7 +319,13 @@ mod tests {
         // A layout is taken under static membership (locality needs it).
         let r = rules("static", "");
         let mut i = Intake::new(Kind::Layout);
-        let out = hand_in(&mut i, &bytes(VIEW_CHUNK + 1), 7, &r, &mut Budget::default());
+        let out = hand_in(
+            &mut i,
+            &bytes(VIEW_CHUNK + 1),
+            7,
+            &r,
+            &mut Budget::default(),
+        );
         assert_eq!(out.last(), Some(&Outcome::Done(bytes(VIEW_CHUNK + 1))));
     }
 
@@ -361,7 +367,11 @@ mod tests {
             Outcome::Refused("handin_bytes", e) => {
                 assert_eq!(e.code, ErrorCode::Busy);
                 assert!(e.message.contains("uid 1000"), "{}", e.message);
-                assert!(e.message.contains("peers.handin_bytes_per_uid"), "{}", e.message);
+                assert!(
+                    e.message.contains("peers.handin_bytes_per_uid"),
+                    "{}",
+                    e.message
+                );
             }
             other => panic!("the third hand-in: {other:?}"),
         }
@@ -369,11 +379,17 @@ mod tests {
         assert_eq!(conns[2].pending(), 0, "the refused one buffered nothing");
         // Its remaining chunks are dropped without another answer.
         for c in &chunks[1..] {
-            assert_eq!(conns[2].push(c.clone(), 1000, &r, &mut budget), Outcome::Dropped);
+            assert_eq!(
+                conns[2].push(c.clone(), 1000, &r, &mut budget),
+                Outcome::Dropped
+            );
         }
         // Another uid has its own budget, a layout shares the uid's.
         let mut other = Intake::new(Kind::View);
-        assert_eq!(other.push(chunks[0].clone(), 1001, &r, &mut budget), Outcome::Pending);
+        assert_eq!(
+            other.push(chunks[0].clone(), 1001, &r, &mut budget),
+            Outcome::Pending
+        );
         let mut layout = Intake::new(Kind::Layout);
         assert!(matches!(
             layout.push(chunks[0].clone(), 1000, &r, &mut budget),
@@ -404,7 +420,10 @@ mod tests {
         let chunks = ViewChunk::split(&b);
         let mut budget = Budget::default();
         let mut i = Intake::new(Kind::View);
-        assert_eq!(i.push(chunks[0].clone(), 5, &r, &mut budget), Outcome::Pending);
+        assert_eq!(
+            i.push(chunks[0].clone(), 5, &r, &mut budget),
+            Outcome::Pending
+        );
         assert_eq!(budget.used(5), b.len() as u64);
         // The third chunk before the second.
         assert!(matches!(
@@ -417,7 +436,10 @@ mod tests {
             i.push(chunks[1].clone(), 5, &r, &mut budget),
             Outcome::Refused("malformed", _)
         ));
-        assert_eq!(i.push(chunks[2].clone(), 5, &r, &mut budget), Outcome::Dropped);
+        assert_eq!(
+            i.push(chunks[2].clone(), 5, &r, &mut budget),
+            Outcome::Dropped
+        );
         let out = hand_in(&mut i, &b, 5, &r, &mut budget);
         assert_eq!(out.last(), Some(&Outcome::Done(b)));
     }
