@@ -46,6 +46,9 @@ if [ "$(id -u)" -eq 0 ]; then
     cargo nextest run --release -p granary-agent --test bad_input --run-ignored only \
         -E 'test(=a_uid_outside_the_allowlist_gets_no_fds)'
     ran_ignored+=(a_uid_outside_the_allowlist_gets_no_fds)
+    cargo nextest run --release -p granary-agent --test view_owner --run-ignored only \
+        -E 'test(=another_uid_joins_the_view_but_cannot_replace_it)'
+    ran_ignored+=(another_uid_joins_the_view_but_cannot_replace_it)
     # A ramfs, whose files refuse O_DIRECT: the reader falls back to the page cache.
     cargo nextest run --release -p granary-agent --lib --run-ignored only \
         -E 'test(=source::fs::reader::tests::a_filesystem_that_refuses_direct_io_is_read_through_the_page_cache)'

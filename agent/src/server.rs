@@ -3,13 +3,17 @@
 //!
 //! Everything here is non-blocking; the engine thread calls [`Server::poll`]
 //! once per turn. A connection carries any number of sessions; when it hangs
-//! up (the loader exited or was killed) all of its sessions end.
+//! up (the loader exited or was killed) all of its sessions end. Views and
+//! rank layouts handed in chunk by chunk are reassembled by `handin`.
 
-use crate::config::SocketConfig;
+mod handin;
+
+use crate::config::{PeersConfig, SocketConfig};
 use crate::metrics::{Metrics, ViolationKind};
-use granary_shm::handshake::{ErrorReply, Message, ViewAssembler};
+use granary_shm::handshake::{ErrorReply, Message};
 use granary_shm::socket::{PeerCred, SeqPacket, SeqPacketListener, SocketError};
 use granary_shm::ErrorCode;
+use handin::{Budget, Intake, Kind, Outcome, Rules};
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::BorrowedFd;
@@ -33,9 +37,9 @@ pub(crate) enum ConnEvent {
     Close(ConnId, u64),
     /// The loader asks who this agent is among its job's agents.
     PeerQuery(ConnId),
-    /// The loader hands in its job's membership view (its canonical
-    /// encoding, reassembled from chunks).
-    JoinView(ConnId, Vec<u8>),
+    /// A loader of this uid hands in its job's membership view (its
+    /// canonical encoding, reassembled from chunks).
+    JoinView(ConnId, u32, Vec<u8>),
     /// The loader handed in its job's rank layout (reassembled from
     /// chunks), or chunks that could not be reassembled (why).
     Layout(ConnId, Result<Vec<u8>, String>),
@@ -50,9 +54,9 @@ struct Conn {
     sock: SeqPacket,
     cred: PeerCred,
     /// A view being handed in, chunk by chunk.
-    view: ViewAssembler,
+    view: Intake,
     /// A rank layout being handed in, chunk by chunk.
-    layout: ViewAssembler,
+    layout: Intake,
 }
 
 /// The listening socket and every live connection.
@@ -62,6 +66,10 @@ pub(crate) struct Server {
     next_id: ConnId,
     agent_uid: u32,
     allow: SocketConfig,
+    /// What views and layouts handed in may be.
+    handin: Rules,
+    /// Bytes each uid's hand-ins in progress announced.
+    handin_budget: Budget,
 }
 
 impl Server {
@@ -71,8 +79,14 @@ impl Server {
         self.conns.get(&id).map(|c| c.cred)
     }
 
-    /// Binds the socket (mode from config) in non-blocking mode.
-    pub fn bind(cfg: &SocketConfig) -> io::Result<Server> {
+    /// The uid the agent runs as.
+    pub(crate) fn agent_uid(&self) -> u32 {
+        self.agent_uid
+    }
+
+    /// Binds the socket (mode from config) in non-blocking mode; views and
+    /// layouts are handed in under `peers`' rules.
+    pub fn bind(cfg: &SocketConfig, peers: &PeersConfig) -> io::Result<Server> {
         let path: &Path = cfg.path.as_ref();
         if let Some(dir) = path.parent() {
             if !dir.as_os_str().is_empty() {
@@ -87,6 +101,8 @@ impl Server {
             next_id: 1,
             agent_uid: nix::unistd::getuid().as_raw(),
             allow: cfg.clone(),
+            handin: Rules::new(peers),
+            handin_budget: Budget::default(),
         })
     }
 
@@ -123,17 +139,38 @@ impl Server {
                             },
                             // Not answered: the query or open that needs
                             // the layout reports what was wrong with it.
-                            Message::LayoutChunk(chunk) => match conn.layout.push(chunk) {
-                                Ok(Some(bytes)) => out.push(ConnEvent::Layout(id, Ok(bytes))),
-                                Ok(None) => {}
-                                Err(reply) => out.push(ConnEvent::Layout(id, Err(reply.message))),
+                            Message::LayoutChunk(chunk) => match conn.layout.push(
+                                chunk,
+                                conn.cred.uid,
+                                &self.handin,
+                                &mut self.handin_budget,
+                            ) {
+                                Outcome::Done(bytes) => out.push(ConnEvent::Layout(id, Ok(bytes))),
+                                Outcome::Refused(_, reply) => {
+                                    out.push(ConnEvent::Layout(id, Err(reply.message)))
+                                }
+                                Outcome::Pending | Outcome::Dropped => {}
                             },
-                            Message::ViewChunk(chunk) => match conn.view.push(chunk) {
-                                Ok(Some(view)) => out.push(ConnEvent::JoinView(id, view)),
-                                Ok(None) => {}
-                                Err(reply) => {
+                            Message::ViewChunk(chunk) => match conn.view.push(
+                                chunk,
+                                conn.cred.uid,
+                                &self.handin,
+                                &mut self.handin_budget,
+                            ) {
+                                Outcome::Done(view) => {
+                                    out.push(ConnEvent::JoinView(id, conn.cred.uid, view))
+                                }
+                                Outcome::Refused(reason, reply) => {
+                                    metrics.peers.view_refused(reason);
+                                    tracing::warn!(
+                                        conn = id,
+                                        uid = conn.cred.uid,
+                                        "membership view refused: {}",
+                                        reply.message
+                                    );
                                     let _ = conn.sock.send_message(&Message::Error(reply), &[]);
                                 }
+                                Outcome::Pending | Outcome::Dropped => {}
                             },
                             other => {
                                 let _ = conn.sock.send_message(
@@ -173,7 +210,7 @@ impl Server {
             }
         }
         for id in gone {
-            self.conns.remove(&id);
+            self.forget(id);
             out.push(ConnEvent::Gone(id));
         }
     }
@@ -229,8 +266,8 @@ impl Server {
                 Conn {
                     sock,
                     cred,
-                    view: ViewAssembler::default(),
-                    layout: ViewAssembler::for_layout(),
+                    view: Intake::new(Kind::View),
+                    layout: Intake::new(Kind::Layout),
                 },
             );
             out.push(ConnEvent::Connected(id, cred));
@@ -253,7 +290,18 @@ impl Server {
     /// loader until it reads the end). No `Gone` event follows: the caller
     /// cleans up after it. Returns whether it was open.
     pub(crate) fn close(&mut self, id: ConnId) -> bool {
-        self.conns.remove(&id).is_some()
+        self.forget(id)
+    }
+
+    /// Drops a connection and what it was handing in. Returns whether it
+    /// was open.
+    fn forget(&mut self, id: ConnId) -> bool {
+        let Some(mut c) = self.conns.remove(&id) else {
+            return false;
+        };
+        c.view.abandon(c.cred.uid, &mut self.handin_budget);
+        c.layout.abandon(c.cred.uid, &mut self.handin_budget);
+        true
     }
 
     /// Sends an error reply.

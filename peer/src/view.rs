@@ -288,6 +288,19 @@ impl View {
         out
     }
 
+    /// The member count a canonical encoding announces, read from its
+    /// header alone (nothing else is checked or allocated): lets a receiver
+    /// refuse a view larger than it takes before decoding it.
+    pub fn member_count(bytes: &[u8]) -> Result<usize, ViewError> {
+        let mut r = Reader { b: bytes };
+        if r.take(VIEW_MAGIC.len())? != VIEW_MAGIC {
+            return Err(ViewError::Encoding("bad magic"));
+        }
+        r.string()?;
+        r.u64()?;
+        Ok(r.u32()? as usize)
+    }
+
     /// Decodes and validates a canonical encoding; only bytes that
     /// [`View::encode`] could have produced are accepted.
     pub fn decode(bytes: &[u8]) -> Result<View, ViewError> {
@@ -319,6 +332,14 @@ impl View {
         }
         View::new(job_id, epoch, members)
     }
+}
+
+/// The longest canonical encoding of a view of `members` members (every
+/// name [`MAX_NAME_LEN`] bytes long): a receiver that takes views of at most
+/// `members` members can refuse longer bytes before reading them.
+pub const fn max_encoded_len(members: usize) -> usize {
+    let name = 4 + MAX_NAME_LEN;
+    VIEW_MAGIC.len() + name + 8 + 4 + members * (2 * name + 8)
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
@@ -548,6 +569,29 @@ mod tests {
 
     fn hosts(s: &str) -> Vec<String> {
         expand_hostlist(s).unwrap()
+    }
+
+    #[test]
+    fn the_member_count_is_read_from_the_header_and_bounds_the_encoding() {
+        let long = "x".repeat(MAX_NAME_LEN);
+        let members = (0..3).map(|i| Member::new(format!("{i}{}", &long[1..]), long.clone(), 7));
+        let v = View::new(long.clone(), 9, members).unwrap();
+        let bytes = v.encode();
+        assert_eq!(View::member_count(&bytes), Ok(3));
+        assert_eq!(
+            bytes.len(),
+            max_encoded_len(3),
+            "longest names: the bound is exact"
+        );
+        let short = View::new("j", 1, [Member::new("a", "h:1", 1)]).unwrap();
+        assert!(short.encode().len() < max_encoded_len(1));
+        // Only the header is read: a body cut short still gives the count.
+        assert_eq!(
+            View::member_count(&bytes[..VIEW_MAGIC.len() + 4 + MAX_NAME_LEN + 12]),
+            Ok(3)
+        );
+        assert!(View::member_count(&bytes[..20]).is_err());
+        assert!(View::member_count(b"not a view at all, no magic").is_err());
     }
 
     #[test]

@@ -369,6 +369,13 @@ impl ViewAssembler {
             )));
         }
         self.total = Some(c.total);
+        // Grow by doubling, never past the announced total: what a hand-in
+        // holds stays within the bytes it announced.
+        let needed = self.buf.len() + c.bytes.len();
+        if needed > self.buf.capacity() {
+            let grown = (self.buf.capacity() * 2).max(needed).min(c.total as usize);
+            self.buf.reserve_exact(grown - self.buf.len());
+        }
         self.buf.extend_from_slice(&c.bytes);
         if self.buf.len() as u64 == u64::from(c.total) {
             let done = std::mem::take(&mut self.buf);
@@ -381,6 +388,11 @@ impl ViewAssembler {
     /// Bytes held for a view not yet complete.
     pub fn pending(&self) -> usize {
         self.buf.len()
+    }
+
+    /// Bytes allocated for it (at most the announced total).
+    pub fn allocated(&self) -> usize {
+        self.buf.capacity()
     }
 }
 
@@ -1477,7 +1489,14 @@ mod tests {
             };
             let out = a.push(c).unwrap();
             assert_eq!(out.is_some(), i == 3);
+            assert!(
+                a.allocated() <= view.len(),
+                "{} bytes allocated for a hand-in of {}",
+                a.allocated(),
+                view.len()
+            );
             if let Some(v) = out {
+                assert_eq!(v.len(), v.capacity(), "grown to the total exactly");
                 assert_eq!(v, view);
             }
         }

@@ -90,6 +90,13 @@ pub struct MemberConfig {
     pub keep: Option<ByteSize>,
 }
 
+/// `peers.max_members` by default.
+pub(crate) const DEFAULT_MAX_MEMBERS: u32 = 4096;
+
+/// The smallest `peers.handin_bytes_per_uid`: a small view and a small
+/// layout at once.
+pub(crate) const MIN_HANDIN_BYTES_PER_UID: u64 = 64 << 10;
+
 /// `[peers]`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -116,6 +123,20 @@ pub struct PeersConfig {
     pub advertise: String,
     /// `peers.members`: the static view (`"static"`).
     pub members: Vec<MemberConfig>,
+    /// `peers.view_uids`: user ids whose loaders may install or replace
+    /// this agent's view (`"session"`), besides the agent's own uid, which
+    /// always may. Any loader the socket admits may join the view held.
+    /// Default empty.
+    pub view_uids: Vec<u32>,
+    /// `peers.max_members`: the most members a view may have, 1 to 65,536;
+    /// larger views are refused before they are decoded (and a static or
+    /// Slurm view larger than this stops the agent). Default 4096.
+    pub max_members: u32,
+    /// `peers.handin_bytes_per_uid`: bytes of views and rank layouts the
+    /// loaders of one uid may be handing in at once, over all their
+    /// connections (each hand-in counts its announced size from its first
+    /// chunk). Default 16 MiB.
+    pub handin_bytes_per_uid: ByteSize,
     /// `peers.secret`: the per-job secret, the pre-shared key of the peer
     /// channel's handshake. Give it or `peers.secret_file`.
     pub secret: Option<Secret>,
@@ -186,6 +207,9 @@ impl Default for PeersConfig {
             port: 7170,
             advertise: String::new(),
             members: Vec::new(),
+            view_uids: Vec::new(),
+            max_members: DEFAULT_MAX_MEMBERS,
+            handin_bytes_per_uid: ByteSize(16 << 20),
             secret: None,
             secret_file: None,
             keep_percent: 50,
@@ -212,5 +236,11 @@ impl PeersConfig {
     /// Whether this agent shares its arena with peers.
     pub(crate) fn enabled(&self) -> bool {
         self.membership != Membership::Off
+    }
+
+    /// Whether a loader of `uid` may install or replace the view, given
+    /// the agent's own uid (which always may).
+    pub(crate) fn may_install_views(&self, agent_uid: u32, uid: u32) -> bool {
+        uid == agent_uid || self.view_uids.contains(&uid)
     }
 }

@@ -1029,3 +1029,51 @@ fn peers_rdma_device_port_and_gid_index() {
     let e = parse_err(&format!("{peers}rdma_gid_index = 256\n{ds}"));
     assert!(e.to_string().contains("rdma_gid_index"), "{e}");
 }
+
+#[test]
+fn peers_view_owners_member_bound_and_handin_bound() {
+    let ds = "[[dataset]]\nname = \"d\"\nroot = \"/tmp\"\n";
+    let d = Config::default().peers;
+    assert!(
+        d.view_uids.is_empty(),
+        "only the agent's own uid by default"
+    );
+    assert_eq!(d.max_members, 4096);
+    assert_eq!(d.handin_bytes_per_uid.bytes(), 16 << 20);
+    assert!(d.may_install_views(0, 0), "the agent's own uid always may");
+    assert!(!d.may_install_views(0, 1000));
+    let session = "[peers]\nmembership = \"session\"\nsecret = \"c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23\"\n";
+    let cfg = Config::from_toml_str(&format!(
+        "{session}view_uids = [1000, 1001]\nmax_members = 64\nhandin_bytes_per_uid = \"1MiB\"\n{ds}"
+    ))
+    .unwrap();
+    let p = &cfg.peers;
+    assert!(p.may_install_views(0, 1001) && p.may_install_views(0, 0));
+    assert!(!p.may_install_views(0, 1002));
+    assert_eq!(
+        (p.max_members, p.handin_bytes_per_uid.bytes()),
+        (64, 1 << 20)
+    );
+    for (bad, field) in [
+        ("max_members = 0", "peers.max_members"),
+        ("max_members = 65537", "peers.max_members"),
+        (
+            "handin_bytes_per_uid = \"4KiB\"",
+            "peers.handin_bytes_per_uid",
+        ),
+    ] {
+        let e = parse_err(&format!("{session}{bad}\n{ds}"));
+        let fields: Vec<_> = e.problems().iter().map(|p| p.field.clone()).collect();
+        assert_eq!(fields, [field], "{bad}: {e}");
+    }
+    let e = parse_err(&format!("{session}view_uids = [-1]\n{ds}"));
+    assert!(e.to_string().contains("view_uids"), "{e}");
+    // A static list longer than max_members.
+    let e = parse_err(&format!(
+        "[peers]\nmembership = \"static\"\njob_id = \"j\"\nnode_id = \"a\"\nsecret = \"c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23\"\nmax_members = 1\n\
+         members = [{{ id = \"a\", addr = \"h:1\" }}, {{ id = \"b\", addr = \"h:2\" }}]\n{ds}"
+    ));
+    let fields: Vec<_> = e.problems().iter().map(|p| p.field.clone()).collect();
+    assert_eq!(fields, ["peers.members"], "{e}");
+    assert!(e.to_string().contains("max_members"), "{e}");
+}

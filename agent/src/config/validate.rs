@@ -145,6 +145,32 @@ impl Config {
                 ),
             );
         }
+        if c.max_members == 0 || c.max_members as usize > granary_peer::view::MAX_MEMBERS {
+            p.bad(
+                "peers.max_members",
+                format!(
+                    "{} is outside 1..={}",
+                    c.max_members,
+                    granary_peer::view::MAX_MEMBERS
+                ),
+            );
+        }
+        if c.handin_bytes_per_uid.bytes() < super::peers::MIN_HANDIN_BYTES_PER_UID {
+            p.bad(
+                "peers.handin_bytes_per_uid",
+                format!("{} is below the minimum of 64 KiB", c.handin_bytes_per_uid),
+            );
+        }
+        if c.membership == Membership::Static && c.members.len() > c.max_members as usize {
+            p.bad(
+                "peers.members",
+                format!(
+                    "{} members is more than peers.max_members ({})",
+                    c.members.len(),
+                    c.max_members
+                ),
+            );
+        }
         if c.transport == super::TransportSetting::Rdma {
             let probe = crate::peers::transport::probe_devices();
             if let Err(e) = crate::peers::transport::resolve(

@@ -73,6 +73,10 @@ impl Engine {
         let Some(ds) = self.loaded_dataset(conn, &req, Waiting::Query) else {
             return;
         };
+        if self.directory_pending(ds) {
+            self.wait_for_directory(ds, conn, req, Waiting::Query);
+            return;
+        }
         let info = match self.locality(conn, ds, &req) {
             Ok((_, digest)) => AssignmentInfo {
                 locality: true,

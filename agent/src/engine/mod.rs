@@ -21,6 +21,7 @@
 mod assignment;
 mod clock;
 mod complete;
+mod directory;
 mod fence_backoff;
 #[cfg(any(test, feature = "fuzzing"))]
 mod harness;
@@ -161,6 +162,8 @@ pub struct Engine {
     /// The rank layout each loader connection handed in (or why it could
     /// not be read), for locality-mode queries and opens.
     conn_layouts: std::collections::HashMap<ConnId, assignment::HandedLayout>,
+    /// Directories being computed off the engine thread.
+    directories: directory::Directories,
     /// A view change left kept samples the new keep-set drops.
     release_stale_kept: bool,
     /// Processes fenced again and again wait before their next session.
@@ -335,10 +338,10 @@ impl Engine {
         if let Some(v) = peers.as_ref().map(|t| t.view()) {
             metrics.peers.view_epoch.set(v.epoch());
         }
-        let server = Server::bind(&cfg.socket)?;
+        let server = Server::bind(&cfg.socket, &cfg.peers)?;
         metrics.arena_size.set(size);
         let now = clock.now();
-        Ok(Engine {
+        let mut engine = Engine {
             cfg,
             metrics,
             clock,
@@ -365,10 +368,16 @@ impl Engine {
             peer_endpoint,
             conn_views: std::collections::HashMap::new(),
             conn_layouts: std::collections::HashMap::new(),
+            directories: directory::Directories::default(),
             release_stale_kept: false,
             fence_backoff: fence_backoff::FenceBackoff::default(),
             last_release: now,
-        })
+        };
+        // A configured view's directories before the first loader is
+        // served (no session waits yet), so that its first reads are
+        // routed; those of datasets still loading come later.
+        engine.wait_for_directories(STARTUP_LOAD_WAIT);
+        Ok(engine)
     }
 
     /// The socket path loaders connect to.
@@ -428,7 +437,7 @@ impl Engine {
 
         let mut progressed = self.poll_connections();
         progressed |= self.poll_datasets(now);
-        self.peer_directories();
+        progressed |= self.peer_directories();
         self.release_unkept();
         progressed |= self.poll_peers(now);
         self.heartbeat(now);

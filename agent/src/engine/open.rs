@@ -66,13 +66,14 @@ impl Engine {
                 }
             }
             ConnEvent::PeerQuery(conn) => self.peer_query(conn),
-            ConnEvent::JoinView(conn, view) => self.join_view(conn, &view),
+            ConnEvent::JoinView(conn, uid, view) => self.join_view(conn, uid, &view),
             ConnEvent::Layout(conn, bytes) => self.take_layout(conn, bytes),
             ConnEvent::AssignmentQuery(conn, req) => self.assignment_query(conn, req),
             ConnEvent::Gone(conn) => {
                 self.conn_views.remove(&conn);
                 self.conn_layouts.remove(&conn);
                 self.waiting_opens.retain(|(_, c, _, _)| *c != conn);
+                self.directories.forget(conn);
                 let mine: Vec<u64> = self
                     .sessions
                     .values()
@@ -95,6 +96,10 @@ impl Engine {
         let Some(ds) = self.loaded_dataset(conn, &req, Waiting::Open) else {
             return;
         };
+        if req.locality.is_some() && self.directory_pending(ds) {
+            self.wait_for_directory(ds, conn, req, Waiting::Open);
+            return;
+        }
         let (opened, sid) = match self.open_session(conn, ds, &req) {
             Ok(x) => x,
             Err((code, why)) => {

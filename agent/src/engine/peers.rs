@@ -28,20 +28,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 impl Engine {
-    /// Computes the directory of every dataset that became ready.
-    pub(super) fn peer_directories(&mut self) {
-        let Some(tier) = self.peers.as_mut() else {
-            return;
-        };
-        for (i, d) in self.datasets.iter().enumerate() {
-            if tier.fingerprint_of(i).is_none() {
-                if let Some(src) = d.source() {
-                    tier.ensure_dataset(i, &d.name, src);
-                }
-            }
-        }
-    }
-
     /// Asks peer `member` for sample `k`, landing in the extent at `dest`.
     pub(super) fn start_peer_get(&mut self, member: usize, k: SampleKey, dest: u64, len: u32) {
         let now = self.clock.now();

@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 mod rdma;
+mod view;
 
 #[test]
 fn request_phase_grows_the_window_by_slow_start() {

@@ -4,18 +4,27 @@
 //! * `PeerQuery` is answered with who this agent is (node id, the address
 //!   its peers reach it at, its keep bytes) and the view it holds.
 //! * A view handed in (`JoinView`, before a session opens on the same
-//!   connection) is checked against the configuration and the view held:
-//!   - with `peers.membership = "session"` the first view is installed; a
-//!     view of the same job with a higher epoch (a relaunch) replaces it
-//!     and ends the sessions that joined an older one; a lower epoch, or
-//!     the same epoch with other members, is refused; another job's view
-//!     replaces the held one only when no session uses it;
-//!   - with `"static"` or `"slurm"` only the configured view is accepted;
-//!   - with `"off"` every view is refused.
+//!   connection) is checked against the configuration and the view held
+//!   (the server took its chunks only with `peers.membership = "session"`,
+//!   within the uid's hand-in budget and `peers.max_members`' size):
+//!   - the view held (the same digest) is joined by any loader the socket
+//!     admits;
+//!   - installing or replacing one is for loaders of the agent's own uid
+//!     and of `peers.view_uids` only (`Permission` for the others), and for
+//!     views of at most `peers.max_members` members, checked from the
+//!     encoding's header before it is decoded;
+//!   - the first view is installed; a view of the same job with a higher
+//!     epoch (a relaunch) replaces it and ends the sessions that joined an
+//!     older one; a lower epoch, or the same epoch with other members, is
+//!     refused; another job's view replaces the held one only when no
+//!     session uses it;
+//!   - with `"static"` or `"slurm"` only the configured view is joined;
+//!     with `"off"` every view is refused.
 //! * Installing a view stops the old transport (what was asked of old
 //!   peers is read from the store, what they asked of us is dropped with
-//!   its pins), starts a new one, and recomputes each dataset's directory;
-//!   kept samples the new keep-set drops are freed.
+//!   its pins) and starts a new one; each dataset's directory is then
+//!   computed off the engine thread (`engine/directory.rs`), the store
+//!   serving meanwhile; kept samples the new keep-set drops are freed.
 //!
 //! A refusal never stops a session from opening: its samples are the same
 //! in every view, only where the bytes come from changes.
@@ -27,6 +36,11 @@ use crate::server::ConnId;
 use granary_peer::view::View;
 use granary_shm::handshake::{MembershipMode, Message, PeerIdentity, ViewJoined};
 use granary_shm::{ErrorCode, Violation};
+use sha2::{Digest, Sha256};
+
+/// A view refused: the `reason` label of its count, the code and the
+/// message the loader is told.
+type Refused = (&'static str, ErrorCode, String);
 
 impl Engine {
     /// Answers a loader's `PeerQuery`.
@@ -56,9 +70,10 @@ impl Engine {
         let _ = self.server.reply(conn, &Message::PeerIdentity(reply), &[]);
     }
 
-    /// Takes the view a loader handed in (see the module documentation).
-    pub(super) fn join_view(&mut self, conn: ConnId, bytes: &[u8]) {
-        match self.adopt_view(conn, bytes) {
+    /// Takes the view a loader of `uid` handed in (see the module
+    /// documentation).
+    pub(super) fn join_view(&mut self, conn: ConnId, uid: u32, bytes: &[u8]) {
+        match self.adopt_view(conn, uid, bytes) {
             Ok(joined) => {
                 self.metrics.peers.view(if joined.installed {
                     "installed"
@@ -67,44 +82,45 @@ impl Engine {
                 });
                 let _ = self.server.reply(conn, &Message::ViewJoined(joined), &[]);
             }
-            Err((code, why)) => {
-                self.metrics.peers.view("refused");
-                tracing::warn!(conn, "membership view refused: {why}");
+            Err((reason, code, why)) => {
+                self.metrics.peers.view_refused(reason);
+                tracing::warn!(conn, uid, "membership view refused: {why}");
                 self.server.reply_error(conn, code, why);
             }
         }
     }
 
-    fn adopt_view(
-        &mut self,
-        conn: ConnId,
-        bytes: &[u8],
-    ) -> Result<ViewJoined, (ErrorCode, String)> {
-        let view =
-            View::decode(bytes).map_err(|e| (ErrorCode::InvalidArgument, format!("view: {e}")))?;
-        let tag = ViewTag::of(&view);
-        let held = self.peers.as_ref().map(|t| t.view().clone());
-        let joined = |installed: bool, sessions_ended: u32| ViewJoined {
-            view_epoch: view.epoch(),
-            view_digest: view.digest().0,
-            installed,
-            sessions_ended,
-        };
+    fn adopt_view(&mut self, conn: ConnId, uid: u32, bytes: &[u8]) -> Result<ViewJoined, Refused> {
+        // The view held, joined by any loader the socket admits: its
+        // digest is that of its canonical bytes.
+        let digest: [u8; 32] = Sha256::digest(bytes).into();
+        if let Some(h) = self.peers.as_ref().map(PeerTier::view) {
+            if h.digest().0 == digest {
+                let j = ViewJoined {
+                    view_epoch: h.epoch(),
+                    view_digest: digest,
+                    installed: false,
+                    sessions_ended: 0,
+                };
+                self.conn_views.insert(conn, ViewTag::of(h));
+                return Ok(j);
+            }
+        }
+        let other = |code, why: String| ("other", code, why);
         match self.cfg.peers.membership {
             Membership::Off => {
                 return Err((
+                    "membership",
                     ErrorCode::InvalidArgument,
                     "peers are off on this agent (peers.membership = \"off\"); the session reads the store"
                         .into(),
                 ))
             }
             Membership::Static | Membership::Slurm => {
-                return match held {
-                    Some(h) if h.digest() == view.digest() => {
-                        self.conn_views.insert(conn, tag);
-                        Ok(joined(false, 0))
-                    }
-                    _ => Err((
+                let view = View::decode(bytes)
+                    .map_err(|e| ("malformed", ErrorCode::InvalidArgument, format!("view: {e}")))?;
+                return Err((
+                        "membership",
                         ErrorCode::InvalidArgument,
                         format!(
                             "this agent's view comes from its configuration (peers.membership = \"{}\"); \
@@ -114,14 +130,63 @@ impl Engine {
                             view.epoch(),
                             view.len()
                         ),
-                    )),
-                };
+                    ));
             }
             Membership::Session => {}
         }
+        let agent_uid = self.server.agent_uid();
+        if !self.cfg.peers.may_install_views(agent_uid, uid) {
+            let held = match self.peers.as_ref().map(PeerTier::view) {
+                Some(h) => format!(
+                    "it may join the view the agent holds (job {:?}, epoch {})",
+                    h.job_id(),
+                    h.epoch()
+                ),
+                None => "the agent holds none yet".to_string(),
+            };
+            return Err((
+                "uid",
+                ErrorCode::Permission,
+                format!(
+                    "uid {uid} may not install or replace this agent's membership view: only uid \
+                     {agent_uid} (the agent's) and peers.view_uids {:?} may; {held}",
+                    self.cfg.peers.view_uids
+                ),
+            ));
+        }
+        let members = View::member_count(bytes).map_err(|e| {
+            (
+                "malformed",
+                ErrorCode::InvalidArgument,
+                format!("view: {e}"),
+            )
+        })?;
+        let max = self.cfg.peers.max_members;
+        if members > max as usize {
+            return Err((
+                "max_members",
+                ErrorCode::InvalidArgument,
+                format!("view: {members} members, more than peers.max_members ({max})"),
+            ));
+        }
+        let view = View::decode(bytes).map_err(|e| {
+            (
+                "malformed",
+                ErrorCode::InvalidArgument,
+                format!("view: {e}"),
+            )
+        })?;
+        let tag = ViewTag::of(&view);
+        let held = self.peers.as_ref().map(|t| t.view().clone());
+        let joined = |installed: bool, sessions_ended: u32| ViewJoined {
+            view_epoch: view.epoch(),
+            view_digest: view.digest().0,
+            installed,
+            sessions_ended,
+        };
         let wanted = &self.cfg.peers.job_id;
         if !wanted.is_empty() && wanted != view.job_id() {
-            return Err((
+            return Err(other(
                 ErrorCode::Permission,
                 format!(
                     "this agent takes views of job {wanted:?} only (peers.job_id), not {:?}",
@@ -135,7 +200,7 @@ impl Engine {
             .map(|e| e.node_id.clone())
             .unwrap_or_default();
         if view.index_of(&node_id).is_none() {
-            return Err((
+            return Err(other(
                 ErrorCode::InvalidArgument,
                 format!(
                     "this agent ({node_id:?}) is not a member of the view of job {:?}",
@@ -144,13 +209,9 @@ impl Engine {
             ));
         }
         if let Some(h) = &held {
-            if h.digest() == view.digest() {
-                self.conn_views.insert(conn, tag);
-                return Ok(joined(false, 0));
-            }
             if h.job_id() == view.job_id() {
                 if view.epoch() < h.epoch() {
-                    return Err((
+                    return Err(other(
                         ErrorCode::InvalidArgument,
                         format!(
                             "stale view: epoch {} of job {:?} is older than the epoch {} this agent holds",
@@ -161,7 +222,7 @@ impl Engine {
                     ));
                 }
                 if view.epoch() == h.epoch() {
-                    return Err((
+                    return Err(other(
                         ErrorCode::InvalidArgument,
                         format!(
                             "conflicting view: epoch {} of job {:?} already has other members here \
@@ -174,7 +235,7 @@ impl Engine {
             } else {
                 let users = self.sessions_of_job(h.job_id());
                 if users > 0 {
-                    return Err((
+                    return Err(other(
                         ErrorCode::Busy,
                         format!(
                             "this agent serves job {:?}'s view to {users} sessions; job {:?}'s view waits until they end",
@@ -185,7 +246,9 @@ impl Engine {
                 }
             }
         }
-        let ended = self.install_view(view.clone())?;
+        let ended = self
+            .install_view(view.clone())
+            .map_err(|(code, why)| other(code, why))?;
         self.conn_views.insert(conn, tag);
         Ok(joined(true, ended))
     }

@@ -30,6 +30,13 @@ pub enum MembershipError {
     },
     /// The view comes from loaders (`"session"`), not the configuration.
     FromSessions,
+    /// The view has more members than `peers.max_members`.
+    TooManyMembers {
+        /// Its members.
+        members: usize,
+        /// `peers.max_members`.
+        max: u32,
+    },
 }
 
 impl fmt::Display for MembershipError {
@@ -47,6 +54,10 @@ impl fmt::Display for MembershipError {
             MembershipError::FromSessions => {
                 f.write_str("peers.membership is \"session\": loaders hand in the view")
             }
+            MembershipError::TooManyMembers { members, max } => write!(
+                f,
+                "the view has {members} members, more than peers.max_members ({max})"
+            ),
         }
     }
 }
@@ -138,6 +149,21 @@ pub(crate) fn endpoint(cfg: &PeersConfig, view: Option<&View>) -> Result<Endpoin
 /// The view the configuration describes; `keep_bytes` is this agent's keep
 /// area, the default keep of every member; `env` holds Slurm's variables.
 pub fn view_from_config(
+    cfg: &PeersConfig,
+    keep_bytes: u64,
+    env: &HashMap<String, String>,
+) -> Result<View, MembershipError> {
+    let view = configured_view(cfg, keep_bytes, env)?;
+    if view.len() > cfg.max_members as usize {
+        return Err(MembershipError::TooManyMembers {
+            members: view.len(),
+            max: cfg.max_members,
+        });
+    }
+    Ok(view)
+}
+
+fn configured_view(
     cfg: &PeersConfig,
     keep_bytes: u64,
     env: &HashMap<String, String>,
@@ -252,6 +278,17 @@ secret = "$S""#);
         // Without the variables: a clear error.
         let e = view_from_config(&c.peers, 10, &HashMap::new()).unwrap_err();
         assert!(e.to_string().contains("SLURM_JOB_ID"), "{e}");
+        // More nodes than peers.max_members: refused, naming the setting.
+        let small = cfg(r#"membership = "slurm"
+node_id = "gpu02"
+max_members = 2
+secret = "c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23""#);
+        let e = view_from_config(&small.peers, 10, &env).unwrap_err();
+        assert!(
+            matches!(e, MembershipError::TooManyMembers { members: 3, max: 2 }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("peers.max_members"), "{e}");
     }
 
     #[test]

@@ -56,7 +56,8 @@ pub struct PeerMetrics {
     pub rtt: Family<Labels, Histogram, fn() -> Histogram>,
     /// Views handed in by loaders, by outcome: `installed` (it became the
     /// agent's view), `joined` (it was the agent's view already),
-    /// `refused`.
+    /// `refused` (with a `reason`: `uid`, `max_members`, `membership`,
+    /// `handin_bytes`, `malformed`, `other`).
     pub views: Family<Labels, Counter>,
     /// Sessions ended because a newer view of their job was installed.
     pub sessions_ended_by_view: Counter,
@@ -143,6 +144,20 @@ impl PeerMetrics {
     /// Counts a view handed in, by `outcome`.
     pub fn view(&self, outcome: &str) {
         self.views.get_or_create(&label("outcome", outcome)).inc();
+    }
+
+    /// Counts a view refused, for `reason`.
+    pub fn view_refused(&self, reason: &str) {
+        let mut l = label("outcome", "refused");
+        l.push(("reason".to_string(), reason.to_string()));
+        self.views.get_or_create(&l).inc();
+    }
+
+    /// Views refused for `reason` so far.
+    pub fn views_refused(&self, reason: &str) -> u64 {
+        let mut l = label("outcome", "refused");
+        l.push(("reason".to_string(), reason.to_string()));
+        self.views.get_or_create(&l).get()
     }
 
     /// Counts the `[local, peer, uncached]` samples a `mode` session just
@@ -256,7 +271,7 @@ impl PeerMetrics {
         );
         registry.register(
             "granary_peer_views",
-            "Membership views handed in by loaders, by outcome (installed, joined, refused).",
+            "Membership views handed in by loaders, by outcome (installed, joined, refused) and, refused, by reason.",
             self.views.clone(),
         );
         registry.register(

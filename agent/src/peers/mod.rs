@@ -13,6 +13,7 @@
 //! |---|---|
 //! | `fingerprint` | a dataset's identity across agents: names, sizes and version tokens |
 //! | `membership` | the view from the configuration (static list, Slurm), the job secret |
+//! | `directory` | directories computed on a thread of their own |
 //! | `net` | the TCP transport: listener, one connection per peer, payloads straight to and from the arena |
 //! | [`metrics`] | the tier's Prometheus series |
 //! | [`transport`] | `peers.transport`: the RDMA device probe, each link's transport |
@@ -24,6 +25,7 @@
 
 #[cfg(test)]
 mod conformance_tcp;
+pub(crate) mod directory;
 mod fingerprint;
 mod membership;
 pub mod metrics;
@@ -351,12 +353,19 @@ impl PeerTier {
         self.me
     }
 
-    /// Computes dataset `ds`'s directory once its source is ready.
-    pub(crate) fn ensure_dataset(&mut self, ds: usize, name: &str, src: &dyn SampleSource) {
+    /// What dataset `ds`'s directory is computed from (its source is
+    /// ready): its fingerprint, its samples' sizes and each member's
+    /// budget. `None` when it has a directory already.
+    pub(crate) fn directory_inputs(
+        &self,
+        ds: usize,
+        name: &str,
+        src: &dyn SampleSource,
+    ) -> Option<directory::Inputs> {
         if self.datasets.get(ds).is_none_or(|d| d.is_some()) {
-            return;
+            return None;
         }
-        let fp = fingerprint(name, src);
+        let fingerprint = fingerprint(name, src);
         let sizes: Vec<u64> = (0..src.len())
             .map(|i| src.meta(i).size.next_multiple_of(self.align))
             .collect();
@@ -369,22 +378,25 @@ impl PeerTier {
             .iter()
             .map(|m| m.capacity / shares)
             .collect();
-        match Directory::compute(&self.view, fp, &sizes, &budgets) {
-            Ok(dir) => {
-                tracing::info!(
-                    dataset = name,
-                    fingerprint = format_args!("{fp:016x}"),
-                    kept_here = dir.kept_bytes(self.me),
-                    "peer directory computed"
-                );
-                self.by_fingerprint.insert(fp, ds);
-                self.datasets[ds] = Some(DatasetPeers {
-                    fingerprint: fp,
-                    dir: Arc::new(dir),
-                });
-            }
-            Err(e) => tracing::warn!(dataset = name, "no peer directory: {e}; reading the store"),
-        }
+        Some(directory::Inputs {
+            view: Arc::clone(&self.view),
+            fingerprint,
+            sizes,
+            budgets,
+        })
+    }
+
+    /// Installs dataset `ds`'s directory, computed from
+    /// [`directory_inputs`](Self::directory_inputs) for this tier's view.
+    pub(crate) fn set_directory(&mut self, ds: usize, fingerprint: u64, dir: Directory) {
+        let Some(slot) = self.datasets.get_mut(ds) else {
+            return;
+        };
+        self.by_fingerprint.insert(fingerprint, ds);
+        *slot = Some(DatasetPeers {
+            fingerprint,
+            dir: Arc::new(dir),
+        });
     }
 
     /// Where a sample missing from the arena is read from.

@@ -72,6 +72,12 @@ impl Job {
         }
         let mut job = Job { fabric, agents };
         job.turns(2);
+        // Directories are computed off the engine thread.
+        job.until("both directories", |j| {
+            j.agents
+                .iter()
+                .all(|h| h.engine.peers.as_ref().unwrap().fingerprint_of(0).is_some())
+        });
         job
     }
 
