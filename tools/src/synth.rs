@@ -534,8 +534,15 @@ fn numbered(name: &str, prefix: &str, suffix: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-/// Writes `bytes` to a hidden temporary file next to `path`, then renames it
-/// over `path`.
+/// The modification time of every file made here, in seconds since the
+/// epoch (2026-01-01T00:00:00Z):
+/// the same dataset made on two nodes is the same down to its mtimes, so
+/// their agents agree on its fingerprint (which covers mtimes,
+/// `docs/peers.md`).
+pub const SYNTH_MTIME_SECS: u64 = 1_767_225_600;
+
+/// Writes `bytes` to a hidden temporary file next to `path` with the mtime
+/// [`SYNTH_MTIME_SECS`], then renames it over `path`.
 fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let name = path
         .file_name()
@@ -544,6 +551,8 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let tmp = path.with_file_name(format!(".{name}.tmp"));
     let mut f = fs::File::create(&tmp).map_err(with_path(&tmp))?;
     f.write_all(bytes).map_err(with_path(&tmp))?;
+    let mtime = std::time::UNIX_EPOCH + std::time::Duration::from_secs(SYNTH_MTIME_SECS);
+    f.set_modified(mtime).map_err(with_path(&tmp))?;
     drop(f);
     fs::rename(&tmp, path).map_err(with_path(path))
 }
