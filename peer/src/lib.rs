@@ -18,8 +18,10 @@
 //! | [`keep`] | the deterministic keep-set of every owner, and the [`keep::Directory`] of a dataset |
 //! | [`block`] | CRC-32C of a block bound to (dataset, sample, length) |
 //! | [`frame`] | the versioned wire frames and an incremental, never-panicking decoder |
-//! | [`conn`] | one connection: mutual HMAC handshake, credits, keepalive, goodbye |
-//! | [`serve`] | the owner's serving queue: earliest due first, windows, single flight |
+//! | [`channel`] | the secure channel: Noise handshake keyed by the job secret, sealed records |
+//! | [`conn`] | one connection: the channel's handshake, hellos, credits, keepalive, goodbye |
+//! | [`serve`] | the owner's serving queue: earliest due first, fair windows, single flight |
+//! | [`request`] | the requester: gets in flight, claims, verification, hedging, slow peers |
 //! | [`sim`] | a deterministic, seeded simulator of N agents over the modules above |
 //! | [`assign`] | locality-aware assignment of a global step's samples |
 //!
@@ -35,6 +37,7 @@ pub mod conn;
 pub mod frame;
 pub mod keep;
 pub mod owner;
+pub mod request;
 pub mod serve;
 pub mod sim;
 pub mod view;

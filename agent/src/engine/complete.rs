@@ -4,6 +4,7 @@
 //! fails the sample with its kind (the loader sees which).
 
 use super::{Engine, Inflight};
+use crate::cache::{Completion as CacheCompletion, SampleKey};
 use crate::retry::RetryDecision;
 use crate::source::{FailureKind, SampleError};
 use std::io;
@@ -69,8 +70,7 @@ impl Engine {
                     self.metrics.peers.store_samples.inc();
                     self.metrics.peers.store_bytes.inc_by(u64::from(*n));
                     let crc = self.arena.crc32c(inf.dest, inf.len as usize).unwrap_or(0);
-                    let done = self.cache.complete(inf.key, crc);
-                    self.peer_loaded(inf.key, Self::loaded_of(&done));
+                    self.sample_ready(inf.key, crc);
                     continue;
                 }
                 Ok(n) => SampleError::new(
@@ -86,6 +86,25 @@ impl Engine {
         }
         self.completions = completions;
         self.completions.clear();
+    }
+
+    /// The one place where a read, from the store or from a peer, makes
+    /// its sample Ready (with the CRC-32C of its bytes): the cache takes
+    /// it, and peers waiting for it here are answered.
+    pub(super) fn sample_ready(&mut self, key: SampleKey, crc32c: u32) {
+        let done = self.cache.complete(key, crc32c);
+        let loaded = match &done {
+            Ok(CacheCompletion::Ready(r)) => Some((r.len, r.crc32c)),
+            _ => None,
+        };
+        self.peer_loaded(key, loaded);
+    }
+
+    /// The one place where a sample fails for good (`code`, what the loader
+    /// sees): the cache fails it, and peers waiting for it get a miss.
+    fn sample_failed(&mut self, key: SampleKey, code: u32) {
+        let _ = self.cache.fail(key, code);
+        self.peer_loaded(key, None);
     }
 
     /// Retries a failed attempt or fails the sample, as the dataset's
@@ -119,10 +138,7 @@ impl Engine {
                         err.kind, err.message
                     )
                 });
-                let _ = self
-                    .cache
-                    .fail(inf.key, err.kind.code().as_i32().unsigned_abs());
-                self.peer_loaded(inf.key, None);
+                self.sample_failed(inf.key, err.kind.code().as_i32().unsigned_abs());
             }
         }
     }

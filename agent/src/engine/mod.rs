@@ -16,6 +16,11 @@
 //!    ready ring;
 //! 6. sleep on the sources' descriptors until something can happen.
 //!
+//! With peers, `peers` (the requester's side: gets to peers and their
+//! outcomes), `peers_rdma` (the RDMA links) and `serving` (peers' requests
+//! answered from the arena) run within the turn; `view` and `directory`
+//! take membership views and compute directories.
+//!
 //! Time comes from an injected `Clock`, so the phases' tests control it.
 
 mod assignment;
@@ -33,6 +38,7 @@ mod peers_rdma;
 mod publish;
 mod release;
 mod request;
+mod serving;
 #[cfg(test)]
 mod tests;
 mod view;
@@ -409,7 +415,7 @@ impl Engine {
             if !progressed {
                 let wait = if self.sessions.is_empty()
                     && self.inflight.is_empty()
-                    && self.peers.as_ref().is_none_or(|t| t.gets.is_empty())
+                    && self.peers.as_ref().is_none_or(|t| t.requester.is_empty())
                     && !self.rdma_polled_each_turn()
                 {
                     Duration::from_millis(20)

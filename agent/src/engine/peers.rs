@@ -1,36 +1,33 @@
-//! The peer tier's phase: samples asked of peers and what came back, and
-//! peers' requests served from the arena.
+//! The requester's side of the peer tier: samples asked of peers and what
+//! came back.
 //!
-//! * A miss the request phase routes to a peer ([`Route::Peer`]) reserves
-//!   its extent as any read does and sends a request; the block lands
-//!   straight in the extent and completes the sample like a store read
-//!   (its CRC checked first). Any failure — a miss, a bad CRC, a lost
-//!   connection — reads the store into the same extent; so does a request
-//!   whose block has not begun to arrive after `peers.hedge_after_ms`
-//!   (the later block is dropped).
-//! * Over RDMA (`peers_rdma`), the same request goes to the peer's queue
-//!   pair when its link is up, and the owner writes the block into the
-//!   extent itself; its CRC, miss and fallbacks are handled alike.
-//! * A peer's request is answered from the arena when the sample is there
-//!   (pinned until its block is written), waits for the read in flight
-//!   when it is being read (single flight), or starts the one store read of
-//!   a sample this agent keeps, into the keep area. Anything else gets a
-//!   miss with its reason.
+//! * A miss the request phase routes to a peer ([`Route::Peer`]: the owner
+//!   keeps it, it is reachable and not found slow) reserves its extent as
+//!   any read does and starts a get in the tier's requester
+//!   (`granary_peer::request::Requester`), sent over the peer's RDMA link
+//!   when it is up, over TCP otherwise.
+//! * What the transports report (a block received, a miss, a lost
+//!   connection, a get back from RDMA, a block dropped after its hedge) goes
+//!   to the requester, which verifies blocks against their get and decides
+//!   each get's [`Outcome`]: landed, asked again over TCP, or read from the
+//!   store into the same extent. The clock goes to it too: gets not begun
+//!   by their hedge time, and those of a peer found slow, go to the store.
+//! * A landed block completes its sample through the same path as a store
+//!   read (`Engine::sample_ready`, `complete.rs`).
+//!
+//! [`Route::Peer`]: crate::peers::Route::Peer
 
-use super::{key, Engine, Inflight};
-use crate::cache::{Cache, Completion as CacheCompletion, Lookup, SampleKey};
+use super::{Engine, Inflight};
+use crate::cache::SampleKey;
 use crate::peers::net::{Event, GetFailure, OutGet};
-use crate::peers::{rdma_member, PeerGet, Serving};
-use granary_peer::block::block_crc_of;
-use granary_peer::frame::{Get, MissReason};
-use granary_peer::serve::{Admit, Availability, Reply};
+use crate::peers::PeerToken;
+use granary_peer::request::{Outcome, Sample, Via, Why};
 use std::sync::Arc;
 use std::time::Instant;
 
 impl Engine {
     /// Asks peer `member` for sample `k`, landing in the extent at `dest`.
     pub(super) fn start_peer_get(&mut self, member: usize, k: SampleKey, dest: u64, len: u32) {
-        let now = self.clock.now();
         let fingerprint = self
             .peers
             .as_ref()
@@ -46,31 +43,17 @@ impl Engine {
                 .fail(k, granary_shm::ErrorCode::Internal.as_i32().unsigned_abs());
             return;
         };
-        let request = tier.next_request();
-        let claim = Arc::default();
-        let due = tier.net.nanos() + tier.hedge_after.as_nanos() as u64;
-        let get = Get {
-            request,
+        let now = tier.net.nanos();
+        let token = PeerToken { key: k, dest, len };
+        let want = Sample {
             fingerprint,
             sample: k.index,
             length: u64::from(len),
-            due,
         };
-        let rdma = Self::rdma_get(tier, member, get, dest, len);
-        tier.gets.insert(
-            request,
-            PeerGet {
-                key: k,
-                dest,
-                len,
-                claim: Arc::clone(&claim),
-                sent: now,
-                get,
-                rdma,
-            },
-        );
+        let (get, claim) = tier.requester.start(token, member, want, Via::Rdma, now);
         self.metrics.peers.gets_sent.inc();
-        if !rdma {
+        if !Self::rdma_get(tier, member, get, dest, len) {
+            tier.requester.set_via(get.request, Via::Tcp);
             tier.net.get(
                 member,
                 OutGet {
@@ -82,9 +65,9 @@ impl Engine {
         }
     }
 
-    /// Handles the transport's events, hedges late requests and sends the
-    /// answers that may go. Returns whether anything happened.
-    pub(super) fn poll_peers(&mut self, now: Instant) -> bool {
+    /// Handles the transports' events, advances the requester's clock and
+    /// sends the answers that may go. Returns whether anything happened.
+    pub(super) fn poll_peers(&mut self, _now: Instant) -> bool {
         let Some(tier) = self.peers.as_mut() else {
             return false;
         };
@@ -96,9 +79,47 @@ impl Engine {
         }
         self.peer_events = events;
         any |= self.poll_rdma();
-        self.hedge_late(now);
+        self.poll_requester();
         self.pump_serving();
         any
+    }
+
+    /// Gets past their hedge time, or of peers found slow, go to the store.
+    fn poll_requester(&mut self) {
+        let Some(tier) = self.peers.as_mut() else {
+            return;
+        };
+        let now = tier.net.nanos();
+        let mut ended = Vec::new();
+        tier.requester.poll(now, &mut ended);
+        self.report_slow();
+        for o in ended {
+            self.on_outcome(o);
+        }
+    }
+
+    /// Publishes which peers the requester finds slow when that changed.
+    fn report_slow(&mut self) {
+        let Some(tier) = self.peers.as_mut() else {
+            return;
+        };
+        for m in 0..tier.view.len() {
+            let slow = tier.requester.is_slow(m);
+            if tier.slow[m] != slow {
+                tier.slow[m] = slow;
+                let latency = tier.requester.latency(m).unwrap_or(0);
+                if slow {
+                    tracing::warn!(
+                        peer = tier.member_id(m),
+                        latency_ms = latency / 1_000_000,
+                        "peer found slow: its samples are read from the store (probed every second)"
+                    );
+                } else {
+                    tracing::info!(peer = tier.member_id(m), "peer no longer slow");
+                }
+                self.metrics.peers.set_slow(tier.member_id(m), slow);
+            }
+        }
     }
 
     fn on_peer_event(&mut self, e: Event) {
@@ -132,49 +153,41 @@ impl Engine {
                 self.peer_conn_down(conn, member);
             }
             Event::Request { conn, get } => self.peer_request(conn, get),
-            Event::Landed { request, crc32c } => {
-                let Some(g) = self.peers.as_mut().and_then(|t| t.gets.remove(&request)) else {
-                    return;
-                };
-                m.peers.peer_samples.inc();
-                m.peers.peer_bytes.inc_by(u64::from(g.len));
-                let _ = self.cache.complete(g.key, crc32c);
+            Event::Received {
+                request,
+                header,
+                crc32c,
+            } => {
+                let Some(t) = self.peers.as_mut() else { return };
+                let now = t.net.nanos();
+                if let Some(o) = t.requester.data(request, &header, crc32c, now) {
+                    self.on_outcome(o);
+                }
             }
             Event::Failed { request, why } => {
-                let Some(g) = self.peers.as_mut().and_then(|t| t.gets.remove(&request)) else {
-                    return;
-                };
-                match &why {
-                    GetFailure::Miss(r) => m.peers.get_failed(r.as_str()),
-                    GetFailure::Corrupt => {
-                        m.peers.crc_failures.inc();
-                        m.peers.get_failed("corrupt");
-                        tracing::warn!(
-                            "a block of {} from a peer failed its CRC; reading the store",
-                            g.key
-                        );
-                    }
+                let Some(t) = self.peers.as_mut() else { return };
+                let now = t.net.nanos();
+                let o = match &why {
+                    GetFailure::Miss(r) => t.requester.miss(request, *r, now),
+                    GetFailure::Corrupt => t.requester.corrupt(request),
                     GetFailure::Lost(why) => {
-                        m.peers.get_failed("connection");
-                        tracing::debug!("peer request for {} lost: {why}", g.key);
+                        tracing::debug!(request, "peer request lost: {why}");
+                        t.requester.lost(request)
                     }
+                };
+                if let Some(o) = o {
+                    self.on_outcome(o);
                 }
-                self.read_store_instead(&g);
             }
             Event::LateDiscarded { request } => {
                 tracing::debug!(request, "a block from a peer came after its hedge");
                 m.peers.late_discarded.inc();
-            }
-            Event::Sent { conn, request } => {
                 if let Some(t) = self.peers.as_mut() {
-                    t.serve.sent(conn, request);
-                    if let Some(s) = t.serving.remove(&(conn, request)) {
-                        if s.pinned {
-                            let _ = self.cache.unpin(s.key);
-                        }
-                    }
+                    let now = t.net.nanos();
+                    t.requester.discarded(request, now);
                 }
             }
+            Event::Sent { conn, request } => self.peer_sent(conn, request),
             Event::Rtt { member, nanos } => {
                 if let Some(t) = self.peers.as_ref() {
                     m.peers.observe_rtt(t.member_id(member), nanos as f64 / 1e9);
@@ -188,329 +201,72 @@ impl Engine {
         }
     }
 
-    /// A request to a peer failed: the store is read into its extent.
-    pub(super) fn read_store_instead(&mut self, g: &PeerGet) {
+    /// What became of a get: the one place where a peer's answer becomes a
+    /// Ready sample, a new get over TCP, or a store read.
+    pub(super) fn on_outcome(&mut self, o: Outcome<PeerToken>) {
+        let m = Arc::clone(&self.metrics);
+        match o {
+            Outcome::Landed { token, crc32c, .. } => {
+                m.peers.peer_samples.inc();
+                m.peers.peer_bytes.inc_by(u64::from(token.len));
+                self.sample_ready(token.key, crc32c);
+            }
+            Outcome::Store { token, member, why } => {
+                match why {
+                    Why::Hedged => {
+                        m.peers.hedged.inc();
+                    }
+                    Why::Corrupt => {
+                        m.peers.crc_failures.inc();
+                        m.peers.get_failed("corrupt");
+                        if let Some(t) = self.peers.as_ref() {
+                            if let Some(skipped) = t.log.allow("corrupt") {
+                                tracing::warn!(
+                                    peer = t.member_id(member),
+                                    skipped,
+                                    "a block of {} from a peer failed its CRC; reading the store",
+                                    token.key
+                                );
+                            }
+                        }
+                    }
+                    other => m.peers.get_failed(other.as_str()),
+                }
+                self.read_store_instead(token);
+            }
+            Outcome::Retry { member, get, claim } => {
+                let Some(t) = self.peers.as_mut() else { return };
+                let Some(token) = t.requester.pending(get.request).map(|p| p.token) else {
+                    return;
+                };
+                match self.arena.slice(token.dest, token.len as usize) {
+                    Ok(dest) => {
+                        tracing::debug!(
+                            request = get.request,
+                            "RDMA request back; asked again over TCP"
+                        );
+                        t.net.get(member, OutGet { get, dest, claim });
+                    }
+                    Err(_) => {
+                        if let Some(o) = t.requester.lost(get.request) {
+                            self.on_outcome(o);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A get ended without its block: the store is read into its extent.
+    pub(super) fn read_store_instead(&mut self, token: PeerToken) {
         let now = self.clock.now();
         self.start_read(Inflight {
-            key: g.key,
-            dest: g.dest,
-            len: g.len,
+            key: token.key,
+            dest: token.dest,
+            len: token.len,
             attempt: 1,
             started: now,
             first: now,
         });
-    }
-
-    /// Requests whose block has not begun to arrive after the hedge delay
-    /// are read from the store as well; the first copy wins.
-    fn hedge_late(&mut self, now: Instant) {
-        let Some(tier) = self.peers.as_mut() else {
-            return;
-        };
-        let after = tier.hedge_after;
-        let late: Vec<u64> = tier
-            .gets
-            .iter()
-            .filter(|(_, g)| !g.rdma && now.saturating_duration_since(g.sent) >= after)
-            .map(|(&r, _)| r)
-            .collect();
-        let mut hedge = Vec::new();
-        for r in late {
-            let claimed = tier.gets.get(&r).is_some_and(|g| g.claim.abandon());
-            if claimed {
-                if let Some(g) = tier.gets.remove(&r) {
-                    hedge.push(g);
-                }
-            }
-        }
-        for g in hedge {
-            self.metrics.peers.hedged.inc();
-            self.read_store_instead(&g);
-        }
-    }
-
-    /// Answers `get` of `conn` (a TCP connection or an RDMA link) with a
-    /// miss.
-    fn send_miss_via(&mut self, conn: u64, get: Get, reason: MissReason) {
-        let Some(tier) = self.peers.as_mut() else {
-            return;
-        };
-        match rdma_member(conn) {
-            None => tier.net.send_miss(conn, get, reason),
-            Some(member) => Self::rdma_miss(tier, member, get, reason),
-        }
-    }
-
-    /// Admits a peer's request (`conn`: a TCP connection or an RDMA link).
-    pub(super) fn peer_request(&mut self, conn: u64, get: Get) {
-        let Some(tier) = self.peers.as_mut() else {
-            return;
-        };
-        if tier.serving.contains_key(&(conn, get.request)) {
-            // A request id reused while the first is pending: answered
-            // with a miss, the first keeps its pin.
-            self.metrics.peers.reject("request_id");
-            if let Some(skipped) = tier.log.allow("request_id") {
-                tracing::warn!(
-                    conn,
-                    request = get.request,
-                    skipped,
-                    "peer reused a request id in flight"
-                );
-            }
-            self.metrics
-                .peers
-                .served_miss(MissReason::Overloaded.as_str());
-            self.send_miss_via(conn, get, MissReason::Overloaded);
-            return;
-        }
-        let mut pinned_key = None;
-        let avail = match tier.by_fingerprint.get(&get.fingerprint).copied() {
-            None => Availability::Absent(MissReason::UnknownDataset),
-            Some(ds) => {
-                let d = tier.datasets[ds].as_ref();
-                let owner = d.and_then(|d| d.dir.owner(get.sample));
-                let src = self.datasets[ds].source();
-                let len = src
-                    .filter(|s| get.sample < s.len())
-                    .map(|s| s.meta(get.sample).size);
-                if owner != Some(tier.me) {
-                    Availability::Absent(MissReason::NotOwner)
-                } else if len != Some(get.length) {
-                    Availability::Absent(MissReason::LengthMismatch)
-                } else {
-                    let k = key(ds, get.sample);
-                    let kept = d.is_some_and(|d| d.dir.is_kept(get.sample));
-                    match self.cache.lookup(k) {
-                        Lookup::Ready(r) => {
-                            if self.cache.pin(k).is_ok() {
-                                pinned_key = Some(k);
-                                Availability::Ready {
-                                    length: r.len,
-                                    crc: block_crc_of(get.fingerprint, get.sample, r.len, r.crc32c),
-                                }
-                            } else {
-                                Availability::Absent(MissReason::Evicted)
-                            }
-                        }
-                        Lookup::InFlight { .. } => {
-                            if self.cache.pin(k).is_ok() {
-                                pinned_key = Some(k);
-                                Availability::Loading
-                            } else {
-                                Availability::Absent(MissReason::StoreError)
-                            }
-                        }
-                        Lookup::Failed { pins, .. } if pins > 0 => {
-                            Availability::Absent(MissReason::StoreError)
-                        }
-                        Lookup::Absent | Lookup::Failed { .. } if kept => {
-                            pinned_key = Some(k);
-                            Availability::Kept
-                        }
-                        Lookup::Absent | Lookup::Failed { .. } => {
-                            Availability::Absent(MissReason::NotKept)
-                        }
-                    }
-                }
-            }
-        };
-        let Some(tier) = self.peers.as_mut() else {
-            return;
-        };
-        let pinned_before = tier.serve.pinned_bytes(conn);
-        let admit = tier.serve.request(conn, get, avail);
-        if admit == Admit::Missed(MissReason::Overloaded) {
-            let over_bytes = pinned_before.saturating_add(get.length) > tier.max_pinned;
-            self.metrics
-                .peers
-                .reject(if over_bytes { "pinned" } else { "queued" });
-        }
-        let Some(k) = pinned_key else {
-            return;
-        };
-        // A `Kept` sample is pinned by its reservation, if the read starts.
-        let pinned = avail != Availability::Kept;
-        tier.serving.insert(
-            (conn, get.request),
-            Serving {
-                key: k,
-                pinned,
-                handed: false,
-            },
-        );
-        if admit == Admit::StartRead && self.start_kept_read(k, get.fingerprint) {
-            if let Some(s) = self
-                .peers
-                .as_mut()
-                .and_then(|t| t.serving.get_mut(&(conn, get.request)))
-            {
-                s.pinned = true;
-            }
-        }
-    }
-
-    /// The one store read of a kept sample a peer asked for; false when it
-    /// could not start (the waiting requests get a miss).
-    fn start_kept_read(&mut self, k: SampleKey, fingerprint: u64) -> bool {
-        let len = self.datasets[k.dataset as usize]
-            .source()
-            .map_or(0, |s| s.meta(k.index).size);
-        let reserved = u32::try_from(len).map_err(|_| ()).and_then(|len32| {
-            self.cache
-                .reserve_kept(k, len)
-                .or_else(|_| self.cache.reserve(k, len))
-                .map(|r| (r, len32))
-                .map_err(|_| ())
-        });
-        let Ok((r, len32)) = reserved else {
-            // No room: the waiting request gets a miss.
-            if let Some(t) = self.peers.as_mut() {
-                t.serve
-                    .loaded(fingerprint, k.index, Err(MissReason::Overloaded));
-            }
-            return false;
-        };
-        let now = self.clock.now();
-        self.start_read(Inflight {
-            key: k,
-            dest: r.extent.offset,
-            len: len32,
-            attempt: 1,
-            started: now,
-            first: now,
-        });
-        true
-    }
-
-    /// A read of `k` ended (`Some(crc)`: Ready with that CRC-32C): peers
-    /// waiting for it are answered.
-    pub(super) fn peer_loaded(&mut self, k: SampleKey, done: Option<(u64, u32)>) {
-        let Some(tier) = self.peers.as_mut() else {
-            return;
-        };
-        let Some(fp) = tier.fingerprint_of(k.dataset as usize) else {
-            return;
-        };
-        let result = match done {
-            Some((len, crc)) => Ok((len, block_crc_of(fp, k.index, len, crc))),
-            None => Err(MissReason::StoreError),
-        };
-        tier.serve.loaded(fp, k.index, result);
-    }
-
-    /// Hands every answer that may go now to the transport.
-    fn pump_serving(&mut self) {
-        let Some(tier) = self.peers.as_mut() else {
-            return;
-        };
-        let now = tier.net.nanos();
-        while let Some(reply) = tier.serve.poll(now) {
-            match reply {
-                Reply::Send { conn, get, crc } => {
-                    let s = tier.serving.get(&(conn, get.request)).copied();
-                    let ready = s.and_then(|s| match self.cache.lookup(s.key) {
-                        Lookup::Ready(r) if s.pinned => Some(r),
-                        _ => None,
-                    });
-                    let via = rdma_member(conn);
-                    let handed = match (ready, via) {
-                        // The link refused (it is down): the requester gets
-                        // its request back from its own driver.
-                        (Some(r), Some(member)) => {
-                            Self::rdma_serve(tier, member, get, r.offset, r.len, crc)
-                        }
-                        (Some(r), None) => match self.arena.slice(r.offset, r.len as usize) {
-                            Ok(src) => {
-                                tier.net.send_block(conn, get, crc, src);
-                                true
-                            }
-                            Err(_) => false,
-                        },
-                        (None, _) => false,
-                    };
-                    if handed {
-                        self.metrics.peers.served.inc();
-                        self.metrics.peers.served_bytes.inc_by(get.length);
-                        if let Some(s) = tier.serving.get_mut(&(conn, get.request)) {
-                            s.handed = true;
-                        }
-                        continue;
-                    }
-                    tier.serve.sent(conn, get.request);
-                    // An RDMA link that refused a block is down: nothing
-                    // goes on it any more.
-                    if ready.is_none() || via.is_none() {
-                        self.metrics.peers.served_miss(MissReason::Evicted.as_str());
-                        match via {
-                            None => tier.net.send_miss(conn, get, MissReason::Evicted),
-                            Some(member) => Self::rdma_miss(tier, member, get, MissReason::Evicted),
-                        }
-                    }
-                    if let Some(s) = tier.serving.remove(&(conn, get.request)) {
-                        if s.pinned {
-                            let _ = self.cache.unpin(s.key);
-                        }
-                    }
-                }
-                Reply::Miss { conn, get, reason } => {
-                    self.metrics.peers.served_miss(reason.as_str());
-                    match rdma_member(conn) {
-                        None => tier.net.send_miss(conn, get, reason),
-                        Some(member) => Self::rdma_miss(tier, member, get, reason),
-                    }
-                    if let Some(s) = tier.serving.remove(&(conn, get.request)) {
-                        if s.pinned {
-                            let _ = self.cache.unpin(s.key);
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// A connection ended: its queued answers are dropped and their pins
-    /// released.
-    fn peer_conn_down(&mut self, conn: u64, member: Option<usize>) {
-        let Some(tier) = self.peers.as_mut() else {
-            return;
-        };
-        drop_served(tier, &mut self.cache, conn);
-        if let Some(m) = member {
-            if !tier.net.is_up(m) {
-                tier.up[m] = false;
-                self.metrics.peers.set_up(tier.member_id(m), false);
-            }
-        }
-    }
-
-    /// The result of a completed read as the cache took it, for
-    /// [`peer_loaded`](Self::peer_loaded).
-    pub(super) fn loaded_of(
-        c: &Result<CacheCompletion, crate::cache::CacheError>,
-    ) -> Option<(u64, u32)> {
-        match c {
-            Ok(CacheCompletion::Ready(r)) => Some((r.len, r.crc32c)),
-            _ => None,
-        }
-    }
-}
-
-/// Drops what connection `conn` (a TCP connection or an RDMA link) still
-/// had queued or in service at this owner, releasing the pins.
-pub(super) fn drop_served(tier: &mut crate::peers::PeerTier, cache: &mut Cache, conn: u64) {
-    tier.serve.conn_closed(conn);
-    let gone: Vec<(u64, u64)> = tier
-        .serving
-        .keys()
-        .filter(|(c, _)| *c == conn)
-        .copied()
-        .collect();
-    for id in gone {
-        if let Some(s) = tier.serving.remove(&id) {
-            if s.pinned {
-                let _ = cache.unpin(s.key);
-            }
-        }
     }
 }

@@ -24,7 +24,7 @@
 //!   least every millisecond while a link is up).
 
 use super::Engine;
-use crate::peers::rdma_link::{LinkError, LinkEvent, Retry};
+use crate::peers::rdma_link::{LinkError, LinkEvent};
 use crate::peers::{rdma_conn, PeerTier};
 use granary_peer::frame::{Get, MissReason};
 use granary_rdma::Extent;
@@ -209,87 +209,40 @@ impl Engine {
     }
 
     fn on_link_event(&mut self, e: LinkEvent) {
+        let Some(tier) = self.peers.as_mut() else {
+            return;
+        };
+        let now = tier.net.nanos();
+        let outcome = match e {
+            LinkEvent::Landed {
+                request,
+                header,
+                crc32c,
+                ..
+            } => tier.requester.data(request, &header, crc32c, now),
+            LinkEvent::Corrupt { request, .. } => tier.requester.corrupt(request),
+            LinkEvent::Miss {
+                request, reason, ..
+            } => tier.requester.miss(request, reason, now),
+            LinkEvent::Back { request, .. } => tier.requester.back(request, now),
+            other => {
+                self.on_owner_link_event(other);
+                return;
+            }
+        };
+        if let Some(o) = outcome {
+            self.on_outcome(o);
+        }
+    }
+
+    /// The owner's side of the RDMA links: requests, blocks written, a link
+    /// gone.
+    fn on_owner_link_event(&mut self, e: LinkEvent) {
         let m = Arc::clone(&self.metrics);
         let Some(tier) = self.peers.as_mut() else {
             return;
         };
         match e {
-            LinkEvent::Landed {
-                request,
-                extent,
-                crc32c,
-                ..
-            } => {
-                let Some(g) = tier.gets.remove(&request) else {
-                    return;
-                };
-                debug_assert_eq!((extent.offset, extent.len), (g.dest, g.len));
-                m.peers.peer_samples.inc();
-                m.peers.peer_bytes.inc_by(u64::from(g.len));
-                let _ = self.cache.complete(g.key, crc32c);
-            }
-            LinkEvent::Corrupt { request, .. } => {
-                let Some(g) = tier.gets.remove(&request) else {
-                    return;
-                };
-                m.peers.crc_failures.inc();
-                m.peers.get_failed("corrupt");
-                tracing::warn!(
-                    "a block of {} from a peer (RDMA) failed its CRC; reading the store",
-                    g.key
-                );
-                self.read_store_instead(&g);
-            }
-            LinkEvent::Miss {
-                request, reason, ..
-            } => {
-                let Some(g) = tier.gets.remove(&request) else {
-                    return;
-                };
-                m.peers.get_failed(reason.as_str());
-                self.read_store_instead(&g);
-            }
-            LinkEvent::Retry {
-                member,
-                request,
-                to: Retry::Tcp,
-            } => {
-                let slice = tier
-                    .gets
-                    .get(&request)
-                    .map(|g| self.arena.slice(g.dest, g.len as usize));
-                let Some(g) = tier.gets.get_mut(&request) else {
-                    return;
-                };
-                match slice {
-                    Some(Ok(dest)) => {
-                        tracing::debug!(request, "RDMA request back; asked again over TCP");
-                        let claim = Arc::default();
-                        g.claim = Arc::clone(&claim);
-                        g.rdma = false;
-                        let get = g.get;
-                        tier.net
-                            .get(member, crate::peers::net::OutGet { get, dest, claim });
-                    }
-                    _ => {
-                        if let Some(g) = tier.gets.remove(&request) {
-                            self.read_store_instead(&g);
-                        }
-                    }
-                }
-            }
-            LinkEvent::Retry {
-                request,
-                to: Retry::Store,
-                ..
-            } => {
-                let Some(g) = tier.gets.remove(&request) else {
-                    return;
-                };
-                m.peers.get_failed("connection");
-                tracing::debug!("RDMA request for {} past due; reading the store", g.key);
-                self.read_store_instead(&g);
-            }
             LinkEvent::Request { member, get, len } => {
                 if u64::from(len) < get.length {
                     // The driver would refuse the write: say so now.
@@ -314,8 +267,13 @@ impl Engine {
             LinkEvent::Down { member } => {
                 // Requests still queued for the link are dropped with
                 // their pins, as for a closed connection.
-                super::peers::drop_served(tier, &mut self.cache, rdma_conn(member));
+                super::serving::drop_served(tier, &mut self.cache, rdma_conn(member));
             }
+            // The requester's events are handled by `on_link_event`.
+            LinkEvent::Landed { .. }
+            | LinkEvent::Corrupt { .. }
+            | LinkEvent::Miss { .. }
+            | LinkEvent::Back { .. } => {}
         }
     }
 

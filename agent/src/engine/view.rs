@@ -331,14 +331,14 @@ impl Engine {
             self.metrics.peers.set_up(&m.id, false);
             self.metrics.peers.set_transport(&m.id, None);
         }
-        let gets: Vec<_> = old.gets.drain().map(|(_, g)| g).collect();
+        let gets: Vec<_> = old.requester.drain();
         let serving: Vec<_> = old.serving.drain().map(|(_, s)| s).collect();
         // Dropping the transport stops its runtime and the RDMA links
         // destroy their queue pairs: nothing writes into an extent after
         // this.
         drop(old);
-        for g in &gets {
-            self.read_store_instead(g);
+        for g in gets {
+            self.read_store_instead(g.token);
         }
         for s in serving {
             if s.pinned {

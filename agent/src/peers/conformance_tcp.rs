@@ -30,7 +30,7 @@
 //! store), then it is dialled again.
 
 use super::net::{Claim, Event, GetFailure, Net, NetConfig, OutGet};
-use granary_peer::block::block_crc;
+use granary_peer::block::{block_crc, block_crc_of};
 use granary_peer::conn::ConnConfig;
 use granary_peer::frame::{Get, MissReason};
 use granary_peer::view::{Member, View};
@@ -444,8 +444,29 @@ impl TcpTransport {
         self.requester.drain(&mut ev);
         let any = !ev.is_empty();
         for e in ev {
+            // The transport reports what arrived; the block CRC is checked
+            // as the agent's requester checks it (`Requester::data`).
+            let e = match e {
+                Event::Received {
+                    request,
+                    header,
+                    crc32c,
+                } if block_crc_of(
+                    conformance::FINGERPRINT,
+                    header.sample,
+                    header.length,
+                    crc32c,
+                ) != header.crc =>
+                {
+                    Event::Failed {
+                        request,
+                        why: GetFailure::Corrupt,
+                    }
+                }
+                e => e,
+            };
             match e {
-                Event::Landed { request, .. } => {
+                Event::Received { request, .. } => {
                     let o = self.delivered(request);
                     if let Outcome::Delivered { header, bytes, .. } = &o {
                         let sample = self.headers[&request].0;

@@ -52,6 +52,9 @@ pub struct PeerMetrics {
     /// 1 for the transport carrying blocks to the peer (`tcp`, `rdma`,
     /// `rdma-fallback`), 0 for the others.
     pub peer_transport: Family<Labels, Gauge>,
+    /// 1 while the requester finds the peer slow (its samples are read
+    /// from the store; `docs/peers.md`, "Slow peers").
+    pub peer_slow: Family<Labels, Gauge>,
     /// Round trips to each peer, from keepalives.
     pub rtt: Family<Labels, Histogram, fn() -> Histogram>,
     /// Views handed in by loaders, by outcome: `installed` (it became the
@@ -106,6 +109,7 @@ impl Default for PeerMetrics {
             served_misses: Family::default(),
             peer_up: Family::default(),
             peer_transport: Family::default(),
+            peer_slow: Family::default(),
             rtt: Family::new_with_constructor(rtt_histogram),
             views: Family::default(),
             sessions_ended_by_view: Counter::default(),
@@ -196,6 +200,13 @@ impl PeerMetrics {
         }
     }
 
+    /// Records whether the requester finds `peer` slow.
+    pub fn set_slow(&self, peer: &str, slow: bool) {
+        self.peer_slow
+            .get_or_create(&label("peer", peer))
+            .set(u64::from(slow));
+    }
+
     /// Records a round trip to `peer`.
     pub fn observe_rtt(&self, peer: &str, secs: f64) {
         self.rtt.get_or_create(&label("peer", peer)).observe(secs);
@@ -263,6 +274,11 @@ impl PeerMetrics {
             "granary_peer_up",
             "1 while an authenticated connection to the peer is up.",
             self.peer_up.clone(),
+        );
+        registry.register(
+            "granary_peer_slow",
+            "1 while the requester finds the peer slow: its samples are read from the store.",
+            self.peer_slow.clone(),
         );
         registry.register(
             "granary_peer_transport",

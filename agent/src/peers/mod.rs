@@ -44,16 +44,17 @@ use crate::source::SampleSource;
 use granary_peer::channel::{Protection, Suite};
 use granary_peer::conn::ConnConfig;
 use granary_peer::keep::Directory;
+use granary_peer::request::{Requester, RequesterConfig};
 use granary_peer::serve::{ServeConfig, Server};
 use granary_peer::view::View;
 use granary_shm::arena::Arena;
-use net::{Claim, ConnId, Net, NetConfig};
+use net::{ConnId, Net, NetConfig};
 use rdma_link::RdmaLinks;
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use transport::{LinkTransport, Nic, OpenNic};
 
 /// Where a missing sample is read from.
@@ -92,21 +93,14 @@ pub(crate) struct DatasetPeers {
     pub dir: Arc<Directory>,
 }
 
-/// A sample asked of a peer, on its way.
-#[derive(Debug, Clone)]
-pub(crate) struct PeerGet {
+/// What a get to a peer is for: the sample and the reserved extent it
+/// lands in (the requester's token).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PeerToken {
     pub key: SampleKey,
     /// Arena offset and length of the reserved extent.
     pub dest: u64,
     pub len: u32,
-    pub claim: Arc<Claim>,
-    pub sent: Instant,
-    /// The request as it went on the wire.
-    pub get: granary_peer::frame::Get,
-    /// Asked over RDMA: the owner writes the extent itself, so it is not
-    /// hedged (the driver's transfer timeout, `hedge_after`, tears the
-    /// queue pair down first and the request comes back for the store).
-    pub rdma: bool,
 }
 
 /// A peer's request being served: the pin it holds, if any.
@@ -179,14 +173,15 @@ pub struct PeerTier {
     pub(crate) net: Net,
     pub(crate) view: Arc<View>,
     pub(crate) me: usize,
-    pub(crate) hedge_after: Duration,
     align: u64,
     /// By the engine's dataset index; `None` until the dataset is ready.
     pub(crate) datasets: Vec<Option<DatasetPeers>>,
     pub(crate) by_fingerprint: HashMap<u64, usize>,
-    /// Our requests in flight, by request id (ids are never reused).
-    pub(crate) gets: HashMap<u64, PeerGet>,
-    next_request: u64,
+    /// Our gets in flight: the requester (verification, hedging, slow
+    /// peers).
+    pub(crate) requester: Requester<PeerToken>,
+    /// Per member: whether the requester found it slow, as last reported.
+    pub(crate) slow: Vec<bool>,
     pub(crate) serve: Server,
     /// Peers' requests admitted, by (connection, request id).
     pub(crate) serving: HashMap<(u64, u64), Serving>,
@@ -313,12 +308,17 @@ impl PeerTier {
         Ok(PeerTier {
             net,
             me,
-            hedge_after,
             align: align.max(1),
             datasets: (0..datasets).map(|_| None).collect(),
             by_fingerprint: HashMap::new(),
-            gets: HashMap::new(),
-            next_request: 1,
+            requester: Requester::new(
+                RequesterConfig {
+                    hedge_after: hedge_after.as_nanos() as u64,
+                    ..RequesterConfig::default()
+                },
+                view.len(),
+            ),
+            slow: vec![false; view.len()],
             serve: Server::new(ServeConfig {
                 max_in_flight: 64,
                 per_conn_window: 16,
@@ -409,7 +409,7 @@ impl PeerTier {
         };
         if owner == self.me {
             Route::Keep
-        } else if self.net.reachable(owner) {
+        } else if self.net.reachable(owner) && self.requester.ask(owner, self.net.nanos()) {
             Route::Peer(owner)
         } else {
             Route::Store
@@ -421,13 +421,6 @@ impl PeerTier {
     pub(crate) fn keeps_here(&self, ds: usize, sample: u64) -> bool {
         matches!(self.datasets.get(ds), Some(Some(d))
             if d.dir.owner(sample) == Some(self.me) && d.dir.is_kept(sample))
-    }
-
-    /// A fresh request id.
-    pub(crate) fn next_request(&mut self) -> u64 {
-        let r = self.next_request;
-        self.next_request += 1;
-        r
     }
 
     /// The fingerprint of dataset `ds`, once its directory is computed.

@@ -25,7 +25,6 @@ use super::metrics::{label, Labels};
 use super::ratelog::RateLog;
 use crate::metrics::Counter;
 use crate::sys;
-use granary_peer::block::block_crc_of;
 use granary_peer::channel::ChannelError;
 use granary_peer::conn::{Closed, Conn, ConnConfig, Event as ConnEvent, Nanos, Transmit};
 use granary_peer::frame::{DataHeader, Get, GoodbyeReason, MissReason};
@@ -37,7 +36,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener as StdListener};
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
@@ -46,36 +45,7 @@ use tokio::sync::{mpsc, Notify};
 /// The transport's name for one connection.
 pub(crate) type ConnId = u64;
 
-/// Who may write a requested sample's extent: the receiver of the peer's
-/// block or the store read of a hedge, never both.
-#[derive(Debug, Default)]
-pub(crate) struct Claim(AtomicU8);
-
-const WAITING: u8 = 0;
-const RECEIVING: u8 = 1;
-const ABANDONED: u8 = 2;
-
-impl Claim {
-    /// The receiver's claim before writing the first byte of the block.
-    fn receive(&self) -> bool {
-        self.0
-            .compare_exchange(WAITING, RECEIVING, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-
-    /// Whether the engine has read the store instead.
-    fn is_abandoned(&self) -> bool {
-        self.0.load(Ordering::Acquire) == ABANDONED
-    }
-
-    /// The engine's claim before reading the store into the extent: false
-    /// once the block has begun to arrive.
-    pub(crate) fn abandon(&self) -> bool {
-        self.0
-            .compare_exchange(WAITING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-}
+pub(crate) use granary_peer::request::Claim;
 
 /// A sample asked of a peer.
 #[derive(Debug)]
@@ -116,9 +86,14 @@ pub(crate) enum Event {
     },
     /// A peer wants a sample (`due` on our clock, see [`Net::nanos`]).
     Request { conn: ConnId, get: Get },
-    /// The block of our request `request` landed in its extent and passed
-    /// its CRC; `crc32c` is the plain CRC-32C of its bytes.
-    Landed { request: u64, crc32c: u32 },
+    /// The block of our request `request` is in its extent: the owner's
+    /// data header and the CRC-32C of the bytes received (the requester
+    /// verifies them).
+    Received {
+        request: u64,
+        header: DataHeader,
+        crc32c: u32,
+    },
     /// Our request `request` failed.
     Failed { request: u64, why: GetFailure },
     /// A block arrived after the engine had read the store instead; it was
@@ -640,7 +615,6 @@ async fn connect_from(source: Option<std::net::IpAddr>, addr: &str) -> io::Resul
 struct Landing {
     request: u64,
     sample: u64,
-    fingerprint: u64,
     crc: u32,
     /// `None`: the engine read the store instead; the bytes are dropped.
     dest: Option<ArenaSlice>,
@@ -917,7 +891,6 @@ fn handle_events(ctx: &Arc<ConnCtx>, landing: &mut Option<Landing>) -> Option<St
                         *landing = Some(Landing {
                             request: h.request,
                             sample: h.sample,
-                            fingerprint: g.get.fingerprint,
                             crc: h.crc,
                             dest,
                             got: 0,
@@ -1027,17 +1000,15 @@ fn landed(l: Landing) -> Event {
     let Some(dest) = l.dest else {
         return Event::LateDiscarded { request: l.request };
     };
-    let plain = dest.crc32c();
-    if block_crc_of(l.fingerprint, l.sample, l.len as u64, plain) == l.crc {
-        Event::Landed {
+    Event::Received {
+        request: l.request,
+        header: DataHeader {
             request: l.request,
-            crc32c: plain,
-        }
-    } else {
-        Event::Failed {
-            request: l.request,
-            why: GetFailure::Corrupt,
-        }
+            sample: l.sample,
+            length: l.len as u64,
+            crc: l.crc,
+        },
+        crc32c: dest.crc32c(),
     }
 }
 
@@ -1298,33 +1269,4 @@ fn finish(ctx: &ConnCtx, dialed: Option<usize>, why: &str, landing: Option<Landi
     });
     tracing::info!(conn = ctx.id, peer = ?member.map(|m| ctx.shared.cfg.view.members()[m].id.clone()), "peer connection ended: {why}");
     ctx.shared.emit_all(out);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_claim_goes_to_the_receiver_or_the_hedge_never_both() {
-        let c = Claim::default();
-        assert!(c.receive());
-        assert!(
-            !c.abandon(),
-            "the hedge may not write a block being received"
-        );
-        assert!(!c.receive());
-        let c = Claim::default();
-        assert!(c.abandon());
-        assert!(!c.receive(), "the block may not land after the hedge began");
-        assert!(!c.abandon());
-        // Raced from two threads many times: exactly one side wins.
-        for _ in 0..1000 {
-            let c = Arc::new(Claim::default());
-            let c2 = Arc::clone(&c);
-            let t = std::thread::spawn(move || c2.receive());
-            let hedged = c.abandon();
-            let received = t.join().unwrap();
-            assert!(hedged ^ received);
-        }
-    }
 }

@@ -25,8 +25,8 @@
 //! * The requester checks the block CRC (bound to dataset, sample and
 //!   length) over the landed bytes, as on TCP.
 //! * On any failure the driver tears the queue pair down; each request in
-//!   flight comes back as [`LinkEvent::Retry`]: over TCP while its due time
-//!   has not passed, from the store once it has. The link reads
+//!   flight comes back as [`LinkEvent::Back`], and the requester asks
+//!   again over TCP while its due time has not passed, or reads the store. The link reads
 //!   `rdma-fallback` until RDMA is probed again after the driver's backoff.
 //!
 //! The engine drives it (`engine/peers_rdma.rs`); `docs/rdma.md`, "In the
@@ -34,7 +34,6 @@
 
 use super::net::ConnId;
 use super::transport::LinkTransport;
-use granary_peer::block::block_crc_of;
 use granary_peer::frame::{decode_frame, DataHeader, Frame, Get, MissReason};
 use granary_rdma::driver::{
     Driver, DriverConfig, DriverError, Event, Extent, FailReason, PeerStatus,
@@ -44,27 +43,20 @@ use granary_shm::arena::ArenaSlice;
 use std::collections::HashMap;
 use std::os::fd::BorrowedFd;
 
-/// Where a request that left RDMA goes next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Retry {
-    /// Over the peer's TCP connection: its due time has not passed.
-    Tcp,
-    /// The store: its due time has passed.
-    Store,
-}
-
 /// What the RDMA links report.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum LinkEvent {
-    /// Requester: the block landed in its extent and passed its CRC.
+    /// Requester: the block landed in its extent: the owner's data header
+    /// and the CRC-32C of the bytes (the requester verifies them).
     Landed {
         member: usize,
         request: u64,
         extent: Extent,
+        header: DataHeader,
         crc32c: u32,
     },
-    /// Requester: a block landed but failed its CRC (or was not the one
-    /// asked for); read it from the store.
+    /// Requester: a block landed that was not the one asked for (another
+    /// sample, length or extent); read it from the store.
     Corrupt { member: usize, request: u64 },
     /// Requester: the owner answered with a miss.
     Miss {
@@ -72,19 +64,16 @@ pub(crate) enum LinkEvent {
         request: u64,
         reason: MissReason,
     },
-    /// Requester: the request left RDMA.
-    Retry {
-        member: usize,
-        request: u64,
-        to: Retry,
-    },
+    /// Requester: the request left RDMA (its queue pair failed); the
+    /// requester asks again over TCP or reads the store.
+    Back { member: usize, request: u64 },
     /// Owner: a peer asks for a block of `len` bytes at most.
     Request { member: usize, get: Get, len: u32 },
     /// Owner: the block for `request` is written (or never will be): its
     /// source may be released.
     Released { member: usize, request: u64 },
     /// The queue pair to `member` is gone (after its requests came back
-    /// as `Retry` and its served blocks as `Released`).
+    /// as `Back` and its served blocks as `Released`).
     Down { member: usize },
 }
 
@@ -327,7 +316,7 @@ impl<V: Verbs> RdmaLinks<V> {
 
     /// Connection `conn` to `member` ended: when it is the queue pair's
     /// channel, the queue pair is closed (its requests come back as
-    /// `Retry`) and true returned; any other connection ending leaves it.
+    /// `Back`) and true returned; any other connection ending leaves it.
     pub(crate) fn close(&mut self, member: usize, conn: ConnId, now: u64) -> bool {
         if self.channel(member) != Some(conn) {
             return false;
@@ -462,11 +451,11 @@ impl<V: Verbs> RdmaLinks<V> {
             tracing::warn!("RDMA completion queue: {e}");
         }
         for e in ev {
-            self.on_event(e, now, out);
+            self.on_event(e, out);
         }
     }
 
-    fn on_event(&mut self, e: Event, now: u64, out: &mut Vec<LinkEvent>) {
+    fn on_event(&mut self, e: Event, out: &mut Vec<LinkEvent>) {
         match e {
             Event::Landed {
                 request,
@@ -479,7 +468,7 @@ impl<V: Verbs> RdmaLinks<V> {
                     return;
                 };
                 let member = a.member;
-                let ok = match decode(&header) {
+                let landed = match decode(&header) {
                     Some(Frame::Data(h))
                         if h.request == request
                             && h.sample == a.get.sample
@@ -491,18 +480,16 @@ impl<V: Verbs> RdmaLinks<V> {
                         self.driver
                             .read_arena(extent.offset, &mut bytes)
                             .ok()
-                            .map(|()| crc32c::crc32c(&bytes))
-                            .filter(|&plain| {
-                                block_crc_of(a.get.fingerprint, h.sample, h.length, plain) == h.crc
-                            })
+                            .map(|()| (h, crc32c::crc32c(&bytes)))
                     }
                     _ => None,
                 };
-                out.push(match ok {
-                    Some(crc32c) => LinkEvent::Landed {
+                out.push(match landed {
+                    Some((header, crc32c)) => LinkEvent::Landed {
                         member,
                         request,
                         extent,
+                        header,
                         crc32c,
                     },
                     None => LinkEvent::Corrupt { member, request },
@@ -526,15 +513,9 @@ impl<V: Verbs> RdmaLinks<V> {
                 let Some(a) = self.asked.remove(&request) else {
                     return;
                 };
-                let to = if now < a.get.due {
-                    Retry::Tcp
-                } else {
-                    Retry::Store
-                };
-                out.push(LinkEvent::Retry {
+                out.push(LinkEvent::Back {
                     member: a.member,
                     request,
-                    to,
                 });
             }
             Event::GetReceived {
@@ -579,7 +560,7 @@ impl<V: Verbs> RdmaLinks<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use granary_peer::block::block_crc;
+    use granary_peer::block::{block_crc, block_crc_of};
     use granary_rdma::fake::{Fabric, FakeNic};
     use granary_rdma::verbs::WcStatus;
 
@@ -711,19 +692,29 @@ mod tests {
     }
 
     #[test]
-    fn a_corrupted_write_is_caught_by_the_block_crc() {
+    fn a_corrupted_write_lands_with_bytes_its_header_crc_rejects() {
         let mut p = Pair::new();
         p.fabric.corrupt_next_write(1);
         p.get(7, 9, u64::MAX).unwrap();
         p.get(8, 10, u64::MAX).unwrap();
         let got = p.run(50);
-        assert!(got.contains(&LinkEvent::Corrupt {
-            member: 1,
-            request: 7
-        }));
-        assert!(got
-            .iter()
-            .any(|e| matches!(e, LinkEvent::Landed { request: 8, .. })));
+        // What the requester checks (`Requester::data`): the block CRC of
+        // the bytes received against the header's.
+        let verified = |request: u64| {
+            got.iter().find_map(|e| match e {
+                LinkEvent::Landed {
+                    request: r,
+                    header,
+                    crc32c,
+                    ..
+                } if *r == request => {
+                    Some(block_crc_of(FP, header.sample, header.length, *crc32c) == header.crc)
+                }
+                _ => None,
+            })
+        };
+        assert_eq!(verified(7), Some(false), "{got:?}");
+        assert_eq!(verified(8), Some(true), "{got:?}");
     }
 
     #[test]
@@ -735,19 +726,14 @@ mod tests {
         // Already past due: it goes to the store.
         p.get(2, 2, p.now).unwrap();
         let got = p.run(200);
-        assert!(
-            got.contains(&LinkEvent::Retry {
-                member: 1,
-                request: 1,
-                to: Retry::Tcp
-            }),
-            "{got:?}"
-        );
-        assert!(got.contains(&LinkEvent::Retry {
-            member: 1,
-            request: 2,
-            to: Retry::Store
-        }));
+        // Both come back; the requester sends the first over TCP (due
+        // ahead) and the second to the store (`Requester::back`).
+        for request in [1, 2] {
+            assert!(
+                got.contains(&LinkEvent::Back { member: 1, request }),
+                "{got:?}"
+            );
+        }
         assert_eq!(p.a.link(1), LinkTransport::RdmaFallback);
         // Refused while backing off: the caller uses TCP.
         assert!(p.get(3, 3, u64::MAX).is_err());

@@ -4,9 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{store_bytes, Ev, Queue, Shared, SimError, SIM_FINGERPRINT};
-use crate::block::{block_crc, BlockCrc};
-use crate::conn::{Conn, ConnConfig, Event, Nanos, Transmit};
+use crate::block::block_crc;
+use crate::conn::{Conn, ConnConfig, Event, Transmit};
 use crate::frame::{DataHeader, Get, MissReason};
+use crate::request::{Outcome, Requester, RequesterConfig, Sample, Via, Why};
 use crate::serve::{Admit, Availability, ConnId, Reply, ServeConfig, Server};
 
 const SECRET: &[u8] = b"sim-job-secret";
@@ -22,16 +23,9 @@ enum Source {
 struct Link {
     peer: usize,
     conn: Conn,
-    /// A block whose payload is arriving.
-    rx: Option<(DataHeader, Vec<u8>)>,
-}
-
-struct Pending {
-    sample: u64,
-    link: u64,
-    since: Nanos,
-    sent: bool,
-    hedged: bool,
+    /// A block whose payload is arriving, and whether its claim was taken
+    /// (false: the store has the sample; the bytes are dropped).
+    rx: Option<(DataHeader, Vec<u8>, bool)>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -46,7 +40,8 @@ enum LinkEv {
     Credit,
     Request(Get),
     Block(DataHeader, Vec<u8>),
-    Miss(u64),
+    Discarded(u64),
+    Miss(u64, MissReason),
     Closed,
 }
 
@@ -58,8 +53,11 @@ pub(super) struct Agent {
     links: BTreeMap<u64, Link>,
     by_peer: BTreeMap<usize, u64>,
     server: Server,
-    pending: BTreeMap<u64, Pending>,
-    next_req: u64,
+    /// The agent's requester: the same as the agent's engine drives.
+    requester: Requester<u64>,
+    /// Each request in flight: its link, and its get while it waits for
+    /// the link's handshake or credit.
+    on_link: BTreeMap<u64, (u64, Option<Get>)>,
     want: BTreeSet<u64>,
     received: Vec<u64>,
     store: BTreeMap<u64, StoreRead>,
@@ -67,7 +65,7 @@ pub(super) struct Agent {
 }
 
 impl Agent {
-    pub(super) fn new(node: usize, inc: u64) -> Agent {
+    pub(super) fn new(node: usize, inc: u64, members: usize, cfg: &super::SimConfig) -> Agent {
         Agent {
             node,
             inc,
@@ -75,8 +73,18 @@ impl Agent {
             links: BTreeMap::new(),
             by_peer: BTreeMap::new(),
             server: Server::new(ServeConfig::default()),
-            pending: BTreeMap::new(),
-            next_req: 1,
+            requester: Requester::new(
+                RequesterConfig {
+                    hedge_after: cfg.hedge_after,
+                    // The simulated network is fast: a peer is slow past
+                    // four times the median or 10 one-way latencies.
+                    slow_floor: 10 * cfg.latency,
+                    probe_every: 50 * cfg.latency,
+                    ..RequesterConfig::default()
+                },
+                members,
+            ),
+            on_link: BTreeMap::new(),
             want: BTreeSet::new(),
             received: Vec::new(),
             store: BTreeMap::new(),
@@ -242,6 +250,12 @@ impl Agent {
     }
 
     fn request_peer(&mut self, peer: usize, s: u64, q: &mut Queue, sh: &mut Shared) {
+        if !self.requester.ask(peer, q.now) {
+            // Found slow: its samples come from the store meanwhile.
+            sh.report.slow_routed += 1;
+            self.read_store(s, false, true, true, q, sh);
+            return;
+        }
         let link = match self.by_peer.get(&peer) {
             Some(&l) => l,
             None => {
@@ -266,18 +280,13 @@ impl Agent {
                 id
             }
         };
-        let req = self.next_req;
-        self.next_req += 1;
-        self.pending.insert(
-            req,
-            Pending {
-                sample: s,
-                link,
-                since: q.now,
-                sent: false,
-                hedged: false,
-            },
-        );
+        let want = Sample {
+            fingerprint: SIM_FINGERPRINT,
+            sample: s,
+            length: sh.sizes[s as usize],
+        };
+        let (get, _) = self.requester.start(s, peer, want, Via::Tcp, q.now);
+        self.on_link.insert(get.request, (link, Some(get)));
         self.send_unsent(link, q, sh);
     }
 
@@ -289,34 +298,61 @@ impl Agent {
         if !l.conn.is_established() {
             return;
         }
-        for (&req, p) in self.pending.iter_mut() {
-            if p.link != link || p.sent {
+        for (lk, unsent) in self.on_link.values_mut() {
+            if *lk != link {
                 continue;
             }
+            let Some(get) = *unsent else { continue };
             if l.conn.credit() == 0 {
                 // Waits for credit; the hedge timer still runs.
                 break;
             }
-            let get = Get {
-                request: req,
-                fingerprint: SIM_FINGERPRINT,
-                sample: p.sample,
-                length: sh.sizes[p.sample as usize],
-                due: q.now + sh.cfg.hedge_after,
-            };
             if l.conn.send_get(get, q.now).is_ok() {
-                p.sent = true;
-                p.since = q.now;
+                *unsent = None;
                 sh.report.requests[sh.epoch as usize] += 1;
             }
         }
     }
 
-    /// Stops waiting on a peer for request `req`: reads the store instead.
-    fn give_up(&mut self, req: u64, q: &mut Queue, sh: &mut Shared) {
-        if let Some(p) = self.pending.remove(&req) {
-            if !p.hedged && self.want.contains(&p.sample) {
-                self.read_store(p.sample, false, true, true, q, sh);
+    /// Acts on what became of a get: a verified block is delivered, any
+    /// other end reads the store (when the consumer still wants it).
+    fn on_outcome(
+        &mut self,
+        o: Outcome<u64>,
+        bytes: Option<&[u8]>,
+        q: &mut Queue,
+        sh: &mut Shared,
+    ) {
+        match o {
+            Outcome::Landed { token: s, .. } => {
+                self.on_link
+                    .retain(|_, (_, g)| g.is_none_or(|g| g.sample != s));
+                let len = sh.sizes[s as usize];
+                if bytes.is_some_and(|b| b != store_bytes(s, len).as_slice()) {
+                    sh.fail(SimError::WrongBytes {
+                        node: self.node,
+                        sample: s,
+                    });
+                }
+                self.deliver(s, Source::Peer, sh);
+            }
+            Outcome::Store { token: s, why, .. } => {
+                match why {
+                    Why::Miss(_) => sh.report.misses += 1,
+                    Why::Corrupt => sh.report.crc_failures += 1,
+                    Why::Hedged => sh.report.hedged += 1,
+                    Why::Slow => sh.report.slow_routed += 1,
+                    Why::Lost => {}
+                }
+                if self.want.contains(&s) {
+                    self.read_store(s, false, true, true, q, sh);
+                }
+            }
+            // The simulator has no RDMA.
+            Outcome::Retry { get, .. } => {
+                if let Some(o) = self.requester.lost(get.request) {
+                    self.on_outcome(o, None, q, sh);
+                }
             }
         }
     }
@@ -365,23 +401,18 @@ impl Agent {
             }
             self.process(id, q, sh);
         }
-        let late: Vec<u64> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| !p.hedged && q.now >= p.since + sh.cfg.hedge_after)
-            .map(|(&r, _)| r)
-            .collect();
-        for r in late {
-            let Some(p) = self.pending.get_mut(&r) else {
-                continue;
-            };
-            p.hedged = true;
-            let s = p.sample;
-            if self.want.contains(&s) {
-                sh.report.hedged += 1;
-                self.read_store(s, false, true, true, q, sh);
+        let mut ended = Vec::new();
+        self.requester.poll(q.now, &mut ended);
+        for o in ended {
+            if let Outcome::Store { token, .. } | Outcome::Landed { token, .. } = &o {
+                let t = *token;
+                self.on_link
+                    .retain(|_, (_, g)| g.is_none_or(|g| g.sample != t));
             }
+            self.on_outcome(o, None, q, sh);
         }
+        self.on_link
+            .retain(|r, _| self.requester.pending(*r).is_some());
         self.serve(q, sh);
         self.flush_all(q, sh);
     }
@@ -391,23 +422,37 @@ impl Agent {
         let mut evs = Vec::new();
         if let Some(l) = self.links.get_mut(&id) {
             loop {
-                if let Some((hdr, mut buf)) = l.rx.take() {
+                if let Some((hdr, mut buf, keep)) = l.rx.take() {
                     while let Some(p) = l.conn.payload() {
                         buf.extend_from_slice(p);
                     }
                     if l.conn.payload_remaining() > 0 {
-                        l.rx = Some((hdr, buf));
+                        l.rx = Some((hdr, buf, keep));
                         break;
                     }
-                    evs.push(LinkEv::Block(hdr, buf));
+                    evs.push(if keep {
+                        LinkEv::Block(hdr, buf)
+                    } else {
+                        LinkEv::Discarded(hdr.request)
+                    });
                 }
                 match l.conn.poll_event() {
                     None => break,
                     Some(Event::Established { .. }) => evs.push(LinkEv::Established),
                     Some(Event::Credit(_)) => evs.push(LinkEv::Credit),
                     Some(Event::Request(g)) => evs.push(LinkEv::Request(g)),
-                    Some(Event::Data(h)) => l.rx = Some((h, Vec::new())),
-                    Some(Event::Miss { request, .. }) => evs.push(LinkEv::Miss(request)),
+                    Some(Event::Data(h)) => {
+                        // The first byte needs the claim: once the store
+                        // has the sample, the block is dropped.
+                        let keep = self
+                            .requester
+                            .pending(h.request)
+                            .is_some_and(|p| p.claim.receive());
+                        l.rx = Some((h, Vec::new(), keep));
+                    }
+                    Some(Event::Miss {
+                        request, reason, ..
+                    }) => evs.push(LinkEv::Miss(request, reason)),
                     Some(Event::Rtt(_) | Event::RdmaSetup(_)) => {}
                     Some(Event::Closed(_)) => evs.push(LinkEv::Closed),
                 }
@@ -417,10 +462,27 @@ impl Agent {
             match ev {
                 LinkEv::Established | LinkEv::Credit => self.send_unsent(id, q, sh),
                 LinkEv::Request(g) => self.on_request(id, g, q, sh),
-                LinkEv::Block(h, bytes) => self.on_block(h, &bytes, q, sh),
-                LinkEv::Miss(req) => {
-                    sh.report.misses += 1;
-                    self.give_up(req, q, sh);
+                LinkEv::Block(h, bytes) => {
+                    self.on_link.remove(&h.request);
+                    let crc = crc32c::crc32c(&bytes);
+                    match self.requester.data(h.request, &h, crc, q.now) {
+                        Some(o) => self.on_outcome(o, Some(&bytes), q, sh),
+                        None => {
+                            self.requester.discarded(h.request, q.now);
+                            sh.report.late_discarded += 1;
+                        }
+                    }
+                }
+                LinkEv::Discarded(request) => {
+                    self.on_link.remove(&request);
+                    self.requester.discarded(request, q.now);
+                    sh.report.late_discarded += 1;
+                }
+                LinkEv::Miss(req, reason) => {
+                    self.on_link.remove(&req);
+                    if let Some(o) = self.requester.miss(req, reason, q.now) {
+                        self.on_outcome(o, None, q, sh);
+                    }
                 }
                 LinkEv::Closed => {
                     // Let the goodbye go out first.
@@ -453,30 +515,6 @@ impl Agent {
         };
         if self.server.request(link as ConnId, g, avail) == Admit::StartRead {
             self.read_store(s, true, false, false, q, sh);
-        }
-    }
-
-    fn on_block(&mut self, h: DataHeader, bytes: &[u8], q: &mut Queue, sh: &mut Shared) {
-        let Some(p) = self.pending.remove(&h.request) else {
-            sh.report.late_discarded += 1;
-            return;
-        };
-        let len = sh.sizes[p.sample as usize];
-        let mut c = BlockCrc::new(SIM_FINGERPRINT, p.sample, len);
-        c.update(bytes);
-        if c.finish(h.crc).is_ok() {
-            if bytes != store_bytes(p.sample, len).as_slice() {
-                sh.fail(SimError::WrongBytes {
-                    node: self.node,
-                    sample: p.sample,
-                });
-            }
-            self.deliver(p.sample, Source::Peer, sh);
-        } else {
-            sh.report.crc_failures += 1;
-            if !p.hedged && self.want.contains(&p.sample) {
-                self.read_store(p.sample, false, true, true, q, sh);
-            }
         }
     }
 
@@ -584,13 +622,16 @@ impl Agent {
         self.server.conn_closed(id);
         sh.report.conns_closed += 1;
         let lost: Vec<u64> = self
-            .pending
+            .on_link
             .iter()
-            .filter(|(_, p)| p.link == id)
+            .filter(|(_, (link, _))| *link == id)
             .map(|(&r, _)| r)
             .collect();
         for r in lost {
-            self.give_up(r, q, sh);
+            self.on_link.remove(&r);
+            if let Some(o) = self.requester.lost(r) {
+                self.on_outcome(o, None, q, sh);
+            }
         }
     }
 }

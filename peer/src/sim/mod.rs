@@ -161,6 +161,9 @@ pub struct Report {
     pub crc_failures: u64,
     /// Requests also sent to the store because their answer was late.
     pub hedged: u64,
+    /// Samples of a peer found slow read from the store instead of asking
+    /// it (and gets of it handed to the store when it was found slow).
+    pub slow_routed: u64,
     /// Peer copies arriving after the sample was delivered.
     pub late_discarded: u64,
     /// Store reads caused by a peer failure (miss, closed, CRC, hedge, no
@@ -381,7 +384,9 @@ pub fn run(cfg: &SimConfig) -> Result<Report, SimError> {
         epoch_fallbacks: 0,
         first_error: None,
     };
-    let mut agents: Vec<Agent> = (0..cfg.nodes).map(|i| Agent::new(i, 1)).collect();
+    let mut agents: Vec<Agent> = (0..cfg.nodes)
+        .map(|i| Agent::new(i, 1, cfg.nodes, cfg))
+        .collect();
     let mut q = Queue::default();
     let steps_per_epoch = (cfg.samples / per_step) as usize;
     let tick = MS;
@@ -524,7 +529,7 @@ fn dispatch(ev: Ev, agents: &mut [Agent], q: &mut Queue, sh: &mut Shared, tick: 
             }
             let inc = agents[node].incarnation();
             let plan = agents[node].pending_plan();
-            agents[node] = Agent::new(node, inc + 1);
+            agents[node] = Agent::new(node, inc + 1, sh.cfg.nodes, &sh.cfg);
             agents[node].keep_plan(plan);
         }
         Ev::Restart { node } => {

@@ -1,0 +1,309 @@
+//! The owner's side of the peer tier: peers' requests served from the
+//! arena.
+//!
+//! A peer's request is answered from the arena when the sample is there
+//! (pinned until its block is written), waits for the read in flight when
+//! it is being read (single flight), or starts the one store read of a
+//! sample this agent keeps, into the keep area. Anything else gets a miss
+//! with its reason. The serving queue (`granary_peer::serve::Server`)
+//! decides what goes next: earliest due first, send slots shared fairly
+//! across connections, a cap on the bytes each connection's requests pin
+//! (`peers.max_pinned_per_peer`). A request arrives over TCP or an RDMA
+//! link (`peers::rdma_conn` names the link); its answer goes back the
+//! same way.
+
+use super::{key, Engine, Inflight};
+use crate::cache::{Cache, Lookup, SampleKey};
+use crate::peers::{rdma_member, Serving};
+use granary_peer::block::block_crc_of;
+use granary_peer::frame::{Get, MissReason};
+use granary_peer::serve::{Admit, Availability, Reply};
+
+impl Engine {
+    /// The block served for `request` on `conn` is written (or never will
+    /// be): its slot and its pin are released.
+    pub(super) fn peer_sent(&mut self, conn: u64, request: u64) {
+        if let Some(t) = self.peers.as_mut() {
+            t.serve.sent(conn, request);
+            if let Some(s) = t.serving.remove(&(conn, request)) {
+                if s.pinned {
+                    let _ = self.cache.unpin(s.key);
+                }
+            }
+        }
+    }
+
+    /// Answers `get` of `conn` (a TCP connection or an RDMA link) with a
+    /// miss.
+    fn send_miss_via(&mut self, conn: u64, get: Get, reason: MissReason) {
+        let Some(tier) = self.peers.as_mut() else {
+            return;
+        };
+        match rdma_member(conn) {
+            None => tier.net.send_miss(conn, get, reason),
+            Some(member) => Self::rdma_miss(tier, member, get, reason),
+        }
+    }
+
+    /// Admits a peer's request (`conn`: a TCP connection or an RDMA link).
+    pub(super) fn peer_request(&mut self, conn: u64, get: Get) {
+        let Some(tier) = self.peers.as_mut() else {
+            return;
+        };
+        if tier.serving.contains_key(&(conn, get.request)) {
+            // A request id reused while the first is pending: answered
+            // with a miss, the first keeps its pin.
+            self.metrics.peers.reject("request_id");
+            if let Some(skipped) = tier.log.allow("request_id") {
+                tracing::warn!(
+                    conn,
+                    request = get.request,
+                    skipped,
+                    "peer reused a request id in flight"
+                );
+            }
+            self.metrics
+                .peers
+                .served_miss(MissReason::Overloaded.as_str());
+            self.send_miss_via(conn, get, MissReason::Overloaded);
+            return;
+        }
+        let mut pinned_key = None;
+        let avail = match tier.by_fingerprint.get(&get.fingerprint).copied() {
+            None => Availability::Absent(MissReason::UnknownDataset),
+            Some(ds) => {
+                let d = tier.datasets[ds].as_ref();
+                let owner = d.and_then(|d| d.dir.owner(get.sample));
+                let src = self.datasets[ds].source();
+                let len = src
+                    .filter(|s| get.sample < s.len())
+                    .map(|s| s.meta(get.sample).size);
+                if owner != Some(tier.me) {
+                    Availability::Absent(MissReason::NotOwner)
+                } else if len != Some(get.length) {
+                    Availability::Absent(MissReason::LengthMismatch)
+                } else {
+                    let k = key(ds, get.sample);
+                    let kept = d.is_some_and(|d| d.dir.is_kept(get.sample));
+                    match self.cache.lookup(k) {
+                        Lookup::Ready(r) => {
+                            if self.cache.pin(k).is_ok() {
+                                pinned_key = Some(k);
+                                Availability::Ready {
+                                    length: r.len,
+                                    crc: block_crc_of(get.fingerprint, get.sample, r.len, r.crc32c),
+                                }
+                            } else {
+                                Availability::Absent(MissReason::Evicted)
+                            }
+                        }
+                        Lookup::InFlight { .. } => {
+                            if self.cache.pin(k).is_ok() {
+                                pinned_key = Some(k);
+                                Availability::Loading
+                            } else {
+                                Availability::Absent(MissReason::StoreError)
+                            }
+                        }
+                        Lookup::Failed { pins, .. } if pins > 0 => {
+                            Availability::Absent(MissReason::StoreError)
+                        }
+                        Lookup::Absent | Lookup::Failed { .. } if kept => {
+                            pinned_key = Some(k);
+                            Availability::Kept
+                        }
+                        Lookup::Absent | Lookup::Failed { .. } => {
+                            Availability::Absent(MissReason::NotKept)
+                        }
+                    }
+                }
+            }
+        };
+        let Some(tier) = self.peers.as_mut() else {
+            return;
+        };
+        let pinned_before = tier.serve.pinned_bytes(conn);
+        let admit = tier.serve.request(conn, get, avail);
+        if admit == Admit::Missed(MissReason::Overloaded) {
+            let over_bytes = pinned_before.saturating_add(get.length) > tier.max_pinned;
+            self.metrics
+                .peers
+                .reject(if over_bytes { "pinned" } else { "queued" });
+        }
+        let Some(k) = pinned_key else {
+            return;
+        };
+        // A `Kept` sample is pinned by its reservation, if the read starts.
+        let pinned = avail != Availability::Kept;
+        tier.serving.insert(
+            (conn, get.request),
+            Serving {
+                key: k,
+                pinned,
+                handed: false,
+            },
+        );
+        if admit == Admit::StartRead && self.start_kept_read(k, get.fingerprint) {
+            if let Some(s) = self
+                .peers
+                .as_mut()
+                .and_then(|t| t.serving.get_mut(&(conn, get.request)))
+            {
+                s.pinned = true;
+            }
+        }
+    }
+
+    /// The one store read of a kept sample a peer asked for; false when it
+    /// could not start (the waiting requests get a miss).
+    fn start_kept_read(&mut self, k: SampleKey, fingerprint: u64) -> bool {
+        let len = self.datasets[k.dataset as usize]
+            .source()
+            .map_or(0, |s| s.meta(k.index).size);
+        let reserved = u32::try_from(len).map_err(|_| ()).and_then(|len32| {
+            self.cache
+                .reserve_kept(k, len)
+                .or_else(|_| self.cache.reserve(k, len))
+                .map(|r| (r, len32))
+                .map_err(|_| ())
+        });
+        let Ok((r, len32)) = reserved else {
+            // No room: the waiting request gets a miss.
+            if let Some(t) = self.peers.as_mut() {
+                t.serve
+                    .loaded(fingerprint, k.index, Err(MissReason::Overloaded));
+            }
+            return false;
+        };
+        let now = self.clock.now();
+        self.start_read(Inflight {
+            key: k,
+            dest: r.extent.offset,
+            len: len32,
+            attempt: 1,
+            started: now,
+            first: now,
+        });
+        true
+    }
+
+    /// A read of `k` ended (`Some(crc)`: Ready with that CRC-32C): peers
+    /// waiting for it are answered.
+    pub(super) fn peer_loaded(&mut self, k: SampleKey, done: Option<(u64, u32)>) {
+        let Some(tier) = self.peers.as_mut() else {
+            return;
+        };
+        let Some(fp) = tier.fingerprint_of(k.dataset as usize) else {
+            return;
+        };
+        let result = match done {
+            Some((len, crc)) => Ok((len, block_crc_of(fp, k.index, len, crc))),
+            None => Err(MissReason::StoreError),
+        };
+        tier.serve.loaded(fp, k.index, result);
+    }
+
+    /// Hands every answer that may go now to the transport.
+    pub(super) fn pump_serving(&mut self) {
+        let Some(tier) = self.peers.as_mut() else {
+            return;
+        };
+        let now = tier.net.nanos();
+        while let Some(reply) = tier.serve.poll(now) {
+            match reply {
+                Reply::Send { conn, get, crc } => {
+                    let s = tier.serving.get(&(conn, get.request)).copied();
+                    let ready = s.and_then(|s| match self.cache.lookup(s.key) {
+                        Lookup::Ready(r) if s.pinned => Some(r),
+                        _ => None,
+                    });
+                    let via = rdma_member(conn);
+                    let handed = match (ready, via) {
+                        // The link refused (it is down): the requester gets
+                        // its request back from its own driver.
+                        (Some(r), Some(member)) => {
+                            Self::rdma_serve(tier, member, get, r.offset, r.len, crc)
+                        }
+                        (Some(r), None) => match self.arena.slice(r.offset, r.len as usize) {
+                            Ok(src) => {
+                                tier.net.send_block(conn, get, crc, src);
+                                true
+                            }
+                            Err(_) => false,
+                        },
+                        (None, _) => false,
+                    };
+                    if handed {
+                        self.metrics.peers.served.inc();
+                        self.metrics.peers.served_bytes.inc_by(get.length);
+                        if let Some(s) = tier.serving.get_mut(&(conn, get.request)) {
+                            s.handed = true;
+                        }
+                        continue;
+                    }
+                    tier.serve.sent(conn, get.request);
+                    // An RDMA link that refused a block is down: nothing
+                    // goes on it any more.
+                    if ready.is_none() || via.is_none() {
+                        self.metrics.peers.served_miss(MissReason::Evicted.as_str());
+                        match via {
+                            None => tier.net.send_miss(conn, get, MissReason::Evicted),
+                            Some(member) => Self::rdma_miss(tier, member, get, MissReason::Evicted),
+                        }
+                    }
+                    if let Some(s) = tier.serving.remove(&(conn, get.request)) {
+                        if s.pinned {
+                            let _ = self.cache.unpin(s.key);
+                        }
+                    }
+                }
+                Reply::Miss { conn, get, reason } => {
+                    self.metrics.peers.served_miss(reason.as_str());
+                    match rdma_member(conn) {
+                        None => tier.net.send_miss(conn, get, reason),
+                        Some(member) => Self::rdma_miss(tier, member, get, reason),
+                    }
+                    if let Some(s) = tier.serving.remove(&(conn, get.request)) {
+                        if s.pinned {
+                            let _ = self.cache.unpin(s.key);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A connection ended: its queued answers are dropped and their pins
+    /// released.
+    pub(super) fn peer_conn_down(&mut self, conn: u64, member: Option<usize>) {
+        let Some(tier) = self.peers.as_mut() else {
+            return;
+        };
+        drop_served(tier, &mut self.cache, conn);
+        if let Some(m) = member {
+            if !tier.net.is_up(m) {
+                tier.up[m] = false;
+                self.metrics.peers.set_up(tier.member_id(m), false);
+            }
+        }
+    }
+}
+
+/// Drops what connection `conn` (a TCP connection or an RDMA link) still
+/// had queued or in service at this owner, releasing the pins.
+pub(super) fn drop_served(tier: &mut crate::peers::PeerTier, cache: &mut Cache, conn: u64) {
+    tier.serve.conn_closed(conn);
+    let gone: Vec<(u64, u64)> = tier
+        .serving
+        .keys()
+        .filter(|(c, _)| *c == conn)
+        .copied()
+        .collect();
+    for id in gone {
+        if let Some(s) = tier.serving.remove(&id) {
+            if s.pinned {
+                let _ = cache.unpin(s.key);
+            }
+        }
+    }
+}
