@@ -346,6 +346,16 @@ fn three_agents_read_each_sample_from_the_store_once() {
     let peer1 = sum(&c, "granary_tier_samples_total", "tier=\"peer\"") - peer0;
     let arena1 = sum(&c, "granary_tier_samples_total", "tier=\"arena\"");
     eprintln!("epoch 1: store reads {reads1}, samples from peers {peer1}, from the arena (both epochs) {arena1}");
+    for a in &c.agents {
+        eprintln!(
+            "agent {}: gets failed {} (slow {}), hedged {}, slow peers now {}",
+            a.node,
+            a.metric("granary_peer_gets_failed_total", ""),
+            a.metric("granary_peer_gets_failed_total", "reason=\"slow\""),
+            a.metric("granary_peer_hedged_total", ""),
+            a.metric("granary_peer_slow", "")
+        );
+    }
     assert!(
         reads1 <= FILES as f64 / 100.0,
         "epoch 1 read {reads1} samples from the store (at most 1 % of {FILES})"
@@ -488,7 +498,10 @@ fn a_slow_peer_is_hedged_by_the_store() {
     run_epoch(&mut c, 0, |_| {});
     let hedged = sum(&c, "granary_peer_hedged_total", "");
     let late = sum(&c, "granary_peer_late_discarded_total", "");
-    eprintln!("hedged {hedged}, late blocks dropped {late}");
+    let slow = sum(&c, "granary_peer_gets_failed_total", "reason=\"slow\"");
+    eprintln!("hedged {hedged}, late blocks dropped {late}, handed to the store as slow {slow}");
+    // The others found n1 slow (against each other) and routed around it.
+    assert!(slow > 0.0, "n1 was never found slow");
     assert!(hedged > 0.0, "no request to the slow peer was hedged");
     assert_eq!(sum(&c, "granary_peer_crc_failures_total", ""), 0.0);
     // A hedged sample is read from the store by the requester: more store

@@ -530,13 +530,10 @@ impl<T> Requester<T> {
     /// Marks members slow or not, from their averages and the age of their
     /// oldest get still unanswered.
     fn judge(&mut self, now: Nanos) {
-        let mut known: Vec<Nanos> = self
-            .speed
-            .iter()
-            .filter(|s| s.landed >= self.cfg.min_samples)
-            .filter_map(|s| s.avg)
-            .collect();
-        if known.len() < 2 {
+        let min = self.cfg.min_samples;
+        let known_of = |s: &Speed| s.avg.filter(|_| s.landed >= min);
+        let mut known: Vec<Nanos> = self.speed.iter().filter_map(known_of).collect();
+        if known.is_empty() {
             for s in &mut self.speed {
                 s.slow = false;
             }
@@ -569,6 +566,13 @@ impl<T> Requester<T> {
             bound
         };
         for (m, s) in self.speed.iter_mut().enumerate() {
+            // Judged only against another member's measure: a lone peer
+            // is never slow.
+            let others = known.len() - usize::from(known_of(s).is_some());
+            if others == 0 {
+                s.slow = false;
+                continue;
+            }
             let avg = s.avg.unwrap_or(0);
             if !s.slow && (avg > bound || oldest[m] > age_bound) {
                 // Slow from now on, until probes bring its average down:
@@ -773,6 +777,18 @@ mod tests {
             land(&mut r, 3, 1, MS, &mut t);
         }
         assert!(!r.is_slow(3) && r.ask(3, t));
+    }
+
+    #[test]
+    fn a_peer_that_never_answers_is_slow_against_one_that_does() {
+        let mut r: Requester<u64> = Requester::new(cfg(), 3);
+        let mut t = 0;
+        land(&mut r, 1, 8, MS, &mut t);
+        r.start(100, 2, want(9, 100, 3), Via::Tcp, t);
+        let mut out = Vec::new();
+        r.poll(t + 30 * MS, &mut out);
+        assert!(r.is_slow(2) && !r.is_slow(1), "{out:?}");
+        assert!(matches!(out[..], [Outcome::Store { why: Why::Slow, .. }]));
     }
 
     #[test]

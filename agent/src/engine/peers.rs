@@ -21,6 +21,7 @@ use super::{Engine, Inflight};
 use crate::cache::SampleKey;
 use crate::peers::net::{Event, GetFailure, OutGet};
 use crate::peers::PeerToken;
+use granary_peer::channel::Protection;
 use granary_peer::request::{Outcome, Sample, Via, Why};
 use std::sync::Arc;
 use std::time::Instant;
@@ -129,12 +130,20 @@ impl Engine {
                 conn,
                 member,
                 incarnation,
+                channel,
             } => {
                 if let Some(t) = self.peers.as_mut() {
+                    let (suite, records) = match channel {
+                        Some((s, Protection::Encrypted)) => (s.as_str(), "encrypted"),
+                        Some((s, Protection::Authenticated)) => (s.as_str(), "authenticated"),
+                        None => ("-", "-"),
+                    };
                     tracing::info!(
                         conn,
                         peer = t.member_id(member),
                         incarnation = format_args!("{incarnation:016x}"),
+                        suite,
+                        records,
                         "peer connection up"
                     );
                     t.up[member] = true;

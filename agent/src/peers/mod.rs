@@ -314,6 +314,9 @@ impl PeerTier {
             requester: Requester::new(
                 RequesterConfig {
                     hedge_after: hedge_after.as_nanos() as u64,
+                    // Scheduling hiccups of a busy node must not make a
+                    // peer slow: a tenth of the hedge delay, at least 50 ms.
+                    slow_floor: (hedge_after / 10).max(Duration::from_millis(50)).as_nanos() as u64,
                     ..RequesterConfig::default()
                 },
                 view.len(),

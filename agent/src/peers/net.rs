@@ -25,7 +25,7 @@ use super::metrics::{label, Labels};
 use super::ratelog::RateLog;
 use crate::metrics::Counter;
 use crate::sys;
-use granary_peer::channel::ChannelError;
+use granary_peer::channel::{ChannelError, Protection, Suite};
 use granary_peer::conn::{Closed, Conn, ConnConfig, Event as ConnEvent, Nanos, Transmit};
 use granary_peer::frame::{DataHeader, Get, GoodbyeReason, MissReason};
 use granary_peer::view::View;
@@ -77,6 +77,8 @@ pub(crate) enum Event {
         conn: ConnId,
         member: usize,
         incarnation: u64,
+        /// The channel's AEAD and whether records are encrypted.
+        channel: Option<(Suite, Protection)>,
     },
     /// A connection ended (`member` if it had authenticated).
     Down {
@@ -870,6 +872,7 @@ fn handle_events(ctx: &Arc<ConnCtx>, landing: &mut Option<Landing>) -> Option<St
                             conn: ctx.id,
                             member: m,
                             incarnation,
+                            channel: st.conn.channel(),
                         });
                         adopt(ctx, &mut st, m);
                         flush_backlog(ctx, &mut st);
