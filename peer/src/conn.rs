@@ -43,10 +43,14 @@
 //! * Answers: [`Conn::send_data`] queues the data header, then
 //!   [`Transmit::Payload`] asks the transport for the payload, which it
 //!   hands to [`Conn::seal_payload`] a piece at a time (copied once, from
-//!   the pinned extent into the record). On the receiving side
-//!   [`Event::Data`] is followed by the payload: [`Conn::payload`] gives
-//!   its bytes as records open, to be copied into the reserved extent;
-//!   events resume after the payload.
+//!   the pinned extent into the record), or, where it can lend the extent
+//!   as a slice, to [`Conn::seal_payload_into`] (encrypted straight from
+//!   the extent into a buffer the transport keeps, no copy). On the
+//!   receiving side [`Event::Data`] is followed by the payload:
+//!   [`Conn::payload`] gives its bytes as records open, to be copied into
+//!   the reserved extent, or [`Conn::payload_into`] opens each record
+//!   straight into it (decrypted there, no copy); events resume after the
+//!   payload. `bench/run channel` measures both against the bare AEAD.
 //! * Keepalive: after [`ConnConfig::keepalive`] without sending, a ping is
 //!   sent; after [`ConnConfig::idle_timeout`] without receiving, the
 //!   connection closes. Pongs give [`Event::Rtt`]. Pings are answered with
@@ -58,12 +62,13 @@ use std::fmt;
 
 use crate::channel::{
     psk_of, ChannelError, Handshake, Preamble, Protection, Records, Suite, LEN_PREFIX, MAGIC,
-    MAX_HANDSHAKE_MESSAGE, MAX_RECORD, MAX_RECORD_PLAINTEXT, PREAMBLE_LEN,
+    MAX_HANDSHAKE_MESSAGE, MAX_RECORD, MAX_RECORD_PLAINTEXT, PREAMBLE_LEN, TAG_LEN,
 };
 use crate::frame::{
     decode_frame, DataHeader, Decoded, Decoder, Frame, FrameError, Get, GoodbyeReason, Hello,
     MissReason, PayloadOrderError, Want, MAX_ID_LEN, MAX_VECTOR, PROTOCOL_VERSION,
 };
+use crate::input::InputBuffer;
 
 /// Nanoseconds since an origin the caller picks (monotonic).
 pub type Nanos = u64;
@@ -146,6 +151,9 @@ pub enum ConnError {
     NothingToAnswer,
     /// Payload bytes reported out of order, or more than announced.
     PayloadOrder,
+    /// The output buffer is shorter than the records to write (this many
+    /// bytes).
+    OutputTooShort(usize),
     /// The frame cannot be encoded (length over the limit).
     Frame(FrameError),
     /// The channel could not be set up or seal.
@@ -166,6 +174,7 @@ impl fmt::Display for ConnError {
             ConnError::BadCount => write!(f, "vector-get of 1..={MAX_VECTOR} items only"),
             ConnError::NothingToAnswer => write!(f, "no request of the peer is outstanding"),
             ConnError::PayloadOrder => write!(f, "{PayloadOrderError}"),
+            ConnError::OutputTooShort(n) => write!(f, "the records need a buffer of {n} bytes"),
             ConnError::Frame(e) => write!(f, "{e}"),
             ConnError::Channel(e) => write!(f, "{e}"),
         }
@@ -269,13 +278,13 @@ pub struct Conn {
     hs: Option<Handshake>,
     records: Option<Records>,
     /// Wire bytes received: `inbuf[in_pos..]` not yet taken apart.
-    inbuf: Vec<u8>,
+    inbuf: InputBuffer,
     in_pos: usize,
     /// The opened plaintext of the current record not yet taken:
     /// `inbuf[plain.0..plain.1]`.
     plain: (usize, usize),
-    /// Length of `inbuf` before [`Conn::input_buffer`] grew it.
-    reading: Option<usize>,
+    /// Whether [`Conn::input_buffer`] handed out room not yet reported.
+    reading: bool,
     decoder: Decoder,
     events: VecDeque<Event>,
     out: VecDeque<Out>,
@@ -349,10 +358,10 @@ impl Conn {
             state: State::Closed,
             hs: None,
             records: None,
-            inbuf: Vec::new(),
+            inbuf: InputBuffer::default(),
             in_pos: 0,
             plain: (0, 0),
-            reading: None,
+            reading: false,
             decoder: Decoder::new(),
             events: VecDeque::new(),
             out: VecDeque::new(),
@@ -412,14 +421,15 @@ impl Conn {
             return;
         }
         self.compact();
-        self.inbuf.extend_from_slice(bytes);
+        self.inbuf.extend(bytes);
         self.received(bytes.len(), now);
     }
 
     /// Room to read wire bytes into without a copy: as many as the
     /// handshake still needs before it is done (so a stranger's bytes
     /// never grow a buffer), up to a record and a half after. Report what
-    /// was read with [`Conn::input_written`].
+    /// was read with [`Conn::input_written`]. The room is not cleared: it
+    /// may hold bytes of earlier reads.
     pub fn input_buffer(&mut self) -> &mut [u8] {
         self.compact();
         let want = match self.state {
@@ -428,18 +438,16 @@ impl Conn {
             State::Established => (LEN_PREFIX + MAX_RECORD) * 3 / 2,
             State::Closed => 0,
         };
-        let len = self.inbuf.len();
-        self.inbuf.resize(len + want, 0);
-        self.reading = Some(len);
-        &mut self.inbuf[len..]
+        self.reading = true;
+        self.inbuf.room(want)
     }
 
     /// `n` bytes were read into [`Conn::input_buffer`].
     pub fn input_written(&mut self, n: usize, now: Nanos) {
-        let Some(len) = self.reading.take() else {
+        if !std::mem::take(&mut self.reading) {
             return;
-        };
-        self.inbuf.truncate(len + n.min(self.inbuf.len() - len));
+        }
+        self.inbuf.filled(n);
         if self.state != State::Closed {
             self.received(n, now);
         }
@@ -454,7 +462,8 @@ impl Conn {
             return head - have;
         }
         let at = self.in_pos + offset;
-        let n = usize::from(u16::from_be_bytes([self.inbuf[at], self.inbuf[at + 1]]));
+        let b = self.inbuf.bytes();
+        let n = usize::from(u16::from_be_bytes([b[at], b[at + 1]]));
         (head + n.min(MAX_HANDSHAKE_MESSAGE))
             .saturating_sub(have)
             .max(1)
@@ -478,7 +487,7 @@ impl Conn {
         if keep == 0 || keep < self.inbuf.len() / 2 && keep < 64 * 1024 {
             return;
         }
-        self.inbuf.drain(..keep);
+        self.inbuf.discard(keep);
         self.in_pos -= keep;
         if self.plain.0 < self.plain.1 {
             self.plain = (self.plain.0 - keep, self.plain.1 - keep);
@@ -577,6 +586,49 @@ impl Conn {
             let at = at as usize;
             dst.copy_from_slice(&payload[at..at + dst.len()]);
         })
+    }
+
+    /// Bytes of the records that [`Conn::seal_payload_into`] writes for
+    /// `len` payload bytes: one record per [`MAX_RECORD_PLAINTEXT`] bytes
+    /// or part of them, each with its length prefix and tag.
+    pub fn sealed_len(len: usize) -> usize {
+        len + len.div_ceil(MAX_RECORD_PLAINTEXT) * (LEN_PREFIX + TAG_LEN)
+    }
+
+    /// Seals the next `payload.len()` bytes of the payload handed out by
+    /// [`Transmit::Payload`] straight from `payload` (encrypted from it in
+    /// one pass, no copy first) into records written at the start of
+    /// `out`, and returns their length, [`Conn::sealed_len`] of
+    /// `payload.len()`. `out` must hold that many bytes; a buffer kept for
+    /// the next call is not cleared or grown, unlike the `Vec` of
+    /// [`Conn::seal_payload`].
+    pub fn seal_payload_into(
+        &mut self,
+        payload: &[u8],
+        out: &mut [u8],
+    ) -> Result<usize, ConnError> {
+        let Some((h, done)) = self.sealing else {
+            return Err(ConnError::PayloadOrder);
+        };
+        let len = payload.len() as u64;
+        if len > h.length - done {
+            return Err(ConnError::PayloadOrder);
+        }
+        let need = Conn::sealed_len(payload.len());
+        if out.len() < need {
+            return Err(ConnError::OutputTooShort(need));
+        }
+        let records = self.records.as_mut().ok_or(ConnError::NotEstablished)?;
+        let mut at = 0;
+        for piece in payload.chunks(MAX_RECORD_PLAINTEXT) {
+            at += records
+                .seal_into(piece, &mut out[at..])
+                .map_err(ConnError::Channel)?;
+        }
+        let end = done + len;
+        self.sealing = (end < h.length).then_some((h, end));
+        self.last_send = self.now;
+        Ok(at)
     }
 
     /// When [`Conn::handle_timeout`] must next be called, if ever.
@@ -745,7 +797,65 @@ impl Conn {
             return None;
         }
         self.plain.0 += n;
-        Some(&self.inbuf[a..a + n])
+        Some(&self.inbuf.bytes()[a..a + n])
+    }
+
+    /// After [`Event::Data`]: writes the next payload bytes received into
+    /// `dst`, in order, and returns how many (0 when none are here yet). A
+    /// whole record of payload that fits in `dst` is opened straight into
+    /// it: an encrypted one is decrypted there, with no copy after. Other
+    /// bytes are copied, as [`Conn::payload`] would give them. Calls of the
+    /// two may be mixed.
+    pub fn payload_into(&mut self, dst: &mut [u8]) -> usize {
+        let left = self.decoder.payload_remaining();
+        if left == 0 || dst.is_empty() {
+            return 0;
+        }
+        if self.decoder.buffered() == 0 && self.plain.0 >= self.plain.1 {
+            let Some((start, len)) = self.whole_record() else {
+                return 0;
+            };
+            let n = len - TAG_LEN;
+            if n as u64 <= left && n <= dst.len() {
+                let Some(records) = self.records.as_mut() else {
+                    return 0;
+                };
+                let body = &self.inbuf.bytes()[start..start + len];
+                return match records.open_into(body, &mut dst[..n]) {
+                    Ok(()) if self.decoder.payload_direct(n as u64).is_ok() => {
+                        self.in_pos = start + len;
+                        n
+                    }
+                    Ok(()) => 0,
+                    Err(e) => {
+                        self.fail_channel(e);
+                        0
+                    }
+                };
+            }
+        }
+        // A record holding more than the rest of the payload, or more than
+        // `dst` takes: opened in place, copied piece by piece.
+        if self.decoder.buffered() > 0 {
+            return match self.decoder.next_payload(dst.len()) {
+                Some(p) => {
+                    dst[..p.len()].copy_from_slice(p);
+                    p.len()
+                }
+                None => 0,
+            };
+        }
+        if self.plain.0 >= self.plain.1 && !self.open_record() {
+            return 0;
+        }
+        let (a, b) = self.plain;
+        let n = (b - a).min(dst.len()).min(left as usize);
+        if n == 0 || self.decoder.payload_direct(n as u64).is_err() {
+            return 0;
+        }
+        self.plain.0 += n;
+        dst[..n].copy_from_slice(&self.inbuf.bytes()[a..a + n]);
+        n
     }
 
     /// Queues `plain` as frame bytes to be sealed as they are: lets a fuzz
@@ -831,7 +941,7 @@ impl Conn {
 
     /// The listener's handshake: preamble and message 1 in, message 2 out.
     fn take_message1(&mut self) -> bool {
-        let have = &self.inbuf[self.in_pos..];
+        let have = &self.inbuf.bytes()[self.in_pos..];
         if have.len() < PREAMBLE_LEN + LEN_PREFIX {
             // A stranger is told apart as soon as its bytes differ.
             let n = have.len().min(MAGIC.len());
@@ -903,7 +1013,7 @@ impl Conn {
 
     /// The dialer's handshake: message 2 in.
     fn take_message2(&mut self) -> bool {
-        let have = &self.inbuf[self.in_pos..];
+        let have = &self.inbuf.bytes()[self.in_pos..];
         if have.len() < LEN_PREFIX {
             return false;
         }
@@ -978,28 +1088,35 @@ impl Conn {
         }
     }
 
-    /// Opens the next whole record, if one is here; false otherwise (or on
-    /// failure, which closes).
-    fn open_record(&mut self) -> bool {
-        if self.state != State::Established {
-            return false;
+    /// Where the body of the next record lies in `inbuf` and its length,
+    /// once it is wholly here (`None` otherwise, or on a bad length, which
+    /// closes).
+    fn whole_record(&mut self) -> Option<(usize, usize)> {
+        if self.state != State::Established || self.records.is_none() {
+            return None;
         }
-        let Some(records) = self.records.as_mut() else {
-            return false;
-        };
-        let len = match Records::record_len(&self.inbuf[self.in_pos..]) {
+        let len = match Records::record_len(&self.inbuf.bytes()[self.in_pos..]) {
             Ok(Some(n)) => n,
-            Ok(None) => return false,
+            Ok(None) => return None,
             Err(e) => {
                 self.fail_channel(e);
-                return false;
+                return None;
             }
         };
         let start = self.in_pos + LEN_PREFIX;
-        if self.inbuf.len() < start + len {
+        (self.inbuf.len() >= start + len).then_some((start, len))
+    }
+
+    /// Opens the next whole record, if one is here; false otherwise (or on
+    /// failure, which closes).
+    fn open_record(&mut self) -> bool {
+        let Some((start, len)) = self.whole_record() else {
             return false;
-        }
-        match records.open(&mut self.inbuf[start..start + len]) {
+        };
+        let Some(records) = self.records.as_mut() else {
+            return false;
+        };
+        match records.open(&mut self.inbuf.bytes_mut()[start..start + len]) {
             Ok(n) => {
                 self.plain = (start, start + n);
                 self.in_pos = start + len;
@@ -1031,7 +1148,7 @@ impl Conn {
                 if self.plain.0 < self.plain.1 {
                     let (a, b) = self.plain;
                     let n = self.decoder.wanted().clamp(1, b - a);
-                    self.decoder.feed(&self.inbuf[a..a + n]);
+                    self.decoder.feed(&self.inbuf.bytes()[a..a + n]);
                     self.plain.0 += n;
                     true
                 } else {
@@ -1121,7 +1238,6 @@ fn parse_hello(b: &[u8]) -> Option<Hello> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::channel::TAG_LEN;
 
     const S: u64 = 1_000_000_000;
 
@@ -1581,6 +1697,163 @@ mod tests {
         assert_eq!(got, bytes);
         assert!(matches!(evs[0], Event::Data(_)));
         assert!(matches!(evs[1], Event::Miss { request: 1, .. }), "{evs:?}");
+    }
+
+    /// `b` answers `a`'s get 0 with a block of `len` bytes and a miss of
+    /// get 1; the block's bytes.
+    fn answered_block(a: &mut Conn, b: &mut Conn, len: u64) -> Vec<u8> {
+        events(a);
+        a.send_get(get(0), 0).unwrap();
+        a.send_get(get(1), 0).unwrap();
+        pump(a, b, 0);
+        events(b);
+        b.send_data(DataHeader {
+            request: 0,
+            sample: 5,
+            length: len,
+            crc: 0,
+        })
+        .unwrap();
+        b.send_miss(1, 1, MissReason::Evicted).unwrap();
+        (0..len).map(|i| (i * 13 % 253) as u8).collect()
+    }
+
+    #[test]
+    fn payloads_sealed_from_a_slice_are_the_same_records_and_open_into_the_extent() {
+        let len = 2 * MAX_RECORD_PLAINTEXT as u64 + 1001;
+        for protection in [Protection::Encrypted, Protection::Authenticated] {
+            let mut ca = cfg("a", b"k");
+            ca.protection = protection;
+            let mut cb = cfg("b", b"k");
+            cb.protection = protection;
+            // Two pairs with the same keys (same entropy): one seals with
+            // the fill closure into a Vec, the other from a slice.
+            let (mut a1, mut b1) = pair_with(ca.clone(), cb.clone());
+            let (mut a2, mut b2) = pair_with(ca, cb);
+            let bytes = answered_block(&mut a1, &mut b1, len);
+            answered_block(&mut a2, &mut b2, len);
+            let (mut w1, mut w2) = (Vec::new(), Vec::new());
+            for (b, w, slice) in [(&mut b1, &mut w1, false), (&mut b2, &mut w2, true)] {
+                let Some(Transmit::Bytes(hdr)) = b.poll_transmit() else {
+                    panic!("no header")
+                };
+                w.extend_from_slice(&hdr);
+                assert!(matches!(b.poll_transmit(), Some(Transmit::Payload(_))));
+                // Two pieces of odd sizes, as a transport seals chunk by chunk.
+                for (from, to) in [(0, 70_001), (70_001, len as usize)] {
+                    if slice {
+                        let mut out = vec![0xaa; Conn::sealed_len(to - from) + 3];
+                        let n = b.seal_payload_into(&bytes[from..to], &mut out).unwrap();
+                        assert_eq!(n, Conn::sealed_len(to - from));
+                        assert!(out[n..].iter().all(|&x| x == 0xaa));
+                        w.extend_from_slice(&out[..n]);
+                    } else {
+                        b.seal_payload((to - from) as u64, w, |at, d| {
+                            let at = at as usize;
+                            d.copy_from_slice(&bytes[at..at + d.len()])
+                        })
+                        .unwrap();
+                    }
+                }
+                assert_eq!(b.payload_to_seal(), 0);
+                w.extend_from_slice(&wire_of(b));
+            }
+            assert_eq!(w1, w2, "{protection:?}");
+            // Received through payload_into, in reads of odd sizes, into an
+            // extent; a small destination piece now and then takes the
+            // copying path.
+            let mut extent = vec![0u8; len as usize];
+            let mut got = 0;
+            let mut evs = Vec::new();
+            let mut turn = 0;
+            for piece in w2.chunks(50_000) {
+                a2.input_buffer()[..piece.len()].copy_from_slice(piece);
+                a2.input_written(piece.len(), 0);
+                loop {
+                    loop {
+                        turn += 1;
+                        let total = extent.len();
+                        let room = if turn % 3 == 0 {
+                            7.min(total - got)
+                        } else {
+                            total - got
+                        };
+                        let n = a2.payload_into(&mut extent[got..got + room]);
+                        if n == 0 {
+                            break;
+                        }
+                        got += n;
+                    }
+                    if a2.payload_remaining() > 0 {
+                        break;
+                    }
+                    match a2.poll_event() {
+                        Some(e) => evs.push(e),
+                        None => break,
+                    }
+                }
+            }
+            assert_eq!(got, len as usize);
+            assert_eq!(extent, bytes, "{protection:?}");
+            assert!(matches!(evs[0], Event::Data(_)), "{evs:?}");
+            assert!(
+                evs.iter()
+                    .any(|e| matches!(e, Event::Miss { request: 1, .. })),
+                "{evs:?}"
+            );
+            assert_eq!(a2.payload_into(&mut extent), 0, "nothing after the payload");
+        }
+    }
+
+    #[test]
+    fn seal_payload_into_refuses_what_it_cannot_write() {
+        let (mut a, mut b) = pair(b"k", b"k");
+        let mut out = vec![0; 1000];
+        assert_eq!(
+            b.seal_payload_into(b"x", &mut out),
+            Err(ConnError::PayloadOrder),
+            "no payload handed out"
+        );
+        answered_block(&mut a, &mut b, 100);
+        let mut w = Vec::new();
+        while let Some(Transmit::Bytes(x)) = b.poll_transmit() {
+            w.extend_from_slice(&x);
+        }
+        assert_eq!(
+            b.seal_payload_into(&[0; 101], &mut out),
+            Err(ConnError::PayloadOrder),
+            "more than the payload"
+        );
+        assert_eq!(
+            b.seal_payload_into(&[0; 100], &mut out[..117]),
+            Err(ConnError::OutputTooShort(118))
+        );
+        // Nothing was sealed by the refusals: the whole payload still goes.
+        assert_eq!(b.payload_to_seal(), 100);
+        let n = b.seal_payload_into(&[4; 100], &mut out).unwrap();
+        w.extend_from_slice(&out[..n]);
+        w.extend_from_slice(&wire_of(&mut b));
+        a.handle_input(&w, 0);
+        assert!(matches!(a.poll_event(), Some(Event::Data(_))));
+        let mut dst = [0u8; 100];
+        assert_eq!(a.payload_into(&mut dst), 100);
+        assert_eq!(dst, [4; 100]);
+    }
+
+    #[test]
+    fn a_payload_record_failing_its_tag_closes_payload_into() {
+        let (mut a, mut b) = pair(b"k", b"k");
+        answered_block(&mut a, &mut b, 5000);
+        let mut w = wire_of(&mut b);
+        // The payload's record is the second; flip a byte of its body.
+        let first = 2 + usize::from(u16::from_be_bytes([w[0], w[1]]));
+        w[first + 10] ^= 1;
+        a.handle_input(&w, 0);
+        assert!(matches!(a.poll_event(), Some(Event::Data(_))));
+        let mut dst = vec![0u8; 5000];
+        assert_eq!(a.payload_into(&mut dst), 0);
+        assert!(a.is_closed());
+        assert!(events(&mut a).contains(&Event::Closed(Closed::Channel(ChannelError::Unauthentic))));
     }
 
     #[test]

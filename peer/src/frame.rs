@@ -682,6 +682,25 @@ impl Decoder {
         }
     }
 
+    /// Up to `max` payload bytes buffered here, in order, as
+    /// [`Decoder::next_item`] gives them but no more than `max`; `None`
+    /// when no payload is pending or none of it is buffered.
+    pub fn next_payload(&mut self, max: usize) -> Option<&[u8]> {
+        if self.payload_left == 0 || self.error.is_some() {
+            return None;
+        }
+        let n = (self.buffered() as u64)
+            .min(self.payload_left)
+            .min(max as u64) as usize;
+        if n == 0 {
+            return None;
+        }
+        let start = self.pos;
+        self.pos += n;
+        self.payload_left -= n as u64;
+        Some(&self.buf[start..start + n])
+    }
+
     /// Records `n` payload bytes that the transport read straight into the
     /// extent, bypassing the decoder. Fails (changing nothing) when `n`
     /// exceeds what is left of the payload or bytes of it are still
@@ -935,6 +954,37 @@ mod tests {
         assert_eq!(d.payload_direct(7), Ok(()));
         assert_eq!(d.next_item(), Ok(None));
         d.feed(&Frame::Ping(3).to_bytes().unwrap());
+        assert_eq!(d.next_item(), Ok(Some(Decoded::Frame(Frame::Ping(3)))));
+    }
+
+    #[test]
+    fn buffered_payload_is_taken_no_more_than_asked() {
+        let mut d = Decoder::new();
+        assert_eq!(d.next_payload(10), None, "no payload pending");
+        let mut w = Frame::Data(DataHeader {
+            request: 1,
+            sample: 1,
+            length: 5,
+            crc: 0,
+        })
+        .to_bytes()
+        .unwrap();
+        w.extend_from_slice(b"abcde");
+        w.extend_from_slice(&Frame::Ping(3).to_bytes().unwrap());
+        d.feed(&w);
+        assert!(matches!(
+            d.next_item(),
+            Ok(Some(Decoded::Frame(Frame::Data(_))))
+        ));
+        assert_eq!(d.next_payload(0), None);
+        assert_eq!(d.next_payload(2), Some(&b"ab"[..]));
+        assert_eq!(
+            d.next_payload(10),
+            Some(&b"cde"[..]),
+            "not past the payload"
+        );
+        assert_eq!(d.payload_remaining(), 0);
+        assert_eq!(d.next_payload(10), None);
         assert_eq!(d.next_item(), Ok(Some(Decoded::Frame(Frame::Ping(3)))));
     }
 

@@ -35,6 +35,7 @@ pub mod block;
 pub mod channel;
 pub mod conn;
 pub mod frame;
+mod input;
 pub mod keep;
 pub mod owner;
 pub mod request;

@@ -4,7 +4,8 @@
 //!   connection unless they are an incomplete record;
 //! * plaintext sealed by the real peer (frames inside authentic records):
 //!   whatever the frames, the connection never panics and never
-//!   establishes twice; payloads are taken as they come.
+//!   establishes twice; payloads are taken as they come, by `payload()` or
+//!   by `payload_into` into a destination of a fuzzed size.
 #![no_main]
 
 use granary_peer::conn::{Conn, ConnConfig, Event, Transmit};
@@ -41,9 +42,13 @@ fn pair() -> (Conn, Conn) {
     (a, b)
 }
 
-fn drain(c: &mut Conn) {
+fn drain(c: &mut Conn, into: Option<usize>) {
+    let mut dst = vec![0u8; into.unwrap_or(0)];
     loop {
-        while c.payload().is_some() {}
+        match into {
+            None => while c.payload().is_some() {},
+            Some(_) => while c.payload_into(&mut dst) > 0 {},
+        }
         match c.poll_event() {
             Some(Event::Established { .. }) => panic!("established twice"),
             Some(_) => {}
@@ -66,7 +71,8 @@ fuzz_target!(|data: &[u8]| {
         // plaintext, as a buggy or hostile member's would.
         b.inject_plaintext_for_fuzzing(rest);
         pump(&mut b, &mut a);
-        drain(&mut a);
+        let into = (flags & 2 != 0).then_some(usize::from(flags >> 2) * 1031 + 1);
+        drain(&mut a, into);
     }
     while a.poll_transmit().is_some() {
         if a.payload_to_seal() > 0 {
