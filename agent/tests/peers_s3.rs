@@ -500,15 +500,17 @@ fn a_slow_peer_is_hedged_by_the_store() {
     let late = sum(&c, "granary_peer_late_discarded_total", "");
     let slow = sum(&c, "granary_peer_gets_failed_total", "reason=\"slow\"");
     eprintln!("hedged {hedged}, late blocks dropped {late}, handed to the store as slow {slow}");
-    // The others found n1 slow (against each other) and routed around it.
-    assert!(slow > 0.0, "n1 was never found slow");
-    assert!(hedged > 0.0, "no request to the slow peer was hedged");
+    // The others hedged n1's late requests or, once they had measured each
+    // other, found n1 slow and routed around it (which of the two depends
+    // on how busy the machine is; `granary_peer::request` tests both).
+    assert!(hedged + slow > 0.0, "nothing late went to the store");
     assert_eq!(sum(&c, "granary_peer_crc_failures_total", ""), 0.0);
-    // A hedged sample is read from the store by the requester: more store
-    // reads than samples, by at most the hedges.
+    // A hedged sample, or one handed to the store when n1 was found slow,
+    // is read from the store by the requester, and perhaps by n1 too: more
+    // store reads than samples, by at most those.
     let reads = sum(&c, "granary_reads_total", "");
     assert!(
-        reads >= FILES as f64 && reads <= FILES as f64 + hedged,
+        reads >= FILES as f64 && reads <= FILES as f64 + hedged + slow,
         "{reads} reads"
     );
 }

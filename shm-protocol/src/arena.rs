@@ -622,6 +622,33 @@ impl ArenaSlice {
         n
     }
 
+    /// Runs `f` over the slice's bytes in place (a block sealed straight
+    /// from its extent). The holder must know that nothing writes the range
+    /// meanwhile (it is pinned).
+    pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        // SAFETY: `offset + len <= region.len()` (checked when the slice was
+        // made) and the region stays mapped while `self.region` is held;
+        // loaders map it read-only and the holder keeps writers off the
+        // range for the call, so the shared borrow is not written under.
+        let bytes = unsafe { std::slice::from_raw_parts(self.as_mut_ptr().cast_const(), self.len) };
+        f(bytes)
+    }
+
+    /// Runs `f` over the slice's bytes in place, writable (a block opened
+    /// straight into its reserved extent). The holder must be the range's
+    /// only writer and reader in this process for the call: the engine
+    /// lends a reserved extent to one transfer at a time, and loaders see
+    /// it only once it is published.
+    pub fn with_bytes_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        // SAFETY: `offset + len <= region.len()` (checked when the slice was
+        // made) and the region stays mapped while `self.region` is held; the
+        // region is writable by this process; the holder is the range's only
+        // user in this process for the call (see above), so no other
+        // reference to these bytes exists while the exclusive one lives.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.as_mut_ptr(), self.len) };
+        f(bytes)
+    }
+
     /// Copies `len` bytes at `at..` of the slice out (an RDMA write's
     /// source, as a fake NIC reads it).
     pub fn read_at(&self, at: usize, len: usize) -> Result<Vec<u8>, ArenaError> {

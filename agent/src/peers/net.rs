@@ -10,10 +10,11 @@
 //!
 //! Every connection is a secure channel (`granary_peer::channel`): the
 //! dialer starts the Noise handshake, the listener answers only once the
-//! dialer proved the job secret. A block we asked for is opened from its
-//! records and copied once into the arena extent reserved for it; a block
-//! we serve is copied once from the pinned extent of the cached sample
-//! into the records that carry it, sealed in place, a chunk at a time.
+//! dialer proved the job secret. A block we asked for is opened (decrypted)
+//! from its records straight into the arena extent reserved for it; a
+//! block we serve is sealed (encrypted) straight from the pinned extent of
+//! the cached sample into the records that carry it, four records at a
+//! time.
 //!
 //! A request and a hedged store read never write the same extent at once:
 //! each request carries a [`Claim`]; the receiver takes it before writing
@@ -843,11 +844,22 @@ fn handle_events(ctx: &Arc<ConnCtx>, landing: &mut Option<Landing>) -> Option<St
         let mut st = ctx.st();
         loop {
             if let Some(l) = landing.as_mut() {
-                while let Some(piece) = st.conn.payload() {
-                    if let Some(dest) = &l.dest {
-                        dest.copy_at(l.got, piece);
+                match &l.dest {
+                    // Opened straight into the reserved extent.
+                    Some(dest) => loop {
+                        let got = l.got;
+                        let n = dest.with_bytes_mut(|b| st.conn.payload_into(&mut b[got..]));
+                        if n == 0 {
+                            break;
+                        }
+                        l.got += n;
+                    },
+                    // The store has the extent: the bytes are dropped.
+                    None => {
+                        while let Some(piece) = st.conn.payload() {
+                            l.got += piece.len();
+                        }
                     }
-                    l.got += piece.len();
                 }
                 if st.conn.payload_remaining() > 0 {
                     if !st.conn.is_closed() {
@@ -1086,9 +1098,9 @@ fn command(ctx: &ConnCtx, cmd: Cmd) {
     ctx.write.notify_one();
 }
 
-/// Bytes of a payload sealed per write: a few records, so that a large
-/// block never sits whole in memory.
-const SEAL_CHUNK: u64 = 256 * 1024;
+/// Bytes of a payload sealed per write: four whole records, so that a
+/// large block never sits whole in memory.
+const SEAL_CHUNK: usize = 4 * granary_peer::channel::MAX_RECORD_PLAINTEXT;
 
 /// Writes what the connection queues: sealed frames, and each block's
 /// payload sealed from its pinned extent a chunk at a time.
@@ -1149,24 +1161,27 @@ async fn write_loop(ctx: Arc<ConnCtx>) {
 }
 
 /// Seals `len` bytes of the pinned extent `src` into records, a chunk at a
-/// time, and writes them.
+/// time, encrypted straight from the extent into `sealed`, and writes them.
 async fn write_payload(
     ctx: &ConnCtx,
     src: &ArenaSlice,
     len: u64,
     sealed: &mut Vec<u8>,
 ) -> io::Result<()> {
+    let len = len as usize;
+    sealed.resize(Conn::sealed_len(SEAL_CHUNK), 0);
     let mut at = 0;
     while at < len {
         let n = (len - at).min(SEAL_CHUNK);
-        sealed.clear();
-        ctx.st()
-            .conn
-            .seal_payload(n, sealed, |off, dst| {
-                src.copy_to(off as usize, dst);
-            })
+        let written = src
+            .with_bytes(|b| ctx.st().conn.seal_payload_into(&b[at..at + n], sealed))
             .map_err(|e| io::Error::other(format!("sealing a block: {e}")))?;
-        write_bytes(&ctx.stream, sealed, ctx.shared.cfg.limits.write_timeout).await?;
+        write_bytes(
+            &ctx.stream,
+            &sealed[..written],
+            ctx.shared.cfg.limits.write_timeout,
+        )
+        .await?;
         at += n;
     }
     Ok(())
