@@ -65,6 +65,16 @@ pub const SERIES: &[(&str, &str, &str)] = &[
     ("crc", "granary_peer_crc_failures_total", ""),
     ("failed", "granary_peer_gets_failed_total", ""),
     ("hedged", "granary_peer_hedged_total", ""),
+    (
+        "rejected_record",
+        "granary_peer_rejected_total",
+        "reason=\"record\"",
+    ),
+    (
+        "slow_routed",
+        "granary_peer_gets_failed_total",
+        "reason=\"slow\"",
+    ),
     ("delivered", "granary_samples_served_total", ""),
     ("assigned", "granary_assigned_samples_total", ""),
     (
