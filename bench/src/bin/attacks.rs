@@ -1,4 +1,4 @@
-//! attacks on the peer tier as a stranger, a relay, a tap, flooding peers and another uid make them, against two release granaryd on loopback
+//! Attacks on the peer tier by a stranger, a relay, a tap, flooding peers and another uid, against two release granaryd on loopback: what leaks, what breaks, what it costs
 //!
 //! Two real `granaryd` processes, A on 127.0.0.2 and B on 127.0.0.3, share
 //! a synthetic dataset on disk through a static view (encryption on);
