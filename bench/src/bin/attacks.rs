@@ -1019,15 +1019,22 @@ fn splice(ctx: &Ctx, pair: &Pair, paths: &Paths, r: &mut Report) -> Result<()> {
     forged.extend_from_slice(&200u16.to_be_bytes());
     forged.extend_from_slice(&random_bytes(200));
     let mut found = BTreeSet::new();
+    // The real connections, cut above, come up again first: what comes up
+    // during a replay is the replay.
+    std::thread::sleep(Duration::from_secs(3));
     for (who, to, agent) in [("B", pair.b_peer, &pair.b), ("A", pair.a_peer, &pair.a)] {
         let before = agent.series();
+        let log0 = agent.log_bytes();
         let p = peer_client::stranger(to, Some(ip(SPLICE_IP)), &forged, Duration::from_secs(5))
             .map_err(|e| format!("replay: {e}"))?;
         let d = rejected_delta(&before, &agent.series());
+        std::thread::sleep(Duration::from_millis(200));
+        let ups = agent.log_since(log0).matches("peer connection up").count();
         found.extend(ctx.windows.found_in(&p.received));
         println!(
             "  a recorded opening ({} B) replayed to {who} with a forged record: got {} B back \
-             (its handshake answer; no key to read it), {} samples in clear; rejected: {}",
+             (its handshake answer; no key to read it), {} samples in clear; {who} took it for \
+             the member {ups} times (\"peer connection up\"); rejected: {}",
             opening.len(),
             p.received.len(),
             ctx.windows.found_in(&p.received).len(),
@@ -1037,6 +1044,7 @@ fn splice(ctx: &Ctx, pair: &Pair, paths: &Paths, r: &mut Report) -> Result<()> {
             &format!("replay_to_{}", who.to_lowercase()),
             &Json::default()
                 .int("received", p.received.len() as u64)
+                .int("taken_for_the_member", ups as u64)
                 .int(
                     "samples_in_clear",
                     ctx.windows.found_in(&p.received).len() as u64,
