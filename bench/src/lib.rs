@@ -35,9 +35,16 @@
 //! * [`corrupt_proxy`]: a peer-frame-aware TCP proxy corrupting chosen blocks.
 //! * [`cluster_node`], [`cluster_store`]: the node and store roles of the
 //!   cluster benchmark.
+//! * [`attack_agent`], [`attack_loader`], [`peer_client`], [`switch_proxy`],
+//!   [`sample_windows`], [`floods`]: the pieces of the attacks benchmark:
+//!   real `granaryd` processes, loaders checking every byte, a peer client
+//!   written from the outside, a switchable proxy in a member's path, the
+//!   samples found in clear in captured bytes, and the floods.
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod attack_agent;
+pub mod attack_loader;
 pub mod baseline;
 pub mod cli;
 pub mod cluster_node;
@@ -46,16 +53,20 @@ pub mod corrupt_proxy;
 pub mod cpu;
 pub mod data;
 pub mod delay_proxy;
+pub mod floods;
 pub mod light_store;
 pub mod loader;
 pub mod local_s3;
 pub mod netns;
 pub mod peer;
+pub mod peer_client;
 pub mod report;
 pub mod s3_data;
+pub mod sample_windows;
 pub mod seaweed;
 pub mod stall_loaders;
 pub mod stall_stats;
+pub mod switch_proxy;
 pub mod sys;
 pub mod touch;
 pub mod uring_read;

@@ -202,7 +202,10 @@ pub enum Closed {
 /// What the connection tells its driver.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// Both sides authenticated and their hellos agree.
+    /// Both sides authenticated and their hellos agree. The listener says
+    /// so once the dialer's first record has authenticated (the dialer
+    /// sends one at once, its credit): before that, a recorded message 1
+    /// replayed by a stranger would look like the dialer.
     Established {
         /// The peer's node id.
         peer: String,
@@ -303,6 +306,13 @@ pub struct Conn {
     pong: Option<u64>,
     /// Payload bytes the transport must still seal, and how many it did.
     sealing: Option<(DataHeader, u64)>,
+    /// This side accepted the connection.
+    listener: bool,
+    /// The listener's [`Event::Established`], held until the dialer's
+    /// first record authenticates: a recorded message 1 replayed by
+    /// someone else decrypts, but only its real dialer holds the keys of
+    /// the records that follow.
+    unconfirmed: Option<Event>,
 }
 
 impl Conn {
@@ -332,6 +342,7 @@ impl Conn {
     pub fn accept(cfg: ConnConfig, entropy: [u8; 32], now: Nanos) -> Result<Conn, ConnError> {
         let mut c = Conn::new(cfg, now)?;
         c.entropy = Some(entropy);
+        c.listener = true;
         c.state = State::AwaitMessage1;
         Ok(c)
     }
@@ -375,6 +386,8 @@ impl Conn {
             credit_owed: 0,
             pong: None,
             sealing: None,
+            listener: false,
+            unconfirmed: None,
         })
     }
 
@@ -1078,11 +1091,16 @@ impl Conn {
             self.close(r);
             return;
         }
-        self.events.push_back(Event::Established {
+        let up = Event::Established {
             peer: h.node_id,
             incarnation: h.incarnation,
             view_digest: h.view_digest,
-        });
+        };
+        if self.listener {
+            self.unconfirmed = Some(up);
+        } else {
+            self.events.push_back(up);
+        }
         if self.cfg.initial_credit > 0 {
             self.push_frame(&Frame::Credit(self.cfg.initial_credit));
         }
@@ -1120,6 +1138,9 @@ impl Conn {
             Ok(n) => {
                 self.plain = (start, start + n);
                 self.in_pos = start + len;
+                if let Some(up) = self.unconfirmed.take() {
+                    self.events.push_back(up);
+                }
                 true
             }
             Err(e) => {
@@ -1397,11 +1418,35 @@ mod tests {
         let mut l = Conn::accept(cfg("l", b"k"), [6; 32], 0).unwrap();
         l.handle_input(&m1, 0);
         assert!(l.is_established());
-        events(&mut l);
+        // The replayer is not taken for the dialer: no record of its own
+        // has authenticated yet.
+        assert_eq!(events(&mut l), []);
         let mut forged = vec![0, 40];
         forged.extend(std::iter::repeat_n(0x55u8, 40));
         l.handle_input(&forged, 0);
-        assert!(events(&mut l).contains(&Event::Closed(Closed::Channel(ChannelError::Unauthentic))));
+        assert_eq!(
+            events(&mut l),
+            [Event::Closed(Closed::Channel(ChannelError::Unauthentic))]
+        );
+        // The real dialer's first record (its credit) is what makes the
+        // listener say it is up.
+        let mut d = Conn::dial(cfg("d", b"k"), [5; 32], 0).unwrap();
+        let mut l = Conn::accept(cfg("l", b"k"), [6; 32], 0).unwrap();
+        pump(&mut d, &mut l, 0);
+        assert_eq!(events(&mut l), []);
+        pump(&mut l, &mut d, 0);
+        pump(&mut d, &mut l, 0);
+        assert_eq!(
+            events(&mut l),
+            [
+                Event::Established {
+                    peer: "d".into(),
+                    incarnation: 1,
+                    view_digest: [7; 32]
+                },
+                Event::Credit(4)
+            ]
+        );
     }
 
     #[test]

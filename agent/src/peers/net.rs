@@ -33,7 +33,7 @@ use granary_peer::view::View;
 use granary_shm::arena::ArenaSlice;
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use prometheus_client::metrics::family::Family;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener as StdListener};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -209,6 +209,10 @@ struct Shared {
     next_conn: AtomicU64,
     /// Accepted connections held, by source IP.
     accepted: Mutex<HashMap<IpAddr, u32>>,
+    /// Accepted connections still in their handshake, oldest first, and
+    /// how to close each: when the listener is full, the oldest makes room
+    /// for a new one.
+    handshaking: Mutex<BTreeMap<ConnId, Arc<Notify>>>,
     log: RateLog,
 }
 
@@ -299,6 +303,7 @@ impl Net {
             established: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             accepted: Mutex::new(HashMap::new()),
+            handshaking: Mutex::new(BTreeMap::new()),
             log: RateLog::new(Duration::from_secs(10)),
         });
         let listener = {
@@ -497,19 +502,37 @@ impl AcceptSlot {
     fn take(shared: &Arc<Shared>, from: SocketAddr) -> Option<AcceptSlot> {
         let limits = shared.cfg.limits;
         let ip = from.ip();
-        let refused = {
+        let (refused, evicted) = {
             let mut held = lock(&shared.accepted);
             let total: u32 = held.values().sum();
             let here = held.get(&ip).copied().unwrap_or(0);
-            if total >= limits.max_connections {
+            // Full: the oldest connection still in its handshake is closed
+            // to make room, so that strangers holding every place cannot
+            // keep a member out (its handshake takes a round trip).
+            let evicted = (total >= limits.max_connections && here < limits.max_per_address)
+                .then(|| lock(&shared.handshaking).pop_first())
+                .flatten();
+            if let Some((_, close)) = &evicted {
+                close.notify_one();
+            }
+            let refused = if total >= limits.max_connections && evicted.is_none() {
                 Some("connections")
             } else if here >= limits.max_per_address {
                 Some("per_address")
             } else {
                 *held.entry(ip).or_insert(0) += 1;
                 None
-            }
+            };
+            (refused, evicted.is_some())
         };
+        if evicted {
+            shared.reject(
+                "connections",
+                Some(from),
+                "listener full (peers.max_connections): closed the oldest connection still in \
+                 its handshake to take a new one",
+            );
+        }
         match refused {
             Some(reason) => {
                 shared.reject(
@@ -657,6 +680,9 @@ struct ConnCtx {
     state: Mutex<State>,
     write: Notify,
     closed: Notify,
+    /// Notified to close an accepted connection still in its handshake
+    /// when the listener is full ([`AcceptSlot::take`]).
+    evict: Arc<Notify>,
 }
 
 impl ConnCtx {
@@ -715,7 +741,11 @@ async fn run_conn(
         }),
         write: Notify::new(),
         closed: Notify::new(),
+        evict: Arc::new(Notify::new()),
     });
+    if dialed.is_none() {
+        lock(&ctx.shared.handshaking).insert(id, Arc::clone(&ctx.evict));
+    }
     let mut writer = tokio::spawn(write_loop(Arc::clone(&ctx)));
     ctx.write.notify_one();
     let (why, landing) = read_loop(&ctx, &mut rx).await;
@@ -813,6 +843,14 @@ async fn read_loop(
                 ctx.st().conn.handle_timeout(now);
                 ctx.write.notify_one();
             }
+            _ = ctx.evict.notified() => {
+                return (
+                    "closed to make room for a new connection: the listener was full \
+                     (peers.max_connections) and this one had not authenticated"
+                        .into(),
+                    landing,
+                );
+            }
             _ = ctx.closed.notified() => {
                 // The writer failed (and counted a timeout if it was one).
                 let mut st = ctx.st();
@@ -880,6 +918,7 @@ fn handle_events(ctx: &Arc<ConnCtx>, landing: &mut Option<Landing>) -> Option<St
                 } => match ctx.shared.cfg.view.index_of(&peer) {
                     Some(m) if m != ctx.shared.cfg.me => {
                         st.member = Some(m);
+                        lock(&ctx.shared.handshaking).remove(&ctx.id);
                         out.push(Event::Up {
                             conn: ctx.id,
                             member: m,
@@ -1212,6 +1251,7 @@ async fn write_bytes(stream: &TcpStream, mut bytes: &[u8], timeout: Duration) ->
 /// Fails what the connection still owed and forgets it.
 fn finish(ctx: &ConnCtx, dialed: Option<usize>, why: &str, landing: Option<Landing>) {
     lock(&ctx.shared.established).remove(&ctx.id);
+    lock(&ctx.shared.handshaking).remove(&ctx.id);
     let mut out = Vec::new();
     if let Some(l) = landing {
         // Cut off mid-block: nothing writes the extent any more, the
@@ -1285,6 +1325,142 @@ fn finish(ctx: &ConnCtx, dialed: Option<usize>, why: &str, landing: Option<Landi
         member,
         why: why.to_string(),
     });
-    tracing::info!(conn = ctx.id, peer = ?member.map(|m| ctx.shared.cfg.view.members()[m].id.clone()), "peer connection ended: {why}");
+    if member.is_some() || dialed.is_some() {
+        tracing::info!(conn = ctx.id, peer = ?member.map(|m| ctx.shared.cfg.view.members()[m].id.clone()), "peer connection ended: {why}");
+    } else {
+        // Never authenticated: counted, and logged rate-limited, where it
+        // was refused; a line for each would let a stranger fill the log.
+        tracing::debug!(conn = ctx.id, from = ?ctx.remote, "peer connection ended: {why}");
+    }
     ctx.shared.emit_all(out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A blocking connection to `to` from `ip` (port chosen by the kernel).
+    fn connect_from(ip: [u8; 4], to: SocketAddr) -> std::net::TcpStream {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .unwrap();
+        let s = rt
+            .block_on(async {
+                let s = tokio::net::TcpSocket::new_v4()?;
+                s.bind(SocketAddr::from((ip, 0)))?;
+                s.connect(to).await
+            })
+            .unwrap();
+        let s = s.into_std().unwrap();
+        s.set_nonblocking(false).unwrap();
+        s
+    }
+
+    /// Whether the other side closed `s` within `wait`.
+    fn closed_within(s: &mut std::net::TcpStream, wait: Duration) -> bool {
+        use std::io::Read;
+        s.set_read_timeout(Some(wait)).unwrap();
+        let mut b = [0u8; 64];
+        match s.read(&mut b) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => !matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ),
+        }
+    }
+
+    #[test]
+    fn a_full_listener_closes_its_oldest_handshake_to_take_a_member() {
+        use granary_peer::view::Member;
+        use std::io::{Read, Write};
+        let secret = b"a-full-listener-test-secret".to_vec();
+        let view = Arc::new(
+            View::new(
+                "j",
+                0,
+                [
+                    Member::new("a", "127.0.0.1:1", 1 << 30),
+                    Member::new("b", "127.0.0.1:2", 1 << 30),
+                ],
+            )
+            .unwrap(),
+        );
+        let conn = ConnConfig::new("j", "a", view.digest().0, 1, secret.clone());
+        let rejected: Family<Labels, Counter> = Family::default();
+        let net = Net::start(
+            NetConfig {
+                view: Arc::clone(&view),
+                me: 0,
+                conn,
+                connect_timeout: Duration::from_secs(2),
+                redial_after: Duration::from_secs(1),
+                settling: Duration::ZERO,
+                source: None,
+                limits: Limits {
+                    max_connections: 4,
+                    max_per_address: 2,
+                    ..Limits::default()
+                },
+                rejected: rejected.clone(),
+            },
+            "127.0.0.1:0".parse().unwrap(),
+        )
+        .unwrap();
+        let to = net.local_addr();
+        // Four silent strangers from two addresses hold every place.
+        let mut strangers: Vec<std::net::TcpStream> = Vec::new();
+        for k in 0..4u8 {
+            strangers.push(connect_from([127, 0, 0, 21 + k / 2], to));
+            // In order: the first is the oldest.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // A member dials from elsewhere and authenticates.
+        let mut m = connect_from([127, 0, 0, 23], to);
+        let mut cfg = ConnConfig::new("j", "b", view.digest().0, 2, secret);
+        cfg.expected_peer = Some("a".into());
+        let mut c = Conn::dial(cfg, [7u8; 32], 0).unwrap();
+        while let Some(Transmit::Bytes(b)) = c.poll_transmit() {
+            m.write_all(&b).unwrap();
+        }
+        m.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let end = Instant::now() + Duration::from_secs(5);
+        let mut up = false;
+        let mut buf = vec![0u8; 4096];
+        while !up && Instant::now() < end {
+            if let Ok(n) = m.read(&mut buf) {
+                assert!(n > 0, "the member's connection was closed");
+                c.handle_input(&buf[..n], 1);
+            }
+            while let Some(e) = c.poll_event() {
+                assert!(!matches!(e, ConnEvent::Closed(_)), "{e:?}");
+                up |= matches!(e, ConnEvent::Established { .. });
+            }
+        }
+        assert!(
+            up,
+            "the member did not get in while strangers held every place"
+        );
+        // The oldest stranger made room; the others are still held.
+        assert!(closed_within(&mut strangers[0], Duration::from_secs(2)));
+        for s in &mut strangers[1..] {
+            assert!(!closed_within(s, Duration::from_millis(100)));
+        }
+        assert_eq!(
+            rejected
+                .get_or_create(&label("reason", "connections"))
+                .get(),
+            1
+        );
+        // A stranger from an address at its own bound is refused outright,
+        // and makes no room.
+        let mut more = connect_from([127, 0, 0, 22], to);
+        assert!(closed_within(&mut more, Duration::from_secs(2)));
+        for s in &mut strangers[1..] {
+            assert!(!closed_within(s, Duration::from_millis(100)));
+        }
+    }
 }
