@@ -490,7 +490,7 @@ class PeerClient:
         body = self._take(length)
         payload = None
         if kind == DATA:
-            _req, _sample, plen, _crc = struct.unpack("<QQQI", body)
+            _req, _sample, plen, _crc, _wait = struct.unpack("<QQQII", body)
             payload = self._take(plen)
         return kind, body, payload
 
@@ -526,7 +526,7 @@ class PeerClient:
             elif kind == GOODBYE:
                 raise ConnectionError("goodbye: %s" % GOODBYE_REASONS.get(body[0], body[0]))
             elif kind == DATA:
-                req, sample, length, crc = struct.unpack("<QQQI", body)
+                req, sample, length, crc, _store_wait_us = struct.unpack("<QQQII", body)
                 asked = by_request.pop(req, None)
                 if asked is None or asked[0] != sample:
                     raise ValueError("a block nobody asked for: request %d sample %d" % (req, sample))

@@ -276,6 +276,7 @@ pub fn trickle_owner(
                         sample: g.sample,
                         length: g.length,
                         crc: granary_peer::block::block_crc(fingerprint, g.sample, &bytes),
+                        store_wait_us: 0,
                     };
                     if c.conn().send_data(h).is_ok() {
                         f.blocks += 1;

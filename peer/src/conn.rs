@@ -1487,6 +1487,7 @@ mod tests {
                 sample: 0,
                 length: 1000,
                 crc: 0,
+                store_wait_us: 0,
             })
             .unwrap();
             let secret_bytes = b"the-sample-bytes".repeat(70);
@@ -1607,6 +1608,7 @@ mod tests {
             sample: 0,
             length: 3,
             crc: 5,
+            store_wait_us: 0,
         })
         .unwrap();
         b.send_miss(1, 1, MissReason::NotKept).unwrap();
@@ -1619,7 +1621,8 @@ mod tests {
                 request: 0,
                 sample: 0,
                 length: 3,
-                crc: 5
+                crc: 5,
+                store_wait_us: 0,
             })
         );
         assert_eq!(a.payload(), Some(&[0u8, 0, 0][..]));
@@ -1689,6 +1692,7 @@ mod tests {
             sample: 5,
             length: len,
             crc: 0,
+            store_wait_us: 0,
         })
         .unwrap();
         b.send_miss(1, 1, MissReason::Evicted).unwrap();
@@ -1757,6 +1761,7 @@ mod tests {
             sample: 5,
             length: len,
             crc: 0,
+            store_wait_us: 0,
         })
         .unwrap();
         b.send_miss(1, 1, MissReason::Evicted).unwrap();

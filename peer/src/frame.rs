@@ -93,6 +93,31 @@ pub struct DataHeader {
     pub length: u64,
     /// Block CRC ([`crate::block`]).
     pub crc: u32,
+    /// Microseconds the request waited at the owner for the sample's store
+    /// read (0 when it was in the owner's arena): the requester subtracts
+    /// it from the block's latency, so that an owner reading cold samples
+    /// is not taken for a slow peer ([`crate::request`]).
+    pub store_wait_us: u32,
+}
+
+impl DataHeader {
+    /// The header answering `get` with a block of block CRC `crc` that
+    /// waited `store_wait_us` for the owner's store read.
+    pub fn answering(get: &Get, crc: u32, store_wait_us: u32) -> DataHeader {
+        DataHeader {
+            request: get.request,
+            sample: get.sample,
+            length: get.length,
+            crc,
+            store_wait_us,
+        }
+    }
+}
+
+/// Nanoseconds as the whole microseconds a [`DataHeader`] carries
+/// (saturating at `u32::MAX`, 71 minutes).
+pub fn micros(nanos: u64) -> u32 {
+    u32::try_from(nanos / 1000).unwrap_or(u32::MAX)
 }
 
 /// Why an owner did not send a sample. The requester reads the store.
@@ -210,7 +235,8 @@ pub enum Frame {
         items: Vec<Want>,
     },
     /// Kind 5. `u64 request, u64 sample, u64 length (<= MAX_PAYLOAD),
-    /// u32 crc`; then `length` payload bytes outside the frame.
+    /// u32 crc, u32 store_wait_us`; then `length` payload bytes outside the
+    /// frame.
     Data(DataHeader),
     /// Kind 6. `u64 request, u64 sample, u8 reason`.
     Miss {
@@ -292,6 +318,7 @@ impl Frame {
                     body.extend_from_slice(&v.to_le_bytes());
                 }
                 body.extend_from_slice(&d.crc.to_le_bytes());
+                body.extend_from_slice(&d.store_wait_us.to_le_bytes());
             }
             Frame::Miss {
                 request,
@@ -540,6 +567,7 @@ pub fn decode_frame(buf: &[u8]) -> Result<Option<(Frame, usize)>, FrameError> {
                 sample: b.u64()?,
                 length: b.u64()?,
                 crc: b.u32()?,
+                store_wait_us: b.u32()?,
             };
             if d.length > MAX_PAYLOAD {
                 return Err(FrameError::PayloadTooLong(d.length));
@@ -766,6 +794,7 @@ mod tests {
                 sample: 2,
                 length: 5,
                 crc: 0xdead_beef,
+                store_wait_us: 0,
             }),
             Frame::Miss {
                 request: 4,
@@ -888,6 +917,7 @@ mod tests {
             sample: 0,
             length: MAX_PAYLOAD + 1,
             crc: 0,
+            store_wait_us: 0,
         });
         assert_eq!(
             d.to_bytes(),
@@ -904,6 +934,7 @@ mod tests {
             sample: 8,
             length: 6,
             crc: 1,
+            store_wait_us: 0,
         })
         .encode(&mut wire)
         .unwrap();
@@ -938,6 +969,7 @@ mod tests {
             sample: 1,
             length: 10,
             crc: 0,
+            store_wait_us: 0,
         })
         .encode(&mut hdr)
         .unwrap();
@@ -966,6 +998,7 @@ mod tests {
             sample: 1,
             length: 5,
             crc: 0,
+            store_wait_us: 0,
         })
         .to_bytes()
         .unwrap();

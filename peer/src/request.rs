@@ -27,8 +27,9 @@
 //! # Slow peers
 //!
 //! The requester keeps, per member, a moving average of how long its
-//! blocks take to land (from the get to the last byte, late blocks of
-//! hedged gets included), and counts a get still unanswered as at least as
+//! blocks take to land (from the get to the last byte, less the time the
+//! owner says the get waited for its own store read; late blocks of hedged
+//! gets included), and counts a get still unanswered as at least as
 //! old as it is (compared with the other members' oldest, so that long
 //! queues everywhere make no member slow). A member whose estimate exceeds
 //! [`RequesterConfig::slow_factor`] times the (lower) median of the
@@ -362,7 +363,13 @@ impl<T> Requester<T> {
             && header.length == g.length
             && block_crc_of(g.fingerprint, g.sample, g.length, crc32c) == header.crc;
         if good {
-            self.observe(p.member, now.saturating_sub(p.sent), now);
+            // What the member's link and queue cost: the time the owner
+            // spent reading the sample from its store for us is not its
+            // slowness.
+            let took = now
+                .saturating_sub(p.sent)
+                .saturating_sub(u64::from(header.store_wait_us) * 1000);
+            self.observe(p.member, took, now);
             Some(Outcome::Landed {
                 token: p.token,
                 member: p.member,
@@ -616,6 +623,7 @@ mod tests {
             sample: get.sample,
             length: get.length,
             crc: block_crc(get.fingerprint, get.sample, bytes),
+            store_wait_us: 0,
         }
     }
 

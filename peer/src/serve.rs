@@ -82,6 +82,10 @@ pub enum Reply {
         get: Get,
         /// The block CRC.
         crc: u32,
+        /// How long the request waited for the sample's store read here
+        /// (0 when the sample was in the arena): it goes in the data
+        /// header.
+        store_wait: Nanos,
     },
     /// Send a miss.
     Miss {
@@ -122,10 +126,17 @@ impl Default for ServeConfig {
     }
 }
 
+/// A block queued to send: (due, arrival order, get, block CRC, how long
+/// it waited for the store read here).
+type Queued = (Nanos, u64, GetKey, u32, Nanos);
+
+/// A request waiting for a store read: (connection, get, when it arrived).
+type Waiter = (ConnId, Get, Nanos);
+
 #[derive(Debug, Default)]
 struct ConnQueue {
-    /// (due, arrival, get, crc), earliest due first.
-    ready: BinaryHeap<Reverse<(Nanos, u64, GetKey, u32)>>,
+    /// Blocks to send, earliest due first.
+    ready: BinaryHeap<Reverse<Queued>>,
     waiting: usize,
     in_flight: usize,
     /// Bytes of its requests admitted and not yet answered or written.
@@ -174,7 +185,7 @@ pub struct Server {
     cfg: ServeConfig,
     conns: BTreeMap<ConnId, ConnQueue>,
     /// Store reads in flight: (fingerprint, sample) -> requests waiting.
-    loads: HashMap<(u64, u64), Vec<(ConnId, Get)>>,
+    loads: HashMap<(u64, u64), Vec<Waiter>>,
     misses: VecDeque<Reply>,
     in_flight: usize,
     arrivals: u64,
@@ -209,9 +220,9 @@ impl Server {
         self.loads.len()
     }
 
-    /// Takes in a request from connection `conn`, with what the caller
-    /// knows of the sample.
-    pub fn request(&mut self, conn: ConnId, get: Get, avail: Availability) -> Admit {
+    /// Takes in a request from connection `conn` at `now`, with what the
+    /// caller knows of the sample.
+    pub fn request(&mut self, conn: ConnId, get: Get, avail: Availability, now: Nanos) -> Admit {
         let q = self.conns.entry(conn).or_default();
         let over_bytes = q.pinned > 0
             && q.pinned.saturating_add(get.length) > self.cfg.max_pinned_bytes_per_conn;
@@ -224,7 +235,7 @@ impl Server {
         let key = (get.fingerprint, get.sample);
         // Single flight: a read in flight serves every request for it.
         if let Some(w) = self.loads.get_mut(&key) {
-            w.push((conn, get));
+            w.push((conn, get, now));
             q.waiting += 1;
             return Admit::Waiting;
         }
@@ -236,12 +247,12 @@ impl Server {
                 }
                 self.arrivals += 1;
                 q.ready
-                    .push(Reverse((get.due, self.arrivals, get.into(), crc)));
+                    .push(Reverse((get.due, self.arrivals, get.into(), crc, 0)));
                 Admit::Queued
             }
             Availability::Kept | Availability::Loading => {
                 q.waiting += 1;
-                self.loads.insert(key, vec![(conn, get)]);
+                self.loads.insert(key, vec![(conn, get, now)]);
                 if avail == Availability::Kept {
                     Admit::StartRead
                 } else {
@@ -257,20 +268,22 @@ impl Server {
         Admit::Missed(reason)
     }
 
-    /// A store read landed: `Ok((length, crc))` when the sample is now in
-    /// the arena, `Err(reason)` when it will not be served. Waiting
-    /// requests move to the send queue (or get the miss). Unknown reads are
-    /// ignored.
+    /// A store read landed at `now`: `Ok((length, crc))` when the sample is
+    /// now in the arena, `Err(reason)` when it will not be served. Waiting
+    /// requests move to the send queue (or get the miss), each with how
+    /// long it waited for the read ([`Reply::Send`]'s `store_wait`).
+    /// Unknown reads are ignored.
     pub fn loaded(
         &mut self,
         fingerprint: u64,
         sample: u64,
         result: Result<(u64, u32), MissReason>,
+        now: Nanos,
     ) {
         let Some(waiters) = self.loads.remove(&(fingerprint, sample)) else {
             return;
         };
-        for (conn, get) in waiters {
+        for (conn, get, arrived) in waiters {
             let Some(q) = self.conns.get_mut(&conn) else {
                 continue;
             };
@@ -278,8 +291,9 @@ impl Server {
             match result {
                 Ok((length, crc)) if length == get.length => {
                     self.arrivals += 1;
+                    let wait = now.saturating_sub(arrived);
                     q.ready
-                        .push(Reverse((get.due, self.arrivals, get.into(), crc)));
+                        .push(Reverse((get.due, self.arrivals, get.into(), crc, wait)));
                 }
                 Ok(_) => {
                     q.pinned -= get.length;
@@ -324,7 +338,7 @@ impl Server {
             .filter_map(|(c, q)| q.ready.peek().map(|Reverse(top)| (c, (top.0, top.1))))
             .min_by_key(|(_, k)| *k)?;
         let q = self.conns.get_mut(&conn)?;
-        let Reverse((due, _, key, crc)) = q.ready.pop()?;
+        let Reverse((due, _, key, crc, store_wait)) = q.ready.pop()?;
         let get = Get::from(key);
         if self
             .cfg
@@ -341,7 +355,12 @@ impl Server {
         q.in_flight += 1;
         q.sending.insert(get.request, get.length);
         self.in_flight += 1;
-        Some(Reply::Send { conn, get, crc })
+        Some(Reply::Send {
+            conn,
+            get,
+            crc,
+            store_wait,
+        })
     }
 
     /// The transmission of request `request` to `conn` has been written
@@ -368,7 +387,7 @@ impl Server {
             self.in_flight -= q.in_flight;
         }
         for w in self.loads.values_mut() {
-            w.retain(|(c, _)| *c != conn);
+            w.retain(|(c, _, _)| *c != conn);
         }
         self.misses.retain(|r| match r {
             Reply::Send { conn: c, .. } | Reply::Miss { conn: c, .. } => *c != conn,
@@ -399,10 +418,10 @@ mod tests {
     #[test]
     fn earliest_due_first_across_connections() {
         let mut s = Server::new(ServeConfig::default());
-        s.request(1, get(1, 1, 300), READY);
-        s.request(2, get(2, 2, 100), READY);
-        s.request(1, get(3, 3, 200), READY);
-        s.request(2, get(4, 4, 200), READY);
+        s.request(1, get(1, 1, 300), READY, 0);
+        s.request(2, get(2, 2, 100), READY, 0);
+        s.request(1, get(3, 3, 200), READY, 0);
+        s.request(2, get(4, 4, 200), READY, 0);
         let order: Vec<u64> = drain(&mut s, 0)
             .iter()
             .map(|r| match r {
@@ -417,13 +436,23 @@ mod tests {
     #[test]
     fn absent_samples_miss_at_once() {
         let mut s = Server::new(ServeConfig::default());
-        s.request(1, get(1, 1, 0), READY);
+        s.request(1, get(1, 1, 0), READY, 0);
         assert_eq!(
-            s.request(1, get(2, 2, 0), Availability::Absent(MissReason::NotKept)),
+            s.request(
+                1,
+                get(2, 2, 0),
+                Availability::Absent(MissReason::NotKept),
+                0
+            ),
             Admit::Missed(MissReason::NotKept)
         );
         assert_eq!(
-            s.request(1, get(3, 3, 0), Availability::Ready { length: 11, crc: 0 }),
+            s.request(
+                1,
+                get(3, 3, 0),
+                Availability::Ready { length: 11, crc: 0 },
+                0
+            ),
             Admit::Missed(MissReason::LengthMismatch)
         );
         let r = drain(&mut s, 0);
@@ -448,30 +477,30 @@ mod tests {
     fn single_flight_waits_for_the_read() {
         let mut s = Server::new(ServeConfig::default());
         assert_eq!(
-            s.request(1, get(1, 5, 10), Availability::Kept),
+            s.request(1, get(1, 5, 10), Availability::Kept, 0),
             Admit::StartRead
         );
         assert_eq!(
-            s.request(2, get(2, 5, 5), Availability::Kept),
+            s.request(2, get(2, 5, 5), Availability::Kept, 0),
             Admit::Waiting
         );
-        assert_eq!(s.request(3, get(3, 5, 5), READY), Admit::Waiting);
+        assert_eq!(s.request(3, get(3, 5, 5), READY, 0), Admit::Waiting);
         assert_eq!(s.loads_in_flight(), 1);
         assert!(drain(&mut s, 0).is_empty());
-        s.loaded(1, 5, Ok((10, 99)));
+        s.loaded(1, 5, Ok((10, 99)), 0);
         let r = drain(&mut s, 0);
         assert_eq!(r.len(), 3);
         assert!(r.iter().all(|x| matches!(x, Reply::Send { crc: 99, .. })));
         // A read that fails answers every waiter with its reason.
         assert_eq!(
-            s.request(1, get(4, 6, 0), Availability::Loading),
+            s.request(1, get(4, 6, 0), Availability::Loading, 0),
             Admit::Waiting
         );
         assert_eq!(
-            s.request(2, get(5, 6, 0), Availability::Kept),
+            s.request(2, get(5, 6, 0), Availability::Kept, 0),
             Admit::Waiting
         );
-        s.loaded(1, 6, Err(MissReason::StoreError));
+        s.loaded(1, 6, Err(MissReason::StoreError), 0);
         let r = drain(&mut s, 0);
         assert_eq!(r.len(), 2);
         assert!(r.iter().all(|x| matches!(
@@ -491,8 +520,8 @@ mod tests {
             ..ServeConfig::default()
         });
         for r in 0..5 {
-            s.request(1, get(r, r, r), READY);
-            s.request(2, get(10 + r, r, 100 + r), READY);
+            s.request(1, get(r, r, r), READY, 0);
+            s.request(2, get(10 + r, r, 100 + r), READY, 0);
         }
         let r = drain(&mut s, 0);
         // Connection 1 fills its window of 2; connection 2 gets the third.
@@ -526,13 +555,13 @@ mod tests {
         });
         for c in 1..=6 {
             for r in 0..100 {
-                s.request(c, get(r, r, 0), READY);
+                s.request(c, get(r, r, 0), READY, 0);
             }
         }
         let stuck = drain(&mut s, 0).len();
         assert!(stuck <= 64);
         for r in 0..100 {
-            s.request(7, get(r, r, 0), READY);
+            s.request(7, get(r, r, 0), READY, 0);
         }
         let mut served = 0;
         for _ in 0..100 {
@@ -554,25 +583,25 @@ mod tests {
             max_pinned_bytes_per_conn: 25,
             ..ServeConfig::default()
         });
-        assert_eq!(s.request(1, get(1, 1, 0), READY), Admit::Queued);
+        assert_eq!(s.request(1, get(1, 1, 0), READY, 0), Admit::Queued);
         assert_eq!(
-            s.request(1, get(2, 2, 0), Availability::Kept),
+            s.request(1, get(2, 2, 0), Availability::Kept, 0),
             Admit::StartRead
         );
         assert_eq!(
-            s.request(1, get(3, 3, 0), READY),
+            s.request(1, get(3, 3, 0), READY, 0),
             Admit::Missed(MissReason::Overloaded)
         );
         assert_eq!(s.pinned_bytes(1), 20);
         // Another connection has its own budget.
-        assert_eq!(s.request(2, get(4, 4, 0), READY), Admit::Queued);
+        assert_eq!(s.request(2, get(4, 4, 0), READY, 0), Admit::Queued);
         // Written blocks and failed reads give bytes back.
         let sent: Vec<Reply> = drain(&mut s, 0);
         assert!(sent
             .iter()
             .any(|r| matches!(r, Reply::Send { conn: 1, .. })));
         s.sent(1, 1);
-        s.loaded(1, 2, Err(MissReason::StoreError));
+        s.loaded(1, 2, Err(MissReason::StoreError), 0);
         assert_eq!(s.pinned_bytes(1), 0);
         // One request is admitted whatever its size.
         let big = Get {
@@ -586,7 +615,8 @@ mod tests {
                 Availability::Ready {
                     length: 1000,
                     crc: 0
-                }
+                },
+                0
             ),
             Admit::Queued
         );
@@ -599,10 +629,10 @@ mod tests {
             late_grace: Some(50),
             ..ServeConfig::default()
         });
-        s.request(1, get(1, 1, 0), READY);
-        s.request(1, get(2, 2, 1000), READY);
+        s.request(1, get(1, 1, 0), READY, 0);
+        s.request(1, get(2, 2, 1000), READY, 0);
         assert_eq!(
-            s.request(1, get(3, 3, 0), READY),
+            s.request(1, get(3, 3, 0), READY, 0),
             Admit::Missed(MissReason::Overloaded)
         );
         let r = drain(&mut s, 100);
@@ -633,10 +663,10 @@ mod tests {
     #[test]
     fn closed_connection_leaves_the_read_for_others() {
         let mut s = Server::new(ServeConfig::default());
-        s.request(1, get(1, 5, 0), Availability::Kept);
-        s.request(2, get(2, 5, 0), Availability::Kept);
+        s.request(1, get(1, 5, 0), Availability::Kept, 0);
+        s.request(2, get(2, 5, 0), Availability::Kept, 0);
         s.conn_closed(1);
-        s.loaded(1, 5, Ok((10, 1)));
+        s.loaded(1, 5, Ok((10, 1)), 0);
         let r = drain(&mut s, 0);
         assert_eq!(r.len(), 1);
         assert!(matches!(r[0], Reply::Send { conn: 2, .. }));

@@ -261,14 +261,22 @@ fn frame() -> impl Strategy<Value = Frame> {
         get.prop_map(Frame::Get),
         (any::<u64>(), prop::collection::vec(want, 1..40))
             .prop_map(|(fingerprint, items)| Frame::GetMany { fingerprint, items }),
-        (any::<u64>(), any::<u64>(), 0u64..200, any::<u32>()).prop_map(
-            |(request, sample, length, crc)| Frame::Data(DataHeader {
-                request,
-                sample,
-                length,
-                crc
-            })
-        ),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            0u64..200,
+            any::<u32>(),
+            any::<u32>()
+        )
+            .prop_map(|(request, sample, length, crc, store_wait_us)| Frame::Data(
+                DataHeader {
+                    request,
+                    sample,
+                    length,
+                    crc,
+                    store_wait_us,
+                }
+            )),
         (
             any::<u64>(),
             any::<u64>(),

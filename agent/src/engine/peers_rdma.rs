@@ -26,7 +26,7 @@
 use super::Engine;
 use crate::peers::rdma_link::{LinkError, LinkEvent};
 use crate::peers::{rdma_conn, PeerTier};
-use granary_peer::frame::{Get, MissReason};
+use granary_peer::frame::{DataHeader, Get, MissReason};
 use granary_rdma::Extent;
 use std::sync::Arc;
 
@@ -57,24 +57,23 @@ impl Engine {
         }
     }
 
-    /// Writes the block at `offset` (`len` bytes, block CRC `crc`) for
-    /// member `member`'s `get`; false when the link refused.
+    /// Writes the block at `offset` (`len` bytes) for member `member`'s
+    /// request, with its data `header`; false when the link refused.
     pub(super) fn rdma_serve(
         tier: &mut PeerTier,
         member: usize,
-        get: Get,
+        header: DataHeader,
         offset: u64,
         len: u64,
-        crc: u32,
     ) -> bool {
         let now = tier.net.nanos();
         let (Some(links), Ok(len)) = (tier.rdma.as_mut(), u32::try_from(len)) else {
             return false;
         };
-        match links.serve(member, get, Extent { offset, len }, crc, now) {
+        match links.serve(member, header, Extent { offset, len }, now) {
             Ok(()) => true,
             Err(e) => {
-                tracing::debug!(member, request = get.request, "RDMA block not sent: {e}");
+                tracing::debug!(member, request = header.request, "RDMA block not sent: {e}");
                 false
             }
         }

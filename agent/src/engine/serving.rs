@@ -16,7 +16,7 @@ use super::{key, Engine, Inflight};
 use crate::cache::{Cache, Lookup, SampleKey};
 use crate::peers::{rdma_member, Serving};
 use granary_peer::block::block_crc_of;
-use granary_peer::frame::{Get, MissReason};
+use granary_peer::frame::{micros, DataHeader, Get, MissReason};
 use granary_peer::serve::{Admit, Availability, Reply};
 
 impl Engine {
@@ -123,7 +123,8 @@ impl Engine {
             return;
         };
         let pinned_before = tier.serve.pinned_bytes(conn);
-        let admit = tier.serve.request(conn, get, avail);
+        let now = tier.net.nanos();
+        let admit = tier.serve.request(conn, get, avail, now);
         if admit == Admit::Missed(MissReason::Overloaded) {
             let over_bytes = pinned_before.saturating_add(get.length) > tier.max_pinned;
             self.metrics
@@ -170,8 +171,9 @@ impl Engine {
         let Ok((r, len32)) = reserved else {
             // No room: the waiting request gets a miss.
             if let Some(t) = self.peers.as_mut() {
+                let now = t.net.nanos();
                 t.serve
-                    .loaded(fingerprint, k.index, Err(MissReason::Overloaded));
+                    .loaded(fingerprint, k.index, Err(MissReason::Overloaded), now);
             }
             return false;
         };
@@ -200,7 +202,8 @@ impl Engine {
             Some((len, crc)) => Ok((len, block_crc_of(fp, k.index, len, crc))),
             None => Err(MissReason::StoreError),
         };
-        tier.serve.loaded(fp, k.index, result);
+        let now = tier.net.nanos();
+        tier.serve.loaded(fp, k.index, result, now);
     }
 
     /// Hands every answer that may go now to the transport.
@@ -211,7 +214,13 @@ impl Engine {
         let now = tier.net.nanos();
         while let Some(reply) = tier.serve.poll(now) {
             match reply {
-                Reply::Send { conn, get, crc } => {
+                Reply::Send {
+                    conn,
+                    get,
+                    crc,
+                    store_wait,
+                } => {
+                    let header = DataHeader::answering(&get, crc, micros(store_wait));
                     let s = tier.serving.get(&(conn, get.request)).copied();
                     let ready = s.and_then(|s| match self.cache.lookup(s.key) {
                         Lookup::Ready(r) if s.pinned => Some(r),
@@ -222,11 +231,11 @@ impl Engine {
                         // The link refused (it is down): the requester gets
                         // its request back from its own driver.
                         (Some(r), Some(member)) => {
-                            Self::rdma_serve(tier, member, get, r.offset, r.len, crc)
+                            Self::rdma_serve(tier, member, header, r.offset, r.len)
                         }
                         (Some(r), None) => match self.arena.slice(r.offset, r.len as usize) {
                             Ok(src) => {
-                                tier.net.send_block(conn, get, crc, src);
+                                tier.net.send_block(conn, header, src);
                                 true
                             }
                             Err(_) => false,

@@ -32,7 +32,7 @@
 use super::net::{Claim, Event, GetFailure, Net, NetConfig, OutGet};
 use granary_peer::block::{block_crc, block_crc_of};
 use granary_peer::conn::ConnConfig;
-use granary_peer::frame::{Get, MissReason};
+use granary_peer::frame::{DataHeader, Get, MissReason};
 use granary_peer::view::{Member, View};
 use granary_rdma::conformance::{self, ErrorKind, Fault, Outcome, Ran, Transport};
 use granary_shm::arena::Arena;
@@ -406,7 +406,7 @@ impl TcpTransport {
                 self.headers
                     .insert(get.request, (get.sample, get.length, crc));
                 let src = o.arena.slice(at, bytes.len()).expect("source extent");
-                net.send_block(conn, get, crc, src);
+                net.send_block(conn, DataHeader::answering(&get, crc, 0), src);
             }
             if o.dying {
                 // Dropping the transport closes its sockets and listener.

@@ -412,22 +412,14 @@ impl Net {
         }
     }
 
-    /// Answers request `get` of connection `conn` with the block in `src`
-    /// (pinned by the caller until [`Event::Sent`]).
-    pub(crate) fn send_block(&self, conn: ConnId, get: Get, crc: u32, src: ArenaSlice) {
-        let header = DataHeader {
-            request: get.request,
-            sample: get.sample,
-            length: get.length,
-            crc,
-        };
+    /// Answers a request of connection `conn` with `header` and the block
+    /// in `src` (pinned by the caller until [`Event::Sent`]).
+    pub(crate) fn send_block(&self, conn: ConnId, header: DataHeader, src: ArenaSlice) {
+        let request = header.request;
         let tx = lock(&self.shared.conns).get(&conn).cloned();
         let sent = tx.is_some_and(|tx| tx.send(Cmd::Data { header, src }).is_ok());
         if !sent {
-            self.shared.emit(Event::Sent {
-                conn,
-                request: get.request,
-            });
+            self.shared.emit(Event::Sent { conn, request });
         }
     }
 
@@ -1061,6 +1053,7 @@ fn landed(l: Landing) -> Event {
             sample: l.sample,
             length: l.len as u64,
             crc: l.crc,
+            store_wait_us: 0,
         },
         crc32c: dest.crc32c(),
     }

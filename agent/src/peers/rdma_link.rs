@@ -398,25 +398,24 @@ impl<V: Verbs> RdmaLinks<V> {
         Ok(())
     }
 
-    /// Owner: writes the block at `src` (crc: its block CRC) for `get`.
+    /// Owner: writes the block at `src` with its data `header` (the
+    /// length is `src`'s).
     pub(crate) fn serve(
         &mut self,
         member: usize,
-        get: Get,
+        header: DataHeader,
         src: Extent,
-        crc: u32,
         now: u64,
     ) -> Result<(), LinkError> {
+        let request = header.request;
         let header = frame_bytes(&Frame::Data(DataHeader {
-            request: get.request,
-            sample: get.sample,
             length: u64::from(src.len),
-            crc,
+            ..header
         }))?;
         let mut ev = Vec::new();
         let r = self
             .driver
-            .serve(Self::peer(member), get.request, src, &header, now, &mut ev);
+            .serve(Self::peer(member), request, src, &header, now, &mut ev);
         self.held.append(&mut ev);
         r?;
         Ok(())
@@ -652,7 +651,12 @@ mod tests {
                         };
                         self.b.driver_mut().write_arena(src.offset, &bytes).unwrap();
                         let crc = block_crc(FP, get.sample, &bytes);
-                        let _ = self.b.serve(member, get, src, crc, self.now);
+                        let _ = self.b.serve(
+                            member,
+                            DataHeader::answering(&get, crc, 0),
+                            src,
+                            self.now,
+                        );
                     }
                 }
                 self.a.poll(self.now, &mut got);
@@ -903,7 +907,9 @@ mod tests {
                     };
                     links[1].driver_mut().write_arena(0, &bytes).unwrap();
                     let crc = block_crc(FP, get.sample, &bytes);
-                    links[1].serve(member, get, src, crc, now).unwrap();
+                    links[1]
+                        .serve(member, DataHeader::answering(&get, crc, 0), src, now)
+                        .unwrap();
                 }
             }
             let mut ev = Vec::new();
@@ -1019,7 +1025,8 @@ mod tests {
                         len: bytes.len() as u32,
                     };
                     let crc = block_crc(FP, get.sample, &bytes);
-                    b.serve(member, get, src, crc, 5).unwrap();
+                    b.serve(member, DataHeader::answering(&get, crc, 0), src, 5)
+                        .unwrap();
                 }
             }
             let mut ev = Vec::new();

@@ -590,6 +590,7 @@ impl ChannelPair {
                     sample: g.sample,
                     length: g.length,
                     crc: 0,
+                    store_wait_us: 0,
                 })?,
                 Event::Credit(_) | Event::Established { .. } => {}
                 e => return Err(format!("owner: unexpected event {e:?}").into()),
@@ -823,6 +824,7 @@ fn owner_channel(
                         sample: g.sample,
                         length: g.length,
                         crc: 0,
+                        store_wait_us: 0,
                     })?;
                     served += 1;
                 }

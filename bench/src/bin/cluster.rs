@@ -788,7 +788,11 @@ encryption = "{enc}"
 "#,
             kp = o.keep_percent,
             hedge = o.hedge_ms,
-            enc = if kind == Kind::Peers150Off { "off" } else { "on" },
+            enc = if kind == Kind::Peers150Off {
+                "off"
+            } else {
+                "on"
+            },
         );
     }
     let _ = write!(
@@ -1821,7 +1825,8 @@ fn goals(o: &Opts, rs: &[ScenarioResult]) -> Vec<Goal> {
         }
         _ => g.push(not_run(G10, "relaunch")),
     }
-    const G11: &str = "corruption: changed records rejected by the channel, no bad sample delivered";
+    const G11: &str =
+        "corruption: changed records rejected by the channel, no bad sample delivered";
     match get(Kind::Corrupt) {
         Some(r) => {
             let rejected: f64 = r.epochs.iter().map(|e| e.total("rejected_record")).sum();

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::{store_bytes, Ev, Queue, Shared, SimError, SIM_FINGERPRINT};
 use crate::block::block_crc;
 use crate::conn::{Conn, ConnConfig, Event, Transmit};
-use crate::frame::{DataHeader, Get, MissReason};
+use crate::frame::{micros, DataHeader, Get, MissReason};
 use crate::request::{Outcome, Requester, RequesterConfig, Sample, Via, Why};
 use crate::serve::{Admit, Availability, ConnId, Reply, ServeConfig, Server};
 
@@ -76,9 +76,9 @@ impl Agent {
             requester: Requester::new(
                 RequesterConfig {
                     hedge_after: cfg.hedge_after,
-                    // The simulated network is fast: a peer is slow past
-                    // four times the median or 10 one-way latencies.
-                    slow_floor: 10 * cfg.latency,
+                    // As the agent sets it (a tenth of the hedge delay),
+                    // scaled to the simulated network's speed.
+                    slow_floor: cfg.hedge_after / 4,
                     probe_every: 50 * cfg.latency,
                     ..RequesterConfig::default()
                 },
@@ -227,7 +227,8 @@ impl Agent {
         if r.owner {
             let crc = block_crc(SIM_FINGERPRINT, s, &store_bytes(s, len));
             self.arena.insert(s, crc);
-            self.server.loaded(SIM_FINGERPRINT, s, Ok((len, crc)));
+            self.server
+                .loaded(SIM_FINGERPRINT, s, Ok((len, crc)), q.now);
         }
         if r.consumer {
             self.deliver(s, Source::Store, sh);
@@ -513,7 +514,7 @@ impl Agent {
         } else {
             Availability::Kept
         };
-        if self.server.request(link as ConnId, g, avail) == Admit::StartRead {
+        if self.server.request(link as ConnId, g, avail, q.now) == Admit::StartRead {
             self.read_store(s, true, false, false, q, sh);
         }
     }
@@ -523,7 +524,12 @@ impl Agent {
         let mut touched = BTreeSet::new();
         while let Some(r) = self.server.poll(q.now) {
             let (link, res) = match r {
-                Reply::Send { conn, get, crc } => (
+                Reply::Send {
+                    conn,
+                    get,
+                    crc,
+                    store_wait,
+                } => (
                     conn,
                     self.links.get_mut(&conn).map(|l| {
                         l.conn.send_data(DataHeader {
@@ -531,6 +537,7 @@ impl Agent {
                             sample: get.sample,
                             length: get.length,
                             crc,
+                            store_wait_us: micros(store_wait),
                         })
                     }),
                 ),
