@@ -13,9 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn is_root() -> bool {
@@ -432,44 +431,17 @@ fn a_uid_outside_the_allowlist_gets_no_fds() {
     });
     // uid 65534 must reach the socket and run a copy of this test binary.
     std::fs::set_permissions(agent.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let exe = agent.dir.path().join("foreign-loader");
-    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     let mode = std::fs::metadata(&agent.sock).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o777, "socket mode");
 
     let start = Instant::now();
-    let run = || {
-        Command::new(&exe)
-            .args([
-                "--exact",
-                FOREIGN_FN,
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-                "-q",
-            ])
-            .env(ROLE_VAR, "foreign-uid")
-            .env(SOCKET_VAR, &agent.sock)
-            .current_dir(agent.dir.path())
-            .uid(65534)
-            .gid(65534)
-            .stdin(Stdio::null())
-            .output()
-    };
-    // A test thread that forks while the copy is being written hands the
-    // write descriptor to its child for a moment: exec then fails with
-    // ETXTBSY until that child has exec'd.
-    let mut tries = 0;
-    let out = loop {
-        match run() {
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            other => break other.expect("run the loader as uid 65534"),
-        }
-    };
+    let out = run_child_as(
+        agent.dir.path(),
+        FOREIGN_FN,
+        "foreign-uid",
+        &agent.sock,
+        (65534, 65534),
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.contains(REFUSED),

@@ -21,9 +21,7 @@ use granary_shm::handshake::{Message, ViewChunk, VIEW_CHUNK};
 use granary_shm::socket::SeqPacket;
 use granary_tools::synth::{self, SynthSpec};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 fn is_root() -> bool {
@@ -183,9 +181,6 @@ fn another_uid_joins_the_view_but_cannot_replace_it() {
         &session_peers(""),
     );
     std::fs::set_permissions(a.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let exe = a.dir.path().join("stranger-loader");
-    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
 
     // The owner (the agent's uid) installs the view and reads.
     let v1 = job_view(&a.sock, "job", 1, &[]);
@@ -199,36 +194,13 @@ fn another_uid_joins_the_view_but_cannot_replace_it() {
     let mut got = b.len();
     s.release(b).unwrap();
 
-    let run = || {
-        std::process::Command::new(&exe)
-            .args([
-                "--exact",
-                STRANGER_FN,
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-                "-q",
-            ])
-            .env(ROLE_VAR, "stranger")
-            .env(SOCKET_VAR, &a.sock)
-            .current_dir(a.dir.path())
-            .uid(65534)
-            .gid(65534)
-            .stdin(Stdio::null())
-            .output()
-    };
-    // A test thread forking while the copy was written holds its
-    // descriptor for a moment: exec fails with ETXTBSY until it has exec'd.
-    let mut tries = 0;
-    let out = loop {
-        match run() {
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            other => break other.expect("run the loader as uid 65534"),
-        }
-    };
+    let out = run_child_as(
+        a.dir.path(),
+        STRANGER_FN,
+        "stranger",
+        &a.sock,
+        (65534, 65534),
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.contains(STRANGER_DONE),

@@ -29,6 +29,7 @@
 //! * [`data`]: synthetic datasets generated once under `bench/.data/`.
 //! * [`touch`]: the touch-every-byte loop and the memory-read baseline.
 //! * [`sys`]: dropping the page cache, root or not, CPU load.
+//! * [`smoke`]: running a benchmark's smoke variant from a test, bounded.
 //! * [`cli`]: `--name value` options.
 //! * [`netns`]: network namespaces, a bridge and `tbf`-shaped links for the
 //!   cluster benchmark, removed on drop and on Ctrl-C.
@@ -64,6 +65,7 @@ pub mod report;
 pub mod s3_data;
 pub mod sample_windows;
 pub mod seaweed;
+pub mod smoke;
 pub mod stall_loaders;
 pub mod stall_stats;
 pub mod switch_proxy;

@@ -15,36 +15,15 @@
 //! granaryd`; the workspace build does it).
 
 use granary_bench::report::json_num;
-use std::io::Read;
-use std::process::{Command, Stdio};
+use granary_bench::smoke::run_bounded;
+use std::process::Command;
 use std::time::Duration;
 
 #[test]
 fn outsiders_read_nothing_in_clear_and_floods_stay_bounded() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_attacks"))
-        .arg("--smoke")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("run the attacks benchmark");
-    // The benchmark bounds its own waits; this only keeps a hang from
-    // holding the run.
-    let pid = child.id();
-    let guard = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(220));
-        let _ = Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status();
-    });
-    let mut stdout = String::new();
-    child
-        .stdout
-        .take()
-        .expect("stdout")
-        .read_to_string(&mut stdout)
-        .expect("read the benchmark's output");
-    let status = child.wait().expect("wait for the benchmark");
-    drop(guard);
-    print!("{stdout}");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_attacks"));
+    cmd.arg("--smoke");
+    let (status, stdout) = run_bounded(cmd, Duration::from_secs(220));
     // 0: every goal met; 1: some not met (judged below, goal by goal); 2:
     // the run itself failed.
     assert!(

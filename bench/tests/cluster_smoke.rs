@@ -11,6 +11,7 @@
 //! --run-ignored only` (as root, after `cargo build --release -p
 //! granary-agent --bin granaryd`).
 
+use granary_bench::smoke::run_bounded;
 use std::process::Command;
 use std::time::Duration;
 
@@ -25,33 +26,10 @@ fn two_nodes_lose_nothing_and_read_the_store_once() {
     );
     let out_dir =
         std::env::temp_dir().join(format!("granary-cluster-smoke-{}", std::process::id()));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cluster"))
-        .args(["--smoke", "--out"])
-        .arg(&out_dir)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("run the cluster benchmark");
-    // The benchmark bounds every epoch itself; this only keeps a hang from
-    // holding CI.
-    let pid = child.id();
-    let guard = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(600));
-        let _ = Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status();
-    });
-    let mut stdout = String::new();
-    use std::io::Read;
-    child
-        .stdout
-        .take()
-        .expect("stdout")
-        .read_to_string(&mut stdout)
-        .expect("read the benchmark's output");
-    let status = child.wait().expect("wait for the benchmark");
-    drop(guard);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cluster"));
+    cmd.args(["--smoke", "--out"]).arg(&out_dir);
+    let (status, stdout) = run_bounded(cmd, Duration::from_secs(600));
     let _ = std::fs::remove_dir_all(&out_dir);
-    print!("{stdout}");
     assert!(
         status.success(),
         "the smoke run failed ({status}):\n{stdout}"

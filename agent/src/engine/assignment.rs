@@ -135,9 +135,9 @@ impl Engine {
     fn exact_placement(&mut self, ds: usize) -> Option<Placement> {
         self.peer_directories();
         let tier = self.peers.as_ref()?;
-        let d = tier.datasets.get(ds)?.as_ref()?;
+        let dir = tier.directory(ds)?;
         Some(Placement {
-            dir: Arc::clone(&d.dir),
+            dir: Arc::clone(dir),
             me: tier.me() as u32,
             layout: None,
         })
@@ -169,7 +169,7 @@ impl Engine {
                 view.epoch()
             ));
         }
-        let Some(Some(d)) = tier.datasets.get(ds) else {
+        let Some(dir) = tier.directory(ds) else {
             return Err(format!(
                 "dataset {:?} has no peer directory (see the agent's log)",
                 req.dataset
@@ -196,7 +196,7 @@ impl Engine {
             ));
         }
         let digest = Inputs {
-            directory: d.dir.digest(),
+            directory: dir.digest(),
             seed: req.seed,
             first_epoch: req.first_epoch,
             epoch_count: req.epoch_count,
@@ -207,7 +207,7 @@ impl Engine {
         .digest();
         Ok((
             Placement {
-                dir: Arc::clone(&d.dir),
+                dir: Arc::clone(dir),
                 me: tier.me() as u32,
                 layout: Some(layout),
             },

@@ -37,12 +37,9 @@ impl Engine {
             .map(|src| src.wait_fd().as_raw_fd())
             .collect();
         if let Some(t) = &self.peers {
-            fds.push(t.net.wake_fd().as_raw_fd());
-            // The NIC's completion channel, armed by the last poll of its
-            // queue (the fake NIC has none: it is polled every turn).
-            if let Some(fd) = t.rdma.as_ref().and_then(|l| l.completion_fd()) {
-                fds.push(fd.as_raw_fd());
-            }
+            // The fake NIC has no completion channel: it is polled every
+            // turn.
+            fds.extend(t.wake_fds());
         }
         if fds.is_empty() {
             std::thread::sleep(wait);

@@ -415,7 +415,7 @@ impl Engine {
             if !progressed {
                 let wait = if self.sessions.is_empty()
                     && self.inflight.is_empty()
-                    && self.peers.as_ref().is_none_or(|t| t.requester.is_empty())
+                    && self.peers.as_ref().is_none_or(|t| !t.gets_in_flight())
                     && !self.rdma_polled_each_turn()
                 {
                     Duration::from_millis(20)

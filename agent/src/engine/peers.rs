@@ -19,10 +19,10 @@
 
 use super::{Engine, Inflight};
 use crate::cache::SampleKey;
-use crate::peers::net::{Event, GetFailure, OutGet};
+use crate::peers::net::Event;
 use crate::peers::PeerToken;
 use granary_peer::channel::Protection;
-use granary_peer::request::{Outcome, Sample, Via, Why};
+use granary_peer::request::{Outcome, Sample, Why};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -44,26 +44,14 @@ impl Engine {
                 .fail(k, granary_shm::ErrorCode::Internal.as_i32().unsigned_abs());
             return;
         };
-        let now = tier.net.nanos();
         let token = PeerToken { key: k, dest, len };
         let want = Sample {
             fingerprint,
             sample: k.index,
             length: u64::from(len),
         };
-        let (get, claim) = tier.requester.start(token, member, want, Via::Rdma, now);
+        tier.ask(member, token, want, slice);
         self.metrics.peers.gets_sent.inc();
-        if !Self::rdma_get(tier, member, get, dest, len) {
-            tier.requester.set_via(get.request, Via::Tcp);
-            tier.net.get(
-                member,
-                OutGet {
-                    get,
-                    dest: slice,
-                    claim,
-                },
-            );
-        }
     }
 
     /// Handles the transports' events, advances the requester's clock and
@@ -73,7 +61,7 @@ impl Engine {
             return false;
         };
         let mut events = std::mem::take(&mut self.peer_events);
-        tier.net.drain(&mut events);
+        tier.drain_events(&mut events);
         let mut any = !events.is_empty();
         for e in events.drain(..) {
             self.on_peer_event(e);
@@ -90,9 +78,8 @@ impl Engine {
         let Some(tier) = self.peers.as_mut() else {
             return;
         };
-        let now = tier.net.nanos();
         let mut ended = Vec::new();
-        tier.requester.poll(now, &mut ended);
+        tier.poll_gets(&mut ended);
         self.report_slow();
         for o in ended {
             self.on_outcome(o);
@@ -104,22 +91,18 @@ impl Engine {
         let Some(tier) = self.peers.as_mut() else {
             return;
         };
-        for m in 0..tier.view.len() {
-            let slow = tier.requester.is_slow(m);
-            if tier.slow[m] != slow {
-                tier.slow[m] = slow;
-                let latency = tier.requester.latency(m).unwrap_or(0);
-                if slow {
-                    tracing::warn!(
-                        peer = tier.member_id(m),
-                        latency_ms = latency / 1_000_000,
-                        "peer found slow: its samples are read from the store (probed every second)"
-                    );
-                } else {
-                    tracing::info!(peer = tier.member_id(m), "peer no longer slow");
-                }
-                self.metrics.peers.set_slow(tier.member_id(m), slow);
+        for c in tier.slow_changes() {
+            let peer = tier.member_id(c.member);
+            if c.slow {
+                tracing::warn!(
+                    peer,
+                    latency_ms = c.latency / 1_000_000,
+                    "peer found slow: its samples are read from the store (probed every second)"
+                );
+            } else {
+                tracing::info!(peer, "peer no longer slow");
             }
+            self.metrics.peers.set_slow(peer, c.slow);
         }
     }
 
@@ -146,18 +129,16 @@ impl Engine {
                         records,
                         "peer connection up"
                     );
-                    t.up[member] = true;
+                    let link = t.connection_up(member);
                     m.peers.set_up(t.member_id(member), true);
-                    t.reported[member] = Some(t.link(member));
-                    m.peers
-                        .set_transport(t.member_id(member), Some(t.link(member)));
+                    m.peers.set_transport(t.member_id(member), Some(link));
+                    t.rdma_conn_up(conn, member);
                 }
-                self.rdma_conn_up(conn, member);
             }
             Event::Down { conn, member, why } => {
                 tracing::debug!(conn, "peer connection down: {why}");
-                if let Some(member) = member {
-                    self.rdma_conn_down(conn, member);
+                if let (Some(member), Some(t)) = (member, self.peers.as_mut()) {
+                    t.rdma_conn_down(conn, member);
                 }
                 self.peer_conn_down(conn, member);
             }
@@ -168,23 +149,13 @@ impl Engine {
                 crc32c,
             } => {
                 let Some(t) = self.peers.as_mut() else { return };
-                let now = t.net.nanos();
-                if let Some(o) = t.requester.data(request, &header, crc32c, now) {
+                if let Some(o) = t.received(request, &header, crc32c) {
                     self.on_outcome(o);
                 }
             }
             Event::Failed { request, why } => {
                 let Some(t) = self.peers.as_mut() else { return };
-                let now = t.net.nanos();
-                let o = match &why {
-                    GetFailure::Miss(r) => t.requester.miss(request, *r, now),
-                    GetFailure::Corrupt => t.requester.corrupt(request),
-                    GetFailure::Lost(why) => {
-                        tracing::debug!(request, "peer request lost: {why}");
-                        t.requester.lost(request)
-                    }
-                };
-                if let Some(o) = o {
+                if let Some(o) = t.failed(request, &why) {
                     self.on_outcome(o);
                 }
             }
@@ -192,8 +163,7 @@ impl Engine {
                 tracing::debug!(request, "a block from a peer came after its hedge");
                 m.peers.late_discarded.inc();
                 if let Some(t) = self.peers.as_mut() {
-                    let now = t.net.nanos();
-                    t.requester.discarded(request, now);
+                    t.discarded(request);
                 }
             }
             Event::Sent { conn, request } => self.peer_sent(conn, request),
@@ -206,7 +176,11 @@ impl Engine {
                 conn,
                 member,
                 bytes,
-            } => self.rdma_setup(conn, member, &bytes),
+            } => {
+                if let Some(t) = self.peers.as_mut() {
+                    t.rdma_setup(conn, member, &bytes);
+                }
+            }
         }
     }
 
@@ -229,7 +203,7 @@ impl Engine {
                         m.peers.crc_failures.inc();
                         m.peers.get_failed("corrupt");
                         if let Some(t) = self.peers.as_ref() {
-                            if let Some(skipped) = t.log.allow("corrupt") {
+                            if let Some(skipped) = t.log_allowed("corrupt") {
                                 tracing::warn!(
                                     peer = t.member_id(member),
                                     skipped,
@@ -245,22 +219,8 @@ impl Engine {
             }
             Outcome::Retry { member, get, claim } => {
                 let Some(t) = self.peers.as_mut() else { return };
-                let Some(token) = t.requester.pending(get.request).map(|p| p.token) else {
-                    return;
-                };
-                match self.arena.slice(token.dest, token.len as usize) {
-                    Ok(dest) => {
-                        tracing::debug!(
-                            request = get.request,
-                            "RDMA request back; asked again over TCP"
-                        );
-                        t.net.get(member, OutGet { get, dest, claim });
-                    }
-                    Err(_) => {
-                        if let Some(o) = t.requester.lost(get.request) {
-                            self.on_outcome(o);
-                        }
-                    }
+                if let Some(o) = t.retry_over_tcp(member, get, claim, &self.arena) {
+                    self.on_outcome(o);
                 }
             }
         }

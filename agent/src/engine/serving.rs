@@ -14,7 +14,7 @@
 
 use super::{key, Engine, Inflight};
 use crate::cache::{Cache, Lookup, SampleKey};
-use crate::peers::{rdma_member, Serving};
+use crate::peers::{PeerTier, Serving};
 use granary_peer::block::block_crc_of;
 use granary_peer::frame::{micros, DataHeader, Get, MissReason};
 use granary_peer::serve::{Admit, Availability, Reply};
@@ -23,25 +23,8 @@ impl Engine {
     /// The block served for `request` on `conn` is written (or never will
     /// be): its slot and its pin are released.
     pub(super) fn peer_sent(&mut self, conn: u64, request: u64) {
-        if let Some(t) = self.peers.as_mut() {
-            t.serve.sent(conn, request);
-            if let Some(s) = t.serving.remove(&(conn, request)) {
-                if s.pinned {
-                    let _ = self.cache.unpin(s.key);
-                }
-            }
-        }
-    }
-
-    /// Answers `get` of `conn` (a TCP connection or an RDMA link) with a
-    /// miss.
-    fn send_miss_via(&mut self, conn: u64, get: Get, reason: MissReason) {
-        let Some(tier) = self.peers.as_mut() else {
-            return;
-        };
-        match rdma_member(conn) {
-            None => tier.net.send_miss(conn, get, reason),
-            Some(member) => Self::rdma_miss(tier, member, get, reason),
+        if let Some(s) = self.peers.as_mut().and_then(|t| t.finish(conn, request)) {
+            unpin(&mut self.cache, s);
         }
     }
 
@@ -50,11 +33,11 @@ impl Engine {
         let Some(tier) = self.peers.as_mut() else {
             return;
         };
-        if tier.serving.contains_key(&(conn, get.request)) {
+        if tier.is_serving(conn, get.request) {
             // A request id reused while the first is pending: answered
             // with a miss, the first keeps its pin.
             self.metrics.peers.reject("request_id");
-            if let Some(skipped) = tier.log.allow("request_id") {
+            if let Some(skipped) = tier.log_allowed("request_id") {
                 tracing::warn!(
                     conn,
                     request = get.request,
@@ -65,26 +48,21 @@ impl Engine {
             self.metrics
                 .peers
                 .served_miss(MissReason::Overloaded.as_str());
-            self.send_miss_via(conn, get, MissReason::Overloaded);
+            tier.send_miss(conn, get, MissReason::Overloaded);
             return;
         }
         let mut pinned_key = None;
-        let avail = match tier.by_fingerprint.get(&get.fingerprint).copied() {
-            None => Availability::Absent(MissReason::UnknownDataset),
-            Some(ds) => {
-                let d = tier.datasets[ds].as_ref();
-                let owner = d.and_then(|d| d.dir.owner(get.sample));
+        let avail = match tier.served_dataset(&get) {
+            Err(reason) => Availability::Absent(reason),
+            Ok((ds, kept)) => {
                 let src = self.datasets[ds].source();
                 let len = src
                     .filter(|s| get.sample < s.len())
                     .map(|s| s.meta(get.sample).size);
-                if owner != Some(tier.me) {
-                    Availability::Absent(MissReason::NotOwner)
-                } else if len != Some(get.length) {
+                if len != Some(get.length) {
                     Availability::Absent(MissReason::LengthMismatch)
                 } else {
                     let k = key(ds, get.sample);
-                    let kept = d.is_some_and(|d| d.dir.is_kept(get.sample));
                     match self.cache.lookup(k) {
                         Lookup::Ready(r) => {
                             if self.cache.pin(k).is_ok() {
@@ -119,25 +97,18 @@ impl Engine {
                 }
             }
         };
-        let Some(tier) = self.peers.as_mut() else {
-            return;
-        };
-        let pinned_before = tier.serve.pinned_bytes(conn);
-        let now = tier.net.nanos();
-        let admit = tier.serve.request(conn, get, avail, now);
-        if admit == Admit::Missed(MissReason::Overloaded) {
-            let over_bytes = pinned_before.saturating_add(get.length) > tier.max_pinned;
-            self.metrics
-                .peers
-                .reject(if over_bytes { "pinned" } else { "queued" });
+        let (admit, overload) = tier.admit(conn, get, avail);
+        if let Some(why) = overload {
+            self.metrics.peers.reject(why.as_str());
         }
         let Some(k) = pinned_key else {
             return;
         };
         // A `Kept` sample is pinned by its reservation, if the read starts.
         let pinned = avail != Availability::Kept;
-        tier.serving.insert(
-            (conn, get.request),
+        tier.track(
+            conn,
+            get.request,
             Serving {
                 key: k,
                 pinned,
@@ -145,12 +116,8 @@ impl Engine {
             },
         );
         if admit == Admit::StartRead && self.start_kept_read(k, get.fingerprint) {
-            if let Some(s) = self
-                .peers
-                .as_mut()
-                .and_then(|t| t.serving.get_mut(&(conn, get.request)))
-            {
-                s.pinned = true;
+            if let Some(t) = self.peers.as_mut() {
+                t.set_pinned(conn, get.request);
             }
         }
     }
@@ -171,9 +138,7 @@ impl Engine {
         let Ok((r, len32)) = reserved else {
             // No room: the waiting request gets a miss.
             if let Some(t) = self.peers.as_mut() {
-                let now = t.net.nanos();
-                t.serve
-                    .loaded(fingerprint, k.index, Err(MissReason::Overloaded), now);
+                t.loaded(fingerprint, k.index, Err(MissReason::Overloaded));
             }
             return false;
         };
@@ -202,8 +167,7 @@ impl Engine {
             Some((len, crc)) => Ok((len, block_crc_of(fp, k.index, len, crc))),
             None => Err(MissReason::StoreError),
         };
-        let now = tier.net.nanos();
-        tier.serve.loaded(fp, k.index, result, now);
+        tier.loaded(fp, k.index, result);
     }
 
     /// Hands every answer that may go now to the transport.
@@ -211,8 +175,7 @@ impl Engine {
         let Some(tier) = self.peers.as_mut() else {
             return;
         };
-        let now = tier.net.nanos();
-        while let Some(reply) = tier.serve.poll(now) {
+        while let Some(reply) = tier.next_reply() {
             match reply {
                 Reply::Send {
                     conn,
@@ -221,61 +184,37 @@ impl Engine {
                     store_wait,
                 } => {
                     let header = DataHeader::answering(&get, crc, micros(store_wait));
-                    let s = tier.serving.get(&(conn, get.request)).copied();
-                    let ready = s.and_then(|s| match self.cache.lookup(s.key) {
-                        Lookup::Ready(r) if s.pinned => Some(r),
-                        _ => None,
-                    });
-                    let via = rdma_member(conn);
-                    let handed = match (ready, via) {
-                        // The link refused (it is down): the requester gets
-                        // its request back from its own driver.
-                        (Some(r), Some(member)) => {
-                            Self::rdma_serve(tier, member, header, r.offset, r.len)
+                    let ready = tier.serving(conn, get.request).and_then(|s| {
+                        match self.cache.lookup(s.key) {
+                            Lookup::Ready(r) if s.pinned => Some(r),
+                            _ => None,
                         }
-                        (Some(r), None) => match self.arena.slice(r.offset, r.len as usize) {
-                            Ok(src) => {
-                                tier.net.send_block(conn, header, src);
-                                true
-                            }
-                            Err(_) => false,
-                        },
-                        (None, _) => false,
-                    };
+                    });
+                    // An RDMA link that refuses is down: the requester gets
+                    // its request back from its own driver, and nothing
+                    // more goes on the link.
+                    let handed = ready.is_some_and(|r| {
+                        tier.send_block(conn, header, &self.arena, r.offset, r.len)
+                    });
                     if handed {
                         self.metrics.peers.served.inc();
                         self.metrics.peers.served_bytes.inc_by(get.length);
-                        if let Some(s) = tier.serving.get_mut(&(conn, get.request)) {
-                            s.handed = true;
-                        }
+                        tier.set_handed(conn, get.request);
                         continue;
                     }
-                    tier.serve.sent(conn, get.request);
-                    // An RDMA link that refused a block is down: nothing
-                    // goes on it any more.
-                    if ready.is_none() || via.is_none() {
+                    if ready.is_none() || crate::peers::rdma_member(conn).is_none() {
                         self.metrics.peers.served_miss(MissReason::Evicted.as_str());
-                        match via {
-                            None => tier.net.send_miss(conn, get, MissReason::Evicted),
-                            Some(member) => Self::rdma_miss(tier, member, get, MissReason::Evicted),
-                        }
+                        tier.send_miss(conn, get, MissReason::Evicted);
                     }
-                    if let Some(s) = tier.serving.remove(&(conn, get.request)) {
-                        if s.pinned {
-                            let _ = self.cache.unpin(s.key);
-                        }
+                    if let Some(s) = tier.finish(conn, get.request) {
+                        unpin(&mut self.cache, s);
                     }
                 }
                 Reply::Miss { conn, get, reason } => {
                     self.metrics.peers.served_miss(reason.as_str());
-                    match rdma_member(conn) {
-                        None => tier.net.send_miss(conn, get, reason),
-                        Some(member) => Self::rdma_miss(tier, member, get, reason),
-                    }
-                    if let Some(s) = tier.serving.remove(&(conn, get.request)) {
-                        if s.pinned {
-                            let _ = self.cache.unpin(s.key);
-                        }
+                    tier.send_miss(conn, get, reason);
+                    if let Some(s) = tier.untrack(conn, get.request) {
+                        unpin(&mut self.cache, s);
                     }
                 }
             }
@@ -290,29 +229,24 @@ impl Engine {
         };
         drop_served(tier, &mut self.cache, conn);
         if let Some(m) = member {
-            if !tier.net.is_up(m) {
-                tier.up[m] = false;
+            if tier.member_went_down(m) {
                 self.metrics.peers.set_up(tier.member_id(m), false);
             }
         }
     }
 }
 
+/// Releases the pin a served request held, if it held one.
+pub(super) fn unpin(cache: &mut Cache, s: Serving) {
+    if s.pinned {
+        let _ = cache.unpin(s.key);
+    }
+}
+
 /// Drops what connection `conn` (a TCP connection or an RDMA link) still
 /// had queued or in service at this owner, releasing the pins.
-pub(super) fn drop_served(tier: &mut crate::peers::PeerTier, cache: &mut Cache, conn: u64) {
-    tier.serve.conn_closed(conn);
-    let gone: Vec<(u64, u64)> = tier
-        .serving
-        .keys()
-        .filter(|(c, _)| *c == conn)
-        .copied()
-        .collect();
-    for id in gone {
-        if let Some(s) = tier.serving.remove(&id) {
-            if s.pinned {
-                let _ = cache.unpin(s.key);
-            }
-        }
+pub(super) fn drop_served(tier: &mut PeerTier, cache: &mut Cache, conn: u64) {
+    for s in tier.drop_conn(conn) {
+        unpin(cache, s);
     }
 }

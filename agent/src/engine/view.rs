@@ -326,24 +326,18 @@ impl Engine {
     /// Stops a peer tier: what we asked of its peers is read from the
     /// store into the same extents, what they asked of us is dropped with
     /// its pins.
-    fn retire_peers(&mut self, mut old: PeerTier) {
+    fn retire_peers(&mut self, old: PeerTier) {
         for m in old.view().members() {
             self.metrics.peers.set_up(&m.id, false);
             self.metrics.peers.set_transport(&m.id, None);
         }
-        let gets: Vec<_> = old.requester.drain();
-        let serving: Vec<_> = old.serving.drain().map(|(_, s)| s).collect();
-        // Dropping the transport stops its runtime and the RDMA links
-        // destroy their queue pairs: nothing writes into an extent after
-        // this.
-        drop(old);
+        // Nothing writes into an extent once the tier is retired.
+        let (gets, serving) = old.retire();
         for g in gets {
             self.read_store_instead(g.token);
         }
         for s in serving {
-            if s.pinned {
-                let _ = self.cache.unpin(s.key);
-            }
+            super::serving::unpin(&mut self.cache, s);
         }
     }
 

@@ -19,9 +19,14 @@
 //! | [`transport`] | `peers.transport`: the RDMA device probe, each link's transport |
 //! | `ratelog` | rate-limited warnings (one line per kind per period, with the count left out) |
 //! | `rdma_link` | the RDMA driver speaking the peer protocol's frames, with fallback to TCP or the store |
-//! | this module | [`PeerTier`]: routing, our requests, the serving queue |
+//! | this module | [`PeerTier`]: starting the tier, routing, directories |
+//! | `tier_requests` | `PeerTier`'s gets: sent, reported on, ended by the requester |
+//! | `tier_serving` | `PeerTier`'s side as owner: peers' requests admitted, tracked, answered |
+//! | `tier_rdma` | `PeerTier`'s RDMA links: set-up over TCP, offers, gets, blocks, misses |
 //!
-//! The engine drives it from `engine/peers.rs`.
+//! `PeerTier`'s fields are private to this module: the engine drives it
+//! through its methods from `engine/peers.rs`, `engine/serving.rs` and
+//! `engine/peers_rdma.rs`, and keeps the cache, the arena and the metrics.
 
 #[cfg(test)]
 mod conformance_tcp;
@@ -32,6 +37,9 @@ pub mod metrics;
 pub(crate) mod net;
 pub(crate) mod ratelog;
 pub(crate) mod rdma_link;
+mod tier_rdma;
+mod tier_requests;
+mod tier_serving;
 pub mod transport;
 
 pub use fingerprint::fingerprint;
@@ -170,36 +178,36 @@ fn rdma_links(
 /// The peer tier of one agent (see the module documentation).
 #[derive(Debug)]
 pub struct PeerTier {
-    pub(crate) net: Net,
-    pub(crate) view: Arc<View>,
-    pub(crate) me: usize,
+    net: Net,
+    view: Arc<View>,
+    me: usize,
     align: u64,
     /// By the engine's dataset index; `None` until the dataset is ready.
-    pub(crate) datasets: Vec<Option<DatasetPeers>>,
-    pub(crate) by_fingerprint: HashMap<u64, usize>,
+    datasets: Vec<Option<DatasetPeers>>,
+    by_fingerprint: HashMap<u64, usize>,
     /// Our gets in flight: the requester (verification, hedging, slow
     /// peers).
-    pub(crate) requester: Requester<PeerToken>,
+    requester: Requester<PeerToken>,
     /// Per member: whether the requester found it slow, as last reported.
-    pub(crate) slow: Vec<bool>,
-    pub(crate) serve: Server,
+    slow: Vec<bool>,
+    serve: Server,
     /// Peers' requests admitted, by (connection, request id).
-    pub(crate) serving: HashMap<(u64, u64), Serving>,
+    serving: HashMap<(u64, u64), Serving>,
     /// Per member: whether a connection is up.
-    pub(crate) up: Vec<bool>,
+    up: Vec<bool>,
     /// What `peers.transport` resolved to on this host.
-    pub(crate) transport: transport::Resolved,
+    transport: transport::Resolved,
     /// The RDMA links, when the transport resolved to RDMA and the device
     /// opened (the whole arena registered in place).
-    pub(crate) rdma: Option<RdmaLinks<Nic>>,
+    rdma: Option<RdmaLinks<Nic>>,
     /// Per member: the authenticated TCP connection RDMA is set up over.
-    pub(crate) rdma_conn: Vec<Option<ConnId>>,
+    rdma_conn: Vec<Option<ConnId>>,
     /// Per member: the transport last reported (`granary status`).
-    pub(crate) reported: Vec<Option<LinkTransport>>,
+    reported: Vec<Option<LinkTransport>>,
     /// `peers.max_pinned_per_peer`.
-    pub(crate) max_pinned: u64,
+    max_pinned: u64,
     /// Rate-limited warnings of the engine's side of the tier.
-    pub(crate) log: ratelog::RateLog,
+    log: ratelog::RateLog,
 }
 
 impl PeerTier {
@@ -424,6 +432,11 @@ impl PeerTier {
     pub(crate) fn keeps_here(&self, ds: usize, sample: u64) -> bool {
         matches!(self.datasets.get(ds), Some(Some(d))
             if d.dir.owner(sample) == Some(self.me) && d.dir.is_kept(sample))
+    }
+
+    /// Dataset `ds`'s directory, once it is computed.
+    pub(crate) fn directory(&self, ds: usize) -> Option<&Arc<Directory>> {
+        self.datasets.get(ds)?.as_ref().map(|d| &d.dir)
     }
 
     /// The fingerprint of dataset `ds`, once its directory is computed.

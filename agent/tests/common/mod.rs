@@ -404,6 +404,11 @@ pub fn assert_fds_back_to(baseline: &BTreeMap<String, usize>) {
 /// named `*_child`, which `.config/nextest.toml` filters out of every run.
 pub fn child_command(test_fn: &str, role: &str, sock: &Path) -> Command {
     let exe = std::env::current_exe().expect("current exe");
+    child_command_of(&exe, test_fn, role, sock)
+}
+
+/// [`child_command`] running the test binary at `exe` (a copy of this one).
+fn child_command_of(exe: &Path, test_fn: &str, role: &str, sock: &Path) -> Command {
     let mut c = Command::new(exe);
     c.args([
         "--exact",
@@ -416,6 +421,47 @@ pub fn child_command(test_fn: &str, role: &str, sock: &Path) -> Command {
     .env(ROLE_VAR, role)
     .env(SOCKET_VAR, sock);
     c
+}
+
+/// Runs test `test_fn` of a copy of this test binary, placed in `dir`
+/// (which `uid` must be able to enter), in the role `role`, as `uid` and
+/// `gid`; returns what it printed. Needs root.
+pub fn run_child_as(
+    dir: &Path,
+    test_fn: &str,
+    role: &str,
+    sock: &Path,
+    (uid, gid): (u32, u32),
+) -> std::process::Output {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let exe = dir.join(format!("{role}-loader"));
+    std::fs::copy(std::env::current_exe().expect("current exe"), &exe)
+        .expect("copy the test binary");
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let run = || {
+        child_command_of(&exe, test_fn, role, sock)
+            .current_dir(dir)
+            .uid(uid)
+            .gid(gid)
+            .stdin(std::process::Stdio::null())
+            .output()
+    };
+    // A test thread that forks while the copy is being written hands the
+    // write descriptor to its child for a moment: exec then fails with
+    // ETXTBSY until that child has exec'd.
+    let mut tries = 0;
+    loop {
+        match run() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => {
+                break other.unwrap_or_else(|e| panic!("run the {role} loader as uid {uid}: {e}"))
+            }
+        }
+    }
 }
 
 /// The role this process was started in, if it is a child.

@@ -103,6 +103,10 @@ impl Job {
         &mut self.agents[ASKER].engine
     }
 
+    fn asker_tier(&mut self) -> &mut crate::peers::PeerTier {
+        self.asker().peers.as_mut().expect("the asker's peer tier")
+    }
+
     fn link(&self) -> LinkTransport {
         self.agents[ASKER]
             .engine
@@ -120,7 +124,7 @@ impl Job {
     /// Samples the owner owns and keeps.
     fn owned(&self) -> Vec<u64> {
         let t = self.agents[ASKER].engine.peers.as_ref().unwrap();
-        let dir = &t.datasets[0].as_ref().expect("directory").dir;
+        let dir = t.directory(0).expect("directory");
         (0..SAMPLES)
             .filter(|&i| dir.owner(i) == Some(OWNER) && dir.is_kept(i))
             .collect()
@@ -311,8 +315,8 @@ fn blocks_go_by_rdma_write_into_the_arena_and_fall_back_to_tcp_and_the_store() {
             .peers
             .as_ref()
             .unwrap()
-            .serving
-            .is_empty()
+            .serving_count()
+            == 0
     });
     let owner = &job.agents[OWNER].engine;
     for &i in &owned {
@@ -341,7 +345,7 @@ fn a_queue_pair_lives_and_dies_with_the_connection_it_was_set_up_over() {
     });
     let channel = |job: &Job| {
         let t = job.agents[ASKER].engine.peers.as_ref().unwrap();
-        t.rdma.as_ref().unwrap().channel(OWNER)
+        t.rdma_links().unwrap().channel(OWNER)
     };
     let conn = channel(&job).expect("the queue pair's connection");
     let other = conn + 1_000;
@@ -351,7 +355,7 @@ fn a_queue_pair_lives_and_dies_with_the_connection_it_was_set_up_over() {
         RdmaLinks::new(job.fabric.add_host(), 1 << 20, DriverConfig::default(), 2).unwrap();
     let offer = stranger.offer(ASKER, 1, 1).unwrap();
     for _ in 0..5 {
-        job.asker().rdma_setup(other, OWNER, &offer);
+        job.asker_tier().rdma_setup(other, OWNER, &offer);
     }
     assert_eq!(channel(&job), Some(conn), "the channel is unchanged");
     assert_eq!(job.link(), LinkTransport::Rdma);
@@ -368,8 +372,11 @@ fn a_queue_pair_lives_and_dies_with_the_connection_it_was_set_up_over() {
     // One line logged for the first refusal; the four after it, within
     // the second, held back and counted in the next line.
     let t = job.agents[ASKER].engine.peers.as_mut().unwrap();
-    let later = t.net.nanos() + 2_000_000_000;
-    assert_eq!(t.rdma.as_mut().unwrap().refusal_due(OWNER, later), Some(4));
+    let later = t.nanos() + 2_000_000_000;
+    assert_eq!(
+        t.rdma_links_mut().unwrap().refusal_due(OWNER, later),
+        Some(4)
+    );
 
     // Blocks still come by RDMA over the owner's queue pair.
     let next = owned[1];
@@ -379,7 +386,7 @@ fn a_queue_pair_lives_and_dies_with_the_connection_it_was_set_up_over() {
     assert_eq!(job.bytes_at(at, next), content(next));
 
     // Another connection of the owner's ending changes nothing.
-    job.asker().rdma_conn_down(other, OWNER);
+    job.asker_tier().rdma_conn_down(other, OWNER);
     assert_eq!(job.link(), LinkTransport::Rdma);
     assert_eq!(channel(&job), Some(conn));
     let more = owned[2];
@@ -388,7 +395,7 @@ fn a_queue_pair_lives_and_dies_with_the_connection_it_was_set_up_over() {
     assert_eq!(job.fabric.stats().writes, 2);
 
     // The queue pair's own connection ending closes it.
-    job.asker().rdma_conn_down(conn, OWNER);
+    job.asker_tier().rdma_conn_down(conn, OWNER);
     assert_eq!(job.link(), LinkTransport::RdmaFallback);
     assert_eq!(channel(&job), None);
     assert_eq!(job.fabric.qp_count(ASKER_HOST), qps - 1);

@@ -265,7 +265,7 @@ fn the_engine_serves_and_beats_while_a_large_views_directory_is_computed() {
         "the query was answered"
     );
     let tier = h.engine.peers.as_ref().unwrap();
-    let dir = &tier.datasets[0].as_ref().unwrap().dir;
+    let dir = tier.directory(0).unwrap();
     assert_eq!(dir.len() as u64, SAMPLES);
     for i in 0..SAMPLES {
         let owner = dir.owner(i).unwrap();
