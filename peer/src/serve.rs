@@ -23,15 +23,6 @@
 //! * With [`ServeConfig::late_grace`] set, a request still queued that long
 //!   after its due time is answered [`MissReason::Late`] instead of sent
 //!   (the requester has read the store by then).
-//! * Each connection's drain rate is measured: the bytes written per
-//!   second while it had blocks being written ([`Server::sent`] takes the
-//!   clock). A request arriving behind a backlog that rate would not send
-//!   by the request's due time is answered [`MissReason::Late`] at once:
-//!   no store read is started for a block the requester will have read
-//!   from the store itself by the time it could arrive (a slow link). A
-//!   burst on a fast link drains in milliseconds and is admitted; a
-//!   connection with nothing queued or being written is always admitted,
-//!   so the rate of a link that recovers is measured again.
 //!
 //! The server never sees bytes: the caller turns [`Reply`]s into
 //! [`crate::conn::Conn::send_data`] / `send_miss` calls.
@@ -152,52 +143,6 @@ struct ConnQueue {
     pinned: u64,
     /// Its transmissions in flight: request id, bytes.
     sending: HashMap<u64, u64>,
-    /// How fast its blocks are written.
-    drain: Drain,
-}
-
-impl ConnQueue {
-    /// Bytes queued to send or being written.
-    fn backlog(&self) -> u64 {
-        let queued: u64 = self.ready.iter().map(|Reverse(q)| q.2.length).sum();
-        queued + self.sending.values().sum::<u64>()
-    }
-}
-
-/// A connection's drain rate, measured while it has blocks being written.
-#[derive(Debug, Default, Clone, Copy)]
-struct Drain {
-    /// Bytes per nanosecond (a moving average); 0 before the first
-    /// measurement.
-    rate: f64,
-    /// Since when the connection has been writing without a pause: the
-    /// start of the write that is the next to end.
-    busy_since: Option<Nanos>,
-}
-
-impl Drain {
-    /// Weight of a new measurement in the moving average.
-    const GAIN: f64 = 0.25;
-
-    /// A write of `bytes` ended at `now`; `more` says whether another is
-    /// in flight behind it.
-    fn wrote(&mut self, bytes: u64, now: Nanos, more: bool) {
-        if let Some(t0) = self.busy_since {
-            let sample = bytes as f64 / now.saturating_sub(t0).max(1) as f64;
-            self.rate = if self.rate == 0.0 {
-                sample
-            } else {
-                self.rate + Self::GAIN * (sample - self.rate)
-            };
-        }
-        self.busy_since = more.then_some(now);
-    }
-
-    /// When `bytes` more would be written from `now`, at the measured
-    /// rate; `None` before any measurement.
-    fn done_by(&self, bytes: u64, now: Nanos) -> Option<Nanos> {
-        (self.rate > 0.0).then(|| now.saturating_add((bytes as f64 / self.rate) as Nanos))
-    }
 }
 
 /// [`Get`] in an orderable form for the heap.
@@ -285,14 +230,6 @@ impl Server {
             return self.miss(conn, get, MissReason::Overloaded);
         }
         if !matches!(avail, Availability::Absent(_)) {
-            let backlog = q.backlog();
-            if backlog > 0
-                && q.drain
-                    .done_by(backlog + get.length, now)
-                    .is_some_and(|t| t > get.due)
-            {
-                return self.miss(conn, get, MissReason::Late);
-            }
             q.pinned += get.length;
         }
         let key = (get.fingerprint, get.sample);
@@ -415,9 +352,6 @@ impl Server {
                 reason: MissReason::Late,
             });
         }
-        if q.in_flight == 0 {
-            q.drain.busy_since = Some(now);
-        }
         q.in_flight += 1;
         q.sending.insert(get.request, get.length);
         self.in_flight += 1;
@@ -430,14 +364,13 @@ impl Server {
     }
 
     /// The transmission of request `request` to `conn` has been written
-    /// (or abandoned) at `now`. Unknown ones are ignored.
-    pub fn sent(&mut self, conn: ConnId, request: u64, now: Nanos) {
+    /// (or abandoned). Unknown ones are ignored.
+    pub fn sent(&mut self, conn: ConnId, request: u64) {
         if let Some(q) = self.conns.get_mut(&conn) {
             if let Some(len) = q.sending.remove(&request) {
                 q.in_flight -= 1;
                 q.pinned -= len;
                 self.in_flight -= 1;
-                q.drain.wrote(len, now, q.in_flight > 0);
             }
         }
     }
@@ -480,80 +413,6 @@ mod tests {
 
     fn drain(s: &mut Server, now: Nanos) -> Vec<Reply> {
         std::iter::from_fn(|| s.poll(now)).collect()
-    }
-
-    /// Writes every block `s` hands out on connection `conn`, one every
-    /// `each` ns from `now`; returns the clock after the last.
-    fn write_all(s: &mut Server, conn: ConnId, mut now: Nanos, each: Nanos) -> Nanos {
-        while let Some(r) = s.poll(now) {
-            if let Reply::Send { conn: c, get, .. } = r {
-                assert_eq!(c, conn);
-                now += each;
-                s.sent(conn, get.request, now);
-            }
-        }
-        now
-    }
-
-    #[test]
-    fn a_slow_link_gets_late_at_once_and_no_store_read_a_fast_burst_is_admitted() {
-        const MS: Nanos = 1_000_000;
-        let mut s = Server::new(ServeConfig::default());
-        // A slow link: 10 bytes take 10 ms to write (1 KB/s).
-        for r in 0..4 {
-            s.request(1, get(r, r, 10_000 * MS), READY, 0);
-        }
-        let now = write_all(&mut s, 1, 0, 10 * MS);
-        // 20 blocks queued behind each other: the last would be written
-        // 200 ms from now.
-        for r in 10..30 {
-            assert_eq!(
-                s.request(1, get(r, r, now + 1000 * MS), READY, now),
-                Admit::Queued
-            );
-        }
-        // Due in 100 ms behind a backlog of 200 ms: late, and no store read.
-        assert_eq!(
-            s.request(1, get(40, 40, now + 100 * MS), Availability::Kept, now),
-            Admit::Missed(MissReason::Late)
-        );
-        assert_eq!(s.loads_in_flight(), 0);
-        assert!(matches!(
-            s.poll(now),
-            Some(Reply::Miss {
-                reason: MissReason::Late,
-                ..
-            })
-        ));
-        // Due after the backlog is written: admitted.
-        assert_eq!(
-            s.request(1, get(41, 41, now + 1000 * MS), Availability::Kept, now),
-            Admit::StartRead
-        );
-        // Once the backlog is written, a request is admitted whatever the
-        // rate (so that a link that recovers is measured again).
-        let later = write_all(&mut s, 1, now, 10 * MS);
-        s.loaded(1, 41, Ok((10, 7)), later);
-        let later = write_all(&mut s, 1, later, 10 * MS);
-        assert_eq!(s.pinned_bytes(1), 0);
-        assert_eq!(
-            s.request(1, get(50, 50, later + MS), READY, later),
-            Admit::Queued
-        );
-
-        // A fast link: 10 bytes in 1 µs. A burst of 64 requests due in
-        // 100 ms is admitted whole.
-        let mut s = Server::new(ServeConfig::default());
-        for r in 0..4 {
-            s.request(2, get(100 + r, r, 10_000 * MS), READY, 0);
-        }
-        let now = write_all(&mut s, 2, 0, 1_000);
-        for r in 0..64 {
-            assert_eq!(
-                s.request(2, get(200 + r, r, now + 100 * MS), READY, now),
-                Admit::Queued
-            );
-        }
     }
 
     #[test]
@@ -674,7 +533,7 @@ mod tests {
             .count();
         assert_eq!(to2, 1);
         assert_eq!(s.poll(0), None);
-        s.sent(1, 0, 0);
+        s.sent(1, 0);
         assert!(matches!(s.poll(0), Some(Reply::Send { conn: 1, .. })));
         assert_eq!(s.poll(0), None);
         s.conn_closed(1);
@@ -709,7 +568,7 @@ mod tests {
             match s.poll(0) {
                 Some(Reply::Send { conn: 7, get, .. }) => {
                     served += 1;
-                    s.sent(7, get.request, 0);
+                    s.sent(7, get.request);
                 }
                 Some(other) => panic!("a stuck connection got more: {other:?}"),
                 None => break,
@@ -741,7 +600,7 @@ mod tests {
         assert!(sent
             .iter()
             .any(|r| matches!(r, Reply::Send { conn: 1, .. })));
-        s.sent(1, 1, 0);
+        s.sent(1, 1);
         s.loaded(1, 2, Err(MissReason::StoreError), 0);
         assert_eq!(s.pinned_bytes(1), 0);
         // One request is admitted whatever its size.

@@ -549,7 +549,7 @@ impl Agent {
                 ),
             };
             if let (Reply::Send { get, .. }, Some(Err(_)) | None) = (r, &res) {
-                self.server.sent(link, get.request, q.now);
+                self.server.sent(link, get.request);
             }
             touched.insert(link);
         }
@@ -598,7 +598,7 @@ impl Agent {
         }
         let peer = l.peer;
         for request in payloads {
-            self.server.sent(id, request, q.now);
+            self.server.sent(id, request);
         }
         if data.is_empty() {
             return;
