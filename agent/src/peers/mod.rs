@@ -323,8 +323,12 @@ impl PeerTier {
                 RequesterConfig {
                     hedge_after: hedge_after.as_nanos() as u64,
                     // Scheduling hiccups of a busy node must not make a
-                    // peer slow: a tenth of the hedge delay, at least 50 ms.
-                    slow_floor: (hedge_after / 10).max(Duration::from_millis(50)).as_nanos() as u64,
+                    // peer slow: a quarter of the hedge delay, at least 50
+                    // ms (a tenth let a 200 ms stall of a node running two
+                    // ranks, on a 2-vCPU machine, send a peer's samples to
+                    // the store; a peer that answers well within the hedge
+                    // delay costs no second read).
+                    slow_floor: (hedge_after / 4).max(Duration::from_millis(50)).as_nanos() as u64,
                     ..RequesterConfig::default()
                 },
                 view.len(),

@@ -76,8 +76,7 @@ impl Agent {
             requester: Requester::new(
                 RequesterConfig {
                     hedge_after: cfg.hedge_after,
-                    // As the agent sets it (a tenth of the hedge delay),
-                    // scaled to the simulated network's speed.
+                    // As the agent sets it (a quarter of the hedge delay).
                     slow_floor: cfg.hedge_after / 4,
                     probe_every: 50 * cfg.latency,
                     ..RequesterConfig::default()
