@@ -33,8 +33,10 @@
 //!   attempt per request.
 //! * `retry`: the one retry layer, `RetryPolicy`, applied by the engine.
 //! * [`peers`]: the peer tier — the job's view, dataset directories,
-//!   routing of misses to owners, the TCP transport (payloads straight to
-//!   and from the arena), the serving side; driven by `engine/peers.rs`.
+//!   routing of misses to owners, the TCP transport on the secure channel
+//!   (payloads straight to and from the arena), the RDMA links, the serving
+//!   side; `PeerTier` is driven through its methods by `engine/peers.rs`,
+//!   `engine/serving.rs` and `engine/peers_rdma.rs`.
 //! * [`metrics`]: lock-free counters and the OpenMetrics endpoint.
 //! * `sys`: the only module allowed `unsafe` — system calls and the
 //!   io_uring submissions, behind safe functions.
