@@ -683,10 +683,6 @@ impl ConnCtx {
     }
 }
 
-/// `SO_SNDBUF` of peer connections (the kernel doubles it): a few
-/// milliseconds of a fast link, under half a second of a 10 Mbit/s one.
-const SEND_BUFFER: usize = 256 * 1024;
-
 async fn run_conn(
     shared: Arc<Shared>,
     stream: TcpStream,
@@ -696,10 +692,6 @@ async fn run_conn(
 ) {
     let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
     let _ = stream.set_nodelay(true);
-    // A bounded send buffer keeps a slow link's backlog in the serving
-    // queue's sight, where its drain rate defers the store reads it could
-    // not deliver in time (`granary_peer::serve`).
-    let _ = nix::sys::socket::setsockopt(&stream, nix::sys::socket::sockopt::SndBuf, &SEND_BUFFER);
     let mut cfg = shared.cfg.conn.clone();
     cfg.expected_peer = dialed.map(|m| shared.cfg.view.members()[m].id.clone());
     let mut entropy = [0u8; 32];
