@@ -23,17 +23,6 @@
 //! * With [`ServeConfig::late_grace`] set, a request still queued that long
 //!   after its due time is answered [`MissReason::Late`] instead of sent
 //!   (the requester has read the store by then).
-//! * Each connection's drain rate is measured: the bytes written per
-//!   second while it has blocks being written ([`Server::sent`] takes the
-//!   clock). The store read of a kept sample is **deferred** while the
-//!   connection's backlog (blocks queued or being written) would not let
-//!   its block go by the request's due time ([`Admit::Deferred`]); it
-//!   starts ([`Reply::Start`]) once the backlog allows, and a request still
-//!   deferred `late_grace` past its due time is answered `Late` without
-//!   having cost a store read. A slow link therefore does not make its owner
-//!   read samples that the requesters read themselves after hedging, while
-//!   the requesters wait for their hedge as before. A burst on a fast link
-//!   drains in milliseconds and is not deferred.
 //!
 //! The server never sees bytes: the caller turns [`Reply`]s into
 //! [`crate::conn::Conn::send_data`] / `send_miss` calls.
@@ -77,9 +66,6 @@ pub enum Admit {
     /// Waiting; the caller must start the store read of this sample now and
     /// report it with [`Server::loaded`].
     StartRead,
-    /// Kept, its store read deferred until the connection's backlog lets
-    /// its block go by its due time ([`Reply::Start`]).
-    Deferred,
     /// Answered with a miss (see [`Server::poll`]).
     Missed(MissReason),
 }
@@ -100,15 +86,6 @@ pub enum Reply {
         /// (0 when the sample was in the arena): it goes in the data
         /// header.
         store_wait: Nanos,
-    },
-    /// A deferred request may go on: the caller pins the sample and starts
-    /// its store read unless one is in flight, or reports it with
-    /// [`Server::loaded`] at once if it is in the arena.
-    Start {
-        /// Connection.
-        conn: ConnId,
-        /// The request.
-        get: Get,
     },
     /// Send a miss.
     Miss {
@@ -160,71 +137,12 @@ type Waiter = (ConnId, Get, Nanos);
 struct ConnQueue {
     /// Blocks to send, earliest due first.
     ready: BinaryHeap<Reverse<Queued>>,
-    /// Requests waiting for a store read, or deferred.
     waiting: usize,
     in_flight: usize,
     /// Bytes of its requests admitted and not yet answered or written.
     pinned: u64,
     /// Its transmissions in flight: request id, bytes.
     sending: HashMap<u64, u64>,
-    /// How fast its blocks are written.
-    drain: Drain,
-}
-
-impl ConnQueue {
-    /// Bytes queued to send or being written.
-    fn backlog(&self) -> u64 {
-        let queued: u64 = self.ready.iter().map(|Reverse(q)| q.2.length).sum();
-        queued + self.sending.values().sum::<u64>()
-    }
-
-    /// Whether a block of `length` bytes due at `due` would be written in
-    /// time behind this backlog, at the measured rate (yes when nothing is
-    /// queued or nothing was measured).
-    fn in_time(&self, length: u64, due: Nanos, now: Nanos) -> bool {
-        let backlog = self.backlog();
-        backlog == 0
-            || self
-                .drain
-                .done_by(backlog + length, now)
-                .is_none_or(|t| t <= due)
-    }
-}
-
-/// A connection's drain rate, measured while it has blocks being written.
-#[derive(Debug, Default, Clone, Copy)]
-struct Drain {
-    /// Bytes per nanosecond (a moving average); 0 before the first
-    /// measurement.
-    rate: f64,
-    /// Since when the connection has been writing without a pause: the
-    /// start of the write that is the next to end.
-    busy_since: Option<Nanos>,
-}
-
-impl Drain {
-    /// Weight of a new measurement in the moving average.
-    const GAIN: f64 = 0.25;
-
-    /// A write of `bytes` ended at `now`; `more` says whether another is
-    /// in flight behind it.
-    fn wrote(&mut self, bytes: u64, now: Nanos, more: bool) {
-        if let Some(t0) = self.busy_since {
-            let sample = bytes as f64 / now.saturating_sub(t0).max(1) as f64;
-            self.rate = if self.rate == 0.0 {
-                sample
-            } else {
-                self.rate + Self::GAIN * (sample - self.rate)
-            };
-        }
-        self.busy_since = more.then_some(now);
-    }
-
-    /// When `bytes` more would be written from `now`, at the measured
-    /// rate; `None` before any measurement.
-    fn done_by(&self, bytes: u64, now: Nanos) -> Option<Nanos> {
-        (self.rate > 0.0).then(|| now.saturating_add((bytes as f64 / self.rate) as Nanos))
-    }
 }
 
 /// [`Get`] in an orderable form for the heap.
@@ -268,8 +186,6 @@ pub struct Server {
     conns: BTreeMap<ConnId, ConnQueue>,
     /// Store reads in flight: (fingerprint, sample) -> requests waiting.
     loads: HashMap<(u64, u64), Vec<Waiter>>,
-    /// Requests for kept samples whose store read is deferred.
-    deferred: Vec<Waiter>,
     misses: VecDeque<Reply>,
     in_flight: usize,
     arrivals: u64,
@@ -288,7 +204,6 @@ impl Server {
             },
             conns: BTreeMap::new(),
             loads: HashMap::new(),
-            deferred: Vec::new(),
             misses: VecDeque::new(),
             in_flight: 0,
             arrivals: 0,
@@ -334,11 +249,6 @@ impl Server {
                 q.ready
                     .push(Reverse((get.due, self.arrivals, get.into(), crc, 0)));
                 Admit::Queued
-            }
-            Availability::Kept if !q.in_time(get.length, get.due, now) => {
-                q.waiting += 1;
-                self.deferred.push((conn, get, now));
-                Admit::Deferred
             }
             Availability::Kept | Availability::Loading => {
                 q.waiting += 1;
@@ -408,9 +318,6 @@ impl Server {
         if let Some(m) = self.misses.pop_front() {
             return Some(m);
         }
-        if let Some(r) = self.poll_deferred(now) {
-            return Some(r);
-        }
         if self.in_flight >= self.cfg.max_in_flight {
             return None;
         }
@@ -445,9 +352,6 @@ impl Server {
                 reason: MissReason::Late,
             });
         }
-        if q.in_flight == 0 {
-            q.drain.busy_since = Some(now);
-        }
         q.in_flight += 1;
         q.sending.insert(get.request, get.length);
         self.in_flight += 1;
@@ -459,44 +363,14 @@ impl Server {
         })
     }
 
-    /// A deferred request that may go on now (its store read joins or
-    /// starts), or one too late to (a `Late` miss).
-    fn poll_deferred(&mut self, now: Nanos) -> Option<Reply> {
-        let late_after = self.cfg.late_grace.unwrap_or(0);
-        let i = self.deferred.iter().position(|(conn, get, _)| {
-            now > get.due.saturating_add(late_after)
-                || self
-                    .conns
-                    .get(conn)
-                    .is_none_or(|q| q.in_time(get.length, get.due, now))
-        })?;
-        let (conn, get, arrived) = self.deferred.swap_remove(i);
-        let q = self.conns.get_mut(&conn)?;
-        if now > get.due.saturating_add(late_after) {
-            q.waiting -= 1;
-            q.pinned -= get.length;
-            return Some(Reply::Miss {
-                conn,
-                get,
-                reason: MissReason::Late,
-            });
-        }
-        self.loads
-            .entry((get.fingerprint, get.sample))
-            .or_default()
-            .push((conn, get, arrived));
-        Some(Reply::Start { conn, get })
-    }
-
     /// The transmission of request `request` to `conn` has been written
-    /// (or abandoned) at `now`. Unknown ones are ignored.
-    pub fn sent(&mut self, conn: ConnId, request: u64, now: Nanos) {
+    /// (or abandoned). Unknown ones are ignored.
+    pub fn sent(&mut self, conn: ConnId, request: u64) {
         if let Some(q) = self.conns.get_mut(&conn) {
             if let Some(len) = q.sending.remove(&request) {
                 q.in_flight -= 1;
                 q.pinned -= len;
                 self.in_flight -= 1;
-                q.drain.wrote(len, now, q.in_flight > 0);
             }
         }
     }
@@ -515,11 +389,8 @@ impl Server {
         for w in self.loads.values_mut() {
             w.retain(|(c, _, _)| *c != conn);
         }
-        self.deferred.retain(|(c, _, _)| *c != conn);
         self.misses.retain(|r| match r {
-            Reply::Send { conn: c, .. }
-            | Reply::Start { conn: c, .. }
-            | Reply::Miss { conn: c, .. } => *c != conn,
+            Reply::Send { conn: c, .. } | Reply::Miss { conn: c, .. } => *c != conn,
         });
     }
 }
@@ -544,95 +415,6 @@ mod tests {
         std::iter::from_fn(|| s.poll(now)).collect()
     }
 
-    /// Writes every block `s` hands out, one every `each` ns from `now`
-    /// (starting deferred reads that may go); returns the clock after the
-    /// last and the deferred requests started.
-    fn write_all(s: &mut Server, mut now: Nanos, each: Nanos) -> (Nanos, Vec<u64>) {
-        let mut started = Vec::new();
-        while let Some(r) = s.poll(now) {
-            match r {
-                Reply::Send { conn, get, .. } => {
-                    now += each;
-                    s.sent(conn, get.request, now);
-                }
-                Reply::Start { get, .. } => started.push(get.request),
-                Reply::Miss { .. } => {}
-            }
-        }
-        (now, started)
-    }
-
-    #[test]
-    fn a_slow_link_defers_kept_reads_a_fast_burst_does_not() {
-        const MS: Nanos = 1_000_000;
-        let mut s = Server::new(ServeConfig {
-            late_grace: Some(10 * MS),
-            ..ServeConfig::default()
-        });
-        // A slow link: 10 bytes take 10 ms to write.
-        for r in 0..4 {
-            s.request(1, get(r, r, 10_000 * MS), READY, 0);
-        }
-        let (now, _) = write_all(&mut s, 0, 10 * MS);
-        // 20 blocks queued: the last is written 200 ms from now.
-        for r in 10..30 {
-            assert_eq!(
-                s.request(1, get(r, r, now + 10_000 * MS), READY, now),
-                Admit::Queued
-            );
-        }
-        // Due in 100 ms behind 200 ms of backlog: no store read yet.
-        assert_eq!(
-            s.request(1, get(40, 40, now + 100 * MS), Availability::Kept, now),
-            Admit::Deferred
-        );
-        // Due in 1 s: its read starts at once.
-        assert_eq!(
-            s.request(1, get(41, 41, now + 1000 * MS), Availability::Kept, now),
-            Admit::StartRead
-        );
-        assert_eq!(s.loads_in_flight(), 1);
-        // Nothing is written for 150 ms: past its due time and grace, the
-        // deferred request is answered Late, never having cost a read.
-        let r = s.poll(now + 150 * MS);
-        assert!(
-            matches!(r, Some(Reply::Miss { reason: MissReason::Late, get, .. }) if get.request == 40),
-            "{r:?}"
-        );
-        assert_eq!(s.loads_in_flight(), 1);
-        // Deferred again, and started once the backlog has drained.
-        let now = now + 150 * MS;
-        assert_eq!(
-            s.request(1, get(42, 42, now + 150 * MS), Availability::Kept, now),
-            Admit::Deferred
-        );
-        let (_, started) = write_all(&mut s, now, 5 * MS);
-        assert_eq!(started, vec![42]);
-        assert_eq!(s.loads_in_flight(), 2);
-
-        // A fast link: 10 bytes in 1 µs. A burst of 64 kept samples due in
-        // 100 ms starts every read.
-        let mut s = Server::new(ServeConfig::default());
-        for r in 0..4 {
-            s.request(2, get(100 + r, r, 10_000 * MS), READY, 0);
-        }
-        let (now, _) = write_all(&mut s, 0, 1_000);
-        for r in 0..64 {
-            s.request(2, get(200 + r, 1000 + r, now + 10_000 * MS), READY, now);
-        }
-        for r in 0..64 {
-            assert_eq!(
-                s.request(
-                    2,
-                    get(300 + r, 2000 + r, now + 100 * MS),
-                    Availability::Kept,
-                    now
-                ),
-                Admit::StartRead
-            );
-        }
-    }
-
     #[test]
     fn earliest_due_first_across_connections() {
         let mut s = Server::new(ServeConfig::default());
@@ -644,7 +426,7 @@ mod tests {
             .iter()
             .map(|r| match r {
                 Reply::Send { get, .. } => get.request,
-                Reply::Miss { .. } | Reply::Start { .. } => panic!("{r:?}"),
+                Reply::Miss { .. } => panic!("{r:?}"),
             })
             .collect();
         assert_eq!(order, [2, 3, 4, 1]);
@@ -751,7 +533,7 @@ mod tests {
             .count();
         assert_eq!(to2, 1);
         assert_eq!(s.poll(0), None);
-        s.sent(1, 0, 0);
+        s.sent(1, 0);
         assert!(matches!(s.poll(0), Some(Reply::Send { conn: 1, .. })));
         assert_eq!(s.poll(0), None);
         s.conn_closed(1);
@@ -786,7 +568,7 @@ mod tests {
             match s.poll(0) {
                 Some(Reply::Send { conn: 7, get, .. }) => {
                     served += 1;
-                    s.sent(7, get.request, 0);
+                    s.sent(7, get.request);
                 }
                 Some(other) => panic!("a stuck connection got more: {other:?}"),
                 None => break,
@@ -818,7 +600,7 @@ mod tests {
         assert!(sent
             .iter()
             .any(|r| matches!(r, Reply::Send { conn: 1, .. })));
-        s.sent(1, 1, 0);
+        s.sent(1, 1);
         s.loaded(1, 2, Err(MissReason::StoreError), 0);
         assert_eq!(s.pinned_bytes(1), 0);
         // One request is admitted whatever its size.

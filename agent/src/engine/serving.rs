@@ -172,15 +172,11 @@ impl Engine {
 
     /// Hands every answer that may go now to the transport.
     pub(super) fn pump_serving(&mut self) {
-        loop {
-            let Some(tier) = self.peers.as_mut() else {
-                return;
-            };
-            let Some(reply) = tier.next_reply() else {
-                return;
-            };
+        let Some(tier) = self.peers.as_mut() else {
+            return;
+        };
+        while let Some(reply) = tier.next_reply() {
             match reply {
-                Reply::Start { conn, get } => self.start_deferred(conn, get),
                 Reply::Send {
                     conn,
                     get,
@@ -219,53 +215,6 @@ impl Engine {
                     tier.send_miss(conn, get, reason);
                     if let Some(s) = tier.untrack(conn, get.request) {
                         unpin(&mut self.cache, s);
-                    }
-                }
-            }
-        }
-    }
-
-    /// A deferred request may go on (its connection's backlog lets its
-    /// block go in time): the sample is pinned, and read from the store
-    /// unless a read of it is in flight or it is in the arena.
-    fn start_deferred(&mut self, conn: u64, get: Get) {
-        let Some(k) = self
-            .peers
-            .as_ref()
-            .and_then(|t| t.serving(conn, get.request))
-            .map(|s| s.key)
-        else {
-            return;
-        };
-        let (fp, sample) = (get.fingerprint, get.sample);
-        match self.cache.lookup(k) {
-            Lookup::Ready(r) => {
-                let pinned = self.cache.pin(k).is_ok();
-                if let Some(t) = self.peers.as_mut() {
-                    if pinned {
-                        t.set_pinned(conn, get.request);
-                        let crc = block_crc_of(fp, sample, r.len, r.crc32c);
-                        t.loaded(fp, sample, Ok((r.len, crc)));
-                    } else {
-                        t.loaded(fp, sample, Err(MissReason::Evicted));
-                    }
-                }
-            }
-            Lookup::InFlight { .. } => {
-                // Answered when the read in flight lands (`peer_loaded`).
-                let pinned = self.cache.pin(k).is_ok();
-                if let Some(t) = self.peers.as_mut() {
-                    if pinned {
-                        t.set_pinned(conn, get.request);
-                    } else {
-                        t.loaded(fp, sample, Err(MissReason::StoreError));
-                    }
-                }
-            }
-            Lookup::Absent | Lookup::Failed { .. } => {
-                if self.start_kept_read(k, fp) {
-                    if let Some(t) = self.peers.as_mut() {
-                        t.set_pinned(conn, get.request);
                     }
                 }
             }

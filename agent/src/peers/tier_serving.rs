@@ -123,8 +123,7 @@ impl PeerTier {
     /// The request's answer is written or will never be: its send slot is
     /// free. Returns what it held (the caller releases the pin).
     pub(crate) fn finish(&mut self, conn: ConnId, request: u64) -> Option<Serving> {
-        let now = self.net.nanos();
-        self.serve.sent(conn, request, now);
+        self.serve.sent(conn, request);
         self.serving.remove(&(conn, request))
     }
 
@@ -138,8 +137,7 @@ impl PeerTier {
     pub(crate) fn released(&mut self, conn: ConnId, request: u64) -> Option<Serving> {
         let s = self.serving.remove(&(conn, request))?;
         if s.handed {
-            let now = self.net.nanos();
-            self.serve.sent(conn, request, now);
+            self.serve.sent(conn, request);
         }
         Some(s)
     }

@@ -523,18 +523,6 @@ impl Agent {
         let mut touched = BTreeSet::new();
         while let Some(r) = self.server.poll(q.now) {
             let (link, res) = match r {
-                Reply::Start { get, .. } => {
-                    let s = get.sample;
-                    match self.arena.get(&s) {
-                        Some(&crc) => {
-                            let len = sh.sizes[s as usize];
-                            self.server
-                                .loaded(SIM_FINGERPRINT, s, Ok((len, crc)), q.now);
-                        }
-                        None => self.read_store(s, true, false, false, q, sh),
-                    }
-                    continue;
-                }
                 Reply::Send {
                     conn,
                     get,
@@ -560,7 +548,7 @@ impl Agent {
                 ),
             };
             if let (Reply::Send { get, .. }, Some(Err(_)) | None) = (r, &res) {
-                self.server.sent(link, get.request, q.now);
+                self.server.sent(link, get.request);
             }
             touched.insert(link);
         }
@@ -609,7 +597,7 @@ impl Agent {
         }
         let peer = l.peer;
         for request in payloads {
-            self.server.sent(id, request, q.now);
+            self.server.sent(id, request);
         }
         if data.is_empty() {
             return;
