@@ -25,7 +25,7 @@ pub fn find_granaryd() -> Result<PathBuf, String> {
     }
     Err(format!(
         "granaryd not found next to {} (build it: cargo build --release -p granary-agent \
-         --bin granaryd, which bench/run attacks does; or set GRANARY_AGENT_BIN)",
+         --bin granaryd, which bench/run does; or set GRANARY_AGENT_BIN)",
         me.display()
     ))
 }

@@ -73,18 +73,22 @@ pub fn conn_flood(
     let mut held: Vec<TcpStream> = Vec::with_capacity(count as usize);
     let start = Instant::now();
     let mut next = 0u64;
-    for _ in 0..count {
-        if stop.load(Ordering::Relaxed) {
-            break;
-        }
-        match peer_client::connect(to, Some(src(next)), None, true) {
+    // Starts the next connection, from the next source IP.
+    let open = |f: &mut ConnFlood, held: &mut Vec<TcpStream>, next: &mut u64| {
+        match peer_client::connect(to, Some(src(*next)), None, true) {
             Ok(s) => {
                 held.push(s);
                 f.opened += 1;
             }
             Err(_) => f.failed += 1,
         }
-        next += 1;
+        *next += 1;
+    };
+    for _ in 0..count {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        open(&mut f, &mut held, &mut next);
     }
     f.open_time = start.elapsed();
     let mut buf = [0u8; 4096];
@@ -114,14 +118,7 @@ pub fn conn_flood(
         f.peak_open = f.peak_open.max(held.len() as u64);
         if refill {
             for _ in 0..lost {
-                match peer_client::connect(to, Some(src(next)), None, true) {
-                    Ok(s) => {
-                        held.push(s);
-                        f.opened += 1;
-                    }
-                    Err(_) => f.failed += 1,
-                }
-                next += 1;
+                open(&mut f, &mut held, &mut next);
             }
         }
         std::thread::sleep(Duration::from_millis(100));

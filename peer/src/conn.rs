@@ -1681,21 +1681,8 @@ mod tests {
     #[test]
     fn large_payloads_cross_many_records_and_frames_resume_after_them() {
         let (mut a, mut b) = pair(b"k", b"k");
-        events(&mut a);
-        a.send_get(get(0), 0).unwrap();
-        a.send_get(get(1), 0).unwrap();
-        pump(&mut a, &mut b, 0);
-        events(&mut b);
         let len = 3 * MAX_RECORD_PLAINTEXT as u64 + 77;
-        b.send_data(DataHeader {
-            request: 0,
-            sample: 5,
-            length: len,
-            crc: 0,
-            store_wait_us: 0,
-        })
-        .unwrap();
-        b.send_miss(1, 1, MissReason::Evicted).unwrap();
+        let bytes = answered_block(&mut a, &mut b, len);
         let Some(Transmit::Bytes(hdr)) = b.poll_transmit() else {
             panic!("no header")
         };
@@ -1708,7 +1695,6 @@ mod tests {
             "nothing while the payload is unsealed"
         );
         assert_eq!(b.payload_to_seal(), len);
-        let bytes: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
         let mut w = hdr;
         // Sealed in two pieces of odd sizes.
         b.seal_payload(100_001, &mut w, |at, d| {

@@ -1949,32 +1949,12 @@ fn draw(timeline: &Path, png: &Path) -> Result<()> {
 
 // ---------------------------------------------------------------- main
 
-fn find_granaryd(me: &Path) -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("GRANARY_AGENT_BIN").filter(|p| !p.is_empty()) {
-        return Ok(PathBuf::from(p));
-    }
-    let mut dir = me.parent().map(Path::to_path_buf).unwrap_or_default();
-    // Test binaries live in target/release/deps.
-    for _ in 0..2 {
-        let p = dir.join("granaryd");
-        if p.is_file() {
-            return Ok(p);
-        }
-        dir = dir.parent().map(Path::to_path_buf).unwrap_or_default();
-    }
-    Err(format!(
-        "granaryd not found next to {} (build it: cargo build --release -p granary-agent --bin \
-         granaryd, which bench/run cluster does; or set GRANARY_AGENT_BIN)",
-        me.display()
-    ))
-}
-
 fn orchestrate(o: &Opts) -> Result<bool> {
     if !sys::is_root() {
         return Err("bench/run cluster needs root (network namespaces, tc)".into());
     }
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
-    let granaryd = find_granaryd(&me)?;
+    let granaryd = granary_bench::attack_agent::find_granaryd()?;
     let work = o.out.join("work");
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
