@@ -54,12 +54,9 @@ impl PeerTier {
     /// The descriptors the engine sleeps on besides its sources': the TCP
     /// transport's wake-up and the NIC's completion channel, if it has
     /// one (armed by the last poll of its queue).
-    pub(crate) fn wake_fds(&self) -> Vec<RawFd> {
-        let mut fds = vec![self.net.wake_fd().as_raw_fd()];
-        if let Some(fd) = self.rdma.as_ref().and_then(|l| l.completion_fd()) {
-            fds.push(fd.as_raw_fd());
-        }
-        fds
+    pub(crate) fn wake_fds(&self) -> impl Iterator<Item = RawFd> {
+        let nic = self.rdma.as_ref().and_then(|l| l.completion_fd());
+        std::iter::once(self.net.wake_fd().as_raw_fd()).chain(nic.map(|fd| fd.as_raw_fd()))
     }
 
     /// Advances the requester's clock: gets past their hedge time, or of
