@@ -12,7 +12,9 @@
 //! error at once, with when the next attempt is due.
 
 use crate::config::{Config, DatasetConfig, DeliveryOrder, RetrySettings, SourceKind};
+use crate::provenance;
 use crate::source::{self, SampleSource};
+use granary_shm::handshake::CatalogId;
 use std::io;
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::time::{Duration, Instant};
@@ -25,7 +27,7 @@ pub(crate) const RETRY_MAX: Duration = Duration::from_secs(60);
 /// the log says more.
 const ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
-type Loaded = io::Result<Box<dyn SampleSource>>;
+type Loaded = io::Result<(Box<dyn SampleSource>, CatalogId)>;
 
 /// Where a dataset stands.
 enum State {
@@ -60,6 +62,9 @@ pub struct Dataset {
     /// What to open it from again (`None`: a source handed over ready).
     config: Option<Box<(DatasetConfig, Config)>>,
     state: State,
+    /// The catalog's id (fingerprint and difference sketch) once ready:
+    /// what a session state records as its provenance.
+    catalog: Option<CatalogId>,
     attempts: u32,
     last_error: Option<String>,
     failures_logged: Option<Instant>,
@@ -81,7 +86,10 @@ impl Dataset {
     /// Opens a dataset in the calling thread.
     pub(crate) fn open_now(config: &DatasetConfig, agent: &Config) -> io::Result<Dataset> {
         let source = source::open(config, agent)?;
-        Ok(Dataset::with_state(config, agent, State::Ready(source), 1))
+        let catalog = provenance::catalog_id(config.name(), &*source);
+        let mut d = Dataset::with_state(config, agent, State::Ready(source), 1);
+        d.catalog = Some(catalog);
+        Ok(d)
     }
 
     /// Starts opening a dataset on a thread of its own.
@@ -101,7 +109,9 @@ impl Dataset {
     /// Serves a source opened elsewhere (a wrapped or fault-injecting
     /// client, in tests and benchmarks) under `name`.
     pub fn from_source(name: &str, source: Box<dyn SampleSource>) -> Dataset {
+        let catalog = Some(provenance::catalog_id(name, &*source));
         Dataset {
+            catalog,
             name: name.to_owned(),
             kind: source.kind(),
             relaxed: false,
@@ -123,6 +133,7 @@ impl Dataset {
             retry: agent.retry_for(config),
             config: Some(Box::new((config.clone(), agent.clone()))),
             state,
+            catalog: None,
             attempts,
             last_error: None,
             failures_logged: None,
@@ -155,7 +166,8 @@ impl Dataset {
                     if s.is_empty() {
                         Err(io::Error::other("the dataset has no samples"))
                     } else {
-                        Ok(s)
+                        let id = provenance::catalog_id(config.name(), &*s);
+                        Ok((s, id))
                     }
                 });
                 let _ = tx.send(result);
@@ -213,8 +225,9 @@ impl Dataset {
 
     fn settle(&mut self, result: Loaded) -> LoadEvent {
         match result {
-            Ok(source) => {
+            Ok((source, catalog)) => {
                 self.state = State::Ready(source);
+                self.catalog = Some(catalog);
                 self.last_error = None;
                 LoadEvent::Ready
             }
@@ -269,6 +282,12 @@ impl Dataset {
                 next.saturating_duration_since(Instant::now()).as_secs_f64()
             )),
         }
+    }
+
+    /// The catalog's id (fingerprint and difference sketch); `None` until
+    /// the dataset is ready.
+    pub fn catalog(&self) -> Option<&CatalogId> {
+        self.catalog.as_ref()
     }
 
     /// The source; `None` until the dataset is ready.

@@ -21,6 +21,9 @@
 //!   `planner::SessionCursor`.
 //! * [`planner`]: the exact sample order of every epoch, shared by the
 //!   session and the cache's future index.
+//! * [`provenance`]: what a saved session state records of the catalog it
+//!   was taken against (fingerprint and difference sketch), and the naming
+//!   of what changed since.
 //! * [`cache`]: arena extents (`extent`), sample states and pins, the
 //!   eviction policies (Belady with the future index, MinIO, LRU); the
 //!   simulator behind feature `sim`.
@@ -54,6 +57,7 @@ pub(crate) mod notify;
 pub mod peers;
 pub(crate) mod placement;
 pub mod planner;
+pub mod provenance;
 pub(crate) mod retry;
 pub(crate) mod server;
 pub(crate) mod session;

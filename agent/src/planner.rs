@@ -86,6 +86,13 @@ pub enum PlanError {
     /// The locality-aware assignment failed (its inputs were checked at
     /// open, so this names a bug).
     Assignment(String),
+    /// A session's `worker` is not below its `workers`.
+    WorkerOutOfRange {
+        /// The requested worker.
+        worker: u32,
+        /// The number of workers it must be below.
+        workers: u32,
+    },
 }
 
 impl fmt::Display for PlanError {
@@ -125,6 +132,10 @@ impl fmt::Display for PlanError {
                 num_samples.saturating_mul(8)
             ),
             PlanError::Assignment(why) => write!(f, "locality assignment failed: {why}"),
+            PlanError::WorkerOutOfRange { worker, workers } => write!(
+                f,
+                "worker {worker} is out of range for workers {workers}: worker must be below workers"
+            ),
         }
     }
 }
@@ -411,6 +422,33 @@ impl EpochPlan {
         })
     }
 
+    /// Only batches `worker`, `worker + workers`, `worker + 2 * workers`,
+    /// … of this plan, in order: one DataLoader worker's part of its
+    /// rank's batches (`SessionPlan::with_workers`).
+    fn strided(self, worker: u32, workers: u32) -> EpochPlan {
+        if workers <= 1 {
+            return self;
+        }
+        let bs = self.params.batch_size as usize;
+        let (w, ws) = (worker as usize, workers as usize);
+        let mut samples = Vec::with_capacity(self.samples.len() / ws + bs);
+        let mut placed = Vec::new();
+        for (i, batch) in self.samples.chunks(bs).enumerate() {
+            if i % ws == w {
+                samples.extend_from_slice(batch);
+                if let Some(p) = self.placed.get(i) {
+                    placed.push(*p);
+                }
+            }
+        }
+        EpochPlan {
+            params: self.params,
+            epoch: self.epoch,
+            samples,
+            placed,
+        }
+    }
+
     /// The parameters this plan was made from.
     pub fn params(&self) -> &PlanParams {
         &self.params
@@ -471,6 +509,10 @@ pub struct SessionPlan {
     params: PlanParams,
     first_epoch: u32,
     epoch_count: u32,
+    /// This session's part of the rank's batches: batches `worker`,
+    /// `worker + workers`, … of every epoch (`workers` 1: all of them).
+    worker: u32,
+    workers: u32,
     placement: Option<Arc<Placement>>,
     memo: Arc<Mutex<Vec<Arc<EpochPlan>>>>,
 }
@@ -517,9 +559,30 @@ impl SessionPlan {
             params,
             first_epoch,
             epoch_count,
+            worker: 0,
+            workers: 1,
             placement: None,
             memo: Arc::default(),
         })
+    }
+
+    /// The same session, delivering only batches `worker`,
+    /// `worker + workers`, `worker + 2 * workers`, … of each epoch of its
+    /// rank: the part of one of `workers` DataLoader workers sharing the
+    /// rank's batches (round robin, so that the DataLoader hands the rank's
+    /// batches to the training loop in the rank's own order).
+    ///
+    /// # Errors
+    ///
+    /// [`PlanError::WorkerOutOfRange`] when `worker >= workers`.
+    pub(crate) fn with_workers(mut self, worker: u32, workers: u32) -> Result<Self, PlanError> {
+        if worker >= workers {
+            return Err(PlanError::WorkerOutOfRange { worker, workers });
+        }
+        self.worker = worker;
+        self.workers = workers;
+        self.memo = Arc::default();
+        Ok(self)
     }
 
     /// The same session, planned (locality mode) and counted with
@@ -546,9 +609,33 @@ impl SessionPlan {
         first..first + u64::from(self.epoch_count)
     }
 
-    /// Batches per epoch (the same for every epoch).
+    /// Batches per epoch (the same for every epoch): the rank's, or this
+    /// worker's part of them.
     pub fn batches_per_epoch(&self) -> u64 {
-        batch_count(&self.params)
+        let all = batch_count(&self.params);
+        let (w, ws) = (u64::from(self.worker), u64::from(self.workers.max(1)));
+        if all <= w {
+            0
+        } else {
+            (all - w).div_ceil(ws)
+        }
+    }
+
+    /// Samples delivered per epoch (the same for every epoch): the rank's
+    /// share less a dropped partial batch, or this worker's part of it.
+    pub(crate) fn samples_per_epoch(&self) -> u64 {
+        let all = batch_count(&self.params);
+        let bs = u64::from(self.params.batch_size);
+        let rank = all.saturating_mul(bs).min(share_len(&self.params));
+        let mine = self.batches_per_epoch();
+        if mine == 0 {
+            return 0;
+        }
+        // Only the rank's last batch can be short; it is this session's
+        // last when `all - 1` is one of its batches.
+        let last_mine = (all - 1) % u64::from(self.workers.max(1)) == u64::from(self.worker);
+        let short = all.saturating_mul(bs) - rank;
+        mine * bs - if last_mine { short } else { 0 }
     }
 
     /// Batches over the whole session.
@@ -571,11 +658,10 @@ impl SessionPlan {
         if let Some(p) = memo.iter().find(|p| p.epoch() == epoch) {
             return Ok(Arc::clone(p));
         }
-        let built = Arc::new(EpochPlan::with_placement(
-            &self.params,
-            epoch,
-            self.placement.as_deref(),
-        )?);
+        let built = Arc::new(
+            EpochPlan::with_placement(&self.params, epoch, self.placement.as_deref())?
+                .strided(self.worker, self.workers),
+        );
         if memo.len() >= EPOCH_MEMO {
             memo.remove(0);
         }

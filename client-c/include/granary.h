@@ -41,6 +41,11 @@
 #define GRANARY_RESUME_OFF UINT32_MAX
 
 /**
+ * Most bytes of a session state (`granary_session_state()`).
+ */
+#define GRANARY_STATE_MAX 4096
+
+/**
  * Longest note of `granary_assignment_info`, NUL included.
  */
 #define GRANARY_NOTE_MAX 512
@@ -129,6 +134,11 @@ typedef enum granary_status {
      * source since the catalog was made (a sample's `status`).
      */
     GRANARY_E_SHORT_READ = -17,
+    /**
+     * The dataset's catalog is not the one a saved session state was
+     * taken against (`granary_session_open` with `resume_state`).
+     */
+    GRANARY_E_DATASET_CHANGED = -18,
 } granary_status;
 
 /**
@@ -265,6 +275,43 @@ typedef struct granary_session_options {
      * names how many it has handed out.
      */
     uint64_t first_batch;
+    /**
+     * A saved session state (bytes from `granary_session_state()`), or
+     * NULL (default). When set, the session opens at the state's committed
+     * position with the state's plan: its dataset, seed, epochs, batch
+     * size, rank, world size, `drop_last`, worker split and locality
+     * digest replace those fields of these options (`dataset` may be
+     * NULL); the client-side fields (rings, view, layout, CRC check,
+     * resume timeout) are taken from these options. The agent refuses the
+     * open with `GRANARY_E_DATASET_CHANGED`, naming the dataset and the
+     * changed objects, when the dataset's catalog is not the one the state
+     * was taken against. Read during `granary_session_open()` only.
+     */
+    const uint8_t *resume_state;
+    /**
+     * Length of `resume_state` in bytes.
+     */
+    size_t resume_state_len;
+    /**
+     * Non-zero: open from `resume_state` even when the dataset changed
+     * since the state was saved (the agent logs what changed).
+     */
+    uint32_t accept_changed_dataset;
+    /**
+     * With `workers` > 1: take only batches `worker`, `worker + workers`,
+     * … of each epoch of the rank (one of `workers` processes sharing the
+     * rank's batches round robin). Default 0.
+     */
+    uint32_t worker;
+    /**
+     * How many processes share the rank's batches; 0 or 1 (default): the
+     * session takes every batch of the rank.
+     */
+    uint32_t workers;
+    /**
+     * Zero.
+     */
+    uint32_t reserved3;
 } granary_session_options;
 
 /**
@@ -304,6 +351,12 @@ typedef struct granary_session_info {
      * Size of the read-only arena mapping in bytes.
      */
     uint64_t arena_size;
+    /**
+     * Batches the whole rank receives per epoch (`batches_per_epoch` is
+     * this session's part when `workers` > 1); 0 from an agent that does
+     * not say.
+     */
+    uint64_t rank_batches_per_epoch;
 } granary_session_info;
 
 /**
@@ -765,6 +818,30 @@ int granary_view_encode(const char *job_id,
  * writable.
  */
 int granary_session_view(const struct granary_session *session, uint64_t *view_epoch);
+
+/**
+ * Writes the session's checkpointable state into `buf` (`cap` bytes) and
+ * its length into `*len`: the plan's inputs, the committed position (the
+ * batches `granary_next_batch()` handed out so far) and the dataset's
+ * provenance (the catalog's fingerprint and difference sketch). Save the
+ * bytes with the training checkpoint; `granary_session_open()` with
+ * `options.resume_state` opens the session again at the next batch, in
+ * any process, against this agent or a restarted one. At most
+ * `GRANARY_STATE_MAX` bytes. With `buf` NULL, only `*len` is written.
+ *
+ * Returns `GRANARY_OK`, or `GRANARY_E_INVALID_ARGUMENT` (NULL `session`
+ * or `len`, or `cap` below the state's length, which is then in `*len`).
+ *
+ * Thread safety: like every call on a session, one thread at a time.
+ *
+ * # Safety
+ * `session` is NULL or a live session handle; `buf` is NULL or writable
+ * for `cap` bytes; `len` is NULL or writable.
+ */
+int granary_session_state(const struct granary_session *session,
+                          uint8_t *buf,
+                          size_t cap,
+                          size_t *len);
 
 /**
  * How many times the session reopened itself after its agent went away

@@ -50,6 +50,7 @@ mod heartbeat;
 mod options;
 mod resume;
 mod session;
+mod state;
 mod view;
 
 pub use assignment::{agree, encode_layout, Agreement};
@@ -64,6 +65,7 @@ pub use options::{
 pub use session::{
     agent_silence_limit, Session, CLOSE_WAIT, MIN_AGENT_SILENCE, RELEASE_WAIT, WAIT_SLICE,
 };
+pub use state::SessionState;
 pub use view::{encode_view, view_digest, ViewMember};
 
 /// Version of the client ABI: the C header's `GRANARY_ABI_VERSION`, and the

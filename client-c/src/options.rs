@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use granary_shm::handshake::{OpenSession, SessionOpened};
+use granary_shm::handshake::{CatalogCheck, OpenSession, SessionOpened};
 use granary_shm::validate::HeaderSnapshot;
 
 use crate::ABI_VERSION;
@@ -73,6 +73,18 @@ pub struct SessionOptions {
     /// the loader sees every batch of the plan once (default
     /// [`DEFAULT_RESUME_TIMEOUT`]). `None`: fail at once.
     pub resume_timeout: Option<Duration>,
+    /// With `workers` > 1, take only batches `worker`, `worker + workers`,
+    /// … of each epoch of the rank: one of `workers` DataLoader workers
+    /// sharing the rank's batches round robin, so that together they hand
+    /// the training loop the rank's batches in the rank's order (default
+    /// 0 of 1: every batch).
+    pub worker: u32,
+    /// How many workers share the rank's batches (default 1).
+    pub workers: u32,
+    /// Set by [`SessionOptions::from_state`]: the catalog the saved state
+    /// was taken against, and whether to open when the dataset changed
+    /// since (the agent refuses with `DatasetChanged` otherwise).
+    pub catalog_check: Option<CatalogCheck>,
 }
 
 /// How long a session waits for its agent to come back by default.
@@ -102,6 +114,9 @@ impl SessionOptions {
             verify_crc: true,
             first_batch: 0,
             resume_timeout: Some(DEFAULT_RESUME_TIMEOUT),
+            worker: 0,
+            workers: 1,
+            catalog_check: None,
         }
     }
 
@@ -121,6 +136,10 @@ impl SessionOptions {
             client_abi: ABI_VERSION,
             locality: self.locality,
             first_batch: self.first_batch,
+            worker: self.worker,
+            workers: self.workers,
+            catalog: self.catalog_check.clone(),
+            wants_catalog: true,
         }
     }
 }
@@ -132,8 +151,12 @@ pub struct SessionInfo {
     pub session_id: u64,
     /// Samples this rank receives per epoch.
     pub samples_per_epoch: u64,
-    /// Batches this rank receives per epoch.
+    /// Batches this session receives per epoch (its worker's part of the
+    /// rank's when `workers` > 1).
     pub batches_per_epoch: u64,
+    /// Batches the whole rank receives per epoch (0 from an agent that
+    /// does not say).
+    pub rank_batches_per_epoch: u64,
     /// Size of the arena mapping in bytes.
     pub arena_size: u64,
     /// Ready ring capacity chosen by the agent.
@@ -151,6 +174,7 @@ impl SessionInfo {
             session_id: reply.session_id,
             samples_per_epoch: reply.samples_per_epoch,
             batches_per_epoch: reply.batches_per_epoch,
+            rank_batches_per_epoch: reply.rank_batches_per_epoch,
             arena_size: reply.arena_size,
             ready_capacity: segment.ready_capacity,
             release_capacity: segment.release_capacity,

@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 
 use granary_shm::arena::ArenaView;
 use granary_shm::handshake::{
-    AssignmentInfo, ErrorReply, Message, ViewChunk, ViewJoined, MAX_LAYOUT_BYTES, MAX_VIEW_BYTES,
+    AssignmentInfo, CatalogId, ErrorReply, Message, ViewChunk, ViewJoined, MAX_LAYOUT_BYTES,
+    MAX_VIEW_BYTES,
 };
 use granary_shm::layout::{state, BATCH_END_OF_EPOCH, BATCH_END_OF_STREAM};
 use granary_shm::region::Region;
@@ -44,6 +45,7 @@ use crate::batch::{Batch, Returns};
 use crate::error::{Error, Result};
 use crate::options::{SessionInfo, SessionOptions};
 use crate::resume::Resume;
+use crate::state::SessionState;
 
 /// Longest single wait on the ready ring before the session re-checks the
 /// segment state and the socket.
@@ -133,6 +135,11 @@ pub struct Session {
     /// How to open the session again when its agent goes away (`None`:
     /// fail instead).
     resume: Option<Box<Resume>>,
+    /// What the session was opened with and the dataset's catalog: its
+    /// checkpointable state, with `handed` ([`Session::state`]).
+    origin: Box<(SessionOptions, Option<CatalogId>)>,
+    /// Batches handed out since the open.
+    handed: u64,
 }
 
 fn protocol(message: impl Into<String>) -> Error {
@@ -400,6 +407,8 @@ impl Session {
                 + u64::from(options.epoch_count.saturating_sub(1)),
             verify_crc: options.verify_crc,
             resume: None,
+            origin: Box::new((options.clone(), reply.catalog.clone())),
+            handed: 0,
         })
     }
 
@@ -427,6 +436,32 @@ impl Session {
     /// through whatever view the agent holds, or the store).
     pub fn view_status(&self) -> Option<&std::result::Result<ViewJoined, Error>> {
         self.view.as_ref()
+    }
+
+    /// The session's checkpointable state ([`crate::state`]): its plan's
+    /// inputs, the committed position (the batches `next_batch` handed
+    /// out) and the dataset's provenance. Save the bytes with the training
+    /// checkpoint; [`SessionOptions::from_state`] opens the session again
+    /// at the next batch, in any process, against this agent or a
+    /// restarted one.
+    pub fn state(&self) -> SessionState {
+        let (opened, catalog) = &*self.origin;
+        let mut options = SessionOptions::new(opened.dataset.clone());
+        options.seed = opened.seed;
+        options.first_epoch = opened.first_epoch;
+        options.epoch_count = opened.epoch_count;
+        options.batch_size = opened.batch_size;
+        options.rank = opened.rank;
+        options.world_size = opened.world_size;
+        options.drop_last = opened.drop_last;
+        options.worker = opened.worker;
+        options.workers = opened.workers;
+        options.locality = opened.locality;
+        options.first_batch = opened.first_batch.saturating_add(self.handed);
+        SessionState {
+            options,
+            catalog: catalog.clone(),
+        }
     }
 
     /// What the agent said about the session.
@@ -462,6 +497,7 @@ impl Session {
                     if let Some(r) = &mut self.resume {
                         r.handed_out();
                     }
+                    self.handed += 1;
                     return Ok(batch);
                 }
                 Err(e) if Resume::applies_to(&e) && !self.closed => {

@@ -53,11 +53,14 @@ pub enum ErrorCode {
     /// A sample is shorter or longer than catalogued: it changed in the
     /// source since the catalog was made.
     ShortRead = -17,
+    /// The dataset's catalog is not the one a saved session state was
+    /// taken against (an object replaced, added or removed since).
+    DatasetChanged = -18,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order (0, -1, -2, ...).
-    pub const ALL: [ErrorCode; 18] = [
+    pub const ALL: [ErrorCode; 19] = [
         ErrorCode::Ok,
         ErrorCode::InvalidArgument,
         ErrorCode::Timeout,
@@ -76,6 +79,7 @@ impl ErrorCode {
         ErrorCode::Internal,
         ErrorCode::Closed,
         ErrorCode::ShortRead,
+        ErrorCode::DatasetChanged,
     ];
 
     /// The codes a failed sample's status can carry (in a sample entry), one
@@ -125,6 +129,9 @@ impl ErrorCode {
             ErrorCode::Closed => "already released or closed",
             ErrorCode::ShortRead => {
                 "the sample is shorter or longer than catalogued (changed since the catalog was made)"
+            }
+            ErrorCode::DatasetChanged => {
+                "the dataset changed since the session state was saved"
             }
         }
     }

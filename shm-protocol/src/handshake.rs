@@ -146,6 +146,48 @@ pub struct OpenSession {
     /// epochs (0: none): a loader resuming after its agent went away names
     /// how many it has handed out. Encoded only when not 0.
     pub first_batch: u64,
+    /// With `workers` > 1, the session takes only batches `worker`,
+    /// `worker + workers`, … of each epoch of its rank: one of `workers`
+    /// DataLoader workers sharing the rank's batches round robin. Encoded
+    /// only when `workers` > 1.
+    pub worker: u32,
+    /// How many workers share the rank's batches (1: the session takes
+    /// them all).
+    pub workers: u32,
+    /// `Some`: open only if the dataset's catalog is the one a saved
+    /// session state was taken against (its provenance). Encoded only when
+    /// present.
+    pub catalog: Option<CatalogCheck>,
+    /// The client decodes a [`SessionOpened`] trailer (the catalog id and
+    /// the rank's batch count); without it the agent sends none, so older
+    /// clients get the replies they know. Encoded only when set.
+    pub wants_catalog: bool,
+}
+
+/// Most bytes of a catalog sketch ([`CatalogId::sketch`]).
+pub const MAX_SKETCH: usize = 2048;
+
+/// What identifies a dataset's catalog: the fingerprint over every
+/// sample's name, size and version token (ETag, mtime or CRC-32C), and a
+/// sketch of the same from which the agent can name the samples that
+/// differ between two catalogs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CatalogId {
+    /// The dataset fingerprint (`docs/peers.md`, "Dataset identity").
+    pub fingerprint: u64,
+    /// The agent's difference sketch of the catalog (opaque to loaders; at
+    /// most [`MAX_SKETCH`] bytes).
+    pub sketch: Vec<u8>,
+}
+
+/// A session opened from a saved state: the catalog the state was taken
+/// against, and what to do when the dataset's catalog differs now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CatalogCheck {
+    /// The catalog the state was taken against.
+    pub expected: CatalogId,
+    /// Open anyway when it differs (the agent logs which samples changed).
+    pub accept_changed: bool,
 }
 
 impl OpenSession {
@@ -188,6 +230,12 @@ impl OpenSession {
         if self.epoch_count == 0 {
             return invalid("epoch_count: must be at least 1".into());
         }
+        if self.workers == 0 || self.worker >= self.workers {
+            return invalid(format!(
+                "worker: {} is not below workers {} (workers must be at least 1)",
+                self.worker, self.workers
+            ));
+        }
         if self.first_epoch.checked_add(self.epoch_count).is_none() {
             return invalid(format!(
                 "epoch_count: first_epoch {} + epoch_count {} overflows u32",
@@ -210,7 +258,7 @@ impl OpenSession {
 
 /// The agent's reply to a successful [`OpenSession`]. The frame travels with
 /// `fd_count` file descriptors: the arena, then the ring segment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionOpened {
     /// Identifier of the new session (for [`Message::CloseSession`]).
     pub session_id: u64,
@@ -226,6 +274,15 @@ pub struct SessionOpened {
     pub batches_per_epoch: u64,
     /// Number of fds attached to the frame (2: arena, segment).
     pub fd_count: u8,
+    /// The dataset's catalog, which a session state records as its
+    /// provenance, with `rank_batches_per_epoch`: encoded after the other
+    /// fields only when present (sent to clients that ask,
+    /// [`OpenSession::wants_catalog`]).
+    pub catalog: Option<CatalogId>,
+    /// Batches the whole rank receives per epoch (equal to
+    /// `batches_per_epoch` unless the session takes one worker's part);
+    /// sent with `catalog`, 0 otherwise.
+    pub rank_batches_per_epoch: u64,
 }
 
 /// How an agent learns its job's membership (`peers.membership`).
@@ -587,6 +644,70 @@ fn put_str(out: &mut Vec<u8>, s: &str, max: usize) {
     out.extend_from_slice(&s.as_bytes()[..usize::from(len)]);
 }
 
+/// Flag bits of an [`OpenSession`]'s trailer.
+const OPEN_LOCALITY: u8 = 1;
+const OPEN_FIRST_BATCH: u8 = 1 << 1;
+const OPEN_WORKERS: u8 = 1 << 2;
+const OPEN_CATALOG: u8 = 1 << 3;
+const OPEN_ACCEPT_CHANGED: u8 = 1 << 4;
+const OPEN_WANTS_CATALOG: u8 = 1 << 5;
+const OPEN_KNOWN: u8 = 0b11_1111;
+
+/// The trailer flags announcing `o`'s optional fields.
+fn open_flags(o: &OpenSession) -> u8 {
+    let mut f = 0;
+    if o.locality.is_some() {
+        f |= OPEN_LOCALITY;
+    }
+    if o.first_batch != 0 {
+        f |= OPEN_FIRST_BATCH;
+    }
+    if o.workers > 1 {
+        f |= OPEN_WORKERS;
+    }
+    if let Some(c) = &o.catalog {
+        f |= OPEN_CATALOG;
+        if c.accept_changed {
+            f |= OPEN_ACCEPT_CHANGED;
+        }
+    }
+    if o.wants_catalog {
+        f |= OPEN_WANTS_CATALOG;
+    }
+    f
+}
+
+/// Bytes of `o`'s optional trailer.
+fn open_trailer_len(o: &OpenSession) -> usize {
+    let f = open_flags(o);
+    if f == 0 {
+        return 0;
+    }
+    let mut n = 1;
+    if f & OPEN_LOCALITY != 0 {
+        n += 32;
+    }
+    if f & OPEN_FIRST_BATCH != 0 {
+        n += 8;
+    }
+    if f & OPEN_WORKERS != 0 {
+        n += 8;
+    }
+    if let Some(c) = &o.catalog {
+        n += 8 + 2 + c.expected.sketch.len().min(MAX_SKETCH);
+    }
+    n
+}
+
+/// Appends a catalog id: fingerprint, sketch length (u16), sketch (cut to
+/// [`MAX_SKETCH`]).
+fn put_catalog(out: &mut Vec<u8>, c: &CatalogId) {
+    let n = c.sketch.len().min(MAX_SKETCH);
+    out.extend_from_slice(&c.fingerprint.to_le_bytes());
+    out.extend_from_slice(&(n as u16).to_le_bytes());
+    out.extend_from_slice(&c.sketch[..n]);
+}
+
 /// Appends the encoded frame of `msg` to `out`.
 ///
 /// Never fails and never panics. The one field that could exceed a frame, a
@@ -599,12 +720,7 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
     out.extend_from_slice(&[0; HEADER_LEN]);
     match msg {
         Message::OpenSession(o) | Message::AssignmentQuery(o) => {
-            let trailer = match (o.locality.is_some(), o.first_batch != 0) {
-                (false, false) => 0,
-                (true, false) => 33,
-                (false, true) => 9,
-                (true, true) => 41,
-            };
+            let trailer = open_trailer_len(o);
             put_str(out, &o.dataset, MAX_BODY - 2 - OPEN_SESSION_FIXED - trailer);
             out.extend_from_slice(&o.seed.to_le_bytes());
             for v in [
@@ -621,7 +737,7 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
                 out.extend_from_slice(&v.to_le_bytes());
             }
             // The optional trailer: a flags byte, then what it announces.
-            let flags = u8::from(o.locality.is_some()) | (u8::from(o.first_batch != 0) << 1);
+            let flags = open_flags(o);
             if flags != 0 {
                 out.push(flags);
                 if let Some(digest) = &o.locality {
@@ -629,6 +745,13 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
                 }
                 if o.first_batch != 0 {
                     out.extend_from_slice(&o.first_batch.to_le_bytes());
+                }
+                if o.workers > 1 {
+                    out.extend_from_slice(&o.worker.to_le_bytes());
+                    out.extend_from_slice(&o.workers.to_le_bytes());
+                }
+                if let Some(c) = &o.catalog {
+                    put_catalog(out, &c.expected);
                 }
             }
         }
@@ -644,6 +767,10 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
                 out.extend_from_slice(&v.to_le_bytes());
             }
             out.push(s.fd_count);
+            if let Some(c) = &s.catalog {
+                out.extend_from_slice(&s.rank_batches_per_epoch.to_le_bytes());
+                put_catalog(out, c);
+            }
         }
         Message::CloseSession { session_id } | Message::SessionClosed { session_id } => {
             out.extend_from_slice(&session_id.to_le_bytes());
@@ -821,14 +948,23 @@ impl<'a> Reader<'a> {
             client_abi: self.u32()?,
             locality: None,
             first_batch: 0,
+            worker: 0,
+            workers: 1,
+            catalog: None,
+            wants_catalog: false,
         };
         // Later additions, absent in older requests: a flags byte (bit 0:
-        // a locality digest follows; bit 1: a first batch follows).
+        // a locality digest follows; bit 1: a first batch; bit 2: worker and
+        // workers; bit 3: the expected catalog; bit 4, only with bit 3:
+        // accept a changed catalog).
         if !self.rest.is_empty() {
             let flags = self.u8()?;
             // A trailer announces at least one field, and only known ones
             // (so that every frame has one encoding).
-            if flags == 0 || flags & !0b11 != 0 {
+            if flags == 0
+                || flags & !OPEN_KNOWN != 0
+                || (flags & OPEN_ACCEPT_CHANGED != 0 && flags & OPEN_CATALOG == 0)
+            {
                 return Err(ProtocolError::BadFlags(flags));
             }
             if flags & 1 != 0 {
@@ -841,8 +977,35 @@ impl<'a> Reader<'a> {
                     return Err(ProtocolError::BadFlags(flags));
                 }
             }
+            if flags & OPEN_WORKERS != 0 {
+                o.worker = self.u32()?;
+                o.workers = self.u32()?;
+                if o.workers <= 1 {
+                    // 1 is said by leaving the fields out.
+                    return Err(ProtocolError::BadFlags(flags));
+                }
+            }
+            if flags & OPEN_CATALOG != 0 {
+                o.catalog = Some(CatalogCheck {
+                    expected: self.catalog()?,
+                    accept_changed: flags & OPEN_ACCEPT_CHANGED != 0,
+                });
+            }
+            o.wants_catalog = flags & OPEN_WANTS_CATALOG != 0;
         }
         Ok(o)
+    }
+
+    fn catalog(&mut self) -> Result<CatalogId, ProtocolError> {
+        let fingerprint = self.u64()?;
+        let sketch = self.bytes()?;
+        if sketch.len() > MAX_SKETCH {
+            return Err(ProtocolError::TooLarge(sketch.len() as u32));
+        }
+        Ok(CatalogId {
+            fingerprint,
+            sketch,
+        })
     }
 
     fn finish(self) -> Result<(), ProtocolError> {
@@ -867,6 +1030,12 @@ fn decode_body(kind: u16, body: &[u8]) -> Result<Message, ProtocolError> {
             samples_per_epoch: r.u64()?,
             batches_per_epoch: r.u64()?,
             fd_count: r.u8()?,
+            rank_batches_per_epoch: if r.rest.is_empty() { 0 } else { r.u64()? },
+            catalog: if r.rest.is_empty() {
+                None
+            } else {
+                Some(r.catalog()?)
+            },
         }),
         KIND_CLOSE_SESSION => Message::CloseSession {
             session_id: r.u64()?,
@@ -1025,6 +1194,10 @@ mod tests {
             client_abi: 1,
             locality: None,
             first_batch: 0,
+            worker: 0,
+            workers: 1,
+            catalog: None,
+            wants_catalog: false,
         }
     }
 
@@ -1102,10 +1275,20 @@ mod tests {
         };
         assert_eq!(decode_frame(&with(&[1])), Err(ProtocolError::Truncated));
         assert_eq!(
-            decode_frame(&with(&[4])),
-            Err(ProtocolError::BadFlags(4)),
+            decode_frame(&with(&[0x20])),
+            Err(ProtocolError::BadFlags(0x20)),
             "unknown trailer fields are refused"
         );
+        assert_eq!(
+            decode_frame(&with(&[0x10])),
+            Err(ProtocolError::BadFlags(0x10)),
+            "accepting a changed catalog needs the catalog"
+        );
+        // Workers are said only when more than one.
+        let mut one = vec![4];
+        one.extend_from_slice(&0u32.to_le_bytes());
+        one.extend_from_slice(&1u32.to_le_bytes());
+        assert_eq!(decode_frame(&with(&one)), Err(ProtocolError::BadFlags(4)));
         assert_eq!(
             decode_frame(&with(&[0])),
             Err(ProtocolError::BadFlags(0)),
@@ -1191,6 +1374,8 @@ mod tests {
                 samples_per_epoch: 5,
                 batches_per_epoch: 6,
                 fd_count: 2,
+                catalog: None,
+                rank_batches_per_epoch: 0,
             }),
             Message::CloseSession { session_id: 9 },
             Message::SessionClosed { session_id: 9 },
@@ -1357,6 +1542,24 @@ mod tests {
         proptest::sample::select(ErrorCode::ALL.to_vec())
     }
 
+    fn arb_catalog_id() -> impl Strategy<Value = CatalogId> {
+        (
+            any::<u64>(),
+            proptest::collection::vec(any::<u8>(), 0..=MAX_SKETCH),
+        )
+            .prop_map(|(fingerprint, sketch)| CatalogId {
+                fingerprint,
+                sketch,
+            })
+    }
+
+    fn arb_catalog_check() -> impl Strategy<Value = CatalogCheck> {
+        (arb_catalog_id(), any::<bool>()).prop_map(|(expected, accept_changed)| CatalogCheck {
+            expected,
+            accept_changed,
+        })
+    }
+
     fn arb_message() -> impl Strategy<Value = Message> {
         let open = (
             ".{0,40}",
@@ -1367,9 +1570,13 @@ mod tests {
             proptest::option::of(any::<[u8; 32]>()),
             any::<bool>(),
             prop_oneof![Just(0u64), any::<u64>()],
+            (
+                prop_oneof![Just((0u32, 1u32)), (any::<u32>(), 2u32..)],
+                proptest::option::of(arb_catalog_check()),
+            ),
         )
             .prop_map(
-                |(dataset, seed, a, drop_last, b, locality, query, first_batch)| {
+                |(dataset, seed, a, drop_last, b, locality, query, first_batch, (w, catalog))| {
                     let o = OpenSession {
                         dataset,
                         seed,
@@ -1384,6 +1591,10 @@ mod tests {
                         client_abi: b[2],
                         locality,
                         first_batch,
+                        worker: w.0,
+                        workers: w.1,
+                        catalog,
+                        wants_catalog: w.0 % 2 == 1,
                     };
                     if query {
                         Message::AssignmentQuery(o)
@@ -1392,17 +1603,25 @@ mod tests {
                     }
                 },
             );
-        let opened = (any::<[u64; 6]>(), any::<u8>()).prop_map(|(v, fd_count)| {
-            Message::SessionOpened(SessionOpened {
-                session_id: v[0],
-                instance_epoch: v[1],
-                arena_size: v[2],
-                segment_size: v[3],
-                samples_per_epoch: v[4],
-                batches_per_epoch: v[5],
-                fd_count,
-            })
-        });
+        let opened = (
+            any::<[u64; 6]>(),
+            any::<u8>(),
+            proptest::option::of(arb_catalog_id()),
+        )
+            .prop_map(|(v, fd_count, catalog)| {
+                let rank_batches_per_epoch = if catalog.is_some() { v[5] ^ v[0] } else { 0 };
+                Message::SessionOpened(SessionOpened {
+                    session_id: v[0],
+                    instance_epoch: v[1],
+                    arena_size: v[2],
+                    segment_size: v[3],
+                    samples_per_epoch: v[4],
+                    batches_per_epoch: v[5],
+                    fd_count,
+                    catalog,
+                    rank_batches_per_epoch,
+                })
+            });
         prop_oneof![
             open,
             opened,

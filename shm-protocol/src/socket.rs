@@ -833,6 +833,8 @@ mod tests {
                 samples_per_epoch: 60_000,
                 batches_per_epoch: 938,
                 fd_count: 2,
+                catalog: None,
+                rank_batches_per_epoch: 0,
             });
             conn.send_message(&reply, &[arena.as_fd(), segment.as_fd()])
                 .unwrap();
@@ -862,6 +864,10 @@ mod tests {
             client_abi: 1,
             locality: None,
             first_batch: 0,
+            worker: 0,
+            workers: 1,
+            catalog: None,
+            wants_catalog: false,
         };
         client
             .send_message(&Message::OpenSession(open), &[])

@@ -37,7 +37,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
-use crate::planner::{batches_per_epoch, samples_per_rank, EpochPlan, PlanError, SessionPlan};
+use crate::planner::{samples_per_rank, EpochPlan, PlanError, SessionPlan};
 
 /// The next-use time of a sample that no session needs within its horizon.
 pub const NEVER: u64 = u64::MAX;
@@ -116,11 +116,8 @@ impl From<PlanError> for FutureError {
 ///
 /// Any error of [`PlanParams::validate`](crate::planner::PlanParams::validate).
 pub(crate) fn session_length(plan: &SessionPlan) -> Result<(u64, u64), PlanError> {
-    let params = plan.params();
-    let share = samples_per_rank(params)?;
-    let per_epoch = batches_per_epoch(params)?
-        .saturating_mul(u64::from(params.batch_size))
-        .min(share);
+    plan.params().validate()?;
+    let per_epoch = plan.samples_per_epoch();
     let epochs = plan.epochs();
     Ok((
         per_epoch,

@@ -287,6 +287,10 @@ impl Harness {
             client_abi: 1,
             locality: None,
             first_batch,
+            worker: 0,
+            workers: 1,
+            catalog: None,
+            wants_catalog: false,
         };
         let ds = self
             .engine

@@ -70,6 +70,10 @@ pub fn run(seed: &str, mut next: impl FnMut() -> u64) -> Outcome {
                     client_abi: 1,
                     locality: None,
                     first_batch: 0,
+                    worker: 0,
+                    workers: 1,
+                    catalog: None,
+                    wants_catalog: false,
                 };
                 match h.engine.open_session(h.next_conn, ds, &req) {
                     Ok((o, sid)) => {

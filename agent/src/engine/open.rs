@@ -174,7 +174,9 @@ impl Engine {
             batch_size: req.batch_size,
             drop_last: req.drop_last,
         };
+        self.check_catalog(ds, req)?;
         let mut plan = SessionPlan::new(params, req.first_epoch, req.epoch_count)
+            .and_then(|p| p.with_workers(req.worker, req.workers))
             .map_err(|e| (ErrorCode::InvalidArgument, format!("cannot plan: {e}")))?;
         if let Some(placement) = self.placement_for(conn, ds, req)? {
             plan = plan.with_placement(placement);
@@ -217,7 +219,7 @@ impl Engine {
             .arena
             .loader_fd()
             .map_err(|e| (ErrorCode::Internal, format!("cannot share the arena: {e}")))?;
-        let samples_per_epoch = crate::planner::samples_per_rank(&params).unwrap_or(0);
+        let samples_per_epoch = plan.samples_per_epoch();
         let session = Session::new(SessionSetup {
             id,
             conn,
@@ -239,6 +241,16 @@ impl Engine {
             samples_per_epoch,
             batches_per_epoch: plan.batches_per_epoch(),
             fd_count: 2,
+            catalog: if req.wants_catalog {
+                self.datasets[ds].catalog().cloned()
+            } else {
+                None
+            },
+            rank_batches_per_epoch: if req.wants_catalog {
+                crate::planner::batches_per_epoch(&params).unwrap_or(0)
+            } else {
+                0
+            },
         };
         self.next_session += 1;
         if let Err(e) = self.cache.add_session(id, ds as u32, plan) {
@@ -248,6 +260,32 @@ impl Engine {
         }
         self.sessions.insert(id, session);
         Ok((Opened { reply, arena_fd }, id))
+    }
+
+    /// Refuses a session opened from a saved state whose catalog is not the
+    /// dataset's now (naming what changed), unless the request accepts it;
+    /// an accepted change is logged with the same words.
+    fn check_catalog(&self, ds: usize, req: &OpenSession) -> Result<(), Refusal> {
+        let Some(check) = &req.catalog else {
+            return Ok(());
+        };
+        let d = &self.datasets[ds];
+        let (Some(now), Some(src)) = (d.catalog(), d.source()) else {
+            return Ok(());
+        };
+        let Some(why) = crate::provenance::mismatch(&d.name, &check.expected, now, src) else {
+            return Ok(());
+        };
+        if check.accept_changed {
+            tracing::warn!(
+                "{why}; the session opens anyway (the loader accepted a changed dataset)"
+            );
+            return Ok(());
+        }
+        Err((
+            ErrorCode::DatasetChanged,
+            format!("{why}; open without the saved state, or accept the change explicitly"),
+        ))
     }
 
     /// Refuses a further session of the user behind `conn` once it holds

@@ -171,6 +171,10 @@ fn a_session_can_start_at_a_given_batch() {
         client_abi: 1,
         locality: None,
         first_batch: per_epoch,
+        worker: 0,
+        workers: 1,
+        catalog: None,
+        wants_catalog: false,
     };
     let Err((code, why)) = h.engine.open_session(0, 0, &req) else {
         panic!("a first batch past the epoch was accepted");
@@ -466,6 +470,10 @@ fn rings_larger_than_the_agents_limit_are_refused_at_open() {
         client_abi: 1,
         locality: None,
         first_batch: 0,
+        worker: 0,
+        workers: 1,
+        catalog: None,
+        wants_catalog: false,
     };
     let Err((code, why)) = h.engine.open_session(0, 0, &req) else {
         panic!("a ready ring of 8192 slots was accepted");

@@ -50,6 +50,7 @@ from .errors import (
     Timeout,
     VersionMismatch,
     WouldBlock,
+    DatasetChanged,
 )
 
 __version__ = "0.1.0"
@@ -62,6 +63,7 @@ __all__ = [
     "Busy",
     "Client",
     "Corrupt",
+    "DatasetChanged",
     "Disconnected",
     "EndOfStream",
     "Fenced",

@@ -40,6 +40,7 @@ E_BUSY = -14
 E_INTERNAL = -15
 E_CLOSED = -16
 E_SHORT_READ = -17
+E_DATASET_CHANGED = -18
 
 CODE_NAMES = {
     OK: "GRANARY_OK",
@@ -60,6 +61,7 @@ CODE_NAMES = {
     E_INTERNAL: "GRANARY_E_INTERNAL",
     E_CLOSED: "GRANARY_E_CLOSED",
     E_SHORT_READ: "GRANARY_E_SHORT_READ",
+    E_DATASET_CHANGED: "GRANARY_E_DATASET_CHANGED",
 }
 
 # Why a single sample failed (its status), by the short name of the kind.
@@ -98,7 +100,17 @@ class SessionOptions(ctypes.Structure):
         ("no_crc_check", ctypes.c_uint32),
         ("resume_timeout_ms", ctypes.c_uint32),
         ("first_batch", ctypes.c_uint64),
+        ("resume_state", ctypes.c_void_p),
+        ("resume_state_len", ctypes.c_size_t),
+        ("accept_changed_dataset", ctypes.c_uint32),
+        ("worker", ctypes.c_uint32),
+        ("workers", ctypes.c_uint32),
+        ("reserved3", ctypes.c_uint32),
     ]
+
+
+#: Most bytes of a session state (``GRANARY_STATE_MAX``).
+STATE_MAX = 4096
 
 
 NOTE_MAX = 512
@@ -149,6 +161,7 @@ class SessionInfo(ctypes.Structure):
         ("samples_per_epoch", ctypes.c_uint64),
         ("batches_per_epoch", ctypes.c_uint64),
         ("arena_size", ctypes.c_uint64),
+        ("rank_batches_per_epoch", ctypes.c_uint64),
     ]
 
 
@@ -279,6 +292,14 @@ _declare(
 _declare("granary_join_view", _int, _vp, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64), _int)
 _declare("granary_session_view", _int, _vp, ctypes.POINTER(ctypes.c_uint64))
 _declare("granary_session_resumes", _int, _vp, ctypes.POINTER(ctypes.c_uint32))
+_declare(
+    "granary_session_state",
+    _int,
+    _vp,
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.POINTER(ctypes.c_size_t),
+)
 _declare(
     "granary_layout_encode",
     _int,

@@ -85,6 +85,9 @@ class SessionInfo:
     arena_size: int
     ready_capacity: int
     release_capacity: int
+    #: Batches the whole rank receives per epoch (``batches_per_epoch`` is
+    #: this session's part when it takes one worker's share).
+    rank_batches_per_epoch: int = 0
 
 
 class Sample:
@@ -390,12 +393,16 @@ def _options(
     verify_crc: bool = True,
     first_batch: int = 0,
     resume_timeout: Optional[float] = DEFAULT_RESUME_TIMEOUT,
+    worker: int = 0,
+    workers: int = 1,
+    state: Optional[bytes] = None,
+    accept_changed: bool = False,
 ):
     """The C options struct, and the buffers it points into (keep them
     alive while it is used)."""
     opts = _lib.SessionOptions()
     check(lib.granary_session_options_init(ctypes.byref(opts)), "granary_session_options_init")
-    name = dataset.encode("utf-8")
+    name = (dataset or "").encode("utf-8")
     keep: list = [name]
     opts.dataset = name
     opts.seed = seed & (2**64 - 1)
@@ -420,6 +427,14 @@ def _options(
         opts.layout_len = len(layout)
     opts.no_crc_check = 0 if verify_crc else 1
     opts.first_batch = first_batch
+    opts.worker = worker
+    opts.workers = workers
+    if state is not None:
+        sbuf = ctypes.create_string_buffer(bytes(state), len(state))
+        keep.append(sbuf)
+        opts.resume_state = ctypes.cast(sbuf, ctypes.c_void_p)
+        opts.resume_state_len = len(state)
+        opts.accept_changed_dataset = 1 if accept_changed else 0
     if resume_timeout is None or resume_timeout <= 0:
         opts.resume_timeout_ms = _lib.RESUME_OFF
     else:
@@ -467,6 +482,10 @@ class Session:
         verify_crc: bool = True,
         first_batch: int = 0,
         resume_timeout: Optional[float] = DEFAULT_RESUME_TIMEOUT,
+        worker: int = 0,
+        workers: int = 1,
+        state: Optional[bytes] = None,
+        accept_changed: bool = False,
     ):
         if client._handle is None:
             raise ReleasedError(detail="the client was closed", context="granary.Session")
@@ -488,6 +507,10 @@ class Session:
             verify_crc=verify_crc,
             first_batch=first_batch,
             resume_timeout=resume_timeout,
+            worker=worker,
+            workers=workers,
+            state=state,
+            accept_changed=accept_changed,
         )
         _timeout_ms(timeout)  # validate early
         self.dataset = dataset
@@ -512,6 +535,7 @@ class Session:
             info.arena_size,
             info.ready_capacity,
             info.release_capacity,
+            info.rank_batches_per_epoch,
         )
         base = ctypes.c_void_p()
         size = ctypes.c_uint64()
@@ -562,6 +586,25 @@ class Session:
                 check(lib.granary_session_resumes(self._handle, ctypes.byref(n)), "granary_session_resumes")
                 self._resumes = n.value
             return self._resumes
+
+    def state(self) -> bytes:
+        """The session's checkpointable state: the plan's inputs, the
+        committed position (the batches :meth:`next_batch` handed out) and
+        the dataset's provenance. ``open_session(state=...)`` opens the
+        session again at the next batch, in any process, against this agent
+        or a restarted one; the agent refuses with
+        :class:`~granary.errors.DatasetChanged`, naming the changed objects,
+        when the dataset changed since (``accept_changed=True`` opens
+        anyway)."""
+        with self._lock:
+            self._usable()
+            buf = ctypes.create_string_buffer(_lib.STATE_MAX)
+            n = ctypes.c_size_t()
+            check(
+                lib.granary_session_state(self._handle, buf, _lib.STATE_MAX, ctypes.byref(n)),
+                "granary_session_state",
+            )
+            return buf.raw[: n.value]
 
     def _usable(self) -> None:
         if self._closed:

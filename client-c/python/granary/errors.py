@@ -131,6 +131,14 @@ class ShortRead(GranaryError):
     code = _lib.E_SHORT_READ
 
 
+class DatasetChanged(GranaryError):
+    """The dataset's catalog is not the one a saved session state was
+    taken against: an object was replaced, added or removed since. The
+    message names the dataset and the objects."""
+
+    code = _lib.E_DATASET_CHANGED
+
+
 _BY_CODE = {
     cls.code: cls
     for cls in (
@@ -151,6 +159,7 @@ _BY_CODE = {
         InternalError,
         ReleasedError,
         ShortRead,
+        DatasetChanged,
     )
 }
 

@@ -83,21 +83,40 @@ unsafe fn read_options(opts: *const GranarySessionOptions) -> Result<SessionOpti
             ),
         ));
     }
-    if o.dataset.is_null() {
-        return Err(null("options.dataset"));
-    }
-    // SAFETY: non-null, and the caller vouches for a NUL-terminated string.
-    let dataset = unsafe { CStr::from_ptr(o.dataset) }
-        .to_str()
-        .map_err(|_| invalid("options.dataset is not valid UTF-8"))?;
-    let mut s = SessionOptions::new(dataset);
-    s.seed = o.seed;
-    s.first_epoch = o.first_epoch;
-    s.epoch_count = o.epoch_count;
-    s.batch_size = o.batch_size;
-    s.rank = o.rank;
-    s.world_size = o.world_size;
-    s.drop_last = o.drop_last != 0;
+    let mut s = if o.resume_state.is_null() {
+        if o.dataset.is_null() {
+            return Err(null("options.dataset"));
+        }
+        // SAFETY: non-null, and the caller vouches for a NUL-terminated
+        // string.
+        let dataset = unsafe { CStr::from_ptr(o.dataset) }
+            .to_str()
+            .map_err(|_| invalid("options.dataset is not valid UTF-8"))?;
+        let mut s = SessionOptions::new(dataset);
+        s.seed = o.seed;
+        s.first_epoch = o.first_epoch;
+        s.epoch_count = o.epoch_count;
+        s.batch_size = o.batch_size;
+        s.rank = o.rank;
+        s.world_size = o.world_size;
+        s.drop_last = o.drop_last != 0;
+        s.locality = (o.locality != 0).then_some(o.locality_digest);
+        s.first_batch = o.first_batch;
+        s.worker = o.worker;
+        s.workers = o.workers.max(1);
+        s
+    } else {
+        if o.resume_state_len > GRANARY_STATE_MAX {
+            return Err(invalid(format!(
+                "options.resume_state_len is {}, the limit is {GRANARY_STATE_MAX}",
+                o.resume_state_len
+            )));
+        }
+        // SAFETY: non-null, and the caller vouches for `resume_state_len`
+        // readable bytes.
+        let state = unsafe { std::slice::from_raw_parts(o.resume_state, o.resume_state_len) };
+        SessionOptions::from_state(state, o.accept_changed_dataset != 0)?
+    };
     s.ready_capacity = o.ready_capacity;
     s.release_capacity = o.release_capacity;
     if !o.view.is_null() {
@@ -127,9 +146,7 @@ unsafe fn read_options(opts: *const GranarySessionOptions) -> Result<SessionOpti
         let bytes = unsafe { std::slice::from_raw_parts(o.layout, o.layout_len) };
         s.layout = Some(bytes.to_vec());
     }
-    s.locality = (o.locality != 0).then_some(o.locality_digest);
     s.verify_crc = o.no_crc_check == 0;
-    s.first_batch = o.first_batch;
     s.resume_timeout = match o.resume_timeout_ms {
         0 => Some(crate::DEFAULT_RESUME_TIMEOUT),
         GRANARY_RESUME_OFF => None,
@@ -262,6 +279,12 @@ fn default_options() -> GranarySessionOptions {
         no_crc_check: 0,
         resume_timeout_ms: 0,
         first_batch: 0,
+        resume_state: ptr::null(),
+        resume_state_len: 0,
+        accept_changed_dataset: 0,
+        worker: 0,
+        workers: 0,
+        reserved3: 0,
     }
 }
 
@@ -354,15 +377,18 @@ pub unsafe extern "C" fn granary_session_get_info(
         // SAFETY: non-null and readable per the caller; `struct_size` is the
         // first field (offset 0) of every version of the struct.
         let size = unsafe { out.cast::<u32>().cast_const().read_unaligned() };
-        let v1 = std::mem::size_of::<GranarySessionInfo>();
+        let v1 = SESSION_INFO_V1_SIZE;
         if (size as usize) < v1 {
             return Err(invalid(format!(
                 "info.struct_size is {size}, at least {v1} is required"
             )));
         }
+        // Fields past the caller's struct (an older header) are not
+        // written.
+        let n = (size as usize).min(std::mem::size_of::<GranarySessionInfo>());
         let i = s.session.info();
         let info = GranarySessionInfo {
-            struct_size: v1 as u32,
+            struct_size: n as u32,
             ready_capacity: i.ready_capacity,
             release_capacity: i.release_capacity,
             reserved: 0,
@@ -370,10 +396,11 @@ pub unsafe extern "C" fn granary_session_get_info(
             samples_per_epoch: i.samples_per_epoch,
             batches_per_epoch: i.batches_per_epoch,
             arena_size: i.arena_size,
+            rank_batches_per_epoch: i.rank_batches_per_epoch,
         };
-        // SAFETY: the caller's struct is at least our size (checked above)
-        // and writable.
-        unsafe { out.write_unaligned(info) };
+        // SAFETY: the caller's struct is writable for `struct_size` ≥ n
+        // bytes; `info` is ours, n is at most its size, they do not overlap.
+        unsafe { ptr::copy_nonoverlapping(ptr::addr_of!(info).cast::<u8>(), out.cast::<u8>(), n) };
         Ok(0)
     })
 }
@@ -857,6 +884,53 @@ pub unsafe extern "C" fn granary_session_view(
     })
 }
 
+/// Writes the session's checkpointable state into `buf` (`cap` bytes) and
+/// its length into `*len`: the plan's inputs, the committed position (the
+/// batches `granary_next_batch()` handed out so far) and the dataset's
+/// provenance (the catalog's fingerprint and difference sketch). Save the
+/// bytes with the training checkpoint; `granary_session_open()` with
+/// `options.resume_state` opens the session again at the next batch, in
+/// any process, against this agent or a restarted one. At most
+/// `GRANARY_STATE_MAX` bytes. With `buf` NULL, only `*len` is written.
+///
+/// Returns `GRANARY_OK`, or `GRANARY_E_INVALID_ARGUMENT` (NULL `session`
+/// or `len`, or `cap` below the state's length, which is then in `*len`).
+///
+/// Thread safety: like every call on a session, one thread at a time.
+///
+/// # Safety
+/// `session` is NULL or a live session handle; `buf` is NULL or writable
+/// for `cap` bytes; `len` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn granary_session_state(
+    session: *const GranarySession,
+    buf: *mut u8,
+    cap: usize,
+    len: *mut usize,
+) -> c_int {
+    call("granary_session_state", || {
+        // SAFETY: NULL or a live handle, per the caller.
+        let s = unsafe { session.as_ref() }.ok_or_else(|| null("session"))?;
+        // SAFETY: NULL-checked; writable per the caller.
+        let out_len = unsafe { len.as_mut() }.ok_or_else(|| null("len"))?;
+        let bytes = s.session.state().to_bytes();
+        *out_len = bytes.len();
+        if buf.is_null() {
+            return Ok(0);
+        }
+        if cap < bytes.len() {
+            return Err(invalid(format!(
+                "a {cap}-byte buffer, the state takes {} bytes",
+                bytes.len()
+            )));
+        }
+        // SAFETY: `buf` is non-null and writable for `cap` ≥ bytes.len()
+        // bytes per the caller; `bytes` is ours and does not overlap it.
+        unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), buf, bytes.len()) };
+        Ok(0)
+    })
+}
+
 /// How many times the session reopened itself after its agent went away
 /// (see `resume_timeout_ms`), into `*count`. After a resume the session's
 /// id and arena (`granary_session_get_info()`, `granary_session_arena()`)
@@ -957,6 +1031,7 @@ mod tests {
             GranaryStatus::GranaryEInternal,
             GranaryStatus::GranaryEClosed,
             GranaryStatus::GranaryEShortRead,
+            GranaryStatus::GranaryEDatasetChanged,
         ];
         assert_eq!(all.len(), ErrorCode::ALL.len());
         for (s, c) in all.iter().zip(ErrorCode::ALL) {

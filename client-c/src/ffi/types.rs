@@ -67,6 +67,9 @@ pub enum GranaryStatus {
     /// A sample is shorter or longer than catalogued: it changed in the
     /// source since the catalog was made (a sample's `status`).
     GranaryEShortRead = -17,
+    /// The dataset's catalog is not the one a saved session state was
+    /// taken against (`granary_session_open` with `resume_state`).
+    GranaryEDatasetChanged = -18,
 }
 
 /// Parameters of `granary_session_open()`. Fill it with
@@ -140,7 +143,35 @@ pub struct GranarySessionOptions {
     /// epochs (default 0): a loader resuming after its agent went away
     /// names how many it has handed out.
     pub first_batch: u64,
+    /// A saved session state (bytes from `granary_session_state()`), or
+    /// NULL (default). When set, the session opens at the state's committed
+    /// position with the state's plan: its dataset, seed, epochs, batch
+    /// size, rank, world size, `drop_last`, worker split and locality
+    /// digest replace those fields of these options (`dataset` may be
+    /// NULL); the client-side fields (rings, view, layout, CRC check,
+    /// resume timeout) are taken from these options. The agent refuses the
+    /// open with `GRANARY_E_DATASET_CHANGED`, naming the dataset and the
+    /// changed objects, when the dataset's catalog is not the one the state
+    /// was taken against. Read during `granary_session_open()` only.
+    pub resume_state: *const u8,
+    /// Length of `resume_state` in bytes.
+    pub resume_state_len: usize,
+    /// Non-zero: open from `resume_state` even when the dataset changed
+    /// since the state was saved (the agent logs what changed).
+    pub accept_changed_dataset: u32,
+    /// With `workers` > 1: take only batches `worker`, `worker + workers`,
+    /// … of each epoch of the rank (one of `workers` processes sharing the
+    /// rank's batches round robin). Default 0.
+    pub worker: u32,
+    /// How many processes share the rank's batches; 0 or 1 (default): the
+    /// session takes every batch of the rank.
+    pub workers: u32,
+    /// Zero.
+    pub reserved3: u32,
 }
+
+/// Most bytes of a session state (`granary_session_state()`).
+pub const GRANARY_STATE_MAX: usize = 4096;
 
 /// Size of `granary_session_options` before the view fields: callers built
 /// against that header still work (their sessions hand in no view).
@@ -153,6 +184,10 @@ pub(crate) const OPTIONS_V2_SIZE: usize = 80;
 /// Size of `granary_session_options` before `no_crc_check`: callers built
 /// against it get the check (the default).
 pub(crate) const OPTIONS_V3_SIZE: usize = 136;
+
+/// Size of `granary_session_options` before `resume_state`: callers built
+/// against it open fresh sessions.
+pub(crate) const OPTIONS_V4_SIZE: usize = 152;
 
 /// Longest note of `granary_assignment_info`, NUL included.
 pub const GRANARY_NOTE_MAX: usize = 512;
@@ -237,7 +272,14 @@ pub struct GranarySessionInfo {
     pub batches_per_epoch: u64,
     /// Size of the read-only arena mapping in bytes.
     pub arena_size: u64,
+    /// Batches the whole rank receives per epoch (`batches_per_epoch` is
+    /// this session's part when `workers` > 1); 0 from an agent that does
+    /// not say.
+    pub rank_batches_per_epoch: u64,
 }
+
+/// Size of `granary_session_info` before `rank_batches_per_epoch`.
+pub(crate) const SESSION_INFO_V1_SIZE: usize = 48;
 
 /// One sample of a batch, as filled in by `granary_batch_sample()`.
 #[repr(C)]
@@ -301,7 +343,11 @@ const _: () = {
     assert!(offset_of!(GranarySessionOptions, no_crc_check) == OPTIONS_V3_SIZE);
     assert!(offset_of!(GranarySessionOptions, resume_timeout_ms) == 140);
     assert!(offset_of!(GranarySessionOptions, first_batch) == 144);
-    assert!(size_of::<GranarySessionOptions>() == 152);
+    assert!(offset_of!(GranarySessionOptions, resume_state) == OPTIONS_V4_SIZE);
+    assert!(offset_of!(GranarySessionOptions, resume_state_len) == 160);
+    assert!(offset_of!(GranarySessionOptions, accept_changed_dataset) == 168);
+    assert!(offset_of!(GranarySessionOptions, workers) == 176);
+    assert!(size_of::<GranarySessionOptions>() == 184);
     assert!(offset_of!(GranaryAssignmentInfo, digest) == 8);
     assert!(offset_of!(GranaryAssignmentInfo, note) == 40);
     assert!(size_of::<GranaryAssignmentInfo>() == 40 + GRANARY_NOTE_MAX);
@@ -313,7 +359,8 @@ const _: () = {
     assert!(size_of::<GranaryPeerIdentity>() == 64 + 3 * GRANARY_NAME_MAX);
     assert!(offset_of!(GranarySessionInfo, struct_size) == 0);
     assert!(offset_of!(GranarySessionInfo, session_id) == 16);
-    assert!(size_of::<GranarySessionInfo>() == 48);
+    assert!(offset_of!(GranarySessionInfo, rank_batches_per_epoch) == SESSION_INFO_V1_SIZE);
+    assert!(size_of::<GranarySessionInfo>() == 56);
     assert!(offset_of!(GranarySample, length) == 8);
     assert!(offset_of!(GranarySample, crc32c) == 32);
     assert!(size_of::<GranarySample>() == 40);

@@ -699,6 +699,8 @@ impl Served {
             samples_per_epoch: self.samples_per_epoch,
             batches_per_epoch: self.batches_per_epoch,
             fd_count: 2,
+            catalog: None,
+            rank_batches_per_epoch: 0,
         };
         let loader_fd = match self.arena.loader_fd() {
             Ok(fd) => fd,

@@ -201,6 +201,10 @@ fn the_engine_serves_and_beats_while_a_large_views_directory_is_computed() {
         client_abi: 1,
         locality: None,
         first_batch: 0,
+        worker: 0,
+        workers: 1,
+        catalog: None,
+        wants_catalog: false,
     };
     h.engine.assignment_query(h.next_conn, query);
     assert_eq!(h.engine.directories.waiting.len(), 1, "the query waits");
