@@ -102,6 +102,12 @@ def plan_batches(seed, epoch, n, rank, world_size, batch_size, drop_last=False):
     return batches
 
 
+def worker_batches(seed, epoch, n, rank, world_size, batch_size, worker, workers, drop_last=False):
+    """The batches of `rank` in `epoch` that worker `worker` of `workers`
+    takes (OpenSession worker/workers): batches worker, worker + workers, ..."""
+    return plan_batches(seed, epoch, n, rank, world_size, batch_size, drop_last)[worker::workers]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, required=True)

@@ -373,7 +373,8 @@ mod tests {
         }
         assert_eq!(ErrorCode::from_i32(1), None);
         assert_eq!(ErrorCode::from_i32(-17), Some(ErrorCode::ShortRead));
-        assert_eq!(ErrorCode::from_i32(-18), None);
+        assert_eq!(ErrorCode::from_i32(-18), Some(ErrorCode::DatasetChanged));
+        assert_eq!(ErrorCode::from_i32(-19), None);
         assert_eq!(ErrorCode::from_i32(i32::MIN), None);
     }
 

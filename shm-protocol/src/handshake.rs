@@ -1275,8 +1275,8 @@ mod tests {
         };
         assert_eq!(decode_frame(&with(&[1])), Err(ProtocolError::Truncated));
         assert_eq!(
-            decode_frame(&with(&[0x20])),
-            Err(ProtocolError::BadFlags(0x20)),
+            decode_frame(&with(&[0x40])),
+            Err(ProtocolError::BadFlags(0x40)),
             "unknown trailer fields are refused"
         );
         assert_eq!(

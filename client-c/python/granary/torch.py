@@ -6,16 +6,28 @@ Switching from a ``DataLoader`` over ``ImageFolder``::
     ds = GranaryDataset("imagenet", batch_size=256, decode=decode_jpeg, batches=True)
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=4)
 
-**Sharding.** Every DataLoader worker of every rank opens its own session,
-as rank ``rank * num_workers + worker_id`` of ``world_size * num_workers``.
-Rank and world size come from the arguments, else from
-``torch.distributed`` when it is initialised, else from the ``RANK`` and
-``WORLD_SIZE`` environment variables, else 0 of 1. The agent's planner
-splits each epoch's permutation among those sessions the way
-``DistributedSampler`` splits ``randperm``, so across all workers of all
+**Sharding.** The agent's planner splits each epoch's permutation among
+the ranks the way ``DistributedSampler`` splits ``randperm``, so across all
 ranks every sample comes once per epoch (as with ``DistributedSampler``,
-when the sample count is not a multiple of the sessions, a few are repeated
-to even them out, or dropped with ``drop_last=True``).
+when the sample count is not a multiple of the ranks, a few are repeated to
+even them out, or dropped with ``drop_last=True``). Rank and world size
+come from the arguments, else from ``torch.distributed`` when it is
+initialised, else from the ``RANK`` and ``WORLD_SIZE`` environment
+variables, else 0 of 1. The DataLoader workers of a rank share its batches
+round robin (worker ``w`` of ``W`` takes batches ``w``, ``w + W``, ... of
+each epoch, each worker in a session of its own), so the DataLoader hands
+the training loop the rank's batches in the rank's own order. (In locality
+mode each worker is a rank of its own, ``rank * num_workers + worker_id``
+of ``world_size * num_workers``, as the layout says.)
+
+**Checkpoints.** :meth:`GranaryDataset.state_dict` and
+:meth:`GranaryDataset.load_state_dict` implement the stateful-dataset
+protocol of ``torchdata.stateful_dataloader.StatefulDataLoader``: its
+``state_dict()`` taken mid-epoch, loaded into a new process's loader,
+continues the pass after the last item the training loop received. A
+whole loader state given to ``ds.load_state_dict`` continues with another
+number of workers, or another world size keeping the global batch. See
+``docs/python.md``, "Checkpoints and resuming".
 
 **Assignment.** ``assignment="distributed_sampler"`` (default) is the
 exact order above. ``assignment="locality"`` keeps every global step (the
@@ -64,6 +76,7 @@ without a warning.
 
 from __future__ import annotations
 
+import copy
 import io
 import logging
 import os
@@ -77,7 +90,7 @@ from typing import Callable, Iterator, Optional
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from . import _lib
+from . import _lib, resume_plan
 from .core import DEFAULT_TIMEOUT, Client, Sample, agree, default_socket, encode_layout, encode_view
 from .errors import Disconnected, EndOfStream, GranaryError, NotFound, Timeout
 
@@ -253,6 +266,7 @@ class GranaryDataset(IterableDataset):
         assignment: str = "distributed_sampler",
         verify_crc: bool = True,
         resume_timeout: Optional[float] = 60.0,
+        accept_changed_dataset: bool = False,
     ):
         super().__init__()
         if on_error not in ON_ERROR:
@@ -281,6 +295,11 @@ class GranaryDataset(IterableDataset):
         self.assignment = assignment
         self.verify_crc = verify_crc
         self.resume_timeout = resume_timeout
+        self.accept_changed_dataset = accept_changed_dataset
+        # This process's position in its pass (state_dict), and the saved
+        # states the next pass goes on from (load_state_dict).
+        self._position: Optional[dict] = None
+        self._pending: Optional[list] = None
         # Set by prepare(): the rank layout's node ids, the DataLoader
         # workers per rank, the process group, and the agreed digest of the
         # current epoch (None: exact order).
@@ -446,9 +465,161 @@ class GranaryDataset(IterableDataset):
             return {}
         return {"layout": self._layout, "locality": self._locality}
 
+    # -- checkpoints -------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """Where this process's pass stands (the stateful-dataset protocol of
+        ``torchdata.stateful_dataloader.StatefulDataLoader``): the plan's
+        inputs, the dataset's provenance and, per session, the batches
+        handed to the training loop (not what was prefetched). In a
+        DataLoader worker it is that worker's; ``StatefulDataLoader``
+        gathers them into its own ``state_dict()``."""
+        if self._position is not None:
+            return copy.deepcopy(self._position)
+        if self._pending is not None:
+            return {"pending": copy.deepcopy(self._pending)}
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Makes the next pass go on where a saved state stood: this
+        dataset's own ``state_dict()``, or a whole
+        ``StatefulDataLoader.state_dict()`` (every worker's). The next pass
+        may run another number of DataLoader workers, or another world size
+        with the same global batch (``batch_size * world_size``); every
+        remaining sample of the pass comes once. Before the first batch, the
+        agent checks the saved provenance: a dataset that changed since
+        raises :class:`~granary.errors.DatasetChanged` naming the objects,
+        unless ``accept_changed_dataset=True``."""
+        states = resume_plan.find_states(state)
+        self._pending = states or None
+        self._position = None
+
+    def _plan_inputs(self, world: int) -> dict:
+        return dict(
+            dataset=self.dataset,
+            seed=self.seed,
+            epoch=self.epoch,
+            epochs=self.epochs,
+            drop_last=self.drop_last,
+            assignment=self.assignment,
+            batch_size=self.batch_size,
+            world_size=world,
+        )
+
+    def _open(self, rank: int, world: int, assignment: dict, first_batch: int, worker: int, workers: int, **extra):
+        with Client(self.socket) as client:
+            return client.open_session(
+                self.dataset,
+                batch_size=self.batch_size,
+                seed=self.seed,
+                first_epoch=self.epoch,
+                epochs=self.epochs,
+                rank=rank,
+                world_size=world,
+                drop_last=self.drop_last,
+                timeout=self.timeout,
+                view=self.view,
+                verify_crc=self.verify_crc,
+                first_batch=first_batch,
+                # The dataset resumes itself (below), across its
+                # DataLoader workers, with its own timeout and log.
+                resume_timeout=None,
+                worker=worker,
+                workers=workers,
+                **assignment,
+                **extra,
+            )
+
+    def _runs(self, rank: int, world: int, wid: int, workers: int, assignment: dict) -> dict:
+        """This process's position at the start of a pass: fresh, or going
+        on from the states given to :meth:`load_state_dict`."""
+        locality = self.assignment == "locality"
+        plan = self._plan_inputs(world)
+        position = {
+            resume_plan.MARK: 1,
+            "plan": plan,
+            "rank": rank,
+            "wid": wid,
+            "W": workers,
+            "nb": None,
+            "catalog": None,
+            "runs": resume_plan.fresh_runs(0, 1) if locality else resume_plan.fresh_runs(wid, workers),
+        }
+        pending, self._pending = self._pending, None
+        if not pending:
+            return position
+        old = pending[0]["plan"]
+        for field in resume_plan.PLAN_FIELDS:
+            if any(p["plan"][field] != plan[field] for p in pending):
+                raise ValueError(
+                    f"granary: the saved state is of another pass ({field}: {old[field]!r}, this "
+                    f"dataset has {plan[field]!r}); set the same {field} before loading it"
+                )
+        if len({p["rank"] for p in pending}) != 1:
+            raise ValueError("granary: the saved state mixes ranks: load each rank's own state")
+        # The provenance check, before the first batch: a session opened
+        # from the saved state's own session state.
+        if pending[0].get("catalog"):
+            with Client(self.socket) as client:
+                probe = client.open_session(
+                    None, state=pending[0]["catalog"], accept_changed=self.accept_changed_dataset,
+                    timeout=self.timeout, resume_timeout=None,
+                )
+            probe.close()
+        same_rank = old["world_size"] == world and old["batch_size"] == self.batch_size and pending[0]["rank"] == rank
+        own = len(pending) == 1 and pending[0]["wid"] == wid and pending[0]["W"] == workers and same_rank
+        position["catalog"] = pending[0].get("catalog")
+        if own:
+            position["runs"] = copy.deepcopy(pending[0]["runs"])
+            position["nb"] = pending[0]["nb"]
+            return position
+        if locality:
+            raise ValueError(
+                'granary: assignment="locality" resumes only with the same DataLoader workers and '
+                "world size as the saved state (each worker loads its own state)"
+            )
+        nb = pending[0]["nb"]
+        total = self.epochs * nb
+        leftovers, tail = resume_plan.remaining(pending, total)
+        if same_rank:
+            position["nb"] = nb
+            position["runs"] = resume_plan.share(leftovers, tail, total, nb, wid, workers)
+            return position
+        # Elastic: another world size with the same global batch goes on at
+        # the committed global step.
+        if old["world_size"] * old["batch_size"] != world * self.batch_size:
+            raise ValueError(
+                f"granary: the saved state's global batch is {old['world_size']} x {old['batch_size']}; "
+                f"this job's is {world} x {self.batch_size}: a job going on with another world size "
+                "keeps the global batch (batch_size * world_size)"
+            )
+        step = resume_plan.elastic_step(leftovers, tail)
+        if step is None:
+            raise ValueError(
+                "granary: the saved state stops inside a batch (per-sample items, or workers not in "
+                "step); another world size can go on only at a step boundary: save with batches=True"
+            )
+        probe = self._open(rank, world, assignment, 0, 0, 1)
+        nb_new = probe.info.rank_batches_per_epoch
+        probe.close()
+        epoch, b = divmod(step, nb)
+        start = epoch * nb_new + b
+        position["nb"] = nb_new
+        position["runs"] = resume_plan.share([], start, self.epochs * nb_new, nb_new, wid, workers)
+        return position
+
     def __iter__(self) -> Iterator:
-        rank, world = self.shard()
+        rank, world = rank_and_world(self.rank, self.world_size)
+        winfo = get_worker_info()
+        wid, workers = (winfo.id, winfo.num_workers) if winfo is not None else (0, 1)
         assignment = self._session_assignment()
+        position = self._runs(rank, world, wid, workers, assignment)
+        self._position = position
+        if self.assignment == "locality":
+            # Locality sessions split the job per worker, as the layout says.
+            srank, sworld = self.shard()
+        else:
+            srank, sworld = rank, world
         held: deque = deque()  # (batch, weak refs to buffers still viewed)
 
         def sweep(session) -> None:
@@ -468,95 +639,107 @@ class GranaryDataset(IterableDataset):
                     "granary.torch.GranaryDataset",
                 )
 
-        def open_at(first_batch: int):
-            with Client(self.socket) as client:
-                return client.open_session(
-                    self.dataset,
-                    batch_size=self.batch_size,
-                    seed=self.seed,
-                    first_epoch=self.epoch,
-                    epochs=self.epochs,
-                    rank=rank,
-                    world_size=world,
-                    drop_last=self.drop_last,
-                    timeout=self.timeout,
-                    view=self.view,
-                    verify_crc=self.verify_crc,
-                    first_batch=first_batch,
-                    # The dataset resumes itself (below), across its
-                    # DataLoader workers, with its own timeout and log.
-                    resume_timeout=None,
-                    **assignment,
-                )
+        session = None
+        try:
+            for run in position["runs"]:
+                if run.get("done") or (run["limit"] is not None and run["taken"] >= run["limit"]):
+                    continue
 
-        try:
-            session = open_at(0)
-        except Disconnected as gone:
-            # The agent is restarting as this pass (or this worker) starts.
-            if self.resume_timeout is None:
-                raise
-            session = self._resume(None, gone, open_at, 0)
-        # Batches of this pass fully handed out (counted across epochs): a
-        # resumed session starts after them.
-        handed = 0
-        try:
-            while True:
-                sweep(session)
+                def open_at(first_batch: int, run=run):
+                    return self._open(srank, sworld, assignment, first_batch, run["worker"], run["workers"])
+
                 try:
-                    batch = session.next_batch()
-                except EndOfStream:
-                    break
+                    session = open_at(run["first"] + run["taken"])
                 except Disconnected as gone:
+                    # The agent is restarting as this pass (or this worker) starts.
                     if self.resume_timeout is None:
                         raise
-                    session = self._resume(session, gone, open_at, handed)
-                    continue
-                if batch.status != 0 and self.on_error == "raise":
-                    # The first failed sample's own error (its kind), else
-                    # the batch's.
-                    err = next((smp.error for smp in batch if smp.status != 0), None) or batch.error
-                    batch.release()
-                    raise err  # type: ignore[misc]
-                try:
-                    xs, ys, ids = [], [], []
-                    failed: dict[str, int] = {}
-                    for sample in batch:
-                        if sample.status != 0:
-                            if self.on_error == "raise":
-                                raise sample.error  # type: ignore[misc]
-                            kind = sample.kind or "Unknown"
-                            failed[kind] = failed.get(kind, 0) + 1
-                            continue
-                        x, y = self._x(sample), self._y(sample.label)
-                        if self.batches:
-                            xs.append(x)
-                            ys.append(y)
-                            ids.append(sample.id)
-                        elif self.with_ids:
-                            yield x, y, sample.id
-                        else:
-                            yield x, y
-                        del x
-                    if failed:
-                        self._count_failures(batch, failed)
-                    if self.batches and xs:
-                        item = self._batch_item(xs, ys, ids)
-                        del xs
-                        yield item
-                        del item
-                except BaseException:
-                    batch.release()
-                    raise
-                refs = batch._retire()
-                held.append((batch, refs))
-                handed += 1
+                    session = self._resume(None, gone, open_at, run["first"] + run["taken"])
+                if position["nb"] is None:
+                    position["nb"] = session.info.rank_batches_per_epoch or session.info.batches_per_epoch
+                if position["catalog"] is None:
+                    position["catalog"] = session.state()
+                while run["limit"] is None or run["taken"] < run["limit"]:
+                    sweep(session)
+                    try:
+                        batch = session.next_batch()
+                    except EndOfStream:
+                        run["done"] = True
+                        break
+                    except Disconnected as gone:
+                        if self.resume_timeout is None:
+                            raise
+                        session = self._resume(session, gone, open_at, run["first"] + run["taken"])
+                        continue
+                    yield from self._items(batch, run, held)
+                # The consumer may still hold the last items (a DataLoader
+                # collates after the iterator ends): the session ends when
+                # they are gone.
+                _close_when_unviewed(session, held)
+                held = deque()
+                session = None
         except BaseException:
-            session.close()
+            if session is not None:
+                session.close()
             raise
-        # The consumer may still hold the last items (a DataLoader collates
-        # after the iterator ends): the session ends when they are gone.
-        _close_when_unviewed(session, held)
 
+    def _items(self, batch, run: dict, held: deque) -> Iterator:
+        """The items of one batch; counts them into ``run`` before each is
+        handed on (the position a state taken right after it records)."""
+        if batch.status != 0 and self.on_error == "raise":
+            # The first failed sample's own error (its kind), else the
+            # batch's.
+            err = next((smp.error for smp in batch if smp.status != 0), None) or batch.error
+            batch.release()
+            raise err  # type: ignore[misc]
+        try:
+            xs, ys, ids = [], [], []
+            failed: dict[str, int] = {}
+            skip = run["skip"]
+            for i, sample in enumerate(batch):
+                if i < skip:
+                    continue  # handed out before the state was saved
+                if sample.status != 0:
+                    if self.on_error == "raise":
+                        raise sample.error  # type: ignore[misc]
+                    kind = sample.kind or "Unknown"
+                    failed[kind] = failed.get(kind, 0) + 1
+                    run["skip"] = i + 1
+                    continue
+                x, y = self._x(sample), self._y(sample.label)
+                if self.batches:
+                    xs.append(x)
+                    ys.append(y)
+                    ids.append(sample.id)
+                else:
+                    run["skip"] = i + 1
+                    if run["skip"] == len(batch):
+                        run["taken"] += 1
+                        run["skip"] = 0
+                    if self.with_ids:
+                        yield x, y, sample.id
+                    else:
+                        yield x, y
+                del x
+            if failed:
+                self._count_failures(batch, failed)
+            if self.batches:
+                run["taken"] += 1
+                run["skip"] = 0
+                if xs:
+                    item = self._batch_item(xs, ys, ids)
+                    del xs
+                    yield item
+                    del item
+            elif run["skip"] != 0:
+                # The batch's last samples failed and were left out.
+                run["taken"] += 1
+                run["skip"] = 0
+        except BaseException:
+            batch.release()
+            raise
+        refs = batch._retire()
+        held.append((batch, refs))
 
     def _resume(self, old, gone: GranaryError, open_at: Callable, handed: int):
         """The agent went away: waits up to ``resume_timeout`` for it to
