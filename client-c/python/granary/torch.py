@@ -78,6 +78,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from . import _lib
+from . import cuda as _cuda
 from .core import DEFAULT_TIMEOUT, Client, Sample, agree, default_socket, encode_layout, encode_view
 from .errors import Disconnected, EndOfStream, GranaryError, NotFound, Timeout
 
@@ -253,6 +254,7 @@ class GranaryDataset(IterableDataset):
         assignment: str = "distributed_sampler",
         verify_crc: bool = True,
         resume_timeout: Optional[float] = 60.0,
+        pin_memory: bool = False,
     ):
         super().__init__()
         if on_error not in ON_ERROR:
@@ -281,6 +283,7 @@ class GranaryDataset(IterableDataset):
         self.assignment = assignment
         self.verify_crc = verify_crc
         self.resume_timeout = resume_timeout
+        self.pin_memory = pin_memory  # granary.cuda: arena registered, stacks page-locked
         # Set by prepare(): the rank layout's node ids, the DataLoader
         # workers per rank, the process group, and the agreed digest of the
         # current epoch (None: exact order).
@@ -402,7 +405,7 @@ class GranaryDataset(IterableDataset):
             item = self.collate(xs, ys)
             return (*item, torch.tensor(ids, dtype=torch.int64)) if self.with_ids else item
         if xs and all(isinstance(x, torch.Tensor) for x in xs) and len({tuple(x.shape) for x in xs}) == 1:
-            xs = torch.stack(xs)
+            xs = _cuda.stack_pinned(xs) if self.pin_memory else torch.stack(xs)
         if ys and all(isinstance(y, int) for y in ys):
             ys = torch.tensor(ys, dtype=torch.int64)
         if self.with_ids:
@@ -470,7 +473,7 @@ class GranaryDataset(IterableDataset):
 
         def open_at(first_batch: int):
             with Client(self.socket) as client:
-                return client.open_session(
+                session = client.open_session(
                     self.dataset,
                     batch_size=self.batch_size,
                     seed=self.seed,
@@ -488,6 +491,9 @@ class GranaryDataset(IterableDataset):
                     resume_timeout=None,
                     **assignment,
                 )
+            if self.pin_memory:
+                _cuda.pin_arena(session)
+            return session
 
         try:
             session = open_at(0)
