@@ -123,6 +123,7 @@ class ArenaPin:
         self.reason = reason
         #: The ``cudaHostUnregister`` result (0: success) once undone.
         self.unregister_result: Optional[int] = None
+        self.asked = True  # whether registration was asked for
 
     @property
     def registered(self) -> bool:
@@ -228,7 +229,9 @@ def pin_arena(session, *, register: bool = True) -> ArenaPin:
     with _lock:
         old = getattr(session, "_granary_pin", None)
         if old is not None and (old.base, old.size) == (base, size) and old.unregister_result is None:
-            if old.mode == "registered" or not register:
+            # The same arena: keep the registration, or a refusal (no retry
+            # on every call), unless registration was not asked for before.
+            if old.mode == "registered" or old.asked == register:
                 return old
         if old is not None:
             old.unregister()
@@ -249,6 +252,7 @@ def pin_arena(session, *, register: bool = True) -> ArenaPin:
                 # Registered after the mapping's own finaliser (which
                 # unmaps), so it runs first: unregister, then unmap.
                 weakref.finalize(mapping, _unregister, base)
+        pin.asked = register
         session._granary_pin = pin
         return pin
 
