@@ -13,6 +13,9 @@ the next batch onto the GPU is the GPU's idle time. Loaders:
   granary_main     GranaryDataset(batches=True, pin_memory=True) iterated in
                    the training process, granary.cuda.to_device (the arena,
                    registered, straight to the GPU; no worker, no hand-over)
+  granary_thread   the same, through granary.cuda.prefetch: one thread of
+                   the training process fetches two batches ahead and
+                   transfers them on its own CUDA stream
   granary_workers  the same dataset through DataLoader(batch_size=None,
                    num_workers=--workers, pin_memory=True): the hand-over
                    through shared memory, then the DataLoader's pinning
@@ -158,6 +161,9 @@ def main():
             for xs, ys in granary_ds():
                 yield gcuda.to_device((xs, ys), device)
 
+        def thread():
+            return gcuda.prefetch(granary_ds(), device, depth=2)
+
         def workers():
             loader = DataLoader(granary_ds(), batch_size=None, num_workers=a.workers,
                                 pin_memory=device.type == "cuda", multiprocessing_context="fork")
@@ -172,9 +178,10 @@ def main():
                 for xs, ys in loader:
                     yield xs.to(device, non_blocking=True), ys.to(device, non_blocking=True)
 
-        for name, gen in (("granary_main", main_process), ("granary_workers", workers), ("local_files", local)):
+        for name, gen in (("granary_main", main_process), ("granary_thread", thread),
+                          ("granary_workers", workers), ("local_files", local)):
             res = run(name, gen(), step, device, a.warmup, a.steps)
-            res.update(device=dev_name, model=a.model, batch=a.batch, workers=a.workers if name != "granary_main" else 0)
+            res.update(device=dev_name, model=a.model, batch=a.batch, workers=0 if name.startswith(("granary_main", "granary_thread")) else a.workers)
             results.append(res)
             print(f"{name:16s} idle {100 * res['idle']:5.1f} %  wait {res['wait_ms_mean']:7.2f} ms  "
                   f"step {res['step_ms_mean']:7.2f} ms  {res['img_per_s']:8.1f} img/s  ({dev_name}, {a.model}, "

@@ -37,17 +37,23 @@ Typical use, in the training process itself (no DataLoader workers unless
 transforms need CPU)::
 
     from granary.torch import GranaryDataset
-    from granary.cuda import to_device
+    from granary.cuda import prefetch
 
     ds = GranaryDataset("train", batch_size=256, batches=True, pin_memory=True)
-    for xs, ys in ds:
-        xs, ys = to_device((xs, ys), "cuda")
+    for xs, ys in prefetch(ds, "cuda"):   # already on the GPU
         ...
+
+:func:`prefetch` runs the dataset's iterator in one thread of the training
+process, ``depth`` items ahead, and transfers each item on its own CUDA
+stream; ``for xs, ys in ds: xs, ys = to_device((xs, ys), "cuda")`` does the
+same without the thread (the next batch is then fetched only when the loop
+asks for it).
 """
 
 from __future__ import annotations
 
 import ctypes
+import queue
 import threading
 import weakref
 from collections import deque
@@ -60,6 +66,7 @@ __all__ = [
     "REGISTER_READ_ONLY",
     "pin_arena",
     "pinned_ranges",
+    "prefetch",
     "stack_pinned",
     "to_device",
     "wait_pending",
@@ -353,3 +360,105 @@ def stack_pinned(xs) -> torch.Tensor:
     first = xs[0]
     out = torch.empty((len(xs), *first.shape), dtype=first.dtype, pin_memory=True)
     return torch.stack(xs, out=out)
+
+
+_END = object()
+
+
+class _Failed:
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+def _record_stream(obj, stream) -> None:
+    if isinstance(obj, torch.Tensor):
+        if obj.device.type == "cuda":
+            obj.record_stream(stream)
+    elif isinstance(obj, (tuple, list)):
+        for o in obj:
+            _record_stream(o, stream)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            _record_stream(o, stream)
+
+
+def prefetch(iterable, device=None, depth: int = 2):
+    """Yields the items of ``iterable`` (e.g. a
+    :class:`~granary.torch.GranaryDataset`) on ``device``, fetched by one
+    thread of this process up to ``depth`` items ahead.
+
+    The thread iterates (the agent's next batch, its CRC check, the
+    stacking: C and PyTorch calls that release the GIL) and starts each
+    item's transfer with :func:`to_device` on a CUDA stream of its own; the
+    consumer's stream waits for that transfer before the item is handed
+    over, so the training loop neither waits for the agent nor for the copy
+    while the GPU has work. Without CUDA the items are only fetched ahead.
+    An error of the iterator is raised in the consumer; leaving the loop
+    early stops the thread.
+    """
+    if depth < 1:
+        raise ValueError("depth must be >= 1")
+    cuda_on = torch.cuda.is_available() and (device is None or torch.device(device).type == "cuda")
+    if cuda_on:
+        device = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        it = iter(iterable)
+        try:
+            if cuda_on:
+                stream = torch.cuda.Stream(device)
+                with torch.cuda.device(device), torch.cuda.stream(stream):
+                    for item in it:
+                        out = to_device(item, device)
+                        ev = torch.cuda.Event()
+                        ev.record(stream)
+                        if not put((out, ev)):
+                            return
+            else:
+                for item in it:
+                    if not put((item, None)):
+                        return
+            put(_END)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            put(_Failed(e))
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:  # noqa: BLE001
+                    pass
+
+    thread = threading.Thread(target=run, name="granary-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            got = q.get()
+            if got is _END:
+                return
+            if isinstance(got, _Failed):
+                raise got.exc
+            out, ev = got
+            if ev is not None:
+                current = torch.cuda.current_stream(device)
+                current.wait_event(ev)
+                # Allocated on the thread's stream, used on this one.
+                _record_stream(out, current)
+            yield out
+            del out, got
+    finally:
+        stop.set()
+        thread.join(timeout=10)

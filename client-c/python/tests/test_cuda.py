@@ -213,3 +213,26 @@ def test_registered_copies_are_not_slower_than_pageable(raw_agent, gpu):
         del arena, results
         cuda.wait_pending()
         batch.release()
+
+
+def test_prefetch_delivers_every_batch_intact(raw_agent):
+    """prefetch(): every batch once, its bytes intact, on the GPU where
+    there is one (else fetched ahead on the CPU); an early break stops the
+    thread."""
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    ds = GranaryDataset("small", raw_agent.socket, batch_size=4, batches=True, pin_memory=True, with_ids=True)
+    want = {}
+    with granary.open_session("small", raw_agent.socket, batch_size=SMALL[0]) as s:
+        for smp in s.next_batch():
+            want[smp.id] = smp.tobytes()
+    seen = []
+    for xs, ys, ids in cuda.prefetch(ds, device, depth=2):
+        assert xs.device.type == device.type
+        host = xs.cpu()
+        for row, i in zip(host, ids.tolist()):
+            assert row.numpy().tobytes() == want[i]
+            seen.append(i)
+    assert sorted(seen) == sorted(want)
+    for _item in cuda.prefetch(ds, device):
+        break
+    cuda.wait_pending()
