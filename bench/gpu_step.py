@@ -142,6 +142,7 @@ def main():
     a = ap.parse_args()
     device = torch.device(a.device)
     root = Path(a.root or tempfile.mkdtemp(prefix="gpu_step_"))
+    root.mkdir(parents=True, exist_ok=True)
     if not any(root.glob("class_*/*.raw")):
         t = time.perf_counter()
         write_dataset(root, a.samples)
