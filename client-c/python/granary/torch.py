@@ -91,6 +91,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from . import _lib, resume_plan
+from . import cuda as _cuda
 from .core import DEFAULT_TIMEOUT, Client, Sample, agree, default_socket, encode_layout, encode_view
 from .errors import Disconnected, EndOfStream, GranaryError, NotFound, Timeout
 
@@ -267,6 +268,7 @@ class GranaryDataset(IterableDataset):
         verify_crc: bool = True,
         resume_timeout: Optional[float] = 60.0,
         accept_changed_dataset: bool = False,
+        pin_memory: bool = False,
     ):
         super().__init__()
         if on_error not in ON_ERROR:
@@ -296,6 +298,7 @@ class GranaryDataset(IterableDataset):
         self.verify_crc = verify_crc
         self.resume_timeout = resume_timeout
         self.accept_changed_dataset = accept_changed_dataset
+        self.pin_memory = pin_memory  # granary.cuda: arena registered, stacks page-locked
         # This process's position in its pass (state_dict), and the saved
         # states the next pass goes on from (load_state_dict).
         self._position: Optional[dict] = None
@@ -421,7 +424,7 @@ class GranaryDataset(IterableDataset):
             item = self.collate(xs, ys)
             return (*item, torch.tensor(ids, dtype=torch.int64)) if self.with_ids else item
         if xs and all(isinstance(x, torch.Tensor) for x in xs) and len({tuple(x.shape) for x in xs}) == 1:
-            xs = torch.stack(xs)
+            xs = _cuda.stack_pinned(xs) if self.pin_memory else torch.stack(xs)
         if ys and all(isinstance(y, int) for y in ys):
             ys = torch.tensor(ys, dtype=torch.int64)
         if self.with_ids:
@@ -508,7 +511,7 @@ class GranaryDataset(IterableDataset):
 
     def _open(self, rank: int, world: int, assignment: dict, first_batch: int, worker: int, workers: int, **extra):
         with Client(self.socket) as client:
-            return client.open_session(
+            session = client.open_session(
                 self.dataset,
                 batch_size=self.batch_size,
                 seed=self.seed,
@@ -529,6 +532,9 @@ class GranaryDataset(IterableDataset):
                 **assignment,
                 **extra,
             )
+        if self.pin_memory:
+            _cuda.pin_arena(session)
+        return session
 
     def _runs(self, rank: int, world: int, wid: int, workers: int, assignment: dict) -> dict:
         """This process's position at the start of a pass: fresh, or going
