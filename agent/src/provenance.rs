@@ -23,7 +23,8 @@
 //!
 //! Layout of the sketch: [`CELLS`] cells of 28 bytes, each `i32 count`,
 //! `u64 key_xor`, `u64 value_xor`, `u64 check_xor`, little-endian. A pair
-//! goes into one cell of each of three sub-tables of [`SUBTABLE`] cells.
+//! goes into one cell of each of three sub-tables of [`SUBTABLE`] cells,
+//! chosen by the hash of the whole pair.
 
 use crate::planner::mix64;
 use crate::source::SampleSource;
@@ -56,11 +57,13 @@ fn check(key: u64, value: u64) -> u64 {
     mix64(key ^ mix64(value ^ 0x7072_6f76_656e_616e))
 }
 
-/// The three cells of `key`, one per sub-table.
-fn cells_of(key: u64) -> [usize; 3] {
+/// The three cells of the pair `(key, value)`, one per sub-table (by the
+/// whole pair, so that two versions of one sample land apart).
+fn cells_of(key: u64, value: u64) -> [usize; 3] {
+    let pair = check(key, value);
     let mut out = [0; 3];
     for (t, slot) in out.iter_mut().enumerate() {
-        let h = mix64(key.wrapping_add((t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+        let h = mix64(pair.wrapping_add((t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
         *slot = t * SUBTABLE + (h % SUBTABLE as u64) as usize;
     }
     out
@@ -118,7 +121,7 @@ pub fn sample_pair(name: &str, size: u64, token: &[u8]) -> (u64, u64) {
 impl Sketch {
     /// Adds a pair.
     pub fn insert(&mut self, key: u64, value: u64) {
-        for c in cells_of(key) {
+        for c in cells_of(key, value) {
             self.cells[c].toggle(1, key, value);
         }
     }
@@ -180,7 +183,7 @@ impl Sketch {
                 count, key, value, ..
             } = d[i];
             out.push((count, key, value));
-            for c in cells_of(key) {
+            for c in cells_of(key, value) {
                 d[c].toggle(-count, key, value);
             }
         }

@@ -178,11 +178,11 @@ class Sample(ctypes.Structure):
 
 
 # The structs, as pinned in client-c/src/ffi/types.rs.
-assert ctypes.sizeof(SessionOptions) == 152, ctypes.sizeof(SessionOptions)
+assert ctypes.sizeof(SessionOptions) == 184, ctypes.sizeof(SessionOptions)
 assert ctypes.sizeof(AssignmentInfo) == 40 + NOTE_MAX, ctypes.sizeof(AssignmentInfo)
 assert ctypes.sizeof(PeerIdentity) == 64 + 3 * NAME_MAX, ctypes.sizeof(PeerIdentity)
 assert ctypes.sizeof(ViewMember) == 24, ctypes.sizeof(ViewMember)
-assert ctypes.sizeof(SessionInfo) == 48, ctypes.sizeof(SessionInfo)
+assert ctypes.sizeof(SessionInfo) == 56, ctypes.sizeof(SessionInfo)
 assert ctypes.sizeof(Sample) == 40, ctypes.sizeof(Sample)
 
 _vp = ctypes.c_void_p

@@ -28,6 +28,7 @@ as above.
 
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 #: Marks a worker state made by this module (version 1).
@@ -45,8 +46,11 @@ def per_worker(nb: int, w: int, workers: int) -> int:
 
 
 def rank_index(nb: int, w: int, workers: int, j: int) -> int:
-    """The rank batch of session batch ``j`` of worker ``w``."""
+    """The rank batch of session batch ``j`` of worker ``w`` (past every
+    rank batch when the worker has none)."""
     p = per_worker(nb, w, workers)
+    if p == 0:
+        return sys.maxsize
     e, r = divmod(j, p)
     return e * nb + w + r * workers
 
@@ -55,6 +59,8 @@ def first_session_batch(nb: int, w: int, workers: int, g: int) -> int:
     """The first session batch of worker ``w`` whose rank batch is ``g`` or
     later."""
     p = per_worker(nb, w, workers)
+    if p == 0:
+        return 0
     e, b = divmod(g, nb)
     r = 0 if b <= w else (b - w + workers - 1) // workers
     if r >= p:

@@ -1,0 +1,257 @@
+"""Checkpoints: a training process killed with SIGKILL right after saving
+its ``StatefulDataLoader`` state, at a random step of epoch 0 or 1, and
+resumed in a new process, sees every sample of every epoch exactly once,
+with 2 workers resumed with 2, with 2 resumed with 3, and two ranks resumed
+together; the first batch after the resume comes in under 1 s. A state
+whose dataset changed since is refused before the first batch, naming the
+object; another world size with the same global batch goes on at the
+committed global step. The C/Python session state (``Session.state()``,
+``open_session(state=...)``) likewise."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchdata.stateful_dataloader")
+
+import granary  # noqa: E402
+from granary import resume_plan, synth  # noqa: E402
+from granary.agent import LocalAgent  # noqa: E402
+from granary.make_dataset import make_synth  # noqa: E402
+from conftest import SYNTH_FILES  # noqa: E402
+
+BATCH = 10
+EPOCHS = 2
+
+# One training process: reads the pass with a StatefulDataLoader, verifies
+# and records every sample id it receives, and, at step `kill_at`, saves the
+# loader's state (atomically, as a checkpoint would) and kills itself with
+# SIGKILL. With a state file present it loads it first (into the loader, or
+# into the dataset when `whole` asks for another worker count or world size)
+# and measures the time to its first batch.
+CHILD = textwrap.dedent(
+    """
+    import json, os, signal, sys, time
+    import torch
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    from granary import synth
+    from granary.torch import GranaryDataset
+
+    a = json.loads(sys.argv[1])
+    ds = GranaryDataset("synth", a["socket"], batch_size=a["batch"], seed=3, epochs=a["epochs"],
+                        rank=a["rank"], world_size=a["world"], with_ids=True, batches=True,
+                        collate=lambda xs, ys: ([bytes(x.numpy()) for x in xs], ys))
+    state = None
+    if a.get("load") and os.path.exists(a["load"]):
+        state = torch.load(a["load"], weights_only=False)
+        if a["whole"]:
+            ds.load_state_dict(state)
+    loader = StatefulDataLoader(ds, batch_size=None, num_workers=a["workers"])
+    if state is not None and not a["whole"]:
+        loader.load_state_dict(state)
+    out = open(a["out"], "a")
+    t0 = time.monotonic()
+    for step, (xs, ys, ids) in enumerate(loader):
+        if step == 0:
+            out.write(json.dumps({"first_batch_s": time.monotonic() - t0}) + "\\n")
+        for x, y, i in zip(xs, ys, ids.tolist()):
+            fid, cls, _ = synth.verify(x)
+            assert (fid, cls) == (i, y), (fid, cls, i, y)
+        out.write(json.dumps({"ids": ids.tolist()}) + "\\n")
+        out.flush()
+        if step + 1 == a.get("kill_at", -1):
+            tmp = a["save"] + ".tmp"
+            torch.save(loader.state_dict(), tmp)
+            os.replace(tmp, a["save"])
+            os.kill(os.getpid(), signal.SIGKILL)
+    out.write(json.dumps({"done": True}) + "\\n")
+    """
+)
+
+
+def _run(agent, tmp: Path, name: str, **a) -> subprocess.CompletedProcess:
+    args = dict(socket=str(agent.socket), batch=BATCH, epochs=EPOCHS, rank=0, world=1, whole=False,
+                out=str(tmp / f"{name}.jsonl"), save=str(tmp / f"{name}.state"))
+    args.update(a)
+    # In a process group of its own, its output in a file: a process killed
+    # with SIGKILL leaves its DataLoader workers behind (blocked on a queue
+    # nobody reads), and they would hold a pipe open. They go with the group.
+    err = tmp / f"{name}.stderr"
+    with open(err, "w") as f:
+        p = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(args)], stdout=f, stderr=f,
+                             start_new_session=True)
+        try:
+            rc = p.wait(timeout=180)
+        finally:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return subprocess.CompletedProcess(p.args, rc, "", err.read_text())
+
+
+def _records(path: Path) -> tuple[list, list]:
+    ids, firsts = [], []
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        ids += r.get("ids", [])
+        if "first_batch_s" in r:
+            firsts.append(r["first_batch_s"])
+    return ids, firsts
+
+
+def _killed_then_resumed(agent, tmp, name, workers, workers_after, kill_at, rank=0, world=1, batch=BATCH):
+    """A process killed right after saving at step `kill_at`, then one
+    resuming from that state; returns (ids before, ids after, first-batch
+    times of the resumed process)."""
+    first = _run(agent, tmp, name, workers=workers, kill_at=kill_at, rank=rank, world=world, batch=batch)
+    assert first.returncode == -9, f"the first process should die by SIGKILL: {first.returncode}\n{first.stderr}"
+    before, _ = _records(tmp / f"{name}.jsonl")
+    assert len(before) == kill_at * batch
+    second = _run(agent, tmp, name + "-r", workers=workers_after, load=str(tmp / f"{name}.state"),
+                  whole=workers_after != workers, rank=rank, world=world, batch=batch)
+    assert second.returncode == 0, second.stderr
+    after, firsts = _records(tmp / f"{name}-r.jsonl")
+    return before, after, firsts
+
+
+@pytest.mark.parametrize("workers,workers_after", [(2, 2), (2, 3), (0, 2)], ids=["2to2", "2to3", "0to2"])
+def test_killed_after_saving_at_random_steps_resumes_every_sample_once(synth_root, tmp_path, workers, workers_after):
+    rng = random.Random(f"{workers}-{workers_after}")
+    steps = EPOCHS * SYNTH_FILES // BATCH
+    # One kill in epoch 0 and one in epoch 1, each at a random step.
+    kills = [rng.randrange(1, steps // 2), rng.randrange(steps // 2, steps - 1)]
+    with LocalAgent({"synth": synth_root}) as agent:
+        for n, kill_at in enumerate(kills):
+            before, after, firsts = _killed_then_resumed(agent, tmp_path, f"k{n}", workers, workers_after, kill_at)
+            print(f"[checkpoint] workers {workers}->{workers_after}: killed after step {kill_at} of {steps}, "
+                  f"{len(after)} samples after the resume, first batch in {firsts[0] * 1000:.0f} ms")
+            assert sorted(before + after) == sorted(list(range(SYNTH_FILES)) * EPOCHS), \
+                "every sample of both epochs exactly once across the kill"
+            assert firsts and firsts[0] < 1.0, f"first batch after the resume took {firsts[0]:.2f} s"
+
+
+def test_two_ranks_resumed_together(synth_root, tmp_path):
+    rng = random.Random(7)
+    steps = EPOCHS * SYNTH_FILES // (2 * BATCH)
+    with LocalAgent({"synth": synth_root}) as agent:
+        ids = []
+        for rank in (0, 1):
+            before, after, firsts = _killed_then_resumed(
+                agent, tmp_path, f"r{rank}", 2, 2, rng.randrange(1, steps - 1), rank=rank, world=2)
+            assert firsts[0] < 1.0
+            ids += before + after
+        assert sorted(ids) == sorted(list(range(SYNTH_FILES)) * EPOCHS)
+
+
+def test_another_world_size_goes_on_at_the_committed_global_step(synth_root, tmp_path):
+    """World size 2 (batches of 10) saved at global step 7 of epoch 0;
+    relaunched with world size 1 (batches of 20, the same global batch):
+    the new rank starts at global step 7, and the two halves together are
+    every sample of both epochs once."""
+    with LocalAgent({"synth": synth_root}) as agent:
+        ids = []
+        for rank in (0, 1):
+            r = _run(agent, tmp_path, f"w{rank}", workers=2, kill_at=7, rank=rank, world=2)
+            assert r.returncode == -9, r.stderr
+            ids += _records(tmp_path / f"w{rank}.jsonl")[0]
+        r = _run(agent, tmp_path, "w-new", workers=3, load=str(tmp_path / "w0.state"), whole=True, rank=0,
+                 world=1, batch=2 * BATCH)
+        assert r.returncode == 0, r.stderr
+        after, firsts = _records(tmp_path / "w-new.jsonl")
+        assert len(after) == EPOCHS * SYNTH_FILES - 7 * 2 * BATCH
+        assert sorted(ids + after) == sorted(list(range(SYNTH_FILES)) * EPOCHS)
+        assert firsts[0] < 1.0
+
+
+def test_a_replaced_object_refuses_the_resume_naming_it(tmp_path):
+    root = tmp_path / "data"
+    make_synth(root, 120, 4, mean_size=4096, seed=2)
+    from granary.torch import GranaryDataset
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def dataset(**kw):
+        return GranaryDataset("synth", agent.socket, batch_size=8, seed=1, with_ids=True, batches=True, **kw)
+
+    with LocalAgent({"synth": root}) as agent:
+        loader = StatefulDataLoader(dataset(), batch_size=None, num_workers=2)
+        it = iter(loader)
+        for _ in range(3):
+            next(it)
+        state = loader.state_dict()
+        del it, loader
+        victim = sorted(p for p in root.rglob("*") if p.is_file())[5]
+        data = bytearray(victim.read_bytes())
+        data[-1] ^= 0xFF
+        time.sleep(0.01)
+        victim.write_bytes(bytes(data))  # same size, new mtime
+        agent.stop()
+        agent.start()  # a restarted agent catalogs the dataset again
+        loader = StatefulDataLoader(dataset(), batch_size=None, num_workers=2)
+        loader.load_state_dict(state)
+        with pytest.raises(Exception) as e:
+            next(iter(loader))
+        msg = str(e.value)
+        print(f"[checkpoint] refused: {msg[:300]}")
+        assert "changed since the session state was saved" in msg, msg
+        assert victim.name in msg, msg
+        # Accepted explicitly, it goes on.
+        loader = StatefulDataLoader(dataset(accept_changed_dataset=True), batch_size=None, num_workers=2)
+        loader.load_state_dict(state)
+        n = sum(len(ids) for _xs, _ys, ids in loader)
+        assert n == 120 - 3 * 8
+
+
+def test_session_state_bytes_reopen_at_the_next_batch(agent):
+    """The C API's state through Python: taken after 5 batches, opened in a
+    fresh session, the rest of the plan follows."""
+    with granary.open_session("synth", agent.socket, batch_size=16, seed=5, epochs=2) as s:
+        plan = [[smp.id for smp in b] for b in s]
+    with granary.open_session("synth", agent.socket, batch_size=16, seed=5, epochs=2) as s:
+        for _ in range(5):
+            s.next_batch().release()
+        state = s.state()
+    assert len(state) < granary._lib.STATE_MAX
+    with granary.open_session(None, agent.socket, state=state) as s:
+        rest = [[smp.id for smp in b] for b in s]
+    assert rest == plan[5:]
+    with pytest.raises(granary.InvalidArgument, match="checksum"):
+        bad = bytearray(state)
+        bad[20] ^= 1
+        granary.open_session(None, agent.socket, state=bytes(bad))
+
+
+def test_remaining_and_share_cover_the_pass_exactly():
+    """The resume arithmetic on its own: any positions of W workers,
+    merged and shared among W2, cover the rest of the pass exactly once."""
+    rng = random.Random(1)
+    for _ in range(300):
+        nb, epochs, w = rng.randrange(1, 30), rng.randrange(1, 4), rng.randrange(1, 5)
+        total = nb * epochs
+        states, done = [], set()
+        for wid in range(w):
+            per = resume_plan.per_worker(nb, wid, w)
+            taken = rng.randrange(0, per * epochs + 1)
+            skip = rng.randrange(0, 3) if taken < per * epochs else 0
+            done |= {resume_plan.rank_index(nb, wid, w, j) for j in range(taken)}
+            states.append({"nb": nb, "runs": [dict(worker=wid, workers=w, first=0, limit=None, taken=taken,
+                                                     skip=skip)]})
+        left, tail = resume_plan.remaining(states, total)
+        w2 = rng.randrange(1, 5)
+        covered = []
+        for wid in range(w2):
+            for r in resume_plan.share(left, tail, total, nb, wid, w2):
+                per = resume_plan.per_worker(nb, r["worker"], r["workers"])
+                count = r["limit"] if r["limit"] is not None else per * epochs - r["first"]
+                covered += [resume_plan.rank_index(nb, r["worker"], r["workers"], r["first"] + i)
+                            for i in range(count)]
+        assert sorted(covered) == sorted(set(range(total)) - done), (nb, epochs, w, w2)
