@@ -641,7 +641,7 @@ impl SessionPlan {
     /// Batches over the whole session.
     #[cfg(test)]
     pub(crate) fn total_batches(&self) -> u64 {
-        batch_count(&self.params) * u64::from(self.epoch_count)
+        self.batches_per_epoch() * u64::from(self.epoch_count)
     }
 
     /// The plan of `epoch` (one of [`epochs`](Self::epochs)), built once
@@ -1228,6 +1228,77 @@ mod tests {
         let last = SessionPlan::new(p, u32::MAX, 1).unwrap();
         let mut cursor = last.cursor();
         assert_eq!(cursor.next_batch().unwrap().unwrap().epoch, u32::MAX);
+    }
+
+    #[test]
+    fn workers_split_the_rank_batches_round_robin() {
+        for (n, ws, bs, drop_last) in [
+            (23, 2, 5, false),
+            (100, 3, 7, true),
+            (9, 1, 2, false),
+            (5, 2, 4, false),
+        ] {
+            for workers in 1..=4u32 {
+                let p = params(n, ws, 0, bs, drop_last);
+                let rank = SessionPlan::new(p, 1, 2).unwrap();
+                let mut rank_batches = Vec::new();
+                let mut c = rank.cursor();
+                while let Some(b) = c.next_batch().unwrap() {
+                    rank_batches.push((b.epoch, b.index, b.samples.to_vec()));
+                }
+                let mut union = Vec::new();
+                for w in 0..workers {
+                    let part = SessionPlan::new(p, 1, 2)
+                        .unwrap()
+                        .with_workers(w, workers)
+                        .unwrap();
+                    let mut mine = Vec::new();
+                    let mut c = part.cursor();
+                    while let Some(b) = c.next_batch().unwrap() {
+                        mine.push((b.epoch, b.samples.to_vec()));
+                    }
+                    let expect: Vec<_> = rank_batches
+                        .iter()
+                        .filter(|(_, i, _)| *i % u64::from(workers) == u64::from(w))
+                        .map(|(e, _, s)| (*e, s.clone()))
+                        .collect();
+                    assert_eq!(
+                        mine, expect,
+                        "n {n} ws {ws} bs {bs} worker {w} of {workers}"
+                    );
+                    assert_eq!(mine.len() as u64, part.total_batches());
+                    let samples: u64 = mine.iter().map(|(_, s)| s.len() as u64).sum();
+                    assert_eq!(
+                        samples,
+                        2 * part.samples_per_epoch(),
+                        "n {n} ws {ws} bs {bs} dl {drop_last} w {w}/{workers}"
+                    );
+                    // Resuming at a batch of the part skips exactly those.
+                    if part.total_batches() > 1 {
+                        let mut c = part.cursor_at(1);
+                        assert_eq!(
+                            c.next_batch().unwrap().map(|b| b.samples.to_vec()),
+                            Some(mine[1].1.clone())
+                        );
+                    }
+                    union.extend(mine);
+                }
+                assert_eq!(union.len(), rank_batches.len());
+            }
+        }
+        let p = params(10, 1, 0, 2, false);
+        let e = SessionPlan::new(p, 0, 1)
+            .unwrap()
+            .with_workers(2, 2)
+            .unwrap_err();
+        assert_eq!(
+            e,
+            PlanError::WorkerOutOfRange {
+                worker: 2,
+                workers: 2
+            }
+        );
+        assert!(e.to_string().contains("worker 2 is out of range"));
     }
 
     #[test]

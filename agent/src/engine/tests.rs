@@ -186,6 +186,72 @@ fn a_session_can_start_at_a_given_batch() {
 }
 
 #[test]
+fn a_saved_catalog_that_differs_refuses_the_open_unless_accepted() {
+    let mut h = harness("", false);
+    let mut req = OpenSession {
+        dataset: "fake".into(),
+        seed: 3,
+        rank: 0,
+        world_size: 1,
+        batch_size: 5,
+        drop_last: false,
+        first_epoch: 0,
+        epoch_count: 1,
+        ready_capacity: 0,
+        release_capacity: 0,
+        client_abi: 1,
+        locality: None,
+        first_batch: 0,
+        worker: 1,
+        workers: 2,
+        catalog: None,
+        wants_catalog: true,
+    };
+    let (opened, _) = h.engine.open_session(0, 0, &req).expect("opens");
+    let catalog = opened.reply.catalog.clone().expect("asked for");
+    assert_eq!(
+        catalog.sketch.len(),
+        crate::provenance::SKETCH_BYTES,
+        "the difference sketch comes with the reply"
+    );
+    let rank = opened.reply.rank_batches_per_epoch;
+    assert_eq!(
+        opened.reply.batches_per_epoch,
+        rank / 2,
+        "worker 1 of 2 takes every other batch"
+    );
+    // The same catalog opens; one that differs is refused, naming it.
+    req.catalog = Some(granary_shm::handshake::CatalogCheck {
+        expected: catalog.clone(),
+        accept_changed: false,
+    });
+    assert!(h.engine.open_session(0, 0, &req).is_ok());
+    let mut other = crate::provenance::Sketch::from_bytes(&catalog.sketch).expect("sketch");
+    let (k, v) = crate::provenance::sample_pair("gone-object", 1, b"");
+    other.insert(k, v);
+    req.catalog = Some(granary_shm::handshake::CatalogCheck {
+        expected: granary_shm::handshake::CatalogId {
+            fingerprint: catalog.fingerprint ^ 1,
+            sketch: other.to_bytes(),
+        },
+        accept_changed: false,
+    });
+    let Err((code, why)) = h.engine.open_session(0, 0, &req) else {
+        panic!("a changed catalog was accepted");
+    };
+    assert_eq!(code, ErrorCode::DatasetChanged);
+    assert!(
+        why.contains("dataset \"fake\" changed") && why.contains("1 no longer in the catalog"),
+        "{why}"
+    );
+    req.catalog.as_mut().expect("set").accept_changed = true;
+    assert!(
+        h.engine.open_session(0, 0, &req).is_ok(),
+        "accepted explicitly"
+    );
+}
+
+#[test]
 fn a_transient_failure_is_retried_after_backoff() {
     let mut h = harness("read_retries = 3\nretry_backoff_ms = 50", false);
     let (_, mut loader) = h.open(4, 1);
