@@ -22,7 +22,10 @@ def test_codes_match_the_library():
     assert _lib.E_SHORT_READ == -17
     for code, name in _lib.CODE_NAMES.items():
         assert _lib.strerror(code) != "unknown error", name
-    assert _lib.strerror(-18) == "unknown error"
+    assert _lib.E_DATASET_CHANGED == -18
+    assert "changed since the session state was saved" in _lib.strerror(-18)
+    assert error_for(-18, "x").__class__ is granary.DatasetChanged
+    assert _lib.strerror(-19) == "unknown error"
     assert "catalogued" in _lib.strerror(_lib.E_SHORT_READ)
     assert "transient" in _lib.strerror(_lib.E_IO)
 
