@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Python step of scripts/test.sh: installs torch (CPU use of the default
-# PyPI wheel), torchvision, torchdata, numpy, Pillow, pytest and, if it
+# PyPI wheel), torchvision, torchdata, lightning, numpy, Pillow, pytest and, if it
 # installs, DALI;
 # builds libgranary and granaryd; installs the `granary` package from this
 # checkout; runs its tests. Prints how long each part took.
@@ -11,7 +11,7 @@ t_start=$SECONDS
 lap() { printf '[python] %-34s %4d s\n' "$1" "$(( SECONDS - $2 ))"; }
 
 t=$SECONDS
-"$py" -m pip install -q --disable-pip-version-check torch torchvision torchdata numpy Pillow pytest
+"$py" -m pip install -q --disable-pip-version-check torch torchvision torchdata lightning numpy Pillow pytest
 lap "pip install torch torchvision ..." "$t"
 
 t=$SECONDS

@@ -303,6 +303,8 @@ class GranaryDataset(IterableDataset):
         # states the next pass goes on from (load_state_dict).
         self._position: Optional[dict] = None
         self._pending: Optional[list] = None
+        # The rank's batches and samples per epoch (__len__), by plan.
+        self._sizes: Optional[tuple] = None
         # Set by prepare(): the rank layout's node ids, the DataLoader
         # workers per rank, the process group, and the agreed digest of the
         # current epoch (None: exact order).
@@ -397,6 +399,34 @@ class GranaryDataset(IterableDataset):
             return "distributed_sampler"
         log.info("granary: dataset %r epoch %d runs the locality-aware assignment", self.dataset, self.epoch)
         return "locality"
+
+    def __len__(self) -> int:
+        """Items this rank's pass yields (all its DataLoader workers
+        together): its batches (``batches=True``) or samples over the pass's
+        epochs, less those a state given to :meth:`load_state_dict` says
+        were delivered. Asks the agent (one short session). Samples left out
+        because they failed make a pass shorter. Knowing it, PyTorch
+        Lightning does not read a batch ahead of the training step, so the
+        loader state in its checkpoints is exactly what the steps used."""
+        rank, world = rank_and_world(self.rank, self.world_size)
+        key = (rank, world, self.batch_size, self.drop_last, self.seed, self.epoch)
+        if self._sizes is None or self._sizes[0] != key:
+            probe = self._open(rank, world, {}, 0, 0, 1)
+            info = probe.info
+            probe.close()
+            self._sizes = (key, info.rank_batches_per_epoch or info.batches_per_epoch, info.samples_per_epoch)
+        _, nb, samples = self._sizes
+        total = self.epochs * nb
+        left = total
+        pending = self._pending
+        if pending and pending[0]["plan"]["world_size"] == world and pending[0]["nb"] == nb:
+            leftovers, tail = resume_plan.remaining(pending, total)
+            left = len(leftovers) + (total - tail)
+        if self.batches:
+            return left
+        # Every batch is full but the last of each epoch.
+        short = nb * self.batch_size - samples
+        return max(left * self.batch_size - short * self.epochs, 0) if left == total else left * self.batch_size
 
     def shard(self) -> tuple[int, int]:
         """``(rank, world_size)`` of this process's session, counting

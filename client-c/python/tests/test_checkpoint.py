@@ -255,3 +255,65 @@ def test_remaining_and_share_cover_the_pass_exactly():
                 covered += [resume_plan.rank_index(nb, r["worker"], r["workers"], r["first"] + i)
                             for i in range(count)]
         assert sorted(covered) == sorted(set(range(total)) - done), (nb, epochs, w, w2)
+
+
+LIGHTNING_CHILD = textwrap.dedent(
+    """
+    import json, os, sys
+    import torch
+    import lightning as L
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    from granary.torch import GranaryDataset
+
+    sock, out, ckpt, stop_at = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+
+    class Model(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(1, 1)
+
+        def training_step(self, batch, i):
+            _xs, _ys, ids = batch
+            with open(out, "a") as f:
+                f.write(json.dumps(ids.tolist()) + "\\n")
+            if stop_at and self.global_step + 1 == stop_at:
+                self.trainer.save_checkpoint(ckpt)
+                os._exit(9)
+            return self.lin(torch.ones(1, 1)).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self):
+            ds = GranaryDataset("synth", sock, batch_size=10, seed=2, with_ids=True, batches=True,
+                                collate=lambda xs, ys: (torch.zeros(len(xs)), torch.tensor(ys)))
+            return StatefulDataLoader(ds, batch_size=None, num_workers=2)
+
+    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu")
+    trainer.fit(Model(), ckpt_path=None if stop_at else ckpt)
+    """
+)
+
+
+def test_lightning_checkpoint_mid_epoch_resumes_every_sample_once(synth_root, tmp_path):
+    """PyTorch Lightning's fit loop saves the StatefulDataLoader's state in
+    its checkpoint: a process that saves one mid-epoch and dies, then a new
+    Trainer fitting from it, see every sample of the epoch once."""
+    pytest.importorskip("lightning")
+    out, ckpt = tmp_path / "ids.jsonl", tmp_path / "mid.ckpt"
+    with LocalAgent({"synth": synth_root}) as agent:
+        for stop_at in (13, 0):
+            with open(tmp_path / "lightning.stderr", "w") as err:
+                p = subprocess.Popen([sys.executable, "-c", LIGHTNING_CHILD, str(agent.socket), str(out), str(ckpt),
+                                      str(stop_at)], stdout=err, stderr=err, start_new_session=True)
+                try:
+                    rc = p.wait(timeout=300)
+                finally:
+                    try:
+                        os.killpg(p.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            assert rc == (9 if stop_at else 0), (tmp_path / "lightning.stderr").read_text()[-2000:]
+    ids = [i for line in out.read_text().splitlines() for i in json.loads(line)]
+    assert sorted(ids) == list(range(SYNTH_FILES)), "every sample of the epoch once across the checkpoint"
