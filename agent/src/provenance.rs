@@ -39,6 +39,7 @@ pub const CELLS: usize = 3 * SUBTABLE;
 const CELL_BYTES: usize = 4 + 8 + 8 + 8;
 /// Bytes of a sketch.
 pub const SKETCH_BYTES: usize = CELLS * CELL_BYTES;
+const _: () = assert!(SKETCH_BYTES <= granary_shm::handshake::MAX_SKETCH);
 /// At most this many changed samples are named in one message.
 const NAMED: usize = 8;
 
@@ -175,10 +176,7 @@ impl Sketch {
             })
             .collect();
         let mut out = Vec::new();
-        loop {
-            let Some(i) = d.iter().position(Cell::is_pure) else {
-                break;
-            };
+        while let Some(i) = d.iter().position(Cell::is_pure) {
             let Cell {
                 count, key, value, ..
             } = d[i];
@@ -311,7 +309,6 @@ mod tests {
         let b = s.to_bytes();
         assert_eq!(b.len(), SKETCH_BYTES);
         assert_eq!(SKETCH_BYTES, 1764);
-        assert!(SKETCH_BYTES <= granary_shm::handshake::MAX_SKETCH);
         assert_eq!(Sketch::from_bytes(&b), Some(s));
         assert_eq!(Sketch::from_bytes(&b[1..]), None);
     }

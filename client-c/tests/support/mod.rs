@@ -715,7 +715,7 @@ impl Served {
         };
         if conn
             .send_message(
-                &Message::SessionOpened(reply),
+                &Message::SessionOpened(reply.clone()),
                 &[loader_fd.as_fd(), segment_fd],
             )
             .is_err()
