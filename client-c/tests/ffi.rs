@@ -81,7 +81,7 @@ fn abi_version_and_error_strings() {
         GranaryStatus::GranaryEShortRead as i32,
         ErrorCode::ShortRead.as_i32()
     );
-    for unknown in [1, 2, -18, -1000, i32::MIN, i32::MAX] {
+    for unknown in [1, 2, -19, -1000, i32::MIN, i32::MAX] {
         assert_eq!(cstr(granary_strerror(unknown)), "unknown error");
     }
     // The same static pointer every time.
@@ -562,5 +562,79 @@ fn views_encode_in_two_calls_and_refuse_bad_members() {
             )
         };
         assert_eq!(rc, INVALID, "{count} NULL members");
+    }
+}
+
+#[test]
+fn session_state_through_the_c_api() {
+    let _w = watchdog("session_state_through_the_c_api", WATCHDOG);
+    let ds = Dataset::new("state", 100);
+    let fx = Fixture::start(vec![ds]);
+    let client = connect(&fx);
+    let mut o = init_options(c"state");
+    o.batch_size = 10;
+    o.seed = 77;
+    let s = open(client, &o);
+    for _ in 0..3 {
+        let mut batch = ptr::null_mut();
+        // SAFETY: live session and out pointer; the batch is released at once.
+        unsafe {
+            assert!(granary_next_batch(s, -1, &mut batch) >= 0);
+            assert_eq!(granary_batch_release(s, batch), OK);
+        }
+    }
+    let mut len = 0usize;
+    // SAFETY: live session; NULL buffer asks for the length; NULL len is
+    // refused; a short buffer is refused with the length written.
+    unsafe {
+        assert_eq!(
+            granary_session_state(s, ptr::null_mut(), 0, ptr::null_mut()),
+            INVALID
+        );
+        assert_eq!(granary_session_state(s, ptr::null_mut(), 0, &mut len), OK);
+    }
+    assert!(len > 0 && len <= GRANARY_STATE_MAX, "{len}");
+    let mut small = vec![0u8; len - 1];
+    let mut got = 0usize;
+    // SAFETY: `small` is writable for its length.
+    let rc = unsafe { granary_session_state(s, small.as_mut_ptr(), small.len(), &mut got) };
+    assert_eq!((rc, got), (INVALID, len));
+    assert!(last_error().contains("state takes"), "{}", last_error());
+    let mut buf = vec![0u8; GRANARY_STATE_MAX];
+    // SAFETY: `buf` is writable for its length.
+    assert_eq!(
+        unsafe { granary_session_state(s, buf.as_mut_ptr(), buf.len(), &mut got) },
+        OK
+    );
+    let state = granary::SessionState::from_bytes(&buf[..got]).expect("a state");
+    assert_eq!(state.options.first_batch, 3, "three batches handed out");
+    assert_eq!((state.options.seed, state.options.batch_size), (77, 10));
+    // Opened from the state with no dataset named: batch 3 comes next.
+    let mut r = init_options(c"ignored");
+    r.dataset = ptr::null();
+    r.resume_state = buf.as_ptr();
+    r.resume_state_len = got;
+    let resumed = open(client, &r);
+    let mut batch = ptr::null_mut();
+    // SAFETY: live session and out pointer.
+    unsafe {
+        assert!(granary_next_batch(resumed, -1, &mut batch) >= 0);
+        assert_eq!(granary_batch_index(batch), 3);
+        assert_eq!(granary_batch_release(resumed, batch), OK);
+    }
+    // Changed bytes are refused before anything is sent.
+    buf[12] ^= 1;
+    let mut bad = ptr::null_mut();
+    // SAFETY: live client, options pointing at `buf`, out pointer.
+    assert_eq!(
+        unsafe { granary_session_open(client, &r, &mut bad) },
+        INVALID
+    );
+    assert!(last_error().contains("checksum"), "{}", last_error());
+    // SAFETY: live handles, closed once.
+    unsafe {
+        assert_eq!(granary_session_close(resumed), OK);
+        assert_eq!(granary_session_close(s), OK);
+        granary_client_free(client);
     }
 }

@@ -658,6 +658,11 @@ impl Served {
             ..Default::default()
         });
 
+        // A session opened past its first batches (a resume) starts there.
+        let skip = usize::try_from(req.first_batch)
+            .unwrap_or(usize::MAX)
+            .min(plan.len());
+        plan.drain(..skip);
         let session_id = shared.next_session.fetch_add(1, Ordering::SeqCst);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
