@@ -582,6 +582,18 @@ class GranaryDataset(IterableDataset):
             "runs": resume_plan.fresh_runs(0, 1) if locality else resume_plan.fresh_runs(wid, workers),
         }
         pending, self._pending = self._pending, None
+        if (
+            pending
+            and any(p["plan"]["epoch"] != plan["epoch"] for p in pending)
+            and all(
+                r.get("done") or (r["limit"] is not None and r["taken"] >= r["limit"])
+                for p in pending
+                for r in p["runs"]
+            )
+        ):
+            # A state saved after its pass ended, loaded for another epoch
+            # (set_epoch): that pass starts afresh.
+            pending = None
         if not pending:
             return position
         old = pending[0]["plan"]

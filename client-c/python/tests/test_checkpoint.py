@@ -317,3 +317,24 @@ def test_lightning_checkpoint_mid_epoch_resumes_every_sample_once(synth_root, tm
             assert rc == (9 if stop_at else 0), (tmp_path / "lightning.stderr").read_text()[-2000:]
     ids = [i for line in out.read_text().splitlines() for i in json.loads(line)]
     assert sorted(ids) == list(range(SYNTH_FILES)), "every sample of the epoch once across the checkpoint"
+
+
+def test_a_state_saved_after_the_pass_lets_the_next_epoch_start_afresh(agent):
+    """A checkpoint taken once a pass ended, loaded after set_epoch(1):
+    the whole of epoch 1 comes (the ended pass does not carry over)."""
+    from granary.torch import GranaryDataset
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def make(epoch):
+        ds = GranaryDataset("synth", agent.socket, batch_size=20, seed=8, with_ids=True, batches=True,
+                            collate=lambda xs, ys: (len(xs), ys))
+        ds.set_epoch(epoch)
+        return StatefulDataLoader(ds, batch_size=None, num_workers=2)
+
+    loader = make(0)
+    assert sum(len(ids) for _n, _ys, ids in loader) == SYNTH_FILES
+    state = loader.state_dict()
+    again = make(1)
+    again.load_state_dict(state)
+    ids = [i for _n, _ys, batch in again for i in batch.tolist()]
+    assert sorted(ids) == list(range(SYNTH_FILES))
