@@ -1022,21 +1022,26 @@ fn decode_body(kind: u16, body: &[u8]) -> Result<Message, ProtocolError> {
     let msg = match kind {
         KIND_OPEN_SESSION => Message::OpenSession(r.open_session()?),
         KIND_ASSIGNMENT_QUERY => Message::AssignmentQuery(r.open_session()?),
-        KIND_SESSION_OPENED => Message::SessionOpened(SessionOpened {
-            session_id: r.u64()?,
-            instance_epoch: r.u64()?,
-            arena_size: r.u64()?,
-            segment_size: r.u64()?,
-            samples_per_epoch: r.u64()?,
-            batches_per_epoch: r.u64()?,
-            fd_count: r.u8()?,
-            rank_batches_per_epoch: if r.rest.is_empty() { 0 } else { r.u64()? },
-            catalog: if r.rest.is_empty() {
-                None
-            } else {
-                Some(r.catalog()?)
-            },
-        }),
+        KIND_SESSION_OPENED => {
+            let mut o = SessionOpened {
+                session_id: r.u64()?,
+                instance_epoch: r.u64()?,
+                arena_size: r.u64()?,
+                segment_size: r.u64()?,
+                samples_per_epoch: r.u64()?,
+                batches_per_epoch: r.u64()?,
+                fd_count: r.u8()?,
+                catalog: None,
+                rank_batches_per_epoch: 0,
+            };
+            // The trailer, only for clients that asked: the rank's batches
+            // and the catalog, both or neither.
+            if !r.rest.is_empty() {
+                o.rank_batches_per_epoch = r.u64()?;
+                o.catalog = Some(r.catalog()?);
+            }
+            Message::SessionOpened(o)
+        }
         KIND_CLOSE_SESSION => Message::CloseSession {
             session_id: r.u64()?,
         },
