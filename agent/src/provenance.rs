@@ -175,10 +175,7 @@ impl Sketch {
             })
             .collect();
         let mut out = Vec::new();
-        loop {
-            let Some(i) = d.iter().position(Cell::is_pure) else {
-                break;
-            };
+        while let Some(i) = d.iter().position(Cell::is_pure) {
             let Cell {
                 count, key, value, ..
             } = d[i];
