@@ -13,13 +13,19 @@
 //! | `epoch E` | `tick …` every [`TICK`] while it runs (and `mark …`, see
 //! | | [`NodeArgs::mark`]), then `done E …` |
 //! | `epoch E locality=HEX` | the same, in the locality-aware assignment with that agreed digest |
+//! | `epoch E stop=K` | the same, but every rank stops after batch `K - 1`: global steps `0..K` (a job that stops mid-epoch) |
+//! | `epoch E from=K` | the same, every rank's session opened at batch `K` (`first_batch`): global steps `K..` (a relaunched job going on) |
 //! | `assign E` | `assigned epoch=E infos=…` (each rank's answer to the assignment query) |
-//! | `world W` | `world world=W` (the job relaunched with `W` ranks) |
+//! | `world W` | `world world=W batch=B` (the job relaunched with `W` ranks) |
+//! | `world W batch=B` | the same, each rank's batch now `B` (the same global batch over another world size) |
 //! | `scrape` | `scraped …` (the agent's counters now) |
 //! | `quit` | `final blocks=… corrupted=…`, then exits |
 //!
+//! `stop=`, `from=` and `locality=` combine, in any order after `epoch E`.
+//!
 //! Every `done` line carries `steps=`: per batch index, the wrapping sum of
-//! `mix64(id + 1)` over the samples the node's ranks received. Summed over
+//! `mix64(id + 1)` over the samples the node's ranks received (0 for the
+//! steps the command did not run). Summed over
 //! the nodes it is a multiset hash of each global step, which the
 //! orchestrator compares with the planner's: in exact order and in the
 //! locality-aware assignment alike, each step must hold exactly the
@@ -224,13 +230,8 @@ fn sample_ok(spec: &SynthSpec, id: u64, label: i32, bytes: &[u8]) -> bool {
 }
 
 /// Runs epoch `epoch` of `rank` to its end (or to a failure it reports).
-fn run_rank(
-    a: &NodeArgs,
-    rank: u32,
-    epoch: u32,
-    locality: Option<[u8; 32]>,
-    progress: &AtomicU64,
-) -> RankEpoch {
+fn run_rank(a: &NodeArgs, rank: u32, epoch: u32, part: &Part, progress: &AtomicU64) -> RankEpoch {
+    let locality = part.locality;
     let mut r = RankEpoch::default();
     let params = PlanParams {
         num_samples: a.spec.num_files,
@@ -247,10 +248,14 @@ fn run_rank(
             return r;
         }
     };
-    let mut consumed = 0usize;
+    // The batches this command runs: `from..limit`.
+    let limit = part
+        .stop
+        .map_or(plan.len(), |k| (k as usize).min(plan.len()));
+    let mut consumed = (part.from as usize).min(limit);
     let mut ready_at = Instant::now();
     let mut gave_up_at: Option<Instant> = None;
-    'attempts: while consumed < plan.len() {
+    'attempts: while consumed < limit {
         if gave_up_at.is_some_and(|t| t.elapsed() > RECONNECT_LIMIT) {
             r.error = Some(format!(
                 "rank {rank}: agent unreachable for {RECONNECT_LIMIT:?}"
@@ -358,17 +363,54 @@ fn run_rank(
             if delivered {
                 ready_at = Instant::now();
             }
-            if end {
+            // Past `stop`, the job stops: the session closes with the
+            // agent's read-ahead unconsumed.
+            if end || consumed >= limit {
                 break 'attempts;
             }
         }
     }
-    r.lost += plan
+    r.lost += plan[consumed.min(limit)..limit]
         .iter()
-        .skip(consumed)
         .map(|b| b.len() as u64)
         .sum::<u64>();
     r
+}
+
+/// Which part of an epoch one `epoch` command runs, and how.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Part {
+    /// The agreed digest of the locality-aware assignment (`None`: exact
+    /// order).
+    pub locality: Option<[u8; 32]>,
+    /// The first batch of every rank's session (`first_batch`).
+    pub from: u64,
+    /// Every rank stops after batch `stop - 1` (`None`: at the epoch's end).
+    pub stop: Option<u64>,
+}
+
+impl Part {
+    /// Parses the words after `epoch E`: `locality=HEX`, `from=K`,
+    /// `stop=K`.
+    pub fn parse<'a>(words: impl Iterator<Item = &'a str>) -> Result<Part, String> {
+        let mut p = Part::default();
+        for w in words {
+            let (k, v) = w
+                .split_once('=')
+                .ok_or_else(|| format!("bad epoch word {w:?}"))?;
+            let num = || v.parse::<u64>().map_err(|_| format!("bad {k} {v:?}"));
+            match k {
+                "locality" => p.locality = Some(parse_digest(v)?),
+                "from" => p.from = num()?,
+                "stop" => p.stop = Some(num()?),
+                _ => return Err(format!("unknown epoch word {w:?}")),
+            }
+        }
+        if p.stop.is_some_and(|s| s < p.from) {
+            return Err(format!("stop before from in {p:?}"));
+        }
+        Ok(p)
+    }
 }
 
 /// The node role's main loop; returns when told `quit` or stdin closes.
@@ -393,17 +435,20 @@ pub fn run(mut a: NodeArgs) -> Result<(), String> {
         match (words.next(), words.next()) {
             (Some("epoch"), Some(e)) => {
                 let epoch: u32 = e.parse().map_err(|_| format!("bad epoch {e:?}"))?;
-                let locality = match words.next().and_then(|w| w.strip_prefix("locality=")) {
-                    Some(hex) => Some(parse_digest(hex)?),
-                    None => None,
-                };
-                run_epoch(&a, epoch, locality);
+                run_epoch(&a, epoch, &Part::parse(words)?);
             }
             (Some("world"), Some(w)) => {
                 // The job relaunched on fewer nodes: the same ranks here, a
-                // smaller world.
+                // smaller world (and, to keep the global batch, a larger
+                // batch).
                 a.world = w.parse().map_err(|_| format!("bad world {w:?}"))?;
-                println!("world world={}", a.world);
+                for word in words {
+                    match word.strip_prefix("batch=") {
+                        Some(b) => a.batch = b.parse().map_err(|_| format!("bad batch {b:?}"))?,
+                        None => return Err(format!("unknown world word {word:?}")),
+                    }
+                }
+                println!("world world={} batch={}", a.world, a.batch);
             }
             (Some("assign"), Some(e)) => {
                 let epoch: u32 = e.parse().map_err(|_| format!("bad epoch {e:?}"))?;
@@ -466,7 +511,7 @@ fn assignment_infos(a: &NodeArgs, epoch: u32) -> String {
 
 /// Runs one epoch on every rank of the node, ticking meanwhile, and
 /// reports it.
-fn run_epoch(a: &NodeArgs, epoch: u32, locality: Option<[u8; 32]>) {
+fn run_epoch(a: &NodeArgs, epoch: u32, part: &Part) {
     let progress = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
@@ -493,7 +538,7 @@ fn run_epoch(a: &NodeArgs, epoch: u32, locality: Option<[u8; 32]>) {
             .iter()
             .map(|&rank| {
                 let p = Arc::clone(&progress);
-                sc.spawn(move || run_rank(a, rank, epoch, locality, &p))
+                sc.spawn(move || run_rank(a, rank, epoch, part, &p))
             })
             .collect();
         hs.into_iter()
@@ -582,6 +627,20 @@ mod tests {
         assert_eq!(parse_digest(&digest_hex(&d)), Ok(d));
         assert!(parse_digest("00").is_err());
         assert!(parse_digest(&"zz".repeat(32)).is_err());
+    }
+
+    #[test]
+    fn epoch_words_parse_into_a_part() {
+        assert_eq!(Part::parse("".split_whitespace()), Ok(Part::default()));
+        let p = Part::parse("stop=21".split_whitespace()).unwrap();
+        assert_eq!((p.from, p.stop, p.locality), (0, Some(21), None));
+        let d = [7u8; 32];
+        let w = format!("from=21 locality={}", digest_hex(&d));
+        let p = Part::parse(w.split_whitespace()).unwrap();
+        assert_eq!((p.from, p.stop, p.locality), (21, None, Some(d)));
+        assert!(Part::parse("from=5 stop=4".split_whitespace()).is_err());
+        assert!(Part::parse("stop=x".split_whitespace()).is_err());
+        assert!(Part::parse("later=1".split_whitespace()).is_err());
     }
 
     #[test]

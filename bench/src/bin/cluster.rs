@@ -25,9 +25,29 @@
 //! locality-aware assignment, agreed by the job before each epoch; each
 //! agent's arena proportional to its ranks, so that ownership follows the
 //! quotas), `relaunch` (as peers150 with views handed in by the job
-//! (`membership = "session"`): after epoch 0 the last node is lost (agent
-//! and loader killed) and the job goes on from the next epoch on the
-//! others, with a new view).
+//! (`membership = "session"`) and one rank per node, world size = nodes;
+//! the world size drops by one in the middle of epoch 1: see below).
+//!
+//! `relaunch`: every rank's batch is `--batch` x (nodes - 1) / nodes (24
+//! with the defaults), so that the global batch `G` stays `--batch` x
+//! (nodes - 1) when the job loses a rank. Epoch 0 warms the caches. Epoch 1
+//! runs until every rank has consumed `K` global steps (half the epoch; in
+//! data-parallel training every rank commits the same steps); then the last
+//! node is lost (its `granaryd` and its loader killed with SIGKILL), the
+//! others get a new view (epoch 2), and the job is relaunched with one rank
+//! fewer and `--batch` per rank: the survivors' sessions open epoch 1 at
+//! batch `K` (`first_batch`). Global step `k` is the permutation's entries
+//! `[k·G, (k+1)·G)` whatever the world size, so the two parts together
+//! must be the epoch's plan, each step once; the later epochs run with the
+//! new world. Checked and reported: per step of epoch 1 the delivered
+//! multiset against the planner's (old world before `K`, new from `K`),
+//! steps delivered twice, missing, or on the wrong side of the change; the
+//! plan's union against the dataset (with `--samples` not a multiple of
+//! both world sizes the planner pads, as `DistributedSampler` does, and
+//! those samples come twice); whether the planner's step hashes differ
+//! between the two worlds; and the store reads after the change (the rest
+//! of epoch 1, then the later epochs) against the lost node's owned share
+//! (its store reads in epoch 0).
 //!
 //! Every epoch is checked job-wide: per global step, the multiset of the
 //! samples all ranks received equals the planner's step (a multiset hash
@@ -77,7 +97,9 @@ const USAGE: &str = "usage: bench/run cluster [options]   (as root)
   --sigma S          log-normal sigma of the sizes (default 0: all the same size;
                      the issue's variant: --mean-kib 107 --sigma 0.5)
   --epochs E         epochs per scenario (default 3)
-  --batch B          batch size per rank (default 32)
+  --batch B          batch size per rank (default 32; in relaunch each rank's after the loss,
+                     before it B x (nodes - 1) / nodes: B must be divisible by --nodes, and
+                     --samples a multiple of nodes x (nodes - 1) gives epochs without padding)
   --nodes N          node namespaces (default 4; node 0 runs two ranks)
   --node-mbit M      each node's link, each way (default 1000)
   --store-mbit M     the store's link, each way (default 200)
@@ -237,7 +259,51 @@ impl Opts {
         if !(1..=90).contains(&o.keep_percent) {
             return Err("--keep-percent must be 1 to 90".into());
         }
+        if o.scenarios.contains(&Kind::Relaunch) && !o.global_batch().is_multiple_of(o.nodes as u64)
+        {
+            return Err(format!(
+                "relaunch keeps the global batch --batch x (nodes - 1) = {} over {} ranks before the loss: \
+                 give a --batch divisible by --nodes",
+                o.global_batch(),
+                o.nodes
+            ));
+        }
         Ok(o)
+    }
+
+    /// Ranks of node `k` in scenario `kind`: one per node in `relaunch`
+    /// (world size = nodes), else [`Opts::ranks`].
+    fn ranks_in(&self, kind: Kind, k: usize) -> Vec<u32> {
+        if kind == Kind::Relaunch {
+            vec![k as u32]
+        } else {
+            self.ranks(k)
+        }
+    }
+
+    /// Ranks in the job at the start of scenario `kind`.
+    fn world_in(&self, kind: Kind) -> u32 {
+        if kind == Kind::Relaunch {
+            self.nodes as u32
+        } else {
+            self.world()
+        }
+    }
+
+    /// `relaunch`'s global batch: `--batch` per rank once the last node is
+    /// lost, over `nodes - 1` ranks.
+    fn global_batch(&self) -> u64 {
+        u64::from(self.batch) * (self.nodes as u64 - 1)
+    }
+
+    /// Every rank's batch at the start of scenario `kind`: in `relaunch`
+    /// the global batch over all the nodes.
+    fn batch_in(&self, kind: Kind) -> u32 {
+        if kind == Kind::Relaunch {
+            (self.global_batch() / self.nodes as u64) as u32
+        } else {
+            self.batch
+        }
     }
 
     /// Ranks of node `k`: node 0 runs two.
@@ -449,6 +515,13 @@ impl Proc {
         self.child.id()
     }
 
+    /// Kills the process with SIGKILL (a lost node's loader).
+    fn kill9(&mut self) {
+        self.stdin = None;
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     fn finish(mut self) {
         self.stdin = None;
         let end = Instant::now() + Duration::from_secs(10);
@@ -588,6 +661,25 @@ struct NodeEpoch {
     steps: Vec<u64>,
 }
 
+impl NodeEpoch {
+    /// Adds another part of the same epoch (`relaunch`: before and after
+    /// the change).
+    fn merge(&mut self, o: NodeEpoch) {
+        self.samples += o.samples;
+        self.bytes += o.bytes;
+        self.secs += o.secs;
+        self.lost += o.lost;
+        self.dup += o.dup;
+        self.bad += o.bad;
+        self.replayed += o.replayed;
+        self.reopens += o.reopens;
+        self.waits_us.extend(o.waits_us);
+        self.errors.extend(o.errors);
+        self.reasons.extend(o.reasons);
+        add_steps(&mut self.steps, &o.steps);
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 struct EpochResult {
     secs: f64,
@@ -642,6 +734,59 @@ struct Point {
     reads: f64,
 }
 
+/// `relaunch`: the job lost its last node in the middle of epoch `epoch`
+/// and went on at global step `at` with one rank fewer and the same global
+/// batch.
+#[derive(Clone, Debug, Default)]
+struct Relaunch {
+    epoch: u32,
+    /// The global step the relaunched job started at (every rank had
+    /// consumed steps `0..at`).
+    at: u64,
+    /// Global steps in the epoch.
+    steps: u64,
+    world: (u32, u32),
+    batch: (u32, u32),
+    /// Steps of the epoch whose planner hash differs between the two
+    /// (world, batch) pairs (0: the planner's global step does not depend
+    /// on the world size).
+    planner_differing: u64,
+    /// Steps delivered (by any node) both before and after the change.
+    twice: u64,
+    /// Steps delivered by nobody, before or after.
+    missing: u64,
+    /// Steps delivered on the wrong side of the change (before it at or
+    /// after `at`, or after it below `at`).
+    wrong_side: u64,
+    /// Steps of the epoch, both sides, differing from the planner's.
+    differing: u64,
+    /// The planned union of the steps (before: old world, after: new):
+    /// samples twice or more (extra copies), and samples of the dataset
+    /// in no step.
+    union_extra: u64,
+    union_missing: u64,
+    /// Samples the planner pads the new world's epoch with (`n` not a
+    /// multiple of the world size): these come twice.
+    padding: u64,
+    /// Store reads of the job in the epoch before the change.
+    reads_before: f64,
+    /// Store reads from the change to the end of the epoch.
+    reads_rest: f64,
+    /// Store reads of each later epoch.
+    reads_later: Vec<f64>,
+    /// The lost node's store reads in epoch 0: its owned share (each
+    /// sample is read from the store by its owner, once).
+    lost_share: f64,
+    /// From the last rank stopping to the relaunched ranks' first command.
+    change_secs: f64,
+}
+
+impl Relaunch {
+    fn reads_after(&self) -> f64 {
+        self.reads_rest + self.reads_later.iter().sum::<f64>()
+    }
+}
+
 struct ScenarioResult {
     kind: Kind,
     arena_mib: u64,
@@ -653,6 +798,8 @@ struct ScenarioResult {
     proxied_blocks: u64,
     /// From the kill to the restarted agent's socket answering.
     restart_secs: Option<f64>,
+    /// `relaunch`: the change in the middle of an epoch.
+    relaunch: Option<Relaunch>,
     timeline: Vec<Point>,
     /// Epoch start times (seconds since the scenario began).
     marks: Vec<f64>,
@@ -859,17 +1006,17 @@ fn layout(o: &Opts) -> Vec<u32> {
     node_of
 }
 
-/// Per global step of `epoch` with `world` ranks, the planner's multiset
-/// hash (the sum of every rank's batch's terms).
-fn planned_steps(o: &Opts, world: u32, epoch: u32) -> Vec<u64> {
-    let mut steps: Vec<u64> = Vec::new();
+/// Per global step of `epoch` with `world` ranks of `batch`, the samples
+/// of every rank's batch of that index (rank after rank).
+fn planned_step_ids(o: &Opts, world: u32, batch: u32, epoch: u32) -> Vec<Vec<u64>> {
+    let mut steps: Vec<Vec<u64>> = Vec::new();
     for rank in 0..world {
         let p = granary_agent::planner::PlanParams {
             num_samples: o.samples,
             seed: 1,
             rank,
             world_size: world,
-            batch_size: o.batch,
+            batch_size: batch,
             drop_last: false,
         };
         let Ok(plan) = granary_agent::planner::EpochPlan::new(&p, epoch) else {
@@ -877,15 +1024,27 @@ fn planned_steps(o: &Opts, world: u32, epoch: u32) -> Vec<u64> {
         };
         for (k, b) in plan.batches().enumerate() {
             if steps.len() <= k {
-                steps.resize(k + 1, 0);
+                steps.resize(k + 1, Vec::new());
             }
-            let h = b
-                .iter()
-                .fold(0u64, |h, &id| h.wrapping_add(cluster_node::step_term(id)));
-            steps[k] = steps[k].wrapping_add(h);
+            steps[k].extend_from_slice(b);
         }
     }
     steps
+}
+
+/// Per global step of `epoch` with `world` ranks of `batch`, the planner's
+/// multiset hash (the sum of every rank's batch's terms). With the same
+/// global batch `world x batch` it does not depend on the world size:
+/// global step `k` is the permutation's entries `[k·G, (k+1)·G)` (padding
+/// aside: see `relaunch`'s check).
+fn planned_steps(o: &Opts, world: u32, batch: u32, epoch: u32) -> Vec<u64> {
+    planned_step_ids(o, world, batch, epoch)
+        .iter()
+        .map(|ids| {
+            ids.iter()
+                .fold(0u64, |h, &id| h.wrapping_add(cluster_node::step_term(id)))
+        })
+        .collect()
 }
 
 /// The moved fraction the assignment gives on average over 2,000 steps
@@ -1017,14 +1176,14 @@ fn scenario_body(
         / 2;
     let mut nodes = Vec::new();
     for (k, agent) in agents.iter().enumerate() {
-        let ranks: Vec<String> = o.ranks(k).iter().map(u32::to_string).collect();
+        let ranks: Vec<String> = o.ranks_in(kind, k).iter().map(u32::to_string).collect();
         let mut c = Net::exec(&netns::node_ns(&p, k), &env.me);
         c.args(["--role", "node"])
             .arg("--sock")
             .arg(&agent.sock)
             .args(["--metrics", METRICS, "--ranks", &ranks.join(",")])
-            .args(["--world", &o.world().to_string()])
-            .args(["--batch", &o.batch.to_string(), "--seed", "1"])
+            .args(["--world", &o.world_in(kind).to_string()])
+            .args(["--batch", &o.batch_in(kind).to_string(), "--seed", "1"])
             .args(["--probe", &format!("{}:{STORE_PORT}", netns::store_ip())])
             .args(spec_args(&env.spec));
         if kind == Kind::Locality {
@@ -1065,134 +1224,194 @@ fn scenario_body(
     let mut prev: Vec<BTreeMap<String, f64>> = vec![BTreeMap::new(); o.nodes];
     let mut timeline = Vec::new();
     let mut marks = Vec::new();
-    let mut epochs = Vec::new();
+    let mut epochs: Vec<EpochResult> = Vec::new();
     let mut restart_secs = None;
     let lost = o.nodes - 1;
     let mut active = vec![true; o.nodes];
-    let mut world = o.world();
+    let mut world = o.world_in(kind);
+    let mut batch = o.batch_in(kind);
+    // `relaunch`: the epoch the last node is lost in, after a warm-up.
+    let split = 1u32;
+    let mut relaunch: Option<Relaunch> = None;
+    let mut loader_cpu = vec![0.0; o.nodes];
     for e in 0..o.epochs {
-        if kind == Kind::Relaunch && e == 1 {
-            // The last node is lost; the job goes on from the next epoch
-            // on the others, with a new view (epoch 2) handed in.
-            active[lost] = false;
-            agents[lost].kill9();
-            let survivors: Vec<usize> = (0..o.nodes).filter(|&k| active[k]).collect();
-            hand_view(&agents, &survivors, "relaunch", 2)?;
-            world -= o.ranks(lost).len() as u32;
-            for &k in &survivors {
-                nodes[k].send(&format!("world {world}"))?;
-                nodes[k].expect("world", Duration::from_secs(10))?;
-            }
-            eprintln!(
-                "  relaunch: node n{lost} lost after epoch 0; the job goes on with {world} ranks on {} nodes",
-                survivors.len()
-            );
-        }
         let locality = if kind == Kind::Locality {
             agree_epoch(&mut nodes, &active, world, e)?
         } else {
             None
         };
+        // The parts of the epoch, (from, stop): in `relaunch`'s split
+        // epoch, the old job runs global steps 0..K (about half) and the
+        // relaunched one K.. .
+        let parts: Vec<(u64, Option<u64>)> = if kind == Kind::Relaunch && e == split {
+            let k = planned_steps(o, world, batch, e).len() as u64 / 2;
+            vec![(0, Some(k)), (k, None)]
+        } else {
+            vec![(0, None)]
+        };
         let start = Instant::now();
         marks.push(t0.elapsed().as_secs_f64());
-        for (k, n) in nodes.iter_mut().enumerate() {
-            if active[k] {
-                match &locality {
-                    Some(d) => n.send(&format!(
-                        "epoch {e} locality={}",
-                        cluster_node::digest_hex(d)
-                    ))?,
-                    None => n.send(&format!("epoch {e}"))?,
+        let mut merged: Vec<NodeEpoch> = vec![NodeEpoch::default(); o.nodes];
+        // Per part: the job-wide hash of every step delivered, and the
+        // (world, batch) it ran with.
+        let mut part_steps: Vec<(Vec<u64>, u32, u32)> = Vec::new();
+        let mut want: Vec<u64> = Vec::new();
+        let mut at_change: Vec<BTreeMap<String, f64>> = vec![BTreeMap::new(); o.nodes];
+        let mut change_secs = 0.0;
+        let mut killed = false;
+        for (pi, &(from, stop)) in parts.iter().enumerate() {
+            if pi > 0 {
+                let at = Instant::now();
+                // Store reads split at the change: every node's counters
+                // now, the lost one's included.
+                at_change = scrape_deltas(&mut nodes, &active, &mut mono, &mut prev)?;
+                // The last node is lost (agent and loader killed); the job
+                // is relaunched on the others with a new view (epoch 2),
+                // one rank fewer and the same global batch, at the step
+                // every rank had committed.
+                active[lost] = false;
+                agents[lost].kill9();
+                loader_cpu[lost] = cpu_secs(nodes[lost].pid());
+                nodes[lost].kill9();
+                let survivors: Vec<usize> = (0..o.nodes).filter(|&k| active[k]).collect();
+                hand_view(&agents, &survivors, "relaunch", 2)?;
+                let old = (world, batch);
+                world -= o.ranks_in(kind, lost).len() as u32;
+                batch = (o.global_batch() / u64::from(world)) as u32;
+                for &k in &survivors {
+                    nodes[k].send(&format!("world {world} batch={batch}"))?;
+                    nodes[k].expect("world", Duration::from_secs(10))?;
+                }
+                change_secs = at.elapsed().as_secs_f64();
+                eprintln!(
+                    "  relaunch: node n{lost} lost at global step {from} of epoch {e} ({} ranks x {}); \
+                     the job goes on at step {from} with {world} ranks x {batch} on {} nodes",
+                    old.0,
+                    old.1,
+                    survivors.len()
+                );
+            }
+            let plan = planned_steps(o, world, batch, e);
+            let hi = stop.map_or(plan.len(), |s| s as usize).min(plan.len());
+            if want.len() < plan.len() {
+                want.resize(plan.len(), 0);
+            }
+            want[from as usize..hi].copy_from_slice(&plan[from as usize..hi]);
+            let mut cmd = format!("epoch {e}");
+            if let Some(d) = &locality {
+                let _ = write!(cmd, " locality={}", cluster_node::digest_hex(d));
+            }
+            if from > 0 {
+                let _ = write!(cmd, " from={from}");
+            }
+            if let Some(s) = stop {
+                let _ = write!(cmd, " stop={s}");
+            }
+            for (k, n) in nodes.iter_mut().enumerate() {
+                if active[k] {
+                    n.send(&cmd)?;
                 }
             }
-        }
-        let mut done: Vec<Option<NodeEpoch>> = (0..o.nodes)
-            .map(|k| (!active[k]).then(NodeEpoch::default))
-            .collect();
-        let mut killed = false;
-        while done.iter().any(Option::is_none) {
-            let mut idle = true;
-            for k in 0..o.nodes {
-                while let Some(line) = nodes[k].try_next()? {
-                    idle = false;
-                    let (verb, kv) = parse_line(&line);
-                    match verb.as_str() {
-                        "tick" => {
-                            if let Some(m) = mono[k].feed(&kv) {
-                                timeline.push(Point {
-                                    t: t0.elapsed().as_secs_f64(),
-                                    node: k,
-                                    arena: m["arena"],
-                                    peer: m["peer"],
-                                    store: m["store"],
-                                    reads: m["reads"],
-                                });
+            let mut done: Vec<Option<NodeEpoch>> = (0..o.nodes)
+                .map(|k| (!active[k]).then(NodeEpoch::default))
+                .collect();
+            while done.iter().any(Option::is_none) {
+                let mut idle = true;
+                for k in 0..o.nodes {
+                    if !active[k] {
+                        continue;
+                    }
+                    while let Some(line) = nodes[k].try_next()? {
+                        idle = false;
+                        let (verb, kv) = parse_line(&line);
+                        match verb.as_str() {
+                            "tick" => {
+                                if let Some(m) = mono[k].feed(&kv) {
+                                    timeline.push(Point {
+                                        t: t0.elapsed().as_secs_f64(),
+                                        node: k,
+                                        arena: m["arena"],
+                                        peer: m["peer"],
+                                        store: m["store"],
+                                        reads: m["reads"],
+                                    });
+                                }
                             }
+                            "mark" if kind == Kind::Kill && e == 1 && k == victim && !killed => {
+                                killed = true;
+                                let at = Instant::now();
+                                agents[victim].kill9();
+                                eprintln!(
+                                    "  kill: granaryd n{victim} killed (SIGKILL) after {} batches of epoch 1",
+                                    kv.get("batches").map_or("?", String::as_str)
+                                );
+                                std::thread::sleep(Duration::from_millis(o.restart_ms));
+                                agents[victim].start()?;
+                                let s = at.elapsed().as_secs_f64();
+                                eprintln!(
+                                    "  kill: granaryd n{victim} answering again {s:.2} s after the kill"
+                                );
+                                restart_secs = Some(s);
+                            }
+                            "done" => done[k] = Some(node_epoch(&kv)),
+                            _ => {}
                         }
-                        "mark" if kind == Kind::Kill && e == 1 && k == victim && !killed => {
-                            killed = true;
-                            let at = Instant::now();
-                            agents[victim].kill9();
-                            eprintln!(
-                                "  kill: granaryd n{victim} killed (SIGKILL) after {} batches of epoch 1",
-                                kv.get("batches").map_or("?", String::as_str)
-                            );
-                            std::thread::sleep(Duration::from_millis(o.restart_ms));
-                            agents[victim].start()?;
-                            let s = at.elapsed().as_secs_f64();
-                            eprintln!(
-                                "  kill: granaryd n{victim} answering again {s:.2} s after the kill"
-                            );
-                            restart_secs = Some(s);
-                        }
-                        "done" => done[k] = Some(node_epoch(&kv)),
-                        _ => {}
                     }
                 }
+                if start.elapsed() > EPOCH_LIMIT {
+                    return Err(format!(
+                        "{}: epoch {e} did not finish in {EPOCH_LIMIT:?}",
+                        kind.name()
+                    ));
+                }
+                if idle {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
             }
-            if start.elapsed() > EPOCH_LIMIT {
-                return Err(format!(
-                    "{}: epoch {e} did not finish in {EPOCH_LIMIT:?}",
-                    kind.name()
-                ));
+            let mut job = Vec::new();
+            for (k, ne) in done.into_iter().enumerate() {
+                let ne = ne.unwrap_or_default();
+                add_steps(&mut job, &ne.steps);
+                merged[k].merge(ne);
             }
-            if idle {
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            part_steps.push((job, world, batch));
         }
         let secs = start.elapsed().as_secs_f64();
         let mut res = EpochResult {
             secs,
-            nodes: done.into_iter().map(Option::unwrap_or_default).collect(),
+            nodes: merged,
             locality: locality.is_some(),
             ..EpochResult::default()
         };
-        let want = planned_steps(o, world, e);
-        let mut got = vec![0u64; want.len()];
-        for ne in &res.nodes {
-            if ne.steps.len() > got.len() {
-                got.resize(ne.steps.len(), 0);
-            }
-            for (g, &h) in got.iter_mut().zip(&ne.steps) {
-                *g = g.wrapping_add(h);
-            }
+        let mut got = Vec::new();
+        for (steps, _, _) in &part_steps {
+            add_steps(&mut got, steps);
         }
         res.steps = want.len() as u64;
         res.step_mismatch = (0..got.len().max(want.len()))
-            .filter(|&i| got.get(i) != want.get(i))
+            .filter(|&i| got.get(i).copied().unwrap_or(0) != want.get(i).copied().unwrap_or(0))
             .count() as u64;
+        let after = scrape_deltas(&mut nodes, &active, &mut mono, &mut prev)?;
         for k in 0..o.nodes {
-            if !active[k] {
-                continue;
+            let mut m = at_change[k].clone();
+            for (key, v) in &after[k] {
+                *m.entry(key.clone()).or_insert(0.0) += v;
             }
-            nodes[k].send("scrape")?;
-            let kv = nodes[k].expect("scraped", Duration::from_secs(10))?;
-            let now = mono[k].feed(&kv).unwrap_or_else(|| prev[k].clone());
-            res.nodes[k].m = now
-                .iter()
-                .map(|(key, v)| (key.clone(), v - prev[k].get(key).copied().unwrap_or(0.0)))
-                .collect();
-            prev[k] = now;
+            res.nodes[k].m = m;
+        }
+        if parts.len() > 1 {
+            let sum = |ms: &[BTreeMap<String, f64>]| -> f64 {
+                ms.iter().filter_map(|m| m.get("reads")).sum()
+            };
+            let mut r = check_steps(o, e, parts[1].0, &part_steps);
+            r.differing = res.step_mismatch;
+            r.reads_before = sum(&at_change);
+            r.reads_rest = sum(&after);
+            r.lost_share = epochs[0].nodes[lost].m.get("reads").copied().unwrap_or(0.0);
+            r.change_secs = change_secs;
+            relaunch = Some(r);
+        } else if let Some(r) = relaunch.as_mut() {
+            r.reads_later.push(res.total("reads"));
         }
         eprintln!(
             "  {} epoch {e}: {:.1} s, {} samples, store reads {:.0}, steps differing from the planner {} of {}",
@@ -1206,10 +1425,17 @@ fn scenario_body(
         epochs.push(res);
     }
     let agent_cpu: Vec<f64> = agents.iter().map(AgentProc::cpu).collect();
-    let loader_cpu: Vec<f64> = nodes.iter().map(|n| cpu_secs(n.pid())).collect();
+    for (k, n) in nodes.iter().enumerate() {
+        if active[k] {
+            loader_cpu[k] = cpu_secs(n.pid());
+        }
+    }
     let store_cpu = store_pids.iter().map(|&p| cpu_secs(p)).sum::<f64>() - store_cpu0;
     let (mut corrupted, mut proxied_blocks) = (0, 0);
-    for n in &mut nodes {
+    for (k, n) in nodes.iter_mut().enumerate() {
+        if !active[k] {
+            continue;
+        }
         n.send("quit")?;
         let kv = n.expect("final", Duration::from_secs(10))?;
         corrupted += kv
@@ -1235,9 +1461,101 @@ fn scenario_body(
         corrupted,
         proxied_blocks,
         restart_secs,
+        relaunch,
         timeline,
         marks,
     })
+}
+
+/// Every active node's counters now, as deltas from `prev` (which they
+/// replace); an empty map for the nodes no longer active.
+fn scrape_deltas(
+    nodes: &mut [Proc],
+    active: &[bool],
+    mono: &mut [Monotone],
+    prev: &mut [BTreeMap<String, f64>],
+) -> Result<Vec<BTreeMap<String, f64>>> {
+    let mut out = vec![BTreeMap::new(); nodes.len()];
+    for (k, n) in nodes.iter_mut().enumerate() {
+        if !active[k] {
+            continue;
+        }
+        n.send("scrape")?;
+        let kv = n.expect("scraped", Duration::from_secs(10))?;
+        let now = mono[k].feed(&kv).unwrap_or_else(|| prev[k].clone());
+        out[k] = now
+            .iter()
+            .map(|(key, v)| (key.clone(), v - prev[k].get(key).copied().unwrap_or(0.0)))
+            .collect();
+        prev[k] = now;
+    }
+    Ok(out)
+}
+
+/// Adds per-step hashes into `into` (wrapping, index by index).
+fn add_steps(into: &mut Vec<u64>, steps: &[u64]) {
+    if into.len() < steps.len() {
+        into.resize(steps.len(), 0);
+    }
+    for (g, &h) in into.iter_mut().zip(steps) {
+        *g = g.wrapping_add(h);
+    }
+}
+
+/// `relaunch`'s step checks for epoch `e`, the job changed at global step
+/// `at`: `parts` holds the job-wide step hashes delivered before and after
+/// the change, each with its (world, batch). A step nobody delivered has
+/// hash 0 (a delivered one is 0 with probability 2^-64).
+fn check_steps(o: &Opts, e: u32, at: u64, parts: &[(Vec<u64>, u32, u32)]) -> Relaunch {
+    let (before, w0, b0) = &parts[0];
+    let (after, w1, b1) = &parts[1];
+    let plan0 = planned_step_ids(o, *w0, *b0, e);
+    let plan1 = planned_step_ids(o, *w1, *b1, e);
+    let hash = |ids: &[u64]| {
+        ids.iter()
+            .fold(0u64, |h, &id| h.wrapping_add(cluster_node::step_term(id)))
+    };
+    let steps = plan0.len().max(plan1.len());
+    let planner_differing = (0..steps)
+        .filter(|&i| plan0.get(i).map(|x| hash(x)) != plan1.get(i).map(|x| hash(x)))
+        .count() as u64;
+    let at = at as usize;
+    let on = |v: &Vec<u64>, i: usize| v.get(i).is_some_and(|&h| h != 0);
+    let twice = (0..steps)
+        .filter(|&i| on(before, i) && on(after, i))
+        .count() as u64;
+    let missing = (0..steps)
+        .filter(|&i| !on(before, i) && !on(after, i))
+        .count() as u64;
+    let wrong_side = (0..steps.max(before.len()).max(after.len()))
+        .filter(|&i| (i >= at && on(before, i)) || (i < at && on(after, i)))
+        .count() as u64;
+    // The plan's union: steps 0..at of the old world, at.. of the new.
+    let mut count = vec![0u32; o.samples as usize];
+    let ids = plan0.iter().take(at).chain(plan1.iter().skip(at)).flatten();
+    for &id in ids {
+        if let Some(c) = count.get_mut(id as usize) {
+            *c += 1;
+        }
+    }
+    let union_extra = count.iter().map(|&c| u64::from(c.saturating_sub(1))).sum();
+    let union_missing = count.iter().filter(|&&c| c == 0).count() as u64;
+    let w = u64::from(*w1);
+    Relaunch {
+        epoch: e,
+        at: at as u64,
+        steps: steps as u64,
+        world: (*w0, *w1),
+        batch: (*b0, *b1),
+        planner_differing,
+        twice,
+        missing,
+        wrong_side,
+        union_extra,
+        union_missing,
+        padding: o.samples.div_ceil(w) * w - o.samples,
+        ..Relaunch::default()
+    }
 }
 
 /// Asks every active node's ranks for the assignment of epoch `e` and
@@ -1476,6 +1794,46 @@ fn print_scenario(o: &Opts, r: &ScenarioResult) {
     if let Some(s) = r.restart_secs {
         println!("  kill: the agent answered again {s:.2} s after the kill");
     }
+    if let Some(x) = &r.relaunch {
+        println!(
+            "  relaunch: node n{} lost at global step {} of {} in epoch {}: {} ranks x {} -> {} x {} ({:.2} s from the stop to the relaunched ranks' command)",
+            o.nodes - 1,
+            x.at,
+            x.steps,
+            x.epoch,
+            x.world.0,
+            x.batch.0,
+            x.world.1,
+            x.batch.1,
+            x.change_secs
+        );
+        println!(
+            "  relaunch: epoch {} steps differing from the planner {}, delivered twice {}, missing {}, on the wrong side of the change {}; \
+             the plan's union {} extra copies, {} samples missing (padding {}); the planner's steps differ between the two worlds in {} of {}",
+            x.epoch,
+            x.differing,
+            x.twice,
+            x.missing,
+            x.wrong_side,
+            x.union_extra,
+            x.union_missing,
+            x.padding,
+            x.planner_differing,
+            x.steps
+        );
+        let later: Vec<String> = x.reads_later.iter().map(|v| format!("{v:.0}")).collect();
+        println!(
+            "  relaunch: store reads before the change {:.0}, rest of epoch {} {:.0}, later epochs {}: after the change {:.0} ({}); \
+             the lost node's owned share (its epoch-0 store reads) {:.0}",
+            x.reads_before,
+            x.epoch,
+            x.reads_rest,
+            if later.is_empty() { "-".to_owned() } else { later.join(", ") },
+            x.reads_after(),
+            pct(x.reads_after() / n),
+            x.lost_share
+        );
+    }
 }
 
 fn scenario_json(o: &Opts, r: &ScenarioResult) -> String {
@@ -1576,6 +1934,34 @@ fn scenario_json(o: &Opts, r: &ScenarioResult) -> String {
     }
     if let Some(s) = r.restart_secs {
         j.num("restart_secs", s, 3);
+    }
+    if let Some(x) = &r.relaunch {
+        let mut rj = Json::default();
+        rj.int("epoch", u64::from(x.epoch))
+            .int("at_step", x.at)
+            .int("steps", x.steps)
+            .int("world_before", u64::from(x.world.0))
+            .int("world_after", u64::from(x.world.1))
+            .int("batch_before", u64::from(x.batch.0))
+            .int("batch_after", u64::from(x.batch.1))
+            .int("steps_differing", x.differing)
+            .int("steps_twice", x.twice)
+            .int("steps_missing", x.missing)
+            .int("steps_wrong_side", x.wrong_side)
+            .int("union_extra", x.union_extra)
+            .int("union_missing", x.union_missing)
+            .int("padding", x.padding)
+            .int(
+                "planner_steps_differing_between_worlds",
+                x.planner_differing,
+            )
+            .num("reads_before_change", x.reads_before, 0)
+            .num("reads_rest_of_epoch", x.reads_rest, 0)
+            .nums("reads_later_epochs", &x.reads_later, 0)
+            .num("reads_after_change", x.reads_after(), 0)
+            .num("lost_node_owned_share", x.lost_share, 0)
+            .num("change_secs", x.change_secs, 3);
+        j.raw("relaunch", &rj.line());
     }
     j.line()
 }
@@ -1794,36 +2180,86 @@ fn goals(o: &Opts, rs: &[ScenarioResult]) -> Vec<Goal> {
         }
     }
     const G10: &str = "node loss with relaunch: only the lost node's samples change owner";
-    match get(Kind::Relaunch) {
-        Some(r) if r.epochs.len() > 1 => {
-            let lost_node = o.nodes - 1;
-            // The lost node read its keep-set from the store in epoch 0;
-            // after the relaunch only those samples have new owners, who
-            // read them from the store once.
-            let lost_share = r.epochs[0].nodes[lost_node]
-                .m
-                .get("reads")
-                .copied()
-                .unwrap_or(0.0);
-            let after = r.epochs[1].total("reads");
+    const G15: &str = "relaunch: world size N -> N-1 in the middle of an epoch (same global batch): the union of global \
+                       steps equals the plan with no duplicates, and store reads after the change <= the lost node's owned share";
+    match get(Kind::Relaunch).map(|r| (r, r.relaunch.as_ref())) {
+        Some((r, Some(x))) => {
+            // The lost node read its owned share (its keep set) from the
+            // store in epoch 0; after the change only those samples have
+            // new owners, who read them from the store once (a proxy: the
+            // agents do not export ownership).
+            let after = x.reads_after();
             let (lost, dup, bad, errs) = r.broken();
             let steps: u64 = r.epochs.iter().map(|e| e.step_mismatch).sum();
+            let clean = lost + dup + bad == 0 && errs == 0 && steps == 0;
+            let later: Vec<String> = x.reads_later.iter().map(|v| format!("{v:.0}")).collect();
             g.push(Goal {
                 goal: G10,
-                verdict: met(
-                    after <= lost_share * 1.05 + 0.01 * n
-                        && lost + dup + bad == 0
-                        && errs == 0
-                        && steps == 0,
-                ),
+                verdict: met(after <= x.lost_share * 1.05 + 0.01 * n && clean),
                 detail: format!(
-                    "store reads in the first epoch after the relaunch {after:.0} ({}); the lost node had read {lost_share:.0} (its keep-set) in epoch 0; \
-                     lost {lost}, duplicated {dup}, bad {bad}, errors {errs}, steps differing {steps} (a proxy: the agents do not export ownership)",
-                    pct(after / n)
+                    "store reads after the change {after:.0} ({}); the lost node had read {:.0} (its keep set) in epoch 0; \
+                     lost {lost}, duplicated {dup}, bad {bad}, errors {errs}, steps differing {steps}",
+                    pct(after / n),
+                    x.lost_share
+                ),
+            });
+            let union_ok = x.union_extra == 0
+                && x.union_missing == 0
+                && x.twice == 0
+                && x.missing == 0
+                && x.wrong_side == 0
+                && x.differing == 0;
+            g.push(Goal {
+                goal: G15,
+                verdict: met(union_ok && clean && after <= x.lost_share),
+                detail: format!(
+                    "world {} x batch {} -> {} x {} (global batch {}) at global step {} of {} in epoch {}; \
+                     steps of epoch {} differing from the planner {}, delivered twice {}, missing {}, on the wrong side {}; \
+                     the plan's union: {} extra copies, {} samples missing (the new world pads {}); \
+                     the planner's steps for the two worlds differ in {} of {}; \
+                     store reads after the change {after:.0} (rest of epoch {} {:.0}, later epochs {}) against the lost node's owned share {:.0} \
+                     (its epoch-0 store reads; {:.0} = n/nodes); before the change in epoch {} {:.0}; \
+                     lost {lost}, duplicated {dup}, bad {bad}, errors {errs}, steps differing in all epochs {steps}{}",
+                    x.world.0,
+                    x.batch.0,
+                    x.world.1,
+                    x.batch.1,
+                    u64::from(x.world.1) * u64::from(x.batch.1),
+                    x.at,
+                    x.steps,
+                    x.epoch,
+                    x.epoch,
+                    x.differing,
+                    x.twice,
+                    x.missing,
+                    x.wrong_side,
+                    x.union_extra,
+                    x.union_missing,
+                    x.padding,
+                    x.planner_differing,
+                    x.steps,
+                    x.epoch,
+                    x.reads_rest,
+                    if later.is_empty() { "none run".to_owned() } else { later.join(" + ") },
+                    x.lost_share,
+                    n / o.nodes as f64,
+                    x.epoch,
+                    x.reads_before,
+                    if x.padding > 0 {
+                        format!(
+                            "; --samples a multiple of {} gives both worlds an epoch without padding",
+                            u64::from(x.world.0) * u64::from(x.world.1)
+                        )
+                    } else {
+                        String::new()
+                    },
                 ),
             });
         }
-        _ => g.push(not_run(G10, "relaunch")),
+        _ => {
+            g.push(not_run(G10, "relaunch"));
+            g.push(not_run(G15, "relaunch"));
+        }
     }
     const G11: &str =
         "corruption: changed records rejected by the channel, no bad sample delivered";
@@ -1965,7 +2401,7 @@ fn orchestrate(o: &Opts) -> Result<bool> {
     let summary = synth::generate(&spec, |_, _| {}).map_err(|e| format!("dataset: {e}"))?;
     let dataset_bytes = spec.total_bytes();
     println!(
-        "dataset: {} samples, mean {} KiB, sigma {}, {:.1} MB ({}), {} nodes, {} ranks (two on n0), batch {}, {} epochs",
+        "dataset: {} samples, mean {} KiB, sigma {}, {:.1} MB ({}), {} nodes, {} ranks (two on n0; relaunch: one per node), batch {}, {} epochs",
         o.samples,
         o.mean / 1024,
         o.sigma,
@@ -2176,5 +2612,69 @@ fn main() {
             eprintln!("cluster: {e}");
             std::process::exit(1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(samples: u64) -> Opts {
+        let args = ["--samples", &samples.to_string(), "--scenarios", "relaunch"].map(String::from);
+        Opts::parse(&Args::parse(args, &["smoke", "cleanup"], USAGE).unwrap()).unwrap()
+    }
+
+    /// The job-wide step hashes a relaunch delivers when it runs steps
+    /// `0..stop` with (w0, b0) and `from..` with (w1, b1).
+    fn delivered(o: &Opts, stop: usize, from: usize) -> Vec<(Vec<u64>, u32, u32)> {
+        let mut before = planned_steps(o, 4, 24, 1);
+        before.truncate(stop);
+        let mut after = planned_steps(o, 3, 32, 1);
+        for h in &mut after[..from] {
+            *h = 0;
+        }
+        vec![(before, 4, 24), (after, 3, 32)]
+    }
+
+    #[test]
+    fn the_global_step_does_not_depend_on_the_world_size() {
+        let o = opts(1200);
+        assert_eq!(
+            (o.world_in(Kind::Relaunch), o.batch_in(Kind::Relaunch)),
+            (4, 24)
+        );
+        assert_eq!(o.global_batch(), 96);
+        assert_eq!(planned_steps(&o, 4, 24, 1), planned_steps(&o, 3, 32, 1));
+        let r = check_steps(&o, 1, 6, &delivered(&o, 6, 6));
+        assert_eq!(r.steps, 13);
+        assert_eq!(r.planner_differing, 0);
+        assert_eq!((r.twice, r.missing, r.wrong_side), (0, 0, 0));
+        assert_eq!((r.union_extra, r.union_missing, r.padding), (0, 0, 0));
+    }
+
+    #[test]
+    fn a_step_run_twice_or_skipped_is_reported() {
+        let o = opts(1200);
+        let r = check_steps(&o, 1, 6, &delivered(&o, 6, 5));
+        assert_eq!((r.twice, r.missing, r.wrong_side), (1, 0, 1));
+        let r = check_steps(&o, 1, 6, &delivered(&o, 5, 6));
+        assert_eq!((r.twice, r.missing, r.wrong_side), (0, 1, 0));
+    }
+
+    #[test]
+    fn padding_shows_in_the_union() {
+        // 1,201 is a multiple of neither 4 nor 3: both worlds pad, so the
+        // last step differs between them and the union repeats samples.
+        let o = opts(1201);
+        let r = check_steps(&o, 1, 6, &delivered(&o, 6, 6));
+        assert_eq!(r.padding, 2);
+        assert_eq!(r.planner_differing, 1);
+        assert_eq!((r.union_extra, r.union_missing), (2, 0));
+    }
+
+    #[test]
+    fn relaunch_needs_a_global_batch_the_old_world_divides() {
+        let args = ["--batch", "30", "--scenarios", "relaunch"].map(String::from);
+        assert!(Opts::parse(&Args::parse(args, &["smoke", "cleanup"], USAGE).unwrap()).is_err());
     }
 }
