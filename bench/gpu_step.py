@@ -22,7 +22,8 @@ the next batch onto the GPU is the GPU's idle time. Loaders:
   local_files      DataLoader over the same files on local disk (page cache
                    warm), shuffle, num_workers=--workers, pin_memory=True
 
-Prints one line per loader and a JSON object per loader. Without CUDA
+Prints one line per loader, then one JSON object with every loader's
+figures (keyed by loader name). Without CUDA
 (--model tiny --device cpu) it checks the plumbing only.
 """
 
@@ -188,8 +189,8 @@ def main():
                   f"step {res['step_ms_mean']:7.2f} ms  {res['img_per_s']:8.1f} img/s  ({dev_name}, {a.model}, "
                   f"batch {a.batch})", flush=True)
             gcuda.wait_pending()
-    for r in results:
-        print(json.dumps(r))
+    # The result: one JSON object, the last line (every loader's figures).
+    print(json.dumps({"benchmark": "gpu_step", "loaders": {r["loader"]: r for r in results}}))
 
 
 if __name__ == "__main__":
