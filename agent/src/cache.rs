@@ -633,6 +633,9 @@ pub struct Cache {
     sessions: HashMap<SessionId, SessionRecord>,
     acct: Accounting,
     stats: CacheStats,
+    /// Bumped whenever the set of Ready retained or kept samples changes
+    /// (what a warm restart's index lists).
+    changes: u64,
 }
 
 impl Cache {
@@ -671,7 +674,14 @@ impl Cache {
                 ..Accounting::default()
             },
             stats: CacheStats::default(),
+            changes: 0,
         })
+    }
+
+    /// A number that changes whenever the Ready retained or kept samples
+    /// do (a warm restart's index is rewritten then).
+    pub(crate) fn changes(&self) -> u64 {
+        self.changes
     }
 
     /// The configuration.
@@ -1048,6 +1058,7 @@ impl Cache {
                     .map_err(|e| CacheError::Internal(format!("evicting {key}: {e}")))?;
                 self.entries.remove(&key);
                 self.policy.remove(key);
+                self.changes += 1;
                 self.acct.cached -= extent.len;
                 self.acct.retained -= extent.len;
                 if counted {
@@ -1115,6 +1126,7 @@ impl Cache {
             residency,
         };
         self.entries.insert(key, ready);
+        self.changes += 1;
         self.acct.in_flight -= extent.len;
         if pins > 0 {
             self.acct.pinned += extent.len;
@@ -1291,6 +1303,7 @@ impl Cache {
         for (key, extent) in free {
             if self.areas.free(extent).is_ok() {
                 self.entries.remove(&key);
+                self.changes += 1;
                 self.acct.cached -= extent.len;
                 self.acct.kept -= extent.len;
                 freed += 1;
@@ -1345,11 +1358,85 @@ impl Cache {
                 *residency = Residency::Kept;
             }
             self.policy.remove(key);
+            self.changes += 1;
             self.acct.retained -= from.len;
             self.acct.kept += from.len;
             moves.push((from, to));
         }
         moves
+    }
+
+    /// The samples a warm restart can take back: Ready, retained or kept
+    /// (transient ones go with their last pin): `(key, offset, len, crc,
+    /// kept)`.
+    pub(crate) fn warm_entries(&self) -> impl Iterator<Item = (SampleKey, u64, u64, u32, bool)> + '_ {
+        self.entries.iter().filter_map(|(&key, e)| match *e {
+            Entry::Ready {
+                extent,
+                len,
+                crc32c,
+                residency: residency @ (Residency::Retained | Residency::Kept),
+                ..
+            } => Some((key, extent.offset, len, crc32c, residency == Residency::Kept)),
+            _ => None,
+        })
+    }
+
+    /// Puts back a sample whose bytes are already at `offset` (a warm
+    /// restart): Ready, unpinned, retained when the offset lies in the
+    /// retained area, kept when it lies in the keep area. `false` (nothing
+    /// changed) when the sample is known already, its extent is not free or
+    /// not wholly inside one of those areas, or the retained area's limit
+    /// would be passed.
+    pub(crate) fn restore(&mut self, key: SampleKey, offset: u64, len: u64, crc32c: u32) -> bool {
+        if len == 0 || self.entries.get(&key).is_some() {
+            return false;
+        }
+        let Some(need) = self.config.extent_len(len) else {
+            return false;
+        };
+        if !offset.is_multiple_of(self.config.align.max(1)) {
+            return false;
+        }
+        let extent = Extent { offset, len: need };
+        let kept_base = self.areas.kept.base();
+        let residency = if offset >= kept_base && self.config.keep_reserve > 0 {
+            Residency::Kept
+        } else if offset + need <= self.areas.transient.base()
+            && self.acct.retained + need <= self.config.retain_limit()
+        {
+            Residency::Retained
+        } else {
+            return false;
+        };
+        let allocator = match residency {
+            Residency::Kept => &mut self.areas.kept,
+            _ => &mut self.areas.retained,
+        };
+        if allocator.alloc_at(extent).is_none() {
+            return false;
+        }
+        self.areas.owners.insert(offset, key);
+        self.entries.insert(
+            key,
+            Entry::Ready {
+                extent,
+                len,
+                crc32c,
+                pins: 0,
+                residency,
+            },
+        );
+        self.acct.cached += need;
+        self.changes += 1;
+        match residency {
+            Residency::Kept => self.acct.kept += need,
+            _ => {
+                self.acct.retained += need;
+                self.policy.insert(key);
+            }
+        }
+        true
     }
 
     /// Drops `key` from the cache: a Failed record without pins, or a

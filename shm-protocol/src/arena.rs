@@ -241,6 +241,9 @@ pub struct Arena {
     size: u64,
     hugepage: bool,
     fallback_reason: Option<String>,
+    /// A named file that outlives the agent (a warm restart's arena), not a
+    /// sealed memfd.
+    persistent: bool,
 }
 
 impl Arena {
@@ -341,7 +344,115 @@ impl Arena {
             size,
             hugepage: huge,
             fallback_reason: None,
+            persistent: false,
         })
+    }
+
+    /// Maps the named arena file at `path` (on tmpfs, or on hugetlbfs when
+    /// `huge`), which outlives the agent so that a restarted agent finds
+    /// its samples: `Ok((arena, true))` when a file of exactly the arena's
+    /// size, owned by this user and not a link, was there and is taken
+    /// over with its bytes; `Ok((arena, false))` when it was created anew
+    /// (zeroed), any other file at `path` removed first.
+    ///
+    /// The file is mode 0400 and owned by the agent's user: only the agent
+    /// has it open for writing. Unlike a memfd it cannot be sealed, so a
+    /// process of the agent's own user (which may `chmod` it) or a
+    /// privileged one could open it for writing; see
+    /// [`check_loader_access`](Self::check_loader_access). `opts.size` must
+    /// already be a multiple of the page size (the hugepage size when
+    /// `huge`); `opts.hugepages` and `opts.name` are not used.
+    pub fn persistent(
+        path: &std::path::Path,
+        opts: &ArenaOptions,
+        huge: bool,
+    ) -> Result<(Arena, bool), ArenaError> {
+        let size = opts.size;
+        let len = usize::try_from(size)
+            .ok()
+            .filter(|&l| l > 0 && l <= isize::MAX as usize)
+            .ok_or(ArenaError::InvalidSize)?;
+        let off = libc::off_t::try_from(size).map_err(|_| ArenaError::InvalidSize)?;
+        let (fd, reused) = match Self::reopen_persistent(path, size) {
+            Some(fd) => (fd, true),
+            None => {
+                match std::fs::remove_file(path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(source) => return Err(ArenaError::Os { op: "unlink", source }),
+                }
+                let fd = nix::fcntl::open(
+                    path,
+                    OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                    Mode::S_IRUSR,
+                )
+                .map_err(|e| ArenaError::os("open", e))?;
+                if let Err(e) = nix::unistd::ftruncate(&fd, off) {
+                    let _ = std::fs::remove_file(path);
+                    return Err(ArenaError::os("ftruncate", e));
+                }
+                (fd, false)
+            }
+        };
+        let region = match Region::map_shared_rw(fd.as_fd(), len, opts.populate) {
+            Ok(r) => r,
+            Err(source) => {
+                if !reused {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(ArenaError::Os { op: "mmap", source });
+            }
+        };
+        Ok((
+            Arena {
+                fd: Some(fd),
+                region: Arc::new(region),
+                size,
+                hugepage: huge,
+                fallback_reason: None,
+                persistent: true,
+            },
+            reused,
+        ))
+    }
+
+    /// The existing arena file at `path`, opened for writing, when it is a
+    /// regular file of `size` bytes owned by this user; its mode goes back
+    /// to 0400 once it is open.
+    fn reopen_persistent(path: &std::path::Path, size: u64) -> Option<OwnedFd> {
+        let ro = nix::fcntl::open(
+            path,
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let st = fstat(&ro).ok()?;
+        let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
+        if !regular
+            || st.st_uid != nix::unistd::geteuid().as_raw()
+            || u64::try_from(st.st_size).ok()? != size
+        {
+            return None;
+        }
+        // The owner may write it once the mode says so; through the
+        // descriptor already open, so that the path cannot be swapped
+        // between the check and the open.
+        fchmod(&ro, Mode::S_IRUSR | Mode::S_IWUSR).ok()?;
+        let rw = nix::fcntl::open(
+            format!("/proc/self/fd/{}", ro.as_raw_fd()).as_str(),
+            OFlag::O_RDWR | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        );
+        let back = fchmod(&ro, Mode::S_IRUSR);
+        let rw = rw.ok()?;
+        back.ok()?;
+        Some(rw)
+    }
+
+    /// Whether this arena is a named file that outlives the agent
+    /// ([`persistent`](Self::persistent)) rather than a sealed memfd.
+    pub fn is_persistent(&self) -> bool {
+        self.persistent
     }
 
     /// A heap-backed arena of `size` bytes (zeroed, no fd), so that logic
@@ -357,6 +468,7 @@ impl Arena {
             size,
             hugepage: false,
             fallback_reason: None,
+            persistent: false,
         })
     }
 
@@ -436,6 +548,11 @@ impl Arena {
             Mode::empty(),
         ) {
             Err(_) => Ok(()),
+            // A persistent file has no seals: with CAP_DAC_OVERRIDE it can be
+            // opened for writing, as any file of the agent's can (the
+            // documented limit of a warm-restart arena); a loader without
+            // the privilege cannot.
+            Ok(_) if self.persistent && nix::unistd::geteuid().is_root() => Ok(()),
             // Only with CAP_DAC_OVERRIDE: the seals must hold.
             Ok(rw) if nix::unistd::geteuid().is_root() => self.check_no_write_through(rw.as_fd()),
             Ok(_) => Err(ArenaError::LoaderCanWrite(
@@ -704,10 +821,12 @@ impl ArenaView {
             Err(Errno::EINVAL) => 0,
             Err(e) => return Err(ArenaError::os("F_GET_SEALS", e)),
         };
-        if !SealFlag::from_bits_retain(seals).contains(REQUIRED_SEALS) {
+        let st = fstat(&fd).map_err(|e| ArenaError::os("fstat", e))?;
+        if !SealFlag::from_bits_retain(seals).contains(REQUIRED_SEALS)
+            && !Self::is_read_only_file(&fd, &st)
+        {
             return Err(ArenaError::NotSealed { seals });
         }
-        let st = fstat(&fd).map_err(|e| ArenaError::os("fstat", e))?;
         let actual = u64::try_from(st.st_size).unwrap_or(0);
         if actual != expected_size {
             return Err(ArenaError::SizeMismatch {
@@ -725,6 +844,21 @@ impl ArenaView {
             region: Arc::new(region),
             size: expected_size,
         })
+    }
+
+    /// A warm-restart arena ([`Arena::persistent`]): a regular file on
+    /// tmpfs or hugetlbfs, of a mode without write bits, handed over
+    /// read-only. It cannot be sealed; the loader trusts the file's owner
+    /// (the agent's user) not to shrink it.
+    fn is_read_only_file(fd: &OwnedFd, st: &libc::stat) -> bool {
+        let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
+        let read_only_fd = fcntl(fd, FcntlArg::F_GETFL)
+            .is_ok_and(|fl| fl & libc::O_ACCMODE == libc::O_RDONLY);
+        let in_memory = nix::sys::statfs::fstatfs(fd).is_ok_and(|f| {
+            let t = f.filesystem_type();
+            t == nix::sys::statfs::TMPFS_MAGIC || t == nix::sys::statfs::HUGETLBFS_MAGIC
+        });
+        regular && read_only_fd && in_memory && st.st_mode & 0o222 == 0
     }
 
     /// A view of an existing region (heap arenas, tests).
