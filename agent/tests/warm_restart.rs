@@ -54,11 +54,11 @@ fn metrics_addr() -> SocketAddr {
 /// Stops the agent with SIGTERM and waits for it to exit.
 fn sigterm(a: &mut Agent) {
     let mut c = a.child.take().expect("running");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(c.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .expect("SIGTERM");
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &c.id().to_string()])
+        .status()
+        .expect("kill -TERM");
+    assert!(sent.success(), "kill -TERM");
     let st = c.wait().expect("wait for granaryd");
     assert!(st.success(), "granaryd stopped with {st}:\n{}", a.log());
 }
@@ -73,7 +73,7 @@ fn loader(
     epochs: u32,
     pause: Duration,
     batches: &Arc<AtomicU64>,
-) -> JoinHandle<(Vec<Vec<u64>>, u64)> {
+) -> JoinHandle<(Vec<Vec<u64>>, u32)> {
     let (sock, dataset, spec, batches) = (
         sock.to_path_buf(),
         dataset.to_string(),
@@ -389,14 +389,13 @@ fn a_corrupted_sample_and_a_changed_dataset_are_dropped_alone() {
     assert_eq!(synth_idx.records.len() as u64, FILES);
     let victim = synth_idx.records[7];
     flip_byte(&idx.arena_path, victim.offset + victim.len / 2);
+    // A sample file: one in a class folder.
     let touched = std::fs::read_dir(&other.root)
         .unwrap()
         .flatten()
         .map(|e| e.path())
-        .find(|p| p.is_file())
-        .or_else(|| {
-            walk_first_file(&other.root)
-        })
+        .filter(|p| p.is_dir())
+        .find_map(|d| walk_first_file(&d))
         .expect("a file of `other`");
     let f = std::fs::File::options().write(true).open(&touched).unwrap();
     f.set_modified(std::time::SystemTime::now() + Duration::from_secs(3600))

@@ -1099,6 +1099,55 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "needs tmpfs files and mmap")]
+    fn persistent_arena_keeps_its_bytes_and_loaders_cannot_write() {
+        let path = std::path::PathBuf::from(format!(
+            "/dev/shm/granary-shm-test-{}-{}.arena",
+            std::process::id(),
+            nix::unistd::geteuid()
+        ));
+        struct Rm(std::path::PathBuf);
+        impl Drop for Rm {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(&self.0);
+            }
+        }
+        let _rm = Rm(path.clone());
+        let mut o = ArenaOptions::new(1 << 20);
+        o.populate = false;
+        let (a, reused) = Arena::persistent(&path, &o, false).unwrap();
+        assert!(!reused);
+        assert!(a.is_persistent());
+        let st = fstat(a.fd().unwrap()).unwrap();
+        assert_eq!(st.st_mode & 0o777, 0o400);
+        a.check_loader_access().unwrap();
+        a.write_at(4096, b"warm").unwrap();
+        let ro = a.loader_fd().unwrap();
+        assert!(Region::map_shared_rw(ro.as_fd(), 1 << 20, false).is_err());
+        assert!(nix::sys::uio::pwrite(&ro, b"x", 0).is_err());
+        let view = ArenaView::map(ro, 1 << 20).unwrap();
+        assert_eq!(view.read_at(4096, 4).unwrap(), b"warm");
+        drop((a, view));
+
+        // The next agent finds the bytes; the mode is 0400 again.
+        let (b, reused) = Arena::persistent(&path, &o, false).unwrap();
+        assert!(reused);
+        assert_eq!(b.read_at(4096, 4).unwrap(), b"warm");
+        assert_eq!(fstat(b.fd().unwrap()).unwrap().st_mode & 0o777, 0o400);
+        drop(b);
+
+        // Another size: a new, zeroed file.
+        o.size = 2 << 20;
+        let (c, reused) = Arena::persistent(&path, &o, false).unwrap();
+        assert!(!reused);
+        assert_eq!(c.read_at(4096, 4).unwrap(), [0; 4]);
+        // A descriptor open for writing, or a file with write bits, is
+        // refused by loaders.
+        let e = ArenaView::map(c.fd().unwrap().try_clone_to_owned().unwrap(), 2 << 20).unwrap_err();
+        assert!(matches!(e, ArenaError::NotSealed { .. }), "{e}");
+    }
+
+    #[test]
     fn error_messages() {
         let e = ArenaError::Os {
             op: "mmap",
