@@ -636,6 +636,10 @@ pub struct Cache {
     /// Bumped whenever the set of Ready retained or kept samples changes
     /// (what a warm restart's index lists).
     changes: u64,
+    /// Retained or kept samples that became Ready (or moved) since the
+    /// journal was last taken, when a warm restart keeps one: `(key,
+    /// offset, len, crc)`.
+    journal: Option<Vec<(SampleKey, u64, u64, u32)>>,
 }
 
 impl Cache {
@@ -675,7 +679,22 @@ impl Cache {
             },
             stats: CacheStats::default(),
             changes: 0,
+            journal: None,
         })
+    }
+
+    /// From now on, remember every retained or kept sample that becomes
+    /// Ready (or moves), for [`take_journal`](Self::take_journal).
+    pub(crate) fn enable_journal(&mut self) {
+        self.journal.get_or_insert_with(Vec::new);
+    }
+
+    /// Moves what the journal remembered into `out`: `(key, offset, len,
+    /// crc)` in the order it happened.
+    pub(crate) fn take_journal(&mut self, out: &mut Vec<(SampleKey, u64, u64, u32)>) {
+        if let Some(j) = self.journal.as_mut() {
+            out.append(j);
+        }
     }
 
     /// A number that changes whenever the Ready retained or kept samples
@@ -1127,6 +1146,10 @@ impl Cache {
         };
         self.entries.insert(key, ready);
         self.changes += 1;
+        if let (Some(j), Residency::Retained | Residency::Kept) = (self.journal.as_mut(), residency)
+        {
+            j.push((key, extent.offset, len, crc32c));
+        }
         self.acct.in_flight -= extent.len;
         if pins > 0 {
             self.acct.pinned += extent.len;
@@ -1351,11 +1374,18 @@ impl Cache {
                 continue;
             }
             if let Some(Entry::Ready {
-                extent, residency, ..
+                extent,
+                residency,
+                len,
+                crc32c,
+                ..
             }) = self.entries.get_mut(&key)
             {
                 *extent = to;
                 *residency = Residency::Kept;
+                if let Some(j) = self.journal.as_mut() {
+                    j.push((key, to.offset, *len, *crc32c));
+                }
             }
             self.policy.remove(key);
             self.changes += 1;
@@ -1369,7 +1399,9 @@ impl Cache {
     /// The samples a warm restart can take back: Ready, retained or kept
     /// (transient ones go with their last pin): `(key, offset, len, crc,
     /// kept)`.
-    pub(crate) fn warm_entries(&self) -> impl Iterator<Item = (SampleKey, u64, u64, u32, bool)> + '_ {
+    pub(crate) fn warm_entries(
+        &self,
+    ) -> impl Iterator<Item = (SampleKey, u64, u64, u32, bool)> + '_ {
         self.entries.iter().filter_map(|(&key, e)| match *e {
             Entry::Ready {
                 extent,
@@ -1377,7 +1409,13 @@ impl Cache {
                 crc32c,
                 residency: residency @ (Residency::Retained | Residency::Kept),
                 ..
-            } => Some((key, extent.offset, len, crc32c, residency == Residency::Kept)),
+            } => Some((
+                key,
+                extent.offset,
+                len,
+                crc32c,
+                residency == Residency::Kept,
+            )),
             _ => None,
         })
     }

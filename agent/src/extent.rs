@@ -747,13 +747,40 @@ mod tests {
     #[test]
     fn alloc_at_takes_exactly_a_free_range() {
         let mut a = ExtentAllocator::with_base(4096, 1 << 16);
-        let x = Extent { offset: 8192, len: 4096 };
+        let x = Extent {
+            offset: 8192,
+            len: 4096,
+        };
         assert_eq!(a.alloc_at(x), Some(x));
         assert_eq!(a.alloc_at(x), None, "taken");
-        assert_eq!(a.alloc_at(Extent { offset: 10_000, len: 100 }), None, "overlaps");
-        assert_eq!(a.alloc_at(Extent { offset: 0, len: 100 }), None, "below the base");
-        assert_eq!(a.alloc_at(Extent { offset: 4096 + (1 << 16) - 10, len: 20 }), None, "past the end");
-        let y = Extent { offset: 4096, len: 4096 };
+        assert_eq!(
+            a.alloc_at(Extent {
+                offset: 10_000,
+                len: 100
+            }),
+            None,
+            "overlaps"
+        );
+        assert_eq!(
+            a.alloc_at(Extent {
+                offset: 0,
+                len: 100
+            }),
+            None,
+            "below the base"
+        );
+        assert_eq!(
+            a.alloc_at(Extent {
+                offset: 4096 + (1 << 16) - 10,
+                len: 20
+            }),
+            None,
+            "past the end"
+        );
+        let y = Extent {
+            offset: 4096,
+            len: 4096,
+        };
         assert_eq!(a.alloc_at(y), Some(y));
         a.check().unwrap();
         assert_eq!(a.free_bytes(), (1 << 16) - 8192);
@@ -762,5 +789,4 @@ mod tests {
         a.check().unwrap();
         assert_eq!(a.free_bytes(), 1 << 16);
     }
-
 }

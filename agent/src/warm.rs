@@ -34,9 +34,13 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The longest the index lags behind the cache while it changes: a sample
-/// that became ready less than this long before a `kill -9` is read again.
-pub const SNAPSHOT_EVERY: Duration = Duration::from_millis(100);
+/// How often the index is rewritten while the cache changes; between two
+/// rewrites, the samples that became ready are appended to the journal at
+/// the end of each engine turn.
+pub const SNAPSHOT_EVERY: Duration = Duration::from_secs(1);
+
+/// One journal record's bytes.
+pub const JOURNAL_RECORD: usize = 40;
 
 /// Where the index lives (and the arena, on normal pages).
 pub const SHM_DIR: &str = "/dev/shm";
@@ -82,6 +86,54 @@ pub struct Index {
     pub datasets: Vec<DatasetIndex>,
 }
 
+/// A sample that became ready after the index was written, as the journal
+/// has it: its dataset by fingerprint (which covers the dataset's name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalRecord {
+    /// The dataset's fingerprint.
+    pub fingerprint: u64,
+    /// The sample.
+    pub record: Record,
+}
+
+impl JournalRecord {
+    /// The record's bytes: fingerprint, index, offset, length (u64 each),
+    /// CRC-32C of the sample (u32), CRC-32C of the 36 bytes before (u32).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.extend_from_slice(&self.fingerprint.to_le_bytes());
+        out.extend_from_slice(&self.record.index.to_le_bytes());
+        out.extend_from_slice(&self.record.offset.to_le_bytes());
+        out.extend_from_slice(&self.record.len.to_le_bytes());
+        out.extend_from_slice(&self.record.crc32c.to_le_bytes());
+        let check = crc32c::crc32c(&out[start..]);
+        out.extend_from_slice(&check.to_le_bytes());
+    }
+
+    /// The records of a journal's bytes, up to the first torn or damaged
+    /// one.
+    pub fn decode_all(bytes: &[u8]) -> Vec<JournalRecord> {
+        let mut out = Vec::new();
+        for c in bytes.chunks_exact(JOURNAL_RECORD) {
+            let u = |i: usize| u64::from_le_bytes(c[i..i + 8].try_into().expect("8 bytes"));
+            let w = |i: usize| u32::from_le_bytes(c[i..i + 4].try_into().expect("4 bytes"));
+            if crc32c::crc32c(&c[..36]) != w(36) {
+                break;
+            }
+            out.push(JournalRecord {
+                fingerprint: u(0),
+                record: Record {
+                    index: u(8),
+                    offset: u(16),
+                    len: u(24),
+                    crc32c: w(32),
+                },
+            });
+        }
+        out
+    }
+}
+
 /// The files of the agent serving `socket`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Files {
@@ -89,6 +141,8 @@ pub struct Files {
     pub stem: String,
     /// The index, in [`SHM_DIR`].
     pub index: PathBuf,
+    /// The journal, in [`SHM_DIR`].
+    pub journal: PathBuf,
 }
 
 impl Files {
@@ -100,6 +154,7 @@ impl Files {
         let stem = format!("granary-{}-{key}", nix::unistd::geteuid().as_raw());
         Files {
             index: Path::new(SHM_DIR).join(format!("{stem}.index")),
+            journal: Path::new(SHM_DIR).join(format!("{stem}.journal")),
             stem,
         }
     }
@@ -113,6 +168,7 @@ impl Files {
     /// hugetlbfs mount); what is not there is no error.
     pub fn remove(&self) {
         let _ = std::fs::remove_file(&self.index);
+        let _ = std::fs::remove_file(&self.journal);
         let _ = std::fs::remove_file(self.arena_in(Path::new(SHM_DIR)));
         for dir in hugetlbfs_mounts() {
             let _ = std::fs::remove_file(self.arena_in(&dir));
@@ -296,6 +352,8 @@ pub struct Warm {
     /// The datasets' samples found in the index, still to be checked and
     /// put back (each when its dataset is ready).
     pub pending: Vec<DatasetIndex>,
+    /// The samples found in the journal, likewise.
+    pub pending_journal: Vec<JournalRecord>,
 }
 
 /// Removes the files of this user's agents whose socket directory is gone
@@ -325,6 +383,7 @@ pub fn collect_stale(keep: &Files) {
             let files = Files {
                 stem: stem.to_string(),
                 index: e.path(),
+                journal: Path::new(SHM_DIR).join(format!("{stem}.journal")),
             };
             tracing::info!(
                 index = %files.index.display(),
@@ -376,8 +435,7 @@ pub fn open_arena(cfg: &Config, opts: &ArenaOptions) -> io::Result<Opened> {
             }
             None => {}
         }
-        if chosen.is_none() && (why_cold.is_some() || cfg.arena.hugepages == HugePages::Required)
-        {
+        if chosen.is_none() && (why_cold.is_some() || cfg.arena.hugepages == HugePages::Required) {
             let arena = Arena::create(opts).map_err(|e| io::Error::other(format!("arena: {e}")))?;
             if let Some(w) = why_cold {
                 tracing::warn!("{w}");
@@ -406,10 +464,14 @@ pub fn open_arena(cfg: &Config, opts: &ArenaOptions) -> io::Result<Opened> {
             let _ = std::fs::remove_file(p);
         }
     }
+    let mut journal = Vec::new();
     let pending = match Index::read(&files.index) {
         Ok(Some(idx)) => {
             let cold = if !reused {
-                Some("the arena file is new (none was there, or it had another size or owner)".to_string())
+                Some(
+                    "the arena file is new (none was there, or it had another size or owner)"
+                        .to_string(),
+                )
             } else if idx.arena_path != arena_path {
                 Some(format!(
                     "the arena moved from {} to {} (the page kind changed)",
@@ -422,7 +484,11 @@ pub fn open_arena(cfg: &Config, opts: &ArenaOptions) -> io::Result<Opened> {
                     idx.arena_size,
                     if idx.hugepages { " on hugepages" } else { "" },
                     arena.size(),
-                    if arena.is_hugepage() { " on hugepages" } else { "" }
+                    if arena.is_hugepage() {
+                        " on hugepages"
+                    } else {
+                        ""
+                    }
                 ))
             } else {
                 None
@@ -433,12 +499,16 @@ pub fn open_arena(cfg: &Config, opts: &ArenaOptions) -> io::Result<Opened> {
                     Vec::new()
                 }
                 None => {
-                    let n: usize = idx.datasets.iter().map(|d| d.records.len()).sum();
+                    journal = std::fs::read(&files.journal)
+                        .map(|b| JournalRecord::decode_all(&b))
+                        .unwrap_or_default();
+                    let n: usize =
+                        idx.datasets.iter().map(|d| d.records.len()).sum::<usize>() + journal.len();
                     tracing::info!(
                         arena = %arena_path.display(),
                         index = %files.index.display(),
                         samples = n,
-                        "warm restart: found an index of {n} samples; each is checked when its dataset is ready"
+                        "warm restart: found an index and a journal of {n} samples; each is checked when its dataset is ready"
                     );
                     idx.datasets
                 }
@@ -472,6 +542,7 @@ pub fn open_arena(cfg: &Config, opts: &ArenaOptions) -> io::Result<Opened> {
             arena_path,
             socket: std::path::absolute(&cfg.socket.path).unwrap_or(cfg.socket.path.clone()),
             pending,
+            pending_journal: journal,
         }),
     })
 }
@@ -536,6 +607,28 @@ mod tests {
         assert_eq!(Index::read(&p), Ok(Some(sample())));
         std::fs::write(&p, b"torn").unwrap();
         assert!(Index::read(&p).unwrap_err().contains("torn"));
+    }
+
+    #[test]
+    fn the_journal_reads_back_up_to_a_torn_record() {
+        let mut b = Vec::new();
+        for i in 0..3 {
+            JournalRecord {
+                fingerprint: 9,
+                record: Record {
+                    index: i,
+                    offset: 4096 * i,
+                    len: 10,
+                    crc32c: 7,
+                },
+            }
+            .encode(&mut b);
+        }
+        assert_eq!(b.len(), 3 * JOURNAL_RECORD);
+        assert_eq!(JournalRecord::decode_all(&b).len(), 3);
+        assert_eq!(JournalRecord::decode_all(&b[..b.len() - 1]).len(), 2);
+        b[JOURNAL_RECORD + 3] ^= 1;
+        assert_eq!(JournalRecord::decode_all(&b).len(), 1);
     }
 
     #[test]

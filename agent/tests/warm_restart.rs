@@ -173,14 +173,7 @@ fn restart_while_reading(
     let mut a = agent(dir, config, sock.clone(), metrics);
     a.start();
     let batches = Arc::new(AtomicU64::new(0));
-    let l = loader(
-        &sock,
-        DATASET,
-        spec,
-        3,
-        Duration::from_millis(10),
-        &batches,
-    );
+    let l = loader(&sock, DATASET, spec, 3, Duration::from_millis(10), &batches);
     wait_batches(&batches, stop_after);
     let t0 = Instant::now();
     match stop {
@@ -235,10 +228,98 @@ fn a_killed_agent_restarts_warm_mid_epoch() {
     );
 }
 
+/// SIGKILL in the middle of the first epoch, a few milliseconds after the
+/// agent's last read landed (well within the index's rewrite interval of
+/// 1 s): the journal has every sample the arena held.
+#[test]
+fn a_killed_agent_restarts_warm_in_its_first_epoch() {
+    let _w = watchdog("a_killed_agent_restarts_warm_in_its_first_epoch", 180);
+    let files = 3_000;
+    let d = AgentDir::new(None, files, MEAN);
+    let m = metrics_addr();
+    fs_config(&d, m);
+    let mut a = agent(d.dir.path(), d.config.clone(), d.sock.clone(), m);
+    a.start();
+    let batches = Arc::new(AtomicU64::new(0));
+    let gate = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let stop_at = 40;
+    let l = {
+        let (sock, spec, batches, gate) = (
+            d.sock.clone(),
+            d.spec.clone(),
+            Arc::clone(&batches),
+            Arc::clone(&gate),
+        );
+        std::thread::spawn(move || {
+            let client = Client::connect(&sock).expect("loader: connect");
+            let mut o = SessionOptions::new(DATASET);
+            o.batch_size = BATCH;
+            o.epoch_count = 2;
+            o.seed = 5;
+            o.resume_timeout = Some(Duration::from_secs(60));
+            let mut s = client.open_session(&o).expect("loader: open");
+            let mut seen = vec![Vec::new(); 2];
+            loop {
+                let b = match s.next_batch(Some(Duration::from_secs(60))) {
+                    Ok(b) => b,
+                    Err(e) if e.code() == ErrorCode::EndOfStream => break,
+                    Err(e) => panic!("loader: next batch: {e}"),
+                };
+                for smp in b.samples() {
+                    verify(&spec, &smp);
+                    seen[b.epoch() as usize].push(smp.id());
+                }
+                s.release(b).expect("loader: release");
+                if batches.fetch_add(1, Ordering::Relaxed) + 1 == stop_at {
+                    while gate.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            }
+            let resumes = s.resumes();
+            s.close().expect("loader: close");
+            (seen, resumes)
+        })
+    };
+    wait_batches(&batches, stop_at);
+    // The window fills and its reads land; the index is not rewritten
+    // meanwhile (it is, at most once a second).
+    let mut last = -1.0;
+    let held = loop {
+        std::thread::sleep(Duration::from_millis(10));
+        let r = a.metric("granary_reads_total", "");
+        if r == last && a.metric("granary_reads_in_flight", "") == 0.0 {
+            break r;
+        }
+        last = r;
+    };
+    a.kill9();
+    a.start();
+    gate.store(false, Ordering::Relaxed);
+    let (seen, resumes) = l.join().expect("the loader");
+    assert_each_once(seen, files);
+    assert_eq!(resumes, 1);
+    let f = after(&a);
+    eprintln!(
+        "warm restart (fs, SIGKILL mid-epoch 0, {files} samples): the arena held {held} samples; {f:?}"
+    );
+    assert!(
+        held < files as f64,
+        "the arena held the whole dataset: not mid-epoch"
+    );
+    let never_held = files as f64 - held;
+    assert!(
+        f.reads - never_held <= 0.01 * held,
+        "{} store reads after the restart, {never_held} of them samples never held, the arena held {held}",
+        f.reads
+    );
+    assert!(f.recovered >= 0.99 * held, "{f:?}\n{}", a.log());
+}
+
 #[test]
 fn a_stopped_agent_restarts_warm_mid_epoch() {
     let _w = watchdog("a_stopped_agent_restarts_warm_mid_epoch", 180);
-    let d = AgentDir::new(None, FILES, MEAN);
+    let d = AgentDir::new(None, 3_000, MEAN);
     let m = metrics_addr();
     fs_config(&d, m);
     // Half of epoch 0: the arena holds what was read so far (and what the
@@ -258,7 +339,11 @@ fn a_stopped_agent_restarts_warm_mid_epoch() {
     );
     assert!(f.recovered >= (12 * BATCH) as f64, "{f:?}\n{}", a.log());
     assert_eq!(f.crc + f.changed + f.placement, 0.0);
-    let never_held = FILES as f64 - f.recovered;
+    assert!(
+        f.recovered < 3_000.0,
+        "the arena held the whole dataset: not mid-epoch"
+    );
+    let never_held = 3_000.0 - f.recovered;
     assert!(
         f.reads - never_held <= 0.01 * f.recovered,
         "{} store reads after the restart, {never_held} of them samples never held, the arena held {}",
@@ -448,7 +533,11 @@ fn flip_byte(path: &Path, at: u64) {
     use std::os::unix::fs::{FileExt, PermissionsExt};
     let before = std::fs::metadata(path).unwrap().permissions();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let f = std::fs::File::options().read(true).write(true).open(path).unwrap();
+    let f = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
     let mut b = [0u8; 1];
     f.read_exact_at(&mut b, at).unwrap();
     b[0] ^= 0x5a;

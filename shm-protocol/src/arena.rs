@@ -379,11 +379,20 @@ impl Arena {
                 match std::fs::remove_file(path) {
                     Ok(()) => {}
                     Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(source) => return Err(ArenaError::Os { op: "unlink", source }),
+                    Err(source) => {
+                        return Err(ArenaError::Os {
+                            op: "unlink",
+                            source,
+                        })
+                    }
                 }
                 let fd = nix::fcntl::open(
                     path,
-                    OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                    OFlag::O_RDWR
+                        | OFlag::O_CREAT
+                        | OFlag::O_EXCL
+                        | OFlag::O_NOFOLLOW
+                        | OFlag::O_CLOEXEC,
                     Mode::S_IRUSR,
                 )
                 .map_err(|e| ArenaError::os("open", e))?;
@@ -852,8 +861,8 @@ impl ArenaView {
     /// (the agent's user) not to shrink it.
     fn is_read_only_file(fd: &OwnedFd, st: &libc::stat) -> bool {
         let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
-        let read_only_fd = fcntl(fd, FcntlArg::F_GETFL)
-            .is_ok_and(|fl| fl & libc::O_ACCMODE == libc::O_RDONLY);
+        let read_only_fd =
+            fcntl(fd, FcntlArg::F_GETFL).is_ok_and(|fl| fl & libc::O_ACCMODE == libc::O_RDONLY);
         let in_memory = nix::sys::statfs::fstatfs(fd).is_ok_and(|f| {
             let t = f.filesystem_type();
             t == nix::sys::statfs::TMPFS_MAGIC || t == nix::sys::statfs::HUGETLBFS_MAGIC

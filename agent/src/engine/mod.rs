@@ -407,6 +407,9 @@ impl Engine {
             last_release: now,
             warm: warm.map(|w| warm::WarmState::new(w, now)),
         };
+        if engine.warm.is_some() {
+            engine.cache.enable_journal();
+        }
         for i in 0..engine.datasets.len() {
             engine.warm_restore(i);
         }
@@ -463,6 +466,7 @@ impl Engine {
         for s in self.sessions.values() {
             s.segment().close();
         }
+        self.warm_journal();
         self.warm_snapshot(self.clock.now(), true);
         Ok(())
     }
@@ -493,6 +497,7 @@ impl Engine {
             progressed |= self.publish(id, dt);
         }
         self.update_gauges();
+        self.warm_journal();
         self.warm_snapshot(now, false);
         if cfg!(any(debug_assertions, test)) {
             self.check_invariants();

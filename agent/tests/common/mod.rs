@@ -694,7 +694,6 @@ impl AgentDir {
             config,
         }
     }
-
 }
 
 impl Drop for AgentDir {
