@@ -1765,6 +1765,42 @@ mod tests {
     }
 
     #[test]
+    fn restored_samples_take_their_old_extents_or_nothing() {
+        let mut cfg = config(4096, 1024, PolicyKind::Lru);
+        cfg.keep_reserve = 1024;
+        let mut c = Cache::new(cfg).unwrap();
+        c.enable_journal();
+        // Retained area [0, 2048), transient [2048, 3072), keep [3072, 4096).
+        assert!(c.restore(k(1), 0, 100, 7));
+        assert!(!c.restore(k(1), 512, 100, 7), "known already");
+        assert!(!c.restore(k(2), 64, 100, 7), "overlaps sample 1");
+        assert!(!c.restore(k(3), 8, 10, 7), "misaligned");
+        assert!(!c.restore(k(4), 2048, 100, 7), "in the transient area");
+        assert!(
+            !c.restore(k(5), 2000, 100, 7),
+            "across the retained area's end"
+        );
+        assert!(c.restore(k(6), 3072, 100, 8));
+        let mut warm: Vec<_> = c.warm_entries().collect();
+        warm.sort();
+        assert_eq!(
+            warm,
+            vec![(k(1), 0, 100, 7, false), (k(6), 3072, 100, 8, true)]
+        );
+        assert!(matches!(c.lookup(k(6)), Lookup::Ready(r) if r.residency == Residency::Kept));
+        c.check_invariants().unwrap();
+        // The restored retained sample is evictable like any other.
+        assert_eq!(c.policy.victim(), Some(k(1)));
+        let mut j = Vec::new();
+        c.take_journal(&mut j);
+        assert!(j.is_empty(), "restoring writes no journal");
+        let r = c.reserve(k(9), 50).unwrap();
+        c.complete(k(9), 3).unwrap();
+        c.take_journal(&mut j);
+        assert_eq!(j, vec![(k(9), r.extent.offset, 50, 3)]);
+    }
+
+    #[test]
     fn kept_samples_live_in_their_area_and_are_never_evicted() {
         let mut cfg = config(1024, 256, PolicyKind::Lru);
         cfg.keep_reserve = 256;
