@@ -4,8 +4,8 @@
 //!
 //! * **Where.** `/dev/shm/granary-<uid>-<key>.arena` (tmpfs) or, when the
 //!   arena is on hugepages, `granary-<uid>-<key>.arena` in the first
-//!   hugetlbfs mount this user can write (`/dev/hugepages` under systemd);
-//!   the index is always `/dev/shm/granary-<uid>-<key>.index`. `<key>` is
+//!   hugetlbfs mount this user can write; the index and the journal are
+//!   always `/dev/shm/granary-<uid>-<key>.index` and `.journal`. `<key>` is
 //!   the first 16 hex digits of the SHA-256 of the socket's absolute path,
 //!   so two agents on one host (they cannot share a socket) never share
 //!   files. The arena file is mode 0400, owned by the agent's user.
@@ -16,6 +16,10 @@
 //!   dataset its name, its fingerprint ([`crate::peers::fingerprint`]) and
 //!   every cached sample's index, offset, length and CRC-32C; a CRC-32C of
 //!   the whole file closes it.
+//! * **The journal.** Between two index writes, the samples that became
+//!   ready (or moved to the keep area) are appended at the end of each
+//!   engine turn, [`JOURNAL_RECORD`] bytes each with a CRC of their own;
+//!   writing the index empties it. A `kill -9` loses at most one turn.
 //! * **On start.** A different arena (size, hugepages, file) is a cold
 //!   start, logged with the reason, as is a missing or torn index. A
 //!   dataset whose fingerprint changed loses its samples (only its own);
@@ -440,6 +444,8 @@ pub fn open_arena(cfg: &Config, opts: &ArenaOptions) -> io::Result<Opened> {
             if let Some(w) = why_cold {
                 tracing::warn!("{w}");
             }
+            // An earlier arena file of this agent would only hold memory.
+            files.remove();
             return Ok(Opened { arena, warm: None });
         }
     }
