@@ -233,6 +233,20 @@ fn copy_out(region: &Region, size: u64, offset: u64, len: usize) -> Result<Vec<u
     Ok(out)
 }
 
+/// Takes an exclusive `flock(2)` on `fd`'s open file description (held
+/// until every descriptor of it is closed: the process's exit, whatever
+/// kills it), or fails with `EWOULDBLOCK` when another holds one.
+fn lock_exclusive(fd: BorrowedFd<'_>) -> Result<(), ArenaError> {
+    // SAFETY: plain syscall on a live descriptor; no memory is passed.
+    if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(());
+    }
+    Err(ArenaError::Os {
+        op: "flock (another agent holds this arena file)",
+        source: io::Error::last_os_error(),
+    })
+}
+
 /// The agent's side of the arena: writable, owns the memfd.
 #[derive(Debug)]
 pub struct Arena {
@@ -373,6 +387,16 @@ impl Arena {
             .filter(|&l| l > 0 && l <= isize::MAX as usize)
             .ok_or(ArenaError::InvalidSize)?;
         let off = libc::off_t::try_from(size).map_err(|_| ArenaError::InvalidSize)?;
+        // One agent per file: a live agent holds its file locked (until it
+        // exits, however it exits); another one must neither share nor
+        // replace it.
+        if let Ok(existing) = nix::fcntl::open(
+            path,
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) {
+            lock_exclusive(existing.as_fd())?;
+        }
         let (fd, reused) = match Self::reopen_persistent(path, size) {
             Some(fd) => (fd, true),
             None => {
@@ -403,6 +427,7 @@ impl Arena {
                 (fd, false)
             }
         };
+        lock_exclusive(fd.as_fd())?;
         let region = match Region::map_shared_rw(fd.as_fd(), len, opts.populate) {
             Ok(r) => r,
             Err(source) => {
@@ -1136,6 +1161,10 @@ mod tests {
         assert!(nix::sys::uio::pwrite(&ro, b"x", 0).is_err());
         let view = ArenaView::map(ro, 1 << 20).unwrap();
         assert_eq!(view.read_at(4096, 4).unwrap(), b"warm");
+
+        // While an agent holds the file, another may not take it.
+        let busy = Arena::persistent(&path, &o, false).unwrap_err();
+        assert!(busy.to_string().contains("another agent"), "{busy}");
         drop((a, view));
 
         // The next agent finds the bytes; the mode is 0400 again.
