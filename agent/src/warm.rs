@@ -336,6 +336,17 @@ pub fn hugetlbfs_mounts() -> Vec<PathBuf> {
         .collect()
 }
 
+/// The bytes the tmpfs of `path` can still give an arena file at `path`:
+/// its free space plus what an existing file there already holds. `None`
+/// when it cannot be told.
+fn shm_room(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let st = nix::sys::statvfs::statvfs(path.parent()?).ok()?;
+    let free = st.blocks_available().checked_mul(st.fragment_size())?;
+    let held = std::fs::symlink_metadata(path).map_or(0, |m| m.blocks() * 512);
+    Some(free.saturating_add(held))
+}
+
 /// The arena the agent serves from, and the warm-restart state that goes
 /// with it (`None`: a sealed memfd, cold on every start).
 pub struct Opened {
@@ -457,6 +468,21 @@ pub fn open_arena(cfg: &Config, opts: &ArenaOptions) -> io::Result<Opened> {
                 size: size.next_multiple_of(granary_shm::arena::ARENA_ALIGN),
                 ..opts.clone()
             };
+            // A tmpfs that cannot hold the arena would end the agent with
+            // SIGBUS when it fills up: then the arena is a memfd, as before
+            // warm restarts, and restarts are cold.
+            if let Some(room) = shm_room(&path) {
+                if room < o.size {
+                    tracing::warn!(
+                        "{SHM_DIR} has room for {room} bytes, the arena needs {}: the arena is a memfd, and a restart will be cold (make {SHM_DIR} larger to keep it)",
+                        o.size
+                    );
+                    files.remove();
+                    let arena =
+                        Arena::create(opts).map_err(|e| io::Error::other(format!("arena: {e}")))?;
+                    return Ok(Opened { arena, warm: None });
+                }
+            }
             let (a, reused) = Arena::persistent(&path, &o, false)
                 .map_err(|e| io::Error::other(format!("arena file {}: {e}", path.display())))?;
             (a, path, reused)
