@@ -499,12 +499,7 @@ pub fn open_arena(cfg: &Config, opts: &ArenaOptions) -> io::Result<Opened> {
     let mut journal = Vec::new();
     let pending = match Index::read(&files.index) {
         Ok(Some(idx)) => {
-            let cold = if !reused {
-                Some(
-                    "the arena file is new (none was there, or it had another size or owner)"
-                        .to_string(),
-                )
-            } else if idx.arena_path != arena_path {
+            let cold = if idx.arena_path != arena_path {
                 Some(format!(
                     "the arena moved from {} to {} (the page kind changed)",
                     idx.arena_path.display(),
@@ -522,6 +517,11 @@ pub fn open_arena(cfg: &Config, opts: &ArenaOptions) -> io::Result<Opened> {
                         ""
                     }
                 ))
+            } else if !reused {
+                Some(
+                    "the arena file is new (none was there, or it had another size or owner)"
+                        .to_string(),
+                )
             } else {
                 None
             };

@@ -545,3 +545,50 @@ fn flip_byte(path: &Path, at: u64) {
     drop(f);
     std::fs::set_permissions(path, before).unwrap();
 }
+
+/// Another arena size, then a torn index: each start is cold, says why in
+/// the log, and serves every sample right.
+#[test]
+fn a_changed_arena_or_a_torn_index_starts_cold() {
+    let _w = watchdog("a_changed_arena_or_a_torn_index_starts_cold", 180);
+    let d = AgentDir::new(None, FILES, MEAN);
+    let m = metrics_addr();
+    fs_config(&d, m);
+    let mut a = agent(d.dir.path(), d.config.clone(), d.sock.clone(), m);
+    let none = Arc::new(AtomicU64::new(0));
+    let epoch = |a: &Agent| {
+        let (s, _) = loader(&d.sock, DATASET, &d.spec, 1, Duration::ZERO, &none)
+            .join()
+            .unwrap();
+        assert_each_once(s, FILES);
+        after(a)
+    };
+    a.start();
+    epoch(&a);
+    sigterm(&mut a);
+
+    // 64 MiB → 128 MiB.
+    d.write_config("128MiB", "off", &format!("[metrics]\naddress = \"{m}\""));
+    a.start();
+    let f = epoch(&a);
+    assert_eq!(f.recovered, 0.0);
+    assert_eq!(f.reads, FILES as f64, "a cold start reads everything");
+    assert!(
+        a.log()
+            .contains("cold start, the arena changed from 67108864 bytes to 134217728 bytes"),
+        "{}",
+        a.log()
+    );
+    sigterm(&mut a);
+
+    // The index torn (cut in half).
+    let files = Files::for_socket(&d.sock);
+    let bytes = std::fs::read(&files.index).unwrap();
+    std::fs::write(&files.index, &bytes[..bytes.len() / 2]).unwrap();
+    a.start();
+    let f = epoch(&a);
+    assert_eq!(f.recovered, 0.0);
+    assert_eq!(f.reads, FILES as f64);
+    assert!(a.log().contains("is torn or not an index"), "{}", a.log());
+    eprintln!("cold starts: another arena size, then a torn index; each logged with its reason");
+}
