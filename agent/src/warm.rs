@@ -32,7 +32,7 @@
 //!   file in the hugetlbfs mount) while it is stopped.
 
 use crate::config::Config;
-use granary_shm::arena::{Arena, ArenaOptions};
+use granary_shm::arena::{Arena, ArenaOptions, ArenaView};
 use sha2::{Digest, Sha256};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -421,7 +421,7 @@ pub fn open_arena(cfg: &Config, opts: &ArenaOptions) -> io::Result<Opened> {
     let files = Files::for_socket(&cfg.socket.path);
     collect_stale(&files);
     let size = opts.size;
-    let mut chosen: Option<(Arena, PathBuf, bool)> = None;
+    let mut chosen: Option<(Arena, PathBuf, Option<ArenaView>)> = None;
     let mut why_cold: Option<String> = None;
     if cfg.arena.hugepages != HugePages::Off {
         let hp = granary_shm::arena::hugepage_size().unwrap_or(2 << 20);
@@ -435,7 +435,7 @@ pub fn open_arena(cfg: &Config, opts: &ArenaOptions) -> io::Result<Opened> {
                     ..opts.clone()
                 };
                 match Arena::persistent(&path, &o, true) {
-                    Ok((a, reused)) => chosen = Some((a, path, reused)),
+                    Ok((a, previous)) => chosen = Some((a, path, previous)),
                     Err(e) => tracing::warn!(
                         "a hugepage arena file {} could not be set up: {e}",
                         path.display()
@@ -460,7 +460,7 @@ pub fn open_arena(cfg: &Config, opts: &ArenaOptions) -> io::Result<Opened> {
             return Ok(Opened { arena, warm: None });
         }
     }
-    let (arena, arena_path, reused) = match chosen {
+    let (arena, arena_path, previous) = match chosen {
         Some(c) => c,
         None => {
             let path = files.arena_in(Path::new(SHM_DIR));
@@ -483,9 +483,9 @@ pub fn open_arena(cfg: &Config, opts: &ArenaOptions) -> io::Result<Opened> {
                     return Ok(Opened { arena, warm: None });
                 }
             }
-            let (a, reused) = Arena::persistent(&path, &o, false)
+            let (a, previous) = Arena::persistent(&path, &o, false)
                 .map_err(|e| io::Error::other(format!("arena file {}: {e}", path.display())))?;
-            (a, path, reused)
+            (a, path, previous)
         }
     };
     // Any arena file of this agent elsewhere (the page kind changed) is
@@ -517,7 +517,7 @@ pub fn open_arena(cfg: &Config, opts: &ArenaOptions) -> io::Result<Opened> {
                         ""
                     }
                 ))
-            } else if !reused {
+            } else if previous.is_none() {
                 Some(
                     "the arena file is new (none was there, or it had another size or owner)"
                         .to_string(),
@@ -547,7 +547,7 @@ pub fn open_arena(cfg: &Config, opts: &ArenaOptions) -> io::Result<Opened> {
             }
         }
         Ok(None) => {
-            if reused {
+            if previous.is_some() {
                 tracing::warn!(
                     "warm restart: cold start, the arena file {} has no index beside it ({} is missing)",
                     arena_path.display(),
@@ -567,6 +567,31 @@ pub fn open_arena(cfg: &Config, opts: &ArenaOptions) -> io::Result<Opened> {
             Vec::new()
         }
     };
+    // The samples move to the new file at the same offsets; the previous
+    // one goes when the last loader still mapping it lets go (its batches
+    // on loan and those published before the agent died stay as they were).
+    if let Some(prev) = previous {
+        let t0 = std::time::Instant::now();
+        let mut bytes = 0u64;
+        let records = pending
+            .iter()
+            .flat_map(|d| d.records.iter())
+            .chain(journal.iter().map(|j| &j.record));
+        for r in records {
+            if let Ok(len) = usize::try_from(r.len) {
+                if arena.copy_from(&prev, r.offset, len).is_ok() {
+                    bytes += r.len;
+                }
+            }
+        }
+        if bytes > 0 {
+            tracing::info!(
+                bytes,
+                ms = t0.elapsed().as_millis() as u64,
+                "warm restart: the samples copied from the previous arena file"
+            );
+        }
+    }
     Ok(Opened {
         arena,
         warm: Some(Warm {

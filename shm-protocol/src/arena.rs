@@ -362,16 +362,20 @@ impl Arena {
         })
     }
 
-    /// Maps the named arena file at `path` (on tmpfs, or on hugetlbfs when
-    /// `huge`), which outlives the agent so that a restarted agent finds
-    /// its samples: `Ok((arena, true))` when a file of exactly the arena's
-    /// size, owned by this user and not a link, was there and is taken
-    /// over with its bytes; `Ok((arena, false))` when it was created anew
-    /// (zeroed), any other file at `path` removed first.
+    /// Creates and maps the named arena file at `path` (on tmpfs, or on
+    /// hugetlbfs when `huge`), which outlives the agent so that a restarted
+    /// agent finds its samples. When a file of exactly the arena's size,
+    /// owned by this user and not a link, was there (the previous agent's),
+    /// it is returned mapped read-only beside the new arena, whose name it
+    /// gave up: loaders may still map it (batches on loan, batches published
+    /// before that agent died), so its bytes never change; the caller
+    /// copies the samples it wants ([`copy_from`](Self::copy_from)) and
+    /// drops it. Any other file at `path` is removed.
     ///
     /// The file is mode 0400 and owned by the agent's user: only the agent
-    /// has it open for writing. Unlike a memfd it cannot be sealed, so a
-    /// process of the agent's own user (which may `chmod` it) or a
+    /// has it open for writing, and holds an exclusive `flock` on it for its
+    /// life (another agent is refused). Unlike a memfd it cannot be sealed,
+    /// so a process of the agent's own user (which may `chmod` it) or a
     /// privileged one could open it for writing; see
     /// [`check_loader_access`](Self::check_loader_access). `opts.size` must
     /// already be a multiple of the page size (the hugepage size when
@@ -380,7 +384,7 @@ impl Arena {
         path: &std::path::Path,
         opts: &ArenaOptions,
         huge: bool,
-    ) -> Result<(Arena, bool), ArenaError> {
+    ) -> Result<(Arena, Option<ArenaView>), ArenaError> {
         let size = opts.size;
         let len = usize::try_from(size)
             .ok()
@@ -390,50 +394,55 @@ impl Arena {
         // One agent per file: a live agent holds its file locked (until it
         // exits, however it exits); another one must neither share nor
         // replace it.
+        let mut previous = None;
         if let Ok(existing) = nix::fcntl::open(
             path,
             OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::empty(),
         ) {
             lock_exclusive(existing.as_fd())?;
-        }
-        let (fd, reused) = match Self::reopen_persistent(path, size) {
-            Some(fd) => (fd, true),
-            None => {
-                match std::fs::remove_file(path) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(source) => {
-                        return Err(ArenaError::Os {
-                            op: "unlink",
-                            source,
-                        })
-                    }
+            // The previous agent's arena, read-only: loaders may still map
+            // it (batches on loan, batches published before it died), so its
+            // bytes must not change; a new file takes its name.
+            let st = fstat(&existing).map_err(|e| ArenaError::os("fstat", e))?;
+            let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
+            if regular
+                && st.st_uid == nix::unistd::geteuid().as_raw()
+                && u64::try_from(st.st_size).ok() == Some(size)
+            {
+                if let Ok(r) = Region::map_shared_ro(existing.as_fd(), len, false) {
+                    previous = Some(ArenaView {
+                        region: Arc::new(r),
+                        size,
+                    });
                 }
-                let fd = nix::fcntl::open(
-                    path,
-                    OFlag::O_RDWR
-                        | OFlag::O_CREAT
-                        | OFlag::O_EXCL
-                        | OFlag::O_NOFOLLOW
-                        | OFlag::O_CLOEXEC,
-                    Mode::S_IRUSR,
-                )
-                .map_err(|e| ArenaError::os("open", e))?;
-                if let Err(e) = nix::unistd::ftruncate(&fd, off) {
-                    let _ = std::fs::remove_file(path);
-                    return Err(ArenaError::os("ftruncate", e));
-                }
-                (fd, false)
             }
-        };
+        }
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(ArenaError::Os {
+                    op: "unlink",
+                    source,
+                })
+            }
+        }
+        let fd = nix::fcntl::open(
+            path,
+            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::S_IRUSR,
+        )
+        .map_err(|e| ArenaError::os("open", e))?;
+        if let Err(e) = nix::unistd::ftruncate(&fd, off) {
+            let _ = std::fs::remove_file(path);
+            return Err(ArenaError::os("ftruncate", e));
+        }
         lock_exclusive(fd.as_fd())?;
         let region = match Region::map_shared_rw(fd.as_fd(), len, opts.populate) {
             Ok(r) => r,
             Err(source) => {
-                if !reused {
-                    let _ = std::fs::remove_file(path);
-                }
+                let _ = std::fs::remove_file(path);
                 return Err(ArenaError::Os { op: "mmap", source });
             }
         };
@@ -446,41 +455,24 @@ impl Arena {
                 fallback_reason: None,
                 persistent: true,
             },
-            reused,
+            previous,
         ))
     }
 
-    /// The existing arena file at `path`, opened for writing, when it is a
-    /// regular file of `size` bytes owned by this user; its mode goes back
-    /// to 0400 once it is open.
-    fn reopen_persistent(path: &std::path::Path, size: u64) -> Option<OwnedFd> {
-        let ro = nix::fcntl::open(
-            path,
-            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .ok()?;
-        let st = fstat(&ro).ok()?;
-        let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
-        if !regular
-            || st.st_uid != nix::unistd::geteuid().as_raw()
-            || u64::try_from(st.st_size).ok()? != size
-        {
-            return None;
-        }
-        // The owner may write it once the mode says so; through the
-        // descriptor already open, so that the path cannot be swapped
-        // between the check and the open.
-        fchmod(&ro, Mode::S_IRUSR | Mode::S_IWUSR).ok()?;
-        let rw = nix::fcntl::open(
-            format!("/proc/self/fd/{}", ro.as_raw_fd()).as_str(),
-            OFlag::O_RDWR | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        );
-        let back = fchmod(&ro, Mode::S_IRUSR);
-        let rw = rw.ok()?;
-        back.ok()?;
-        Some(rw)
+    /// Copies `len` bytes at `offset` of `from` (the previous agent's
+    /// arena) to the same place in this one.
+    pub fn copy_from(&self, from: &ArenaView, offset: u64, len: usize) -> Result<(), ArenaError> {
+        let start = check_range(offset, len, self.size)?;
+        check_range(offset, len, from.size)?;
+        let src = from.region.as_ptr().wrapping_add(start);
+        let dst = self.region.as_ptr().wrapping_add(start);
+        // SAFETY: `start..start+len` lies inside both regions (checked
+        // above), which stay mapped while borrowed; this arena's region is
+        // writable; they are two distinct mappings of two distinct files, so
+        // the ranges do not overlap; only bytes are copied, no reference to
+        // shared memory is formed.
+        unsafe { std::ptr::copy_nonoverlapping(src.cast_const(), dst, len) };
+        Ok(())
     }
 
     /// Whether this arena is a named file that outlives the agent
@@ -1149,8 +1141,8 @@ mod tests {
         let _rm = Rm(path.clone());
         let mut o = ArenaOptions::new(1 << 20);
         o.populate = false;
-        let (a, reused) = Arena::persistent(&path, &o, false).unwrap();
-        assert!(!reused);
+        let (a, previous) = Arena::persistent(&path, &o, false).unwrap();
+        assert!(previous.is_none());
         assert!(a.is_persistent());
         let st = fstat(a.fd().unwrap()).unwrap();
         assert_eq!(st.st_mode & 0o777, 0o400);
@@ -1165,19 +1157,26 @@ mod tests {
         // While an agent holds the file, another may not take it.
         let busy = Arena::persistent(&path, &o, false).unwrap_err();
         assert!(busy.to_string().contains("another agent"), "{busy}");
-        drop((a, view));
+        drop(a);
 
-        // The next agent finds the bytes; the mode is 0400 again.
-        let (b, reused) = Arena::persistent(&path, &o, false).unwrap();
-        assert!(reused);
+        // The next agent gets a new file and the previous one's bytes,
+        // read-only; a loader still mapping the previous arena sees its
+        // bytes unchanged whatever the new agent writes.
+        let (b, previous) = Arena::persistent(&path, &o, false).unwrap();
+        let previous = previous.expect("the previous arena");
+        assert_eq!(previous.read_at(4096, 4).unwrap(), b"warm");
+        assert_eq!(b.read_at(4096, 4).unwrap(), [0; 4]);
+        b.copy_from(&previous, 4096, 4).unwrap();
         assert_eq!(b.read_at(4096, 4).unwrap(), b"warm");
+        b.write_at(4096, b"new!").unwrap();
+        assert_eq!(view.read_at(4096, 4).unwrap(), b"warm");
         assert_eq!(fstat(b.fd().unwrap()).unwrap().st_mode & 0o777, 0o400);
-        drop(b);
+        drop((b, previous, view));
 
-        // Another size: a new, zeroed file.
+        // Another size: nothing to take over.
         o.size = 2 << 20;
-        let (c, reused) = Arena::persistent(&path, &o, false).unwrap();
-        assert!(!reused);
+        let (c, previous) = Arena::persistent(&path, &o, false).unwrap();
+        assert!(previous.is_none());
         assert_eq!(c.read_at(4096, 4).unwrap(), [0; 4]);
         // A descriptor open for writing, or a file with write bits, is
         // refused by loaders.
