@@ -20,6 +20,11 @@
 //!   ready (or moved to the keep area) are appended at the end of each
 //!   engine turn, [`JOURNAL_RECORD`] bytes each with a CRC of their own;
 //!   writing the index empties it. A `kill -9` loses at most one turn.
+//! * **A new file each start.** The previous agent's file is only read:
+//!   the samples the index and the journal list are copied into a new file
+//!   of the same name at the same offsets, so that loaders still mapping
+//!   the previous one (batches on loan, batches published before the kill)
+//!   see their bytes unchanged.
 //! * **On start.** A different arena (size, hugepages, file) is a cold
 //!   start, logged with the reason, as is a missing or torn index. A
 //!   dataset whose fingerprint changed loses its samples (only its own);
