@@ -431,9 +431,16 @@ pub fn open_arena(cfg: &Config, opts: &ArenaOptions) -> io::Result<Opened> {
     if cfg.arena.hugepages != HugePages::Off {
         let hp = granary_shm::arena::hugepage_size().unwrap_or(2 << 20);
         let huge_size = size.next_multiple_of(hp.max(1));
-        let enough = granary_shm::arena::hugepages_free().is_some_and(|f| f * hp >= huge_size);
+        let free = granary_shm::arena::hugepages_free().map(|f| f * hp);
+        let enough = free.is_some_and(|f| f >= huge_size);
+        // The previous agent's file in the mount holds pages the new one
+        // can have if need be (it is then a cold start, not a stuck one).
+        let held = |dir: &Path| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::symlink_metadata(files.arena_in(dir)).map_or(0, |m| m.blocks() * 512)
+        };
         match hugetlbfs_mounts().into_iter().next() {
-            Some(dir) if enough => {
+            Some(dir) if free.is_some_and(|f| f + held(&dir) >= huge_size) => {
                 let path = files.arena_in(&dir);
                 let o = ArenaOptions {
                     size: huge_size,
@@ -456,12 +463,13 @@ pub fn open_arena(cfg: &Config, opts: &ArenaOptions) -> io::Result<Opened> {
             None => {}
         }
         if chosen.is_none() && (why_cold.is_some() || cfg.arena.hugepages == HugePages::Required) {
+            // An earlier arena file of this agent would only hold memory
+            // (or the hugepages this arena needs).
+            files.remove();
             let arena = Arena::create(opts).map_err(|e| io::Error::other(format!("arena: {e}")))?;
             if let Some(w) = why_cold {
                 tracing::warn!("{w}");
             }
-            // An earlier arena file of this agent would only hold memory.
-            files.remove();
             return Ok(Opened { arena, warm: None });
         }
     }
