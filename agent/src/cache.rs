@@ -633,6 +633,13 @@ pub struct Cache {
     sessions: HashMap<SessionId, SessionRecord>,
     acct: Accounting,
     stats: CacheStats,
+    /// Bumped whenever the set of Ready retained or kept samples changes
+    /// (what a warm restart's index lists).
+    changes: u64,
+    /// Retained or kept samples that became Ready (or moved) since the
+    /// journal was last taken, when a warm restart keeps one: `(key,
+    /// offset, len, crc)`.
+    journal: Option<Vec<(SampleKey, u64, u64, u32)>>,
 }
 
 impl Cache {
@@ -671,7 +678,29 @@ impl Cache {
                 ..Accounting::default()
             },
             stats: CacheStats::default(),
+            changes: 0,
+            journal: None,
         })
+    }
+
+    /// From now on, remember every retained or kept sample that becomes
+    /// Ready (or moves), for [`take_journal`](Self::take_journal).
+    pub(crate) fn enable_journal(&mut self) {
+        self.journal.get_or_insert_with(Vec::new);
+    }
+
+    /// Moves what the journal remembered into `out`: `(key, offset, len,
+    /// crc)` in the order it happened.
+    pub(crate) fn take_journal(&mut self, out: &mut Vec<(SampleKey, u64, u64, u32)>) {
+        if let Some(j) = self.journal.as_mut() {
+            out.append(j);
+        }
+    }
+
+    /// A number that changes whenever the Ready retained or kept samples
+    /// do (a warm restart's index is rewritten then).
+    pub(crate) fn changes(&self) -> u64 {
+        self.changes
     }
 
     /// The configuration.
@@ -1048,6 +1077,7 @@ impl Cache {
                     .map_err(|e| CacheError::Internal(format!("evicting {key}: {e}")))?;
                 self.entries.remove(&key);
                 self.policy.remove(key);
+                self.changes += 1;
                 self.acct.cached -= extent.len;
                 self.acct.retained -= extent.len;
                 if counted {
@@ -1115,6 +1145,11 @@ impl Cache {
             residency,
         };
         self.entries.insert(key, ready);
+        self.changes += 1;
+        if let (Some(j), Residency::Retained | Residency::Kept) = (self.journal.as_mut(), residency)
+        {
+            j.push((key, extent.offset, len, crc32c));
+        }
         self.acct.in_flight -= extent.len;
         if pins > 0 {
             self.acct.pinned += extent.len;
@@ -1291,6 +1326,7 @@ impl Cache {
         for (key, extent) in free {
             if self.areas.free(extent).is_ok() {
                 self.entries.remove(&key);
+                self.changes += 1;
                 self.acct.cached -= extent.len;
                 self.acct.kept -= extent.len;
                 freed += 1;
@@ -1338,18 +1374,107 @@ impl Cache {
                 continue;
             }
             if let Some(Entry::Ready {
-                extent, residency, ..
+                extent,
+                residency,
+                len,
+                crc32c,
+                ..
             }) = self.entries.get_mut(&key)
             {
                 *extent = to;
                 *residency = Residency::Kept;
+                if let Some(j) = self.journal.as_mut() {
+                    j.push((key, to.offset, *len, *crc32c));
+                }
             }
             self.policy.remove(key);
+            self.changes += 1;
             self.acct.retained -= from.len;
             self.acct.kept += from.len;
             moves.push((from, to));
         }
         moves
+    }
+
+    /// The samples a warm restart can take back: Ready, retained or kept
+    /// (transient ones go with their last pin): `(key, offset, len, crc,
+    /// kept)`.
+    pub(crate) fn warm_entries(
+        &self,
+    ) -> impl Iterator<Item = (SampleKey, u64, u64, u32, bool)> + '_ {
+        self.entries.iter().filter_map(|(&key, e)| match *e {
+            Entry::Ready {
+                extent,
+                len,
+                crc32c,
+                residency: residency @ (Residency::Retained | Residency::Kept),
+                ..
+            } => Some((
+                key,
+                extent.offset,
+                len,
+                crc32c,
+                residency == Residency::Kept,
+            )),
+            _ => None,
+        })
+    }
+
+    /// Puts back a sample whose bytes are already at `offset` (a warm
+    /// restart): Ready, unpinned, retained when the offset lies in the
+    /// retained area, kept when it lies in the keep area. `false` (nothing
+    /// changed) when the sample is known already, its extent is not free or
+    /// not wholly inside one of those areas, or the retained area's limit
+    /// would be passed.
+    pub(crate) fn restore(&mut self, key: SampleKey, offset: u64, len: u64, crc32c: u32) -> bool {
+        if len == 0 || self.entries.get(&key).is_some() {
+            return false;
+        }
+        let Some(need) = self.config.extent_len(len) else {
+            return false;
+        };
+        if !offset.is_multiple_of(self.config.align.max(1)) {
+            return false;
+        }
+        let extent = Extent { offset, len: need };
+        let kept_base = self.areas.kept.base();
+        let residency = if offset >= kept_base && self.config.keep_reserve > 0 {
+            Residency::Kept
+        } else if offset + need <= self.areas.transient.base()
+            && self.acct.retained + need <= self.config.retain_limit()
+        {
+            Residency::Retained
+        } else {
+            return false;
+        };
+        let allocator = match residency {
+            Residency::Kept => &mut self.areas.kept,
+            _ => &mut self.areas.retained,
+        };
+        if allocator.alloc_at(extent).is_none() {
+            return false;
+        }
+        self.areas.owners.insert(offset, key);
+        self.entries.insert(
+            key,
+            Entry::Ready {
+                extent,
+                len,
+                crc32c,
+                pins: 0,
+                residency,
+            },
+        );
+        self.acct.cached += need;
+        self.changes += 1;
+        match residency {
+            Residency::Kept => self.acct.kept += need,
+            _ => {
+                self.acct.retained += need;
+                self.policy.insert(key);
+            }
+        }
+        true
     }
 
     /// Drops `key` from the cache: a Failed record without pins, or a
@@ -1637,6 +1762,42 @@ mod tests {
             keep_reserve: 0,
             policy,
         }
+    }
+
+    #[test]
+    fn restored_samples_take_their_old_extents_or_nothing() {
+        let mut cfg = config(4096, 1024, PolicyKind::Lru);
+        cfg.keep_reserve = 1024;
+        let mut c = Cache::new(cfg).unwrap();
+        c.enable_journal();
+        // Retained area [0, 2048), transient [2048, 3072), keep [3072, 4096).
+        assert!(c.restore(k(1), 0, 100, 7));
+        assert!(!c.restore(k(1), 512, 100, 7), "known already");
+        assert!(!c.restore(k(2), 64, 100, 7), "overlaps sample 1");
+        assert!(!c.restore(k(3), 8, 10, 7), "misaligned");
+        assert!(!c.restore(k(4), 2048, 100, 7), "in the transient area");
+        assert!(
+            !c.restore(k(5), 2000, 100, 7),
+            "across the retained area's end"
+        );
+        assert!(c.restore(k(6), 3072, 100, 8));
+        let mut warm: Vec<_> = c.warm_entries().collect();
+        warm.sort();
+        assert_eq!(
+            warm,
+            vec![(k(1), 0, 100, 7, false), (k(6), 3072, 100, 8, true)]
+        );
+        assert!(matches!(c.lookup(k(6)), Lookup::Ready(r) if r.residency == Residency::Kept));
+        c.check_invariants().unwrap();
+        // The restored retained sample is evictable like any other.
+        assert_eq!(c.policy.victim(), Some(k(1)));
+        let mut j = Vec::new();
+        c.take_journal(&mut j);
+        assert!(j.is_empty(), "restoring writes no journal");
+        let r = c.reserve(k(9), 50).unwrap();
+        c.complete(k(9), 3).unwrap();
+        c.take_journal(&mut j);
+        assert_eq!(j, vec![(k(9), r.extent.offset, 50, 3)]);
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub fn run(cfg: Config) -> io::Result<()> {
         ),
         None => None,
     };
-    let mut engine = Engine::new(cfg, Arc::clone(&metrics))?;
+    let mut engine = Engine::new_warm(cfg, Arc::clone(&metrics))?;
     let notifier = Notifier::from_env()?;
     let status = format!(
         "serving on {} ({})",

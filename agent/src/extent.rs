@@ -232,6 +232,32 @@ impl ExtentAllocator {
         Ok(Extent { offset: start, len })
     }
 
+    /// Allocates exactly `extent` when every byte of it is free (a warm
+    /// restart puts a recovered sample back where its bytes are). `None`
+    /// when it is empty, leaves the managed range or overlaps a live
+    /// extent; nothing changes then.
+    pub(crate) fn alloc_at(&mut self, extent: Extent) -> Option<Extent> {
+        let Extent { offset, len } = extent;
+        let end = offset.checked_add(len)?;
+        if len == 0 || offset < self.base || end > self.base + self.size {
+            return None;
+        }
+        let (&free_off, &free_len) = self.free_by_offset.range(..=offset).next_back()?;
+        if free_off + free_len < end {
+            return None;
+        }
+        self.remove_free(free_off, free_len);
+        if offset > free_off {
+            self.insert_free(free_off, offset - free_off);
+        }
+        if free_off + free_len > end {
+            self.insert_free(end, free_off + free_len - end);
+        }
+        self.live.insert(offset, len);
+        self.free_bytes -= len;
+        Some(extent)
+    }
+
     /// Whether [`alloc`](Self::alloc)`(len, align)` would succeed now.
     pub(crate) fn can_alloc(&self, len: u64, align: u64) -> bool {
         len > 0 && align.is_power_of_two() && self.find(len, align).is_some()
@@ -716,5 +742,51 @@ mod tests {
             assert_eq!(a.free_ranges(), 1);
             a.check().unwrap();
         }
+    }
+
+    #[test]
+    fn alloc_at_takes_exactly_a_free_range() {
+        let mut a = ExtentAllocator::with_base(4096, 1 << 16);
+        let x = Extent {
+            offset: 8192,
+            len: 4096,
+        };
+        assert_eq!(a.alloc_at(x), Some(x));
+        assert_eq!(a.alloc_at(x), None, "taken");
+        assert_eq!(
+            a.alloc_at(Extent {
+                offset: 10_000,
+                len: 100
+            }),
+            None,
+            "overlaps"
+        );
+        assert_eq!(
+            a.alloc_at(Extent {
+                offset: 0,
+                len: 100
+            }),
+            None,
+            "below the base"
+        );
+        assert_eq!(
+            a.alloc_at(Extent {
+                offset: 4096 + (1 << 16) - 10,
+                len: 20
+            }),
+            None,
+            "past the end"
+        );
+        let y = Extent {
+            offset: 4096,
+            len: 4096,
+        };
+        assert_eq!(a.alloc_at(y), Some(y));
+        a.check().unwrap();
+        assert_eq!(a.free_bytes(), (1 << 16) - 8192);
+        a.free(x).unwrap();
+        a.free(y).unwrap();
+        a.check().unwrap();
+        assert_eq!(a.free_bytes(), 1 << 16);
     }
 }

@@ -41,6 +41,7 @@
 //!   side; `PeerTier` is driven through its methods by `engine/peers.rs`,
 //!   `engine/serving.rs` and `engine/peers_rdma.rs`.
 //! * [`metrics`]: lock-free counters and the OpenMetrics endpoint.
+//! * [`warm`]: the arena file and index that make a restart warm.
 //! * `sys`: the only module allowed `unsafe` — system calls and the
 //!   io_uring submissions, behind safe functions.
 #![deny(unsafe_code)]
@@ -65,3 +66,4 @@ pub mod source;
 mod sys;
 #[cfg(test)]
 mod testutil;
+pub mod warm;

@@ -38,6 +38,33 @@ pub(crate) const LATENCY_BUCKETS: [f64; 14] = [
     1.0,
 ];
 
+/// The outcomes of `granary_warm_restart_samples_total`, in the order of
+/// [`Metrics::warm_restart`]: put back in the cache; dropped because the
+/// bytes no longer have their CRC-32C; dropped because their dataset
+/// changed (fingerprint) or is no longer served, or the sample no longer
+/// has that size; dropped because their extent is no longer free or no
+/// longer lies in the cache's retained or keep area (the layout changed).
+pub const WARM_OUTCOMES: [&str; 4] = ["recovered", "crc", "changed", "placement"];
+
+/// Exports [`Metrics::warm_restart`] as one labelled counter family.
+#[derive(Debug)]
+struct WarmCollector([Counter; WARM_OUTCOMES.len()]);
+
+impl Collector for WarmCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let mut family = encoder.encode_descriptor(
+            "granary_warm_restart_samples",
+            "Samples of a warm restart's index, by outcome: recovered, or dropped (crc, changed, placement).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (outcome, c) in WARM_OUTCOMES.iter().zip(&self.0) {
+            ConstCounter::new(c.get()).encode(family.encode_family(&[("outcome", *outcome)])?)?;
+        }
+        Ok(())
+    }
+}
+
 /// Epochs of one dataset that keep series of their own
 /// (`granary_epoch_lookups_total`): the most recently started ones. An
 /// older epoch's series disappears when a newer one needs its slot, so a
@@ -420,6 +447,10 @@ pub struct Metrics {
     pub loaders_lost: Counter,
     /// The peer tier's series (`granary_tier_*`, `granary_peer_*`).
     pub peers: crate::peers::metrics::PeerMetrics,
+    /// Samples of a warm restart's index, by outcome
+    /// (`granary_warm_restart_samples_total{outcome}`; see
+    /// [`WARM_OUTCOMES`]).
+    pub warm_restart: [Counter; WARM_OUTCOMES.len()],
     datasets: DatasetTable,
     registry: Registry,
 }
@@ -581,6 +612,7 @@ impl Metrics {
             connections_refused: Counter::default(),
             loaders_lost: Counter::default(),
             peers: Default::default(),
+            warm_restart: Default::default(),
             datasets: Arc::default(),
             registry: Registry::default(),
         };
@@ -666,6 +698,7 @@ impl Metrics {
             m.read_latency.clone(),
         );
         m.peers.register(&mut registry);
+        registry.register_collector(Box::new(WarmCollector(m.warm_restart.clone())));
         registry.register_collector(Box::new(Derived {
             cache: [
                 ("hit", "arena", m.cache_hits.clone()),

@@ -77,7 +77,7 @@ struct Granaryd {
     sock: PathBuf,
     spec: SynthSpec,
     metrics: SocketAddr,
-    _dir: tempfile::TempDir,
+    _dir: AgentDir,
 }
 
 impl Drop for Granaryd {
@@ -112,11 +112,11 @@ fn start_granaryd() -> Granaryd {
         sock: d.sock.clone(),
         spec: d.spec.clone(),
         metrics,
-        _dir: d.dir,
+        _dir: d,
     };
     wait_for("granaryd's socket", Duration::from_secs(60), || {
         if let Some(status) = g.child.try_wait().expect("poll granaryd") {
-            let log = std::fs::read_to_string(g._dir.path().join("granaryd.log"));
+            let log = std::fs::read_to_string(g._dir.dir.path().join("granaryd.log"));
             panic!("granaryd exited at start ({status}): {log:?}");
         }
         Client::connect(&g.sock).is_ok()

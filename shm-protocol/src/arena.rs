@@ -233,6 +233,20 @@ fn copy_out(region: &Region, size: u64, offset: u64, len: usize) -> Result<Vec<u
     Ok(out)
 }
 
+/// Takes an exclusive `flock(2)` on `fd`'s open file description (held
+/// until every descriptor of it is closed: the process's exit, whatever
+/// kills it), or fails with `EWOULDBLOCK` when another holds one.
+fn lock_exclusive(fd: BorrowedFd<'_>) -> Result<(), ArenaError> {
+    // SAFETY: plain syscall on a live descriptor; no memory is passed.
+    if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(());
+    }
+    Err(ArenaError::Os {
+        op: "flock (another agent holds this arena file)",
+        source: io::Error::last_os_error(),
+    })
+}
+
 /// The agent's side of the arena: writable, owns the memfd.
 #[derive(Debug)]
 pub struct Arena {
@@ -241,6 +255,9 @@ pub struct Arena {
     size: u64,
     hugepage: bool,
     fallback_reason: Option<String>,
+    /// A named file that outlives the agent (a warm restart's arena), not a
+    /// sealed memfd.
+    persistent: bool,
 }
 
 impl Arena {
@@ -341,7 +358,127 @@ impl Arena {
             size,
             hugepage: huge,
             fallback_reason: None,
+            persistent: false,
         })
+    }
+
+    /// Creates and maps the named arena file at `path` (on tmpfs, or on
+    /// hugetlbfs when `huge`), which outlives the agent so that a restarted
+    /// agent finds its samples. When a file of exactly the arena's size,
+    /// owned by this user and not a link, was there (the previous agent's),
+    /// it is returned mapped read-only beside the new arena, whose name it
+    /// gave up: loaders may still map it (batches on loan, batches published
+    /// before that agent died), so its bytes never change; the caller
+    /// copies the samples it wants ([`copy_from`](Self::copy_from)) and
+    /// drops it. Any other file at `path` is removed.
+    ///
+    /// The file is mode 0400 and owned by the agent's user: only the agent
+    /// has it open for writing, and holds an exclusive `flock` on it for its
+    /// life (another agent is refused). Unlike a memfd it cannot be sealed,
+    /// so a process of the agent's own user (which may `chmod` it) or a
+    /// privileged one could open it for writing; see
+    /// [`check_loader_access`](Self::check_loader_access). `opts.size` must
+    /// already be a multiple of the page size (the hugepage size when
+    /// `huge`); `opts.hugepages` and `opts.name` are not used.
+    pub fn persistent(
+        path: &std::path::Path,
+        opts: &ArenaOptions,
+        huge: bool,
+    ) -> Result<(Arena, Option<ArenaView>), ArenaError> {
+        let size = opts.size;
+        let len = usize::try_from(size)
+            .ok()
+            .filter(|&l| l > 0 && l <= isize::MAX as usize)
+            .ok_or(ArenaError::InvalidSize)?;
+        let off = libc::off_t::try_from(size).map_err(|_| ArenaError::InvalidSize)?;
+        // One agent per file: a live agent holds its file locked (until it
+        // exits, however it exits); another one must neither share nor
+        // replace it.
+        let mut previous = None;
+        if let Ok(existing) = nix::fcntl::open(
+            path,
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) {
+            lock_exclusive(existing.as_fd())?;
+            // The previous agent's arena, read-only: loaders may still map
+            // it (batches on loan, batches published before it died), so its
+            // bytes must not change; a new file takes its name.
+            let st = fstat(&existing).map_err(|e| ArenaError::os("fstat", e))?;
+            let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
+            if regular
+                && st.st_uid == nix::unistd::geteuid().as_raw()
+                && u64::try_from(st.st_size).ok() == Some(size)
+            {
+                if let Ok(r) = Region::map_shared_ro(existing.as_fd(), len, false) {
+                    previous = Some(ArenaView {
+                        region: Arc::new(r),
+                        size,
+                    });
+                }
+            }
+        }
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(ArenaError::Os {
+                    op: "unlink",
+                    source,
+                })
+            }
+        }
+        let fd = nix::fcntl::open(
+            path,
+            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::S_IRUSR,
+        )
+        .map_err(|e| ArenaError::os("open", e))?;
+        if let Err(e) = nix::unistd::ftruncate(&fd, off) {
+            let _ = std::fs::remove_file(path);
+            return Err(ArenaError::os("ftruncate", e));
+        }
+        lock_exclusive(fd.as_fd())?;
+        let region = match Region::map_shared_rw(fd.as_fd(), len, opts.populate) {
+            Ok(r) => r,
+            Err(source) => {
+                let _ = std::fs::remove_file(path);
+                return Err(ArenaError::Os { op: "mmap", source });
+            }
+        };
+        Ok((
+            Arena {
+                fd: Some(fd),
+                region: Arc::new(region),
+                size,
+                hugepage: huge,
+                fallback_reason: None,
+                persistent: true,
+            },
+            previous,
+        ))
+    }
+
+    /// Copies `len` bytes at `offset` of `from` (the previous agent's
+    /// arena) to the same place in this one.
+    pub fn copy_from(&self, from: &ArenaView, offset: u64, len: usize) -> Result<(), ArenaError> {
+        let start = check_range(offset, len, self.size)?;
+        check_range(offset, len, from.size)?;
+        let src = from.region.as_ptr().wrapping_add(start);
+        let dst = self.region.as_ptr().wrapping_add(start);
+        // SAFETY: `start..start+len` lies inside both regions (checked
+        // above), which stay mapped while borrowed; this arena's region is
+        // writable; they are two distinct mappings of two distinct files, so
+        // the ranges do not overlap; only bytes are copied, no reference to
+        // shared memory is formed.
+        unsafe { std::ptr::copy_nonoverlapping(src.cast_const(), dst, len) };
+        Ok(())
+    }
+
+    /// Whether this arena is a named file that outlives the agent
+    /// ([`persistent`](Self::persistent)) rather than a sealed memfd.
+    pub fn is_persistent(&self) -> bool {
+        self.persistent
     }
 
     /// A heap-backed arena of `size` bytes (zeroed, no fd), so that logic
@@ -357,6 +494,7 @@ impl Arena {
             size,
             hugepage: false,
             fallback_reason: None,
+            persistent: false,
         })
     }
 
@@ -436,6 +574,11 @@ impl Arena {
             Mode::empty(),
         ) {
             Err(_) => Ok(()),
+            // A persistent file has no seals: with CAP_DAC_OVERRIDE it can be
+            // opened for writing, as any file of the agent's can (the
+            // documented limit of a warm-restart arena); a loader without
+            // the privilege cannot.
+            Ok(_) if self.persistent && nix::unistd::geteuid().is_root() => Ok(()),
             // Only with CAP_DAC_OVERRIDE: the seals must hold.
             Ok(rw) if nix::unistd::geteuid().is_root() => self.check_no_write_through(rw.as_fd()),
             Ok(_) => Err(ArenaError::LoaderCanWrite(
@@ -704,10 +847,12 @@ impl ArenaView {
             Err(Errno::EINVAL) => 0,
             Err(e) => return Err(ArenaError::os("F_GET_SEALS", e)),
         };
-        if !SealFlag::from_bits_retain(seals).contains(REQUIRED_SEALS) {
+        let st = fstat(&fd).map_err(|e| ArenaError::os("fstat", e))?;
+        if !SealFlag::from_bits_retain(seals).contains(REQUIRED_SEALS)
+            && !Self::is_read_only_file(&fd, &st)
+        {
             return Err(ArenaError::NotSealed { seals });
         }
-        let st = fstat(&fd).map_err(|e| ArenaError::os("fstat", e))?;
         let actual = u64::try_from(st.st_size).unwrap_or(0);
         if actual != expected_size {
             return Err(ArenaError::SizeMismatch {
@@ -725,6 +870,21 @@ impl ArenaView {
             region: Arc::new(region),
             size: expected_size,
         })
+    }
+
+    /// A warm-restart arena ([`Arena::persistent`]): a regular file on
+    /// tmpfs or hugetlbfs, of a mode without write bits, handed over
+    /// read-only. It cannot be sealed; the loader trusts the file's owner
+    /// (the agent's user) not to shrink it.
+    fn is_read_only_file(fd: &OwnedFd, st: &libc::stat) -> bool {
+        let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
+        let read_only_fd =
+            fcntl(fd, FcntlArg::F_GETFL).is_ok_and(|fl| fl & libc::O_ACCMODE == libc::O_RDONLY);
+        let in_memory = nix::sys::statfs::fstatfs(fd).is_ok_and(|f| {
+            let t = f.filesystem_type();
+            t == nix::sys::statfs::TMPFS_MAGIC || t == nix::sys::statfs::HUGETLBFS_MAGIC
+        });
+        regular && read_only_fd && in_memory && st.st_mode & 0o222 == 0
     }
 
     /// A view of an existing region (heap arenas, tests).
@@ -961,6 +1121,66 @@ mod tests {
         let file = tempfile::tempfile().unwrap();
         file.set_len(4096).unwrap();
         let e = ArenaView::map(OwnedFd::from(file), 4096).unwrap_err();
+        assert!(matches!(e, ArenaError::NotSealed { .. }), "{e}");
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "needs tmpfs files and mmap")]
+    fn persistent_arena_keeps_its_bytes_and_loaders_cannot_write() {
+        let path = std::path::PathBuf::from(format!(
+            "/dev/shm/granary-shm-test-{}-{}.arena",
+            std::process::id(),
+            nix::unistd::geteuid()
+        ));
+        struct Rm(std::path::PathBuf);
+        impl Drop for Rm {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(&self.0);
+            }
+        }
+        let _rm = Rm(path.clone());
+        let mut o = ArenaOptions::new(1 << 20);
+        o.populate = false;
+        let (a, previous) = Arena::persistent(&path, &o, false).unwrap();
+        assert!(previous.is_none());
+        assert!(a.is_persistent());
+        let st = fstat(a.fd().unwrap()).unwrap();
+        assert_eq!(st.st_mode & 0o777, 0o400);
+        a.check_loader_access().unwrap();
+        a.write_at(4096, b"warm").unwrap();
+        let ro = a.loader_fd().unwrap();
+        assert!(Region::map_shared_rw(ro.as_fd(), 1 << 20, false).is_err());
+        assert!(nix::sys::uio::pwrite(&ro, b"x", 0).is_err());
+        let view = ArenaView::map(ro, 1 << 20).unwrap();
+        assert_eq!(view.read_at(4096, 4).unwrap(), b"warm");
+
+        // While an agent holds the file, another may not take it.
+        let busy = Arena::persistent(&path, &o, false).unwrap_err();
+        assert!(busy.to_string().contains("another agent"), "{busy}");
+        drop(a);
+
+        // The next agent gets a new file and the previous one's bytes,
+        // read-only; a loader still mapping the previous arena sees its
+        // bytes unchanged whatever the new agent writes.
+        let (b, previous) = Arena::persistent(&path, &o, false).unwrap();
+        let previous = previous.expect("the previous arena");
+        assert_eq!(previous.read_at(4096, 4).unwrap(), b"warm");
+        assert_eq!(b.read_at(4096, 4).unwrap(), [0; 4]);
+        b.copy_from(&previous, 4096, 4).unwrap();
+        assert_eq!(b.read_at(4096, 4).unwrap(), b"warm");
+        b.write_at(4096, b"new!").unwrap();
+        assert_eq!(view.read_at(4096, 4).unwrap(), b"warm");
+        assert_eq!(fstat(b.fd().unwrap()).unwrap().st_mode & 0o777, 0o400);
+        drop((b, previous, view));
+
+        // Another size: nothing to take over.
+        o.size = 2 << 20;
+        let (c, previous) = Arena::persistent(&path, &o, false).unwrap();
+        assert!(previous.is_none());
+        assert_eq!(c.read_at(4096, 4).unwrap(), [0; 4]);
+        // A descriptor open for writing, or a file with write bits, is
+        // refused by loaders.
+        let e = ArenaView::map(c.fd().unwrap().try_clone_to_owned().unwrap(), 2 << 20).unwrap_err();
         assert!(matches!(e, ArenaError::NotSealed { .. }), "{e}");
     }
 

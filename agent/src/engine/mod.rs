@@ -42,6 +42,7 @@ mod serving;
 #[cfg(test)]
 mod tests;
 mod view;
+mod warm;
 
 pub(crate) use clock::{Clock, SystemClock};
 
@@ -175,6 +176,8 @@ pub struct Engine {
     /// Processes fenced again and again wait before their next session.
     fence_backoff: fence_backoff::FenceBackoff,
     last_release: Instant,
+    /// The arena's file and index, when a restart is to be warm.
+    warm: Option<warm::WarmState>,
 }
 
 /// Bytes of the arena set aside for sample tables.
@@ -221,6 +224,14 @@ impl Engine {
         Engine::with_datasets(cfg, metrics, Vec::new())
     }
 
+    /// Like [`new`](Self::new), with the arena in a named file that
+    /// outlives the process and an index of its samples beside it, so that
+    /// the next start is warm (`granaryd run`; [`crate::warm`]). The
+    /// samples of the previous agent's index are checked and put back.
+    pub fn new_warm(cfg: Config, metrics: Arc<Metrics>) -> io::Result<Engine> {
+        Engine::build(cfg, metrics, Vec::new(), Box::new(SystemClock), true)
+    }
+
     /// Like [`new`](Self::new), serving `extra` datasets (opened by the
     /// caller: a wrapped or fault-injecting client) after the configured
     /// ones.
@@ -239,6 +250,16 @@ impl Engine {
         metrics: Arc<Metrics>,
         extra: Vec<Dataset>,
         clock: Box<dyn Clock>,
+    ) -> io::Result<Engine> {
+        Engine::build(cfg, metrics, extra, clock, false)
+    }
+
+    fn build(
+        cfg: Config,
+        metrics: Arc<Metrics>,
+        extra: Vec<Dataset>,
+        clock: Box<dyn Clock>,
+        warm: bool,
     ) -> io::Result<Engine> {
         let mut datasets = Vec::new();
         for d in &cfg.datasets {
@@ -286,7 +307,13 @@ impl Engine {
             populate: cfg.arena.populate,
             name: "granary-arena".to_string(),
         };
-        let arena = Arena::create(&opts).map_err(|e| io::Error::other(format!("arena: {e}")))?;
+        let (arena, warm) = if warm {
+            let o = crate::warm::open_arena(&cfg, &opts)?;
+            (o.arena, o.warm)
+        } else {
+            let a = Arena::create(&opts).map_err(|e| io::Error::other(format!("arena: {e}")))?;
+            (a, None)
+        };
         arena
             .check_loader_access()
             .map_err(|e| io::Error::other(format!("arena self-check: {e}")))?;
@@ -378,7 +405,14 @@ impl Engine {
             release_stale_kept: false,
             fence_backoff: fence_backoff::FenceBackoff::default(),
             last_release: now,
+            warm: warm.map(|w| warm::WarmState::new(w, now)),
         };
+        if engine.warm.is_some() {
+            engine.cache.enable_journal();
+        }
+        for i in 0..engine.datasets.len() {
+            engine.warm_restore(i);
+        }
         // A configured view's directories before the first loader is
         // served (no session waits yet), so that its first reads are
         // routed; those of datasets still loading come later.
@@ -432,6 +466,8 @@ impl Engine {
         for s in self.sessions.values() {
             s.segment().close();
         }
+        self.warm_journal();
+        self.warm_snapshot(self.clock.now(), true);
         Ok(())
     }
 
@@ -461,6 +497,8 @@ impl Engine {
             progressed |= self.publish(id, dt);
         }
         self.update_gauges();
+        self.warm_journal();
+        self.warm_snapshot(now, false);
         if cfg!(any(debug_assertions, test)) {
             self.check_invariants();
         }
@@ -492,6 +530,7 @@ impl Engine {
             };
             changed = true;
             log_load_event(&self.datasets[i], Some(event));
+            self.warm_restore(i);
             report_health(&self.metrics, &self.datasets[i]);
             let (mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting_opens)
                 .into_iter()

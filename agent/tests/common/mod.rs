@@ -694,7 +694,17 @@ impl AgentDir {
             config,
         }
     }
+}
 
+impl Drop for AgentDir {
+    /// A `granaryd` run here left its warm-restart files (arena and
+    /// index) in /dev/shm: they go with the directory.
+    fn drop(&mut self) {
+        granary_agent::warm::Files::for_socket(&self.sock).remove();
+    }
+}
+
+impl AgentDir {
     /// Writes the configuration: an arena of `arena` with `hugepages`,
     /// the socket, 32 reads in flight, `extra` TOML (tables of their own),
     /// and the dataset `synth`.

@@ -90,7 +90,10 @@ impl Agent {
 }
 
 impl Drop for Agent {
+    /// Kills the agent and removes its warm-restart files (arena, index,
+    /// journal in /dev/shm).
     fn drop(&mut self) {
         self.kill9();
+        granary_agent::warm::Files::for_socket(&self.sock).remove();
     }
 }

@@ -633,8 +633,11 @@ impl AgentProc {
 }
 
 impl Drop for AgentProc {
+    /// Kills the agent and removes its warm-restart files (its arena,
+    /// index and journal in /dev/shm): the next scenario starts cold.
     fn drop(&mut self) {
         self.kill9();
+        granary_agent::warm::Files::for_socket(&self.sock).remove();
     }
 }
 
