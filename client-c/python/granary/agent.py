@@ -4,7 +4,9 @@ A node's agent normally runs as a systemd service (docs/operations.md).
 :class:`LocalAgent` starts one as a child process instead: it writes a
 configuration serving the given datasets on a private socket, starts
 ``granaryd run --config FILE``, waits for the socket, and stops the agent
-(SIGTERM, then SIGKILL) when the ``with`` block ends::
+(SIGTERM, then SIGKILL) when the ``with`` block ends, removing the files
+that keep its arena for a warm restart (``stop()``/``start()`` inside the
+block restart it warm)::
 
     from granary.agent import LocalAgent
     with LocalAgent({"train": "/data/train"}) as agent:
@@ -183,11 +185,40 @@ class LocalAgent:
             self._log.close()
             self._log = None
 
+    def warm_files(self) -> list:
+        """The files that keep this agent's arena across its restarts
+        (docs/reliability.md, "Warm restart"): the arena, its index and
+        journal under ``/dev/shm`` (and an arena in a hugetlbfs mount)."""
+        import hashlib
+
+        key = hashlib.sha256(os.path.abspath(self.socket).encode()).hexdigest()[:16]
+        stem = f"granary-{os.geteuid()}-{key}"
+        dirs = ["/dev/shm"]
+        try:
+            with open("/proc/mounts") as mounts:
+                dirs += [line.split()[1] for line in mounts if len(line.split()) > 2 and line.split()[2] == "hugetlbfs"]
+        except OSError:
+            pass
+        files = [Path("/dev/shm") / f"{stem}.index", Path("/dev/shm") / f"{stem}.journal"]
+        return files + [Path(d) / f"{stem}.arena" for d in dirs]
+
+    def remove_warm_files(self) -> None:
+        """Removes :meth:`warm_files` (the agent must be stopped): the next
+        start is cold, and the memory they hold is freed."""
+        for f in self.warm_files():
+            try:
+                f.unlink()
+            except OSError:
+                pass
+
     def __enter__(self) -> "LocalAgent":
         return self.start()
 
     def __exit__(self, *exc) -> None:
+        # stop() alone keeps the arena for a warm restart; leaving the
+        # block frees it.
         self.stop()
+        self.remove_warm_files()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

@@ -51,6 +51,9 @@ def agent(synth_root, jpeg_root):
     with LocalAgent({"synth": synth_root, "jpeg": jpeg_root}) as a:
         yield a
         assert a.running, f"granaryd died during the tests:\n{a.log_tail()}"
+        assert any(f.exists() for f in a.warm_files()), "the agent keeps its arena in a file (warm restart)"
+    left = [str(f) for f in a.warm_files() if f.exists()]
+    assert not left, f"LocalAgent left its warm-restart files behind: {left}"
 
 
 @pytest.fixture
