@@ -602,10 +602,8 @@ fn session_state_through_the_c_api() {
     assert!(last_error().contains("state takes"), "{}", last_error());
     let mut buf = vec![0u8; GRANARY_STATE_MAX];
     // SAFETY: `buf` is writable for its length.
-    assert_eq!(
-        unsafe { granary_session_state(s, buf.as_mut_ptr(), buf.len(), &mut got) },
-        OK
-    );
+    let rc = unsafe { granary_session_state(s, buf.as_mut_ptr(), buf.len(), &mut got) };
+    assert_eq!(rc, OK);
     let state = granary::SessionState::from_bytes(&buf[..got]).expect("a state");
     assert_eq!(state.options.first_batch, 3, "three batches handed out");
     assert_eq!((state.options.seed, state.options.batch_size), (77, 10));
@@ -626,10 +624,8 @@ fn session_state_through_the_c_api() {
     buf[12] ^= 1;
     let mut bad = ptr::null_mut();
     // SAFETY: live client, options pointing at `buf`, out pointer.
-    assert_eq!(
-        unsafe { granary_session_open(client, &r, &mut bad) },
-        INVALID
-    );
+    let rc = unsafe { granary_session_open(client, &r, &mut bad) };
+    assert_eq!(rc, INVALID);
     assert!(last_error().contains("checksum"), "{}", last_error());
     // SAFETY: live handles, closed once.
     unsafe {
