@@ -249,7 +249,10 @@ fn tiers_and_peers(series: &[(String, f64)]) -> String {
     out
 }
 
-struct Agent(Child);
+/// The demo's agent and its socket: stopped (SIGTERM) when dropped, and
+/// the files that would keep its arena for a warm restart removed (the
+/// next demo's socket is another, so they would only hold memory).
+struct Agent(Child, PathBuf);
 
 impl Drop for Agent {
     fn drop(&mut self) {
@@ -258,6 +261,7 @@ impl Drop for Agent {
             libc::kill(self.0.id() as i32, libc::SIGTERM);
         }
         let _ = self.0.wait();
+        granary_agent::warm::Files::for_socket(&self.1).remove();
     }
 }
 
@@ -306,6 +310,7 @@ fn demo(dir: PathBuf, files: u64, epochs: u32) -> Result<(), String> {
             .arg(&config)
             .spawn()
             .map_err(|e| format!("starting {}: {e}", granaryd.display()))?,
+        sock.clone(),
     );
     let t0 = Instant::now();
     while !sock.exists() {
