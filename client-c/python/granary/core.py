@@ -414,26 +414,24 @@ def _options(
     opts.drop_last = 1 if drop_last else 0
     opts.ready_capacity = ready_capacity
     opts.release_capacity = release_capacity
-    if view is not None:
-        buf = ctypes.create_string_buffer(bytes(view), len(view))
+
+    def point_at(data: bytes) -> tuple:
+        """`data` in a buffer kept alive with the options: (pointer, length)."""
+        buf = ctypes.create_string_buffer(bytes(data), len(data))
         keep.append(buf)
-        opts.view = ctypes.cast(buf, ctypes.c_void_p)
-        opts.view_len = len(view)
+        return ctypes.cast(buf, ctypes.c_void_p), len(data)
+
+    if view is not None:
+        opts.view, opts.view_len = point_at(view)
         opts.view_required = 1 if view_required else 0
     if layout is not None:
-        buf = ctypes.create_string_buffer(bytes(layout), len(layout))
-        keep.append(buf)
-        opts.layout = ctypes.cast(buf, ctypes.c_void_p)
-        opts.layout_len = len(layout)
+        opts.layout, opts.layout_len = point_at(layout)
     opts.no_crc_check = 0 if verify_crc else 1
     opts.first_batch = first_batch
     opts.worker = worker
     opts.workers = workers
     if state is not None:
-        sbuf = ctypes.create_string_buffer(bytes(state), len(state))
-        keep.append(sbuf)
-        opts.resume_state = ctypes.cast(sbuf, ctypes.c_void_p)
-        opts.resume_state_len = len(state)
+        opts.resume_state, opts.resume_state_len = point_at(state)
         opts.accept_changed_dataset = 1 if accept_changed else 0
     if resume_timeout is None or resume_timeout <= 0:
         opts.resume_timeout_ms = _lib.RESUME_OFF
