@@ -273,25 +273,7 @@ impl Harness {
         epochs: u32,
         first_batch: u64,
     ) -> (u64, Loader) {
-        let req = OpenSession {
-            dataset: dataset.into(),
-            seed: 3,
-            rank: 0,
-            world_size: 1,
-            batch_size: batch,
-            drop_last: false,
-            first_epoch: 0,
-            epoch_count: epochs,
-            ready_capacity: 0,
-            release_capacity: 0,
-            client_abi: 1,
-            locality: None,
-            first_batch,
-            worker: 0,
-            workers: 1,
-            catalog: None,
-            wants_catalog: false,
-        };
+        let req = request(dataset, batch, epochs, first_batch);
         let ds = self
             .engine
             .datasets
@@ -355,4 +337,28 @@ pub(crate) fn drain(
         h.clock.advance(Duration::from_millis(1));
     }
     panic!("no end of stream after 10,000 turns");
+}
+
+/// The open request the harness's loaders send: seed 3, rank 0 of 1, the
+/// agent's rings, exact order.
+pub(crate) fn request(dataset: &str, batch: u32, epochs: u32, first_batch: u64) -> OpenSession {
+    OpenSession {
+        dataset: dataset.into(),
+        seed: 3,
+        rank: 0,
+        world_size: 1,
+        batch_size: batch,
+        drop_last: false,
+        first_epoch: 0,
+        epoch_count: epochs,
+        ready_capacity: 0,
+        release_capacity: 0,
+        client_abi: 1,
+        locality: None,
+        first_batch,
+        worker: 0,
+        workers: 1,
+        catalog: None,
+        wants_catalog: false,
+    }
 }

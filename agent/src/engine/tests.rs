@@ -157,25 +157,7 @@ fn a_session_can_start_at_a_given_batch() {
         .filter(|(e, i, _)| *e == 1 && *i >= 2)
         .collect();
     assert_eq!(key(&got_later), want_later, "epoch 1 from batch 2");
-    let mut req = OpenSession {
-        dataset: "fake".into(),
-        seed: 3,
-        rank: 0,
-        world_size: 1,
-        batch_size: 5,
-        drop_last: false,
-        first_epoch: 0,
-        epoch_count: 1,
-        ready_capacity: 0,
-        release_capacity: 0,
-        client_abi: 1,
-        locality: None,
-        first_batch: per_epoch,
-        worker: 0,
-        workers: 1,
-        catalog: None,
-        wants_catalog: false,
-    };
+    let mut req = request("fake", 5, 1, per_epoch);
     let Err((code, why)) = h.engine.open_session(0, 0, &req) else {
         panic!("a first batch past the epoch was accepted");
     };
@@ -189,23 +171,10 @@ fn a_session_can_start_at_a_given_batch() {
 fn a_saved_catalog_that_differs_refuses_the_open_unless_accepted() {
     let mut h = harness("", false);
     let mut req = OpenSession {
-        dataset: "fake".into(),
-        seed: 3,
-        rank: 0,
-        world_size: 1,
-        batch_size: 5,
-        drop_last: false,
-        first_epoch: 0,
-        epoch_count: 1,
-        ready_capacity: 0,
-        release_capacity: 0,
-        client_abi: 1,
-        locality: None,
-        first_batch: 0,
         worker: 1,
         workers: 2,
-        catalog: None,
         wants_catalog: true,
+        ..request("fake", 5, 1, 0)
     };
     let (opened, _) = h.engine.open_session(0, 0, &req).expect("opens");
     let catalog = opened.reply.catalog.clone().expect("asked for");
@@ -523,23 +492,8 @@ fn batches_on_loan_count_towards_the_window() {
 fn rings_larger_than_the_agents_limit_are_refused_at_open() {
     let mut h = harness("", false);
     let mut req = OpenSession {
-        dataset: "fake".into(),
-        seed: 3,
-        rank: 0,
-        world_size: 1,
-        batch_size: 4,
-        drop_last: false,
-        first_epoch: 0,
-        epoch_count: 1,
         ready_capacity: 8192,
-        release_capacity: 0,
-        client_abi: 1,
-        locality: None,
-        first_batch: 0,
-        worker: 0,
-        workers: 1,
-        catalog: None,
-        wants_catalog: false,
+        ..request("fake", 4, 1, 0)
     };
     let Err((code, why)) = h.engine.open_session(0, 0, &req) else {
         panic!("a ready ring of 8192 slots was accepted");
