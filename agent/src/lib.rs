@@ -67,3 +67,4 @@ mod sys;
 #[cfg(test)]
 mod testutil;
 pub mod warm;
+pub mod why;

@@ -23,6 +23,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 mod endpoint;
+mod ranks;
+
+pub use ranks::SharedRanks;
 
 pub use endpoint::{
     scrape, MetricsServer, CONTENT_TYPE, MAX_CLIENTS, MAX_REQUEST_HEAD, REQUEST_DEADLINE,
@@ -416,6 +419,8 @@ pub struct Metrics {
     /// Nanoseconds loaders spent with an empty ready ring while their next
     /// batch was not ready (exported in seconds).
     pub loader_wait_ns: Counter,
+    /// Every rank's waits, stalls and verdicts ([`crate::why`]).
+    pub ranks: SharedRanks,
     /// Arena bytes free.
     pub arena_free: Gauge,
     /// Arena bytes cached and unpinned.
@@ -598,6 +603,7 @@ impl Metrics {
             bytes_read: Counter::default(),
             read_latency: SharedHistogram::default(),
             loader_wait_ns: Counter::default(),
+            ranks: SharedRanks::default(),
             arena_free: Gauge::default(),
             arena_cached: Gauge::default(),
             arena_pinned: Gauge::default(),
@@ -699,6 +705,7 @@ impl Metrics {
         );
         m.peers.register(&mut registry);
         registry.register_collector(Box::new(WarmCollector(m.warm_restart.clone())));
+        registry.register_collector(Box::new(ranks::RankCollector(m.ranks.clone())));
         registry.register_collector(Box::new(Derived {
             cache: [
                 ("hit", "arena", m.cache_hits.clone()),

@@ -131,6 +131,10 @@ pub(crate) struct Session {
     placed: [u64; 3],
     /// The plan's placement mode (`exact`, `locality`), when it counts.
     placement_mode: Option<&'static str>,
+    /// The rank the session's plan is for.
+    rank: u32,
+    /// Its waits and stalls, for the verdicts ([`crate::why`]).
+    pub(crate) waits: crate::why::SessionWaits,
 }
 
 impl std::fmt::Debug for Session {
@@ -194,6 +198,11 @@ impl Session {
             .take_endpoints()
             .expect("a fresh segment has its endpoints");
         let loader_beat = segment.loader_heartbeat();
+        let rank = plan.params().rank;
+        let waits = crate::why::SessionWaits {
+            last: segment.loader_report(),
+            ..Default::default()
+        };
         Session {
             id,
             conn,
@@ -216,7 +225,14 @@ impl Session {
             loader_beat,
             placed: [0; 3],
             placement_mode: plan.placement_mode(),
+            rank,
+            waits,
         }
+    }
+
+    /// The rank the session's plan is for.
+    pub fn rank(&self) -> u32 {
+        self.rank
     }
 
     /// The `mode` label of the placement counts, when the plan counts.

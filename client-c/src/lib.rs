@@ -52,6 +52,7 @@ mod resume;
 mod session;
 mod state;
 mod view;
+mod waits;
 
 pub use assignment::{agree, encode_layout, Agreement};
 pub use batch::{Batch, Sample};

@@ -140,6 +140,8 @@ pub struct Session {
     origin: Box<(SessionOptions, Option<CatalogId>)>,
     /// Batches handed out since the open.
     handed: u64,
+    /// The waits and busy time reported to the agent.
+    waits: crate::waits::WaitClock,
 }
 
 fn protocol(message: impl Into<String>) -> Error {
@@ -409,6 +411,7 @@ impl Session {
             resume: None,
             origin: Box::new((options.clone(), reply.catalog.clone())),
             handed: 0,
+            waits: crate::waits::WaitClock::default(),
         })
     }
 
@@ -491,6 +494,7 @@ impl Session {
     /// is returned only when it does not come back in time (or resuming is
     /// off).
     pub fn next_batch(&mut self, timeout: Option<Duration>) -> Result<Batch> {
+        let started = self.waits.before(&self.segment);
         loop {
             match self.next_batch_here(timeout) {
                 Ok(batch) => {
@@ -498,6 +502,7 @@ impl Session {
                         r.handed_out();
                     }
                     self.handed += 1;
+                    self.waits.after(&self.segment, started);
                     return Ok(batch);
                 }
                 Err(e) if Resume::applies_to(&e) && !self.closed => {

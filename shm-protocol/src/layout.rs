@@ -24,7 +24,7 @@ use crate::sync::{AtomicU32, AtomicU64};
 pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"GRNRYSEG");
 
 /// Version of every layout in this module. Attach rejects any other value.
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 
 /// Producer and consumer words live on separate lines of this size (two
 /// 64-byte lines, so the adjacent-line prefetcher cannot couple them either).
@@ -116,8 +116,41 @@ pub struct SegmentHeader {
     /// library call and by a background thread every
     /// `heartbeat_interval_ms / 2`. Its value means nothing; only change does.
     pub loader_heartbeat: AtomicU64,
-    /// Zero; room for later fields without moving the rings.
-    pub reserved: [u64; 17],
+    /// Loader-reported: nanoseconds spent in `next_batch`, summed (the time
+    /// the training loop waited for data). Only the loader writes the
+    /// `loader_*` words below; the agent reads them as untrusted numbers for
+    /// its metrics and verdicts, never for a decision about memory.
+    pub loader_wait_ns: AtomicU64,
+    /// Loader-reported: `next_batch` calls that returned, summed.
+    pub loader_batches: AtomicU64,
+    /// Loader-reported: nanoseconds the calling thread was on a CPU or
+    /// waiting for one (its `schedstat`), over `loader_busy_wall_ns`.
+    pub loader_busy_ns: AtomicU64,
+    /// Loader-reported: the wall-clock nanoseconds `loader_busy_ns` covers.
+    pub loader_busy_wall_ns: AtomicU64,
+    /// Loader-reported: `next_batch` waits by duration: bucket `i` counts
+    /// waits up to [`WAIT_BUCKET_BOUNDS_US`]`[i]` microseconds (and above the
+    /// bound before it); the last counts the longer ones.
+    pub loader_wait_buckets: [AtomicU64; WAIT_BUCKETS],
+    /// Zero; room for a later field without moving the rings.
+    pub reserved: [u64; 1],
+}
+
+/// Upper bounds, in microseconds, of the loader's wait buckets (the last
+/// bucket, above the last bound, has none).
+pub const WAIT_BUCKET_BOUNDS_US: [u64; WAIT_BUCKETS - 1] = [
+    100, 1_000, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000,
+];
+
+/// Number of wait buckets in the segment header.
+pub const WAIT_BUCKETS: usize = 12;
+
+/// The wait bucket of a `next_batch` that took `ns` nanoseconds.
+pub fn wait_bucket(ns: u64) -> usize {
+    WAIT_BUCKET_BOUNDS_US
+        .iter()
+        .position(|&b| ns <= b * 1_000)
+        .unwrap_or(WAIT_BUCKETS - 1)
 }
 
 /// One cache-line pair written only by a ring's producer.
@@ -310,7 +343,12 @@ mod pinned {
     const _: () = assert!(offset_of!(SegmentHeader, heartbeat_ms) == 96);
     const _: () = assert!(offset_of!(SegmentHeader, heartbeat_interval_ms) == 104);
     const _: () = assert!(offset_of!(SegmentHeader, loader_heartbeat) == 112);
-    const _: () = assert!(offset_of!(SegmentHeader, reserved) == 120);
+    const _: () = assert!(offset_of!(SegmentHeader, loader_wait_ns) == 120);
+    const _: () = assert!(offset_of!(SegmentHeader, loader_batches) == 128);
+    const _: () = assert!(offset_of!(SegmentHeader, loader_busy_ns) == 136);
+    const _: () = assert!(offset_of!(SegmentHeader, loader_busy_wall_ns) == 144);
+    const _: () = assert!(offset_of!(SegmentHeader, loader_wait_buckets) == 152);
+    const _: () = assert!(offset_of!(SegmentHeader, reserved) == 248);
 
     const _: () = assert!(size_of::<ProducerLine>() == LINE && align_of::<ProducerLine>() == LINE);
     const _: () = assert!(size_of::<ConsumerLine>() == LINE && align_of::<ConsumerLine>() == LINE);

@@ -233,6 +233,24 @@ impl AgentSegment {
             .load(Ordering::Relaxed)
     }
 
+    /// What the loader reported of its waits and its thread's busy time
+    /// (untrusted numbers: compare two reports with
+    /// [`LoaderReport::since`]).
+    pub fn loader_report(&self) -> LoaderReport {
+        let h = header(&self.region);
+        let mut r = LoaderReport {
+            wait_ns: h.loader_wait_ns.load(Ordering::Relaxed),
+            batches: h.loader_batches.load(Ordering::Relaxed),
+            busy_ns: h.loader_busy_ns.load(Ordering::Relaxed),
+            busy_wall_ns: h.loader_busy_wall_ns.load(Ordering::Relaxed),
+            ..LoaderReport::default()
+        };
+        for (b, w) in r.wait_buckets.iter_mut().zip(&h.loader_wait_buckets) {
+            *b = w.load(Ordering::Relaxed);
+        }
+        r
+    }
+
     /// Bumps the ready ring's futex word and wakes a parked loader.
     pub fn wake_loader(&self) {
         let (ready, _) = ring_bases(&self.region, &self.geometry);
@@ -315,7 +333,12 @@ pub mod model {
                     heartbeat_ms: AtomicU64::new(0),
                     heartbeat_interval_ms: 0,
                     loader_heartbeat: AtomicU64::new(0),
-                    reserved: [0; 17],
+                    loader_wait_ns: AtomicU64::new(0),
+                    loader_batches: AtomicU64::new(0),
+                    loader_busy_ns: AtomicU64::new(0),
+                    loader_busy_wall_ns: AtomicU64::new(0),
+                    loader_wait_buckets: Default::default(),
+                    reserved: [0; 1],
                 },
                 fields: loom::cell::UnsafeCell::new(HeaderSnapshot::default()),
             }
@@ -516,6 +539,63 @@ impl LoaderSegment {
             .loader_heartbeat
             .fetch_add(1, Ordering::Relaxed);
     }
+
+    /// Reports one `next_batch` that took `ns` nanoseconds (relaxed adds:
+    /// the agent reads the words about once a second).
+    pub fn report_wait(&self, ns: u64) {
+        let h = header(&self.region);
+        h.loader_wait_ns.fetch_add(ns, Ordering::Relaxed);
+        h.loader_batches.fetch_add(1, Ordering::Relaxed);
+        h.loader_wait_buckets[crate::layout::wait_bucket(ns)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reports that the calling thread was busy (on a CPU or waiting for
+    /// one) `busy_ns` of the last `wall_ns` nanoseconds.
+    pub fn report_busy(&self, busy_ns: u64, wall_ns: u64) {
+        let h = header(&self.region);
+        h.loader_busy_ns.fetch_add(busy_ns, Ordering::Relaxed);
+        h.loader_busy_wall_ns.fetch_add(wall_ns, Ordering::Relaxed);
+    }
+}
+
+/// The loader's reports in its segment header, as the agent read them: sums
+/// since the session began, written by the loader alone, so nothing in them
+/// is trusted beyond being numbers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoaderReport {
+    /// Nanoseconds in `next_batch`.
+    pub wait_ns: u64,
+    /// `next_batch` calls that returned.
+    pub batches: u64,
+    /// Nanoseconds the loader's thread was busy (on a CPU or runnable).
+    pub busy_ns: u64,
+    /// Wall-clock nanoseconds `busy_ns` covers.
+    pub busy_wall_ns: u64,
+    /// Waits by [`crate::layout::WAIT_BUCKET_BOUNDS_US`].
+    pub wait_buckets: [u64; crate::layout::WAIT_BUCKETS],
+}
+
+impl LoaderReport {
+    /// What happened between `earlier` and `self`; `None` if any sum went
+    /// down (a loader that writes nonsense). The calls are counted from the
+    /// buckets, which a read racing the loader's adds keeps consistent with
+    /// the histogram.
+    pub fn since(&self, earlier: &LoaderReport) -> Option<LoaderReport> {
+        let mut d = LoaderReport {
+            wait_ns: self.wait_ns.checked_sub(earlier.wait_ns)?,
+            batches: self.batches.checked_sub(earlier.batches)?,
+            busy_ns: self.busy_ns.checked_sub(earlier.busy_ns)?,
+            busy_wall_ns: self.busy_wall_ns.checked_sub(earlier.busy_wall_ns)?,
+            ..LoaderReport::default()
+        };
+        let mut total = 0u64;
+        for (i, b) in d.wait_buckets.iter_mut().enumerate() {
+            *b = self.wait_buckets[i].checked_sub(earlier.wait_buckets[i])?;
+            total = total.checked_add(*b)?;
+        }
+        d.batches = total;
+        Some(d)
+    }
 }
 
 #[cfg(all(test, not(feature = "loom")))]
@@ -579,7 +659,40 @@ mod tests {
         l.beat();
         assert_eq!(a.loader_heartbeat(), 2);
         let h = header(a.region());
-        assert_eq!(h.reserved, [0; 17]);
+        assert_eq!(h.reserved, [0; 1]);
+    }
+
+    #[test]
+    fn loader_reports_reach_the_agent_and_nonsense_is_refused() {
+        let a = AgentSegment::create_heap(spec()).unwrap();
+        let l = LoaderSegment::attach_region(a.region().clone(), None).unwrap();
+        let start = a.loader_report();
+        assert_eq!(start, LoaderReport::default());
+        l.report_wait(50_000); // 50 µs: bucket 0
+        l.report_wait(3_000_000); // 3 ms: bucket 2
+        l.report_wait(10_000_000_000); // 10 s: the last bucket
+        l.report_busy(7, 10);
+        let now = a.loader_report();
+        let d = now.since(&start).unwrap();
+        assert_eq!(d.batches, 3);
+        assert_eq!(d.wait_ns, 10_003_050_000);
+        assert_eq!((d.busy_ns, d.busy_wall_ns), (7, 10));
+        assert_eq!(d.wait_buckets[0], 1);
+        assert_eq!(d.wait_buckets[2], 1);
+        assert_eq!(d.wait_buckets[crate::layout::WAIT_BUCKETS - 1], 1);
+        // A loader that winds a sum back gets no interval.
+        assert_eq!(start.since(&now), None);
+    }
+
+    #[test]
+    fn wait_buckets_follow_their_bounds() {
+        use crate::layout::{wait_bucket, WAIT_BUCKETS, WAIT_BUCKET_BOUNDS_US};
+        assert_eq!(wait_bucket(0), 0);
+        for (i, &b) in WAIT_BUCKET_BOUNDS_US.iter().enumerate() {
+            assert_eq!(wait_bucket(b * 1_000), i, "at the bound {b} µs");
+            assert_eq!(wait_bucket(b * 1_000 + 1), i + 1, "just above {b} µs");
+        }
+        assert_eq!(wait_bucket(u64::MAX), WAIT_BUCKETS - 1);
     }
 
     #[test]

@@ -43,6 +43,11 @@ fn render() -> String {
             heartbeat_ms,
             heartbeat_interval_ms,
             loader_heartbeat,
+            loader_wait_ns,
+            loader_batches,
+            loader_busy_ns,
+            loader_busy_wall_ns,
+            loader_wait_buckets,
             reserved
         }
     );

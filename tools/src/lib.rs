@@ -12,3 +12,4 @@ pub mod ingest;
 pub mod progress;
 pub mod secret;
 pub mod synth;
+pub mod why;

@@ -43,6 +43,7 @@ mod serving;
 mod tests;
 mod view;
 mod warm;
+mod why;
 
 pub(crate) use clock::{Clock, SystemClock};
 
@@ -178,6 +179,8 @@ pub struct Engine {
     last_release: Instant,
     /// The arena's file and index, when a restart is to be warm.
     warm: Option<warm::WarmState>,
+    /// When the loaders' waits were last read ([`crate::why`]).
+    last_why: Instant,
 }
 
 /// Bytes of the arena set aside for sample tables.
@@ -394,6 +397,7 @@ impl Engine {
             completions: Vec::new(),
             last_turn: now,
             last_heartbeat: now,
+            last_why: now,
             peers,
             peer_events: Vec::new(),
             link_events: Vec::new(),
@@ -496,6 +500,7 @@ impl Engine {
         for &id in &ids {
             progressed |= self.publish(id, dt);
         }
+        self.why_interval(now);
         self.update_gauges();
         self.warm_journal();
         self.warm_snapshot(now, false);

@@ -39,7 +39,14 @@ impl Engine {
             let ended = s.ended();
             match s.ready.unconsumed() {
                 Ok(0) if !ended => {
-                    self.metrics.loader_wait_ns.inc_by(dt.as_nanos() as u64);
+                    let ns = dt.as_nanos().min(u128::from(u64::MAX)) as u64;
+                    self.metrics.loader_wait_ns.inc_by(ns);
+                    if let Some(s) = self.sessions.get(&sid) {
+                        let cause = self.stall_cause(s);
+                        if let Some(s) = self.sessions.get_mut(&sid) {
+                            s.waits.stalled(cause, ns);
+                        }
+                    }
                 }
                 Ok(_) => {}
                 Err(v) => {

@@ -58,6 +58,24 @@ enum Cmd {
         /// The agent's metrics endpoint (`[metrics] address`).
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9464")]
         metrics: String,
+        /// Only why each rank's training loop waits: its verdict (store,
+        /// peer, arena, loader_cpu, compute, idle), wait shares and
+        /// quantiles.
+        #[arg(long)]
+        why: bool,
+    },
+    /// A live view of `status --why` and where samples come from,
+    /// redrawn every interval until interrupted.
+    Top {
+        /// The agent's metrics endpoint (`[metrics] address`).
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9464")]
+        metrics: String,
+        /// Seconds between redraws.
+        #[arg(long, value_name = "S", default_value_t = 1.0)]
+        interval: f64,
+        /// Stop after N redraws (default: until interrupted).
+        #[arg(long, value_name = "N")]
+        count: Option<u64>,
     },
     /// The quickstart: generate a synthetic dataset, start granaryd on it,
     /// run two C loaders (ranks 0 and 1 of one job), verify every byte,
@@ -142,7 +160,12 @@ struct IngestArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
-        Cmd::Status { metrics } => status(&metrics),
+        Cmd::Status { metrics, why } => status(&metrics, why),
+        Cmd::Top {
+            metrics,
+            interval,
+            count,
+        } => top(&metrics, interval, count),
         Cmd::Demo { dir, files, epochs } => demo(dir, files, epochs),
         Cmd::Ingest(args) => ingest(&args),
         Cmd::Secret(SecretCmd::New { path, force }) => secret_new(&path, force),
@@ -165,12 +188,22 @@ fn secret_new(path: &std::path::Path, force: bool) -> Result<(), String> {
     granary_tools::secret::write_new(path, force).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn status(addr: &str) -> Result<(), String> {
+fn scrape_series(addr: &str) -> Result<Vec<(String, f64)>, String> {
     let sa = addr.parse().map_err(|e| format!("--metrics {addr}: {e}"))?;
     let body = scrape(sa, Duration::from_secs(3))
         .map_err(|e| format!("cannot reach the agent's metrics at {addr}: {e}"))?;
-    let series = parse_text(&body);
+    Ok(parse_text(&body))
+}
+
+fn status(addr: &str, why: bool) -> Result<(), String> {
+    let series = scrape_series(addr)?;
+    if why {
+        print!("{}", granary_tools::why::render(&series));
+        return Ok(());
+    }
     print!("{}", tiers_and_peers(&series));
+    print!("{}", granary_tools::why::render(&series));
+    println!();
     println!("{:<60} {:>16}", "metric", "value");
     for (k, v) in series {
         if k.contains("_bucket") {
@@ -179,6 +212,34 @@ fn status(addr: &str) -> Result<(), String> {
         println!("{k:<60} {v:>16}");
     }
     Ok(())
+}
+
+fn top(addr: &str, interval: f64, count: Option<u64>) -> Result<(), String> {
+    if !(interval.is_finite() && interval > 0.0) {
+        return Err(format!(
+            "--interval {interval}: must be a positive number of seconds"
+        ));
+    }
+    let mut drawn = 0u64;
+    loop {
+        let screen = match scrape_series(addr) {
+            Ok(series) => format!(
+                "{}\n{}",
+                tiers_and_peers(&series),
+                granary_tools::why::render(&series)
+            ),
+            Err(e) => format!("{e}\n"),
+        };
+        // Home, clear, then the screen: one redraw per interval.
+        print!("\x1b[H\x1b[2Jgranary top: {addr}, every {interval} s (Ctrl-C to quit)\n\n{screen}");
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        drawn += 1;
+        if count.is_some_and(|n| drawn >= n) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_secs_f64(interval));
+    }
 }
 
 /// The sum of the series of metric `name` whose labels contain `with`.

@@ -1,0 +1,246 @@
+//! `granary status --why` and `granary top`: each rank's verdict on why its
+//! training loop waits, from the agent's `granary_rank_*` metrics
+//! (docs/operations.md, "Why the GPU waits").
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// The verdict labels, in the agent's order.
+pub const VERDICTS: [&str; 6] = ["idle", "compute", "loader_cpu", "store", "peer", "arena"];
+
+/// One (dataset, rank) row read back from the metrics.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Row {
+    /// The last interval's verdict, if any was given.
+    pub verdict: Option<String>,
+    /// Intervals by verdict, in [`VERDICTS`] order.
+    pub verdicts: [f64; 6],
+    /// The last interval's share of time in `next_batch`.
+    pub wait_ratio: f64,
+    /// The last interval's busy share of the loader threads.
+    pub busy_ratio: f64,
+    /// Wait quantiles 0.5, 0.95, 0.99 in seconds.
+    pub quantiles: [Option<f64>; 3],
+    /// `next_batch` calls counted.
+    pub batches: f64,
+    /// Stall seconds by cause: store, peer, arena.
+    pub stall: [f64; 3],
+}
+
+/// The value of label `name` in a series key `metric{a="x",b="y"}`.
+pub fn label<'a>(key: &'a str, name: &str) -> Option<&'a str> {
+    let labels = key.split_once('{')?.1;
+    let pat = format!("{name}=\"");
+    let at = labels
+        .match_indices(&pat)
+        .find(|(i, _)| *i == 0 || labels.as_bytes()[i - 1] == b',')?
+        .0;
+    let rest = &labels[at + pat.len()..];
+    Some(&rest[..rest.find('"')?])
+}
+
+/// The rows by (dataset, rank), from parsed series.
+pub fn rows(series: &[(String, f64)]) -> BTreeMap<(String, u32), Row> {
+    let mut out: BTreeMap<(String, u32), Row> = BTreeMap::new();
+    for (k, v) in series {
+        let name = k.split('{').next().unwrap_or("");
+        if !name.starts_with("granary_rank_") {
+            continue;
+        }
+        let (Some(d), Some(r)) = (label(k, "dataset"), label(k, "rank")) else {
+            continue;
+        };
+        let Ok(r) = r.parse::<u32>() else { continue };
+        let row = out.entry((d.to_string(), r)).or_default();
+        let v = *v;
+        match name {
+            "granary_rank_verdict" if v > 0.0 => {
+                row.verdict = label(k, "verdict").map(String::from)
+            }
+            "granary_rank_verdicts_total" => {
+                if let Some(i) =
+                    label(k, "verdict").and_then(|x| VERDICTS.iter().position(|y| *y == x))
+                {
+                    row.verdicts[i] = v;
+                }
+            }
+            "granary_rank_wait_ratio" => row.wait_ratio = v,
+            "granary_rank_busy_ratio" => row.busy_ratio = v,
+            "granary_rank_wait_quantile_seconds" => {
+                let i = match label(k, "quantile") {
+                    Some("0.5") => 0,
+                    Some("0.95") => 1,
+                    Some("0.99") => 2,
+                    _ => continue,
+                };
+                row.quantiles[i] = Some(v);
+            }
+            "granary_rank_wait_seconds_count" => row.batches = v,
+            "granary_rank_stall_seconds_total" => {
+                let i = match label(k, "cause") {
+                    Some("store") => 0,
+                    Some("peer") => 1,
+                    Some("arena") => 2,
+                    _ => continue,
+                };
+                row.stall[i] = v;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// What each verdict means, for the table's legend.
+pub fn meaning(verdict: &str) -> &'static str {
+    match verdict {
+        "idle" => "no batch asked for",
+        "compute" => "not waiting for data: the step itself (GPU) sets the pace",
+        "loader_cpu" => "the loader's own CPU work (decode, transforms, hand-over)",
+        "store" => "waiting on reads from the dataset's store",
+        "peer" => "waiting on samples from peer agents",
+        "arena" => "samples not in the arena and not being read (arena full, window)",
+        _ => "",
+    }
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or("-".to_string(), |s| format!("{:.1}", s * 1e3))
+}
+
+/// The `--why` table.
+pub fn render(series: &[(String, f64)]) -> String {
+    let rows = rows(series);
+    let mut out = String::new();
+    if rows.is_empty() {
+        out.push_str("why the GPU waits: no loader has reported yet (libgranary reports from its first batch)\n");
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "why the GPU waits (verdict and shares: last interval; quantiles of next_batch: last 10 s)"
+    );
+    let _ = writeln!(
+        out,
+        "{:<16} {:>5}  {:<10} {:>6} {:>6} {:>8} {:>8} {:>8} {:>9}  {:<23}  intervals by verdict",
+        "dataset",
+        "rank",
+        "verdict",
+        "wait%",
+        "busy%",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "batches",
+        "stall s store/peer/arena",
+    );
+    let mut seen = Vec::new();
+    for ((d, r), row) in &rows {
+        let total: f64 = row.verdicts.iter().sum();
+        let mut shares: Vec<(f64, &str)> = VERDICTS
+            .iter()
+            .zip(row.verdicts)
+            .filter(|(_, n)| *n > 0.0)
+            .map(|(v, n)| (n, *v))
+            .collect();
+        shares.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let shares: Vec<String> = shares
+            .iter()
+            .take(3)
+            .map(|(n, v)| format!("{v} {:.0} %", 100.0 * n / total.max(1.0)))
+            .collect();
+        let verdict = row.verdict.as_deref().unwrap_or("-");
+        if !seen.contains(&verdict) {
+            seen.push(verdict);
+        }
+        let stall = format!(
+            "{:.1}/{:.1}/{:.1}",
+            row.stall[0], row.stall[1], row.stall[2]
+        );
+        let _ = writeln!(
+            out,
+            "{:<16} {:>5}  {:<10} {:>6.1} {:>6.1} {:>8} {:>8} {:>8} {:>9}  {:<23}  {}",
+            d,
+            r,
+            verdict,
+            100.0 * row.wait_ratio,
+            100.0 * row.busy_ratio,
+            ms(row.quantiles[0]),
+            ms(row.quantiles[1]),
+            ms(row.quantiles[2]),
+            row.batches,
+            stall,
+            shares.join(", ")
+        );
+    }
+    for v in seen.into_iter().filter(|v| *v != "-") {
+        let _ = writeln!(out, "  {v}: {}", meaning(v));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(k: &str, v: f64) -> (String, f64) {
+        (k.to_string(), v)
+    }
+
+    #[test]
+    fn labels_are_read_exactly() {
+        let k = r#"granary_rank_verdict{dataset="d",rank="3",verdict="store"}"#;
+        assert_eq!(label(k, "rank"), Some("3"));
+        assert_eq!(label(k, "verdict"), Some("store"));
+        assert_eq!(label(k, "dict"), None);
+        assert_eq!(label("granary_x", "rank"), None);
+    }
+
+    #[test]
+    fn rows_and_the_table_say_the_verdict() {
+        let series = vec![
+            s(
+                r#"granary_rank_verdict{dataset="img",rank="0",verdict="compute"}"#,
+                0.0,
+            ),
+            s(
+                r#"granary_rank_verdict{dataset="img",rank="0",verdict="store"}"#,
+                1.0,
+            ),
+            s(
+                r#"granary_rank_verdicts_total{dataset="img",rank="0",verdict="store"}"#,
+                19.0,
+            ),
+            s(
+                r#"granary_rank_verdicts_total{dataset="img",rank="0",verdict="idle"}"#,
+                1.0,
+            ),
+            s(r#"granary_rank_wait_ratio{dataset="img",rank="0"}"#, 0.42),
+            s(
+                r#"granary_rank_wait_quantile_seconds{dataset="img",rank="0",quantile="0.95"}"#,
+                0.048,
+            ),
+            s(
+                r#"granary_rank_wait_seconds_count{dataset="img",rank="0"}"#,
+                1234.0,
+            ),
+            s(
+                r#"granary_rank_stall_seconds_total{dataset="img",rank="0",cause="store"}"#,
+                12.5,
+            ),
+            s(r#"granary_rank_wait_ratio{dataset="img",rank="1"}"#, 0.01),
+        ];
+        let r = rows(&series);
+        let row = &r[&("img".to_string(), 0)];
+        assert_eq!(row.verdict.as_deref(), Some("store"));
+        assert_eq!(row.verdicts[3], 19.0);
+        assert_eq!(row.quantiles, [None, Some(0.048), None]);
+        assert_eq!(row.stall, [12.5, 0.0, 0.0]);
+        assert_eq!(r[&("img".to_string(), 1)].verdict, None);
+        let t = render(&series);
+        assert!(t.contains("store 95 %, idle 5 %"), "{t}");
+        assert!(t.contains("48.0"), "{t}");
+        assert!(t.contains("store: waiting on reads"), "{t}");
+        assert!(render(&[]).contains("no loader has reported yet"));
+    }
+}
