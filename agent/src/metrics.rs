@@ -22,6 +22,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+#[cfg(test)]
+mod dashboard_tests;
 mod endpoint;
 mod ranks;
 
