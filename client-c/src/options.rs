@@ -61,6 +61,11 @@ pub struct SessionOptions {
     /// mismatch makes that sample a `Corrupt` failure (empty, its own
     /// status), never different bytes. Costs one pass over the bytes.
     pub verify_crc: bool,
+    /// Report how long each `next_batch` took and how busy the calling
+    /// thread was to the agent, through the session's shared header, for
+    /// its per-rank wait metrics and verdicts (default: on; Rust API only,
+    /// for comparing the cost: two clock reads per batch).
+    pub report_waits: bool,
     /// Skip the session's first `first_batch` batches, counted across its
     /// epochs (default 0): a loader resuming after its agent went away
     /// names how many it has handed out, and gets every later batch of the
@@ -112,6 +117,7 @@ impl SessionOptions {
             layout: None,
             locality: None,
             verify_crc: true,
+            report_waits: true,
             first_batch: 0,
             resume_timeout: Some(DEFAULT_RESUME_TIMEOUT),
             worker: 0,

@@ -411,7 +411,7 @@ impl Session {
             resume: None,
             origin: Box::new((options.clone(), reply.catalog.clone())),
             handed: 0,
-            waits: crate::waits::WaitClock::default(),
+            waits: crate::waits::WaitClock::new(options.report_waits),
         })
     }
 

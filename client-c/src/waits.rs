@@ -16,8 +16,10 @@ use std::time::{Duration, Instant};
 pub(crate) const BUSY_SAMPLE_EVERY: Duration = Duration::from_millis(10);
 
 /// One session's wait clock.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct WaitClock {
+    /// Reports are on (`SessionOptions::report_waits`).
+    on: bool,
     last: Option<BusySample>,
 }
 
@@ -29,9 +31,17 @@ struct BusySample {
 }
 
 impl WaitClock {
+    /// A clock that reports (`on`) or does nothing.
+    pub(crate) fn new(on: bool) -> WaitClock {
+        WaitClock { on, last: None }
+    }
+
     /// At the start of a `next_batch`: samples the thread's busy time when
-    /// it is due, and returns the call's start.
-    pub(crate) fn before(&mut self, segment: &LoaderSegment) -> Instant {
+    /// it is due, and returns the call's start (`None` with reports off).
+    pub(crate) fn before(&mut self, segment: &LoaderSegment) -> Option<Instant> {
+        if !self.on {
+            return None;
+        }
         let now = Instant::now();
         let due = self
             .last
@@ -39,11 +49,14 @@ impl WaitClock {
         if due {
             self.sample(segment, now);
         }
-        now
+        Some(now)
     }
 
     /// At the end of a `next_batch` that returned a batch.
-    pub(crate) fn after(&self, segment: &LoaderSegment, started: Instant) {
+    pub(crate) fn after(&self, segment: &LoaderSegment, started: Option<Instant>) {
+        let Some(started) = started else {
+            return;
+        };
         let ns = started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
         segment.report_wait(ns);
     }

@@ -67,7 +67,9 @@ usage: bench/run warm [options]
   --reps N         runs of the main configuration (default 3); the median run is reported
   --no-baseline    skip the memory baselines (for profiling the agent alone)
   --crc-compare    after each run of the main configuration, run it again with the
-                   loader-side CRC check off (interleaved); report the check's cost";
+                   loader-side CRC check off (interleaved); report the check's cost
+  --wait-compare   after each run of the main configuration, run it again with the
+                   loader's wait reports off (interleaved); report their cost";
 
 /// One agent-and-loader configuration.
 #[derive(Clone, Copy, Debug)]
@@ -78,17 +80,20 @@ struct Knobs {
     spin: bool,
     /// The loader checks every sample's CRC-32C (libgranary's default).
     crc: bool,
+    /// The loader reports its waits to the agent (libgranary's default).
+    waits: bool,
 }
 
 impl Knobs {
     fn label(&self) -> String {
         format!(
-            "batch {} window {} ready {}{}{}",
+            "batch {} window {} ready {}{}{}{}",
             self.batch,
             self.window,
             self.ready,
             if self.spin { " spin" } else { "" },
-            if self.crc { "" } else { " no-crc-check" }
+            if self.crc { "" } else { " no-crc-check" },
+            if self.waits { "" } else { " no-wait-reports" }
         )
     }
 }
@@ -143,7 +148,7 @@ fn main() -> ExitCode {
 fn run() -> Result<()> {
     let args = Args::parse(
         std::env::args().skip(1),
-        &["spin", "sweep", "no-baseline", "crc-compare"],
+        &["spin", "sweep", "no-baseline", "crc-compare", "wait-compare"],
         USAGE,
     )?;
     let files = args.u64("files", 20_000)?;
@@ -157,6 +162,7 @@ fn run() -> Result<()> {
         ready: args.u32("ready", 64)?,
         spin: args.flag("spin"),
         crc: true,
+        waits: true,
     };
 
     println!("warm: {}", sys::regime());
@@ -218,6 +224,7 @@ fn run() -> Result<()> {
 
     let mut runs = Vec::new();
     let mut no_crc = Vec::new();
+    let mut no_waits = Vec::new();
     for rep in 0..reps {
         let o = measure(&ds, arena, &hugepages, main_knobs, epochs, mem.as_ref())?;
         print_outcome(&format!("run {}/{reps}", rep + 1), &o);
@@ -230,6 +237,15 @@ fn run() -> Result<()> {
             let o = measure(&ds, arena, &hugepages, k, epochs, mem.as_ref())?;
             print_outcome(&format!("run {}/{reps} without the check", rep + 1), &o);
             no_crc.push(o.gbps);
+        }
+        if args.flag("wait-compare") {
+            let k = Knobs {
+                waits: false,
+                ..main_knobs
+            };
+            let o = measure(&ds, arena, &hugepages, k, epochs, mem.as_ref())?;
+            print_outcome(&format!("run {}/{reps} without wait reports", rep + 1), &o);
+            no_waits.push(o.gbps);
         }
     }
     // The median run by ratio_shuffled (by throughput without baselines).
@@ -340,6 +356,18 @@ fn run() -> Result<()> {
             w / n
         );
     }
+    no_waits.sort_by(f64::total_cmp);
+    let no_waits_median = no_waits.get(no_waits.len() / 2).copied();
+    if let Some(n) = no_waits_median {
+        let mut with: Vec<f64> = runs.iter().map(|o| o.gbps).collect();
+        with.sort_by(f64::total_cmp);
+        let w = with[with.len() / 2];
+        println!(
+            "loader wait reports: {w:.2} GB/s with them, {n:.2} GB/s without (medians of {reps} interleaved runs each): {:.3} of the rate without (goal >= 0.98: {})",
+            w / n,
+            if w / n >= 0.98 { "met" } else { "not met" }
+        );
+    }
     let mut j = Json::bench("warm");
     j.num("granary_gbps", main.gbps, 3)
         .num("memread_gbps", main.memread, 3)
@@ -356,6 +384,9 @@ fn run() -> Result<()> {
         );
     if let Some(n) = no_crc_median {
         j.num("no_crc_check_gbps", n, 3);
+    }
+    if let Some(n) = no_waits_median {
+        j.num("no_wait_reports_gbps", n, 3);
     }
     if !tuned.is_empty() {
         j.num("best_gbps", best.gbps, 3)
@@ -460,6 +491,7 @@ fn measure(
     opts.batch_size = k.batch;
     opts.epoch_count = 1 + epochs;
     opts.verify_crc = k.crc;
+    opts.report_waits = k.waits;
 
     let total = ds.len() * u64::from(1 + epochs);
     let mut seen = 0u64;
