@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Runs the agent until a termination signal.
-pub fn run(cfg: Config) -> io::Result<()> {
+pub fn run(mut cfg: Config) -> io::Result<()> {
     let stop = crate::sys::signals::install_termination_flag();
     let metrics = Arc::new(Metrics::default());
     let _metrics_server = match cfg.metrics.socket_addr() {
@@ -20,7 +20,14 @@ pub fn run(cfg: Config) -> io::Result<()> {
         ),
         None => None,
     };
+    // With `peers.membership = "dns"`: this agent's address among the
+    // records, before the engine starts, then the thread that hands it the
+    // views of the records (`peers::dns`).
+    crate::peers::dns::settle_node_id(&mut cfg.peers)
+        .map_err(|e| io::Error::other(format!("peers: {e}")))?;
+    let peers = cfg.peers.clone();
     let mut engine = Engine::new_warm(cfg, Arc::clone(&metrics))?;
+    let _resolver = crate::peers::dns::Resolver::start(&peers, engine.socket_path())?;
     let notifier = Notifier::from_env()?;
     let status = format!(
         "serving on {} ({})",
