@@ -49,6 +49,11 @@ if [ "$(id -u)" -eq 0 ]; then
     cargo nextest run --release -p granary-agent --test view_owner --run-ignored only \
         -E 'test(=another_uid_joins_the_view_but_cannot_replace_it)'
     ran_ignored+=(another_uid_joins_the_view_but_cannot_replace_it)
+    # membership = "dns": three granaryd, each in a mount namespace whose
+    # resolv.conf names the test's DNS responder.
+    cargo nextest run --release -p granary-agent --test dns_membership --run-ignored only \
+        -E 'test(=agents_find_each_other_through_a_dns_responder_and_follow_its_records)'
+    ran_ignored+=(agents_find_each_other_through_a_dns_responder_and_follow_its_records)
     # A ramfs, whose files refuse O_DIRECT: the reader falls back to the page cache.
     cargo nextest run --release -p granary-agent --lib --run-ignored only \
         -E 'test(=source::fs::reader::tests::a_filesystem_that_refuses_direct_io_is_read_through_the_page_cache)'
