@@ -266,7 +266,7 @@ impl Server {
                 Conn {
                     sock,
                     cred,
-                    view: Intake::new(Kind::View).from_agent(cred.pid == std::process::id() as i32),
+                    view: Intake::new(Kind::View).of_agent(cred.pid == std::process::id() as i32),
                     layout: Intake::new(Kind::Layout),
                 },
             );

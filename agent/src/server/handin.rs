@@ -130,7 +130,7 @@ impl Intake {
     /// The intake of a connection from the agent's own process (the
     /// kernel's `SO_PEERCRED` pid is the agent's): the only one a `"dns"`
     /// agent takes views from.
-    pub(crate) fn from_agent(mut self, yes: bool) -> Intake {
+    pub(crate) fn of_agent(mut self, yes: bool) -> Intake {
         self.from_agent = yes;
         self
     }
@@ -381,7 +381,7 @@ mod tests {
         assert_eq!(loader.pending(), 0);
         assert_eq!(budget.used(1000), 0);
         // The agent's own resolver: taken whole.
-        let mut own = Intake::new(Kind::View).from_agent(true);
+        let mut own = Intake::new(Kind::View).of_agent(true);
         let out = hand_in(&mut own, &view, 1000, &r, &mut budget);
         assert_eq!(out.last(), Some(&Outcome::Done(view.clone())));
         // Under "session" a loader's view is taken as before.
