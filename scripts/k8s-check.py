@@ -239,10 +239,10 @@ def check_relations(docs: list) -> dict:
         bad("granaryd: metrics.address's port is not the metrics containerPort")
     if cfg["peers"].get("port", 7170) != ports.get("peer"):
         bad("granaryd: peers.port is not the peer containerPort")
-    for probe in ("livenessProbe", "readinessProbe"):
+    for probe, path in (("livenessProbe", "/live"), ("readinessProbe", "/ready")):
         p = agent.get(probe, {}).get("httpGet", {})
-        if p.get("path") != "/metrics" or p.get("port") not in ("metrics", ports.get("metrics")):
-            bad(f"granaryd: {probe} does not ask the metrics endpoint")
+        if p.get("path") != path or p.get("port") not in ("metrics", ports.get("metrics")):
+            bad(f"granaryd: {probe} does not ask {path} of the metrics endpoint")
     services = by_kind(docs, "Service")
     for s in services:
         if not selects(s["spec"].get("selector", {}), labels):

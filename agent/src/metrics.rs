@@ -23,10 +23,12 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 mod endpoint;
+mod health;
 
 pub use endpoint::{
     scrape, MetricsServer, CONTENT_TYPE, MAX_CLIENTS, MAX_REQUEST_HEAD, REQUEST_DEADLINE,
 };
+pub use health::{Health, STALE as HEALTH_STALE};
 pub use prometheus_client::metrics::counter::Counter;
 
 /// A gauge of non-negative integers (bytes, counts).

@@ -294,6 +294,16 @@ fn an_agent_named_localhost_takes_its_own_view_and_refuses_loaders_views() {
     assert_eq!(e.code(), ErrorCode::InvalidArgument, "{e}");
     assert!(e.to_string().contains("peers.dns_name"), "{e}");
     assert_eq!(a.identity().view_digest, me.view_digest, "the view stays");
+    // The probes' paths: ready (the engine serves) and live.
+    for path in ["/ready", "/live"] {
+        let mut s = std::net::TcpStream::connect(a.metrics).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        std::io::Write::write_all(&mut s, format!("GET {path} HTTP/1.1\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut resp = String::new();
+        std::io::Read::read_to_string(&mut s, &mut resp).unwrap();
+        assert!(resp.starts_with("HTTP/1.1 200"), "{path}: {resp}");
+    }
     // The loader reads its epoch all the same.
     let ids = read_epoch(&a.sock, &spec, 0, 1);
     assert_eq!(ids.len() as u64, FILES);
