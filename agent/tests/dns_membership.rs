@@ -10,7 +10,8 @@
 //!   two agents find each other, a third joins when its address is added to
 //!   the records, the three read one epoch sharing their arenas (each
 //!   sample read from the store once), and when the third leaves the
-//!   records the other two go back to the view of two.
+//!   records the other two go back to the view of two; when the name has
+//!   no record left, they keep that view and say why once.
 
 mod common;
 mod common_dns;
@@ -423,4 +424,35 @@ fn agents_find_each_other_through_a_dns_responder_and_follow_its_records() {
         0.0,
         "no session is ended by a change of records"
     );
+
+    // The name loses every record (or its server fails): the view held
+    // stays, and the reason is logged once.
+    stub.set(&[]);
+    let asked = stub.queries();
+    wait_until("the agents asked again", || stub.queries() >= asked + 8);
+    for a in &agents[..2] {
+        assert_eq!(
+            a.identity().view_digest,
+            two,
+            "{}: the view held stays",
+            a.ip
+        );
+        wait_until("the reason logged", || {
+            a.log().contains("the view held stays")
+        });
+        assert_eq!(
+            a.log().matches("the view held stays").count(),
+            1,
+            "{}: logged once",
+            a.ip
+        );
+    }
+}
+
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
