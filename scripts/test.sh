@@ -4,7 +4,8 @@
 #   1. lint: cargo fmt --check, clippy -D warnings on every target (and on
 #      granary-shm with its loom feature)
 #   2. workspace tests (unit, integration, cross-process, C example), release
-#      profile; then the #[ignore]d tests whose precondition holds here
+#      profile; the Kubernetes manifests' offline check (scripts/k8s-check.py);
+#      then the #[ignore]d tests whose precondition holds here
 #   3. the RDMA backend built and tested with its feature (fake NIC: there
 #      is no RDMA device here), and the agent's device probe with it (the
 #      conformance suite over TCP runs with the workspace tests); loom models
@@ -41,6 +42,10 @@ cargo test --release --workspace --doc
 step "systemd (granaryd under systemd-run where systemd runs this machine, else SKIPPED loudly)"
 cargo nextest run --release -p granary-agent --test systemd_units --no-capture -E 'test(/systemd_run/)'
 
+step "kubernetes manifests (kubectl kustomize, the API's types, granaryd validate; the Helm chart statically)"
+python3 scripts/k8s-check.py --granaryd target/release/granaryd --granary target/release/granary \
+    --kubectl "$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/kubectl"
+
 # #[ignore]d tests that can run here after all.
 ran_ignored=()
 if [ "$(id -u)" -eq 0 ]; then
@@ -51,6 +56,11 @@ if [ "$(id -u)" -eq 0 ]; then
     cargo nextest run --release -p granary-agent --test view_owner --run-ignored only \
         -E 'test(=another_uid_joins_the_view_but_cannot_replace_it)'
     ran_ignored+=(another_uid_joins_the_view_but_cannot_replace_it)
+    # membership = "dns": three granaryd, each in a mount namespace whose
+    # resolv.conf names the test's DNS responder.
+    cargo nextest run --release -p granary-agent --test dns_membership --run-ignored only \
+        -E 'test(=agents_find_each_other_through_a_dns_responder_and_follow_its_records)'
+    ran_ignored+=(agents_find_each_other_through_a_dns_responder_and_follow_its_records)
     # A ramfs, whose files refuse O_DIRECT: the reader falls back to the page cache.
     cargo nextest run --release -p granary-agent --lib --run-ignored only \
         -E 'test(=source::fs::reader::tests::a_filesystem_that_refuses_direct_io_is_read_through_the_page_cache)'

@@ -25,6 +25,7 @@ use std::time::Duration;
 #[cfg(test)]
 mod dashboard_tests;
 mod endpoint;
+mod health;
 mod ranks;
 
 pub use ranks::SharedRanks;
@@ -32,6 +33,7 @@ pub use ranks::SharedRanks;
 pub use endpoint::{
     scrape, MetricsServer, CONTENT_TYPE, MAX_CLIENTS, MAX_REQUEST_HEAD, REQUEST_DEADLINE,
 };
+pub use health::{Health, STALE as HEALTH_STALE};
 pub use prometheus_client::metrics::counter::Counter;
 
 /// A gauge of non-negative integers (bytes, counts).

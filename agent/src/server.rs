@@ -266,7 +266,7 @@ impl Server {
                 Conn {
                     sock,
                     cred,
-                    view: Intake::new(Kind::View),
+                    view: Intake::new(Kind::View).of_agent(cred.pid == std::process::id() as i32),
                     layout: Intake::new(Kind::Layout),
                 },
             );

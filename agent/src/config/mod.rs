@@ -63,7 +63,8 @@ pub use dataset::{
 pub use error::{ConfigError, Problem};
 pub use metrics::MetricsConfig;
 pub use peers::{
-    CipherSetting, Encryption, MemberConfig, Membership, PeersConfig, TransportSetting,
+    CipherSetting, Encryption, MemberConfig, Membership, MembershipSetting, PeersConfig,
+    TransportSetting,
 };
 pub use prefetch::{PrefetchConfig, RetryOverride, RetrySettings};
 pub use sessions::SessionsConfig;
@@ -166,7 +167,9 @@ impl Config {
     /// Parses without validating; also returns the document with its
     /// positions, to give validation problems their lines.
     fn parse(text: &str) -> Result<(Config, document::Document), ConfigError> {
-        document::parse(text)
+        let (mut cfg, doc) = document::parse(text)?;
+        cfg.peers.membership = cfg.peers.membership_setting.engine_mode();
+        Ok((cfg, doc))
     }
 
     /// The dataset called `name`, if configured.

@@ -20,8 +20,53 @@ pub enum Membership {
     /// Handed in by the job's loaders when they open sessions (in Python,
     /// gathered through the job's `torch.distributed` process group); a
     /// newer view of the same job replaces the old one and ends its
-    /// sessions.
+    /// sessions. Also how a `"dns"` agent's engine runs: its views are
+    /// handed in by the agent's own resolver (`peers::dns`), by nobody else.
     Session,
+}
+
+/// `peers.membership` as written. The engine runs the [`Membership`] it
+/// maps to (`"dns"` runs as `"session"`); [`PeersConfig::membership`] holds
+/// that one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MembershipSetting {
+    /// `"off"`.
+    #[default]
+    Off,
+    /// `"static"`.
+    Static,
+    /// `"slurm"`.
+    Slurm,
+    /// `"session"`.
+    Session,
+    /// `"dns"`: the addresses of `peers.dns_name` (A records, else AAAA),
+    /// each a member listening on `peers.port`, resolved again every
+    /// `peers.dns_refresh_ms` (`docs/kubernetes.md`).
+    Dns,
+}
+
+impl MembershipSetting {
+    /// The mode the engine runs.
+    pub(crate) fn engine_mode(self) -> Membership {
+        match self {
+            MembershipSetting::Off => Membership::Off,
+            MembershipSetting::Static => Membership::Static,
+            MembershipSetting::Slurm => Membership::Slurm,
+            MembershipSetting::Session | MembershipSetting::Dns => Membership::Session,
+        }
+    }
+
+    /// The setting as written in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MembershipSetting::Off => "off",
+            MembershipSetting::Static => "static",
+            MembershipSetting::Slurm => "slurm",
+            MembershipSetting::Session => "session",
+            MembershipSetting::Dns => "dns",
+        }
+    }
 }
 
 /// `peers.transport`: what carries blocks between peers.
@@ -90,6 +135,13 @@ pub struct MemberConfig {
     pub keep: Option<ByteSize>,
 }
 
+/// `peers.dns_refresh_ms` by default.
+pub(crate) const DEFAULT_DNS_REFRESH_MS: u64 = 5000;
+
+/// The longest `peers.dns_name`: the view's job id is the name, `@` and 12
+/// hex digits, within a view's 255-byte names.
+pub(crate) const MAX_DNS_NAME: usize = 240;
+
 /// `peers.max_members` by default.
 pub(crate) const DEFAULT_MAX_MEMBERS: u32 = 4096;
 
@@ -101,9 +153,23 @@ pub(crate) const MIN_HANDIN_BYTES_PER_UID: u64 = 64 << 10;
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PeersConfig {
-    /// `peers.membership`: `"off"` (default), `"static"`, `"slurm"` or
-    /// `"session"`.
+    /// `peers.membership`: `"off"` (default), `"static"`, `"slurm"`,
+    /// `"session"` or `"dns"`.
+    #[serde(rename = "membership")]
+    pub membership_setting: MembershipSetting,
+    /// How the engine takes its view: `peers.membership`, with `"dns"` run
+    /// as `"session"` (set from `membership_setting` when the file is
+    /// parsed, never read from it).
+    #[serde(skip)]
     pub membership: Membership,
+    /// `peers.dns_name`: with `"dns"`, the name whose A records (AAAA when
+    /// it has none) are the members' addresses, e.g. a headless Service's
+    /// `granary-peers.granary.svc.cluster.local`.
+    pub dns_name: String,
+    /// `peers.dns_refresh_ms`: with `"dns"`, how often the name is
+    /// resolved again; a changed set of addresses is a new view. Default
+    /// 5000.
+    pub dns_refresh_ms: u64,
     /// `peers.job_id`: the job every member belongs to. Required with
     /// `"static"`; `SLURM_JOB_ID` with `"slurm"`; with `"session"`, if
     /// set, the only job whose views are accepted.
@@ -200,7 +266,10 @@ pub struct PeersConfig {
 impl Default for PeersConfig {
     fn default() -> Self {
         PeersConfig {
+            membership_setting: MembershipSetting::Off,
             membership: Membership::Off,
+            dns_name: String::new(),
+            dns_refresh_ms: DEFAULT_DNS_REFRESH_MS,
             job_id: String::new(),
             node_id: String::new(),
             listen: String::new(),

@@ -56,8 +56,11 @@ impl Config {
     }
 
     fn validate_peers(&self, p: &mut Problems) {
-        use super::Membership;
+        use super::{Membership, MembershipSetting};
         let c = &self.peers;
+        if c.membership_setting != MembershipSetting::Dns && !c.dns_name.is_empty() {
+            p.bad("peers.dns_name", "is only for membership = \"dns\"");
+        }
         if !c.enabled() {
             return;
         }
@@ -213,9 +216,10 @@ impl Config {
                 format!("{:?} is not HOST:PORT", c.advertise),
             );
         }
-        match c.membership {
-            Membership::Off => {}
-            Membership::Session => {
+        match c.membership_setting {
+            MembershipSetting::Off => {}
+            MembershipSetting::Dns => self.validate_dns(p),
+            MembershipSetting::Session => {
                 if !c.members.is_empty() {
                     p.bad("peers.members", "is only for membership = \"static\"");
                 }
@@ -229,7 +233,7 @@ impl Config {
                     );
                 }
             }
-            Membership::Slurm => {
+            MembershipSetting::Slurm => {
                 if !c.members.is_empty() {
                     p.bad("peers.members", "is only for membership = \"static\"");
                 }
@@ -237,7 +241,7 @@ impl Config {
                     p.bad("peers.port", "must be above 0");
                 }
             }
-            Membership::Static => {
+            MembershipSetting::Static => {
                 if c.job_id.is_empty() {
                     p.bad("peers.job_id", "is required with membership = \"static\"");
                 }
@@ -281,6 +285,85 @@ impl Config {
                         format!("{:?} is not one of peers.members", c.node_id),
                     );
                 }
+            }
+        }
+    }
+
+    /// `membership = "dns"`: the name, how often it is resolved, and the
+    /// settings the records replace.
+    fn validate_dns(&self, p: &mut Problems) {
+        use super::peers::MAX_DNS_NAME;
+        let c = &self.peers;
+        let name = c.dns_name.trim_end_matches('.');
+        if name.is_empty() {
+            p.bad(
+                "peers.dns_name",
+                "is required with membership = \"dns\" (e.g. \"granary-peers.granary.svc.cluster.local\")",
+            );
+        } else if name.len() > MAX_DNS_NAME
+            || name.split('.').any(|l| {
+                l.is_empty()
+                    || l.len() > 63
+                    || !l
+                        .chars()
+                        .all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_')
+            })
+        {
+            p.bad(
+                "peers.dns_name",
+                format!(
+                    "{:?} is not a DNS name (labels of letters, digits, '-' and '_', 1 to 63 bytes each, \
+                     separated by dots; at most {MAX_DNS_NAME} bytes in all)",
+                    c.dns_name
+                ),
+            );
+        }
+        if !(100..=3_600_000).contains(&c.dns_refresh_ms) {
+            p.bad(
+                "peers.dns_refresh_ms",
+                format!("{} is outside 100..=3600000", c.dns_refresh_ms),
+            );
+        }
+        if c.port == 0 {
+            p.bad(
+                "peers.port",
+                "must be above 0 (every member of the records listens on it)",
+            );
+        }
+        if !c.members.is_empty() {
+            p.bad("peers.members", "is only for membership = \"static\"");
+        }
+        if !c.job_id.is_empty() {
+            p.bad(
+                "peers.job_id",
+                "is not used with membership = \"dns\": the view's job id is peers.dns_name and a digest of its addresses",
+            );
+        }
+        if !c.view_uids.is_empty() {
+            p.bad(
+                "peers.view_uids",
+                "is not used with membership = \"dns\": views come from the records only, never from loaders",
+            );
+        }
+        if !c.node_id.is_empty() && c.node_id.parse::<std::net::IpAddr>().is_err() {
+            p.bad(
+                "peers.node_id",
+                format!(
+                    "{:?} is not an IP address: with membership = \"dns\" a node's id is its address in the records",
+                    c.node_id
+                ),
+            );
+        }
+        if let Ok(l) = c.listen.parse::<SocketAddr>() {
+            if l.port() != c.port {
+                p.bad(
+                    "peers.listen",
+                    format!(
+                        "port {} is not peers.port ({}): with membership = \"dns\" every member is reached on peers.port",
+                        l.port(),
+                        c.port
+                    ),
+                );
             }
         }
     }

@@ -1,6 +1,7 @@
 //! The metrics HTTP endpoint: `GET /metrics` served from a thread of its
 //! own that reads the engine's state only through the lock-free metric
-//! handles of [`Metrics`].
+//! handles of [`Metrics`]; with a [`Health`], `GET /ready` and `GET /live`
+//! too (`200` or `503` with the reason, `metrics/health.rs`).
 //!
 //! Every client costs bounded memory and bounded time: its request head is
 //! read into a fixed [`MAX_REQUEST_HEAD`] buffer (a longer head gets `431`),
@@ -10,7 +11,7 @@
 //! and the clients are multiplexed with `poll(2)`, so one slow client never
 //! delays another's scrape.
 
-use super::Metrics;
+use super::{Health, Metrics};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -51,6 +52,16 @@ pub struct MetricsServer {
 impl MetricsServer {
     /// Serves `GET /metrics` on `addr` from a background thread.
     pub fn start(addr: SocketAddr, metrics: Arc<Metrics>) -> io::Result<MetricsServer> {
+        Self::start_with_health(addr, metrics, None)
+    }
+
+    /// Serves `GET /metrics`, and with `health` `GET /ready` and `GET
+    /// /live`, on `addr` from a background thread.
+    pub fn start_with_health(
+        addr: SocketAddr,
+        metrics: Arc<Metrics>,
+        health: Option<Arc<Health>>,
+    ) -> io::Result<MetricsServer> {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
         listener.set_nonblocking(true)?;
@@ -58,7 +69,7 @@ impl MetricsServer {
         let stop2 = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("granary-metrics".into())
-            .spawn(move || Endpoint::new(listener, metrics).run(&stop2))?;
+            .spawn(move || Endpoint::new(listener, metrics, health).run(&stop2))?;
         Ok(MetricsServer {
             addr,
             stop,
@@ -107,14 +118,16 @@ enum Step {
 struct Endpoint {
     listener: TcpListener,
     metrics: Arc<Metrics>,
+    health: Option<Arc<Health>>,
     clients: Vec<Client>,
 }
 
 impl Endpoint {
-    fn new(listener: TcpListener, metrics: Arc<Metrics>) -> Endpoint {
+    fn new(listener: TcpListener, metrics: Arc<Metrics>, health: Option<Arc<Health>>) -> Endpoint {
         Endpoint {
             listener,
             metrics,
+            health,
             clients: Vec::new(),
         }
     }
@@ -201,6 +214,7 @@ impl Endpoint {
     /// Moves client `i` as far as its socket allows without blocking.
     fn step(&mut self, i: usize) -> Step {
         let metrics = &self.metrics;
+        let health = self.health.as_deref();
         let c = &mut self.clients[i];
         loop {
             match &mut c.phase {
@@ -212,13 +226,13 @@ impl Endpoint {
                     match c.stream.read(&mut buf[*len..]) {
                         Ok(0) if *len == 0 => return Step::Close,
                         Ok(0) => {
-                            c.phase = answer(route(&buf[..*len], metrics));
+                            c.phase = answer(route(&buf[..*len], metrics, health));
                         }
                         Ok(n) => {
                             let before = len.saturating_sub(3);
                             *len += n;
                             if head_ends(&buf[before..*len]) {
-                                c.phase = answer(route(&buf[..*len], metrics));
+                                c.phase = answer(route(&buf[..*len], metrics, health));
                             }
                         }
                         Err(e) => return would_block(e),
@@ -269,11 +283,26 @@ fn head_ends(tail: &[u8]) -> bool {
 }
 
 /// The answer to a request head.
-fn route(head: &[u8], metrics: &Metrics) -> (&'static str, &'static str, String) {
+fn route(
+    head: &[u8],
+    metrics: &Metrics,
+    health: Option<&Health>,
+) -> (&'static str, &'static str, String) {
     let end = head.iter().position(|&b| b == b'\n').unwrap_or(head.len());
     let line = String::from_utf8_lossy(&head[..end]);
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let probe = match (method, path, health) {
+        ("GET", "/ready", Some(h)) => Some(h.ready(Instant::now()).map(|()| "ready\n")),
+        ("GET", "/live", Some(h)) => Some(h.live(Instant::now()).map(|()| "live\n")),
+        _ => None,
+    };
+    if let Some(answer) = probe {
+        return match answer {
+            Ok(body) => ("200 OK", "text/plain", body.to_string()),
+            Err(why) => ("503 Service Unavailable", "text/plain", format!("{why}\n")),
+        };
+    }
     if method == "GET" && (path == "/metrics" || path == "/") {
         ("200 OK", CONTENT_TYPE, metrics.render())
     } else {
@@ -341,6 +370,48 @@ mod tests {
         let mut resp = String::new();
         s.read_to_string(&mut resp).unwrap();
         assert!(resp.starts_with("HTTP/1.1 404"), "{resp}");
+    }
+
+    /// The status line and body of `GET path` at `addr`.
+    fn get(addr: SocketAddr, path: &str) -> (String, String) {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).unwrap();
+        let status = resp.lines().next().unwrap_or_default().to_string();
+        let body = resp
+            .split("\r\n\r\n")
+            .nth(1)
+            .unwrap_or_default()
+            .to_string();
+        (status, body)
+    }
+
+    #[test]
+    fn ready_and_live_follow_the_engine_and_exist_only_with_a_health() {
+        let m = Arc::new(Metrics::default());
+        let h = Arc::new(Health::default());
+        let srv = MetricsServer::start_with_health(
+            "127.0.0.1:0".parse().unwrap(),
+            Arc::clone(&m),
+            Some(Arc::clone(&h)),
+        )
+        .unwrap();
+        let (status, body) = get(srv.addr(), "/ready");
+        assert!(status.starts_with("HTTP/1.1 503"), "{status}");
+        assert!(body.contains("starting"), "{body}");
+        assert!(get(srv.addr(), "/live").0.starts_with("HTTP/1.1 200"));
+        h.serving();
+        assert_eq!(
+            get(srv.addr(), "/ready"),
+            ("HTTP/1.1 200 OK".into(), "ready\n".into())
+        );
+        assert!(get(srv.addr(), "/metrics").0.starts_with("HTTP/1.1 200"));
+        // Without a health the paths do not exist.
+        let plain = MetricsServer::start("127.0.0.1:0".parse().unwrap(), m).unwrap();
+        assert!(get(plain.addr(), "/ready").0.starts_with("HTTP/1.1 404"));
     }
 
     #[test]

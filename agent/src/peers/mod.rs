@@ -13,6 +13,7 @@
 //! |---|---|
 //! | `fingerprint` | a dataset's identity across agents: names, sizes and version tokens |
 //! | `membership` | the view from the configuration (static list, Slurm), the job secret |
+//! | [`dns`] | `membership = "dns"`: the members from a name's records, resolved again at run time |
 //! | `directory` | directories computed on a thread of their own |
 //! | `net` | the TCP transport: listener, one connection per peer, payloads straight to and from the arena |
 //! | [`metrics`] | the tier's Prometheus series |
@@ -31,6 +32,7 @@
 #[cfg(test)]
 mod conformance_tcp;
 pub(crate) mod directory;
+pub mod dns;
 mod fingerprint;
 mod membership;
 pub mod metrics;

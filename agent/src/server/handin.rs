@@ -5,9 +5,10 @@
 //! (`docs/peers.md`, "Views handed in at session open"). Each connection
 //! reassembles its hand-ins under these rules:
 //!
-//! * views are taken only with `peers.membership = "session"`, layouts only
-//!   with peers on: otherwise every chunk is refused as it arrives and
-//!   nothing is buffered;
+//! * views are taken only with `peers.membership = "session"`, and with
+//!   `"dns"` only from the agent's own process (its resolver, `peers::dns`);
+//!   layouts only with peers on: otherwise every chunk is refused as it
+//!   arrives and nothing is buffered;
 //! * a view may announce no more bytes than the longest encoding of a view
 //!   of `peers.max_members` members (and at most `MAX_VIEW_BYTES`);
 //! * the bytes announced by the hand-ins in progress of one uid, over all of
@@ -21,7 +22,7 @@
 //! rest of its chunks are dropped as they arrive, and the next chunk at
 //! offset 0 starts a new hand-in.
 
-use crate::config::{Membership, PeersConfig};
+use crate::config::{Membership, MembershipSetting, PeersConfig};
 use granary_shm::handshake::{ErrorReply, ViewAssembler, ViewChunk, MAX_VIEW_BYTES};
 use granary_shm::ErrorCode;
 use std::collections::HashMap;
@@ -30,6 +31,8 @@ use std::collections::HashMap;
 #[derive(Debug, Clone)]
 pub(crate) struct Rules {
     membership: Membership,
+    /// `"dns"`: views come from the agent's own resolver only.
+    dns: bool,
     max_members: u32,
     /// The most bytes a view may announce.
     max_view_bytes: u32,
@@ -41,6 +44,7 @@ impl Rules {
         let longest = granary_peer::view::max_encoded_len(peers.max_members as usize);
         Rules {
             membership: peers.membership,
+            dns: peers.membership_setting == MembershipSetting::Dns,
             max_members: peers.max_members,
             max_view_bytes: u32::try_from(longest)
                 .unwrap_or(u32::MAX)
@@ -105,6 +109,8 @@ pub(crate) struct Intake {
     charged: u64,
     /// The rest of a refused hand-in is being dropped.
     dropping: bool,
+    /// The connection is the agent's own process (its DNS resolver).
+    from_agent: bool,
 }
 
 impl Intake {
@@ -117,7 +123,16 @@ impl Intake {
             },
             charged: 0,
             dropping: false,
+            from_agent: false,
         }
+    }
+
+    /// The intake of a connection from the agent's own process (the
+    /// kernel's `SO_PEERCRED` pid is the agent's): the only one a `"dns"`
+    /// agent takes views from.
+    pub(crate) fn of_agent(mut self, yes: bool) -> Intake {
+        self.from_agent = yes;
+        self
     }
 
     /// Bytes held for the hand-in in progress.
@@ -178,6 +193,17 @@ impl Intake {
             Membership::Session => "session",
         };
         match self.kind {
+            Kind::View if rules.dns && !self.from_agent => {
+                return Some((
+                    "membership",
+                    refuse(
+                        ErrorCode::InvalidArgument,
+                        "this agent's view comes from the DNS records of peers.dns_name \
+                         (peers.membership = \"dns\"); it takes no view from loaders"
+                            .into(),
+                    ),
+                ));
+            }
             Kind::View if rules.membership != Membership::Session => {
                 let why = if rules.membership == Membership::Off {
                     "peers are off on this agent (peers.membership = \"off\"); the session reads the store".to_string()
@@ -327,6 +353,42 @@ mod tests {
             &mut Budget::default(),
         );
         assert_eq!(out.last(), Some(&Outcome::Done(bytes(VIEW_CHUNK + 1))));
+    }
+
+    #[test]
+    fn a_dns_agent_takes_views_from_its_own_process_only() {
+        let cfg = crate::config::Config::from_toml_str(
+            "[peers]\nmembership = \"dns\"\ndns_name = \"granary-peers\"\n\
+             secret = \"c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23\"\n\
+             [[dataset]]\nname = \"d\"\nroot = \"/tmp\"\n",
+        )
+        .unwrap();
+        let r = Rules::new(&cfg.peers);
+        let view = bytes(VIEW_CHUNK + 3);
+        // A loader's view: refused at its first chunk, naming DNS, nothing
+        // buffered.
+        let mut budget = Budget::default();
+        let mut loader = Intake::new(Kind::View);
+        let out = hand_in(&mut loader, &view, 1000, &r, &mut budget);
+        match &out[0] {
+            Outcome::Refused("membership", e) => {
+                assert_eq!(e.code, ErrorCode::InvalidArgument);
+                assert!(e.message.contains("peers.dns_name"), "{}", e.message);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(out[1], Outcome::Dropped);
+        assert_eq!(loader.pending(), 0);
+        assert_eq!(budget.used(1000), 0);
+        // The agent's own resolver: taken whole.
+        let mut own = Intake::new(Kind::View).of_agent(true);
+        let out = hand_in(&mut own, &view, 1000, &r, &mut budget);
+        assert_eq!(out.last(), Some(&Outcome::Done(view.clone())));
+        // Under "session" a loader's view is taken as before.
+        let r = rules("session", "");
+        let mut loader = Intake::new(Kind::View);
+        let out = hand_in(&mut loader, &view, 1000, &r, &mut Budget::default());
+        assert_eq!(out.last(), Some(&Outcome::Done(view)));
     }
 
     #[test]
