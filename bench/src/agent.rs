@@ -42,7 +42,8 @@ pub struct AgentSettings {
     /// `[[dataset]]` entries of `kind = "s3"`.
     pub s3_datasets: Vec<S3Dataset>,
     /// More `key = value` lines for a section (`arena`, `socket`,
-    /// `prefetch`, `cache`, `sessions`, `metrics`), as (section, line).
+    /// `prefetch`, `cache`, `sessions`, `metrics`, `peers`: a `[peers]`
+    /// table only when it has lines), as (section, line).
     pub extra: Vec<(String, String)>,
 }
 
@@ -157,6 +158,10 @@ impl AgentSettings {
             extra("sessions"),
             extra("metrics"),
         );
+        let peers = extra("peers");
+        if !peers.is_empty() {
+            let _ = write!(s, "[peers]\n{peers}");
+        }
         for d in &self.s3_datasets {
             s.push_str(&d.toml());
         }
