@@ -49,6 +49,7 @@ fn default_toml_parses_validates_and_matches_defaults() {
             name: "imagenet".to_owned(),
             order: DeliveryOrder::Strict,
             retry: RetryOverride::default(),
+            prepare: None,
             root: Some("/var/lib/granary/datasets/imagenet/train".into()),
             manifest: None,
             direct_io: false,
@@ -838,6 +839,7 @@ pub(super) fn every_key() -> Vec<String> {
     add("dataset.s3", fields_of::<S3Config>());
     add("dataset.cql", fields_of::<CqlConfig>());
     add("dataset.retry", fields_of::<RetryOverride>());
+    add("dataset.prepare", fields_of::<PrepareConfig>());
     keys
 }
 
@@ -865,13 +867,15 @@ fn the_default_file_has_every_key_of_the_types() {
         match key {
             "" | "kind" => {}
             k if k.contains('[') => {}
-            k if k.starts_with("retry.") => in_file.push(format!("dataset.{k}")),
+            k if k.starts_with("retry.") || k.starts_with("prepare.") => {
+                in_file.push(format!("dataset.{k}"))
+            }
             k => in_file.push(format!("dataset.{}.{k}", kind(i))),
         }
     }
     // The keys every kind shares are written out once, in the fs example
     // (the S3 and CQL examples say they take them too).
-    let shared = ["order", "retry"];
+    let shared = ["order", "retry", "prepare"];
     let mut want: Vec<String> = every_key()
         .into_iter()
         .filter(|k| {

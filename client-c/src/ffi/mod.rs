@@ -1032,6 +1032,7 @@ mod tests {
             GranaryStatus::GranaryEClosed,
             GranaryStatus::GranaryEShortRead,
             GranaryStatus::GranaryEDatasetChanged,
+            GranaryStatus::GranaryEDecode,
         ];
         assert_eq!(all.len(), ErrorCode::ALL.len());
         for (s, c) in all.iter().zip(ErrorCode::ALL) {

@@ -70,6 +70,9 @@ pub enum GranaryStatus {
     /// The dataset's catalog is not the one a saved session state was
     /// taken against (`granary_session_open` with `resume_state`).
     GranaryEDatasetChanged = -18,
+    /// The agent's prepare stage could not decode the sample (not a JPEG,
+    /// corrupt data, or more pixels than it allows; a sample's `status`).
+    GranaryEDecode = -19,
 }
 
 /// Parameters of `granary_session_open()`. Fill it with
@@ -297,8 +300,10 @@ pub struct GranarySample {
     /// 0, or why this sample failed (then `length` is 0):
     /// `GRANARY_E_NOT_FOUND` (gone from the source), `GRANARY_E_IO` (a
     /// transient failure persisted), `GRANARY_E_TIMEOUT` (the read timed
-    /// out), `GRANARY_E_CORRUPT` (the bytes failed a check) or
-    /// `GRANARY_E_SHORT_READ` (the size changed since the catalog was made).
+    /// out), `GRANARY_E_CORRUPT` (the bytes failed a check),
+    /// `GRANARY_E_SHORT_READ` (the size changed since the catalog was made)
+    /// or `GRANARY_E_DECODE` (the agent's prepare stage could not decode
+    /// it).
     pub status: i32,
     /// CRC-32C (Castagnoli) of the bytes, as recorded by the agent.
     pub crc32c: u32,

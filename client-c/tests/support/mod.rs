@@ -173,7 +173,7 @@ pub enum Behaviour {
     /// publishing, and stay connected: a hung (or stopped) agent.
     HeartbeatStopsAfter(u64),
     /// In batch `n` (batch status 0), sample `i` fails with
-    /// `ErrorCode::SAMPLE_FAILURES[i % 5]`.
+    /// `ErrorCode::SAMPLE_FAILURES[i % 6]`.
     SampleFailuresAt(u64),
 }
 
