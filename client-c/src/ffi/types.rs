@@ -279,10 +279,23 @@ pub struct GranarySessionInfo {
     /// this session's part when `workers` > 1); 0 from an agent that does
     /// not say.
     pub rank_batches_per_epoch: u64,
+    /// Height of every sample when the agent prepares the dataset
+    /// (`[dataset.prepare]`: each sample is `prepared_height *
+    /// prepared_width * prepared_channels` uint8, row-major, RGB); 0 for a
+    /// dataset served as stored bytes.
+    pub prepared_height: u32,
+    /// Width of every prepared sample; 0 when not prepared.
+    pub prepared_width: u32,
+    /// Channels of every prepared sample (3, RGB); 0 when not prepared.
+    pub prepared_channels: u32,
+    /// Zero.
+    pub reserved2: u32,
 }
 
 /// Size of `granary_session_info` before `rank_batches_per_epoch`.
 pub(crate) const SESSION_INFO_V1_SIZE: usize = 48;
+/// Size of `granary_session_info` before `prepared_height`.
+pub(crate) const SESSION_INFO_V2_SIZE: usize = 56;
 
 /// One sample of a batch, as filled in by `granary_batch_sample()`.
 #[repr(C)]
@@ -365,7 +378,9 @@ const _: () = {
     assert!(offset_of!(GranarySessionInfo, struct_size) == 0);
     assert!(offset_of!(GranarySessionInfo, session_id) == 16);
     assert!(offset_of!(GranarySessionInfo, rank_batches_per_epoch) == SESSION_INFO_V1_SIZE);
-    assert!(size_of::<GranarySessionInfo>() == 56);
+    assert!(offset_of!(GranarySessionInfo, prepared_height) == SESSION_INFO_V2_SIZE);
+    assert!(offset_of!(GranarySessionInfo, prepared_channels) == 64);
+    assert!(size_of::<GranarySessionInfo>() == 72);
     assert!(offset_of!(GranarySample, length) == 8);
     assert!(offset_of!(GranarySample, crc32c) == 32);
     assert!(size_of::<GranarySample>() == 40);

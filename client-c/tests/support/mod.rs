@@ -706,6 +706,7 @@ impl Served {
             fd_count: 2,
             catalog: None,
             rank_batches_per_epoch: 0,
+            prepared: None,
         };
         let loader_fd = match self.arena.loader_fd() {
             Ok(fd) => fd,
