@@ -165,3 +165,66 @@ fn the_settings_are_part_of_the_fingerprint() {
     );
     assert_eq!(fp(&a), fp(&more_threads));
 }
+
+#[test]
+fn a_full_staging_buffer_holds_reads_back_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("cat")).unwrap();
+    let files: Vec<Vec<u8>> = (0..24).map(|i| jpeg(40 + i, 30 + i, i as u8)).collect();
+    for (i, f) in files.iter().enumerate() {
+        assert!(f.len() <= 4096, "{} bytes", f.len());
+        std::fs::write(dir.path().join(format!("cat/{i:03}.jpg")), f).unwrap();
+    }
+    // Room for three staged files, a read limit of 32.
+    let cfg = PrepareConfig {
+        max_input_bytes: ByteSize(4096),
+        staging_bytes: ByteSize(3 * 4096),
+        threads: 1,
+        ..config(8, 8)
+    };
+    let fs = FsSource::new(
+        Catalog::from_dir(dir.path()).unwrap(),
+        32,
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let mut src = PreparedSource::new(Box::new(fs), &cfg).unwrap();
+    let out = 8 * 8 * 3;
+    let arena = Arena::heap(24 * 4096).unwrap();
+    let mut ok = 0;
+    let mut next = 0u64;
+    let mut held_back = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ok < files.len() {
+        assert!(
+            Instant::now() < deadline,
+            "{ok} of {} completed",
+            files.len()
+        );
+        while next < src.len() {
+            match src.submit(next, next, arena.slice(next * 4096, out).unwrap()) {
+                Ok(()) => next += 1,
+                Err(SourceFull) => {
+                    held_back += 1;
+                    break;
+                }
+            }
+        }
+        assert!(src.in_flight() <= 3, "{} in flight", src.in_flight());
+        let mut done = Vec::new();
+        src.poll_completions(Some(Duration::from_millis(50)), &mut done)
+            .unwrap();
+        for c in done {
+            assert_eq!(c.result, Ok(out as u32), "sample {}", c.tag);
+            ok += 1;
+        }
+    }
+    assert!(held_back > 0, "the staging buffer never filled");
+    let spec = Spec::from_config(&cfg);
+    for (i, f) in files.iter().enumerate() {
+        let mut want = vec![0u8; out];
+        prepare(f, &spec, &mut Scratch::default(), &mut want).unwrap();
+        assert_eq!(arena.read_at(i as u64 * 4096, out).unwrap(), want, "{i}");
+    }
+    assert_eq!(src.in_flight(), 0);
+}
