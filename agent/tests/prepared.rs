@@ -125,6 +125,8 @@ staging_bytes = "2MiB"
         o.batch_size = 8;
         o.epoch_count = 2;
         let mut s = client.open_session(&o).unwrap();
+        // The agent tells the loader the samples' shape.
+        assert_eq!(s.info().prepared, Some([H, W, 3]));
         let mut seen: BTreeMap<(u32, u64), u32> = BTreeMap::new();
         loop {
             let b = match s.next_batch(Some(Duration::from_secs(60))) {

@@ -50,7 +50,9 @@ def prepared_agent(tmp_path_factory):
         data = _image(i) if i != CORRUPT else _image(i)[:50]
         (root / "a" / f"{i:03}.jpg").write_bytes(data)
         files[i] = data
-    with LocalAgent({"prep": root}, prepare={"prep": f"resize = [{H}, {W}]\nthreads = 2"}) as a:
+    # The same files twice: prepared, and as stored bytes.
+    datasets = {"prep": root, "raw": root}
+    with LocalAgent(datasets, prepare={"prep": f"resize = [{H}, {W}]\nthreads = 2"}) as a:
         yield a, files
         assert a.running, a.log_tail()
 
@@ -61,6 +63,11 @@ def test_the_session_says_the_shape(prepared_agent):
         s = client.open_session("prep", batch_size=4)
         assert s.info.prepared_shape == (H, W, 3)
         s.close()
+        raw = client.open_session("raw", batch_size=4)
+        assert raw.info.prepared_shape is None
+        with raw.next_batch() as b:
+            assert all(smp.prepared_shape is None for smp in b)
+        raw.close()
 
 
 def test_samples_are_hwc_views_close_to_pil_and_a_corrupt_file_is_a_decode_error(prepared_agent):
