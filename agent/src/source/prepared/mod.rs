@@ -75,6 +75,11 @@ impl Finished {
         let _ = (&self.event).write(&1u64.to_ne_bytes());
     }
 
+    /// Wakes the owner for completions it queued itself.
+    fn push_wake(&self) {
+        let _ = (&self.event).write(&1u64.to_ne_bytes());
+    }
+
     fn take(&self, out: &mut Vec<Done>) {
         let mut buf = [0u8; 8];
         let _ = (&self.event).read(&mut buf);
@@ -390,13 +395,6 @@ impl SampleSource for PreparedSource {
 
     fn wait_fd(&self) -> BorrowedFd<'_> {
         self.epoll.0.as_fd()
-    }
-}
-
-impl Finished {
-    /// Wakes the owner for completions it queued itself.
-    fn push_wake(&self) {
-        let _ = (&self.event).write(&1u64.to_ne_bytes());
     }
 }
 
