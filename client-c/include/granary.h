@@ -139,6 +139,11 @@ typedef enum granary_status {
      * taken against (`granary_session_open` with `resume_state`).
      */
     GRANARY_E_DATASET_CHANGED = -18,
+    /**
+     * The agent's prepare stage could not decode the sample (not a JPEG,
+     * corrupt data, or more pixels than it allows; a sample's `status`).
+     */
+    GRANARY_E_DECODE = -19,
 } granary_status;
 
 /**
@@ -357,6 +362,25 @@ typedef struct granary_session_info {
      * not say.
      */
     uint64_t rank_batches_per_epoch;
+    /**
+     * Height of every sample when the agent prepares the dataset
+     * (`[dataset.prepare]`: each sample is `prepared_height *
+     * prepared_width * prepared_channels` uint8, row-major, RGB); 0 for a
+     * dataset served as stored bytes.
+     */
+    uint32_t prepared_height;
+    /**
+     * Width of every prepared sample; 0 when not prepared.
+     */
+    uint32_t prepared_width;
+    /**
+     * Channels of every prepared sample (3, RGB); 0 when not prepared.
+     */
+    uint32_t prepared_channels;
+    /**
+     * Zero.
+     */
+    uint32_t reserved2;
 } granary_session_info;
 
 /**
@@ -384,8 +408,10 @@ typedef struct granary_sample {
      * 0, or why this sample failed (then `length` is 0):
      * `GRANARY_E_NOT_FOUND` (gone from the source), `GRANARY_E_IO` (a
      * transient failure persisted), `GRANARY_E_TIMEOUT` (the read timed
-     * out), `GRANARY_E_CORRUPT` (the bytes failed a check) or
-     * `GRANARY_E_SHORT_READ` (the size changed since the catalog was made).
+     * out), `GRANARY_E_CORRUPT` (the bytes failed a check),
+     * `GRANARY_E_SHORT_READ` (the size changed since the catalog was made)
+     * or `GRANARY_E_DECODE` (the agent's prepare stage could not decode
+     * it).
      */
     int32_t status;
     /**

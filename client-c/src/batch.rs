@@ -194,8 +194,9 @@ impl<'a> Sample<'a> {
 
     /// Why the sample failed, if it did: `NotFound` (gone from the source),
     /// `Io` (a transient failure persisted), `Timeout` (the read timed out),
-    /// `Corrupt` (its bytes failed a check) or `ShortRead` (its size changed
-    /// since the catalog was made).
+    /// `Corrupt` (its bytes failed a check), `ShortRead` (its size changed
+    /// since the catalog was made) or `Decode` (the agent's prepare stage
+    /// could not decode it).
     pub fn error(&self) -> Option<ErrorCode> {
         status_code(self.entry.status)
     }

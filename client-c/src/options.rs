@@ -172,6 +172,10 @@ pub struct SessionInfo {
     /// How often the agent beats and expects this loader to, in
     /// milliseconds; 0: no liveness checks.
     pub heartbeat_interval_ms: u64,
+    /// `[height, width, channels]` of every sample when the agent prepares
+    /// the dataset (`[dataset.prepare]`: uint8, height × width × channels,
+    /// row-major); `None` for a dataset served as stored bytes.
+    pub prepared: Option<[u32; 3]>,
 }
 
 impl SessionInfo {
@@ -185,6 +189,7 @@ impl SessionInfo {
             ready_capacity: segment.ready_capacity,
             release_capacity: segment.release_capacity,
             heartbeat_interval_ms: segment.heartbeat_interval_ms,
+            prepared: reply.prepared,
         }
     }
 }

@@ -208,10 +208,10 @@ fn c_example_reads_and_verifies_every_sample() {
     let out = run(Command::new(&static_bin)
         .arg("-f")
         .arg(&sock)
-        .args(["c-kinds", "5"]));
+        .args(["c-kinds", "6"]));
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stdout(&out).contains(" errors=5 mismatches=0"),
+        stdout(&out).contains(" errors=6 mismatches=0"),
         "{}",
         stdout(&out)
     );

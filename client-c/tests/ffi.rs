@@ -73,15 +73,20 @@ fn abi_version_and_error_strings() {
         .collect();
     assert_eq!(
         kinds.iter().map(|k| k.0).collect::<Vec<_>>(),
-        [-8, -11, -2, -13, -17]
+        [-8, -11, -2, -13, -17, -19]
     );
+    assert!(kinds[5].1.contains("decode"), "{}", kinds[5].1);
     assert!(kinds[4].1.contains("catalogued"), "{}", kinds[4].1);
     assert!(kinds[1].1.contains("transient"), "{}", kinds[1].1);
     assert_eq!(
         GranaryStatus::GranaryEShortRead as i32,
         ErrorCode::ShortRead.as_i32()
     );
-    for unknown in [1, 2, -19, -1000, i32::MIN, i32::MAX] {
+    assert_eq!(
+        GranaryStatus::GranaryEDecode as i32,
+        ErrorCode::Decode.as_i32()
+    );
+    for unknown in [1, 2, -20, -1000, i32::MIN, i32::MAX] {
         assert_eq!(cstr(granary_strerror(unknown)), "unknown error");
     }
     // The same static pointer every time.

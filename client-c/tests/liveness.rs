@@ -243,11 +243,11 @@ fn each_sample_failure_kind_reaches_the_loader() {
             ErrorCode::Timeout,
             ErrorCode::Corrupt,
             ErrorCode::ShortRead,
+            ErrorCode::Decode,
             ErrorCode::NotFound,
             ErrorCode::Io,
             ErrorCode::Timeout,
             ErrorCode::Corrupt,
-            ErrorCode::ShortRead,
         ]
     );
     s.close().unwrap();

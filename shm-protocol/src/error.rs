@@ -56,11 +56,14 @@ pub enum ErrorCode {
     /// The dataset's catalog is not the one a saved session state was
     /// taken against (an object replaced, added or removed since).
     DatasetChanged = -18,
+    /// A sample of a dataset with a prepare stage could not be decoded
+    /// (not a JPEG, corrupt data, or more pixels than the agent allows).
+    Decode = -19,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order (0, -1, -2, ...).
-    pub const ALL: [ErrorCode; 19] = [
+    pub const ALL: [ErrorCode; 20] = [
         ErrorCode::Ok,
         ErrorCode::InvalidArgument,
         ErrorCode::Timeout,
@@ -80,18 +83,21 @@ impl ErrorCode {
         ErrorCode::Closed,
         ErrorCode::ShortRead,
         ErrorCode::DatasetChanged,
+        ErrorCode::Decode,
     ];
 
     /// The codes a failed sample's status can carry (in a sample entry), one
     /// per way a read can fail: the sample is gone (`NotFound`), a transient
     /// failure persisted (`Io`), the read timed out (`Timeout`), the bytes
-    /// failed a check (`Corrupt`), or the sample changed size (`ShortRead`).
-    pub const SAMPLE_FAILURES: [ErrorCode; 5] = [
+    /// failed a check (`Corrupt`), the sample changed size (`ShortRead`),
+    /// or the prepare stage could not decode it (`Decode`).
+    pub const SAMPLE_FAILURES: [ErrorCode; 6] = [
         ErrorCode::NotFound,
         ErrorCode::Io,
         ErrorCode::Timeout,
         ErrorCode::Corrupt,
         ErrorCode::ShortRead,
+        ErrorCode::Decode,
     ];
 
     /// The integer on the wire and across the C ABI.
@@ -132,6 +138,9 @@ impl ErrorCode {
             }
             ErrorCode::DatasetChanged => {
                 "the dataset changed since the session state was saved"
+            }
+            ErrorCode::Decode => {
+                "the agent could not decode the sample to prepare it (not a JPEG, corrupt, or too many pixels)"
             }
         }
     }
@@ -374,7 +383,8 @@ mod tests {
         assert_eq!(ErrorCode::from_i32(1), None);
         assert_eq!(ErrorCode::from_i32(-17), Some(ErrorCode::ShortRead));
         assert_eq!(ErrorCode::from_i32(-18), Some(ErrorCode::DatasetChanged));
-        assert_eq!(ErrorCode::from_i32(-19), None);
+        assert_eq!(ErrorCode::from_i32(-19), Some(ErrorCode::Decode));
+        assert_eq!(ErrorCode::from_i32(-20), None);
         assert_eq!(ErrorCode::from_i32(i32::MIN), None);
     }
 
@@ -384,14 +394,15 @@ mod tests {
             .iter()
             .map(|c| c.as_i32())
             .collect();
-        assert_eq!(codes, [-8, -11, -2, -13, -17]);
+        assert_eq!(codes, [-8, -11, -2, -13, -17, -19]);
         let mut messages: Vec<&str> = ErrorCode::SAMPLE_FAILURES
             .iter()
             .map(|c| c.message())
             .collect();
         messages.sort_unstable();
         messages.dedup();
-        assert_eq!(messages.len(), 5);
+        assert_eq!(messages.len(), 6);
+        assert!(ErrorCode::Decode.message().contains("decode"));
         assert!(ErrorCode::ShortRead.message().contains("catalog"));
         assert!(ErrorCode::Io.message().contains("transient"));
     }

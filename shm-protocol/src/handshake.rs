@@ -283,6 +283,11 @@ pub struct SessionOpened {
     /// `batches_per_epoch` unless the session takes one worker's part);
     /// sent with `catalog`, 0 otherwise.
     pub rank_batches_per_epoch: u64,
+    /// `[height, width, channels]` of every sample of a dataset the agent
+    /// prepares (`[dataset.prepare]`: uint8, height × width × channels):
+    /// encoded after the catalog, only with it and only for such a dataset.
+    /// A library that predates it refuses such a reply (trailing bytes).
+    pub prepared: Option<[u32; 3]>,
 }
 
 /// How an agent learns its job's membership (`peers.membership`).
@@ -770,6 +775,11 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             if let Some(c) = &s.catalog {
                 out.extend_from_slice(&s.rank_batches_per_epoch.to_le_bytes());
                 put_catalog(out, c);
+                if let Some(shape) = s.prepared {
+                    for v in shape {
+                        out.extend_from_slice(&v.to_le_bytes());
+                    }
+                }
             }
         }
         Message::CloseSession { session_id } | Message::SessionClosed { session_id } => {
@@ -1033,12 +1043,17 @@ fn decode_body(kind: u16, body: &[u8]) -> Result<Message, ProtocolError> {
                 fd_count: r.u8()?,
                 catalog: None,
                 rank_batches_per_epoch: 0,
+                prepared: None,
             };
             // The trailer, only for clients that asked: the rank's batches
-            // and the catalog, both or neither.
+            // and the catalog, both or neither; then, for a prepared
+            // dataset, the samples' shape.
             if !r.rest.is_empty() {
                 o.rank_batches_per_epoch = r.u64()?;
                 o.catalog = Some(r.catalog()?);
+                if !r.rest.is_empty() {
+                    o.prepared = Some([r.u32()?, r.u32()?, r.u32()?]);
+                }
             }
             Message::SessionOpened(o)
         }
@@ -1259,6 +1274,53 @@ mod tests {
     /// frame (without it) decodes as exact order, a newer one's carries the
     /// flag byte and the digest.
     #[test]
+    fn a_prepared_shape_follows_the_catalog_and_only_it() {
+        let base = SessionOpened {
+            session_id: 1,
+            instance_epoch: 2,
+            arena_size: 3,
+            segment_size: 4,
+            samples_per_epoch: 5,
+            batches_per_epoch: 6,
+            fd_count: 2,
+            catalog: Some(CatalogId {
+                fingerprint: 7,
+                sketch: vec![1, 2, 3],
+            }),
+            rank_batches_per_epoch: 6,
+            prepared: None,
+        };
+        let plain = encode_to_vec(&Message::SessionOpened(base.clone()));
+        let shaped = SessionOpened {
+            prepared: Some([224, 160, 3]),
+            ..base.clone()
+        };
+        let frame = encode_to_vec(&Message::SessionOpened(shaped.clone()));
+        // Twelve bytes after the catalog, which a reply without them
+        // (an older agent, or a dataset served as stored bytes) lacks.
+        assert_eq!(frame.len(), plain.len() + 12);
+        assert_eq!(&frame[8..plain.len()], &plain[8..]);
+        assert_eq!(&frame[plain.len()..plain.len() + 4], &224u32.to_le_bytes());
+        assert_eq!(decode_frame(&frame), Ok(Message::SessionOpened(shaped)));
+        assert_eq!(
+            decode_frame(&plain),
+            Ok(Message::SessionOpened(base.clone()))
+        );
+        // Without the catalog trailer there is no shape either: a client
+        // that did not ask gets the reply it knows.
+        let bare = SessionOpened {
+            catalog: None,
+            rank_batches_per_epoch: 0,
+            prepared: Some([1, 1, 3]),
+            ..base
+        };
+        match decode_frame(&encode_to_vec(&Message::SessionOpened(bare))) {
+            Ok(Message::SessionOpened(o)) => assert_eq!((o.catalog, o.prepared), (None, None)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn locality_request_is_an_optional_trailer() {
         let exact = encode_to_vec(&Message::OpenSession(sample_open()));
         let mut o = sample_open();
@@ -1381,6 +1443,7 @@ mod tests {
                 fd_count: 2,
                 catalog: None,
                 rank_batches_per_epoch: 0,
+                prepared: None,
             }),
             Message::CloseSession { session_id: 9 },
             Message::SessionClosed { session_id: 9 },
@@ -1612,9 +1675,11 @@ mod tests {
             any::<[u64; 6]>(),
             any::<u8>(),
             proptest::option::of(arb_catalog_id()),
+            proptest::option::of(any::<[u32; 3]>()),
         )
-            .prop_map(|(v, fd_count, catalog)| {
+            .prop_map(|(v, fd_count, catalog, shape)| {
                 let rank_batches_per_epoch = if catalog.is_some() { v[5] ^ v[0] } else { 0 };
+                let prepared = if catalog.is_some() { shape } else { None };
                 Message::SessionOpened(SessionOpened {
                     session_id: v[0],
                     instance_epoch: v[1],
@@ -1625,6 +1690,7 @@ mod tests {
                     fd_count,
                     catalog,
                     rank_batches_per_epoch,
+                    prepared,
                 })
             });
         prop_oneof![

@@ -835,6 +835,7 @@ mod tests {
                 fd_count: 2,
                 catalog: None,
                 rank_batches_per_epoch: 0,
+                prepared: None,
             });
             conn.send_message(&reply, &[arena.as_fd(), segment.as_fd()])
                 .unwrap();

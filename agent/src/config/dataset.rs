@@ -3,6 +3,7 @@
 //! keys of the others.
 
 use super::prefetch::RetryOverride;
+use super::prepare::PrepareConfig;
 use serde::Deserialize;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -80,6 +81,10 @@ pub struct FsConfig {
     /// `[dataset.retry]`: this dataset's retry settings.
     #[serde(default)]
     pub retry: RetryOverride,
+    /// `[dataset.prepare]`: decode and resize every sample (a JPEG) to one
+    /// shape in the agent; unset: the file's bytes. See docs/prepare.md.
+    #[serde(default)]
+    pub prepare: Option<PrepareConfig>,
     /// `dataset[i].root`: a directory tree with one folder per class.
     /// Exactly one of `root` and `manifest` must be set.
     #[serde(default)]
@@ -107,6 +112,10 @@ pub struct S3Config {
     /// `[dataset.retry]`: this dataset's retry settings.
     #[serde(default)]
     pub retry: RetryOverride,
+    /// `[dataset.prepare]`: decode and resize every sample (a JPEG) to one
+    /// shape in the agent; unset: the file's bytes. See docs/prepare.md.
+    #[serde(default)]
+    pub prepare: Option<PrepareConfig>,
     /// `dataset[i].bucket` (required): the bucket.
     pub bucket: String,
     /// `dataset[i].prefix`: the folder whose objects are the samples (class
@@ -169,6 +178,10 @@ pub struct CqlConfig {
     /// `[dataset.retry]`: this dataset's retry settings.
     #[serde(default)]
     pub retry: RetryOverride,
+    /// `[dataset.prepare]`: decode and resize every sample (a JPEG) to one
+    /// shape in the agent; unset: the file's bytes. See docs/prepare.md.
+    #[serde(default)]
+    pub prepare: Option<PrepareConfig>,
     /// `dataset[i].hosts` (required): contact points, `"host:port"` (port
     /// 9042 when left out; IPv6 as `"[::1]:9042"`). The driver learns the
     /// rest of the cluster from them.
@@ -274,6 +287,15 @@ impl DatasetConfig {
             DatasetConfig::Fs(d) => &d.retry,
             DatasetConfig::S3(d) => &d.retry,
             DatasetConfig::Cql(d) => &d.retry,
+        }
+    }
+
+    /// `[dataset.prepare]`.
+    pub fn prepare(&self) -> Option<&PrepareConfig> {
+        match self {
+            DatasetConfig::Fs(d) => d.prepare.as_ref(),
+            DatasetConfig::S3(d) => d.prepare.as_ref(),
+            DatasetConfig::Cql(d) => d.prepare.as_ref(),
         }
     }
 }

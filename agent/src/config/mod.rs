@@ -40,6 +40,7 @@ mod metrics;
 pub mod peer_secret;
 mod peers;
 mod prefetch;
+mod prepare;
 mod secret_files;
 mod sessions;
 mod size;
@@ -67,6 +68,7 @@ pub use peers::{
     TransportSetting,
 };
 pub use prefetch::{PrefetchConfig, RetryOverride, RetrySettings};
+pub use prepare::{PrepareConfig, ResizeMode};
 pub use sessions::SessionsConfig;
 pub use size::ByteSize;
 pub use socket::{FileMode, SocketConfig};

@@ -49,6 +49,7 @@ fn default_toml_parses_validates_and_matches_defaults() {
             name: "imagenet".to_owned(),
             order: DeliveryOrder::Strict,
             retry: RetryOverride::default(),
+            prepare: None,
             root: Some("/var/lib/granary/datasets/imagenet/train".into()),
             manifest: None,
             direct_io: false,
@@ -838,6 +839,7 @@ pub(super) fn every_key() -> Vec<String> {
     add("dataset.s3", fields_of::<S3Config>());
     add("dataset.cql", fields_of::<CqlConfig>());
     add("dataset.retry", fields_of::<RetryOverride>());
+    add("dataset.prepare", fields_of::<PrepareConfig>());
     keys
 }
 
@@ -865,13 +867,15 @@ fn the_default_file_has_every_key_of_the_types() {
         match key {
             "" | "kind" => {}
             k if k.contains('[') => {}
-            k if k.starts_with("retry.") => in_file.push(format!("dataset.{k}")),
+            k if k.starts_with("retry.") || k.starts_with("prepare.") => {
+                in_file.push(format!("dataset.{k}"))
+            }
             k => in_file.push(format!("dataset.{}.{k}", kind(i))),
         }
     }
     // The keys every kind shares are written out once, in the fs example
     // (the S3 and CQL examples say they take them too).
-    let shared = ["order", "retry"];
+    let shared = ["order", "retry", "prepare"];
     let mut want: Vec<String> = every_key()
         .into_iter()
         .filter(|k| {
@@ -1076,4 +1080,46 @@ fn peers_view_owners_member_bound_and_handin_bound() {
     let fields: Vec<_> = e.problems().iter().map(|p| p.field.clone()).collect();
     assert_eq!(fields, ["peers.members"], "{e}");
     assert!(e.to_string().contains("max_members"), "{e}");
+}
+
+#[test]
+fn a_prepare_table_parses_with_its_defaults_and_its_rules_are_checked() {
+    let cfg = Config::from_toml_str(&format!(
+        "{MINIMAL}[dataset.prepare]\nresize = [224, 160]\n"
+    ))
+    .unwrap();
+    let p = cfg.datasets[0].prepare().copied().unwrap();
+    assert_eq!(p.resize, [224, 160]);
+    assert_eq!(p.mode, ResizeMode::Crop);
+    assert_eq!((p.threads, p.max_pixels), (2, 50_000_000));
+    assert_eq!(p.max_input_bytes, ByteSize(32 << 20));
+    assert_eq!(p.staging_bytes, ByteSize(64 << 20));
+    assert_eq!(p.output_bytes(), 224 * 160 * 3);
+    assert_eq!(
+        Config::from_toml_str(MINIMAL).unwrap().datasets[0].prepare(),
+        None
+    );
+    // The required key, and no unknown ones.
+    assert!(Config::from_toml_str(&format!("{MINIMAL}[dataset.prepare]\nthreads = 2\n")).is_err());
+    assert!(Config::from_toml_str(&format!(
+        "{MINIMAL}[dataset.prepare]\nresize = [8, 8]\nsize = 3\n"
+    ))
+    .is_err());
+    let f = invalid_fields(&format!(
+        "{MINIMAL}[dataset.prepare]\nresize = [0, 9000]\nthreads = 0\nmax_pixels = 0\n\
+         max_input_bytes = \"65MiB\"\n"
+    ));
+    assert_eq!(
+        f,
+        [
+            "dataset[0].prepare.resize",
+            "dataset[0].prepare.threads",
+            "dataset[0].prepare.max_pixels",
+            "dataset[0].prepare.max_input_bytes",
+        ]
+    );
+    let f = invalid_fields(&format!(
+        "{MINIMAL}[dataset.prepare]\nresize = [4, 4]\nmode = \"stretch\"\nthreads = 257\n"
+    ));
+    assert_eq!(f, ["dataset[0].prepare.threads"]);
 }

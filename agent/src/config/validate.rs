@@ -608,6 +608,11 @@ impl Config {
             if prefetch_retry_ok && *ds.retry() != Default::default() {
                 self.validate_retry(&self.retry_for(ds), &field("retry."), p);
             }
+            if let Some(prep) = ds.prepare() {
+                for (key, message) in prep.problems() {
+                    p.bad(&field(&format!("prepare.{key}")), message);
+                }
+            }
             match ds {
                 DatasetConfig::Fs(fs) => validate_fs(fs, &field, p),
                 DatasetConfig::S3(s3) => {

@@ -251,6 +251,16 @@ impl Engine {
             } else {
                 0
             },
+            // The shape of a prepared dataset's samples, to clients that
+            // take the trailer.
+            prepared: if req.wants_catalog {
+                self.datasets[ds]
+                    .config()
+                    .and_then(|c| c.prepare())
+                    .map(|p| [p.resize[0], p.resize[1], 3])
+            } else {
+                None
+            },
         };
         self.next_session += 1;
         if let Err(e) = self.cache.add_session(id, ds as u32, plan) {

@@ -24,10 +24,13 @@
 //! The three catalogs share their accessors through [`SampleList`].
 //!
 //! [`open`] builds the source of a configured dataset (blocking: it lists
-//! or reads the catalog).
+//! or reads the catalog); a dataset with `[dataset.prepare]` gets its
+//! source wrapped in a [`prepared::PreparedSource`], which decodes and
+//! resizes every sample on its own threads (docs/prepare.md).
 
 pub mod cql;
 pub mod fs;
+pub mod prepared;
 pub mod queue;
 pub mod s3;
 pub mod samples;
@@ -64,6 +67,9 @@ pub enum FailureKind {
     Corrupt,
     /// The attempt ran out of time (`prefetch.read_timeout_ms`): retried.
     TimedOut,
+    /// The dataset's prepare stage could not decode the sample (not a
+    /// JPEG, corrupt data, more pixels or bytes than allowed).
+    Decode,
 }
 
 impl FailureKind {
@@ -80,6 +86,7 @@ impl FailureKind {
             FailureKind::Short => ErrorCode::ShortRead,
             FailureKind::Corrupt => ErrorCode::Corrupt,
             FailureKind::TimedOut => ErrorCode::Timeout,
+            FailureKind::Decode => ErrorCode::Decode,
         }
     }
 }
@@ -93,6 +100,7 @@ impl fmt::Display for FailureKind {
             FailureKind::Short => "length changed",
             FailureKind::Corrupt => "corrupt",
             FailureKind::TimedOut => "timed out",
+            FailureKind::Decode => "does not decode",
         })
     }
 }
@@ -254,6 +262,15 @@ pub trait SampleSource: Send {
 /// reads the catalog. Reads in flight are capped per dataset by
 /// `prefetch.max_inflight_reads`, or the dataset's `max_inflight`.
 pub fn open(dataset: &DatasetConfig, cfg: &Config) -> io::Result<Box<dyn SampleSource>> {
+    let raw = open_raw(dataset, cfg)?;
+    match dataset.prepare() {
+        Some(p) => Ok(Box::new(prepared::PreparedSource::new(raw, p)?)),
+        None => Ok(raw),
+    }
+}
+
+/// The source of the dataset's stored bytes, without its prepare stage.
+fn open_raw(dataset: &DatasetConfig, cfg: &Config) -> io::Result<Box<dyn SampleSource>> {
     let capacity = cfg.prefetch.max_inflight_reads;
     let read_timeout = Duration::from_millis(cfg.prefetch.read_timeout_ms);
     match dataset {

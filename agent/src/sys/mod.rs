@@ -2,7 +2,8 @@
 //! function: the one place in this crate where `unsafe` is allowed (the
 //! crate root denies it everywhere else).
 //!
-//! * this module: random keys, waiting on several descriptors;
+//! * this module: random keys, waiting on several descriptors, the
+//!   prepare stage's scalar resizer;
 //! * [`signals`]: the daemon's SIGTERM/SIGINT stop flag, SIGPIPE ignored;
 //! * [`eventfd`]: the fetchers' completion eventfd and the wait on it;
 //! * [`uring`]: io_uring entries that point into memory (paths, arena
@@ -25,6 +26,15 @@ pub(crate) fn random_u64() -> u64 {
     // the right answer.
     getrandom::fill(&mut b).expect("the kernel's random number generator is unavailable");
     u64::from_le_bytes(b)
+}
+
+/// Makes `resizer` use its portable scalar code, whatever the CPU offers:
+/// the reference that the prepare stage's SIMD output is compared with.
+pub(crate) fn scalar_resizer(resizer: &mut fast_image_resize::Resizer) {
+    // SAFETY: `set_cpu_extensions` is unsafe because an extension the CPU
+    // lacks would run illegal instructions; `None` is the scalar code,
+    // which every CPU runs.
+    unsafe { resizer.set_cpu_extensions(fast_image_resize::CpuExtensions::None) }
 }
 
 /// How many of the first `len` bytes' pages of `file` are in the page cache

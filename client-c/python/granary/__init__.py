@@ -51,6 +51,7 @@ from .errors import (
     VersionMismatch,
     WouldBlock,
     DatasetChanged,
+    DecodeError,
 )
 
 __version__ = "0.1.0"
@@ -64,6 +65,7 @@ __all__ = [
     "Client",
     "Corrupt",
     "DatasetChanged",
+    "DecodeError",
     "Disconnected",
     "EndOfStream",
     "Fenced",

@@ -41,6 +41,7 @@ E_INTERNAL = -15
 E_CLOSED = -16
 E_SHORT_READ = -17
 E_DATASET_CHANGED = -18
+E_DECODE = -19
 
 CODE_NAMES = {
     OK: "GRANARY_OK",
@@ -62,6 +63,7 @@ CODE_NAMES = {
     E_CLOSED: "GRANARY_E_CLOSED",
     E_SHORT_READ: "GRANARY_E_SHORT_READ",
     E_DATASET_CHANGED: "GRANARY_E_DATASET_CHANGED",
+    E_DECODE: "GRANARY_E_DECODE",
 }
 
 # Why a single sample failed (its status), by the short name of the kind.
@@ -71,6 +73,7 @@ SAMPLE_FAILURE_KINDS = {
     E_TIMEOUT: "Timeout",
     E_CORRUPT: "Corrupt",
     E_SHORT_READ: "ShortRead",
+    E_DECODE: "Decode",
 }
 
 
@@ -162,6 +165,10 @@ class SessionInfo(ctypes.Structure):
         ("batches_per_epoch", ctypes.c_uint64),
         ("arena_size", ctypes.c_uint64),
         ("rank_batches_per_epoch", ctypes.c_uint64),
+        ("prepared_height", ctypes.c_uint32),
+        ("prepared_width", ctypes.c_uint32),
+        ("prepared_channels", ctypes.c_uint32),
+        ("reserved2", ctypes.c_uint32),
     ]
 
 
@@ -182,7 +189,7 @@ assert ctypes.sizeof(SessionOptions) == 184, ctypes.sizeof(SessionOptions)
 assert ctypes.sizeof(AssignmentInfo) == 40 + NOTE_MAX, ctypes.sizeof(AssignmentInfo)
 assert ctypes.sizeof(PeerIdentity) == 64 + 3 * NAME_MAX, ctypes.sizeof(PeerIdentity)
 assert ctypes.sizeof(ViewMember) == 24, ctypes.sizeof(ViewMember)
-assert ctypes.sizeof(SessionInfo) == 56, ctypes.sizeof(SessionInfo)
+assert ctypes.sizeof(SessionInfo) == 72, ctypes.sizeof(SessionInfo)
 assert ctypes.sizeof(Sample) == 40, ctypes.sizeof(Sample)
 
 _vp = ctypes.c_void_p

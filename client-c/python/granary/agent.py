@@ -76,7 +76,9 @@ def arena_size_for(*roots: Union[str, Path]) -> int:
 
 
 class LocalAgent:
-    """A ``granaryd`` child process serving ``datasets`` (name -> root folder)."""
+    """A ``granaryd`` child process serving ``datasets`` (name -> root folder);
+    ``prepare`` maps a dataset name to the body of its ``[dataset.prepare]``
+    table (e.g. ``"resize = [224, 224]"``)."""
 
     def __init__(
         self,
@@ -86,6 +88,7 @@ class LocalAgent:
         arena_size: Optional[int] = None,
         max_inflight_reads: int = 32,
         extra_config: str = "",
+        prepare: Optional[Mapping[str, str]] = None,
         granaryd: Optional[str] = None,
         log: Optional[Union[str, Path]] = None,
         start_timeout: float = 60.0,
@@ -116,6 +119,8 @@ class LocalAgent:
         text += extra_config
         for name, root in self.datasets.items():
             text += f'\n[[dataset]]\nname = "{name}"\nroot = "{root}"\n'
+            if prepare and name in prepare:
+                text += f"[dataset.prepare]\n{prepare[name]}\n"
         self.config_path.write_text(text)
         self.granaryd = granaryd or find_granaryd()
         self.start_timeout = start_timeout

@@ -88,6 +88,10 @@ class SessionInfo:
     #: Batches the whole rank receives per epoch (``batches_per_epoch`` is
     #: this session's part when it takes one worker's share).
     rank_batches_per_epoch: int = 0
+    #: ``(height, width, channels)`` of every sample when the agent prepares
+    #: the dataset (``[dataset.prepare]``: decoded, resized uint8 RGB, row-major
+    #: HWC); None for a dataset served as stored bytes.
+    prepared_shape: Optional[tuple] = None
 
 
 class Sample:
@@ -149,11 +153,18 @@ class Sample:
         return self._addr
 
     @property
+    def prepared_shape(self) -> Optional[tuple]:
+        """``(height, width, channels)`` when the agent prepares the dataset
+        (the sample is decoded, resized uint8 RGB, row-major HWC), else None."""
+        return self._batch._session.info.prepared_shape
+
+    @property
     def kind(self) -> Optional[str]:
         """Why the sample failed, or None: ``"NotFound"`` (gone from the
         source), ``"Io"`` (a transient failure persisted), ``"Timeout"`` (the
-        read timed out), ``"Corrupt"`` (its bytes failed a check) or
-        ``"ShortRead"`` (its size changed since the catalog was made)."""
+        read timed out), ``"Corrupt"`` (its bytes failed a check),
+        ``"ShortRead"`` (its size changed since the catalog was made) or
+        ``"Decode"`` (the agent's prepare stage could not decode it)."""
         self._check()
         return failure_kind(self._status)
 
@@ -161,7 +172,8 @@ class Sample:
     def error(self) -> Optional[GranaryError]:
         """The sample's error as an exception (:class:`~granary.errors.NotFound`,
         :class:`~granary.errors.SourceError`, :class:`~granary.errors.Timeout`,
-        :class:`~granary.errors.Corrupt` or :class:`~granary.errors.ShortRead`),
+        :class:`~granary.errors.Corrupt`, :class:`~granary.errors.ShortRead`
+        or :class:`~granary.errors.DecodeError`),
         or None."""
         self._check()
         if self._status == 0:
@@ -534,6 +546,9 @@ class Session:
             info.ready_capacity,
             info.release_capacity,
             info.rank_batches_per_epoch,
+            (info.prepared_height, info.prepared_width, info.prepared_channels)
+            if info.prepared_height
+            else None,
         )
         base = ctypes.c_void_p()
         size = ctypes.c_uint64()

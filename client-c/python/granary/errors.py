@@ -139,6 +139,13 @@ class DatasetChanged(GranaryError):
     code = _lib.E_DATASET_CHANGED
 
 
+class DecodeError(GranaryError):
+    """The agent's prepare stage could not decode the sample (not a JPEG,
+    corrupt data, or more pixels or bytes than the agent allows)."""
+
+    code = _lib.E_DECODE
+
+
 _BY_CODE = {
     cls.code: cls
     for cls in (
@@ -160,13 +167,14 @@ _BY_CODE = {
         ReleasedError,
         ShortRead,
         DatasetChanged,
+        DecodeError,
     )
 }
 
 
 def failure_kind(status: int) -> str | None:
     """The short name of why a sample failed, from its status: ``"NotFound"``,
-    ``"Io"``, ``"Timeout"``, ``"Corrupt"`` or ``"ShortRead"``; None for 0; the
+    ``"Io"``, ``"Timeout"``, ``"Corrupt"``, ``"ShortRead"`` or ``"Decode"``; None for 0; the
     ``GRANARY_E_*`` name for any other code."""
     if status == 0:
         return None

@@ -55,7 +55,11 @@ and ``labels`` an ``int64`` tensor; use ``DataLoader(batch_size=None)``.
 ``with_ids=True`` appends the sample ids. ``x`` is the sample's bytes as a
 ``uint8`` tensor made with ``torch.frombuffer``, in place in the agent's
 arena (no copy); ``decode`` (e.g. :func:`decode_jpeg`) and ``transform``
-are applied to it in the worker.
+are applied to it in the worker. For a dataset the agent prepares
+(``[dataset.prepare]``, docs/prepare.md) ``x`` is already the decoded,
+resized image, a ``(height, width, 3)`` ``uint8`` RGB tensor viewing the
+arena: give no ``decode``; random augmentation stays in ``transform`` or on
+the GPU.
 
 **Lifetime.** A Granary batch goes back to the agent once the iterator has
 moved past it *and* no tensor viewing its bytes is alive any more (so the
@@ -109,7 +113,9 @@ class SampleFailureWarning(UserWarning):
 
 
 def as_tensor(sample: Sample) -> torch.Tensor:
-    """The sample's bytes as a 1-D ``uint8`` tensor, without a copy.
+    """The sample's bytes as a ``uint8`` tensor, without a copy: 1-D, or
+    ``(height, width, 3)`` (HWC, RGB) for a dataset the agent prepares
+    (``[dataset.prepare]``, :attr:`granary.Sample.prepared_shape`).
 
     The tensor keeps the arena mapped while it lives; its bytes are valid
     until the sample's batch is released. Do not write into it.
@@ -117,7 +123,11 @@ def as_tensor(sample: Sample) -> torch.Tensor:
     buf = sample.buffer()
     if len(buf) == 0:
         return torch.empty(0, dtype=torch.uint8)
-    return torch.frombuffer(buf, dtype=torch.uint8)
+    t = torch.frombuffer(buf, dtype=torch.uint8)
+    shape = sample.prepared_shape
+    if shape is not None and t.numel() == shape[0] * shape[1] * shape[2]:
+        t = t.view(shape)
+    return t
 
 
 def decode_jpeg(data: torch.Tensor) -> torch.Tensor:

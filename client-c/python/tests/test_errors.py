@@ -15,6 +15,7 @@ KINDS = [
     (_lib.E_TIMEOUT, "Timeout", granary.Timeout, "GRANARY_E_TIMEOUT"),
     (_lib.E_CORRUPT, "Corrupt", granary.Corrupt, "GRANARY_E_CORRUPT"),
     (_lib.E_SHORT_READ, "ShortRead", granary.ShortRead, "GRANARY_E_SHORT_READ"),
+    (_lib.E_DECODE, "Decode", granary.DecodeError, "GRANARY_E_DECODE"),
 ]
 
 
@@ -25,7 +26,10 @@ def test_codes_match_the_library():
     assert _lib.E_DATASET_CHANGED == -18
     assert "changed since the session state was saved" in _lib.strerror(-18)
     assert error_for(-18, "x").__class__ is granary.DatasetChanged
-    assert _lib.strerror(-19) == "unknown error"
+    assert _lib.E_DECODE == -19
+    assert "decode" in _lib.strerror(-19)
+    assert error_for(-19, "x").__class__ is granary.DecodeError
+    assert _lib.strerror(-20) == "unknown error"
     assert "catalogued" in _lib.strerror(_lib.E_SHORT_READ)
     assert "transient" in _lib.strerror(_lib.E_IO)
 

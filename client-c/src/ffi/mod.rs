@@ -397,6 +397,10 @@ pub unsafe extern "C" fn granary_session_get_info(
             batches_per_epoch: i.batches_per_epoch,
             arena_size: i.arena_size,
             rank_batches_per_epoch: i.rank_batches_per_epoch,
+            prepared_height: i.prepared.map_or(0, |p| p[0]),
+            prepared_width: i.prepared.map_or(0, |p| p[1]),
+            prepared_channels: i.prepared.map_or(0, |p| p[2]),
+            reserved2: 0,
         };
         // SAFETY: the caller's struct is writable for `struct_size` ≥ n
         // bytes; `info` is ours, n is at most its size, they do not overlap.
@@ -1032,6 +1036,7 @@ mod tests {
             GranaryStatus::GranaryEClosed,
             GranaryStatus::GranaryEShortRead,
             GranaryStatus::GranaryEDatasetChanged,
+            GranaryStatus::GranaryEDecode,
         ];
         assert_eq!(all.len(), ErrorCode::ALL.len());
         for (s, c) in all.iter().zip(ErrorCode::ALL) {

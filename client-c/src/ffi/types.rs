@@ -70,6 +70,9 @@ pub enum GranaryStatus {
     /// The dataset's catalog is not the one a saved session state was
     /// taken against (`granary_session_open` with `resume_state`).
     GranaryEDatasetChanged = -18,
+    /// The agent's prepare stage could not decode the sample (not a JPEG,
+    /// corrupt data, or more pixels than it allows; a sample's `status`).
+    GranaryEDecode = -19,
 }
 
 /// Parameters of `granary_session_open()`. Fill it with
@@ -276,10 +279,23 @@ pub struct GranarySessionInfo {
     /// this session's part when `workers` > 1); 0 from an agent that does
     /// not say.
     pub rank_batches_per_epoch: u64,
+    /// Height of every sample when the agent prepares the dataset
+    /// (`[dataset.prepare]`: each sample is `prepared_height *
+    /// prepared_width * prepared_channels` uint8, row-major, RGB); 0 for a
+    /// dataset served as stored bytes.
+    pub prepared_height: u32,
+    /// Width of every prepared sample; 0 when not prepared.
+    pub prepared_width: u32,
+    /// Channels of every prepared sample (3, RGB); 0 when not prepared.
+    pub prepared_channels: u32,
+    /// Zero.
+    pub reserved2: u32,
 }
 
 /// Size of `granary_session_info` before `rank_batches_per_epoch`.
 pub(crate) const SESSION_INFO_V1_SIZE: usize = 48;
+/// Size of `granary_session_info` before `prepared_height`.
+pub(crate) const SESSION_INFO_V2_SIZE: usize = 56;
 
 /// One sample of a batch, as filled in by `granary_batch_sample()`.
 #[repr(C)]
@@ -297,8 +313,10 @@ pub struct GranarySample {
     /// 0, or why this sample failed (then `length` is 0):
     /// `GRANARY_E_NOT_FOUND` (gone from the source), `GRANARY_E_IO` (a
     /// transient failure persisted), `GRANARY_E_TIMEOUT` (the read timed
-    /// out), `GRANARY_E_CORRUPT` (the bytes failed a check) or
-    /// `GRANARY_E_SHORT_READ` (the size changed since the catalog was made).
+    /// out), `GRANARY_E_CORRUPT` (the bytes failed a check),
+    /// `GRANARY_E_SHORT_READ` (the size changed since the catalog was made)
+    /// or `GRANARY_E_DECODE` (the agent's prepare stage could not decode
+    /// it).
     pub status: i32,
     /// CRC-32C (Castagnoli) of the bytes, as recorded by the agent.
     pub crc32c: u32,
@@ -360,7 +378,9 @@ const _: () = {
     assert!(offset_of!(GranarySessionInfo, struct_size) == 0);
     assert!(offset_of!(GranarySessionInfo, session_id) == 16);
     assert!(offset_of!(GranarySessionInfo, rank_batches_per_epoch) == SESSION_INFO_V1_SIZE);
-    assert!(size_of::<GranarySessionInfo>() == 56);
+    assert!(offset_of!(GranarySessionInfo, prepared_height) == SESSION_INFO_V2_SIZE);
+    assert!(offset_of!(GranarySessionInfo, prepared_channels) == 64);
+    assert!(size_of::<GranarySessionInfo>() == 72);
     assert!(offset_of!(GranarySample, length) == 8);
     assert!(offset_of!(GranarySample, crc32c) == 32);
     assert!(size_of::<GranarySample>() == 40);

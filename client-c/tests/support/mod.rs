@@ -173,7 +173,7 @@ pub enum Behaviour {
     /// publishing, and stay connected: a hung (or stopped) agent.
     HeartbeatStopsAfter(u64),
     /// In batch `n` (batch status 0), sample `i` fails with
-    /// `ErrorCode::SAMPLE_FAILURES[i % 5]`.
+    /// `ErrorCode::SAMPLE_FAILURES[i % 6]`.
     SampleFailuresAt(u64),
 }
 
@@ -706,6 +706,7 @@ impl Served {
             fd_count: 2,
             catalog: None,
             rank_batches_per_epoch: 0,
+            prepared: None,
         };
         let loader_fd = match self.arena.loader_fd() {
             Ok(fd) => fd,
