@@ -198,7 +198,7 @@ impl std::error::Error for SourceFull {}
 /// and its [`FailureKind`] tells the engine's retry policy whether to try
 /// again later.
 pub trait SampleSource: Send {
-    /// `"fs"`, `"s3"` or `"cql"`.
+    /// `"fs"`, `"s3"`, `"gcs"`, `"azure"` or `"cql"`.
     fn kind(&self) -> &'static str;
     /// Samples in the catalog.
     fn len(&self) -> u64;
