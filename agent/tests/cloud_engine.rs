@@ -168,6 +168,7 @@ fn store_dies_mid_run(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
     let spec = dataset_in(dir.path(), "a");
     em.upload(&spec.root, "train");
+    em.settle();
     let local = dataset_in(dir.path(), "local");
     let sock = dir.path().join("granary.sock");
     let tables = format!(

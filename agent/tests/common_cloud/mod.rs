@@ -215,28 +215,22 @@ impl Emulator {
         String::from_utf8(out.stdout).unwrap()
     }
 
-    /// Stops the emulator; its files stay. fake-gcs-server is killed
-    /// (SIGKILL); Azurite is stopped with SIGTERM, since it keeps its blob
-    /// index in memory and writes it out at exit (killed, it comes back
-    /// without its blobs), and killed if it has not exited after 10 s.
-    pub fn kill(&mut self) {
-        let Some(mut c) = self.child.take() else {
-            return;
-        };
+    /// Waits until what was written is on disk, so that a restart after
+    /// [`kill`](Self::kill) finds it: Azurite keeps its blob index in memory
+    /// and saves it every 5 s (killed before that, it comes back without
+    /// the blobs); fake-gcs-server writes through at once.
+    pub fn settle(&self) {
         if self.kind == Kind::Azurite {
-            let _ = Command::new("kill")
-                .args(["-TERM", &c.id().to_string()])
-                .status();
-            let t0 = Instant::now();
-            while t0.elapsed() < Duration::from_secs(10) {
-                if matches!(c.try_wait(), Ok(Some(_))) {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            std::thread::sleep(Duration::from_millis(5_500));
         }
-        let _ = c.kill();
-        let _ = c.wait();
+    }
+
+    /// Kills the emulator (SIGKILL); its files stay.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 
     /// Starts it again on the same port and files.
@@ -248,10 +242,7 @@ impl Emulator {
 
 impl Drop for Emulator {
     fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.kill();
     }
 }
 
