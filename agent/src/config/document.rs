@@ -10,7 +10,9 @@
 //! dataset without `kind` is a filesystem dataset: `kind = "fs"` is added
 //! to its table before either step.
 
-use super::{Config, ConfigError, CqlConfig, FsConfig, S3Config, SourceKind};
+use super::{
+    AzureConfig, Config, ConfigError, CqlConfig, FsConfig, GcsConfig, S3Config, SourceKind,
+};
 use serde::Deserialize;
 use std::borrow::Cow;
 use std::ops::Range;
@@ -93,6 +95,8 @@ fn check_datasets(root: &DeTable<'_>) -> Result<(), toml::de::Error> {
             SourceKind::Fs => FsConfig::deserialize(de).map(drop)?,
             SourceKind::S3 => S3Config::deserialize(de).map(drop)?,
             SourceKind::Cql => CqlConfig::deserialize(de).map(drop)?,
+            SourceKind::Gcs => GcsConfig::deserialize(de).map(drop)?,
+            SourceKind::Azure => AzureConfig::deserialize(de).map(drop)?,
         }
     }
     Ok(())

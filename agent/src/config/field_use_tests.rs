@@ -30,6 +30,8 @@ const TYPES: &[(&str, &[&str])] = &[
     ("dataset.fs", &["FsConfig", "DatasetConfig::Fs"]),
     ("dataset.s3", &["S3Config", "DatasetConfig::S3"]),
     ("dataset.cql", &["CqlConfig", "DatasetConfig::Cql"]),
+    ("dataset.gcs", &["GcsConfig", "DatasetConfig::Gcs"]),
+    ("dataset.azure", &["AzureConfig", "DatasetConfig::Azure"]),
     ("dataset.retry", &["RetryOverride"]),
     ("dataset.prepare", &["PrepareConfig"]),
 ];

@@ -32,6 +32,7 @@
 
 mod arena;
 mod cache;
+mod cloud;
 mod dataset;
 mod document;
 mod error;
@@ -56,6 +57,7 @@ mod tests;
 
 pub use arena::{ArenaConfig, HugePages};
 pub use cache::{CacheConfig, CachePolicy};
+pub use cloud::{AzureConfig, GcsConfig};
 pub(crate) use dataset::DatasetLocation;
 pub use dataset::{is_cql_name, parse_cql_host};
 pub use dataset::{
@@ -158,7 +160,12 @@ impl Config {
                         resolve(p);
                     }
                 }
-                DatasetConfig::S3(_) => {}
+                DatasetConfig::Gcs(gcs) => {
+                    if let Some(p) = gcs.service_account_file.as_mut() {
+                        resolve(p);
+                    }
+                }
+                DatasetConfig::S3(_) | DatasetConfig::Azure(_) => {}
             }
         }
         cfg.validate()
@@ -188,6 +195,8 @@ impl Config {
                 DatasetConfig::Fs(_) => None,
                 DatasetConfig::S3(d) => Some(d.retries),
                 DatasetConfig::Cql(d) => Some(d.retries),
+                DatasetConfig::Gcs(d) => Some(d.retries),
+                DatasetConfig::Azure(d) => Some(d.retries),
             };
         }
         self.prefetch.retry_settings(&over)

@@ -25,6 +25,14 @@ impl Config {
                 DatasetConfig::Cql(c) if c.password.is_some() => {
                     found.push(format!("dataset[{i}].password"));
                 }
+                DatasetConfig::Azure(a) => {
+                    if a.access_key.is_some() {
+                        found.push(format!("dataset[{i}].access_key"));
+                    }
+                    if a.sas_token.is_some() {
+                        found.push(format!("dataset[{i}].sas_token"));
+                    }
+                }
                 _ => {}
             }
         }

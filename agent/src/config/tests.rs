@@ -726,7 +726,16 @@ fn default_file_documents_every_field() {
     let full = default_toml_with_every_key();
     let (cfg, doc) = document::parse(&full).unwrap_or_else(|e| panic!("{e}\n{full}"));
     let kinds: Vec<_> = cfg.datasets.iter().map(DatasetConfig::kind).collect();
-    assert_eq!(kinds, [SourceKind::Fs, SourceKind::S3, SourceKind::Cql]);
+    assert_eq!(
+        kinds,
+        [
+            SourceKind::Fs,
+            SourceKind::S3,
+            SourceKind::Cql,
+            SourceKind::Gcs,
+            SourceKind::Azure
+        ]
+    );
     // Each kind's struct, fully written out, has every field set to
     // something other than its default (so no field is missing from the
     // file): Option fields are Some.
@@ -761,6 +770,27 @@ fn default_file_documents_every_field() {
             && c.tls_ca_file.is_some()
             && c.connections_per_host.is_some()
             && c.connections_per_shard.is_some()
+    );
+    let DatasetConfig::Gcs(g) = &cfg.datasets[3] else {
+        unreachable!()
+    };
+    assert!(
+        g.prefix.is_some()
+            && g.manifest.is_some()
+            && g.endpoint.is_some()
+            && g.service_account_file.is_some()
+            && g.max_inflight.is_some()
+    );
+    let DatasetConfig::Azure(a) = &cfg.datasets[4] else {
+        unreachable!()
+    };
+    assert!(
+        a.prefix.is_some()
+            && a.manifest.is_some()
+            && a.endpoint.is_some()
+            && a.access_key.is_some()
+            && a.sas_token.is_some()
+            && a.max_inflight.is_some()
     );
     assert!(doc.paths().count() > 60);
 
@@ -838,6 +868,8 @@ pub(super) fn every_key() -> Vec<String> {
     add("dataset.fs", fields_of::<FsConfig>());
     add("dataset.s3", fields_of::<S3Config>());
     add("dataset.cql", fields_of::<CqlConfig>());
+    add("dataset.gcs", fields_of::<GcsConfig>());
+    add("dataset.azure", fields_of::<AzureConfig>());
     add("dataset.retry", fields_of::<RetryOverride>());
     add("dataset.prepare", fields_of::<PrepareConfig>());
     keys
@@ -874,12 +906,19 @@ fn the_default_file_has_every_key_of_the_types() {
         }
     }
     // The keys every kind shares are written out once, in the fs example
-    // (the S3 and CQL examples say they take them too).
+    // (the other kinds' examples say they take them too).
     let shared = ["order", "retry", "prepare"];
     let mut want: Vec<String> = every_key()
         .into_iter()
         .filter(|k| {
-            !(k.starts_with("dataset.s3.") || k.starts_with("dataset.cql."))
+            ![
+                "dataset.s3.",
+                "dataset.cql.",
+                "dataset.gcs.",
+                "dataset.azure.",
+            ]
+            .iter()
+            .any(|p| k.starts_with(p))
                 || !shared.contains(&k.rsplit('.').next().unwrap_or_default())
         })
         .collect();
@@ -1122,4 +1161,57 @@ fn a_prepare_table_parses_with_its_defaults_and_its_rules_are_checked() {
         "{MINIMAL}[dataset.prepare]\nresize = [4, 4]\nmode = \"stretch\"\nthreads = 257\n"
     ));
     assert_eq!(f, ["dataset[0].prepare.threads"]);
+}
+
+#[test]
+fn gcs_and_azure_dataset_rules() {
+    const GCS: &str = "[[dataset]]\nname = \"g\"\nkind = \"gcs\"\n";
+    const AZ: &str = "[[dataset]]\nname = \"a\"\nkind = \"azure\"\n";
+    let cfg = Config::from_toml_str(&format!(
+        "{GCS}bucket = \"b\"\nprefix = \"train\"\nservice_account_file = \"sa.json\"\n\
+         {AZ}account = \"acct1\"\ncontainer = \"c\"\nmanifest = \"m.tsv\"\nsas_token = \"sv=1&sig=x\"\n"
+    ))
+    .unwrap();
+    assert_eq!(cfg.datasets[0].kind(), SourceKind::Gcs);
+    assert_eq!(cfg.datasets[1].kind(), SourceKind::Azure);
+    let DatasetConfig::Gcs(g) = &cfg.datasets[0] else {
+        unreachable!()
+    };
+    assert_eq!((g.retries, g.request_timeout_ms), (8, 10_000));
+    assert!(!g.anonymous && !g.allow_http);
+    // The retries stand for read_retries, as for S3.
+    assert_eq!(cfg.retry_for(&cfg.datasets[1]).retries, 8);
+    // The inline SAS token is a secret the file holds.
+    assert_eq!(cfg.inline_secrets(), ["dataset[1].sas_token"]);
+    assert!(!format!("{cfg:?}").contains("sig=x"));
+    // Required keys, and the keys of other kinds, are parse errors.
+    let e = parse_err(&format!("{AZ}container = \"c\"\nprefix = \"\"\n"));
+    assert_eq!(e.field(), Some("dataset[0].account"));
+    let e = parse_err(&format!(
+        "{GCS}bucket = \"b\"\nprefix = \"\"\nregion = \"r\"\n"
+    ));
+    assert_eq!(e.field(), Some("dataset[0].region"));
+    // The rules.
+    assert_eq!(
+        invalid_fields(&format!("{GCS}bucket = \"b/c\"\n")),
+        ["dataset[0].bucket", "dataset[0].prefix"]
+    );
+    assert_eq!(
+        invalid_fields(&format!(
+            "{GCS}bucket = \"b\"\nprefix = \"\"\nendpoint = \"http://127.0.0.1:1\"\n"
+        )),
+        ["dataset[0].allow_http"]
+    );
+    assert_eq!(
+        invalid_fields(&format!(
+            "{AZ}account = \"a-b\"\ncontainer = \"c\"\nprefix = \"\"\naccess_key = \"k\"\nsas_token = \"s\"\n"
+        )),
+        ["dataset[0].account", "dataset[0].sas_token"]
+    );
+    assert_eq!(
+        invalid_fields(&format!(
+            "{AZ}account = \"a\"\ncontainer = \"c\"\nprefix = \"\"\naccess_key = \"k\"\nanonymous = true\nretries = 101\n"
+        )),
+        ["dataset[0].anonymous", "dataset[0].retries"]
+    );
 }

@@ -11,8 +11,8 @@ use super::prefetch::{MAX_INFLIGHT_READS, MAX_READ_RETRIES};
 use super::sessions::MAX_RING_CAPACITY;
 use super::socket::MAX_SOCKET_PATH_BYTES;
 use super::{
-    ByteSize, Config, ConfigError, CqlConfig, DatasetConfig, FsConfig, Problem, RetrySettings,
-    S3Config,
+    AzureConfig, ByteSize, Config, ConfigError, CqlConfig, DatasetConfig, FsConfig, GcsConfig,
+    Problem, RetrySettings, S3Config,
 };
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -625,6 +625,26 @@ impl Config {
                         p,
                     );
                 }
+                DatasetConfig::Gcs(gcs) => {
+                    validate_gcs(gcs, &field, p);
+                    self.validate_remote(
+                        gcs.request_timeout_ms,
+                        gcs.retries,
+                        gcs.max_inflight,
+                        &field,
+                        p,
+                    );
+                }
+                DatasetConfig::Azure(az) => {
+                    validate_azure(az, &field, p);
+                    self.validate_remote(
+                        az.request_timeout_ms,
+                        az.retries,
+                        az.max_inflight,
+                        &field,
+                        p,
+                    );
+                }
                 DatasetConfig::Cql(cql) => {
                     validate_cql(cql, &field, p);
                     self.validate_remote(
@@ -694,46 +714,9 @@ fn validate_fs(ds: &FsConfig, field: &dyn Fn(&str) -> String, p: &mut Problems) 
 
 /// The rules of a `kind = "s3"` dataset.
 fn validate_s3(ds: &S3Config, field: &dyn Fn(&str) -> String, p: &mut Problems) {
-    let b = &ds.bucket;
-    if b.is_empty() || b.contains('/') || b.chars().any(char::is_whitespace) {
-        p.bad(
-            &field("bucket"),
-            format!("{b:?} is not a bucket name (non-empty, no '/' or spaces)"),
-        );
-    }
-    match (&ds.prefix, &ds.manifest) {
-        (None, None) => p.bad(
-            &field("prefix"),
-            "set either `prefix` (a folder of the bucket; \"\" for all of it) or `manifest`",
-        ),
-        (Some(_), Some(_)) => p.bad(
-            &field("manifest"),
-            "set only one of `prefix` and `manifest`",
-        ),
-        (None, Some(m)) if m.is_empty() || m == "file://" => {
-            p.bad(&field("manifest"), "must not be empty")
-        }
-        _ => {}
-    }
-    if let Some(e) = &ds.endpoint {
-        if let Some(rest) = e.strip_prefix("http://") {
-            if rest.is_empty() {
-                p.bad(&field("endpoint"), format!("{e:?} names no host"));
-            } else if !ds.allow_http {
-                p.bad(
-                    &field("allow_http"),
-                    format!(
-                        "endpoint {e} is plain HTTP; set allow_http = true to use it (meant for loopback and test servers)"
-                    ),
-                );
-            }
-        } else if e.strip_prefix("https://").is_none_or(str::is_empty) {
-            p.bad(
-                &field("endpoint"),
-                format!("{e:?} is not an http:// or https:// URL"),
-            );
-        }
-    }
+    validate_bucket(&ds.bucket, "bucket", field, p);
+    validate_layout(&ds.prefix, &ds.manifest, "bucket", field, p);
+    validate_endpoint(ds.endpoint.as_deref(), ds.allow_http, field, p);
     if ds.access_key_id.is_some() != ds.secret_access_key.is_some() {
         let missing = if ds.access_key_id.is_some() {
             "secret_access_key"
@@ -744,6 +727,111 @@ fn validate_s3(ds: &S3Config, field: &dyn Fn(&str) -> String, p: &mut Problems) 
             &field(missing),
             "access_key_id and secret_access_key go together: set both, or neither (then \
              AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY are used)",
+        );
+    }
+}
+
+/// The rules of a `kind = "gcs"` dataset.
+fn validate_gcs(ds: &GcsConfig, field: &dyn Fn(&str) -> String, p: &mut Problems) {
+    validate_bucket(&ds.bucket, "bucket", field, p);
+    validate_layout(&ds.prefix, &ds.manifest, "bucket", field, p);
+    validate_endpoint(ds.endpoint.as_deref(), ds.allow_http, field, p);
+    if ds
+        .service_account_file
+        .as_ref()
+        .is_some_and(|f| f.as_os_str().is_empty())
+    {
+        p.bad(&field("service_account_file"), "must not be empty");
+    }
+}
+
+/// The rules of a `kind = "azure"` dataset.
+fn validate_azure(ds: &AzureConfig, field: &dyn Fn(&str) -> String, p: &mut Problems) {
+    let a = &ds.account;
+    if a.is_empty() || !a.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        p.bad(
+            &field("account"),
+            format!("{a:?} is not a storage account name (letters and digits)"),
+        );
+    }
+    validate_bucket(&ds.container, "container", field, p);
+    validate_layout(&ds.prefix, &ds.manifest, "container", field, p);
+    validate_endpoint(ds.endpoint.as_deref(), ds.allow_http, field, p);
+    let signed = ds.access_key.is_some() || ds.sas_token.is_some();
+    if ds.access_key.is_some() && ds.sas_token.is_some() {
+        p.bad(
+            &field("sas_token"),
+            "set at most one of `access_key` and `sas_token`",
+        );
+    } else if signed && ds.anonymous {
+        p.bad(
+            &field("anonymous"),
+            "anonymous requests carry no credentials: leave out `access_key` and `sas_token`",
+        );
+    }
+}
+
+/// A bucket or container name: non-empty, no `/` or spaces.
+fn validate_bucket(b: &str, key: &str, field: &dyn Fn(&str) -> String, p: &mut Problems) {
+    if b.is_empty() || b.contains('/') || b.chars().any(char::is_whitespace) {
+        p.bad(
+            &field(key),
+            format!("{b:?} is not a {key} name (non-empty, no '/' or spaces)"),
+        );
+    }
+}
+
+/// Exactly one of `prefix` and `manifest`, the manifest not empty.
+fn validate_layout(
+    prefix: &Option<String>,
+    manifest: &Option<String>,
+    what: &str,
+    field: &dyn Fn(&str) -> String,
+    p: &mut Problems,
+) {
+    match (prefix, manifest) {
+        (None, None) => p.bad(
+            &field("prefix"),
+            format!(
+                "set either `prefix` (a folder of the {what}; \"\" for all of it) or `manifest`"
+            ),
+        ),
+        (Some(_), Some(_)) => p.bad(
+            &field("manifest"),
+            "set only one of `prefix` and `manifest`",
+        ),
+        (None, Some(m)) if m.is_empty() || m == "file://" => {
+            p.bad(&field("manifest"), "must not be empty")
+        }
+        _ => {}
+    }
+}
+
+/// An `http://` or `https://` URL; plain HTTP only with `allow_http`.
+fn validate_endpoint(
+    endpoint: Option<&str>,
+    allow_http: bool,
+    field: &dyn Fn(&str) -> String,
+    p: &mut Problems,
+) {
+    let Some(e) = endpoint else {
+        return;
+    };
+    if let Some(rest) = e.strip_prefix("http://") {
+        if rest.is_empty() {
+            p.bad(&field("endpoint"), format!("{e:?} names no host"));
+        } else if !allow_http {
+            p.bad(
+                &field("allow_http"),
+                format!(
+                    "endpoint {e} is plain HTTP; set allow_http = true to use it (meant for loopback and test servers)"
+                ),
+            );
+        }
+    } else if e.strip_prefix("https://").is_none_or(str::is_empty) {
+        p.bad(
+            &field("endpoint"),
+            format!("{e:?} is not an http:// or https:// URL"),
         );
     }
 }

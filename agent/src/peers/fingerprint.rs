@@ -8,8 +8,9 @@
 //! for each sample i: u64 sample_id ‖ u64 size ‖ u32 len(token) ‖ token
 //! ```
 //!
-//! where `kind` is the source's (`"fs"`, `"s3"`, `"cql"`) and `token` the
-//! sample's version token ([`SampleSource::version`]): what the store read
+//! where `kind` is the source's (`"fs"`, `"s3"`, `"gcs"`, `"azure"`,
+//! `"cql"`) and `token` the sample's version token
+//! ([`SampleSource::version`]): what the store read
 //! of the sample asks for and checks besides its length — an object's key,
 //! offset and ETag; a file's mtime; a row's id and CRC-32C. The first 8
 //! bytes of the digest, as a little-endian u64, are the fingerprint. Agents

@@ -9,8 +9,9 @@
 //!
 //! * [`fs`]: a directory tree or manifest (its catalog), read with io_uring
 //!   ([`FsSource`]; the reader is `fs::reader`);
-//! * [`s3`]: an S3 bucket, read with ranged or whole-object GETs on a tokio
-//!   runtime ([`s3::S3Dataset`]);
+//! * [`s3`]: an object store — an S3 bucket, a Google Cloud Storage bucket
+//!   or an Azure Blob Storage container —, read with ranged or whole-object
+//!   GETs on a tokio runtime ([`s3::S3Dataset`]);
 //! * [`cql`]: ScyllaDB or Cassandra tables, read with a prepared statement
 //!   on a tokio runtime ([`cql::CqlDataset`]).
 //!
@@ -205,7 +206,7 @@ impl std::error::Error for SourceFull {}
 /// and its [`FailureKind`] tells the engine's retry policy whether to try
 /// again later.
 pub trait SampleSource: Send {
-    /// `"fs"`, `"s3"` or `"cql"`.
+    /// `"fs"`, `"s3"`, `"gcs"`, `"azure"` or `"cql"`.
     fn kind(&self) -> &'static str;
     /// Samples in the catalog.
     fn len(&self) -> u64;
@@ -283,6 +284,16 @@ fn open_raw(dataset: &DatasetConfig, cfg: &Config) -> io::Result<Box<dyn SampleS
         DatasetConfig::S3(s3) => Ok(Box::new(s3::S3Dataset::open(
             dataset,
             s3.max_inflight.unwrap_or(capacity),
+            read_timeout,
+        )?)),
+        DatasetConfig::Gcs(gcs) => Ok(Box::new(s3::S3Dataset::open(
+            dataset,
+            gcs.max_inflight.unwrap_or(capacity),
+            read_timeout,
+        )?)),
+        DatasetConfig::Azure(az) => Ok(Box::new(s3::S3Dataset::open(
+            dataset,
+            az.max_inflight.unwrap_or(capacity),
             read_timeout,
         )?)),
         DatasetConfig::Cql(_) => Ok(Box::new(cql::CqlDataset::open(dataset, read_timeout)?)),

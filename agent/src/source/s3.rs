@@ -1,5 +1,8 @@
-//! The S3 source: datasets in an S3-compatible bucket (AWS S3, SeaweedFS,
-//! MinIO, Ceph RGW, …), read through the `object_store` crate's S3 client.
+//! The object-store source: datasets in an S3-compatible bucket (AWS S3,
+//! SeaweedFS, MinIO, Ceph RGW, …), a Google Cloud Storage bucket or an
+//! Azure Blob Storage container, read through the `object_store` crate's
+//! client for each ([`stores`]: [`StoreSettings`] names the store; module
+//! and type names say S3, the first store it read).
 //!
 //! Three pieces, usable on their own:
 //!
@@ -30,16 +33,18 @@ pub mod catalog;
 pub mod dataset;
 pub mod fault;
 pub mod fetcher;
+pub mod stores;
 
 pub use crate::source::queue::{fetch_error, is_retryable, FetchError};
 pub use catalog::{S3Catalog, S3Entry};
 pub use dataset::S3Dataset;
 pub use fetcher::{FetchOptions, FetchRequest, FetchStats, Full, S3Fetcher};
+pub use stores::{AzureSettings, Bucket, GcsSettings, StoreKind, StoreSettings};
 
 use crate::config::DatasetConfig;
 use object_store::aws::AmazonS3Builder;
 use object_store::client::{HttpError, HttpErrorKind};
-use object_store::{ClientOptions, ObjectStore, RetryConfig};
+use object_store::ObjectStore;
 use std::fmt;
 use std::io;
 use std::sync::Arc;
@@ -200,31 +205,8 @@ impl S3Settings {
                 return bad("secret access key given without an access key id".into())
             }
         };
-        if let Some(e) = &self.endpoint {
-            if let Some(rest) = e.strip_prefix("http://") {
-                if !self.allow_http {
-                    return bad(format!(
-                        "endpoint {e} is plain HTTP; set allow_http = true to use it (meant for loopback and test servers)"
-                    ));
-                }
-                if rest.is_empty() {
-                    return bad(format!("endpoint {e:?} names no host"));
-                }
-            } else if !e.starts_with("https://") {
-                return bad(format!("endpoint {e:?} is not an http:// or https:// URL"));
-            }
-        }
-        if self.request_timeout.is_zero() {
-            return bad("request timeout must be above zero".into());
-        }
-        let client = ClientOptions::new()
-            .with_allow_http(self.allow_http)
-            // The fetcher enforces the per-attempt limit itself; the client's
-            // limit, twice as long, is the backstop of the other requests
-            // (listing pages, uploads).
-            .with_timeout(self.request_timeout.saturating_mul(2))
-            .with_connect_timeout(self.request_timeout.min(Duration::from_secs(5)))
-            .with_pool_idle_timeout(Duration::from_secs(30));
+        stores::check_endpoint(self.endpoint.as_deref(), self.allow_http)?;
+        let client = stores::client_options(self.allow_http, self.request_timeout)?;
         let mut b = AmazonS3Builder::new()
             .with_bucket_name(&self.bucket)
             .with_region(self.region.as_deref().unwrap_or(DEFAULT_REGION))
@@ -233,11 +215,7 @@ impl S3Settings {
             .with_virtual_hosted_style_request(!self.path_style)
             .with_allow_http(self.allow_http)
             .with_client_options(client)
-            .with_retry(RetryConfig {
-                max_retries: 0,
-                retry_timeout: Duration::ZERO,
-                ..RetryConfig::default()
-            });
+            .with_retry(stores::no_retries());
         if let Some(e) = &self.endpoint {
             b = b.with_endpoint(e.trim_end_matches('/'));
         }
@@ -459,16 +437,22 @@ pub enum S3Layout {
 }
 
 impl S3Layout {
-    /// The layout of a `kind = "s3"` dataset: `prefix`, or `manifest` (an
-    /// object key, or `file://PATH` for a local file).
+    /// The layout of a `kind = "s3"`, `"gcs"` or `"azure"` dataset:
+    /// `prefix`, or `manifest` (an object key, or `file://PATH` for a local
+    /// file).
     pub fn from_dataset(ds: &DatasetConfig) -> Result<S3Layout, S3Error> {
-        let DatasetConfig::S3(ds) = ds else {
-            return Err(S3Error::Settings(format!(
-                "dataset {:?} is not an S3 dataset",
-                ds.name()
-            )));
+        let (prefix, manifest) = match ds {
+            DatasetConfig::S3(d) => (&d.prefix, &d.manifest),
+            DatasetConfig::Gcs(d) => (&d.prefix, &d.manifest),
+            DatasetConfig::Azure(d) => (&d.prefix, &d.manifest),
+            _ => {
+                return Err(S3Error::Settings(format!(
+                    "dataset {:?} is not in an object store",
+                    ds.name()
+                )))
+            }
         };
-        match (&ds.prefix, &ds.manifest) {
+        match (prefix, manifest) {
             (Some(p), None) => Ok(S3Layout::Prefix(p.clone())),
             (None, Some(m)) => Ok(match m.strip_prefix("file://") {
                 Some(path) => S3Layout::ManifestFile(path.into()),
@@ -476,18 +460,18 @@ impl S3Layout {
             }),
             _ => Err(S3Error::Settings(format!(
                 "dataset {:?}: set exactly one of `prefix` and `manifest`",
-                ds.name
+                ds.name()
             ))),
         }
     }
 }
 
-/// An S3 dataset source: the client, a tokio runtime on its own threads,
-/// and the options of the fetchers it makes.
+/// An object-store dataset source: the client, a tokio runtime on its own
+/// threads, and the options of the fetchers it makes.
 pub struct S3Source {
     runtime: Arc<tokio::runtime::Runtime>,
     store: Arc<dyn ObjectStore>,
-    bucket: String,
+    bucket: Bucket,
     options: FetchOptions,
 }
 
@@ -506,19 +490,35 @@ impl S3Source {
     /// requests in flight. Nothing is sent until a catalog is listed or a
     /// sample fetched.
     pub fn connect(settings: &S3Settings, capacity: u32) -> Result<S3Source, S3Error> {
+        S3Source::connect_store(&StoreSettings::S3(settings.clone()), capacity)
+    }
+
+    /// Connects to the bucket or container of any store's `settings`;
+    /// fetchers get `capacity` requests in flight.
+    pub fn connect_store(settings: &StoreSettings, capacity: u32) -> Result<S3Source, S3Error> {
         let store = settings.build_store()?;
-        S3Source::with_store(store, &settings.bucket, settings.fetch_options(capacity)).map_err(
+        S3Source::with_store_at(store, settings.bucket(), settings.fetch_options(capacity)).map_err(
             |e| S3Error::Io {
-                what: "starting the S3 runtime".to_owned(),
+                what: "starting the object-store runtime".to_owned(),
                 source: e,
             },
         )
     }
 
-    /// A source over any `ObjectStore` (a wrapped or fault-injecting client).
+    /// A source over any `ObjectStore` (a wrapped or fault-injecting
+    /// client) of an S3 bucket.
     pub fn with_store(
         store: Arc<dyn ObjectStore>,
         bucket: &str,
+        options: FetchOptions,
+    ) -> io::Result<S3Source> {
+        S3Source::with_store_at(store, Bucket::s3(bucket), options)
+    }
+
+    /// A source over any `ObjectStore` holding `bucket`.
+    pub fn with_store_at(
+        store: Arc<dyn ObjectStore>,
+        bucket: Bucket,
         options: FetchOptions,
     ) -> io::Result<S3Source> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -529,7 +529,7 @@ impl S3Source {
         Ok(S3Source {
             runtime: Arc::new(runtime),
             store,
-            bucket: bucket.to_owned(),
+            bucket,
             options,
         })
     }
@@ -539,8 +539,13 @@ impl S3Source {
         &self.store
     }
 
-    /// The bucket name.
+    /// The bucket (or container) name.
     pub fn bucket(&self) -> &str {
+        &self.bucket.name
+    }
+
+    /// The bucket and its store.
+    pub fn location(&self) -> &Bucket {
         &self.bucket
     }
 

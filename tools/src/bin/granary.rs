@@ -7,7 +7,10 @@
 //! * `granary ingest SRC_DIR --to s3://BUCKET/PREFIX [--endpoint URL]
 //!   [--region R] [--concurrency N] [--verify] [--resume]`: upload a dataset
 //!   folder to S3 (credentials from `AWS_ACCESS_KEY_ID` /
-//!   `AWS_SECRET_ACCESS_KEY`); see `docs/s3.md`.
+//!   `AWS_SECRET_ACCESS_KEY`); see `docs/s3.md`. `--to gs://BUCKET/PREFIX`
+//!   and `--to az://CONTAINER/PREFIX [--account A]` (with `--endpoint`,
+//!   `--anonymous`) upload to Google Cloud Storage and Azure Blob Storage
+//!   through their credential chains; see `docs/gcs-azure.md`.
 //! * `granary ingest SRC_DIR --to cql://HOST:PORT[,HOST:PORT]/KEYSPACE
 //!   [--data-table T] [--metadata-table M] [--username U] [--replication R]
 //!   [--tls] [--tls-ca-file F] [--concurrency N] [--verify] [--resume]`:
@@ -119,7 +122,8 @@ struct IngestArgs {
     /// The dataset folder (class folders of files, as the fs source reads).
     #[arg(value_name = "SRC_DIR")]
     src: String,
-    /// s3://BUCKET/PREFIX or cql://HOST:PORT[,HOST:PORT...]/KEYSPACE.
+    /// s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, az://CONTAINER/PREFIX or
+    /// cql://HOST:PORT[,HOST:PORT...]/KEYSPACE.
     #[arg(long, value_name = "URL")]
     to: String,
     /// Files written at once (default: the store's own).
@@ -131,9 +135,16 @@ struct IngestArgs {
     /// Skip files the store already holds as they are.
     #[arg(long)]
     resume: bool,
-    /// S3: the endpoint URL (plain http:// allowed when given here).
-    #[arg(long, value_name = "URL", help_heading = "S3")]
+    /// S3, GCS, Azure: the endpoint URL (plain http:// allowed when given
+    /// here; Azure: the account's blob service URL).
+    #[arg(long, value_name = "URL", help_heading = "S3, GCS, Azure")]
     endpoint: Option<String>,
+    /// Azure: the storage account (default: AZURE_STORAGE_ACCOUNT_NAME).
+    #[arg(long, value_name = "A", help_heading = "S3, GCS, Azure")]
+    account: Option<String>,
+    /// GCS, Azure: unsigned requests (public buckets, emulators).
+    #[arg(long, help_heading = "S3, GCS, Azure")]
+    anonymous: bool,
     /// S3: the region.
     #[arg(long, value_name = "R", help_heading = "S3")]
     region: Option<String>,
@@ -541,13 +552,58 @@ fn sibling(name: &str) -> Result<PathBuf, String> {
 }
 
 fn ingest(args: &IngestArgs) -> Result<(), String> {
-    use granary_agent::source::s3::S3Settings;
+    use granary_agent::source::s3::{AzureSettings, GcsSettings, StoreKind};
     use granary_tools::ingest::{self, IngestOptions};
     let (src, to) = (args.src.as_str(), args.to.as_str());
     if to.starts_with("cql://") {
         return ingest_cql(args);
     }
-    let (bucket, prefix) = ingest::parse_s3_url(to).map_err(|e| format!("--to: {e}"))?;
+    let (kind, bucket, prefix) = ingest::parse_store_url(to).map_err(|e| format!("--to: {e}"))?;
+    let plain_http = args
+        .endpoint
+        .as_deref()
+        .is_some_and(|e| e.starts_with("http://"));
+    let settings: granary_agent::source::s3::StoreSettings = match kind {
+        StoreKind::S3 => s3_settings(args, bucket).into(),
+        StoreKind::Gcs => {
+            let mut s = GcsSettings::new(bucket);
+            s.endpoint.clone_from(&args.endpoint);
+            s.allow_http = plain_http;
+            s.anonymous = args.anonymous;
+            s.into()
+        }
+        StoreKind::Azure => {
+            let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+            let account = args
+                .account
+                .clone()
+                .or_else(|| env("AZURE_STORAGE_ACCOUNT_NAME"))
+                .ok_or(
+                    "az://: name the storage account with --account or AZURE_STORAGE_ACCOUNT_NAME",
+                )?;
+            let mut s = AzureSettings::new(account, bucket);
+            s.endpoint.clone_from(&args.endpoint);
+            s.allow_http = plain_http;
+            s.anonymous = args.anonymous;
+            s.into()
+        }
+    };
+    let mut opts = IngestOptions::new(src, settings, &prefix);
+    opts.concurrency = concurrency(args).unwrap_or(opts.concurrency);
+    (opts.verify, opts.resume) = (args.verify, args.resume);
+    let words = IngestWords {
+        wrote: "uploaded",
+        same: "size",
+        items: "objects",
+    };
+    run_ingest(src, to, opts.verify, words, |progress| {
+        ingest::ingest(&opts, progress)
+    })
+}
+
+/// The S3 settings of `granary ingest --to s3://…`.
+fn s3_settings(args: &IngestArgs, bucket: String) -> granary_agent::source::s3::S3Settings {
+    use granary_agent::source::s3::S3Settings;
     let mut settings = S3Settings::new(bucket);
     if let Some(e) = &args.endpoint {
         // An endpoint given on the command line is used as given, plain
@@ -564,17 +620,7 @@ fn ingest(args: &IngestArgs) -> Result<(), String> {
     {
         settings.allow_http = true;
     }
-    let mut opts = IngestOptions::new(src, settings, &prefix);
-    opts.concurrency = concurrency(args).unwrap_or(opts.concurrency);
-    (opts.verify, opts.resume) = (args.verify, args.resume);
-    let words = IngestWords {
-        wrote: "uploaded",
-        same: "size",
-        items: "objects",
-    };
-    run_ingest(src, to, opts.verify, words, |progress| {
-        ingest::ingest(&opts, progress)
-    })
+    settings
 }
 
 /// `--concurrency`, when given.

@@ -5,7 +5,7 @@
 //! policy is the engine's.)
 
 use granary_agent::source::cql::{AttemptError, CqlSettings};
-use granary_agent::source::s3::{classify, S3Settings};
+use granary_agent::source::s3::{classify, StoreSettings};
 use std::future::Future;
 use std::time::Duration;
 
@@ -90,9 +90,10 @@ where
     }
 }
 
-/// [`with_retries`] for an S3 operation, as `settings.retries` asks.
+/// [`with_retries`] for an object-store operation (S3, GCS, Azure), as
+/// `settings.retries()` asks.
 pub async fn s3<T, F, Fut>(
-    settings: &S3Settings,
+    settings: &StoreSettings,
     seed: u64,
     op: F,
 ) -> Result<T, (object_store::Error, u32)>
@@ -100,7 +101,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = object_store::Result<T>>,
 {
-    let backoff = Backoff::new(settings.retries);
+    let backoff = Backoff::new(settings.retries());
     with_retries(backoff, seed, |e| classify(e).retryable, op).await
 }
 

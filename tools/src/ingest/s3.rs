@@ -1,5 +1,7 @@
-//! `granary ingest … --to s3://BUCKET/PREFIX`: moves a local dataset folder
-//! into an S3 bucket.
+//! `granary ingest … --to s3://BUCKET/PREFIX` (or `gs://BUCKET/PREFIX`,
+//! `az://CONTAINER/PREFIX`): moves a local dataset folder into an object
+//! store: an S3 bucket, a Google Cloud Storage bucket or an Azure Blob
+//! Storage container ([`StoreSettings`]).
 //!
 //! File `root/REL` becomes object `prefix/REL`, so the S3 catalog of
 //! `prefix` ([`granary_agent::source::s3::S3Catalog::list`]) gives the same samples
@@ -17,7 +19,7 @@
 use super::retry;
 use super::{drive, walk, IngestError, IngestReport, Item, Items, Phase, Target};
 use futures_util::StreamExt;
-use granary_agent::source::s3::{classify, S3Settings};
+use granary_agent::source::s3::{classify, StoreKind, StoreSettings};
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, ObjectStore, PutOptions, PutPayload};
 use std::collections::HashMap;
@@ -31,7 +33,7 @@ pub struct IngestOptions {
     /// The dataset folder.
     pub src: PathBuf,
     /// Connection settings (the bucket included).
-    pub settings: S3Settings,
+    pub settings: StoreSettings,
     /// Key prefix the folder's files go under (`""`: the bucket root).
     pub prefix: String,
     /// Uploads (and verification reads) in flight at once.
@@ -44,10 +46,14 @@ pub struct IngestOptions {
 
 impl IngestOptions {
     /// Options with 32 uploads in flight, no verification, no resume.
-    pub fn new(src: impl Into<PathBuf>, settings: S3Settings, prefix: &str) -> IngestOptions {
+    pub fn new(
+        src: impl Into<PathBuf>,
+        settings: impl Into<StoreSettings>,
+        prefix: &str,
+    ) -> IngestOptions {
         IngestOptions {
             src: src.into(),
-            settings,
+            settings: settings.into(),
             prefix: prefix.trim_matches('/').to_owned(),
             concurrency: 32,
             verify: false,
@@ -59,14 +65,31 @@ impl IngestOptions {
 /// Splits `s3://bucket/prefix` into bucket and prefix (without slashes at
 /// either end; empty for the bucket root).
 pub fn parse_s3_url(url: &str) -> Result<(String, String), String> {
-    let rest = url
-        .strip_prefix("s3://")
-        .ok_or_else(|| format!("{url:?} is not an s3://BUCKET/PREFIX URL"))?;
+    match parse_store_url(url)? {
+        (StoreKind::S3, bucket, prefix) => Ok((bucket, prefix)),
+        _ => Err(format!("{url:?} is not an s3://BUCKET/PREFIX URL")),
+    }
+}
+
+/// Splits `s3://bucket/prefix`, `gs://bucket/prefix` or
+/// `az://container/prefix` into the store, the bucket (or container) and
+/// the prefix (without slashes at either end; empty for the root).
+pub fn parse_store_url(url: &str) -> Result<(StoreKind, String, String), String> {
+    let (kind, rest) = [StoreKind::S3, StoreKind::Gcs, StoreKind::Azure]
+        .into_iter()
+        .find_map(|k| {
+            url.strip_prefix(k.scheme())
+                .and_then(|r| r.strip_prefix("://"))
+                .map(|r| (k, r))
+        })
+        .ok_or_else(|| {
+            format!("{url:?} is not an s3://BUCKET/PREFIX, gs://BUCKET/PREFIX or az://CONTAINER/PREFIX URL")
+        })?;
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     if bucket.is_empty() {
         return Err(format!("{url:?} names no bucket"));
     }
-    Ok((bucket.to_owned(), prefix.trim_matches('/').to_owned()))
+    Ok((kind, bucket.to_owned(), prefix.trim_matches('/').to_owned()))
 }
 
 /// The files of `src` and their keys under `prefix`, in catalog order.
@@ -91,7 +114,7 @@ fn plan(src: &Path, prefix: &str) -> Result<Vec<Item<ObjectPath>>, IngestError> 
     Ok(items)
 }
 
-/// Uploads `opts.src` to `s3://bucket/prefix`; `progress(phase, files done,
+/// Uploads `opts.src` to `s3://bucket/prefix` (or its GCS or Azure form); `progress(phase, files done,
 /// files in all, bytes done)` is called as files finish. See the module docs.
 pub fn ingest(
     opts: &IngestOptions,
@@ -127,7 +150,7 @@ pub fn ingest(
 #[derive(Clone)]
 struct Bucket {
     store: Arc<dyn ObjectStore>,
-    settings: Arc<S3Settings>,
+    settings: Arc<StoreSettings>,
     prefix: Arc<str>,
 }
 
@@ -149,8 +172,8 @@ impl Bucket {
         .await
         .map_err(|(e, _)| {
             IngestError::Setup(format!(
-                "cannot list s3://{}/{prefix}: {}: {e}",
-                self.settings.bucket,
+                "cannot list {}/{prefix}: {}: {e}",
+                self.settings.bucket(),
                 classify(&e).what
             ))
         })
@@ -238,6 +261,17 @@ mod tests {
         );
         assert!(parse_s3_url("http://b/p").is_err());
         assert!(parse_s3_url("s3:///p").is_err());
+        assert!(parse_s3_url("gs://b/p").is_err());
+        assert_eq!(
+            parse_store_url("gs://b/p/").unwrap(),
+            (StoreKind::Gcs, "b".to_owned(), "p".to_owned())
+        );
+        assert_eq!(
+            parse_store_url("az://c").unwrap(),
+            (StoreKind::Azure, "c".to_owned(), String::new())
+        );
+        assert!(parse_store_url("gcs://b/p").is_err());
+        assert!(parse_store_url("az:///p").is_err());
     }
 
     #[test]
@@ -265,7 +299,11 @@ mod tests {
         let items = plan(d.path(), "").unwrap();
         assert_eq!(items[0].key.as_ref(), "top.bin");
         let e = ingest(
-            &IngestOptions::new(d.path().join("missing"), S3Settings::new("b"), "p"),
+            &IngestOptions::new(
+                d.path().join("missing"),
+                granary_agent::source::s3::S3Settings::new("b"),
+                "p",
+            ),
             |_, _, _, _| {},
         )
         .unwrap_err();

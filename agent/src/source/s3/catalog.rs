@@ -27,7 +27,7 @@
 //! whole-object samples come from one listing of the keys' common folder,
 //! and a HEAD request for any key the listing did not show.
 
-use super::{classify, once, S3Error};
+use super::{classify, once, Bucket, S3Error};
 use crate::source::samples::{EntryMeta, SampleList};
 use crate::source::SampleMeta;
 use futures_util::StreamExt;
@@ -63,7 +63,7 @@ pub struct S3Entry {
 /// The ordered list of an S3 dataset's samples.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct S3Catalog {
-    bucket: String,
+    bucket: Bucket,
     samples: SampleList<S3Entry>,
     class_names: Vec<String>,
 }
@@ -104,7 +104,7 @@ impl EntryMeta for S3Entry {
 /// Lists every object below `prefix` (as a folder).
 async fn list_all(
     store: &dyn ObjectStore,
-    bucket: &str,
+    bucket: &Bucket,
     prefix: &str,
 ) -> Result<Vec<(ObjectPath, u64, Option<Arc<str>>)>, S3Error> {
     let folder = ObjectPath::from(prefix);
@@ -120,7 +120,7 @@ async fn list_all(
     })
     .await
     .map_err(|(source, _)| S3Error::Request {
-        what: format!("list s3://{bucket}/{prefix}"),
+        what: format!("list {bucket}/{prefix}"),
         retryable: classify(&source).retryable,
         source,
     })
@@ -138,7 +138,7 @@ impl S3Catalog {
     /// Lists `prefix` in `bucket` (see the module docs for the rules).
     pub(crate) async fn list(
         store: &dyn ObjectStore,
-        bucket: &str,
+        bucket: &Bucket,
         prefix: &str,
     ) -> Result<S3Catalog, S3Error> {
         let prefix = prefix.trim_matches('/');
@@ -167,7 +167,7 @@ impl S3Catalog {
         class_names.dedup();
         if i32::try_from(class_names.len()).is_err() {
             return Err(S3Error::Settings(format!(
-                "s3://{bucket}/{prefix}: more class folders than 32-bit labels"
+                "{bucket}/{prefix}: more class folders than 32-bit labels"
             )));
         }
         let label_of = |c: &Option<String>| -> i32 {
@@ -196,22 +196,17 @@ impl S3Catalog {
                 etag,
             })
             .collect();
-        Self::finish(
-            bucket,
-            entries,
-            class_names,
-            &format!("s3://{bucket}/{prefix}"),
-        )
+        Self::finish(bucket, entries, class_names, &format!("{bucket}/{prefix}"))
     }
 
     /// Reads a manifest object from the bucket and catalogs what it lists.
     pub(crate) async fn from_manifest_object(
         store: &dyn ObjectStore,
-        bucket: &str,
+        bucket: &Bucket,
         manifest_key: &str,
     ) -> Result<S3Catalog, S3Error> {
         let manifest_key = manifest_key.trim_start_matches('/');
-        let name = format!("s3://{bucket}/{manifest_key}");
+        let name = format!("{bucket}/{manifest_key}");
         let path = ObjectPath::from(manifest_key);
         let text = once(|| async {
             store
@@ -234,7 +229,7 @@ impl S3Catalog {
     /// from the bucket root).
     pub(crate) async fn from_manifest_file(
         store: &dyn ObjectStore,
-        bucket: &str,
+        bucket: &Bucket,
         file: &Path,
     ) -> Result<S3Catalog, S3Error> {
         let text = std::fs::read(file).map_err(|source| S3Error::Io {
@@ -249,7 +244,7 @@ impl S3Catalog {
     /// to `base`) and catalogs it.
     pub(crate) async fn from_manifest_text(
         store: &dyn ObjectStore,
-        bucket: &str,
+        bucket: &Bucket,
         name: &str,
         text: &[u8],
         base: &str,
@@ -310,7 +305,7 @@ impl S3Catalog {
                                     manifest: name.to_owned(),
                                     line: l.line,
                                     reason: format!(
-                                        "s3://{bucket}/{}: {}: {e}",
+                                        "{bucket}/{}: {}: {e}",
                                         l.key,
                                         classify(&e).what
                                     ),
@@ -334,7 +329,7 @@ impl S3Catalog {
     }
 
     fn finish(
-        bucket: &str,
+        bucket: &Bucket,
         entries: Vec<S3Entry>,
         class_names: Vec<String>,
         origin: &str,
@@ -345,14 +340,19 @@ impl S3Catalog {
             });
         }
         Ok(S3Catalog {
-            bucket: bucket.to_owned(),
+            bucket: bucket.clone(),
             samples: SampleList::new(entries),
             class_names,
         })
     }
 
-    /// The bucket.
+    /// The bucket (or container) name.
     pub fn bucket(&self) -> &str {
+        &self.bucket.name
+    }
+
+    /// The bucket and its store.
+    pub fn location(&self) -> &Bucket {
         &self.bucket
     }
 

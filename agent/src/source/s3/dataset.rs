@@ -1,7 +1,8 @@
-//! An S3 dataset as the engine serves it: the source (client and runtime),
-//! the catalog, and one fetcher, behind [`SampleSource`].
+//! An object-store dataset (S3, GCS, Azure) as the engine serves it: the
+//! source (client and runtime), the catalog, and one fetcher, behind
+//! [`SampleSource`].
 
-use super::{S3Catalog, S3Error, S3Fetcher, S3Layout, S3Settings, S3Source};
+use super::{S3Catalog, S3Error, S3Fetcher, S3Layout, S3Source, StoreSettings};
 use crate::config::DatasetConfig;
 use crate::source::{Completion, Landing, SampleMeta, SampleSource, SourceFull};
 use granary_shm::arena::ArenaSlice;
@@ -10,7 +11,7 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
-/// A `kind = "s3"` dataset, ready to serve.
+/// A `kind = "s3"`, `"gcs"` or `"azure"` dataset, ready to serve.
 pub struct S3Dataset {
     // Field order matters: the fetcher (which may still have requests
     // running on the source's runtime) is dropped before the source.
@@ -23,7 +24,7 @@ pub struct S3Dataset {
 impl fmt::Debug for S3Dataset {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("S3Dataset")
-            .field("bucket", &self.catalog.bucket())
+            .field("bucket", &self.catalog.location())
             .field("samples", &self.catalog.len())
             .field("fetcher", &self.fetcher)
             .finish()
@@ -41,11 +42,11 @@ impl S3Dataset {
         capacity: u32,
         read_timeout: Duration,
     ) -> io::Result<S3Dataset> {
-        let mut settings = S3Settings::from_dataset(ds).map_err(io::Error::other)?;
-        settings.retries = 0;
-        settings.request_timeout = settings.request_timeout.min(read_timeout);
+        let mut settings = StoreSettings::from_dataset(ds).map_err(io::Error::other)?;
+        settings.set_retries(0);
+        settings.set_request_timeout(settings.request_timeout().min(read_timeout));
         let layout = S3Layout::from_dataset(ds).map_err(io::Error::other)?;
-        let source = S3Source::connect(&settings, capacity).map_err(io::Error::other)?;
+        let source = S3Source::connect_store(&settings, capacity).map_err(io::Error::other)?;
         let catalog = source.catalog(&layout).map_err(|e| match e {
             S3Error::Request {
                 retryable: true, ..
@@ -84,7 +85,7 @@ impl S3Dataset {
 
 impl SampleSource for S3Dataset {
     fn kind(&self) -> &'static str {
-        "s3"
+        self.source.location().kind.name()
     }
 
     fn len(&self) -> u64 {
@@ -105,7 +106,7 @@ impl SampleSource for S3Dataset {
 
     fn describe(&self, index: u64) -> String {
         let e = &self.catalog.entries()[index as usize];
-        let url = format!("s3://{}/{}", self.catalog.bucket(), e.key);
+        let url = self.catalog.location().url_of(e.key.as_ref());
         if e.whole_object {
             url
         } else {

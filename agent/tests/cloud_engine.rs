@@ -1,0 +1,290 @@
+//! The engine serving `kind = "azure"` and `kind = "gcs"` datasets from
+//! emulators the tests start (Azurite, fake-gcs-server; see
+//! `common_cloud`): the catalog equal to the folder's with a version token
+//! (ETag) on every object, every sample read from the store once over two
+//! verified epochs, a replaced object refused as changed, and a store that
+//! dies mid-run: error batches with failed samples marked, a filesystem
+//! dataset served meanwhile, recovery once the store is back.
+
+mod common;
+mod common_cloud;
+
+use common::{honest_loader_of, wait_for, watchdog, Honest, TestAgent};
+use common_cloud::{Emulator, Kind};
+use granary::{Client, ErrorCode, SessionOptions};
+use granary_agent::config::Config;
+use granary_agent::source::queue::changed;
+use granary_agent::source::s3::{S3Layout, S3Source, StoreSettings};
+use granary_agent::source::Catalog;
+use granary_shm::arena::Arena;
+use granary_tools::synth::SynthSpec;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const FILES: u64 = 200;
+
+/// An agent configuration with `datasets` (TOML `[[dataset]]` tables).
+fn agent_config(sock: &Path, datasets: &str) -> Config {
+    let toml = format!(
+        r#"
+[arena]
+size = "64MiB"
+hugepages = "off"
+populate = false
+[socket]
+path = "{sock}"
+mode = "0660"
+[prefetch]
+max_inflight_reads = 64
+window_batches = 8
+initial_window = 2
+read_retries = 2
+retry_backoff_ms = 20
+[metrics]
+address = ""
+{datasets}
+"#,
+        sock = sock.display()
+    );
+    Config::from_toml_str(&toml).unwrap_or_else(|e| panic!("test config: {e}\n{toml}"))
+}
+
+/// A synthetic dataset of [`FILES`] files under `dir/sub`.
+fn dataset_in(dir: &Path, sub: &str) -> SynthSpec {
+    let d = dir.join(sub).join("synth");
+    let mut spec = SynthSpec::new(d);
+    spec.num_files = FILES;
+    spec.num_classes = 5;
+    spec.mean_size = 6_000;
+    granary_tools::synth::generate(&spec, |_, _| {}).unwrap();
+    spec
+}
+
+fn honest(epochs: u32, batch: u32, pause_ms: u64) -> Honest {
+    Honest {
+        seed: 11,
+        rank: 0,
+        world_size: 1,
+        batch_size: batch,
+        min_epochs: epochs,
+        max_epochs: epochs,
+        pause: Duration::from_millis(pause_ms),
+    }
+}
+
+/// Uploads a synthetic set under `train`, checks the store's catalog
+/// against the folder's, serves two epochs (each sample read once, every
+/// byte verified), then replaces one object: a fetch of it is refused as
+/// changed.
+fn serves_every_sample_once(kind: Kind) {
+    let em = Emulator::start(kind);
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dataset_in(dir.path(), "a");
+    assert_eq!(em.upload(&spec.root, "train"), FILES);
+    let sock = dir.path().join("granary.sock");
+    let cfg = agent_config(&sock, &em.table("synth", "train", ""));
+
+    // The catalog: the folder's samples, labels and sizes, in its order,
+    // each object with its ETag (what the dataset fingerprint and every
+    // GET's If-Match carry).
+    let settings = StoreSettings::from_dataset(&cfg.datasets[0]).unwrap();
+    let source = S3Source::connect_store(&settings, 16).unwrap();
+    let catalog = source
+        .catalog(&S3Layout::Prefix("train".to_owned()))
+        .unwrap();
+    let fs = Catalog::from_dir(&spec.root).unwrap();
+    assert_eq!(catalog.len(), fs.len());
+    for (c, f) in catalog.entries().iter().zip(fs.entries()) {
+        assert_eq!((c.label, c.size), (f.label, f.size), "{}", c.key);
+        assert!(
+            c.etag.as_deref().is_some_and(|t| !t.is_empty()),
+            "{}",
+            c.key
+        );
+    }
+
+    let agent =
+        TestAgent::start_custom(dir, spec.root.clone(), sock, spec.clone(), cfg, Vec::new());
+    let stop = AtomicBool::new(true);
+    assert_eq!(
+        honest_loader_of(&agent.sock, "synth", &spec, honest(2, 16, 0), &stop),
+        2
+    );
+    let m = &agent.metrics;
+    assert_eq!(m.reads_submitted.get(), FILES, "one GET per sample");
+    assert_eq!(m.read_errors.get(), 0);
+    assert_eq!(m.samples_served.get(), 2 * FILES);
+    agent.wait_idle(Duration::from_secs(10)).assert_balanced();
+    agent.stop();
+
+    // An object replaced since cataloguing (same size, other bytes) is
+    // refused, never served as its new bytes.
+    let e = &catalog.entries()[0];
+    em.replace(e.key.as_ref(), &vec![0x5a; e.size as usize]);
+    let arena = Arena::heap(e.size).unwrap();
+    let dest = arena.slice(0, e.size as usize).unwrap();
+    let mut fetcher = source.fetcher().unwrap();
+    fetcher
+        .submit(catalog.request(0, 0, dest).unwrap())
+        .unwrap();
+    let mut out = Vec::new();
+    let t0 = Instant::now();
+    while out.is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "no completion");
+        fetcher
+            .poll_completions(Some(Duration::from_millis(200)), &mut out)
+            .unwrap();
+    }
+    let err = out[0]
+        .result
+        .as_ref()
+        .expect_err("a replaced object was served");
+    let how = &changed(err)
+        .unwrap_or_else(|| panic!("not refused as changed: {err}"))
+        .what;
+    // Azurite refuses the GET's If-Match; fake-gcs-server ignores it, and
+    // the response's ETag differs from the catalogued one.
+    match kind {
+        Kind::Azurite => assert!(how.contains("HTTP 412"), "{how}"),
+        Kind::FakeGcs => assert!(how.contains("catalogued"), "{how}"),
+    }
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    good_before: u64,
+    error_batches: u64,
+    failed_samples: u64,
+    good_after: u64,
+}
+
+/// The store killed mid-run: the loader gets error batches with failed
+/// samples marked, a filesystem dataset serves two epochs meanwhile, and
+/// after a restart the same session gets good batches again.
+fn store_dies_mid_run(kind: Kind) {
+    let mut em = Emulator::start(kind);
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dataset_in(dir.path(), "a");
+    em.upload(&spec.root, "train");
+    em.settle();
+    let local = dataset_in(dir.path(), "local");
+    let sock = dir.path().join("granary.sock");
+    let tables = format!(
+        "\n[[dataset]]\nname = \"local\"\nroot = \"{}\"\n{}",
+        local.root.display(),
+        em.table("synth", "train", "retries = 1\nrequest_timeout_ms = 1000")
+    );
+    let cfg = agent_config(&sock, &tables);
+    let agent =
+        TestAgent::start_custom(dir, spec.root.clone(), sock, spec.clone(), cfg, Vec::new());
+    let saw_error = AtomicBool::new(false);
+    let restarted = AtomicBool::new(false);
+    let stop = AtomicBool::new(true);
+    std::thread::scope(|s| {
+        let (sock, saw_error, restarted, spec) = (&agent.sock, &saw_error, &restarted, &spec);
+        let remote = s.spawn(move || {
+            let client = Client::connect(sock).unwrap();
+            let mut o = SessionOptions::new("synth");
+            o.batch_size = 8;
+            o.epoch_count = 50;
+            let mut session = client.open_session(&o).unwrap();
+            let mut seen = Seen::default();
+            let end = Instant::now() + Duration::from_secs(120);
+            while seen.good_after < 3 {
+                assert!(Instant::now() < end, "no recovery: {seen:?}");
+                let b = session.next_batch(Some(Duration::from_secs(60))).unwrap();
+                if b.status() == 0 {
+                    for smp in b.samples() {
+                        common::verify(spec, &smp);
+                    }
+                    if restarted.load(Ordering::SeqCst) && seen.error_batches > 0 {
+                        seen.good_after += 1;
+                    } else if seen.error_batches == 0 {
+                        seen.good_before += 1;
+                    }
+                } else {
+                    assert_eq!(b.status(), ErrorCode::Io.as_i32(), "batch status");
+                    seen.error_batches += 1;
+                    for smp in b.samples() {
+                        if smp.status() != 0 {
+                            assert_eq!(smp.status(), ErrorCode::Io.as_i32());
+                            seen.failed_samples += 1;
+                        } else {
+                            common::verify(spec, &smp);
+                        }
+                    }
+                    saw_error.store(true, Ordering::SeqCst);
+                }
+                session.release(b).unwrap();
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            session.close().unwrap();
+            seen
+        });
+        let m = Arc::clone(&agent.metrics);
+        wait_for("the first batches", Duration::from_secs(60), || {
+            m.samples_served.get() >= 24
+        });
+        em.kill();
+        eprintln!("killed the {kind:?} emulator");
+        let (local, stop) = (&local, &stop);
+        let healthy =
+            s.spawn(move || honest_loader_of(sock, "local", local, honest(2, 32, 2), stop));
+        wait_for("an error batch", Duration::from_secs(60), || {
+            saw_error.load(Ordering::SeqCst)
+        });
+        assert_eq!(
+            healthy.join().unwrap(),
+            2,
+            "the healthy dataset stopped serving"
+        );
+        em.restart();
+        restarted.store(true, Ordering::SeqCst);
+        eprintln!("restarted the {kind:?} emulator");
+        let seen = remote.join().unwrap();
+        eprintln!("{seen:?}");
+        assert!(seen.good_before > 0 && seen.error_batches > 0 && seen.failed_samples > 0);
+        assert!(seen.good_after >= 3);
+    });
+    assert!(agent.metrics.read_errors.get() > 0);
+    let health = agent.metrics.dataset_healths();
+    assert!(
+        health["synth"].ready && health["synth"].read_errors > 0,
+        "{health:?}"
+    );
+    assert_eq!(health["local"].read_errors, 0, "{health:?}");
+    agent.wait_idle(Duration::from_secs(20)).assert_balanced();
+    agent.stop();
+}
+
+#[test]
+fn azure_serves_every_sample_once_byte_for_byte() {
+    let _w = watchdog("azure_serves_every_sample_once_byte_for_byte", 180);
+    serves_every_sample_once(Kind::Azurite);
+}
+
+#[test]
+fn gcs_serves_every_sample_once_byte_for_byte() {
+    let _w = watchdog("gcs_serves_every_sample_once_byte_for_byte", 180);
+    serves_every_sample_once(Kind::FakeGcs);
+}
+
+#[test]
+fn azure_store_dies_mid_run_loaders_get_error_batches_then_recover() {
+    let _w = watchdog(
+        "azure_store_dies_mid_run_loaders_get_error_batches_then_recover",
+        240,
+    );
+    store_dies_mid_run(Kind::Azurite);
+}
+
+#[test]
+fn gcs_store_dies_mid_run_loaders_get_error_batches_then_recover() {
+    let _w = watchdog(
+        "gcs_store_dies_mid_run_loaders_get_error_batches_then_recover",
+        240,
+    );
+    store_dies_mid_run(Kind::FakeGcs);
+}
