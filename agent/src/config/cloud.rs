@@ -7,6 +7,7 @@
 
 use super::dataset::{DeliveryOrder, Secret};
 use super::prefetch::RetryOverride;
+use super::prepare::PrepareConfig;
 use serde::Deserialize;
 use std::path::PathBuf;
 
@@ -22,6 +23,10 @@ pub struct GcsConfig {
     /// `[dataset.retry]`: this dataset's retry settings.
     #[serde(default)]
     pub retry: RetryOverride,
+    /// `[dataset.prepare]`: decode and resize every sample (a JPEG) to one
+    /// shape in the agent; unset: the object's bytes. See docs/prepare.md.
+    #[serde(default)]
+    pub prepare: Option<PrepareConfig>,
     /// `dataset[i].bucket` (required): the bucket.
     pub bucket: String,
     /// `dataset[i].prefix`: the folder whose objects are the samples (class
@@ -75,6 +80,10 @@ pub struct AzureConfig {
     /// `[dataset.retry]`: this dataset's retry settings.
     #[serde(default)]
     pub retry: RetryOverride,
+    /// `[dataset.prepare]`: decode and resize every sample (a JPEG) to one
+    /// shape in the agent; unset: the object's bytes. See docs/prepare.md.
+    #[serde(default)]
+    pub prepare: Option<PrepareConfig>,
     /// `dataset[i].account` (required): the storage account.
     pub account: String,
     /// `dataset[i].container` (required): the container.

@@ -316,6 +316,8 @@ impl DatasetConfig {
             DatasetConfig::Fs(d) => d.prepare.as_ref(),
             DatasetConfig::S3(d) => d.prepare.as_ref(),
             DatasetConfig::Cql(d) => d.prepare.as_ref(),
+            DatasetConfig::Gcs(d) => d.prepare.as_ref(),
+            DatasetConfig::Azure(d) => d.prepare.as_ref(),
         }
     }
 }
