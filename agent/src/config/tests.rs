@@ -52,6 +52,8 @@ fn default_toml_parses_validates_and_matches_defaults() {
             root: Some("/var/lib/granary/datasets/imagenet/train".into()),
             manifest: None,
             direct_io: false,
+            format: ShardFormat::Files,
+            label_field: None,
         })]
     );
 }

@@ -36,7 +36,7 @@ pub use catalog::{S3Catalog, S3Entry};
 pub use dataset::S3Dataset;
 pub use fetcher::{FetchOptions, FetchRequest, FetchStats, Full, S3Fetcher};
 
-use crate::config::DatasetConfig;
+use crate::config::{DatasetConfig, ShardFormat};
 use object_store::aws::AmazonS3Builder;
 use object_store::client::{HttpError, HttpErrorKind};
 use object_store::{ClientOptions, ObjectStore, RetryConfig};
@@ -289,6 +289,8 @@ pub enum S3Error {
         /// The listed prefix or the manifest.
         location: String,
     },
+    /// A shard could not be indexed (`format = "webdataset"`).
+    Shard(crate::source::shards::WalkError),
     /// A local file could not be read.
     Io {
         /// The file.
@@ -310,6 +312,7 @@ impl fmt::Display for S3Error {
             } => write!(f, "{manifest}:{line}: {reason}"),
             S3Error::Empty { location } => write!(f, "no sample found in {location}"),
             S3Error::Io { what, source } => write!(f, "{what}: {source}"),
+            S3Error::Shard(e) => write!(f, "{e}"),
         }
     }
 }
@@ -456,20 +459,39 @@ pub enum S3Layout {
     ManifestObject(String),
     /// A manifest file on the local filesystem.
     ManifestFile(std::path::PathBuf),
+    /// The tar shards below a prefix (`format = "webdataset"`), with the
+    /// extension of the label members.
+    WebDataset {
+        /// The prefix.
+        prefix: String,
+        /// The label members' extension.
+        label_ext: String,
+    },
 }
 
 impl S3Layout {
     /// The layout of a `kind = "s3"` dataset: `prefix`, or `manifest` (an
     /// object key, or `file://PATH` for a local file).
-    pub fn from_dataset(ds: &DatasetConfig) -> Result<S3Layout, S3Error> {
-        let DatasetConfig::S3(ds) = ds else {
+    pub fn from_dataset(config: &DatasetConfig) -> Result<S3Layout, S3Error> {
+        let shards = config.shards();
+        let DatasetConfig::S3(ds) = config else {
             return Err(S3Error::Settings(format!(
                 "dataset {:?} is not an S3 dataset",
-                ds.name()
+                config.name()
             )));
         };
         match (&ds.prefix, &ds.manifest) {
-            (Some(p), None) => Ok(S3Layout::Prefix(p.clone())),
+            (Some(p), None) => match shards {
+                Some((ShardFormat::Webdataset, label)) => Ok(S3Layout::WebDataset {
+                    prefix: p.clone(),
+                    label_ext: label.to_owned(),
+                }),
+                _ => Ok(S3Layout::Prefix(p.clone())),
+            },
+            (None, Some(_)) if ds.format != ShardFormat::Files => Err(S3Error::Settings(format!(
+                "dataset {:?}: format = \"webdataset\" needs `prefix`, not `manifest`",
+                ds.name
+            ))),
             (None, Some(m)) => Ok(match m.strip_prefix("file://") {
                 Some(path) => S3Layout::ManifestFile(path.into()),
                 None => S3Layout::ManifestObject(m.clone()),
@@ -566,6 +588,15 @@ impl S3Source {
                     S3Catalog::from_manifest_object(store, bucket, k).await
                 }
                 S3Layout::ManifestFile(f) => S3Catalog::from_manifest_file(store, bucket, f).await,
+                S3Layout::WebDataset { prefix, label_ext } => {
+                    let (catalog, stats) =
+                        crate::source::shards::s3::index(store, bucket, prefix, label_ext).await?;
+                    tracing::info!(
+                        "webdataset index of s3://{bucket}/{prefix}: {} samples from {stats}",
+                        catalog.len()
+                    );
+                    Ok(catalog)
+                }
             }
         })
     }

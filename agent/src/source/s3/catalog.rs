@@ -333,7 +333,7 @@ impl S3Catalog {
         Self::finish(bucket, entries, Vec::new(), name)
     }
 
-    fn finish(
+    pub(crate) fn finish(
         bucket: &str,
         entries: Vec<S3Entry>,
         class_names: Vec<String>,
