@@ -151,3 +151,80 @@ pub unsafe extern "C" fn granary_sample_next_field(
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use granary_shm::tar::{ustar_header, BLOCK};
+
+    fn sample_of(bytes: &[u8]) -> GranarySample {
+        GranarySample {
+            data: bytes.as_ptr(),
+            length: bytes.len() as u64,
+            id: 0,
+            label: 0,
+            status: 0,
+            crc32c: 0,
+        }
+    }
+
+    fn tar(members: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (n, d) in members {
+            out.extend_from_slice(&ustar_header(n.as_bytes(), d.len() as u64, 0).unwrap());
+            out.extend_from_slice(d);
+            out.resize(out.len().next_multiple_of(BLOCK), 0);
+        }
+        out
+    }
+
+    #[test]
+    fn find_and_enumerate_fields_through_the_c_api() {
+        let t = tar(&[("k.jpg", b"image"), ("k.cls", b"3")]);
+        let s = sample_of(&t);
+        let (mut p, mut n) = (std::ptr::null(), 0u64);
+        // SAFETY: `s` points at `t`, alive for the test; the outputs are
+        // locals.
+        let rc = unsafe { granary_sample_field(&s, c"jpg".as_ptr(), &mut p, &mut n) };
+        assert_eq!(rc, 0);
+        // SAFETY: the field lies inside `t`.
+        assert_eq!(
+            unsafe { std::slice::from_raw_parts(p, n as usize) },
+            b"image"
+        );
+        // SAFETY: as above.
+        let rc = unsafe { granary_sample_field(&s, c"json".as_ptr(), &mut p, &mut n) };
+        assert_eq!(rc, ErrorCode::NotFound as c_int);
+        let mut cursor = 0u64;
+        let mut f = GranaryField {
+            name: std::ptr::null(),
+            name_length: 0,
+            data: std::ptr::null(),
+            length: 0,
+        };
+        let mut names = Vec::new();
+        // SAFETY: as above.
+        while unsafe { granary_sample_next_field(&s, &mut cursor, &mut f) } == 1 {
+            // SAFETY: the name lies inside `t`.
+            names.push(
+                unsafe { std::slice::from_raw_parts(f.name, f.name_length as usize) }.to_vec(),
+            );
+        }
+        assert_eq!(names, [b"jpg".to_vec(), b"cls".to_vec()]);
+        assert_eq!(cursor, t.len() as u64);
+        // Damaged: CORRUPT, and NULL arguments: INVALID_ARGUMENT.
+        let mut bad = t.clone();
+        bad[5] ^= 1;
+        let s = sample_of(&bad);
+        // SAFETY: as above.
+        let rc = unsafe { granary_sample_field(&s, c"cls".as_ptr(), &mut p, &mut n) };
+        assert_eq!(rc, ErrorCode::Corrupt as c_int);
+        // SAFETY: NULL is allowed and refused.
+        let rc = unsafe { granary_sample_field(std::ptr::null(), c"cls".as_ptr(), &mut p, &mut n) };
+        assert_eq!(rc, ErrorCode::InvalidArgument as c_int);
+        let mut cursor = bad.len() as u64 + 1;
+        // SAFETY: as above.
+        let rc = unsafe { granary_sample_next_field(&s, &mut cursor, &mut f) };
+        assert_eq!(rc, ErrorCode::InvalidArgument as c_int);
+    }
+}
