@@ -191,3 +191,72 @@ fn a_corrupt_shard_is_refused_naming_it_and_the_offset() {
         "{e}"
     );
 }
+
+/// The index build of a large tar set, for docs/benchmarks.md: shards of
+/// 64 MiB holding `GRANARY_WDS_SAMPLES` samples (default 200,000) of a
+/// ~110 KB `bin` member (sizes 60–160 KB) and a `cls` member, written
+/// sparse (the `bin` data are holes: only headers and labels take disk
+/// space), then indexed; prints the time and the bytes read.
+/// `cargo nextest run --release -p granary-agent --test webdataset --run-ignored only --no-capture`
+#[test]
+#[ignore = "benchmark"]
+fn index_build_of_a_large_tar_set() {
+    use granary_shm::tar::{ustar_header, BLOCK};
+    use std::io::{Seek, SeekFrom, Write};
+    let n: u64 = std::env::var("GRANARY_WDS_SAMPLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200_000);
+    let dir =
+        tempfile::tempdir_in(std::env::var("GRANARY_WDS_DIR").unwrap_or("/tmp".into())).unwrap();
+    let shard_size = 64u64 << 20;
+    let t0 = std::time::Instant::now();
+    let (mut shard, mut used, mut shards, mut total) = (None::<std::fs::File>, 0u64, 0, 0u64);
+    for i in 0..n {
+        let size = 60_000 + (i * 7_919) % 100_000;
+        let span = 3 * BLOCK as u64 + size.next_multiple_of(BLOCK as u64);
+        if shard.is_none() || used + span > shard_size {
+            if let Some(mut f) = shard.take() {
+                f.write_all(&[0u8; 2 * BLOCK]).unwrap();
+                total += used + 2 * BLOCK as u64;
+            }
+            shard =
+                Some(std::fs::File::create(dir.path().join(format!("s-{shards:05}.tar"))).unwrap());
+            shards += 1;
+            used = 0;
+        }
+        let f = shard.as_mut().unwrap();
+        let key = format!("c{:03}/img_{i:08}", i % 1000);
+        f.write_all(&ustar_header(format!("{key}.bin").as_bytes(), size, 0).unwrap())
+            .unwrap();
+        f.seek(SeekFrom::Current(size.next_multiple_of(BLOCK as u64) as i64))
+            .unwrap();
+        let label = format!("{}", i % 1000);
+        f.write_all(&ustar_header(format!("{key}.cls").as_bytes(), label.len() as u64, 0).unwrap())
+            .unwrap();
+        let mut block = [0u8; BLOCK];
+        block[..label.len()].copy_from_slice(label.as_bytes());
+        f.write_all(&block).unwrap();
+        used += span;
+    }
+    if let Some(mut f) = shard.take() {
+        f.write_all(&[0u8; 2 * BLOCK]).unwrap();
+        total += used + 2 * BLOCK as u64;
+    }
+    let written = t0.elapsed();
+    let t1 = std::time::Instant::now();
+    let (cat, stats) = granary_agent::source::shards::fs::index(dir.path(), "cls").unwrap();
+    let took = t1.elapsed();
+    assert_eq!(cat.len() as u64, n);
+    assert_eq!(stats.shard_bytes, total);
+    assert_eq!(cat.entries()[7].label, 7);
+    let pct = 100.0 * stats.bytes_read as f64 / total as f64;
+    println!(
+        "index build: {n} samples in {shards} shards ({:.1} GB): {:.2} s ({:.0} samples/s); {stats}; shards written (sparse) in {:.1} s",
+        total as f64 / 1e9,
+        took.as_secs_f64(),
+        n as f64 / took.as_secs_f64(),
+        written.as_secs_f64()
+    );
+    assert!(pct <= 2.0, "read {pct:.2} %");
+}

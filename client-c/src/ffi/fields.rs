@@ -76,11 +76,10 @@ pub unsafe extern "C" fn granary_sample_field(
         let bytes = unsafe { bytes_of(s) }?;
         match fields(bytes).find(wanted).map_err(corrupt)? {
             Some(d) => {
-                // SAFETY: both non-null and writable, per the caller.
-                unsafe {
-                    data.write(d.as_ptr());
-                    length.write(d.len() as u64);
-                }
+                // SAFETY: non-null and writable, per the caller.
+                unsafe { data.write(d.as_ptr()) };
+                // SAFETY: non-null and writable, per the caller.
+                unsafe { length.write(d.len() as u64) };
                 Ok(0)
             }
             None => Err(Error::new(
@@ -141,11 +140,10 @@ pub unsafe extern "C" fn granary_sample_next_field(
                     data: f.data.as_ptr(),
                     length: f.data.len() as u64,
                 };
-                // SAFETY: both non-null and writable, per the caller.
-                unsafe {
-                    out.write(field);
-                    cursor.write(at + it.position() as u64);
-                }
+                // SAFETY: non-null and writable, per the caller.
+                unsafe { out.write(field) };
+                // SAFETY: non-null and writable, per the caller.
+                unsafe { cursor.write(at + it.position() as u64) };
                 Ok(1)
             }
         }
@@ -188,10 +186,8 @@ mod tests {
         let rc = unsafe { granary_sample_field(&s, c"jpg".as_ptr(), &mut p, &mut n) };
         assert_eq!(rc, 0);
         // SAFETY: the field lies inside `t`.
-        assert_eq!(
-            unsafe { std::slice::from_raw_parts(p, n as usize) },
-            b"image"
-        );
+        let got = unsafe { std::slice::from_raw_parts(p, n as usize) };
+        assert_eq!(got, b"image");
         // SAFETY: as above.
         let rc = unsafe { granary_sample_field(&s, c"json".as_ptr(), &mut p, &mut n) };
         assert_eq!(rc, ErrorCode::NotFound as c_int);
