@@ -7,7 +7,7 @@ use futures_util::stream::{self, StreamExt, TryStreamExt};
 use object_store::{GetOptions, GetRange, ObjectStore};
 
 /// Shards walked at once.
-pub const PARALLEL_SHARDS: usize = 16;
+pub const PARALLEL_SHARDS: usize = 64;
 
 /// Indexes the `.tar` objects below `prefix` (in the order of the `files`
 /// listing), each sample labelled by its `label_ext` member. Every GET of
