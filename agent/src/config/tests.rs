@@ -1079,3 +1079,45 @@ fn peers_view_owners_member_bound_and_handin_bound() {
     assert_eq!(fields, ["peers.members"], "{e}");
     assert!(e.to_string().contains("max_members"), "{e}");
 }
+
+#[test]
+fn format_and_label_field_are_checked() {
+    let ok = Config::from_toml_str(
+        "[[dataset]]\nname = \"w\"\nroot = \"/d\"\nformat = \"webdataset\"\nlabel_field = \"txt\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        ok.datasets[0].shards(),
+        Some((ShardFormat::Webdataset, "txt"))
+    );
+    let d = Config::from_toml_str("[[dataset]]\nname = \"f\"\nroot = \"/d\"\n").unwrap();
+    assert_eq!(d.datasets[0].shards(), Some((ShardFormat::Files, "cls")));
+    assert_eq!(
+        invalid_fields("[[dataset]]\nname = \"w\"\nmanifest = \"/m\"\nformat = \"webdataset\"\n"),
+        ["dataset[0].manifest"]
+    );
+    assert_eq!(
+        invalid_fields(
+            "[[dataset]]\nname = \"w\"\nroot = \"/d\"\nformat = \"webdataset\"\ndirect_io = true\n"
+        ),
+        ["dataset[0].direct_io"]
+    );
+    assert_eq!(
+        invalid_fields("[[dataset]]\nname = \"w\"\nroot = \"/d\"\nlabel_field = \"cls\"\n"),
+        ["dataset[0].label_field"]
+    );
+    assert_eq!(
+        invalid_fields(
+            "[[dataset]]\nname = \"w\"\nroot = \"/d\"\nformat = \"webdataset\"\nlabel_field = \"a/b\"\n"
+        ),
+        ["dataset[0].label_field"]
+    );
+    let e = parse_err("[[dataset]]\nname = \"w\"\nroot = \"/d\"\nformat = \"mds\"\n").to_string();
+    assert!(e.contains("mds"), "{e}");
+    assert_eq!(
+        invalid_fields(
+            "[[dataset]]\nname = \"s\"\nkind = \"s3\"\nbucket = \"b\"\nmanifest = \"m.tsv\"\nformat = \"webdataset\"\n"
+        ),
+        ["dataset[0].manifest"]
+    );
+}

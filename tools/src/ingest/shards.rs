@@ -133,3 +133,37 @@ mod tests {
         assert_eq!(key_and_ext("c/.hidden"), None);
     }
 }
+
+#[cfg(test)]
+mod written {
+    use super::*;
+    use crate::synth::{generate, SynthSpec};
+
+    #[test]
+    fn shards_index_back_to_the_files_in_order() {
+        let d = tempfile::tempdir().unwrap();
+        let mut spec = SynthSpec::new(d.path().join("src"));
+        (spec.num_files, spec.num_classes, spec.mean_size) = (90, 3, 4_000);
+        generate(&spec, |_, _| {}).unwrap();
+        let out = d.path().join("wds");
+        let w = write_webdataset(&spec.root, &out, 64 * 1024).unwrap();
+        assert_eq!(w.samples, 90);
+        for s in &w.shards {
+            let len = std::fs::metadata(s).unwrap().len();
+            assert!(len <= 64 * 1024 || w.shards.len() == 1, "{len}");
+        }
+        let files = Catalog::from_dir(&spec.root).unwrap();
+        let (wds, _) = granary_agent::source::shards::fs::index(&out, "cls").unwrap();
+        assert_eq!(wds.len(), files.len());
+        for (f, s) in files.entries().iter().zip(wds.entries()) {
+            assert_eq!(f.label, s.label);
+            let bytes = wds.read_sample(s.sample_id).unwrap();
+            let got = granary_shm::tar::fields(&bytes).find(b"bin").unwrap();
+            assert_eq!(got, Some(std::fs::read(&f.path).unwrap().as_slice()));
+        }
+        // Two files with one key are refused, naming the second.
+        std::fs::write(spec.root.join("class_000/img_00000000.png"), b"x").unwrap();
+        let e = write_webdataset(&spec.root, &d.path().join("w2"), 64 * 1024).unwrap_err();
+        assert!(e.to_string().contains("same WebDataset key"), "{e}");
+    }
+}
