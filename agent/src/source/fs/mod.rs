@@ -127,10 +127,18 @@ impl SampleSource for FsSource {
     }
 
     fn describe(&self, index: u64) -> String {
-        self.catalog.entries()[index as usize]
-            .path
-            .display()
-            .to_string()
+        let e = &self.catalog.entries()[index as usize];
+        if e.offset == 0 && e.file_size == e.size {
+            e.path.display().to_string()
+        } else {
+            // A sample inside a shard.
+            format!(
+                "{} bytes {}..{}",
+                e.path.display(),
+                e.offset,
+                e.offset + e.size
+            )
+        }
     }
 
     fn capacity(&self) -> u32 {
