@@ -510,6 +510,30 @@ typedef struct granary_assignment_info {
     char note[GRANARY_NOTE_MAX];
 } granary_assignment_info;
 
+/**
+ * One named field of a sample, as filled in by
+ * `granary_sample_next_field()`: a member of a WebDataset sample.
+ */
+typedef struct granary_field {
+    /**
+     * The field's name (the member's extension, such as `jpg`), inside
+     * the sample; not NUL-terminated.
+     */
+    const uint8_t *name;
+    /**
+     * Bytes of the name.
+     */
+    uint64_t name_length;
+    /**
+     * The field's first byte, inside the sample.
+     */
+    const uint8_t *data;
+    /**
+     * Bytes of the field.
+     */
+    uint64_t length;
+} granary_field;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -964,6 +988,46 @@ int granary_layout_encode(const uint8_t *view,
 int granary_assignment_query(const struct granary_client *client,
                              const struct granary_session_options *opts,
                              struct granary_assignment_info *out);
+
+/**
+ * Finds the field `name` (a member's extension, such as `"jpg"` or
+ * `"cls"`) of a sample of a `format = "webdataset"` dataset: `*data` and
+ * `*length` are set to its bytes, inside the sample (valid until the batch
+ * is released; no copy).
+ *
+ * Returns `GRANARY_OK`; `GRANARY_E_NOT_FOUND` when the sample has no such
+ * field; `GRANARY_E_CORRUPT` when its bytes are not a well-formed tar
+ * fragment (a bad header checksum, a member past the sample's end);
+ * `GRANARY_E_INVALID_ARGUMENT` for NULL or a failed sample.
+ *
+ * Thread safety: read-only; any thread while the batch is live.
+ *
+ * # Safety
+ * `sample` is NULL or was filled by `granary_batch_sample` for a batch
+ * that is still live; `name` is NULL or a NUL-terminated string; `data`
+ * and `length` are NULL or writable.
+ */
+int granary_sample_field(const struct granary_sample *sample,
+                         const char *name,
+                         const uint8_t **data,
+                         uint64_t *length);
+
+/**
+ * Enumerates the fields of a sample: start with `*cursor = 0`; each call
+ * fills `*out` with the next field (its name, the member's extension, is
+ * not NUL-terminated: use `name_length`) and advances `*cursor`.
+ *
+ * Returns 1 when `*out` was filled, 0 when there are no more fields,
+ * `GRANARY_E_CORRUPT` for a malformed header (checksum, bounds),
+ * `GRANARY_E_INVALID_ARGUMENT` for NULL, a failed sample or a cursor past
+ * the sample's end.
+ *
+ * # Safety
+ * As `granary_sample_field`; `cursor` and `out` are NULL or writable.
+ */
+int granary_sample_next_field(const struct granary_sample *sample,
+                              uint64_t *cursor,
+                              struct granary_field *out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -240,6 +240,22 @@ impl<'a> Sample<'a> {
         crc32c::crc32c(&self.to_vec()) == self.entry.crc32c
     }
 
+    /// The named fields of a sample of a `format = "webdataset"` dataset:
+    /// its tar members by extension (`jpg`, `cls`, …), in place, without a
+    /// copy. Every header's checksum and bounds are checked against the
+    /// sample's length; a malformed one is yielded as an error and ends
+    /// the iteration. A failed sample has none.
+    ///
+    /// # Safety
+    ///
+    /// As [`bytes`](Self::bytes): the caller trusts the agent not to write
+    /// the sample while its batch is on loan, and does not keep the fields
+    /// past the batch's release.
+    pub unsafe fn fields(&self) -> crate::fields::Fields<'a> {
+        // SAFETY: forwarded to the caller, as documented.
+        crate::fields::fields(unsafe { self.bytes() })
+    }
+
     /// The bytes in place, without a copy.
     ///
     /// # Safety

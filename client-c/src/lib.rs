@@ -46,6 +46,11 @@ mod batch;
 mod client;
 mod error;
 pub mod ffi;
+/// The named fields of a WebDataset sample (its tar members by
+/// extension): the parser the C and Python APIs use too.
+pub mod fields {
+    pub use granary_shm::tar::{fields, Field, Fields, TarError};
+}
 mod heartbeat;
 mod options;
 mod resume;

@@ -19,6 +19,8 @@
 //! * [`handshake`]: the session handshake as a sans-IO codec.
 //! * [`socket`]: `SOCK_SEQPACKET` Unix sockets with fd passing and peer credentials.
 //! * [`error`]: typed errors and the stable error-code table.
+//! * [`tar`]: tar headers and the named fields of a WebDataset sample
+//!   (`docs/formats.md`).
 //! * [`clock`]: [`monotonic_ms`], the clock heartbeats are measured on.
 //!
 //! `docs/shm-layout.md` describes the formats byte by byte.
@@ -42,6 +44,8 @@ pub mod segment;
 #[cfg(not(feature = "loom"))]
 pub mod socket;
 mod sync;
+#[cfg(not(feature = "loom"))]
+pub mod tar;
 pub mod validate;
 
 pub use clock::monotonic_ms;

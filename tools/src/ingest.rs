@@ -24,6 +24,7 @@
 pub mod cql;
 pub mod retry;
 pub mod s3;
+pub mod shards;
 
 pub use s3::{ingest, parse_s3_url, parse_store_url, IngestOptions};
 

@@ -76,6 +76,20 @@ pub enum DeliveryOrder {
     Relaxed,
 }
 
+/// `dataset[i].format`: how a dataset's samples lie in its store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShardFormat {
+    /// `"files"`: one file (or object) per sample. The default.
+    #[default]
+    Files,
+    /// `"webdataset"`: tar shards; the members of one key are one sample.
+    Webdataset,
+}
+
+/// Default `dataset[i].label_field` of a `webdataset` dataset.
+pub(crate) const DEFAULT_LABEL_FIELD: &str = "cls";
+
 /// A `kind = "fs"` dataset.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -110,6 +124,15 @@ pub struct FsConfig {
     /// buffered reads, said once in the log. See docs/fetcher.md.
     #[serde(default)]
     pub direct_io: bool,
+    /// `dataset[i].format`: how samples lie in the store: `"files"` (the
+    /// default: one file or object per sample) or `"webdataset"` (tar
+    /// shards, one sample per key). See docs/formats.md.
+    #[serde(default)]
+    pub format: ShardFormat,
+    /// `dataset[i].label_field`: the member extension whose data is the
+    /// label of a `webdataset` sample (ASCII decimal). Default `"cls"`.
+    #[serde(default)]
+    pub label_field: Option<String>,
 }
 
 /// A `kind = "s3"` dataset.
@@ -176,6 +199,15 @@ pub struct S3Config {
     /// dataset. Default: `prefetch.max_inflight_reads`; at most 32768.
     #[serde(default)]
     pub max_inflight: Option<u32>,
+    /// `dataset[i].format`: how samples lie in the store: `"files"` (the
+    /// default: one file or object per sample) or `"webdataset"` (tar
+    /// shards, one sample per key). See docs/formats.md.
+    #[serde(default)]
+    pub format: ShardFormat,
+    /// `dataset[i].label_field`: the member extension whose data is the
+    /// label of a `webdataset` sample (ASCII decimal). Default `"cls"`.
+    #[serde(default)]
+    pub label_field: Option<String>,
 }
 
 /// A `kind = "cql"` dataset.
@@ -340,6 +372,19 @@ impl FsConfig {
             (None, Some(m)) => Some(DatasetLocation::Manifest(m)),
             _ => None,
         }
+    }
+}
+
+impl DatasetConfig {
+    /// `dataset[i].format` and `label_field` (defaulted): `None` for
+    /// kinds without shards (`cql`).
+    pub(crate) fn shards(&self) -> Option<(ShardFormat, &str)> {
+        let (format, label) = match self {
+            DatasetConfig::Fs(d) => (d.format, &d.label_field),
+            DatasetConfig::S3(d) => (d.format, &d.label_field),
+            DatasetConfig::Cql(_) | DatasetConfig::Gcs(_) | DatasetConfig::Azure(_) => return None,
+        };
+        Some((format, label.as_deref().unwrap_or(DEFAULT_LABEL_FIELD)))
     }
 }
 

@@ -61,7 +61,7 @@ pub use cloud::{AzureConfig, GcsConfig};
 pub(crate) use dataset::DatasetLocation;
 pub use dataset::{is_cql_name, parse_cql_host};
 pub use dataset::{
-    CqlConfig, DatasetConfig, DeliveryOrder, FsConfig, S3Config, Secret, SourceKind,
+    CqlConfig, DatasetConfig, DeliveryOrder, FsConfig, S3Config, Secret, ShardFormat, SourceKind,
 };
 pub use error::{ConfigError, Problem};
 pub use metrics::MetricsConfig;

@@ -53,6 +53,8 @@ fn default_toml_parses_validates_and_matches_defaults() {
             root: Some("/var/lib/granary/datasets/imagenet/train".into()),
             manifest: None,
             direct_io: false,
+            format: ShardFormat::Files,
+            label_field: None,
         })]
     );
 }
@@ -1213,5 +1215,47 @@ fn gcs_and_azure_dataset_rules() {
             "{AZ}account = \"a\"\ncontainer = \"c\"\nprefix = \"\"\naccess_key = \"k\"\nanonymous = true\nretries = 101\n"
         )),
         ["dataset[0].anonymous", "dataset[0].retries"]
+    );
+}
+
+#[test]
+fn format_and_label_field_are_checked() {
+    let ok = Config::from_toml_str(
+        "[[dataset]]\nname = \"w\"\nroot = \"/d\"\nformat = \"webdataset\"\nlabel_field = \"txt\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        ok.datasets[0].shards(),
+        Some((ShardFormat::Webdataset, "txt"))
+    );
+    let d = Config::from_toml_str("[[dataset]]\nname = \"f\"\nroot = \"/d\"\n").unwrap();
+    assert_eq!(d.datasets[0].shards(), Some((ShardFormat::Files, "cls")));
+    assert_eq!(
+        invalid_fields("[[dataset]]\nname = \"w\"\nmanifest = \"/m\"\nformat = \"webdataset\"\n"),
+        ["dataset[0].manifest"]
+    );
+    assert_eq!(
+        invalid_fields(
+            "[[dataset]]\nname = \"w\"\nroot = \"/d\"\nformat = \"webdataset\"\ndirect_io = true\n"
+        ),
+        ["dataset[0].direct_io"]
+    );
+    assert_eq!(
+        invalid_fields("[[dataset]]\nname = \"w\"\nroot = \"/d\"\nlabel_field = \"cls\"\n"),
+        ["dataset[0].label_field"]
+    );
+    assert_eq!(
+        invalid_fields(
+            "[[dataset]]\nname = \"w\"\nroot = \"/d\"\nformat = \"webdataset\"\nlabel_field = \"a/b\"\n"
+        ),
+        ["dataset[0].label_field"]
+    );
+    let e = parse_err("[[dataset]]\nname = \"w\"\nroot = \"/d\"\nformat = \"mds\"\n").to_string();
+    assert!(e.contains("mds"), "{e}");
+    assert_eq!(
+        invalid_fields(
+            "[[dataset]]\nname = \"s\"\nkind = \"s3\"\nbucket = \"b\"\nmanifest = \"m.tsv\"\nformat = \"webdataset\"\n"
+        ),
+        ["dataset[0].manifest"]
     );
 }

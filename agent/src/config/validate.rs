@@ -12,7 +12,7 @@ use super::sessions::MAX_RING_CAPACITY;
 use super::socket::MAX_SOCKET_PATH_BYTES;
 use super::{
     AzureConfig, ByteSize, Config, ConfigError, CqlConfig, DatasetConfig, FsConfig, GcsConfig,
-    Problem, RetrySettings, S3Config,
+    Problem, RetrySettings, S3Config, ShardFormat,
 };
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -614,9 +614,20 @@ impl Config {
                 }
             }
             match ds {
-                DatasetConfig::Fs(fs) => validate_fs(fs, &field, p),
+                DatasetConfig::Fs(fs) => {
+                    validate_fs(fs, &field, p);
+                    validate_format(fs.format, &fs.label_field, fs.manifest.is_some(), &field, p);
+                    if fs.direct_io && fs.format != ShardFormat::Files {
+                        p.bad(
+                            &field("direct_io"),
+                            "is for format = \"files\": samples inside shards start at offsets \
+                             that are no multiple of a block",
+                        );
+                    }
+                }
                 DatasetConfig::S3(s3) => {
                     validate_s3(s3, &field, p);
+                    validate_format(s3.format, &s3.label_field, s3.manifest.is_some(), &field, p);
                     self.validate_remote(
                         s3.request_timeout_ms,
                         s3.retries,
@@ -692,6 +703,34 @@ impl Config {
                     format!("{n} is outside 1..={MAX_REMOTE_INFLIGHT}"),
                 );
             }
+        }
+    }
+}
+
+/// The rules of `format` and `label_field` (fs and s3 datasets).
+fn validate_format(
+    format: ShardFormat,
+    label_field: &Option<String>,
+    manifest: bool,
+    field: &dyn Fn(&str) -> String,
+    p: &mut Problems,
+) {
+    if format != ShardFormat::Files && manifest {
+        p.bad(
+            &field("manifest"),
+            "a manifest lists samples of format = \"files\"; shards are found under `root` or `prefix`",
+        );
+    }
+    if let Some(l) = label_field {
+        if format == ShardFormat::Files {
+            p.bad(&field("label_field"), "is for format = \"webdataset\"");
+        } else if l.is_empty() || l.contains('/') || l.chars().any(char::is_control) {
+            p.bad(
+                &field("label_field"),
+                format!(
+                    "{l:?} is not a member extension (non-empty, no '/' or control characters)"
+                ),
+            );
         }
     }
 }

@@ -77,7 +77,10 @@ fn every_dashboard_query_names_an_exported_metric() {
             checked += 1;
         }
     }
-    assert!(checked >= 12, "only {checked} metric names found in the dashboard");
+    assert!(
+        checked >= 12,
+        "only {checked} metric names found in the dashboard"
+    );
     // The verdict panels are there.
     for must in ["granary_rank_verdict", "granary_rank_wait_quantile_seconds"] {
         assert!(qs.iter().any(|q| q.contains(must)), "no panel shows {must}");

@@ -22,6 +22,9 @@
 //! an [`queue::IoCompletion`] per request, [`queue::Full`] when their queue
 //! is full.
 //!
+//! * [`shards`]: the index of tar shards (`format = "webdataset"`) for fs
+//!   and S3 datasets: one sample per key, a byte range of its shard.
+//!
 //! The three catalogs share their accessors through [`SampleList`].
 //!
 //! [`open`] builds the source of a configured dataset (blocking: it lists
@@ -35,6 +38,7 @@ pub mod prepared;
 pub mod queue;
 pub mod s3;
 pub mod samples;
+pub mod shards;
 mod task_queue;
 
 pub use fs::{open_catalog, Catalog, CatalogEntry, CatalogError, FsSource};

@@ -41,7 +41,7 @@ pub use dataset::S3Dataset;
 pub use fetcher::{FetchOptions, FetchRequest, FetchStats, Full, S3Fetcher};
 pub use stores::{AzureSettings, Bucket, GcsSettings, StoreKind, StoreSettings};
 
-use crate::config::DatasetConfig;
+use crate::config::{DatasetConfig, ShardFormat};
 use object_store::aws::AmazonS3Builder;
 use object_store::client::{HttpError, HttpErrorKind};
 use object_store::ObjectStore;
@@ -267,6 +267,8 @@ pub enum S3Error {
         /// The listed prefix or the manifest.
         location: String,
     },
+    /// A shard could not be indexed (`format = "webdataset"`).
+    Shard(crate::source::shards::WalkError),
     /// A local file could not be read.
     Io {
         /// The file.
@@ -288,6 +290,7 @@ impl fmt::Display for S3Error {
             } => write!(f, "{manifest}:{line}: {reason}"),
             S3Error::Empty { location } => write!(f, "no sample found in {location}"),
             S3Error::Io { what, source } => write!(f, "{what}: {source}"),
+            S3Error::Shard(e) => write!(f, "{e}"),
         }
     }
 }
@@ -434,33 +437,53 @@ pub enum S3Layout {
     ManifestObject(String),
     /// A manifest file on the local filesystem.
     ManifestFile(std::path::PathBuf),
+    /// The tar shards below a prefix (`format = "webdataset"`), with the
+    /// extension of the label members.
+    WebDataset {
+        /// The prefix.
+        prefix: String,
+        /// The label members' extension.
+        label_ext: String,
+    },
 }
 
 impl S3Layout {
     /// The layout of a `kind = "s3"`, `"gcs"` or `"azure"` dataset:
     /// `prefix`, or `manifest` (an object key, or `file://PATH` for a local
-    /// file).
-    pub fn from_dataset(ds: &DatasetConfig) -> Result<S3Layout, S3Error> {
-        let (prefix, manifest) = match ds {
-            DatasetConfig::S3(d) => (&d.prefix, &d.manifest),
-            DatasetConfig::Gcs(d) => (&d.prefix, &d.manifest),
-            DatasetConfig::Azure(d) => (&d.prefix, &d.manifest),
+    /// file); WebDataset shards below `prefix` with `format = "webdataset"`
+    /// (S3 only).
+    pub fn from_dataset(config: &DatasetConfig) -> Result<S3Layout, S3Error> {
+        let shards = config.shards();
+        let (prefix, manifest, format) = match config {
+            DatasetConfig::S3(d) => (&d.prefix, &d.manifest, d.format),
+            DatasetConfig::Gcs(d) => (&d.prefix, &d.manifest, ShardFormat::Files),
+            DatasetConfig::Azure(d) => (&d.prefix, &d.manifest, ShardFormat::Files),
             _ => {
                 return Err(S3Error::Settings(format!(
                     "dataset {:?} is not in an object store",
-                    ds.name()
+                    config.name()
                 )))
             }
         };
         match (prefix, manifest) {
-            (Some(p), None) => Ok(S3Layout::Prefix(p.clone())),
+            (Some(p), None) => match shards {
+                Some((ShardFormat::Webdataset, label)) => Ok(S3Layout::WebDataset {
+                    prefix: p.clone(),
+                    label_ext: label.to_owned(),
+                }),
+                _ => Ok(S3Layout::Prefix(p.clone())),
+            },
+            (None, Some(_)) if format != ShardFormat::Files => Err(S3Error::Settings(format!(
+                "dataset {:?}: format = \"webdataset\" needs `prefix`, not `manifest`",
+                config.name()
+            ))),
             (None, Some(m)) => Ok(match m.strip_prefix("file://") {
                 Some(path) => S3Layout::ManifestFile(path.into()),
                 None => S3Layout::ManifestObject(m.clone()),
             }),
             _ => Err(S3Error::Settings(format!(
                 "dataset {:?}: set exactly one of `prefix` and `manifest`",
-                ds.name()
+                config.name()
             ))),
         }
     }
@@ -571,6 +594,15 @@ impl S3Source {
                     S3Catalog::from_manifest_object(store, bucket, k).await
                 }
                 S3Layout::ManifestFile(f) => S3Catalog::from_manifest_file(store, bucket, f).await,
+                S3Layout::WebDataset { prefix, label_ext } => {
+                    let (catalog, stats) =
+                        crate::source::shards::s3::index(store, bucket, prefix, label_ext).await?;
+                    tracing::info!(
+                        "webdataset index of s3://{bucket}/{prefix}: {} samples from {stats}",
+                        catalog.len()
+                    );
+                    Ok(catalog)
+                }
             }
         })
     }

@@ -148,7 +148,13 @@ fn main() -> ExitCode {
 fn run() -> Result<()> {
     let args = Args::parse(
         std::env::args().skip(1),
-        &["spin", "sweep", "no-baseline", "crc-compare", "wait-compare"],
+        &[
+            "spin",
+            "sweep",
+            "no-baseline",
+            "crc-compare",
+            "wait-compare",
+        ],
         USAGE,
     )?;
     let files = args.u64("files", 20_000)?;

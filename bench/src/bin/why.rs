@@ -153,8 +153,8 @@ fn peer_scenario(
     let mbps = args.u64("peer-mbps", 8)? as f64;
     let ds = data::spec(files, 16_384, 100);
     let ds = data::ensure(&ds).map_err(|e| format!("dataset: {e}"))?;
-    let store = LightStore::start(&ds.spec.root, BUCKET, "", 2)
-        .map_err(|e| format!("light store: {e}"))?;
+    let store =
+        LightStore::start(&ds.spec.root, BUCKET, "", 2).map_err(|e| format!("light store: {e}"))?;
     let store_proxy = DelayProxy::start(local(0), store.addr(), Duration::ZERO, None)
         .map_err(|e| format!("delay proxy: {e}"))?;
     // Each agent's listener, and a proxy in front of it that the other dials.
@@ -205,7 +205,9 @@ fn peer_scenario(
     opts.epoch_count = 1;
     opts.open_timeout = Duration::from_secs(120);
     let client_b = Client::connect(agents[1].socket()).map_err(|e| format!("connect: {e}"))?;
-    let mut warm = client_b.open_session(&opts).map_err(|e| format!("open: {e}"))?;
+    let mut warm = client_b
+        .open_session(&opts)
+        .map_err(|e| format!("open: {e}"))?;
     let mut warmed = 0u64;
     loop {
         match warm.next_batch(Some(Duration::from_secs(60))) {
@@ -243,7 +245,12 @@ fn peer_scenario(
         drop(b);
         std::thread::sleep(Duration::from_millis(5));
     }
-    let share = report("peer", batches, &before.unwrap_or([0.0; 6]), &verdicts(&agents[0]));
+    let share = report(
+        "peer",
+        batches,
+        &before.unwrap_or([0.0; 6]),
+        &verdicts(&agents[0]),
+    );
     drop(session);
     for a in agents {
         a.stop().map_err(|e| format!("agent stop: {e}"))?;
@@ -347,7 +354,12 @@ fn scenario(
             }
         }
     }
-    let share = report(sc.name, batches, &before.unwrap_or([0.0; 6]), &verdicts(&agent));
+    let share = report(
+        sc.name,
+        batches,
+        &before.unwrap_or([0.0; 6]),
+        &verdicts(&agent),
+    );
     drop(session);
     agent.stop().map_err(|e| format!("agent stop: {e}"))?;
     Ok(share)

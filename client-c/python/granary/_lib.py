@@ -184,6 +184,15 @@ class Sample(ctypes.Structure):
     ]
 
 
+class Field(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_void_p),
+        ("name_length", ctypes.c_uint64),
+        ("data", ctypes.c_void_p),
+        ("length", ctypes.c_uint64),
+    ]
+
+
 # The structs, as pinned in client-c/src/ffi/types.rs.
 assert ctypes.sizeof(SessionOptions) == 184, ctypes.sizeof(SessionOptions)
 assert ctypes.sizeof(AssignmentInfo) == 40 + NOTE_MAX, ctypes.sizeof(AssignmentInfo)
@@ -191,6 +200,7 @@ assert ctypes.sizeof(PeerIdentity) == 64 + 3 * NAME_MAX, ctypes.sizeof(PeerIdent
 assert ctypes.sizeof(ViewMember) == 24, ctypes.sizeof(ViewMember)
 assert ctypes.sizeof(SessionInfo) == 72, ctypes.sizeof(SessionInfo)
 assert ctypes.sizeof(Sample) == 40, ctypes.sizeof(Sample)
+assert ctypes.sizeof(Field) == 32, ctypes.sizeof(Field)
 
 _vp = ctypes.c_void_p
 _int = ctypes.c_int
@@ -283,6 +293,13 @@ _declare("granary_batch_flags", ctypes.c_uint32, _vp)
 _declare("granary_batch_status", _int, _vp)
 _declare("granary_batch_sample", _int, _vp, ctypes.c_size_t, ctypes.POINTER(Sample))
 _declare("granary_batch_release", _int, _vp, _vp)
+_declare(
+    "granary_sample_next_field",
+    _int,
+    ctypes.POINTER(Sample),
+    ctypes.POINTER(ctypes.c_uint64),
+    ctypes.POINTER(Field),
+)
 _declare("granary_session_close", _int, _vp)
 _declare("granary_get_peer_identity", _int, _vp, ctypes.POINTER(PeerIdentity), _int)
 _declare(

@@ -219,6 +219,37 @@ class Sample:
             self._mv = mv
         return mv
 
+    def fields(self) -> dict:
+        """The named fields of a sample of a ``format = "webdataset"``
+        dataset: ``{extension: memoryview}`` (``"jpg"``, ``"cls"``, …), each
+        a read-only slice of :attr:`data` (no copy), in stored order; the
+        first member of a name wins. Parsed by libgranary, which checks every
+        tar header's checksum and bounds against the sample's length.
+
+        Raises :class:`~granary.errors.Corrupt` for malformed bytes, and the
+        sample's error for a failed sample.
+        """
+        self._check()
+        if self._status != 0:
+            raise self.error  # type: ignore[misc]
+        data = self.data
+        raw = _lib.Sample(self._addr, self._len, self._id, self._label, 0, self._crc)
+        cursor = ctypes.c_uint64(0)
+        field = _lib.Field()
+        out: dict = {}
+        while True:
+            rc = lib.granary_sample_next_field(
+                ctypes.byref(raw), ctypes.byref(cursor), ctypes.byref(field)
+            )
+            if rc == 0:
+                return out
+            if rc < 0:
+                check(rc, "granary_sample_next_field")
+            name = ctypes.string_at(field.name, field.name_length).decode("utf-8", "replace")
+            start = (field.data or self._addr) - self._addr
+            if name not in out:
+                out[name] = data[start : start + field.length]
+
     def numpy(self):
         """A read-only ``numpy.uint8`` array over the bytes (no copy).
 

@@ -49,6 +49,7 @@ def header_fields(struct: str) -> list:
         ("granary_session_options", _lib.SessionOptions),
         ("granary_session_info", _lib.SessionInfo),
         ("granary_sample", _lib.Sample),
+        ("granary_field", _lib.Field),
         ("granary_assignment_info", _lib.AssignmentInfo),
         ("granary_peer_identity", _lib.PeerIdentity),
         ("granary_view_member", _lib.ViewMember),

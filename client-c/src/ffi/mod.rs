@@ -8,8 +8,10 @@
 
 mod assignment;
 mod errors;
+mod fields;
 mod types;
 
+pub use fields::{granary_sample_field, granary_sample_next_field};
 pub use types::*;
 
 use std::collections::HashSet;

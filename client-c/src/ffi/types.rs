@@ -322,6 +322,22 @@ pub struct GranarySample {
     pub crc32c: u32,
 }
 
+/// One named field of a sample, as filled in by
+/// `granary_sample_next_field()`: a member of a WebDataset sample.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct GranaryField {
+    /// The field's name (the member's extension, such as `jpg`), inside
+    /// the sample; not NUL-terminated.
+    pub name: *const u8,
+    /// Bytes of the name.
+    pub name_length: u64,
+    /// The field's first byte, inside the sample.
+    pub data: *const u8,
+    /// Bytes of the field.
+    pub length: u64,
+}
+
 /// A connection point to one agent (opaque).
 pub struct GranaryClient {
     pub(crate) client: Client,
@@ -384,4 +400,8 @@ const _: () = {
     assert!(offset_of!(GranarySample, length) == 8);
     assert!(offset_of!(GranarySample, crc32c) == 32);
     assert!(size_of::<GranarySample>() == 40);
+    assert!(offset_of!(GranaryField, name_length) == 8);
+    assert!(offset_of!(GranaryField, data) == 16);
+    assert!(offset_of!(GranaryField, length) == 24);
+    assert!(size_of::<GranaryField>() == 32);
 };

@@ -25,7 +25,7 @@ use granary_agent::metrics::{parse_text, scrape};
 use granary_tools::ingest::{IngestError, IngestReport, Phase};
 use granary_tools::progress::ProgressBar;
 use granary_tools::synth::{self, SynthSpec};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 
@@ -123,9 +123,20 @@ struct IngestArgs {
     #[arg(value_name = "SRC_DIR")]
     src: String,
     /// s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, az://CONTAINER/PREFIX or
-    /// cql://HOST:PORT[,HOST:PORT...]/KEYSPACE.
+    /// cql://HOST:PORT[,HOST:PORT...]/KEYSPACE; with --format webdataset,
+    /// also a local folder (webdataset goes to folders and s3:// only).
     #[arg(long, value_name = "URL")]
     to: String,
+    /// files: one object per file; webdataset: tar shards of --shard-size
+    /// (each file one sample: the file and KEY.cls with its label); see
+    /// docs/formats.md.
+    #[arg(long, value_name = "FORMAT", default_value = "files", value_parser = ["files", "webdataset"])]
+    format: String,
+    /// webdataset: the most bytes of a shard (a larger sample gets a shard
+    /// of its own).
+    #[arg(long, value_name = "BYTES", default_value_t = granary_tools::ingest::shards::DEFAULT_SHARD_SIZE,
+          value_parser = clap::value_parser!(u64).range(1024..))]
+    shard_size: u64,
     /// Files written at once (default: the store's own).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     concurrency: Option<u64>,
@@ -555,6 +566,46 @@ fn ingest(args: &IngestArgs) -> Result<(), String> {
     use granary_agent::source::s3::{AzureSettings, GcsSettings, StoreKind};
     use granary_tools::ingest::{self, IngestOptions};
     let (src, to) = (args.src.as_str(), args.to.as_str());
+    // Shards are written to a folder: `--to` itself, or one that is then
+    // uploaded like any folder.
+    let mut staging = None;
+    let src = if args.format == "webdataset" {
+        let remote = to.starts_with("s3://");
+        if to.contains("://") && !remote {
+            return Err(
+                "--format webdataset writes to a folder or s3://, not CQL tables, gs:// or az://"
+                    .into(),
+            );
+        }
+        let dir = if remote {
+            let t = tempfile::tempdir().map_err(|e| format!("a temporary folder: {e}"))?;
+            let p = t.path().to_path_buf();
+            staging = Some(t);
+            p
+        } else {
+            PathBuf::from(to)
+        };
+        let w = ingest::shards::write_webdataset(Path::new(src), &dir, args.shard_size)
+            .map_err(|e| format!("ingest {src} as webdataset: {e}"))?;
+        println!(
+            "webdataset: {} samples, {:.1} MB in {} shards in {}",
+            w.samples,
+            w.bytes as f64 / 1e6,
+            w.shards.len(),
+            if remote {
+                "a temporary folder".to_owned()
+            } else {
+                dir.display().to_string()
+            }
+        );
+        if !remote {
+            return Ok(());
+        }
+        dir.display().to_string()
+    } else {
+        src.to_owned()
+    };
+    let src = src.as_str();
     if to.starts_with("cql://") {
         return ingest_cql(args);
     }
@@ -596,9 +647,11 @@ fn ingest(args: &IngestArgs) -> Result<(), String> {
         same: "size",
         items: "objects",
     };
-    run_ingest(src, to, opts.verify, words, |progress| {
+    let r = run_ingest(src, to, opts.verify, words, |progress| {
         ingest::ingest(&opts, progress)
-    })
+    });
+    drop(staging);
+    r
 }
 
 /// The S3 settings of `granary ingest --to s3://…`.

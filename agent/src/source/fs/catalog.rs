@@ -44,8 +44,15 @@ pub struct CatalogEntry {
     pub path: PathBuf,
     /// Class label (`-1`: none).
     pub label: i32,
-    /// Size in bytes when the catalog was built.
+    /// The sample's length in bytes (the file's size, for `format =
+    /// "files"`).
     pub size: u64,
+    /// Where the sample starts in the file (0 for `format = "files"`; a
+    /// sample of a shard is a range of it).
+    pub offset: u64,
+    /// The file's size when the catalog was built: a read checks the file
+    /// still has it.
+    pub file_size: u64,
     /// Modification time when the catalog was built (seconds and
     /// nanoseconds since the epoch): a read checks the file still has it.
     pub mtime: (i64, u32),
@@ -82,11 +89,17 @@ impl EntryMeta for CatalogEntry {
     }
 
     /// The modification time the read checks: seconds (i64) and
-    /// nanoseconds (u32), little-endian. The path is left out, so that
-    /// agents mounting one dataset at different places still agree.
+    /// nanoseconds (u32), little-endian; for a range of a shard, then its
+    /// offset and the shard's size (u64, little-endian). The path is left
+    /// out, so that agents mounting one dataset at different places still
+    /// agree.
     fn version(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.mtime.0.to_le_bytes());
         out.extend_from_slice(&self.mtime.1.to_le_bytes());
+        if self.offset != 0 || self.file_size != self.size {
+            out.extend_from_slice(&self.offset.to_le_bytes());
+            out.extend_from_slice(&self.file_size.to_le_bytes());
+        }
     }
 }
 
@@ -136,6 +149,8 @@ pub enum CatalogError {
         /// The dataset root.
         path: PathBuf,
     },
+    /// A shard could not be indexed (`format = "webdataset"`).
+    Shard(crate::source::shards::WalkError),
     /// A dataset configuration names neither a root nor a manifest.
     NoLocation {
         /// The dataset's name.
@@ -179,6 +194,7 @@ impl fmt::Display for CatalogError {
                     path.display()
                 )
             }
+            CatalogError::Shard(e) => write!(f, "{e}"),
             CatalogError::NoLocation { dataset } => write!(
                 f,
                 "dataset {dataset:?} sets neither `root` nor `manifest` (exactly one is required)"
@@ -266,6 +282,8 @@ fn walk(
                 path,
                 label,
                 size,
+                offset: 0,
+                file_size: size,
                 mtime,
             }),
             Kind::Dir(meta) => {
@@ -302,6 +320,8 @@ impl Catalog {
                     path: path.clone(),
                     label: -1,
                     size: *size,
+                    offset: 0,
+                    file_size: *size,
                     mtime: *mtime,
                 });
             }
@@ -390,13 +410,15 @@ impl Catalog {
                 path,
                 label,
                 size: meta.len(),
+                offset: 0,
+                file_size: meta.len(),
                 mtime: mtime_of(&meta),
             });
         }
         Self::finish(entries, Vec::new(), manifest)
     }
 
-    fn finish(
+    pub(crate) fn finish(
         entries: Vec<CatalogEntry>,
         class_names: Vec<OsString>,
         origin: &Path,
@@ -432,8 +454,17 @@ impl Catalog {
                 ),
             )
         })?;
-        let bytes = fs::read(&entry.path)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", entry.path.display())))?;
+        let named =
+            |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", entry.path.display()));
+        let bytes = if entry.offset == 0 && entry.file_size == entry.size {
+            fs::read(&entry.path).map_err(named)?
+        } else {
+            use std::os::unix::fs::FileExt;
+            let f = fs::File::open(&entry.path).map_err(named)?;
+            let mut buf = vec![0; usize::try_from(entry.size).map_err(io::Error::other)?];
+            f.read_exact_at(&mut buf, entry.offset).map_err(named)?;
+            buf
+        };
         if bytes.len() as u64 != entry.size {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,

@@ -8,7 +8,7 @@ pub mod reader;
 pub use catalog::{Catalog, CatalogEntry, CatalogError};
 
 use super::{Completion, Landing, SampleMeta, SampleSource, SourceFull};
-use crate::config::{DatasetConfig, DatasetLocation};
+use crate::config::{DatasetConfig, DatasetLocation, ShardFormat};
 use granary_shm::arena::ArenaSlice;
 use reader::{FileStat, ReadRequest, UringReader};
 use std::ffi::CString;
@@ -30,6 +30,23 @@ pub fn open_catalog(dataset: &DatasetConfig) -> Result<Catalog, CatalogError> {
             ),
         });
     };
+    if let Some((format, label_field)) = dataset.shards() {
+        if format != ShardFormat::Files {
+            let Some(DatasetLocation::Root(root)) = fs.location() else {
+                return Err(CatalogError::NoLocation {
+                    dataset: fs.name.clone(),
+                });
+            };
+            let (catalog, stats) = crate::source::shards::fs::index(root, label_field)?;
+            tracing::info!(
+                dataset = %fs.name,
+                "webdataset index of {}: {} samples from {stats}",
+                root.display(),
+                catalog.len()
+            );
+            return Ok(catalog);
+        }
+    }
     match fs.location() {
         Some(DatasetLocation::Root(root)) => Catalog::from_dir(root),
         Some(DatasetLocation::Manifest(manifest)) => Catalog::from_manifest(manifest),
@@ -110,10 +127,18 @@ impl SampleSource for FsSource {
     }
 
     fn describe(&self, index: u64) -> String {
-        self.catalog.entries()[index as usize]
-            .path
-            .display()
-            .to_string()
+        let e = &self.catalog.entries()[index as usize];
+        if e.offset == 0 && e.file_size == e.size {
+            e.path.display().to_string()
+        } else {
+            // A sample inside a shard.
+            format!(
+                "{} bytes {}..{}",
+                e.path.display(),
+                e.offset,
+                e.offset + e.size
+            )
+        }
     }
 
     fn capacity(&self) -> u32 {
@@ -169,11 +194,11 @@ impl SampleSource for FsSource {
         let req = ReadRequest {
             tag,
             path,
-            offset: 0,
+            offset: e.offset,
             len,
             dest,
             expect: Some(FileStat {
-                size: e.size,
+                size: e.file_size,
                 mtime: e.mtime,
             }),
             direct: self.direct,

@@ -328,7 +328,7 @@ impl S3Catalog {
         Self::finish(bucket, entries, Vec::new(), name)
     }
 
-    fn finish(
+    pub(crate) fn finish(
         bucket: &Bucket,
         entries: Vec<S3Entry>,
         class_names: Vec<String>,

@@ -1,0 +1,262 @@
+//! `format = "webdataset"` end to end: the synthetic dataset as files and
+//! as tar shards (written by `granary ingest --format webdataset`, on the
+//! filesystem and uploaded to SeaweedFS) gives the same epoch through a
+//! loader session: the same ids, labels and order, each sample's `bin`
+//! field byte for byte the file, its `cls` field the label. A corrupt
+//! shard is refused with a message naming it and the offset.
+
+mod common;
+mod common_s3;
+
+use common::{watchdog, TestAgent};
+use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
+use common_s3::{synth, Seaweed, BUCKET};
+use granary::{Client, ErrorCode, SessionOptions};
+use granary_agent::config::Config;
+use granary_tools::ingest::{self, shards::write_webdataset, IngestOptions};
+use std::path::Path;
+use std::time::Duration;
+
+const FILES: u64 = 400;
+
+fn config(sock: &Path, datasets: &str) -> Config {
+    let toml = format!(
+        r#"
+[arena]
+size = "64MiB"
+hugepages = "off"
+populate = false
+[socket]
+path = "{sock}"
+mode = "0660"
+[prefetch]
+max_inflight_reads = 64
+[metrics]
+address = ""
+{datasets}
+"#,
+        sock = sock.display()
+    );
+    Config::from_toml_str(&toml).unwrap_or_else(|e| panic!("test config: {e}\n{toml}"))
+}
+
+/// One epoch of `dataset`: (id, label, bytes) per sample, in delivery order.
+fn epoch(sock: &Path, dataset: &str) -> Vec<(u64, i32, Vec<u8>)> {
+    let client = Client::connect(sock).expect("connect");
+    let mut o = SessionOptions::new(dataset);
+    o.seed = 5;
+    o.batch_size = 32;
+    o.epoch_count = 1;
+    let mut s = client.open_session(&o).expect("open");
+    let mut out = Vec::new();
+    loop {
+        let b = match s.next_batch(Some(Duration::from_secs(60))) {
+            Ok(b) => b,
+            Err(e) if e.code() == ErrorCode::EndOfStream => break,
+            Err(e) => panic!("{dataset}: next_batch: {e}"),
+        };
+        assert_eq!(b.status(), 0, "{dataset}: batch status");
+        for smp in b.samples() {
+            assert!(smp.checksum_matches());
+            out.push((smp.id(), smp.label(), smp.to_vec()));
+        }
+        let end = b.is_end_of_epoch();
+        s.release(b).expect("release");
+        if end {
+            break;
+        }
+    }
+    out
+}
+
+/// Checks a webdataset epoch against the files epoch.
+fn same_epoch(files: &[(u64, i32, Vec<u8>)], wds: &[(u64, i32, Vec<u8>)], what: &str) {
+    assert_eq!(files.len(), FILES as usize, "files epoch");
+    assert_eq!(wds.len(), files.len(), "{what}: samples");
+    for (f, w) in files.iter().zip(wds) {
+        assert_eq!((f.0, f.1), (w.0, w.1), "{what}: id and label in order");
+        let fields: Vec<_> = granary::fields::fields(&w.2)
+            .map(|x| x.unwrap_or_else(|e| panic!("{what}: sample {}: {e}", w.0)))
+            .collect();
+        assert_eq!(fields.len(), 2, "{what}: sample {}: bin and cls", w.0);
+        assert_eq!(fields[0].name, b"bin");
+        assert!(
+            fields[0].data == f.2.as_slice(),
+            "{what}: sample {} bytes",
+            w.0
+        );
+        assert_eq!(fields[1].name, b"cls");
+        assert_eq!(fields[1].data, f.1.to_string().as_bytes());
+    }
+}
+
+#[test]
+fn files_and_webdataset_shards_on_fs_and_s3_give_the_same_epoch() {
+    let _w = watchdog("files_and_webdataset_shards_on_fs_and_s3", 240);
+    let weed = Seaweed::start();
+    let dir = tempfile::tempdir().unwrap();
+    let spec = synth(dir.path(), FILES, 5, 6_000);
+    let shards = dir.path().join("wds");
+    let w = write_webdataset(&spec.root, &shards, 256 * 1024).unwrap();
+    assert_eq!(w.samples, FILES);
+    assert!(w.shards.len() >= 5, "{} shards", w.shards.len());
+    let report = ingest::ingest(
+        &IngestOptions::new(&shards, weed.settings(), "wds"),
+        |_, _, _, _| {},
+    )
+    .unwrap();
+    assert_eq!(report.files, w.shards.len() as u64);
+    let sock = dir.path().join("granary.sock");
+    let tables = format!(
+        r#"
+[[dataset]]
+name = "files"
+root = "{root}"
+[[dataset]]
+name = "wds-fs"
+root = "{shards}"
+format = "webdataset"
+[[dataset]]
+name = "wds-s3"
+kind = "s3"
+endpoint = "{endpoint}"
+allow_http = true
+region = "{REGION}"
+bucket = "{BUCKET}"
+prefix = "wds"
+access_key_id = "{ACCESS_KEY}"
+secret_access_key = "{SECRET_KEY}"
+format = "webdataset"
+label_field = "cls"
+"#,
+        root = spec.root.display(),
+        shards = shards.display(),
+        endpoint = weed.endpoint(),
+    );
+    let cfg = config(&sock, &tables);
+    let agent =
+        TestAgent::start_custom(dir, spec.root.clone(), sock, spec.clone(), cfg, Vec::new());
+    let files = epoch(&agent.sock, "files");
+    same_epoch(&files, &epoch(&agent.sock, "wds-fs"), "fs");
+    same_epoch(&files, &epoch(&agent.sock, "wds-s3"), "s3");
+}
+
+#[test]
+fn a_corrupt_shard_is_refused_naming_it_and_the_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = synth(dir.path(), 40, 2, 3_000);
+    let shards = dir.path().join("wds");
+    write_webdataset(&spec.root, &shards, 64 * 1024).unwrap();
+    let cfg_of = || {
+        let sock = dir.path().join("g.sock");
+        config(
+            &sock,
+            &format!(
+                "[[dataset]]\nname = \"w\"\nroot = \"{}\"\nformat = \"webdataset\"\n",
+                shards.display()
+            ),
+        )
+    };
+    let cat = granary_agent::source::open_catalog(&cfg_of().datasets[0]).unwrap();
+    assert_eq!(cat.len(), 40);
+    // A header damaged in the second shard: its checksum fails.
+    let victim = shards.join("shard-000001.tar");
+    let original = std::fs::read(&victim).unwrap();
+    let mut bytes = original.clone();
+    let second = cat
+        .entries()
+        .iter()
+        .filter(|e| e.path == victim)
+        .nth(1)
+        .unwrap()
+        .offset;
+    bytes[second as usize + 3] ^= 0x55;
+    std::fs::write(&victim, &bytes).unwrap();
+    let e = granary_agent::source::open_catalog(&cfg_of().datasets[0])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("shard-000001.tar")
+            && e.contains(&format!("offset {second}"))
+            && e.contains("checksum"),
+        "{e}"
+    );
+    // Truncated inside a member.
+    std::fs::write(&victim, &original[..second as usize + 700]).unwrap();
+    let e = granary_agent::source::open_catalog(&cfg_of().datasets[0])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("shard-000001.tar") && e.contains("truncated"),
+        "{e}"
+    );
+}
+
+/// The index build of a large tar set, for docs/benchmarks.md: shards of
+/// 64 MiB holding `GRANARY_WDS_SAMPLES` samples (default 200,000) of a
+/// ~110 KB `bin` member (sizes 60–160 KB) and a `cls` member, written
+/// sparse (the `bin` data are holes: only headers and labels take disk
+/// space), then indexed; prints the time and the bytes read.
+/// `cargo nextest run --release -p granary-agent --test webdataset --run-ignored only --no-capture`
+#[test]
+#[ignore = "benchmark"]
+fn index_build_of_a_large_tar_set() {
+    use granary_shm::tar::{ustar_header, BLOCK};
+    use std::io::{Seek, SeekFrom, Write};
+    let n: u64 = std::env::var("GRANARY_WDS_SAMPLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200_000);
+    let dir =
+        tempfile::tempdir_in(std::env::var("GRANARY_WDS_DIR").unwrap_or("/tmp".into())).unwrap();
+    let shard_size = 64u64 << 20;
+    let t0 = std::time::Instant::now();
+    let (mut shard, mut used, mut shards, mut total) = (None::<std::fs::File>, 0u64, 0, 0u64);
+    for i in 0..n {
+        let size = 60_000 + (i * 7_919) % 100_000;
+        let span = 3 * BLOCK as u64 + size.next_multiple_of(BLOCK as u64);
+        if shard.is_none() || used + span > shard_size {
+            if let Some(mut f) = shard.take() {
+                f.write_all(&[0u8; 2 * BLOCK]).unwrap();
+                total += used + 2 * BLOCK as u64;
+            }
+            shard =
+                Some(std::fs::File::create(dir.path().join(format!("s-{shards:05}.tar"))).unwrap());
+            shards += 1;
+            used = 0;
+        }
+        let f = shard.as_mut().unwrap();
+        let key = format!("c{:03}/img_{i:08}", i % 1000);
+        f.write_all(&ustar_header(format!("{key}.bin").as_bytes(), size, 0).unwrap())
+            .unwrap();
+        f.seek(SeekFrom::Current(size.next_multiple_of(BLOCK as u64) as i64))
+            .unwrap();
+        let label = format!("{}", i % 1000);
+        f.write_all(&ustar_header(format!("{key}.cls").as_bytes(), label.len() as u64, 0).unwrap())
+            .unwrap();
+        let mut block = [0u8; BLOCK];
+        block[..label.len()].copy_from_slice(label.as_bytes());
+        f.write_all(&block).unwrap();
+        used += span;
+    }
+    if let Some(mut f) = shard.take() {
+        f.write_all(&[0u8; 2 * BLOCK]).unwrap();
+        total += used + 2 * BLOCK as u64;
+    }
+    let written = t0.elapsed();
+    let t1 = std::time::Instant::now();
+    let (cat, stats) = granary_agent::source::shards::fs::index(dir.path(), "cls").unwrap();
+    let took = t1.elapsed();
+    assert_eq!(cat.len() as u64, n);
+    assert_eq!(stats.shard_bytes, total);
+    assert_eq!(cat.entries()[7].label, 7);
+    let pct = 100.0 * stats.bytes_read as f64 / total as f64;
+    println!(
+        "index build: {n} samples in {shards} shards ({:.1} GB): {:.2} s ({:.0} samples/s); {stats}; shards written (sparse) in {:.1} s",
+        total as f64 / 1e9,
+        took.as_secs_f64(),
+        n as f64 / took.as_secs_f64(),
+        written.as_secs_f64()
+    );
+    assert!(pct <= 2.0, "read {pct:.2} %");
+}
