@@ -36,7 +36,10 @@ cargo build --release --workspace --all-targets >/dev/null
 lap "cargo build (libgranary, granaryd)" "$t"
 
 t=$SECONDS
-"$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps ./client-c/python
+# GRANARY_NO_CARGO: bundle the library the workspace build just made; the
+# package's own `cargo build -p granary-client` would make the next
+# workspace build (the wheel's) compile crates again.
+GRANARY_NO_CARGO=1 "$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps ./client-c/python
 lap "pip install ./client-c/python" "$t"
 
 t=$SECONDS
