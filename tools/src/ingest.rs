@@ -22,6 +22,8 @@
 //! back) is the `Target` each ingest implements.
 
 pub mod cql;
+pub mod mds;
+pub mod parquet;
 pub mod retry;
 pub mod s3;
 pub mod shards;

@@ -85,10 +85,48 @@ pub enum ShardFormat {
     Files,
     /// `"webdataset"`: tar shards; the members of one key are one sample.
     Webdataset,
+    /// `"mds"`: Mosaic streaming shards (`index.json`); one column of a
+    /// record is the sample.
+    Mds,
+    /// `"parquet"`: Parquet files; one binary column of a row is the sample.
+    Parquet,
+}
+
+impl ShardFormat {
+    /// The name in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            ShardFormat::Files => "files",
+            ShardFormat::Webdataset => "webdataset",
+            ShardFormat::Mds => "mds",
+            ShardFormat::Parquet => "parquet",
+        }
+    }
+
+    /// Whether the format's samples are columns (`sample_field` applies).
+    pub fn has_columns(self) -> bool {
+        matches!(self, ShardFormat::Mds | ShardFormat::Parquet)
+    }
 }
 
 /// Default `dataset[i].label_field` of a `webdataset` dataset.
 pub(crate) const DEFAULT_LABEL_FIELD: &str = "cls";
+/// Default `dataset[i].label_field` of an `mds` or `parquet` dataset.
+pub(crate) const DEFAULT_LABEL_COLUMN: &str = "label";
+/// Default `dataset[i].sample_field` of an `mds` or `parquet` dataset.
+pub(crate) const DEFAULT_SAMPLE_COLUMN: &str = "sample";
+
+/// A dataset's shard settings, defaulted ([`DatasetConfig::shards`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardSettings<'a> {
+    /// `format`.
+    pub format: ShardFormat,
+    /// `label_field`: the label member's extension (`webdataset`) or the
+    /// label column (`mds`, `parquet`).
+    pub label_field: &'a str,
+    /// `sample_field`: the sample column (`mds`, `parquet`).
+    pub sample_field: &'a str,
+}
 
 /// A `kind = "fs"` dataset.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -125,14 +163,21 @@ pub struct FsConfig {
     #[serde(default)]
     pub direct_io: bool,
     /// `dataset[i].format`: how samples lie in the store: `"files"` (the
-    /// default: one file or object per sample) or `"webdataset"` (tar
-    /// shards, one sample per key). See docs/formats.md.
+    /// default: one file or object per sample), `"webdataset"` (tar
+    /// shards, one sample per key), `"mds"` (Mosaic MDS shards) or
+    /// `"parquet"` (Parquet files). See docs/formats.md.
     #[serde(default)]
     pub format: ShardFormat,
     /// `dataset[i].label_field`: the member extension whose data is the
-    /// label of a `webdataset` sample (ASCII decimal). Default `"cls"`.
+    /// label of a `webdataset` sample (ASCII decimal; default `"cls"`), or
+    /// the integer column of an `mds` / `parquet` sample's label (default
+    /// `"label"`).
     #[serde(default)]
     pub label_field: Option<String>,
+    /// `dataset[i].sample_field`: the column whose value is the sample
+    /// (`mds`, `parquet`). Default `"sample"`.
+    #[serde(default)]
+    pub sample_field: Option<String>,
 }
 
 /// A `kind = "s3"` dataset.
@@ -200,14 +245,21 @@ pub struct S3Config {
     #[serde(default)]
     pub max_inflight: Option<u32>,
     /// `dataset[i].format`: how samples lie in the store: `"files"` (the
-    /// default: one file or object per sample) or `"webdataset"` (tar
-    /// shards, one sample per key). See docs/formats.md.
+    /// default: one file or object per sample), `"webdataset"` (tar
+    /// shards, one sample per key), `"mds"` (Mosaic MDS shards) or
+    /// `"parquet"` (Parquet files). See docs/formats.md.
     #[serde(default)]
     pub format: ShardFormat,
     /// `dataset[i].label_field`: the member extension whose data is the
-    /// label of a `webdataset` sample (ASCII decimal). Default `"cls"`.
+    /// label of a `webdataset` sample (ASCII decimal; default `"cls"`), or
+    /// the integer column of an `mds` / `parquet` sample's label (default
+    /// `"label"`).
     #[serde(default)]
     pub label_field: Option<String>,
+    /// `dataset[i].sample_field`: the column whose value is the sample
+    /// (`mds`, `parquet`). Default `"sample"`.
+    #[serde(default)]
+    pub sample_field: Option<String>,
 }
 
 /// A `kind = "cql"` dataset.
@@ -376,15 +428,24 @@ impl FsConfig {
 }
 
 impl DatasetConfig {
-    /// `dataset[i].format` and `label_field` (defaulted): `None` for
-    /// kinds without shards (`cql`).
-    pub(crate) fn shards(&self) -> Option<(ShardFormat, &str)> {
-        let (format, label) = match self {
-            DatasetConfig::Fs(d) => (d.format, &d.label_field),
-            DatasetConfig::S3(d) => (d.format, &d.label_field),
+    /// `dataset[i].format`, `label_field` and `sample_field` (defaulted):
+    /// `None` for kinds without shards (`cql`, `gcs`, `azure`).
+    pub(crate) fn shards(&self) -> Option<ShardSettings<'_>> {
+        let (format, label, sample) = match self {
+            DatasetConfig::Fs(d) => (d.format, &d.label_field, &d.sample_field),
+            DatasetConfig::S3(d) => (d.format, &d.label_field, &d.sample_field),
             DatasetConfig::Cql(_) | DatasetConfig::Gcs(_) | DatasetConfig::Azure(_) => return None,
         };
-        Some((format, label.as_deref().unwrap_or(DEFAULT_LABEL_FIELD)))
+        let default_label = if format.has_columns() {
+            DEFAULT_LABEL_COLUMN
+        } else {
+            DEFAULT_LABEL_FIELD
+        };
+        Some(ShardSettings {
+            format,
+            label_field: label.as_deref().unwrap_or(default_label),
+            sample_field: sample.as_deref().unwrap_or(DEFAULT_SAMPLE_COLUMN),
+        })
     }
 }
 

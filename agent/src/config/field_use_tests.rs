@@ -49,6 +49,8 @@ const VIA: &[(&str, &str, &[&str])] = &[
     ("dataset.fs.label_field", "shards", &["shards"]),
     ("dataset.s3.format", "shards", &["shards"]),
     ("dataset.s3.label_field", "shards", &["shards"]),
+    ("dataset.fs.sample_field", "shards", &["shards"]),
+    ("dataset.s3.sample_field", "shards", &["shards"]),
     ("dataset.fs.manifest", "location", &["location"]),
     ("socket.allowed_uids", "allows", &["allows"]),
     ("socket.allowed_gids", "allows", &["allows"]),

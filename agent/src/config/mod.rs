@@ -61,7 +61,8 @@ pub use cloud::{AzureConfig, GcsConfig};
 pub(crate) use dataset::DatasetLocation;
 pub use dataset::{is_cql_name, parse_cql_host};
 pub use dataset::{
-    CqlConfig, DatasetConfig, DeliveryOrder, FsConfig, S3Config, Secret, ShardFormat, SourceKind,
+    CqlConfig, DatasetConfig, DeliveryOrder, FsConfig, S3Config, Secret, ShardFormat,
+    ShardSettings, SourceKind,
 };
 pub use error::{ConfigError, Problem};
 pub use metrics::MetricsConfig;

@@ -55,6 +55,7 @@ fn default_toml_parses_validates_and_matches_defaults() {
             direct_io: false,
             format: ShardFormat::Files,
             label_field: None,
+            sample_field: None,
         })]
     );
 }

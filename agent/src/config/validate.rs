@@ -616,7 +616,14 @@ impl Config {
             match ds {
                 DatasetConfig::Fs(fs) => {
                     validate_fs(fs, &field, p);
-                    validate_format(fs.format, &fs.label_field, fs.manifest.is_some(), &field, p);
+                    validate_format(
+                        fs.format,
+                        &fs.label_field,
+                        &fs.sample_field,
+                        fs.manifest.is_some(),
+                        &field,
+                        p,
+                    );
                     if fs.direct_io && fs.format != ShardFormat::Files {
                         p.bad(
                             &field("direct_io"),
@@ -627,7 +634,14 @@ impl Config {
                 }
                 DatasetConfig::S3(s3) => {
                     validate_s3(s3, &field, p);
-                    validate_format(s3.format, &s3.label_field, s3.manifest.is_some(), &field, p);
+                    validate_format(
+                        s3.format,
+                        &s3.label_field,
+                        &s3.sample_field,
+                        s3.manifest.is_some(),
+                        &field,
+                        p,
+                    );
                     self.validate_remote(
                         s3.request_timeout_ms,
                         s3.retries,
@@ -707,10 +721,12 @@ impl Config {
     }
 }
 
-/// The rules of `format` and `label_field` (fs and s3 datasets).
+/// The rules of `format`, `label_field` and `sample_field` (fs and s3
+/// datasets).
 fn validate_format(
     format: ShardFormat,
     label_field: &Option<String>,
+    sample_field: &Option<String>,
     manifest: bool,
     field: &dyn Fn(&str) -> String,
     p: &mut Problems,
@@ -723,13 +739,29 @@ fn validate_format(
     }
     if let Some(l) = label_field {
         if format == ShardFormat::Files {
-            p.bad(&field("label_field"), "is for format = \"webdataset\"");
+            p.bad(
+                &field("label_field"),
+                "is for format = \"webdataset\", \"mds\" or \"parquet\"",
+            );
         } else if l.is_empty() || l.contains('/') || l.chars().any(char::is_control) {
             p.bad(
                 &field("label_field"),
                 format!(
-                    "{l:?} is not a member extension (non-empty, no '/' or control characters)"
+                    "{l:?} is not a member extension or column name (non-empty, no '/' or control characters)"
                 ),
+            );
+        }
+    }
+    if let Some(s) = sample_field {
+        if !format.has_columns() {
+            p.bad(
+                &field("sample_field"),
+                "is for format = \"mds\" or \"parquet\"",
+            );
+        } else if s.is_empty() || s.contains('/') || s.chars().any(char::is_control) {
+            p.bad(
+                &field("sample_field"),
+                format!("{s:?} is not a column name (non-empty, no '/' or control characters)"),
             );
         }
     }

@@ -267,7 +267,8 @@ pub enum S3Error {
         /// The listed prefix or the manifest.
         location: String,
     },
-    /// A shard could not be indexed (`format = "webdataset"`).
+    /// A shard could not be indexed (`format = "webdataset"`, `"mds"`,
+    /// `"parquet"`).
     Shard(crate::source::shards::WalkError),
     /// A local file could not be read.
     Io {
@@ -437,13 +438,17 @@ pub enum S3Layout {
     ManifestObject(String),
     /// A manifest file on the local filesystem.
     ManifestFile(std::path::PathBuf),
-    /// The tar shards below a prefix (`format = "webdataset"`), with the
-    /// extension of the label members.
-    WebDataset {
+    /// The shards below a prefix (`format = "webdataset"`, `"mds"`,
+    /// `"parquet"`).
+    Shards {
         /// The prefix.
         prefix: String,
-        /// The label members' extension.
-        label_ext: String,
+        /// Their format.
+        format: ShardFormat,
+        /// The label members' extension or the label column.
+        label_field: String,
+        /// The sample column (`mds`, `parquet`).
+        sample_field: String,
     },
 }
 
@@ -467,15 +472,20 @@ impl S3Layout {
         };
         match (prefix, manifest) {
             (Some(p), None) => match shards {
-                Some((ShardFormat::Webdataset, label)) => Ok(S3Layout::WebDataset {
-                    prefix: p.clone(),
-                    label_ext: label.to_owned(),
-                }),
+                Some(s) if s.format != ShardFormat::Files && format != ShardFormat::Files => {
+                    Ok(S3Layout::Shards {
+                        prefix: p.clone(),
+                        format: s.format,
+                        label_field: s.label_field.to_owned(),
+                        sample_field: s.sample_field.to_owned(),
+                    })
+                }
                 _ => Ok(S3Layout::Prefix(p.clone())),
             },
             (None, Some(_)) if format != ShardFormat::Files => Err(S3Error::Settings(format!(
-                "dataset {:?}: format = \"webdataset\" needs `prefix`, not `manifest`",
-                config.name()
+                "dataset {:?}: format = {:?} needs `prefix`, not `manifest`",
+                config.name(),
+                format.name()
             ))),
             (None, Some(m)) => Ok(match m.strip_prefix("file://") {
                 Some(path) => S3Layout::ManifestFile(path.into()),
@@ -594,11 +604,24 @@ impl S3Source {
                     S3Catalog::from_manifest_object(store, bucket, k).await
                 }
                 S3Layout::ManifestFile(f) => S3Catalog::from_manifest_file(store, bucket, f).await,
-                S3Layout::WebDataset { prefix, label_ext } => {
-                    let (catalog, stats) =
-                        crate::source::shards::s3::index(store, bucket, prefix, label_ext).await?;
+                S3Layout::Shards {
+                    prefix,
+                    format,
+                    label_field,
+                    sample_field,
+                } => {
+                    let (catalog, stats) = crate::source::shards::s3::index_dataset(
+                        store,
+                        bucket,
+                        prefix,
+                        *format,
+                        sample_field,
+                        label_field,
+                    )
+                    .await?;
                     tracing::info!(
-                        "webdataset index of s3://{bucket}/{prefix}: {} samples from {stats}",
+                        "{} index of s3://{bucket}/{prefix}: {} samples from {stats}",
+                        format.name(),
                         catalog.len()
                     );
                     Ok(catalog)

@@ -149,7 +149,8 @@ pub enum CatalogError {
         /// The dataset root.
         path: PathBuf,
     },
-    /// A shard could not be indexed (`format = "webdataset"`).
+    /// A shard could not be indexed (`format = "webdataset"`, `"mds"`,
+    /// `"parquet"`).
     Shard(crate::source::shards::WalkError),
     /// A dataset configuration names neither a root nor a manifest.
     NoLocation {

@@ -30,17 +30,18 @@ pub fn open_catalog(dataset: &DatasetConfig) -> Result<Catalog, CatalogError> {
             ),
         });
     };
-    if let Some((format, label_field)) = dataset.shards() {
-        if format != ShardFormat::Files {
+    if let Some(shards) = dataset.shards() {
+        if shards.format != ShardFormat::Files {
             let Some(DatasetLocation::Root(root)) = fs.location() else {
                 return Err(CatalogError::NoLocation {
                     dataset: fs.name.clone(),
                 });
             };
-            let (catalog, stats) = crate::source::shards::fs::index(root, label_field)?;
+            let (catalog, stats) = crate::source::shards::fs::index_dataset(root, &shards)?;
             tracing::info!(
                 dataset = %fs.name,
-                "webdataset index of {}: {} samples from {stats}",
+                "{} index of {}: {} samples from {stats}",
+                shards.format.name(),
                 root.display(),
                 catalog.len()
             );

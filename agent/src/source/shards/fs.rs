@@ -1,55 +1,186 @@
-//! The index of a filesystem dataset's tar shards, read with `pread`.
+//! The index of a filesystem dataset's shards, read with `pread`.
 
-use super::{is_shard, IndexStats, TarWalker};
+use super::mds::{self, MdsWalker};
+use super::parquet::ParquetWalker;
+use super::{is_parquet, is_shard, IndexStats, ShardSample, ShardWalk, TarWalker, WalkError};
+use crate::config::{ShardFormat, ShardSettings};
 use crate::source::fs::{Catalog, CatalogEntry, CatalogError};
 use std::fs::File;
-use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+/// The index of the shards below `root` in `settings`' format (not
+/// `files`).
+pub fn index_dataset(
+    root: &Path,
+    settings: &ShardSettings<'_>,
+) -> Result<(Catalog, IndexStats), CatalogError> {
+    match settings.format {
+        ShardFormat::Mds => index_mds(root, settings.sample_field, settings.label_field),
+        ShardFormat::Parquet => index_parquet(root, settings.sample_field, settings.label_field),
+        ShardFormat::Webdataset | ShardFormat::Files => index(root, settings.label_field),
+    }
+}
+
+/// A file's size and modification time.
+fn stat(path: &Path) -> Result<(File, u64, (i64, u32)), CatalogError> {
+    let io = |action| {
+        let path = path.to_path_buf();
+        move |source| CatalogError::Io {
+            path,
+            action,
+            source,
+        }
+    };
+    let file = File::open(path).map_err(io("open shard"))?;
+    let meta = file.metadata().map_err(io("stat shard"))?;
+    let mtime = (meta.mtime(), u32::try_from(meta.mtime_nsec()).unwrap_or(0));
+    Ok((file, meta.len(), mtime))
+}
+
+/// Drives `walk` over `file` (at `path`) to its end.
+fn drive(
+    path: &Path,
+    file: &File,
+    walk: &mut impl ShardWalk,
+    stats: &mut IndexStats,
+    buf: &mut Vec<u8>,
+) -> Result<(), CatalogError> {
+    while let Some((at, len)) = walk.next_read() {
+        buf.resize(len as usize, 0);
+        file.read_exact_at(buf, at)
+            .map_err(|source| CatalogError::Io {
+                path: path.to_path_buf(),
+                action: "read shard",
+                source,
+            })?;
+        stats.reads += 1;
+        stats.bytes_read += len;
+        walk.feed(at, buf).map_err(CatalogError::Shard)?;
+    }
+    Ok(())
+}
+
+/// Appends a shard's samples to `entries`.
+fn push(
+    entries: &mut Vec<CatalogEntry>,
+    path: &Path,
+    size: u64,
+    mtime: (i64, u32),
+    samples: Vec<ShardSample>,
+) {
+    for s in samples {
+        entries.push(CatalogEntry {
+            sample_id: entries.len() as u64,
+            path: path.to_path_buf(),
+            label: s.label,
+            size: s.len,
+            offset: s.offset,
+            file_size: size,
+            mtime,
+        });
+    }
+}
+
+/// The files below `root` whose names pass `keep`, in the order the
+/// `files` format lists a tree.
+fn shard_files(root: &Path, keep: fn(&str) -> bool) -> Result<Vec<PathBuf>, CatalogError> {
+    let files = Catalog::from_dir(root)?;
+    Ok(files
+        .entries()
+        .iter()
+        .filter(|f| keep(f.path.file_name().and_then(|n| n.to_str()).unwrap_or("")))
+        .map(|f| f.path.clone())
+        .collect())
+}
 
 /// Indexes the `.tar` files below `root` (in the order the `files` format
 /// lists the files of a tree: files directly in `root` first, then each
 /// folder's in byte order), each sample labelled by its `label_ext`
 /// member. Shards are walked one after the other.
 pub fn index(root: &Path, label_ext: &str) -> Result<(Catalog, IndexStats), CatalogError> {
-    let files = Catalog::from_dir(root)?;
     let mut entries = Vec::new();
     let mut stats = IndexStats::default();
     let mut buf = Vec::new();
-    for f in files.entries() {
-        let name = f.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if !is_shard(name) {
-            continue;
-        }
-        let io = |action| {
-            let path = f.path.clone();
-            move |source| CatalogError::Io {
-                path,
-                action,
-                source,
-            }
-        };
-        let file = File::open(&f.path).map_err(io("open shard"))?;
-        let mut walk = TarWalker::new(f.path.display().to_string(), f.size, label_ext);
-        while let Some((at, len)) = walk.next_read() {
-            buf.resize(len as usize, 0);
-            file.read_exact_at(&mut buf, at).map_err(io("read shard"))?;
-            stats.reads += 1;
-            stats.bytes_read += len;
-            walk.feed(at, &buf).map_err(CatalogError::Shard)?;
-        }
+    for path in shard_files(root, is_shard)? {
+        let (file, size, mtime) = stat(&path)?;
+        let mut walk = TarWalker::new(path.display().to_string(), size, label_ext);
+        drive(&path, &file, &mut walk, &mut stats, &mut buf)?;
         stats.shards += 1;
-        stats.shard_bytes += f.size;
-        for s in walk.into_samples() {
-            entries.push(CatalogEntry {
-                sample_id: entries.len() as u64,
-                path: f.path.clone(),
-                label: s.label,
-                size: s.len,
-                offset: s.offset,
-                file_size: f.size,
-                mtime: f.mtime,
-            });
-        }
+        stats.shard_bytes += size;
+        push(&mut entries, &path, size, mtime, walk.into_samples());
+    }
+    let catalog = Catalog::finish(entries, Vec::new(), root)?;
+    Ok((catalog, stats))
+}
+
+/// Indexes the MDS dataset in `root`: the shards its `index.json` lists,
+/// in that order; each sample the `sample_field` column of a record, its
+/// label the `label_field` column.
+pub fn index_mds(
+    root: &Path,
+    sample_field: &str,
+    label_field: &str,
+) -> Result<(Catalog, IndexStats), CatalogError> {
+    let index_path = root.join(super::MDS_INDEX);
+    let text = std::fs::read(&index_path).map_err(|source| CatalogError::Io {
+        path: index_path.clone(),
+        action: "read the MDS index",
+        source,
+    })?;
+    let mut stats = IndexStats {
+        reads: 1,
+        bytes_read: text.len() as u64,
+        ..IndexStats::default()
+    };
+    let shards = mds::parse_index(
+        &text,
+        &index_path.display().to_string(),
+        sample_field,
+        label_field,
+    )
+    .map_err(CatalogError::Shard)?;
+    let mut entries = Vec::new();
+    let mut buf = Vec::new();
+    for s in &shards {
+        let path = root.join(&s.basename);
+        let (file, size, mtime) = stat(&path)?;
+        let mut walk =
+            MdsWalker::new(path.display().to_string(), size, s).map_err(CatalogError::Shard)?;
+        drive(&path, &file, &mut walk, &mut stats, &mut buf)?;
+        stats.shards += 1;
+        stats.shard_bytes += size;
+        push(&mut entries, &path, size, mtime, walk.into_samples());
+    }
+    let catalog = Catalog::finish(entries, Vec::new(), root)?;
+    Ok((catalog, stats))
+}
+
+/// Indexes the `.parquet` files below `root` (in the order of the `files`
+/// format): each row's `sample_field` value a sample, its `label_field`
+/// value the label.
+pub fn index_parquet(
+    root: &Path,
+    sample_field: &str,
+    label_field: &str,
+) -> Result<(Catalog, IndexStats), CatalogError> {
+    let mut entries = Vec::new();
+    let mut stats = IndexStats::default();
+    let mut buf = Vec::new();
+    for path in shard_files(root, is_parquet)? {
+        let (file, size, mtime) = stat(&path)?;
+        let mut walk =
+            ParquetWalker::new(path.display().to_string(), size, sample_field, label_field);
+        drive(&path, &file, &mut walk, &mut stats, &mut buf)?;
+        stats.shards += 1;
+        stats.shard_bytes += size;
+        push(&mut entries, &path, size, mtime, walk.into_samples());
+    }
+    if entries.is_empty() && stats.shards == 0 {
+        return Err(CatalogError::Shard(WalkError::whole(
+            root.display().to_string(),
+            "no .parquet file below it",
+        )));
     }
     let catalog = Catalog::finish(entries, Vec::new(), root)?;
     Ok((catalog, stats))

@@ -1,22 +1,60 @@
-//! Datasets stored as shards (`format = "webdataset"`): the index of the
-//! samples inside a dataset's tar files, built from their headers with
-//! ranged reads, without reading the members' data.
+//! Datasets stored as shards (`format = "webdataset"`, `"mds"`,
+//! `"parquet"`): the index of the samples inside a dataset's shards, built
+//! from their headers with ranged reads, without reading the samples' data.
 //!
-//! [`TarWalker`] is the sans-IO part: it says which bytes of a shard it
-//! needs next ([`TarWalker::next_read`]) and is fed them
-//! ([`TarWalker::feed`]); [`fs`] drives it with `pread` over files and
-//! [`s3`] with ranged GETs, several shards at once. Each sample is the
-//! byte range from its first member's header to the end of its last
-//! member's data (padded to 512 bytes): a tar fragment the loader splits
-//! into named fields (`granary_shm::tar::fields`). See `docs/formats.md`.
+//! Each format has a sans-IO walk ([`ShardWalk`]): it says which bytes of
+//! a shard it needs next and is fed them. [`TarWalker`] walks tar headers
+//! (a sample is the byte range from its first member's header to the end
+//! of its last member's data: a tar fragment the loader splits into named
+//! fields, `granary_shm::tar::fields`); [`mds::MdsWalker`] reads an MDS
+//! shard's offset table and each record's column sizes (a sample is one
+//! column's value); [`parquet::ParquetWalker`] reads a Parquet file's
+//! footer and page headers (a sample is one binary value). [`fs`] drives
+//! the walks with `pread` over files and [`s3`] with ranged GETs, several
+//! shards at once. See `docs/formats.md`.
 
 pub mod fs;
+pub mod mds;
+pub mod parquet;
 pub mod s3;
+mod thrift;
 mod walker;
 
 pub use walker::{IndexStats, ShardSample, TarWalker, WalkError};
 
-/// Whether `name` (a file name or key) is a shard: it ends in `.tar`.
+/// The sans-IO walk of one shard.
+pub trait ShardWalk {
+    /// The next read, `(offset, len)` within the shard, `len` at most the
+    /// rest of the shard; `None` when the walk is done.
+    fn next_read(&self) -> Option<(u64, u64)>;
+    /// Takes `data`, the bytes of the shard at `at` (what
+    /// [`next_read`](Self::next_read) asked for).
+    fn feed(&mut self, at: u64, data: &[u8]) -> Result<(), WalkError>;
+    /// The samples found, in shard order.
+    fn into_samples(self) -> Vec<ShardSample>;
+}
+
+/// Whether `name` (a file name or key) is a tar shard: it ends in `.tar`.
 pub(crate) fn is_shard(name: &str) -> bool {
     name.len() > 4 && name.ends_with(".tar")
 }
+
+/// Whether `name` is a Parquet file: it ends in `.parquet`.
+pub(crate) fn is_parquet(name: &str) -> bool {
+    name.len() > 8 && name.ends_with(".parquet")
+}
+
+/// The reads of adaptive walks: after a read whose walk jumped past its
+/// end (over a sample's data) the next is [`walker::SMALL_READ`]; after
+/// one it used up to its end, one twice as large, up to
+/// [`walker::LARGE_READ`].
+pub(crate) fn next_chunk(chunk: u64, jumped: bool) -> u64 {
+    if jumped {
+        walker::SMALL_READ
+    } else {
+        (chunk * 2).min(walker::LARGE_READ)
+    }
+}
+
+/// The name of the MDS index file in a dataset's root or prefix.
+pub const MDS_INDEX: &str = "index.json";

@@ -1,10 +1,15 @@
-//! The index of an S3 dataset's tar shards, read with ranged GETs, several
+//! The index of an S3 dataset's shards, read with ranged GETs, several
 //! shards at once.
 
-use super::{is_shard, IndexStats, TarWalker};
+use super::mds::{self, MdsWalker};
+use super::parquet::ParquetWalker;
+use super::{is_parquet, is_shard, IndexStats, ShardSample, ShardWalk, TarWalker, WalkError};
+use crate::config::ShardFormat;
 use crate::source::s3::{classify, Bucket, S3Catalog, S3Entry, S3Error};
 use futures_util::stream::{self, StreamExt, TryStreamExt};
-use object_store::{GetOptions, GetRange, ObjectStore};
+use object_store::path::Path as ObjectPath;
+use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
+use std::collections::HashMap;
 
 /// Shards walked at once.
 pub const PARALLEL_SHARDS: usize = 64;
@@ -18,18 +23,113 @@ pub(crate) async fn index(
     prefix: &str,
     label_ext: &str,
 ) -> Result<(S3Catalog, IndexStats), S3Error> {
+    let shards = listed(store, bucket, prefix, is_shard).await?;
+    let walks = shards.iter().map(|e| {
+        let url = format!("s3://{bucket}/{}", e.key);
+        Ok((e, TarWalker::new(url, e.size, label_ext)))
+    });
+    walk_all(store, bucket, prefix, walks, IndexStats::default()).await
+}
+
+/// Indexes the `.parquet` objects below `prefix` (in the order of the
+/// `files` listing).
+pub(crate) async fn index_parquet(
+    store: &dyn ObjectStore,
+    bucket: &Bucket,
+    prefix: &str,
+    sample_field: &str,
+    label_field: &str,
+) -> Result<(S3Catalog, IndexStats), S3Error> {
+    let shards = listed(store, bucket, prefix, is_parquet).await?;
+    let walks = shards.iter().map(|e| {
+        let url = format!("s3://{bucket}/{}", e.key);
+        Ok((
+            e,
+            ParquetWalker::new(url, e.size, sample_field, label_field),
+        ))
+    });
+    walk_all(store, bucket, prefix, walks, IndexStats::default()).await
+}
+
+/// Indexes the MDS dataset below `prefix`: its `index.json`, then the
+/// shards it lists (their sizes and ETags from a listing of the prefix).
+pub(crate) async fn index_mds(
+    store: &dyn ObjectStore,
+    bucket: &Bucket,
+    prefix: &str,
+    sample_field: &str,
+    label_field: &str,
+) -> Result<(S3Catalog, IndexStats), S3Error> {
+    let folder = prefix.trim_matches('/');
+    let key_of = |name: &str| match folder {
+        "" => name.to_owned(),
+        f => format!("{f}/{name}"),
+    };
+    let index_key = ObjectPath::from(key_of(super::MDS_INDEX));
+    let url = format!("s3://{bucket}/{index_key}");
+    let text = async { store.get(&index_key).await?.bytes().await }
+        .await
+        .map_err(|source| S3Error::Request {
+            what: format!("read the MDS index {url}"),
+            retryable: classify(&source).retryable,
+            source,
+        })?;
+    let stats = IndexStats {
+        reads: 1,
+        bytes_read: text.len() as u64,
+        ..IndexStats::default()
+    };
+    let shards =
+        mds::parse_index(&text, &url, sample_field, label_field).map_err(S3Error::Shard)?;
+    let all = listed(store, bucket, prefix, |_| true).await?;
+    let by_key: HashMap<&str, &S3Entry> = all.iter().map(|e| (e.key.as_ref(), e)).collect();
+    let walks = shards.iter().map(|s| {
+        let key = key_of(&s.basename);
+        let url = format!("s3://{bucket}/{key}");
+        let e = by_key.get(key.as_str()).ok_or_else(|| {
+            S3Error::Shard(WalkError::whole(
+                url.clone(),
+                "listed by index.json, not in the bucket",
+            ))
+        })?;
+        Ok((*e, MdsWalker::new(url, e.size, s).map_err(S3Error::Shard)?))
+    });
+    walk_all(store, bucket, prefix, walks, stats).await
+}
+
+/// The objects below `prefix` whose names pass `keep`, in the order of the
+/// `files` listing.
+async fn listed(
+    store: &dyn ObjectStore,
+    bucket: &Bucket,
+    prefix: &str,
+    keep: fn(&str) -> bool,
+) -> Result<Vec<S3Entry>, S3Error> {
     let listing = S3Catalog::list(store, bucket, prefix).await?;
-    let shards: Vec<&S3Entry> = listing
+    Ok(listing
         .entries()
         .iter()
-        .filter(|e| is_shard(e.key.filename().unwrap_or("")))
-        .collect();
-    let walked: Vec<(Vec<super::ShardSample>, IndexStats)> = stream::iter(shards.iter())
-        .map(|e| walk(store, bucket, e, label_ext))
+        .filter(|e| keep(e.key.filename().unwrap_or("")))
+        .cloned()
+        .collect())
+}
+
+/// Runs the walks, [`PARALLEL_SHARDS`] at once, and makes the catalog of
+/// their samples in shard order.
+async fn walk_all<'a, W: ShardWalk>(
+    store: &dyn ObjectStore,
+    bucket: &Bucket,
+    prefix: &str,
+    walks: impl Iterator<Item = Result<(&'a S3Entry, W), S3Error>>,
+    mut stats: IndexStats,
+) -> Result<(S3Catalog, IndexStats), S3Error> {
+    let walks: Vec<(&S3Entry, W)> = walks.collect::<Result<_, _>>()?;
+    let shards: Vec<&S3Entry> = walks.iter().map(|(e, _)| *e).collect();
+    let walked: Vec<(Vec<ShardSample>, IndexStats)> = stream::iter(walks)
+        .map(|(e, w)| walk(store, bucket, e, w))
         .buffered(PARALLEL_SHARDS)
         .try_collect()
         .await?;
-    let mut stats = IndexStats::default();
     let mut entries = Vec::new();
     for (shard, (samples, s)) in shards.iter().zip(walked) {
         stats.add(&s);
@@ -52,15 +152,14 @@ pub(crate) async fn index(
     ))
 }
 
-/// Walks one shard's headers.
-async fn walk(
+/// Walks one shard with ranged GETs naming its ETag.
+async fn walk<W: ShardWalk>(
     store: &dyn ObjectStore,
     bucket: &Bucket,
     shard: &S3Entry,
-    label_ext: &str,
-) -> Result<(Vec<super::ShardSample>, IndexStats), S3Error> {
+    mut walk: W,
+) -> Result<(Vec<ShardSample>, IndexStats), S3Error> {
     let url = format!("s3://{bucket}/{}", shard.key);
-    let mut walk = TarWalker::new(url.clone(), shard.size, label_ext);
     let mut stats = IndexStats {
         shards: 1,
         shard_bytes: shard.size,
@@ -82,16 +181,36 @@ async fn walk(
         stats.reads += 1;
         stats.bytes_read += bytes.len() as u64;
         if (bytes.len() as u64) < len {
-            return Err(S3Error::Shard(crate::source::shards::WalkError {
-                shard: url,
-                offset: at,
-                reason: format!(
+            return Err(S3Error::Shard(WalkError::at(
+                url,
+                at,
+                format!(
                     "the store returned {} bytes of {len} asked for (the object changed?)",
                     bytes.len()
                 ),
-            }));
+            )));
         }
         walk.feed(at, &bytes).map_err(S3Error::Shard)?;
     }
     Ok((walk.into_samples(), stats))
+}
+
+/// The index of the shards below `prefix` in `format` (not `files`).
+pub(crate) async fn index_dataset(
+    store: &dyn ObjectStore,
+    bucket: &Bucket,
+    prefix: &str,
+    format: ShardFormat,
+    sample_field: &str,
+    label_field: &str,
+) -> Result<(S3Catalog, IndexStats), S3Error> {
+    match format {
+        ShardFormat::Mds => index_mds(store, bucket, prefix, sample_field, label_field).await,
+        ShardFormat::Parquet => {
+            index_parquet(store, bucket, prefix, sample_field, label_field).await
+        }
+        ShardFormat::Webdataset | ShardFormat::Files => {
+            index(store, bucket, prefix, label_field).await
+        }
+    }
 }

@@ -68,21 +68,42 @@ impl fmt::Display for IndexStats {
 /// concerned, and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WalkError {
-    /// The shard (a path or an `s3://` URL).
+    /// The shard or index file (a path or an `s3://` URL).
     pub shard: String,
-    /// The header's offset in the shard.
-    pub offset: u64,
+    /// The offset of the header concerned in the shard; `None` where the
+    /// error is about the whole file (an MDS `index.json`, a Parquet
+    /// file's columns).
+    pub offset: Option<u64>,
     /// What is wrong.
     pub reason: String,
 }
 
+impl WalkError {
+    /// An error about `shard` as a whole.
+    pub fn whole(shard: impl Into<String>, reason: impl Into<String>) -> WalkError {
+        WalkError {
+            shard: shard.into(),
+            offset: None,
+            reason: reason.into(),
+        }
+    }
+
+    /// An error at `offset` of `shard`.
+    pub fn at(shard: impl Into<String>, offset: u64, reason: impl Into<String>) -> WalkError {
+        WalkError {
+            shard: shard.into(),
+            offset: Some(offset),
+            reason: reason.into(),
+        }
+    }
+}
+
 impl fmt::Display for WalkError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "shard {} at offset {}: {}",
-            self.shard, self.offset, self.reason
-        )
+        match self.offset {
+            Some(o) => write!(f, "shard {} at offset {o}: {}", self.shard, self.reason),
+            None => write!(f, "{}: {}", self.shard, self.reason),
+        }
     }
 }
 
@@ -145,11 +166,7 @@ impl TarWalker {
     }
 
     fn err(&self, offset: u64, reason: impl Into<String>) -> WalkError {
-        WalkError {
-            shard: self.shard.clone(),
-            offset,
-            reason: reason.into(),
-        }
+        WalkError::at(self.shard.clone(), offset, reason)
     }
 
     /// Takes `data`, the bytes of the shard at `at` (what
@@ -298,6 +315,18 @@ impl TarWalker {
     /// [`next_read`](Self::next_read) says `None`).
     pub fn into_samples(self) -> Vec<ShardSample> {
         self.out
+    }
+}
+
+impl super::ShardWalk for TarWalker {
+    fn next_read(&self) -> Option<(u64, u64)> {
+        TarWalker::next_read(self)
+    }
+    fn feed(&mut self, at: u64, data: &[u8]) -> Result<(), WalkError> {
+        TarWalker::feed(self, at, data)
+    }
+    fn into_samples(self) -> Vec<ShardSample> {
+        TarWalker::into_samples(self)
     }
 }
 

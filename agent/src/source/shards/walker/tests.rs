@@ -117,11 +117,11 @@ fn bad_shards_are_errors_naming_the_shard_and_offset() {
     let mut bad = t.clone();
     bad[3584 + 10] ^= 0x20;
     let e = walk(&bad, "cls").unwrap_err();
-    assert_eq!(e.offset, 3584);
+    assert_eq!(e.offset, Some(3584));
     assert!(e.reason.contains("checksum"), "{e}");
     // Not a tar at all.
     let e = walk(&[b'x'; 4096], "cls").unwrap_err();
-    assert_eq!(e.offset, 0);
+    assert_eq!(e.offset, Some(0));
     // A label that is no number.
     let m = vec![("a.cls".to_owned(), b"cat".to_vec())];
     let e = walk(&tar(&m), "cls").unwrap_err();

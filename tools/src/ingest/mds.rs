@@ -1,0 +1,174 @@
+//! `granary ingest --format mds`: a dataset folder written as Mosaic MDS
+//! shards.
+//!
+//! Each file becomes one record of three columns (MDS orders them by
+//! name): `key` (`str`, its path below the folder), `label` (`int`, its
+//! label, -1 for files directly in the folder) and `sample` (`bytes`, the
+//! file). A shard is closed before the record that would take it past
+//! `shard_size` (a larger record gets a shard of its own); shards are
+//! named `shard.00000.mds`, … (as Mosaic's `MDSWriter` names them),
+//! uncompressed, and listed in `index.json` (version 2).
+
+use super::shards::ShardsWritten;
+use granary_agent::source::Catalog;
+use std::io::{self, Write};
+use std::path::Path;
+
+/// The columns written, in MDS's (sorted) order: name, encoding, size.
+const COLUMNS: [(&str, &str, Option<u64>); 3] = [
+    ("key", "str", None),
+    ("label", "int", Some(8)),
+    ("sample", "bytes", None),
+];
+
+fn bad(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+/// One shard being gathered: its records.
+#[derive(Default)]
+struct Open {
+    records: Vec<Vec<u8>>,
+    bytes: u64,
+}
+
+impl Open {
+    /// The shard's size with one more record of `len` bytes.
+    fn size_with(&self, len: u64) -> u64 {
+        4 + 4 * (self.records.len() as u64 + 2) + self.bytes + len
+    }
+}
+
+/// Writes shard `i` of `out` and returns its `index.json` entry.
+fn write_shard(out: &Path, i: usize, open: &Open, shard_size: u64) -> io::Result<String> {
+    let name = format!("shard.{i:05}.mds");
+    let n = open.records.len() as u64;
+    let table = 4 + 4 * (n + 1);
+    let size = table + open.bytes;
+    let size32 = u32::try_from(size).map_err(|_| {
+        bad(format!(
+            "{name}: {size} bytes, more than MDS's 32-bit offsets"
+        ))
+    })?;
+    let mut buf = Vec::with_capacity(size as usize);
+    buf.extend_from_slice(&(n as u32).to_le_bytes());
+    let mut at = table;
+    for r in &open.records {
+        buf.extend_from_slice(&(at as u32).to_le_bytes());
+        at += r.len() as u64;
+    }
+    buf.extend_from_slice(&size32.to_le_bytes());
+    for r in &open.records {
+        buf.extend_from_slice(r);
+    }
+    std::fs::write(out.join(&name), &buf)?;
+    let names: Vec<String> = COLUMNS.iter().map(|c| format!("{:?}", c.0)).collect();
+    let encs: Vec<String> = COLUMNS.iter().map(|c| format!("{:?}", c.1)).collect();
+    let sizes: Vec<String> = COLUMNS
+        .iter()
+        .map(|c| c.2.map_or("null".into(), |s| s.to_string()))
+        .collect();
+    Ok(format!(
+        "{{\"column_encodings\": [{}], \"column_names\": [{}], \"column_sizes\": [{}], \
+         \"compression\": null, \"format\": \"mds\", \"hashes\": [], \"raw_data\": \
+         {{\"basename\": \"{name}\", \"bytes\": {size}, \"hashes\": {{}}}}, \"samples\": {n}, \
+         \"size_limit\": {shard_size}, \"version\": 2, \"zip_data\": null}}",
+        encs.join(", "),
+        names.join(", "),
+        sizes.join(", ")
+    ))
+}
+
+/// Writes the folder `src` as MDS shards of at most `shard_size` bytes and
+/// their `index.json` into `out` (created if missing).
+pub fn write_mds(src: &Path, out: &Path, shard_size: u64) -> io::Result<ShardsWritten> {
+    let catalog = Catalog::from_dir(src).map_err(|e| bad(e.to_string()))?;
+    std::fs::create_dir_all(out)?;
+    let mut written = ShardsWritten {
+        shards: Vec::new(),
+        samples: 0,
+        bytes: 0,
+    };
+    let mut entries = Vec::new();
+    let mut open = Open::default();
+    for e in catalog.entries() {
+        let rel = e
+            .path
+            .strip_prefix(src)
+            .ok()
+            .and_then(Path::to_str)
+            .ok_or_else(|| bad(format!("{}: the name is not UTF-8", e.path.display())))?;
+        let data = std::fs::read(&e.path)?;
+        let mut rec = Vec::with_capacity(16 + rel.len() + data.len());
+        for len in [rel.len(), data.len()] {
+            let len = u32::try_from(len)
+                .map_err(|_| bad(format!("{}: larger than 4 GiB", e.path.display())))?;
+            rec.extend_from_slice(&len.to_le_bytes());
+        }
+        rec.extend_from_slice(rel.as_bytes());
+        rec.extend_from_slice(&i64::from(e.label).to_le_bytes());
+        rec.extend_from_slice(&data);
+        if !open.records.is_empty() && open.size_with(rec.len() as u64) > shard_size {
+            entries.push(write_shard(out, written.shards.len(), &open, shard_size)?);
+            written
+                .shards
+                .push(out.join(format!("shard.{:05}.mds", written.shards.len())));
+            open = Open::default();
+        }
+        open.bytes += rec.len() as u64;
+        open.records.push(rec);
+        written.samples += 1;
+        written.bytes += data.len() as u64;
+    }
+    if !open.records.is_empty() {
+        entries.push(write_shard(out, written.shards.len(), &open, shard_size)?);
+        written
+            .shards
+            .push(out.join(format!("shard.{:05}.mds", written.shards.len())));
+    }
+    let mut index = std::fs::File::create(out.join("index.json"))?;
+    write!(
+        index,
+        "{{\"shards\": [\n{}\n], \"version\": 2}}\n",
+        entries.join(",\n")
+    )?;
+    index.flush()?;
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::{generate, SynthSpec};
+
+    #[test]
+    fn shards_index_back_to_the_files_in_order() {
+        let d = tempfile::tempdir().unwrap();
+        let mut spec = SynthSpec::new(d.path().join("src"));
+        (spec.num_files, spec.num_classes, spec.mean_size) = (90, 3, 4_000);
+        generate(&spec, |_, _| {}).unwrap();
+        let out = d.path().join("mds");
+        let w = write_mds(&spec.root, &out, 64 * 1024).unwrap();
+        assert_eq!(w.samples, 90);
+        assert!(w.shards.len() >= 4, "{} shards", w.shards.len());
+        for s in &w.shards {
+            assert!(std::fs::metadata(s).unwrap().len() <= 64 * 1024);
+        }
+        let files = Catalog::from_dir(&spec.root).unwrap();
+        let (mds, stats) =
+            granary_agent::source::shards::fs::index_mds(&out, "sample", "label").unwrap();
+        assert_eq!(mds.len(), files.len());
+        assert_eq!(stats.shards, w.shards.len() as u64);
+        for (f, s) in files.entries().iter().zip(mds.entries()) {
+            assert_eq!(f.label, s.label);
+            assert_eq!(s.size, f.size);
+            let bytes = mds.read_sample(s.sample_id).unwrap();
+            assert_eq!(bytes, std::fs::read(&f.path).unwrap());
+        }
+        // The key column as the sample: each file's path.
+        let (keys, _) = granary_agent::source::shards::fs::index_mds(&out, "key", "label").unwrap();
+        let k = keys.read_sample(5).unwrap();
+        let rel = files.entries()[5].path.strip_prefix(&spec.root).unwrap();
+        assert_eq!(k, rel.to_str().unwrap().as_bytes());
+    }
+}

@@ -1,0 +1,168 @@
+//! `granary ingest --format parquet`: a dataset folder written as Parquet
+//! files that Granary reads per sample.
+//!
+//! Each file becomes one row of three required columns: `key` (`binary`,
+//! UTF-8: its path below the folder), `label` (`int32`: its label, -1 for
+//! files directly in the folder) and `sample` (`binary`: the file). Every
+//! column is written uncompressed, PLAIN, without dictionary or
+//! statistics, one row per data page (v1): each sample is then the value
+//! of one page, a byte range of the file. A file holds one row group and
+//! is closed before the row that would take its data past `shard_size`
+//! (a larger row gets a file of its own); files are named
+//! `shard-000000.parquet`, ….
+
+use super::shards::ShardsWritten;
+use ::parquet::basic::{Compression, Encoding};
+use ::parquet::data_type::{ByteArray, ByteArrayType, Int32Type};
+use ::parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
+use ::parquet::file::writer::SerializedFileWriter;
+use ::parquet::schema::parser::parse_message_type;
+use granary_agent::source::Catalog;
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+/// The schema written.
+pub const SCHEMA: &str = "message granary {
+  required binary key (STRING);
+  required int32 label;
+  required binary sample;
+}";
+
+fn bad(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+fn pq(e: ::parquet::errors::ParquetError) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+/// The rows of one file.
+#[derive(Default)]
+struct Rows {
+    keys: Vec<ByteArray>,
+    labels: Vec<i32>,
+    samples: Vec<ByteArray>,
+    bytes: u64,
+}
+
+/// The writer's settings: one row per page, uncompressed, PLAIN, no
+/// dictionary, no statistics.
+pub fn properties() -> WriterProperties {
+    WriterProperties::builder()
+        .set_writer_version(WriterVersion::PARQUET_1_0)
+        .set_compression(Compression::UNCOMPRESSED)
+        .set_dictionary_enabled(false)
+        .set_encoding(Encoding::PLAIN)
+        .set_statistics_enabled(EnabledStatistics::None)
+        .set_data_page_row_count_limit(1)
+        .set_write_batch_size(1)
+        .set_max_row_group_row_count(None)
+        .set_max_row_group_bytes(None)
+        .build()
+}
+
+fn write_file(path: &Path, rows: &Rows) -> io::Result<()> {
+    let schema = Arc::new(parse_message_type(SCHEMA).map_err(pq)?);
+    let file = std::fs::File::create(path)?;
+    let mut w = SerializedFileWriter::new(file, schema, Arc::new(properties())).map_err(pq)?;
+    let mut rg = w.next_row_group().map_err(pq)?;
+    let mut col = rg.next_column().map_err(pq)?.expect("key");
+    col.typed::<ByteArrayType>()
+        .write_batch(&rows.keys, None, None)
+        .map_err(pq)?;
+    col.close().map_err(pq)?;
+    let mut col = rg.next_column().map_err(pq)?.expect("label");
+    col.typed::<Int32Type>()
+        .write_batch(&rows.labels, None, None)
+        .map_err(pq)?;
+    col.close().map_err(pq)?;
+    let mut col = rg.next_column().map_err(pq)?.expect("sample");
+    col.typed::<ByteArrayType>()
+        .write_batch(&rows.samples, None, None)
+        .map_err(pq)?;
+    col.close().map_err(pq)?;
+    rg.close().map_err(pq)?;
+    w.close().map_err(pq)?;
+    Ok(())
+}
+
+/// Writes the folder `src` as Parquet files of about `shard_size` bytes
+/// into `out` (created if missing).
+pub fn write_parquet(src: &Path, out: &Path, shard_size: u64) -> io::Result<ShardsWritten> {
+    let catalog = Catalog::from_dir(src).map_err(|e| bad(e.to_string()))?;
+    std::fs::create_dir_all(out)?;
+    let mut written = ShardsWritten {
+        shards: Vec::new(),
+        samples: 0,
+        bytes: 0,
+    };
+    let mut rows = Rows::default();
+    let flush = |rows: &mut Rows, written: &mut ShardsWritten| -> io::Result<()> {
+        let path = out.join(format!("shard-{:06}.parquet", written.shards.len()));
+        write_file(&path, rows)?;
+        written.shards.push(path);
+        *rows = Rows::default();
+        Ok(())
+    };
+    for e in catalog.entries() {
+        let rel = e
+            .path
+            .strip_prefix(src)
+            .ok()
+            .and_then(Path::to_str)
+            .ok_or_else(|| bad(format!("{}: the name is not UTF-8", e.path.display())))?;
+        let data = std::fs::read(&e.path)?;
+        // A row's pages: the key, label and sample values and three page
+        // headers of about 30 bytes each.
+        let row = (rel.len() + data.len() + 4 + 100) as u64;
+        if !rows.labels.is_empty() && rows.bytes + row > shard_size {
+            flush(&mut rows, &mut written)?;
+        }
+        written.samples += 1;
+        written.bytes += data.len() as u64;
+        rows.bytes += row;
+        rows.keys.push(ByteArray::from(rel.as_bytes().to_vec()));
+        rows.labels.push(e.label);
+        rows.samples.push(ByteArray::from(data));
+    }
+    if !rows.labels.is_empty() {
+        flush(&mut rows, &mut written)?;
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::{generate, SynthSpec};
+
+    #[test]
+    fn files_index_back_to_the_files_in_order() {
+        let d = tempfile::tempdir().unwrap();
+        let mut spec = SynthSpec::new(d.path().join("src"));
+        (spec.num_files, spec.num_classes, spec.mean_size) = (90, 3, 4_000);
+        generate(&spec, |_, _| {}).unwrap();
+        let out = d.path().join("pq");
+        let w = write_parquet(&spec.root, &out, 64 * 1024).unwrap();
+        assert_eq!(w.samples, 90);
+        assert!(w.shards.len() >= 4, "{} files", w.shards.len());
+        let files = Catalog::from_dir(&spec.root).unwrap();
+        let (pq, stats) =
+            granary_agent::source::shards::fs::index_parquet(&out, "sample", "label").unwrap();
+        assert_eq!(pq.len(), files.len());
+        assert_eq!(stats.shards, w.shards.len() as u64);
+        for (f, s) in files.entries().iter().zip(pq.entries()) {
+            assert_eq!(f.label, s.label);
+            let bytes = pq.read_sample(s.sample_id).unwrap();
+            assert_eq!(bytes, std::fs::read(&f.path).unwrap());
+        }
+        let (keys, _) =
+            granary_agent::source::shards::fs::index_parquet(&out, "key", "label").unwrap();
+        let rel = files.entries()[7].path.strip_prefix(&spec.root).unwrap();
+        assert_eq!(
+            keys.read_sample(7).unwrap(),
+            rel.to_str().unwrap().as_bytes()
+        );
+    }
+}
