@@ -94,7 +94,7 @@ pub enum ShardFormat {
 
 impl ShardFormat {
     /// The name in the configuration.
-    pub fn name(self) -> &'static str {
+    pub fn keyword(self) -> &'static str {
         match self {
             ShardFormat::Files => "files",
             ShardFormat::Webdataset => "webdataset",

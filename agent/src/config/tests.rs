@@ -1225,12 +1225,56 @@ fn format_and_label_field_are_checked() {
         "[[dataset]]\nname = \"w\"\nroot = \"/d\"\nformat = \"webdataset\"\nlabel_field = \"txt\"\n",
     )
     .unwrap();
+    let settings = |format, label_field, sample_field| {
+        Some(ShardSettings {
+            format,
+            label_field,
+            sample_field,
+        })
+    };
     assert_eq!(
         ok.datasets[0].shards(),
-        Some((ShardFormat::Webdataset, "txt"))
+        settings(ShardFormat::Webdataset, "txt", "sample")
     );
     let d = Config::from_toml_str("[[dataset]]\nname = \"f\"\nroot = \"/d\"\n").unwrap();
-    assert_eq!(d.datasets[0].shards(), Some((ShardFormat::Files, "cls")));
+    assert_eq!(
+        d.datasets[0].shards(),
+        settings(ShardFormat::Files, "cls", "sample")
+    );
+    // mds and parquet: the label column defaults to "label", the sample
+    // column to "sample".
+    let m = Config::from_toml_str(
+        "[[dataset]]\nname = \"m\"\nroot = \"/d\"\nformat = \"mds\"\n\
+         [[dataset]]\nname = \"p\"\nkind = \"s3\"\nbucket = \"b\"\nprefix = \"p\"\n\
+         format = \"parquet\"\nsample_field = \"jpg\"\nlabel_field = \"y\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        m.datasets[0].shards(),
+        settings(ShardFormat::Mds, "label", "sample")
+    );
+    assert_eq!(
+        m.datasets[1].shards(),
+        settings(ShardFormat::Parquet, "y", "jpg")
+    );
+    assert_eq!(
+        invalid_fields(
+            "[[dataset]]\nname = \"w\"\nroot = \"/d\"\nformat = \"webdataset\"\nsample_field = \"x\"\n"
+        ),
+        ["dataset[0].sample_field"]
+    );
+    assert_eq!(
+        invalid_fields(
+            "[[dataset]]\nname = \"w\"\nroot = \"/d\"\nformat = \"mds\"\nsample_field = \"\"\n"
+        ),
+        ["dataset[0].sample_field"]
+    );
+    assert_eq!(
+        invalid_fields(
+            "[[dataset]]\nname = \"w\"\nroot = \"/d\"\nformat = \"parquet\"\ndirect_io = true\n"
+        ),
+        ["dataset[0].direct_io"]
+    );
     assert_eq!(
         invalid_fields("[[dataset]]\nname = \"w\"\nmanifest = \"/m\"\nformat = \"webdataset\"\n"),
         ["dataset[0].manifest"]
@@ -1251,8 +1295,8 @@ fn format_and_label_field_are_checked() {
         ),
         ["dataset[0].label_field"]
     );
-    let e = parse_err("[[dataset]]\nname = \"w\"\nroot = \"/d\"\nformat = \"mds\"\n").to_string();
-    assert!(e.contains("mds"), "{e}");
+    let e = parse_err("[[dataset]]\nname = \"w\"\nroot = \"/d\"\nformat = \"arrow\"\n").to_string();
+    assert!(e.contains("arrow"), "{e}");
     assert_eq!(
         invalid_fields(
             "[[dataset]]\nname = \"s\"\nkind = \"s3\"\nbucket = \"b\"\nmanifest = \"m.tsv\"\nformat = \"webdataset\"\n"

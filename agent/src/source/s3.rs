@@ -485,7 +485,7 @@ impl S3Layout {
             (None, Some(_)) if format != ShardFormat::Files => Err(S3Error::Settings(format!(
                 "dataset {:?}: format = {:?} needs `prefix`, not `manifest`",
                 config.name(),
-                format.name()
+                format.keyword()
             ))),
             (None, Some(m)) => Ok(match m.strip_prefix("file://") {
                 Some(path) => S3Layout::ManifestFile(path.into()),
@@ -621,7 +621,7 @@ impl S3Source {
                     .await?;
                     tracing::info!(
                         "{} index of s3://{bucket}/{prefix}: {} samples from {stats}",
-                        format.name(),
+                        format.keyword(),
                         catalog.len()
                     );
                     Ok(catalog)

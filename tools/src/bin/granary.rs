@@ -124,16 +124,20 @@ struct IngestArgs {
     src: String,
     /// s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, az://CONTAINER/PREFIX or
     /// cql://HOST:PORT[,HOST:PORT...]/KEYSPACE; with --format webdataset,
-    /// also a local folder (webdataset goes to folders and s3:// only).
+    /// mds or parquet, also a local folder (shards go to folders and s3://
+    /// only).
     #[arg(long, value_name = "URL")]
     to: String,
     /// files: one object per file; webdataset: tar shards of --shard-size
-    /// (each file one sample: the file and KEY.cls with its label); see
-    /// docs/formats.md.
-    #[arg(long, value_name = "FORMAT", default_value = "files", value_parser = ["files", "webdataset"])]
+    /// (each file one sample: the file and KEY.cls with its label); mds:
+    /// MDS shards and index.json (columns key, label, sample); parquet:
+    /// Parquet files (columns key, label, sample; one row per page,
+    /// uncompressed, PLAIN); see docs/formats.md.
+    #[arg(long, value_name = "FORMAT", default_value = "files",
+          value_parser = ["files", "webdataset", "mds", "parquet"])]
     format: String,
-    /// webdataset: the most bytes of a shard (a larger sample gets a shard
-    /// of its own).
+    /// webdataset, mds, parquet: the most bytes of a shard (a larger sample
+    /// gets a shard of its own).
     #[arg(long, value_name = "BYTES", default_value_t = granary_tools::ingest::shards::DEFAULT_SHARD_SIZE,
           value_parser = clap::value_parser!(u64).range(1024..))]
     shard_size: u64,
@@ -569,13 +573,13 @@ fn ingest(args: &IngestArgs) -> Result<(), String> {
     // Shards are written to a folder: `--to` itself, or one that is then
     // uploaded like any folder.
     let mut staging = None;
-    let src = if args.format == "webdataset" {
+    let src = if args.format != "files" {
         let remote = to.starts_with("s3://");
         if to.contains("://") && !remote {
-            return Err(
-                "--format webdataset writes to a folder or s3://, not CQL tables, gs:// or az://"
-                    .into(),
-            );
+            return Err(format!(
+                "--format {} writes to a folder or s3://, not CQL tables, gs:// or az://",
+                args.format
+            ));
         }
         let dir = if remote {
             let t = tempfile::tempdir().map_err(|e| format!("a temporary folder: {e}"))?;
@@ -585,10 +589,16 @@ fn ingest(args: &IngestArgs) -> Result<(), String> {
         } else {
             PathBuf::from(to)
         };
-        let w = ingest::shards::write_webdataset(Path::new(src), &dir, args.shard_size)
-            .map_err(|e| format!("ingest {src} as webdataset: {e}"))?;
+        let write = match args.format.as_str() {
+            "mds" => ingest::mds::write_mds,
+            "parquet" => ingest::parquet::write_parquet,
+            _ => ingest::shards::write_webdataset,
+        };
+        let w = write(Path::new(src), &dir, args.shard_size)
+            .map_err(|e| format!("ingest {src} as {}: {e}", args.format))?;
         println!(
-            "webdataset: {} samples, {:.1} MB in {} shards in {}",
+            "{}: {} samples, {:.1} MB in {} shards in {}",
+            args.format,
             w.samples,
             w.bytes as f64 / 1e6,
             w.shards.len(),

@@ -41,7 +41,7 @@ pub fn open_catalog(dataset: &DatasetConfig) -> Result<Catalog, CatalogError> {
             tracing::info!(
                 dataset = %fs.name,
                 "{} index of {}: {} samples from {stats}",
-                shards.format.name(),
+                shards.format.keyword(),
                 root.display(),
                 catalog.len()
             );

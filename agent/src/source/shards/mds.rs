@@ -248,7 +248,7 @@ impl MdsWalker {
             offsets: Vec::new(),
             next: 0,
             need: table,
-            chunk: super::walker::SMALL_READ,
+            chunk: super::SMALL_READ,
             out: Vec::new(),
         })
     }
@@ -424,8 +424,11 @@ impl ShardWalk for MdsWalker {
                 }
             }
         }
-        let jumped = (self.next as u64) < self.samples && self.offsets[self.next] > end;
-        self.chunk = next_chunk(self.chunk, jumped);
+        let gap = match self.offsets.get(self.next) {
+            Some(&next) if (self.next as u64) < self.samples => next.saturating_sub(end),
+            _ => 0,
+        };
+        self.chunk = next_chunk(self.chunk, gap);
         Ok(())
     }
 

@@ -44,17 +44,23 @@ pub(crate) fn is_parquet(name: &str) -> bool {
     name.len() > 8 && name.ends_with(".parquet")
 }
 
-/// The reads of adaptive walks: after a read whose walk jumped past its
-/// end (over a sample's data) the next is [`walker::SMALL_READ`]; after
-/// one it used up to its end, one twice as large, up to
-/// [`walker::LARGE_READ`].
-pub(crate) fn next_chunk(chunk: u64, jumped: bool) -> u64 {
-    if jumped {
-        walker::SMALL_READ
+/// The next read's length in the walks of MDS and Parquet shards, after
+/// a read of `chunk` bytes that left `gap` bytes unread before the next
+/// sample's head: a read that skipped more than a read's worth (over a
+/// sample's data) is followed by [`SMALL_READ`]; one that did not, by one
+/// twice as large, up to [`walker::LARGE_READ`]. Large samples thus take
+/// one small read each, small ones a few large reads in all.
+pub(crate) fn next_chunk(chunk: u64, gap: u64) -> u64 {
+    if gap > chunk {
+        SMALL_READ
     } else {
         (chunk * 2).min(walker::LARGE_READ)
     }
 }
+
+/// The small read of MDS and Parquet walks: a record's head and label, a
+/// page header and a value's length (a longer head is read again whole).
+pub const SMALL_READ: u64 = 512;
 
 /// The name of the MDS index file in a dataset's root or prefix.
 pub const MDS_INDEX: &str = "index.json";

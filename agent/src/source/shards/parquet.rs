@@ -22,8 +22,9 @@ use parquet::file::reader::{ChunkReader, Length};
 use parquet::file::serialized_reader::SerializedPageReader;
 use std::sync::Arc;
 
-/// The first read: the file's last 64 KiB, the footer in most files.
-const TAIL: u64 = 64 * 1024;
+/// The first read: the file's last 16 KiB, the footer in most files (a
+/// larger footer takes a second read).
+const TAIL: u64 = 16 * 1024;
 /// A label column chunk read whole: at most this many bytes.
 const MAX_LABEL_CHUNK: u64 = 256 << 20;
 
@@ -120,7 +121,7 @@ impl ParquetWalker {
             labels: Vec::new(),
             row: 0,
             need: 0,
-            chunk: super::walker::LARGE_READ,
+            chunk: super::SMALL_READ,
             out: Vec::new(),
         }
     }
@@ -516,7 +517,7 @@ impl ParquetWalker {
             }
             self.start_group(rg + 1);
         }
-        self.chunk = next_chunk(self.chunk, pos > data_end);
+        self.chunk = next_chunk(self.chunk, pos.saturating_sub(data_end));
         Ok(())
     }
 }

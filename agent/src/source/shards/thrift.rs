@@ -112,6 +112,16 @@ impl Reader<'_> {
         Ok(())
     }
 
+    /// Skips an element of a list, set or map: a boolean there is a byte.
+    /// Every element takes at least one byte, so a huge count runs out of
+    /// input rather than looping.
+    fn skip_element(&mut self, t: u8) -> Result<(), HeaderError> {
+        match t {
+            TRUE | FALSE => self.byte().map(drop),
+            t => self.skip(t),
+        }
+    }
+
     /// Skips a value of compact type `t`.
     fn skip(&mut self, t: u8) -> Result<(), HeaderError> {
         match t {
@@ -123,6 +133,23 @@ impl Reader<'_> {
                 let n = self.varint()?;
                 self.skip_bytes(n)
             }
+            LIST | SET | MAP => {
+                self.depth += 1;
+                if self.depth > 16 {
+                    return Err(bad("containers nested too deep"));
+                }
+                let r = self.skip_container(t);
+                self.depth -= 1;
+                r
+            }
+            STRUCT => self.fields(|r, _, t| r.skip(t)),
+            t => Err(bad(format!("unknown compact type {t}"))),
+        }
+    }
+
+    /// Skips a list, set or map.
+    fn skip_container(&mut self, t: u8) -> Result<(), HeaderError> {
+        match t {
             LIST | SET => {
                 let h = self.byte()?;
                 let n = match h >> 4 {
@@ -131,11 +158,7 @@ impl Reader<'_> {
                 };
                 let et = h & 0x0f;
                 for _ in 0..n {
-                    if et == TRUE || et == FALSE {
-                        self.byte()?;
-                    } else {
-                        self.skip(et)?;
-                    }
+                    self.skip_element(et)?;
                 }
                 Ok(())
             }
@@ -144,14 +167,13 @@ impl Reader<'_> {
                 if n > 0 {
                     let kv = self.byte()?;
                     for _ in 0..n {
-                        self.skip(kv >> 4)?;
-                        self.skip(kv & 0x0f)?;
+                        self.skip_element(kv >> 4)?;
+                        self.skip_element(kv & 0x0f)?;
                     }
                 }
                 Ok(())
             }
-            STRUCT => self.fields(|r, _, t| r.skip(t)),
-            t => Err(bad(format!("unknown compact type {t}"))),
+            t => Err(bad(format!("compact type {t} is no container"))),
         }
     }
 

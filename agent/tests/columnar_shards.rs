@@ -1,0 +1,423 @@
+//! `format = "mds"` and `format = "parquet"` end to end: the synthetic
+//! dataset as files, as MDS shards and as Parquet files (written by
+//! `granary ingest --format mds|parquet`, on the filesystem and uploaded
+//! to SeaweedFS) gives the same epoch through a loader session: the same
+//! ids, labels and order, each sample byte for byte the file. Corrupt,
+//! truncated and unreadable shards are refused naming the file and the
+//! reason; the arena holds each cached sample in at most 1.05× its size.
+
+mod common;
+mod common_s3;
+
+use common::{watchdog, TestAgent};
+use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
+use common_s3::{synth, Seaweed, BUCKET};
+use granary::{Client, ErrorCode, SessionOptions};
+use granary_agent::config::Config;
+use granary_agent::source::open_catalog;
+use granary_tools::ingest::{self, mds::write_mds, parquet::write_parquet, IngestOptions};
+use std::path::Path;
+use std::time::Duration;
+
+const FILES: u64 = 400;
+
+fn config(sock: &Path, arena: &str, datasets: &str) -> Config {
+    let toml = format!(
+        r#"
+[arena]
+size = "{arena}"
+hugepages = "off"
+populate = false
+[socket]
+path = "{sock}"
+mode = "0660"
+[prefetch]
+max_inflight_reads = 64
+[metrics]
+address = ""
+{datasets}
+"#,
+        sock = sock.display()
+    );
+    Config::from_toml_str(&toml).unwrap_or_else(|e| panic!("test config: {e}\n{toml}"))
+}
+
+/// Epochs of `dataset`: (id, label, bytes) per sample, in delivery order;
+/// `after_first` runs once the first epoch's last batch is released.
+fn epochs(
+    sock: &Path,
+    dataset: &str,
+    count: u32,
+    mut after_first: impl FnMut(),
+) -> Vec<(u64, i32, Vec<u8>)> {
+    let client = Client::connect(sock).expect("connect");
+    let mut o = SessionOptions::new(dataset);
+    o.seed = 5;
+    o.batch_size = 32;
+    o.epoch_count = count;
+    let mut s = client.open_session(&o).expect("open");
+    let mut out = Vec::new();
+    let mut ends = 0;
+    loop {
+        let b = match s.next_batch(Some(Duration::from_secs(60))) {
+            Ok(b) => b,
+            Err(e) if e.code() == ErrorCode::EndOfStream => break,
+            Err(e) => panic!("{dataset}: next_batch: {e}"),
+        };
+        assert_eq!(b.status(), 0, "{dataset}: batch status");
+        for smp in b.samples() {
+            assert!(smp.checksum_matches());
+            out.push((smp.id(), smp.label(), smp.to_vec()));
+        }
+        let end = b.is_end_of_epoch();
+        s.release(b).expect("release");
+        if end {
+            ends += 1;
+            if ends == 1 {
+                after_first();
+            }
+            if ends == count {
+                break;
+            }
+        }
+    }
+    out
+}
+
+fn same_epoch(files: &[(u64, i32, Vec<u8>)], other: &[(u64, i32, Vec<u8>)], what: &str) {
+    assert_eq!(files.len(), FILES as usize, "files epoch");
+    assert_eq!(other.len(), files.len(), "{what}: samples");
+    for (f, o) in files.iter().zip(other) {
+        assert_eq!((f.0, f.1), (o.0, o.1), "{what}: id and label in order");
+        assert!(f.2 == o.2, "{what}: sample {} bytes", o.0);
+    }
+}
+
+#[test]
+fn files_mds_and_parquet_on_fs_and_s3_give_the_same_epoch() {
+    let _w = watchdog("files_mds_and_parquet_on_fs_and_s3", 300);
+    let weed = Seaweed::start();
+    let dir = tempfile::tempdir().unwrap();
+    let spec = synth(dir.path(), FILES, 5, 6_000);
+    let mds = dir.path().join("mds");
+    let pq = dir.path().join("pq");
+    let m = write_mds(&spec.root, &mds, 256 * 1024).unwrap();
+    let p = write_parquet(&spec.root, &pq, 256 * 1024).unwrap();
+    assert_eq!((m.samples, p.samples), (FILES, FILES));
+    assert!(m.shards.len() >= 5 && p.shards.len() >= 5, "{m:?} {p:?}");
+    for (folder, prefix, n) in [
+        (&mds, "mds", m.shards.len() + 1),
+        (&pq, "pq", p.shards.len()),
+    ] {
+        let report = ingest::ingest(
+            &IngestOptions::new(folder, weed.settings(), prefix),
+            |_, _, _, _| {},
+        )
+        .unwrap();
+        assert_eq!(report.files, n as u64, "{prefix}: files uploaded");
+    }
+    let sock = dir.path().join("granary.sock");
+    let s3 = |name: &str, prefix: &str, format: &str| {
+        format!(
+            r#"
+[[dataset]]
+name = "{name}"
+kind = "s3"
+endpoint = "{endpoint}"
+allow_http = true
+region = "{REGION}"
+bucket = "{BUCKET}"
+prefix = "{prefix}"
+access_key_id = "{ACCESS_KEY}"
+secret_access_key = "{SECRET_KEY}"
+format = "{format}"
+sample_field = "sample"
+label_field = "label"
+"#,
+            endpoint = weed.endpoint(),
+        )
+    };
+    let tables = format!(
+        r#"
+[[dataset]]
+name = "files"
+root = "{root}"
+[[dataset]]
+name = "mds-fs"
+root = "{mds}"
+format = "mds"
+[[dataset]]
+name = "pq-fs"
+root = "{pq}"
+format = "parquet"
+{mds_s3}
+{pq_s3}
+"#,
+        root = spec.root.display(),
+        mds = mds.display(),
+        pq = pq.display(),
+        mds_s3 = s3("mds-s3", "mds", "mds"),
+        pq_s3 = s3("pq-s3", "pq", "parquet"),
+    );
+    let cfg = config(&sock, "64MiB", &tables);
+    let agent =
+        TestAgent::start_custom(dir, spec.root.clone(), sock, spec.clone(), cfg, Vec::new());
+    let files = epochs(&agent.sock, "files", 1, || {});
+    for name in ["mds-fs", "pq-fs", "mds-s3", "pq-s3"] {
+        same_epoch(&files, &epochs(&agent.sock, name, 1, || {}), name);
+    }
+}
+
+/// Arena bytes per cached sample: one dataset of ImageNet-like samples
+/// (~110 KB) in an agent of its own, two epochs; after the first, every
+/// sample is cached for the second, and the arena's held bytes over the
+/// samples' bytes is the figure (extents are rounded up to 4 KiB).
+#[test]
+fn arena_bytes_per_cached_sample_are_within_1_05_of_the_sample() {
+    let _w = watchdog("arena_bytes_per_cached_sample", 240);
+    for format in ["mds", "parquet"] {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = synth(dir.path(), 200, 4, 110_000);
+        let shards = dir.path().join("shards");
+        let written = if format == "mds" {
+            write_mds(&spec.root, &shards, 8 << 20)
+        } else {
+            write_parquet(&spec.root, &shards, 8 << 20)
+        }
+        .unwrap();
+        let sock = dir.path().join("granary.sock");
+        let tables = format!(
+            "[[dataset]]\nname = \"d\"\nroot = \"{}\"\nformat = \"{format}\"\n",
+            shards.display()
+        );
+        let cfg = config(&sock, "128MiB", &tables);
+        let agent =
+            TestAgent::start_custom(dir, spec.root.clone(), sock, spec.clone(), cfg, Vec::new());
+        let mut held = 0;
+        let out = epochs(&agent.sock, "d", 2, || {
+            std::thread::sleep(Duration::from_millis(300));
+            let a = agent.acct();
+            held = a.size - a.free;
+        });
+        assert_eq!(out.len(), 400);
+        let ratio = held as f64 / written.bytes as f64;
+        println!(
+            "{format}: {} samples, {} bytes; arena held {held} bytes: {ratio:.4}x",
+            written.samples, written.bytes
+        );
+        assert!(
+            (1.0..=1.05).contains(&ratio),
+            "{format}: arena {held} bytes for {} bytes of samples ({ratio:.4}x)",
+            written.bytes
+        );
+    }
+}
+
+fn catalog_error(root: &Path, format: &str, extra: &str) -> String {
+    let sock = root.join("g.sock");
+    let cfg = config(
+        &sock,
+        "64MiB",
+        &format!(
+            "[[dataset]]\nname = \"d\"\nroot = \"{}\"\nformat = \"{format}\"\n{extra}",
+            root.display()
+        ),
+    );
+    open_catalog(&cfg.datasets[0])
+        .map(|c| format!("no error: {} samples", c.len()))
+        .unwrap_or_else(|e| e.to_string())
+}
+
+#[test]
+fn corrupt_and_truncated_mds_shards_are_refused_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = synth(dir.path(), 40, 2, 3_000);
+    let root = dir.path().join("mds");
+    write_mds(&spec.root, &root, 40 * 1024).unwrap();
+    let victim = root.join("shard.00001.mds");
+    let original = std::fs::read(&victim).unwrap();
+    let ok = catalog_error(&root, "mds", "");
+    assert!(ok.starts_with("no error: 40"), "{ok}");
+    // Truncated: shorter than index.json says.
+    std::fs::write(&victim, &original[..original.len() - 100]).unwrap();
+    let e = catalog_error(&root, "mds", "");
+    assert!(
+        e.contains("shard.00001.mds") && e.contains("truncated"),
+        "{e}"
+    );
+    // The offset table damaged: a record ends before it starts.
+    let mut bad = original.clone();
+    bad[8..12].copy_from_slice(&1u32.to_le_bytes());
+    std::fs::write(&victim, &bad).unwrap();
+    let e = catalog_error(&root, "mds", "");
+    assert!(
+        e.contains("shard.00001.mds at offset") && e.contains("corrupt"),
+        "{e}"
+    );
+    // A record's column sizes damaged: they no longer add up.
+    let mut bad = original.clone();
+    let first = u32::from_le_bytes(bad[4..8].try_into().unwrap()) as usize;
+    bad[first + 4] ^= 0x40;
+    std::fs::write(&victim, &bad).unwrap();
+    let e = catalog_error(&root, "mds", "");
+    assert!(
+        e.contains(&format!("shard.00001.mds at offset {first}")) && e.contains("corrupt"),
+        "{e}"
+    );
+    std::fs::write(&victim, &original).unwrap();
+    // index.json: a missing column, a compressed shard, not JSON.
+    let e = catalog_error(&root, "mds", "sample_field = \"jpg\"\n");
+    assert!(
+        e.contains("index.json") && e.contains("no column \"jpg\" (sample_field)"),
+        "{e}"
+    );
+    let index = root.join("index.json");
+    let text = std::fs::read_to_string(&index).unwrap();
+    std::fs::write(
+        &index,
+        text.replace("\"compression\": null", "\"compression\": \"zstd\""),
+    )
+    .unwrap();
+    let e = catalog_error(&root, "mds", "");
+    assert!(e.contains("compressed (zstd)"), "{e}");
+    std::fs::write(&index, &text[..text.len() / 2]).unwrap();
+    let e = catalog_error(&root, "mds", "");
+    assert!(e.contains("not an MDS index"), "{e}");
+    std::fs::remove_file(&index).unwrap();
+    let e = catalog_error(&root, "mds", "");
+    assert!(e.contains("index.json"), "{e}");
+}
+
+/// Writes `rows` rows of a binary `sample` and an int32 `label` column
+/// with `props`.
+fn parquet_file(path: &Path, rows: usize, props: parquet::file::properties::WriterProperties) {
+    use parquet::data_type::{ByteArray, ByteArrayType, Int32Type};
+    use parquet::file::writer::SerializedFileWriter;
+    use std::sync::Arc;
+    let schema = parquet::schema::parser::parse_message_type(
+        "message m { required binary sample; required int32 label; }",
+    )
+    .unwrap();
+    let f = std::fs::File::create(path).unwrap();
+    let mut w = SerializedFileWriter::new(f, Arc::new(schema), Arc::new(props)).unwrap();
+    let mut rg = w.next_row_group().unwrap();
+    let samples: Vec<ByteArray> = (0..rows)
+        .map(|i| ByteArray::from(vec![i as u8; 100 + i]))
+        .collect();
+    let labels: Vec<i32> = (0..rows as i32).collect();
+    let mut c = rg.next_column().unwrap().unwrap();
+    c.typed::<ByteArrayType>()
+        .write_batch(&samples, None, None)
+        .unwrap();
+    c.close().unwrap();
+    let mut c = rg.next_column().unwrap().unwrap();
+    c.typed::<Int32Type>()
+        .write_batch(&labels, None, None)
+        .unwrap();
+    c.close().unwrap();
+    rg.close().unwrap();
+    w.close().unwrap();
+}
+
+#[test]
+fn corrupt_truncated_and_unreadable_parquet_files_are_refused_naming_them() {
+    use parquet::file::properties::WriterProperties;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = synth(dir.path(), 40, 2, 3_000);
+    let root = dir.path().join("pq");
+    write_parquet(&spec.root, &root, 40 * 1024).unwrap();
+    let victim = root.join("shard-000001.parquet");
+    let original = std::fs::read(&victim).unwrap();
+    let ok = catalog_error(&root, "parquet", "");
+    assert!(ok.starts_with("no error: 40"), "{ok}");
+    // Truncated: the footer is gone.
+    std::fs::write(&victim, &original[..original.len() - 100]).unwrap();
+    let e = catalog_error(&root, "parquet", "");
+    assert!(
+        e.contains("shard-000001.parquet") && e.contains("PAR1"),
+        "{e}"
+    );
+    // A sample page's header damaged (the first sample of the file).
+    let sock = root.join("g.sock");
+    std::fs::write(&victim, &original).unwrap();
+    let cfg = config(
+        &sock,
+        "64MiB",
+        &format!(
+            "[[dataset]]\nname = \"d\"\nroot = \"{}\"\nformat = \"parquet\"\n",
+            root.display()
+        ),
+    );
+    let cat = open_catalog(&cfg.datasets[0]).unwrap();
+    let first = cat.entries().iter().find(|e| e.path == victim).unwrap();
+    let header_at = first.offset as usize - 4 - 20;
+    let mut bad = original.clone();
+    for b in &mut bad[header_at..header_at + 24] {
+        *b = 0xff;
+    }
+    std::fs::write(&victim, &bad).unwrap();
+    let e = catalog_error(&root, "parquet", "");
+    assert!(e.contains("shard-000001.parquet at offset"), "{e}");
+    std::fs::write(&victim, &original).unwrap();
+    // Columns missing or of the wrong type.
+    let e = catalog_error(&root, "parquet", "sample_field = \"jpg\"\n");
+    assert!(
+        e.contains("shard-000000.parquet") && e.contains("no top-level column \"jpg\""),
+        "{e}"
+    );
+    let e = catalog_error(&root, "parquet", "label_field = \"key\"\n");
+    assert!(e.contains("not an integer"), "{e}");
+    // Files Granary cannot read per sample: many rows per page, a
+    // dictionary.
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let plain = |b: parquet::file::properties::WriterPropertiesBuilder| {
+        b.set_dictionary_enabled(false)
+            .set_encoding(parquet::basic::Encoding::PLAIN)
+            .build()
+    };
+    parquet_file(
+        &other.join("a.parquet"),
+        50,
+        plain(WriterProperties::builder()),
+    );
+    let e = catalog_error(&other, "parquet", "");
+    assert!(
+        e.contains("a.parquet at offset") && e.contains("a data page of 50 values"),
+        "{e}"
+    );
+    parquet_file(
+        &other.join("a.parquet"),
+        50,
+        WriterProperties::builder()
+            .set_data_page_row_count_limit(1)
+            .set_write_batch_size(1)
+            .build(),
+    );
+    let e = catalog_error(&other, "parquet", "");
+    assert!(e.contains("a.parquet") && e.contains("dictionary"), "{e}");
+    // Written by another writer with one row per page: read.
+    parquet_file(
+        &other.join("a.parquet"),
+        50,
+        plain(
+            WriterProperties::builder()
+                .set_data_page_row_count_limit(1)
+                .set_write_batch_size(1),
+        ),
+    );
+    let cfg = config(
+        &sock,
+        "64MiB",
+        &format!(
+            "[[dataset]]\nname = \"d\"\nroot = \"{}\"\nformat = \"parquet\"\n",
+            other.display()
+        ),
+    );
+    let cat = open_catalog(&cfg.datasets[0]).unwrap();
+    assert_eq!(cat.len(), 50);
+    for i in [0u64, 17, 49] {
+        assert_eq!(cat.entries()[i as usize].label, i as i32);
+        assert_eq!(cat.read_sample(i).unwrap(), vec![i as u8; 100 + i as usize]);
+    }
+}
