@@ -1,8 +1,11 @@
 use super::*;
 
+/// A column: name, encoding, size.
+type Col<'a> = (&'a str, &'a str, Option<u64>);
+
 /// An MDS shard of `records` (each a list of column values, in column
 /// order) and its `index.json` entry for `columns` (name, encoding, size).
-fn shard(columns: &[(&str, &str, Option<u64>)], records: &[Vec<Vec<u8>>]) -> (Vec<u8>, String) {
+fn shard(columns: &[Col<'_>], records: &[Vec<Vec<u8>>]) -> (Vec<u8>, String) {
     let mut recs = Vec::new();
     for r in records {
         let mut rec = Vec::new();
@@ -27,9 +30,7 @@ fn shard(columns: &[(&str, &str, Option<u64>)], records: &[Vec<Vec<u8>>]) -> (Ve
     for r in &recs {
         out.extend_from_slice(r);
     }
-    let q = |f: &dyn Fn(&(&str, &str, Option<u64>)) -> String| {
-        columns.iter().map(f).collect::<Vec<_>>().join(",")
-    };
+    let q = |f: &dyn Fn(&Col<'_>) -> String| columns.iter().map(f).collect::<Vec<_>>().join(",");
     let index = format!(
         r#"{{"shards":[{{"column_names":[{}],"column_encodings":[{}],"column_sizes":[{}],"compression":null,"format":"mds","raw_data":{{"basename":"s.mds","bytes":{},"hashes":{{}}}},"samples":{n},"version":2,"zip_data":null}}],"version":2}}"#,
         q(&|c| format!("{:?}", c.0)),
