@@ -229,7 +229,11 @@ impl MdsWalker {
                 ),
             ));
         }
-        let table = 4 + 4 * (listed.samples + 1);
+        let table = listed
+            .samples
+            .checked_add(2)
+            .and_then(|n| n.checked_mul(4))
+            .unwrap_or(u64::MAX);
         if table > size {
             return Err(WalkError::at(
                 shard,

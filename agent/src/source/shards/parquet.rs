@@ -28,6 +28,14 @@ const TAIL: u64 = 16 * 1024;
 /// A label column chunk read whole: at most this many bytes.
 const MAX_LABEL_CHUNK: u64 = 256 << 20;
 
+/// A column chunk's start and length (the crate's `byte_range` panics on
+/// negative values, which a corrupt footer may hold).
+fn chunk_range(c: &ColumnChunkMetaData) -> Option<(u64, u64)> {
+    let start = c.dictionary_page_offset().unwrap_or(c.data_page_offset());
+    let len = c.compressed_size();
+    (start >= 0 && len >= 0).then_some((start as u64, len as u64))
+}
+
 /// The walk's position.
 #[derive(Debug)]
 enum Step {
@@ -231,7 +239,11 @@ impl ParquetWalker {
                     self.sample_field
                 )));
             }
-            let (from, len) = c.byte_range();
+            let rows = rg.num_rows();
+            if !(0..=self.size as i64).contains(&rows) {
+                return Err(self.whole(format!("row group {g}: {rows} rows: corrupt footer")));
+            }
+            let (from, len) = chunk_range(c).unwrap_or((u64::MAX, 0));
             if from.checked_add(len).is_none_or(|e| e > self.size) {
                 return Err(self.whole(format!(
                     "row group {g}: the sample column's pages ({from}..+{len}) run past the end \
@@ -239,7 +251,7 @@ impl ParquetWalker {
                     self.size
                 )));
             }
-            let (from, len) = rg.column(label).byte_range();
+            let (from, len) = chunk_range(rg.column(label)).unwrap_or((u64::MAX, 0));
             if from.checked_add(len).is_none_or(|e| e > self.size) || len > MAX_LABEL_CHUNK {
                 return Err(self.whole(format!(
                     "row group {g}: the label column's chunk ({from}..+{len}) runs past the end \
@@ -331,11 +343,8 @@ impl ParquetWalker {
             })
             .collect::<Result<_, _>>()?;
         self.row = 0;
-        let (from, len) = self
-            .meta()
-            .row_group(rg)
-            .column(self.columns.0)
-            .byte_range();
+        let (from, len) = chunk_range(self.meta().row_group(rg).column(self.columns.0))
+            .expect("checked when the footer was read");
         self.step = Step::Pages {
             rg,
             pos: from,
@@ -470,7 +479,7 @@ impl ParquetWalker {
                     return Err(self.at(pos, format!("row group {rg}: not a page header: {m}")))
                 }
             };
-            let page_end = pos + h.len as u64 + h.compressed_size as u64;
+            let page_end = (pos + h.len as u64).saturating_add(h.compressed_size as u64);
             if page_end > end {
                 return Err(self.at(
                     pos,
@@ -530,7 +539,7 @@ impl ShardWalk for ParquetWalker {
                 Some((self.size - n, n))
             }
             Step::Meta(m) => Some((self.size - 8 - m, m + 8)),
-            Step::Labels(rg) => Some(self.label_chunk(rg).byte_range()),
+            Step::Labels(rg) => chunk_range(self.label_chunk(rg)),
             Step::Pages { pos, end, .. } => Some((pos, self.chunk.max(self.need).min(end - pos))),
             Step::Done => None,
         }
