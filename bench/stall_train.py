@@ -82,6 +82,8 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 MAGIC = b"GRNSYNTH"
 REPO = Path(__file__).resolve().parent.parent
+#: --decode: the side every sample is decoded and resized to (0: bytes).
+DECODE = [0]
 
 
 def read_keys(path):
@@ -101,6 +103,12 @@ def label_of(key):
 
 
 def as_sample(body, expected, key):
+    if DECODE[0]:
+        if len(body) != expected:
+            raise RuntimeError(f"{key}: {len(body)} bytes (expected {expected})")
+        from stall_decode import decode
+
+        return decode(body, DECODE[0])
     if len(body) != expected or bytes(body[:8]) != MAGIC:
         raise RuntimeError(f"{key}: {len(body)} bytes (expected {expected}), starts {bytes(body[:8])!r}")
     return torch.frombuffer(bytearray(body), dtype=torch.uint8)
@@ -191,6 +199,17 @@ def s3torch_config():
     return S3ClientConfig(force_path_style=True)
 
 
+def use_checkouts_package():
+    """The `granary` package of this checkout, not one installed earlier:
+    the benchmark measures this tree's library."""
+    path = str(REPO / "client-c" / "python")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    mod = sys.modules.get("granary")
+    if mod is not None and not str(getattr(mod, "__file__", "")).startswith(path):
+        raise RuntimeError(f"granary was imported from {mod.__file__} before the checkout's")
+
+
 def gpu_wanted(a):
     """A real step on CUDA: the loaders then hand over page-locked memory."""
     return a.gpu_step is not None and torch.cuda.is_available()
@@ -201,23 +220,32 @@ def build_loader(a):
     # With a real GPU step, every DataLoader pins its batches (the usual
     # recipe), so the step's copy to the device is DMA.
     mp["pin_memory"] = gpu_wanted(a)
+    if DECODE[0] and a.workers > 0:
+        # --decode windows come after a whole epoch and cross epochs: the
+        # workers stay (the usual setting of a multi-epoch job), rather
+        # than being started again, and their shards opened again, at
+        # every epoch.
+        mp["persistent_workers"] = True
     g = torch.Generator()
     g.manual_seed(a.seed)
     c = a.contender
     if c == "granary_main":
-        try:
-            import granary  # noqa: F401
-        except ImportError:
-            sys.path.insert(0, str(REPO / "client-c" / "python"))
+        use_checkouts_package()
         from granary import cuda as gcuda
         from granary.torch import GranaryDataset
 
         gpu = gpu_wanted(a)
 
         def collate_main(xs, labels):
-            for x in xs:
-                if bytes(x[:8].numpy()) != MAGIC:
-                    raise RuntimeError("a sample without the synthetic header")
+            if DECODE[0]:
+                # Prepared by the agent: (side, side, 3) views of the arena.
+                xs = [x.reshape(-1) for x in xs]
+                if any(len(x) != 3 * DECODE[0] * DECODE[0] for x in xs):
+                    raise RuntimeError("a prepared sample of another shape")
+            else:
+                for x in xs:
+                    if bytes(x[:8].numpy()) != MAGIC:
+                        raise RuntimeError("a sample without the synthetic header")
             lengths = torch.tensor([len(x) for x in xs], dtype=torch.int64)
             # For the GPU the samples stay views of the (registered) arena
             # and go to the device from where they lie; without one, the
@@ -225,23 +253,30 @@ def build_loader(a):
             return (list(xs) if gpu else torch.cat(list(xs))), lengths, labels
 
         ds = GranaryDataset(a.dataset, a.socket, batch_size=a.batch, seed=a.seed, batches=True,
-                            collate=collate_main, epochs=1, timeout=120.0, pin_memory=gpu)
+                            collate=collate_main, epochs=a.epochs, timeout=120.0, pin_memory=gpu)
         return gcuda.prefetch(ds, "cuda" if gpu else "cpu", depth=2)
     if c == "granary":
-        try:
-            import granary  # noqa: F401
-        except ImportError:
-            sys.path.insert(0, str(REPO / "client-c" / "python"))
+        use_checkouts_package()
         from granary.torch import GranaryDataset
 
         def collate(xs, labels):
-            for x in xs:
-                if bytes(x[:8].numpy()) != MAGIC:
-                    raise RuntimeError("a sample without the synthetic header")
+            if not DECODE[0]:
+                for x in xs:
+                    if bytes(x[:8].numpy()) != MAGIC:
+                        raise RuntimeError("a sample without the synthetic header")
             return torch.cat(list(xs)), torch.tensor([len(x) for x in xs], dtype=torch.int64), labels
 
+        decode = None
+        if DECODE[0]:
+            from stall_decode import decode as decode_jpeg
+
+            side = DECODE[0]
+
+            def decode(x):
+                return decode_jpeg(x, side)
+
         ds = GranaryDataset(a.dataset, a.socket, batch_size=a.batch, seed=a.seed, batches=True,
-                            collate=collate, epochs=1, timeout=120.0)
+                            collate=collate, epochs=a.epochs, timeout=120.0, decode=decode)
         return DataLoader(ds, batch_size=None, num_workers=a.workers, **mp)
     keys, sizes = read_keys(a.keys)
     if c in ("local", "boto3", "boto3_threads", "s3torch_map"):
@@ -353,6 +388,17 @@ def build_loader(a):
               .batched(a.batch, collation_fn=flat_collate, partial=False))
         return wds.WebLoader(ds, batch_size=None, num_workers=a.workers, **mp)
     raise SystemExit(f"stall_train: unknown contender {c!r}")
+
+
+def forever(loader):
+    """The loader's batches, pass after pass (a training loop's epochs)."""
+    while True:
+        n = 0
+        for item in loader:
+            n += 1
+            yield item
+        if n == 0:
+            return
 
 
 def batch_bytes(x):
@@ -471,9 +517,13 @@ def main():
     ap.add_argument("--cache", help="streaming, litdata: the local cache folder")
     ap.add_argument("--marks", action="store_true")
     ap.add_argument("--limit-s", type=float, default=300.0, help="give up (exit 1) after this long")
+    ap.add_argument("--decode", type=int, default=0,
+                    help="samples are JPEGs: decode and resize each to this side (granary_main: prepared by the agent)")
+    ap.add_argument("--epochs", type=int, default=1, help="granary: epochs of the pass")
     ap.add_argument("--gpu-step", choices=("resnet50", "tiny"),
                     help="a real forward and backward pass instead of the sleep (CUDA when present)")
     a = ap.parse_args()
+    DECODE[0] = a.decode
     import threading
 
     guard = threading.Timer(a.limit_s, lambda: finish(1, f"{a.contender}: gave up after {a.limit_s} s"))
@@ -511,7 +561,9 @@ def main():
     samples = 0
     try:
         loader = build_loader(a)
-        it = iter(loader)
+        # A window after the first epoch (--decode) needs more than one pass
+        # of the loaders whose iterator ends with the epoch.
+        it = iter(loader) if a.contender.startswith("granary") else forever(loader)
         first_batch = None
         warmed = 0
         while warmed < a.warmup_batches or (

@@ -9,6 +9,9 @@ use crate::report::{json_num, median, Json};
 pub const GOAL_IDLE: f64 = 0.02;
 /// ... and at most the C loader's (`granary_c`) plus this.
 pub const GOAL_IDLE_OVER_C: f64 = 0.01;
+/// With `--decode`: Granary's idle fraction must be at most this times the
+/// best contender's.
+pub const GOAL_DECODE_IDLE_RATIO: f64 = 0.5;
 /// The local-disk loader that sets the step is kept at most this idle.
 pub const CALIBRATION_IDLE: f64 = 0.05;
 /// Granary's loader CPU per sample must be at most this times the best
@@ -257,6 +260,17 @@ impl Goal {
     }
 }
 
+/// The contender with the least idle fraction, and that fraction (those
+/// not measured left out).
+pub fn best_idle(contenders: &[(&str, &Cell)]) -> Option<(String, f64)> {
+    contenders
+        .iter()
+        .map(|(n, c)| (*n, c.idle))
+        .filter(|(_, v)| v.is_finite())
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(n, v)| (n.to_owned(), v))
+}
+
 /// `met`, `NOT met` or `not measured`.
 pub fn verdict(v: Option<bool>) -> &'static str {
     match v {
@@ -425,6 +439,18 @@ mod tests {
         assert_eq!(goal.best.as_ref().map(|b| b.0.as_str()), Some("a"));
         assert!((goal.granary_us - 0.15).abs() < 1e-9);
         assert_eq!(goal.cpu_met, Some(true));
+    }
+
+    #[test]
+    fn the_best_idle_is_the_least_measured() {
+        let a = Cell::of(&[run(0.04, 1000, 0.2, 0.0)]);
+        let b = Cell::of(&[run(0.03, 1000, 0.2, 0.0)]);
+        let missing = Cell::of(&[Run::failed("x".into())]);
+        assert_eq!(
+            best_idle(&[("a", &a), ("b", &b), ("m", &missing)]),
+            Some(("b".to_owned(), 0.03))
+        );
+        assert_eq!(best_idle(&[("m", &missing)]), None);
     }
 
     #[test]

@@ -85,6 +85,11 @@ usage: bench/run stall [options]
   --store WHICH       seaweed (default) or light (the light store in this process: no
                       SeaweedFS needed; its threads' CPU is the store's)
   --light-threads N   the light store's worker threads (default 2)
+  --decode SIDE       samples are JPEGs (--jpeg-side square images) that every loader decodes and
+                      resizes to SIDE x SIDE (torchvision decode_jpeg + resize); `granary` has the
+                      agent prepare them ([dataset.prepare]), `granary_workers` decodes in its
+                      workers; every window starts after one whole epoch (the goal: from epoch 1 on)
+  --jpeg-side N       the JPEGs' side with --decode (default 448)
   --quiet-wait-s S    before each run, wait up to S s for the machine to be quiet (default 5)
   --plot PATH         where the plot goes (default docs/stall.png; `none`: no plot)
   --python PATH       the Python interpreter (default $PYTHON, else python3)";
@@ -106,6 +111,22 @@ const SHARD_READERS: &[(&str, &str)] = &[
 static RUN_NO: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 /// Every contender, in the default order (Granary first).
 const ALL: &[&str] = stall_loaders::CONTENDERS;
+
+/// The JPEG dataset of `--decode` (`bench/stall_decode.py make`, once).
+fn jpeg_dataset(python: &str, root: &Path, files: u64, side: u32) -> Result<Dataset> {
+    let dir = data::data_root().join(format!("jpeg-{files}x{side}"));
+    let status = Command::new(python)
+        .arg(root.join("bench/stall_decode.py"))
+        .arg("make")
+        .arg(&dir)
+        .args([files.to_string(), side.to_string()])
+        .status()
+        .map_err(|e| format!("stall_decode.py: {e}"))?;
+    if !status.success() {
+        return Err(format!("stall_decode.py make: {status}"));
+    }
+    data::from_dir(&dir).map_err(|e| format!("dataset: {e}"))
+}
 
 /// The checkout: where this binary was built from, else the current
 /// folder (a binary carried to another machine and run from a copy of the
@@ -368,6 +389,27 @@ struct Ctx {
     quiet: Duration,
     /// `--gpu-step`: the model of the real step, if any.
     gpu_step: Option<String>,
+    /// `--decode`: the side the loaders resize to (0: bytes, no decode).
+    decode: u32,
+}
+
+impl Ctx {
+    /// Batches consumed before the window: `--warmup-batches`, and with
+    /// `--decode` a whole epoch before them.
+    fn warmup_batches(&self) -> u64 {
+        if self.decode == 0 {
+            self.warmup
+        } else {
+            self.warmup + self.ds.len().div_ceil(u64::from(self.batch))
+        }
+    }
+
+    /// Epochs a Granary pass is opened for: enough for the warm-up and the
+    /// window.
+    fn epochs(&self) -> u64 {
+        let samples = (self.warmup_batches() + self.batches) * u64::from(self.batch);
+        samples.div_ceil(self.ds.len().max(1)) + 1
+    }
 }
 
 /// CPU counters at one edge of a window.
@@ -444,6 +486,14 @@ fn measure_once(ctx: &Ctx, c: &Contender, step_ms: f64) -> Result<Run> {
                 extra: Vec::new(),
             },
         );
+        if ctx.decode > 0 && c.name == "granary" {
+            // The agent decodes and resizes once; every loader then reads
+            // prepared samples (docs/prepare.md).
+            cfg.s3_datasets[0].extra.push(format!(
+                "prepare = {{ resize = [{0}, {0}], mode = \"stretch\" }}",
+                ctx.decode
+            ));
+        }
         cfg.window_batches = 64;
         cfg.max_inflight_reads = 1024;
         Some(Agent::start(&cfg).map_err(|e| format!("agent: {e}"))?)
@@ -462,7 +512,7 @@ fn measure_once(ctx: &Ctx, c: &Contender, step_ms: f64) -> Result<Run> {
         .unwrap_or_default();
     let (batch, step) = (ctx.batch.to_string(), format!("{step_ms:.3}"));
     let (warm, batches, window) = (
-        ctx.warmup.to_string(),
+        ctx.warmup_batches().to_string(),
         ctx.batches.to_string(),
         ctx.window_s.to_string(),
     );
@@ -497,6 +547,10 @@ fn measure_once(ctx: &Ctx, c: &Contender, step_ms: f64) -> Result<Run> {
                 .args(["--bucket", ctx.store.bucket(), "--marks"]);
             if let Some(model) = &ctx.gpu_step {
                 cmd.args(["--gpu-step", model]);
+            }
+            if ctx.decode > 0 {
+                cmd.args(["--decode", &ctx.decode.to_string()])
+                    .args(["--epochs", &ctx.epochs().to_string()]);
             }
             if c.agent {
                 cmd.args(["--socket", &socket, "--dataset", DATASET]);
@@ -548,7 +602,8 @@ fn measure_once(ctx: &Ctx, c: &Contender, step_ms: f64) -> Result<Run> {
     // The loader's tree did not exist before the launch: its CPU at the
     // window's end is all it spent.
     r.cpu_from_start_s = b.client.as_secs_f64() + split_own(&threads_at_launch, &b.threads).agent;
-    let warmed = report::json_num(&line, "warmup_batches").map_or(ctx.warmup, |n| n as u64);
+    let warmed =
+        report::json_num(&line, "warmup_batches").map_or(ctx.warmup_batches(), |n| n as u64);
     r.samples_from_start = r.samples + warmed * u64::from(ctx.batch);
     let secs = b.at.duration_since(a.at).as_secs_f64().max(1e-9);
     r.client_cpu_s = b.client.saturating_sub(a.client).as_secs_f64();
@@ -685,8 +740,10 @@ fn run() -> Result<()> {
         "none" => None,
         p => Some(PathBuf::from(p)),
     };
+    let decode = args.u32("decode", 0)?;
+    let jpeg_side = args.u32("jpeg-side", 448)?;
     let consumed = (warmup + batches) * u64::from(batch);
-    if consumed > files {
+    if consumed > files && decode == 0 {
         return Err(format!(
             "--files {files} is smaller than the {consumed} samples a run may consume (warm-up + batches) × batch"
         ));
@@ -696,7 +753,11 @@ fn run() -> Result<()> {
     println!("stall: {regime_before}");
     println!("stall: CPU {}", cpu_model());
     let t_all = Instant::now();
-    let ds = data::ensure(&data::spec(files, mean, 100)).map_err(|e| format!("dataset: {e}"))?;
+    let ds = if decode > 0 {
+        jpeg_dataset(&python, &root, files, jpeg_side)?
+    } else {
+        data::ensure(&data::spec(files, mean, 100)).map_err(|e| format!("dataset: {e}"))?
+    };
     println!(
         "dataset: {} files, {:.3} GB, mean {:.0} bytes ({})",
         ds.len(),
@@ -708,9 +769,10 @@ fn run() -> Result<()> {
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
     let keys = work.join("keys.tsv");
     s3_data::write_keys_at(&keys, &ds, PREFIX)?;
-    let c_loader = match &gpu_step {
-        Some(_) => Err("with --gpu-step: the C loader has no GPU step".to_owned()),
-        None => build_c_loader(&root, &work),
+    let c_loader = match (&gpu_step, decode) {
+        (Some(_), _) => Err("with --gpu-step: the C loader has no GPU step".to_owned()),
+        (None, 1..) => Err("with --decode: the C loader does not decode".to_owned()),
+        (None, 0) => build_c_loader(&root, &work),
     };
     let mut contenders = names
         .iter()
@@ -821,6 +883,7 @@ fn run() -> Result<()> {
         warmup,
         quiet: Duration::from_secs_f64(quiet_s),
         gpu_step: gpu_step.clone(),
+        decode,
     };
 
     let (step_ms, local_rate, local_idle) = if ctx.gpu_step.is_some() {
@@ -922,7 +985,26 @@ fn run() -> Result<()> {
         .iter()
         .position(|(n, _)| n == "granary_c")
         .map(&cell);
-    let goal = Goal::judge(cell(0), c_cell, &others);
+    let mut goal = Goal::judge(cell(0), c_cell, &others);
+    let best_idle = stall_stats::best_idle(&others);
+    if decode > 0 {
+        // With --decode the idle goal is relative: ≤ 0.5 × the best
+        // contender's.
+        goal.idle_met = best_idle.as_ref().and_then(|(_, b)| {
+            goal.idle
+                .is_finite()
+                .then_some(goal.idle <= stall_stats::GOAL_DECODE_IDLE_RATIO * b)
+        });
+        println!(
+            "decode goal at {GOAL_RTT_MS} ms: granary idle {:.2} % against the best contender's {} (goal ≤ {}×: {})",
+            goal.idle * 100.0,
+            best_idle
+                .as_ref()
+                .map_or("(none measured)".to_owned(), |(n, v)| format!("{:.2} % ({n})", v * 100.0)),
+            stall_stats::GOAL_DECODE_IDLE_RATIO,
+            stall_stats::verdict(goal.idle_met)
+        );
+    }
     println!(
         "goal at {GOAL_RTT_MS} ms: granary idle {:.1} % (goal ≤ {:.0} % and ≤ granary_c's {:.1} % + {:.0} point: {}); loader CPU {:.0} µs/sample against the best contender's {} (goal ≤ {}×: {})",
         goal.idle * 100.0,
@@ -979,6 +1061,15 @@ fn run() -> Result<()> {
     println!("after: {regime_after}");
 
     let mut j = stall_stats::summary_json(&rtts, &columns, &goal);
+    j.num(
+        "best_contender_idle",
+        best_idle.as_ref().map_or(f64::NAN, |b| b.1),
+        4,
+    )
+    .num("decode", f64::from(decode), 0)
+    // Two jobs on one dataset (the hyper-parameter search) are not run
+    // by this benchmark yet.
+    .num("jobs2_decode_cpu_ratio", f64::NAN, 3);
     j.str("store", &store_kind)
         .str("gpu_step", gpu_step.as_deref().unwrap_or("sleep"))
         .num("step_ms", step_ms, 3)
