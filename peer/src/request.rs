@@ -47,6 +47,18 @@
 //! member whose blocks always take that long (a node whose own link is
 //! slow sees every peer so) is not helped by a second read, and would
 //! only double the store's load.
+//!
+//! # Cancels
+//!
+//! A TCP get handed to the store (hedged, or its member found slow) is
+//! also **cancelled** at its owner: [`Requester::take_cancels`] lists the
+//! requests to cancel, and the caller sends a cancel frame for each
+//! ([`crate::frame::Frame::Cancel`]). The owner drops what it has not
+//! begun to send (and does not start the store read of a sample that no
+//! one waits for any more), so a slow owner does not read, and queue on its
+//! link, blocks that its requesters have read from the store already.
+//! Probes are not cancelled: a probe get to a slow member goes to the store
+//! at once, and its block, when it comes, is what measures the member.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -231,6 +243,9 @@ pub struct Pending<T> {
     pub via: Via,
     /// When it was sent.
     pub sent: Nanos,
+    /// A probe of a member found slow ([`Requester::ask`]): never
+    /// cancelled, its block measures the member.
+    pub probe: bool,
 }
 
 /// What the requester knows of one member's speed.
@@ -249,6 +264,20 @@ struct Speed {
 /// member took (at most this many).
 const HEDGED_REMEMBERED: usize = 4096;
 
+/// Cancels kept for [`Requester::take_cancels`] at most (more are dropped:
+/// a cancel only saves the owner work).
+const CANCELS_KEPT: usize = 4096;
+
+/// A get to cancel at its owner: the caller sends a cancel frame for
+/// `request` on the connection that carried it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cancel {
+    /// The member asked.
+    pub member: usize,
+    /// The request to cancel.
+    pub request: u64,
+}
+
 /// The gets in flight of one agent (see the module documentation).
 #[derive(Debug)]
 pub struct Requester<T> {
@@ -258,6 +287,8 @@ pub struct Requester<T> {
     speed: Vec<Speed>,
     /// Gets handed to the store whose blocks may still come: member, sent.
     hedged: HashMap<u64, (usize, Nanos)>,
+    /// Gets handed to the store, to cancel at their owner.
+    cancels: Vec<Cancel>,
 }
 
 impl<T> Requester<T> {
@@ -269,6 +300,7 @@ impl<T> Requester<T> {
             next: 1,
             speed: (0..members).map(|_| Speed::default()).collect(),
             hedged: HashMap::new(),
+            cancels: Vec::new(),
         }
     }
 
@@ -333,6 +365,8 @@ impl<T> Requester<T> {
             due: now.saturating_add(self.cfg.hedge_after),
         };
         let claim = Arc::new(Claim::default());
+        // A member found slow is asked only for its probe.
+        let probe = self.is_slow(member);
         self.gets.insert(
             request,
             Pending {
@@ -342,6 +376,7 @@ impl<T> Requester<T> {
                 claim: Arc::clone(&claim),
                 via,
                 sent: now,
+                probe,
             },
         );
         (get, claim)
@@ -384,8 +419,16 @@ impl<T> Requester<T> {
         }
     }
 
-    /// The owner answered `request` with a miss.
+    /// The owner answered `request` with a miss. The answer to a cancel
+    /// ([`MissReason::Cancelled`]) of a get already handed to the store
+    /// ends it: no block will come.
     pub fn miss(&mut self, request: u64, reason: MissReason, now: Nanos) -> Option<Outcome<T>> {
+        if !self.gets.contains_key(&request) {
+            if reason == MissReason::Cancelled {
+                self.hedged.remove(&request);
+            }
+            return None;
+        }
         let p = self.gets.remove(&request)?;
         // A miss is an answer: it says how fast the member answers.
         self.observe(p.member, now.saturating_sub(p.sent), now);
@@ -467,6 +510,12 @@ impl<T> Requester<T> {
         self.cfg.hedge_after.max(usual)
     }
 
+    /// The gets handed to the store since the last call, to cancel at
+    /// their owners (see [Cancels](self#cancels)).
+    pub fn take_cancels(&mut self) -> Vec<Cancel> {
+        std::mem::take(&mut self.cancels)
+    }
+
     /// Every get still in flight goes to the store (the view changed, the
     /// tier stops).
     pub fn drain(&mut self) -> Vec<Pending<T>> {
@@ -511,6 +560,12 @@ impl<T> Requester<T> {
                 self.hedged.clear();
             }
             self.hedged.insert(r, (p.member, p.sent));
+            if !p.probe && self.cancels.len() < CANCELS_KEPT {
+                self.cancels.push(Cancel {
+                    member: p.member,
+                    request: r,
+                });
+            }
             if let Some(p) = self.gets.remove(&r) {
                 out.push(Outcome::Store {
                     token: p.token,
@@ -700,6 +755,74 @@ mod tests {
         // The late block of a is dropped; nothing else happens.
         assert_eq!(r.data(a.request, &header(&a, b"abc"), 0, MS), None);
         assert_eq!(r.len(), 2, "b and the RDMA get remain");
+    }
+
+    #[test]
+    fn a_hedged_get_is_cancelled_at_its_owner_once() {
+        let mut r: Requester<u32> = Requester::new(cfg(), 2);
+        let (a, _) = r.start(1, 1, want(9, 1, 3), Via::Tcp, 0);
+        let (_, cb) = r.start(2, 1, want(9, 2, 3), Via::Tcp, 0);
+        r.start(3, 1, want(9, 3, 3), Via::Rdma, 0);
+        let mut out = Vec::new();
+        r.poll(499 * MS, &mut out);
+        assert!(r.take_cancels().is_empty(), "nothing handed over yet");
+        assert!(cb.receive());
+        r.poll(500 * MS, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            r.take_cancels(),
+            [Cancel {
+                member: 1,
+                request: a.request
+            }],
+            "the hedged get, not the one arriving nor the RDMA one"
+        );
+        r.poll(600 * MS, &mut out);
+        assert!(r.take_cancels().is_empty(), "each get is cancelled once");
+        // The owner's answer to the cancel ends it: no block will come, so
+        // nothing is measured later from it.
+        assert_eq!(r.miss(a.request, MissReason::Cancelled, 700 * MS), None);
+        r.discarded(a.request, 900 * MS);
+        assert_eq!(r.latency(1), None);
+    }
+
+    #[test]
+    fn gets_of_a_member_found_slow_are_cancelled_but_not_its_probes() {
+        let mut r: Requester<u64> = Requester::new(cfg(), 4);
+        let mut t = 0;
+        for m in 1..4 {
+            land(&mut r, m, 8, MS, &mut t);
+        }
+        let (slow_get, _) = r.start(100, 3, want(9, 100, 3), Via::Tcp, t);
+        let mut out = Vec::new();
+        r.poll(t + 30 * MS, &mut out);
+        assert!(r.is_slow(3));
+        assert_eq!(
+            r.take_cancels(),
+            [Cancel {
+                member: 3,
+                request: slow_get.request
+            }]
+        );
+        // A probe goes to the store at once too, but is not cancelled: its
+        // block is what measures the member.
+        t += 1030 * MS;
+        assert!(r.ask(3, t));
+        let (probe, _) = r.start(101, 3, want(9, 101, 3), Via::Tcp, t);
+        assert!(r.pending(probe.request).is_some_and(|p| p.probe));
+        r.poll(t + MS, &mut out);
+        assert!(matches!(
+            out.last(),
+            Some(Outcome::Store {
+                token: 101,
+                why: Why::Slow,
+                ..
+            })
+        ));
+        assert!(r.take_cancels().is_empty());
+        let before = r.latency(3);
+        r.discarded(probe.request, t + 5 * MS);
+        assert_ne!(r.latency(3), before, "the probe's late block measured it");
     }
 
     #[test]
