@@ -36,8 +36,11 @@
 //! members' estimates, and [`RequesterConfig::slow_floor`], is **slow**:
 //! [`Requester::ask`] says to read its samples from the store instead, and
 //! its gets not begun are handed to the store at once. One probe get every
-//! [`RequesterConfig::probe_every`] keeps measuring it; once its estimate
-//! falls back under the bound, it is asked again. So a slow link costs a
+//! [`RequesterConfig::probe_every`] keeps measuring it; once a measure of
+//! its own (a probe's block) brings its estimate back under the bound, it
+//! is asked again. The others' latencies rising above its old estimate do
+//! not: that would send it a burst of gets it answers no faster than
+//! before, and find it slow again. So a slow link costs a
 //! few store reads, not `hedge_after` of waiting plus a second read for
 //! every sample it owns. A lone peer has no others to compare with and is
 //! never called slow.
@@ -535,7 +538,7 @@ impl<T> Requester<T> {
     /// members found slow, go to the store (their claims taken); appends
     /// their outcomes to `out`.
     pub fn poll(&mut self, now: Nanos, out: &mut Vec<Outcome<T>>) {
-        self.judge(now);
+        self.judge(now, None);
         let ended: Vec<(u64, Why)> = self
             .gets
             .iter()
@@ -586,12 +589,16 @@ impl<T> Requester<T> {
             None => latency,
         });
         s.landed = s.landed.saturating_add(1);
-        self.judge(now);
+        self.judge(now, Some(member));
     }
 
     /// Marks members slow or not, from their averages and the age of their
-    /// oldest get still unanswered.
-    fn judge(&mut self, now: Nanos) {
+    /// oldest get still unanswered. A slow member becomes fast again only
+    /// on a measure of its own (`measured`: a probe's block, or a late
+    /// one): not because the others' latencies rose above its old
+    /// average, which would send it a burst of gets it is no faster to
+    /// answer than before, and find it slow again.
+    fn judge(&mut self, now: Nanos, measured: Option<usize>) {
         let min = self.cfg.min_samples;
         let known_of = |s: &Speed| s.avg.filter(|_| s.landed >= min);
         let mut known: Vec<Nanos> = self.speed.iter().filter_map(known_of).collect();
@@ -642,7 +649,7 @@ impl<T> Requester<T> {
                 s.slow = true;
                 s.probed.set(now);
                 s.avg = Some(avg.max(oldest[m]));
-            } else if s.slow && avg <= bound && oldest[m] <= age_bound {
+            } else if s.slow && measured == Some(m) && avg <= bound && oldest[m] <= age_bound {
                 s.slow = false;
             }
         }
@@ -907,6 +914,30 @@ mod tests {
         for _ in 0..40 {
             land(&mut r, 3, 1, MS, &mut t);
         }
+        assert!(!r.is_slow(3) && r.ask(3, t));
+    }
+
+    #[test]
+    fn a_slow_member_recovers_on_its_own_measure_not_the_others_drift() {
+        let mut r: Requester<u64> = Requester::new(cfg(), 4);
+        let mut t = 0;
+        for m in 1..4 {
+            land(&mut r, m, 8, MS, &mut t);
+        }
+        r.start(100, 3, want(9, 100, 3), Via::Tcp, t);
+        let mut out = Vec::new();
+        r.poll(t + 30 * MS, &mut out);
+        assert!(r.is_slow(3));
+        t += 30 * MS;
+        // The others slow down to 20 ms: 4 x the median is now above member
+        // 3's estimate (30 ms), but nothing new was learnt of member 3.
+        for m in 1..3 {
+            land(&mut r, m, 40, 20 * MS, &mut t);
+        }
+        r.poll(t, &mut out);
+        assert!(r.is_slow(3), "still slow: no measure of its own");
+        // Its probe lands within the bound: it is asked again.
+        land(&mut r, 3, 1, MS, &mut t);
         assert!(!r.is_slow(3) && r.ask(3, t));
     }
 
