@@ -11,7 +11,9 @@
 //!   to the requester, which verifies blocks against their get and decides
 //!   each get's [`Outcome`]: landed, asked again over TCP, or read from the
 //!   store into the same extent. The clock goes to it too: gets not begun
-//!   by their hedge time, and those of a peer found slow, go to the store.
+//!   by their hedge time, and those of a peer found slow, go to the store,
+//!   and are cancelled at their owner (a cancel frame: it drops what it
+//!   has not begun to send).
 //! * A landed block completes its sample through the same path as a store
 //!   read (`Engine::sample_ready`, `complete.rs`).
 //!
@@ -80,6 +82,8 @@ impl Engine {
         };
         let mut ended = Vec::new();
         tier.poll_gets(&mut ended);
+        let cancels = tier.send_cancels();
+        self.metrics.peers.cancels_sent.inc_by(cancels);
         self.report_slow();
         for o in ended {
             self.on_outcome(o);
@@ -143,6 +147,7 @@ impl Engine {
                 self.peer_conn_down(conn, member);
             }
             Event::Request { conn, get } => self.peer_request(conn, get),
+            Event::Cancel { conn, request } => self.peer_cancel(conn, request),
             Event::Received {
                 request,
                 header,

@@ -41,6 +41,12 @@ pub struct PeerMetrics {
     pub hedged: Counter,
     /// Blocks that arrived after their hedge's store read began: dropped.
     pub late_discarded: Counter,
+    /// Cancels sent for requests handed to the store (hedged, or of a peer
+    /// found slow), so that the owner drops what it has not begun to send.
+    pub cancels_sent: Counter,
+    /// Store reads of kept samples not started because every peer request
+    /// waiting for them was cancelled.
+    pub reads_not_started: Counter,
     /// Blocks served to peers.
     pub served: Counter,
     /// Bytes served to peers.
@@ -104,6 +110,8 @@ impl Default for PeerMetrics {
             crc_failures: Counter::default(),
             hedged: Counter::default(),
             late_discarded: Counter::default(),
+            cancels_sent: Counter::default(),
+            reads_not_started: Counter::default(),
             served: Counter::default(),
             served_bytes: Counter::default(),
             served_misses: Family::default(),
@@ -254,6 +262,16 @@ impl PeerMetrics {
             "granary_peer_late_discarded",
             "Blocks from peers dropped because the store read had begun.",
             self.late_discarded.clone(),
+        );
+        registry.register(
+            "granary_peer_cancels",
+            "Cancels sent to peers for requests read from the store instead (hedged, or the peer found slow).",
+            self.cancels_sent.clone(),
+        );
+        registry.register(
+            "granary_peer_reads_not_started",
+            "Store reads of kept samples not started because every peer request waiting for them was cancelled.",
+            self.reads_not_started.clone(),
         );
         registry.register(
             "granary_peer_served",

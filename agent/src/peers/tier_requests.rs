@@ -66,6 +66,17 @@ impl PeerTier {
         self.requester.poll(now, out);
     }
 
+    /// Sends a cancel for every get the requester handed to the store
+    /// since the last call (over TCP; see `granary_peer::request`,
+    /// "Cancels"); returns how many.
+    pub(crate) fn send_cancels(&mut self) -> u64 {
+        let cancels = self.requester.take_cancels();
+        for c in &cancels {
+            self.net.cancel(c.member, c.request);
+        }
+        cancels.len() as u64
+    }
+
     /// The members whose slowness changed since the last call.
     pub(crate) fn slow_changes(&mut self) -> Vec<SlowChange> {
         let mut changed = Vec::new();

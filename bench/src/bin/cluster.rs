@@ -1763,6 +1763,30 @@ fn print_scenario(o: &Opts, r: &ScenarioResult) {
             ep.steps,
             pct(ep.moved_frac()),
         );
+        // Where the peer requests went: hedged, routed around a slow peer,
+        // cancelled at the owner (and what the owners did with cancels).
+        let asked: Vec<String> = ep
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(k, ne)| {
+                let g = |key: &str| ne.m.get(key).copied().unwrap_or(0.0);
+                format!(
+                    "n{k} {:.0}/{:.0}/{:.0}/{:.0}/{:.0}",
+                    g("hedged"),
+                    g("slow_routed"),
+                    g("cancels"),
+                    g("cancelled"),
+                    g("not_started")
+                )
+            })
+            .collect();
+        println!(
+            "{:>5} {:>4}  peer requests hedged/slow-routed/cancels sent; cancelled here/reads not started: {}",
+            e,
+            "reqs",
+            asked.join(", ")
+        );
         for ne in &ep.nodes {
             for err in &ne.errors {
                 println!("      error: {err}");
