@@ -11,6 +11,7 @@ use granary_shm::{BatchDescriptor, ErrorCode, SampleEntry};
 use std::collections::VecDeque;
 use std::time::Duration;
 
+mod grace;
 mod rdma;
 mod view;
 
