@@ -60,7 +60,9 @@ impl PeerTier {
                 } else if why == Why::Miss(MissReason::ShuttingDown) {
                     self.grace.dropped(member, now);
                 }
-                Some(0)
+                // Not asked again at once should the member count as back
+                // (its new connection lost too).
+                Some(self.grace.retry_after())
             }
             Why::Miss(MissReason::UnknownDataset) if self.grace.within(member, now) => {
                 Some(self.grace.retry_after())
