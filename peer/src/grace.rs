@@ -10,7 +10,8 @@
 //! ```text
 //!  owner's connection drops ──▶ grace starts (GraceConfig::grace)
 //!     gets lost with it, and new reads of its samples ──▶ parked
-//!  owner back (a connection authenticated again) ──▶ parked gets asked again
+//!  owner back, restarted (a connection authenticated again, a new incarnation) ──▶ parked gets asked again
+//!  owner back as it was (the same incarnation: the connection failed, not the owner) ──▶ Store(Rejoined), the grace ends
 //!     an answer "unknown dataset" (its catalog is still loading) ──▶ parked, asked again after retry_after
 //!  a loader blocked on a parked sample for GraceConfig::blocked ──▶ Store(Blocked)
 //!  the grace over ──▶ every parked get Store(Expired); the member's samples read from the store as before
@@ -63,6 +64,9 @@ pub struct Parked<T> {
     pub member: usize,
     /// The sample.
     pub want: Sample,
+    /// Whether it was asked of the owner and lost with its connection
+    /// (rather than parked before it was asked, or answered with a miss).
+    pub asked: bool,
     /// Not asked again before this time.
     not_before: Nanos,
     /// Since when a loader has been blocked on it.
@@ -76,6 +80,9 @@ pub enum GraceEnd {
     Expired,
     /// A loader was blocked on it for [`GraceConfig::blocked`].
     Blocked,
+    /// Its owner came back with the incarnation it had: it never went
+    /// away, its connection failed (read the store, as without a grace).
+    Rejoined,
 }
 
 impl GraceEnd {
@@ -84,6 +91,7 @@ impl GraceEnd {
         match self {
             GraceEnd::Expired => "expired",
             GraceEnd::Blocked => "blocked",
+            GraceEnd::Rejoined => "rejoined",
         }
     }
 }
@@ -106,9 +114,24 @@ pub enum Release<T> {
         token: T,
         /// The owner it waited for.
         member: usize,
+        /// Whether it had been asked of the owner ([`Parked::asked`]).
+        asked: bool,
         /// Why.
         why: GraceEnd,
     },
+}
+
+/// What an owner's return means ([`Grace::back`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Back {
+    /// It was not awaited.
+    NotAwaited,
+    /// It was awaited and comes back restarted (another incarnation, or
+    /// none known): its parked gets are asked again.
+    Restarted,
+    /// It was awaited and comes back with the incarnation it had: its
+    /// parked gets go to the store and its grace ends.
+    Rejoined,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -119,6 +142,8 @@ struct Owner {
     back: bool,
     /// When it was last dialled.
     probed: Option<Nanos>,
+    /// Its incarnation, as its last connection said.
+    incarnation: Option<u64>,
 }
 
 /// The parked samples of one agent (see the module documentation).
@@ -127,6 +152,9 @@ pub struct Grace<T> {
     cfg: GraceConfig,
     owners: Vec<Owner>,
     parked: Vec<Parked<T>>,
+    /// Released outside [`Grace::poll`] (an owner rejoined), handed out
+    /// by the next poll.
+    released: Vec<Release<T>>,
 }
 
 impl<T> Grace<T> {
@@ -136,6 +164,7 @@ impl<T> Grace<T> {
             cfg,
             owners: vec![Owner::default(); members],
             parked: Vec::new(),
+            released: Vec::new(),
         }
     }
 
@@ -149,14 +178,14 @@ impl<T> Grace<T> {
         self.cfg
     }
 
-    /// Parked samples.
+    /// Parked samples (and those released, not yet polled).
     pub fn len(&self) -> usize {
-        self.parked.len()
+        self.parked.len() + self.released.len()
     }
 
-    /// Whether none is parked.
+    /// Whether none is parked or released.
     pub fn is_empty(&self) -> bool {
-        self.parked.is_empty()
+        self.parked.is_empty() && self.released.is_empty()
     }
 
     /// The parked samples.
@@ -187,15 +216,40 @@ impl<T> Grace<T> {
         o.back = false;
     }
 
-    /// An authenticated connection to `member` is up: its grace ends for
-    /// the samples waiting for it (asked again at the next
-    /// [`poll`](Self::poll)). Returns whether it was awaited.
-    pub fn back(&mut self, member: usize, now: Nanos) -> bool {
+    /// An authenticated connection to `member` is up, the member saying
+    /// it is `incarnation`. When it was awaited: restarted, its parked
+    /// samples are asked again at the next [`poll`](Self::poll); the same
+    /// incarnation as before (it never went away: its connection failed),
+    /// they go to the store and its grace ends.
+    pub fn back(&mut self, member: usize, incarnation: u64, now: Nanos) -> Back {
         let awaited = self.awaits(member, now);
-        if let Some(o) = self.owners.get_mut(member) {
-            o.back = true;
+        let Some(o) = self.owners.get_mut(member) else {
+            return Back::NotAwaited;
+        };
+        let before = o.incarnation.replace(incarnation);
+        o.back = true;
+        if !awaited {
+            return Back::NotAwaited;
         }
-        awaited
+        if before != Some(incarnation) {
+            return Back::Restarted;
+        }
+        o.dropped = None;
+        let mut i = 0;
+        while i < self.parked.len() {
+            if self.parked[i].member == member {
+                let p = self.parked.swap_remove(i);
+                self.released.push(Release::Store {
+                    token: p.token,
+                    member,
+                    asked: p.asked,
+                    why: GraceEnd::Rejoined,
+                });
+            } else {
+                i += 1;
+            }
+        }
+        Back::Rejoined
     }
 
     /// Whether a read of a sample `member` owns waits for it now: its
@@ -210,13 +264,23 @@ impl<T> Grace<T> {
         self.running(member, now).is_some()
     }
 
-    /// Parks a read of `want` for `member`, asked again once it is back,
-    /// not before `now + delay`.
-    pub fn park(&mut self, token: T, member: usize, want: Sample, now: Nanos, delay: Nanos) {
+    /// Parks a read of `want` for `member` (`asked`: it was asked of the
+    /// member and lost with its connection), asked again once the member is back, not before
+    /// `now + delay`.
+    pub fn park(
+        &mut self,
+        token: T,
+        member: usize,
+        want: Sample,
+        asked: bool,
+        now: Nanos,
+        delay: Nanos,
+    ) {
         self.parked.push(Parked {
             token,
             member,
             want,
+            asked,
             not_before: now.saturating_add(delay),
             blocked_since: None,
         });
@@ -260,6 +324,7 @@ impl<T> Grace<T> {
     /// again, those whose grace ended or whose loader waited
     /// [`GraceConfig::blocked`] go to the store; appended to `out`.
     pub fn poll(&mut self, now: Nanos, out: &mut Vec<Release<T>>) {
+        out.append(&mut self.released);
         let mut i = 0;
         while i < self.parked.len() {
             let p = &self.parked[i];
@@ -284,6 +349,7 @@ impl<T> Grace<T> {
                 Some(why) => Release::Store {
                     token: p.token,
                     member: p.member,
+                    asked: p.asked,
                     why,
                 },
                 None => Release::Ask {
@@ -307,8 +373,13 @@ impl<T> Grace<T> {
 
     /// Every parked sample, for the store (the view changed, the tier
     /// stops).
-    pub fn drain(&mut self) -> Vec<Parked<T>> {
-        std::mem::take(&mut self.parked)
+    pub fn drain(&mut self) -> Vec<T> {
+        let released = self.released.drain(..).map(|r| match r {
+            Release::Ask { token, .. } | Release::Store { token, .. } => token,
+        });
+        let mut out: Vec<T> = released.collect();
+        out.extend(self.parked.drain(..).map(|p| p.token));
+        out
     }
 }
 
@@ -348,8 +419,8 @@ mod tests {
         g.dropped(1, 1000 * MS);
         assert!(g.awaits(1, 1000 * MS) && g.within(1, 1000 * MS));
         assert!(!g.awaits(2, 1000 * MS), "only the dropped member");
-        g.park(7, 1, want(7), 1000 * MS, 0);
-        g.park(8, 1, want(8), 2000 * MS, 0);
+        g.park(7, 1, want(7), true, 1000 * MS, 0);
+        g.park(8, 1, want(8), false, 2000 * MS, 0);
         // Nothing is released while the grace runs and the owner is away.
         for t in [1000, 2000, 3999] {
             assert!(polled(&mut g, t * MS).is_empty(), "at {t} ms");
@@ -362,9 +433,10 @@ mod tests {
         });
         assert_eq!(
             out,
-            [7, 8].map(|token| Release::Store {
+            [(7, true), (8, false)].map(|(token, asked)| Release::Store {
                 token,
                 member: 1,
+                asked,
                 why: GraceEnd::Expired
             })
         );
@@ -378,10 +450,14 @@ mod tests {
     fn an_owner_back_ends_the_wait_at_once() {
         let mut g: Grace<u64> = Grace::new(cfg(), 3);
         g.dropped(2, 0);
-        g.park(1, 2, want(1), 0, 0);
-        g.park(2, 2, want(2), 0, 0);
+        g.park(1, 2, want(1), true, 0, 0);
+        g.park(2, 2, want(2), false, 0, 0);
         assert!(polled(&mut g, 200 * MS).is_empty());
-        assert!(g.back(2, 300 * MS), "it was awaited");
+        assert_eq!(
+            g.back(2, 77, 300 * MS),
+            Back::Restarted,
+            "no incarnation known"
+        );
         assert!(!g.awaits(2, 300 * MS), "new reads go to it");
         assert!(g.within(2, 300 * MS), "its grace still covers lost gets");
         let out = polled(&mut g, 300 * MS);
@@ -391,7 +467,7 @@ mod tests {
             .all(|r| matches!(r, Release::Ask { member: 2, .. })));
         // It answers "unknown dataset" (its catalog is loading): parked
         // again, asked after the retry delay.
-        g.park(1, 2, want(1), 400 * MS, g.retry_after());
+        g.park(1, 2, want(1), true, 400 * MS, g.retry_after());
         assert!(polled(&mut g, 450 * MS).is_empty());
         assert_eq!(
             polled(&mut g, 500 * MS),
@@ -407,11 +483,52 @@ mod tests {
     }
 
     #[test]
+    fn an_owner_back_as_it_was_sends_its_parked_samples_to_the_store() {
+        let mut g: Grace<u64> = Grace::new(cfg(), 3);
+        // Its incarnation, from its first connection.
+        assert_eq!(g.back(1, 5, 0), Back::NotAwaited);
+        g.dropped(1, 100 * MS);
+        g.park(1, 1, want(1), true, 100 * MS, 0);
+        g.park(2, 1, want(2), false, 100 * MS, 0);
+        g.park(3, 2, want(3), false, 100 * MS, 0);
+        g.dropped(2, 100 * MS);
+        // Member 1 reconnects as incarnation 5: it never went away (its
+        // connection was cut), so its samples go to the store, as without
+        // a grace, and the grace ends.
+        assert_eq!(g.back(1, 5, 200 * MS), Back::Rejoined);
+        assert!(!g.within(1, 200 * MS));
+        let mut out = polled(&mut g, 200 * MS);
+        out.sort_by_key(|r| match r {
+            Release::Store { token, .. } | Release::Ask { token, .. } => *token,
+        });
+        assert_eq!(
+            out,
+            [(1, true), (2, false)].map(|(token, asked)| Release::Store {
+                token,
+                member: 1,
+                asked,
+                why: GraceEnd::Rejoined
+            })
+        );
+        // Member 2's sample still waits; it comes back restarted.
+        assert_eq!(g.len(), 1);
+        assert_eq!(g.back(2, 9, 300 * MS), Back::Restarted);
+        assert!(matches!(
+            polled(&mut g, 300 * MS)[..],
+            [Release::Ask { token: 3, .. }]
+        ));
+        // A later drop of member 1 starts a new grace.
+        g.dropped(1, 400 * MS);
+        assert!(g.awaits(1, 400 * MS));
+        assert_eq!(g.back(1, 6, 500 * MS), Back::Restarted);
+    }
+
+    #[test]
     fn a_sample_a_loader_is_blocked_on_waits_only_the_blocked_bound() {
         let mut g: Grace<u64> = Grace::new(cfg(), 2);
         g.dropped(1, 0);
-        g.park(1, 1, want(1), 0, 0);
-        g.park(2, 1, want(2), 0, 0);
+        g.park(1, 1, want(1), false, 0, 0);
+        g.park(2, 1, want(2), false, 0, 0);
         g.mark_blocked(100 * MS, |&t| t == 1);
         // Marked again later: the first mark counts.
         g.mark_blocked(300 * MS, |_| true);
@@ -421,6 +538,7 @@ mod tests {
             [Release::Store {
                 token: 1,
                 member: 1,
+                asked: false,
                 why: GraceEnd::Blocked
             }]
         );
@@ -429,6 +547,7 @@ mod tests {
             [Release::Store {
                 token: 2,
                 member: 1,
+                asked: false,
                 why: GraceEnd::Blocked
             }]
         );
@@ -441,7 +560,7 @@ mod tests {
             2,
         );
         g.dropped(1, 0);
-        g.park(1, 1, want(1), 0, 0);
+        g.park(1, 1, want(1), false, 0, 0);
         g.mark_blocked(10 * MS, |_| true);
         assert_eq!(polled(&mut g, 10 * MS).len(), 1);
     }
@@ -454,7 +573,7 @@ mod tests {
         assert_eq!(g.probes(0), [1]);
         assert!(g.probes(50 * MS).is_empty());
         assert_eq!(g.probes(100 * MS), [1]);
-        g.back(1, 150 * MS);
+        g.back(1, 3, 150 * MS);
         assert!(g.probes(300 * MS).is_empty(), "back: not probed");
         g.dropped(1, 400 * MS);
         assert_eq!(g.probes(400 * MS), [1]);
@@ -470,7 +589,7 @@ mod tests {
         assert!(!g.awaits(1, 0) && !g.within(1, 0));
         assert!(g.probes(0).is_empty());
         // Anything parked anyway goes to the store at the next poll.
-        g.park(1, 1, want(1), 0, 0);
+        g.park(1, 1, want(1), false, 0, 0);
         assert_eq!(polled(&mut g, 0).len(), 1);
         assert!(g.is_empty());
     }

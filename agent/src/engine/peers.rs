@@ -49,19 +49,21 @@ impl Engine {
 
     /// Parks the read of sample `k` (its extent at `dest` reserved) until
     /// member `member`, whose connection dropped, is back, not before
-    /// `delay` ns (`peers.owner_grace_ms`, `peers/tier_grace.rs`).
+    /// `delay` ns (`peers.owner_grace_ms`, `peers/tier_grace.rs`); `lost`:
+    /// it was asked of the member and lost with its connection.
     pub(super) fn park_peer_get(
         &mut self,
         member: usize,
         k: SampleKey,
         dest: u64,
         len: u32,
+        lost: bool,
         delay: u64,
     ) {
         let token = PeerToken { key: k, dest, len };
         match (self.want_of(&token), self.peers.as_mut()) {
             (Some(want), Some(tier)) => {
-                tier.park(member, token, want, delay);
+                tier.park(member, token, want, lost, delay);
                 self.metrics.peers.grace("parked", 1);
             }
             _ => self.read_store_instead(token),
@@ -127,8 +129,15 @@ impl Engine {
                     self.metrics.peers.grace("returned", 1);
                     self.start_peer_get(member, token.key, token.dest, token.len);
                 }
-                Release::Store { token, why, .. } => {
+                Release::Store {
+                    token, why, asked, ..
+                } => {
                     self.metrics.peers.grace(why.as_str(), 1);
+                    if asked {
+                        // Asked, lost with its connection, read from the
+                        // store: as without a grace.
+                        self.metrics.peers.get_failed(Why::Lost.as_str());
+                    }
                     self.read_store_instead(token);
                 }
             }
@@ -200,7 +209,7 @@ impl Engine {
                         "peer connection up"
                     );
                     let link = t.connection_up(member);
-                    t.grace_back(member);
+                    t.grace_back(member, incarnation);
                     m.peers.set_up(t.member_id(member), true);
                     m.peers.set_transport(t.member_id(member), Some(link));
                     t.rdma_conn_up(conn, member);
@@ -268,7 +277,8 @@ impl Engine {
             Outcome::Store { token, member, why } => {
                 // An owner that went away is waited for (its grace).
                 if let Some(delay) = self.peers.as_mut().and_then(|t| t.grace_takes(member, why)) {
-                    self.park_peer_get(member, token.key, token.dest, token.len, delay);
+                    let lost = why == Why::Lost;
+                    self.park_peer_get(member, token.key, token.dest, token.len, lost, delay);
                     return;
                 }
                 match why {

@@ -98,7 +98,7 @@ impl Engine {
                     continue;
                 }
                 Route::Wait(member) => {
-                    self.park_peer_get(member, k, dest, len, 0);
+                    self.park_peer_get(member, k, dest, len, false, 0);
                     continue;
                 }
                 Route::Store | Route::Keep => {}

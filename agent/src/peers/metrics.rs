@@ -75,9 +75,11 @@ pub struct PeerMetrics {
     pub rejected: Family<Labels, Counter>,
     /// Samples of an owner whose connection dropped, by what became of
     /// them (`peers.owner_grace_ms`): `parked` (each wait), `returned`
-    /// (asked again once the owner was back), `expired` (the grace ended:
-    /// read from the store), `blocked` (a loader waited on it for
-    /// `peers.owner_grace_blocked_ms`: read from the store).
+    /// (asked again once the owner was back, restarted), `expired` (the
+    /// grace ended), `blocked` (a loader waited on it for
+    /// `peers.owner_grace_blocked_ms`), `rejoined` (the owner came back as
+    /// it was: its connection had failed); the last three read from the
+    /// store.
     pub grace: Family<Labels, Counter>,
     /// Handles on the `tier` series, updated without locks.
     pub arena_samples: Counter,
@@ -330,7 +332,8 @@ impl PeerMetrics {
         registry.register(
             "granary_peer_grace",
             "Samples of an owner whose connection dropped, by outcome: parked (a wait for it), \
-             returned (asked again once it was back), expired and blocked (read from the store).",
+             returned (asked again once it was back, restarted), expired, blocked and rejoined \
+             (read from the store).",
             self.grace.clone(),
         );
         registry.register(

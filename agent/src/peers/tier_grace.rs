@@ -11,9 +11,12 @@
 //!   flight that were lost with the connection are parked too.
 //! * While it is awaited the member is dialled every 100 ms; the first
 //!   authenticated connection (it dialled us, or our probe reached it) ends
-//!   the wait: the parked gets are asked again. One its catalog does not
-//!   hold yet (miss `unknown_dataset`: it is still listing) is asked again
-//!   100 ms later, within the grace.
+//!   the wait. A member restarted (a new incarnation in its hello) is asked
+//!   the parked gets again; one its catalog does not hold yet (miss
+//!   `unknown_dataset`: it is still listing) is asked again 100 ms later,
+//!   within the grace. A member back with the incarnation it had never
+//!   went away (its connection failed, a path cut): its parked gets go to
+//!   the store, as without a grace, and its grace ends.
 //! * A parked sample a loader is blocked on (see `engine/peers.rs`) waits
 //!   at most `peers.owner_grace_blocked_ms`; the others, until the grace
 //!   ends. What the grace does not bring is read from the store.
@@ -23,15 +26,23 @@
 use super::{PeerTier, PeerToken};
 use granary_peer::conn::Nanos;
 use granary_peer::frame::MissReason;
-use granary_peer::grace::{Parked, Release};
+use granary_peer::grace::{Back, Release};
 use granary_peer::request::{Sample, Why};
 
 impl PeerTier {
     /// Parks a read of `want` (into `token`'s extent) until member
-    /// `member`, whose connection dropped, is back, not before `delay`.
-    pub(crate) fn park(&mut self, member: usize, token: PeerToken, want: Sample, delay: Nanos) {
+    /// `member`, whose connection dropped, is back, not before `delay`
+    /// (`lost`: it was asked of the member and lost with its connection).
+    pub(crate) fn park(
+        &mut self,
+        member: usize,
+        token: PeerToken,
+        want: Sample,
+        lost: bool,
+        delay: Nanos,
+    ) {
         let now = self.net.nanos();
-        self.grace.park(token, member, want, now, delay);
+        self.grace.park(token, member, want, lost, now, delay);
     }
 
     /// Whether a get of `member`'s sample that ended with `why` waits for
@@ -85,17 +96,26 @@ impl PeerTier {
         }
     }
 
-    /// A connection to member `member` is up: if it was awaited, its
-    /// parked gets are asked again at the next [`grace_poll`](Self::grace_poll).
-    pub(crate) fn grace_back(&mut self, member: usize) {
+    /// A connection to member `member`, incarnation `incarnation`, is up:
+    /// if it was awaited, its parked gets are asked again at the next
+    /// [`grace_poll`](Self::grace_poll) (restarted) or read from the store
+    /// (back as it was).
+    pub(crate) fn grace_back(&mut self, member: usize, incarnation: u64) {
         let now = self.net.nanos();
-        if self.grace.back(member, now) {
-            let parked = self.grace.parked().filter(|p| p.member == member).count();
-            tracing::info!(
+        let parked = self.grace.parked().filter(|p| p.member == member).count();
+        match self.grace.back(member, incarnation, now) {
+            Back::NotAwaited => {}
+            Back::Restarted => tracing::info!(
                 peer = self.member_id(member),
                 parked,
-                "peer back within its grace: the reads that waited for it are asked again"
-            );
+                "peer back restarted within its grace: the reads that waited for it are asked again"
+            ),
+            Back::Rejoined => tracing::info!(
+                peer = self.member_id(member),
+                parked,
+                "peer back as it was (its connection failed, not the peer): the reads that \
+                 waited for it are read from the store"
+            ),
         }
     }
 
@@ -124,7 +144,7 @@ impl PeerTier {
     }
 
     /// Every parked read, for the store (the tier stops).
-    pub(crate) fn grace_drain(&mut self) -> Vec<Parked<PeerToken>> {
+    pub(crate) fn grace_drain(&mut self) -> Vec<PeerToken> {
         self.grace.drain()
     }
 

@@ -157,7 +157,7 @@ impl PeerTier {
             .into_iter()
             .map(|p| p.token)
             .collect();
-        gets.extend(self.grace_drain().into_iter().map(|p| p.token));
+        gets.extend(self.grace_drain());
         let serving = self.serving.drain().map(|(_, s)| s).collect();
         drop(self);
         (gets, serving)

@@ -137,7 +137,7 @@ impl Job {
         let (dest, len) = (r.extent.offset, size(i) as u32);
         match route {
             Route::Peer(m) => e.start_peer_get(m, key(0, i), dest, len),
-            Route::Wait(m) => e.park_peer_get(m, key(0, i), dest, len, 0),
+            Route::Wait(m) => e.park_peer_get(m, key(0, i), dest, len, false, 0),
             Route::Store | Route::Keep => e.read_store_instead(crate::peers::PeerToken {
                 key: key(0, i),
                 dest,
