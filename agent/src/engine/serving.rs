@@ -281,6 +281,7 @@ impl Engine {
         if let Some(m) = member {
             if tier.member_went_down(m) {
                 self.metrics.peers.set_up(tier.member_id(m), false);
+                tier.grace_dropped(m);
             }
         }
     }

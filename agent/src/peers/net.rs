@@ -412,7 +412,26 @@ impl Net {
 
     fn dial(&self, member: usize) {
         if let Some(rt) = &self.rt {
-            rt.spawn(dial(Arc::clone(&self.shared), member));
+            rt.spawn(dial(Arc::clone(&self.shared), member, false));
+        }
+    }
+
+    /// Dials `member` without a request, unless a connection to it is up
+    /// or being dialled: an owner awaited after its connection dropped is
+    /// found as soon as it listens again ([`Event::Up`]). A failed probe
+    /// is not logged (an agent restarting refuses many) and leaves the
+    /// member down as a failed dial does.
+    pub(crate) fn probe(&self, member: usize) {
+        let mut slots = lock(&self.shared.slots);
+        let Some(slot) = slots.get_mut(member) else {
+            return;
+        };
+        if matches!(slot, Slot::Idle | Slot::Down(_)) {
+            *slot = Slot::Dialing(Vec::new());
+            drop(slots);
+            if let Some(rt) = &self.rt {
+                rt.spawn(dial(Arc::clone(&self.shared), member, true));
+            }
         }
     }
 
@@ -575,7 +594,7 @@ impl Drop for AcceptSlot {
     }
 }
 
-async fn dial(shared: Arc<Shared>, member: usize) {
+async fn dial(shared: Arc<Shared>, member: usize, quiet: bool) {
     let addr = shared.cfg.view.members()[member].addr.clone();
     let connect = tokio::time::timeout(
         shared.cfg.connect_timeout,
@@ -599,7 +618,11 @@ async fn dial(shared: Arc<Shared>, member: usize) {
         Ok(Err(e)) => e.to_string(),
         Err(_) => format!("no connection within {:?}", shared.cfg.connect_timeout),
     };
-    tracing::warn!(peer = %shared.cfg.view.members()[member].id, %addr, "dial failed: {err}");
+    if quiet {
+        tracing::debug!(peer = %shared.cfg.view.members()[member].id, %addr, "probe failed: {err}");
+    } else {
+        tracing::warn!(peer = %shared.cfg.view.members()[member].id, %addr, "dial failed: {err}");
+    }
     let until = Instant::now() + shared.redial_after(false);
     let queued = {
         let mut slots = lock(&shared.slots);
