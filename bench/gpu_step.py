@@ -39,10 +39,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 REPO = Path(__file__).resolve().parent.parent
-try:
-    import granary  # noqa: F401
-except ImportError:
-    sys.path.insert(0, str(REPO / "client-c" / "python"))
+# This checkout's package, not one installed earlier.
+sys.path.insert(0, str(REPO / "client-c" / "python"))
 from granary import cuda as gcuda  # noqa: E402
 from granary.agent import LocalAgent  # noqa: E402
 from granary.torch import GranaryDataset  # noqa: E402

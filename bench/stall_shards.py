@@ -3,7 +3,7 @@
 format and uploads them into the store, for the shard-reading contenders.
 
     stall_shards.py --format mds|litdata|wds --keys KEYS.tsv --local-root DIR \
-        --endpoint URL --bucket B --prefix P --work DIR
+        (--endpoint URL --bucket B --prefix P --work DIR | --out DIR)
 
 KEYS.tsv holds one `key<TAB>size` line per sample (`prefix/class/file`); the
 samples are read from DIR (the same files the store holds) and written in
@@ -18,8 +18,9 @@ its bytes `x`, its class `y` (int) and its length `n` (int):
 
 The shards are uploaded with boto3 straight to the store (not through the
 delay proxy) under PREFIX/. Credentials come from AWS_ACCESS_KEY_ID /
-AWS_SECRET_ACCESS_KEY / AWS_REGION. Prints one JSON line: format, shards,
-bytes, seconds.
+AWS_SECRET_ACCESS_KEY / AWS_REGION. With `--out DIR` they are only written
+into DIR (for a store that serves a folder: `bench/run stall --store
+light`). Prints one JSON line: format, shards, bytes, seconds.
 """
 
 import argparse
@@ -80,15 +81,18 @@ def write_wds(items, out):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for name in ("--format", "--keys", "--local-root", "--endpoint", "--bucket", "--work", "--prefix"):
+    for name in ("--format", "--keys", "--local-root"):
         ap.add_argument(name, required=True)
+    for name in ("--endpoint", "--bucket", "--work", "--prefix", "--out"):
+        ap.add_argument(name)
     a = ap.parse_args()
-    import boto3
-    from botocore.config import Config
+    upload = a.out is None
+    if upload and None in (a.endpoint, a.bucket, a.work, a.prefix):
+        raise SystemExit("stall_shards: --endpoint, --bucket, --work and --prefix, or --out")
 
     t = time.monotonic()
     keys, sizes = read_keys(a.keys)
-    out = os.path.join(a.work, a.format)
+    out = os.path.join(a.work, a.format) if upload else a.out
     if a.format == "mds":
         write_mds(samples(keys, sizes, a.local_root), out)
     elif a.format == "litdata":
@@ -97,12 +101,17 @@ def main():
         write_wds(samples(keys, sizes, a.local_root), out)
     else:
         raise SystemExit(f"stall_shards: unknown format {a.format!r}")
-    s3 = boto3.session.Session().client("s3", endpoint_url=a.endpoint,
-                                        config=Config(s3={"addressing_style": "path"}))
+    if upload:
+        import boto3
+        from botocore.config import Config
+
+        s3 = boto3.session.Session().client("s3", endpoint_url=a.endpoint,
+                                            config=Config(s3={"addressing_style": "path"}))
     shards, nbytes = 0, 0
     for name in sorted(os.listdir(out)):
         path = os.path.join(out, name)
-        s3.upload_file(path, a.bucket, f"{a.prefix}/{name}")
+        if upload:
+            s3.upload_file(path, a.bucket, f"{a.prefix}/{name}")
         shards += name.endswith((".mds", ".bin", ".tar"))
         nbytes += os.path.getsize(path)
     print(json.dumps({"format": a.format, "shards": shards, "bytes": nbytes, "seconds": time.monotonic() - t}),

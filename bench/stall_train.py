@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """One contender of `bench/run stall`: a training loop whose GPU step is a
-sleep, fed by one data loader, timed batch by batch.
+sleep (or, with --gpu-step, a real forward and backward pass), fed by one
+data loader, timed batch by batch.
 
     stall_train.py --contender NAME --batch 32 --step-ms 20 \
-        [--warmup-batches 5] [--batches 200] [--window-s 20] [--marks] ...
+        [--gpu-step resnet50|tiny] [--warmup-batches 5] [--batches 200] \
+        [--window-s 20] [--marks] ...
 
 Contenders (every one delivers the same thing to the loop: per batch, the
 samples' bytes concatenated into one uint8 tensor, their lengths and their
@@ -11,6 +13,13 @@ labels; every sample's length and magic are checked):
 
   local           DataLoader over the dataset's files on local disk (the
                   GPU step's calibration), --workers processes
+  granary_main    the default path: granary.torch.GranaryDataset(batches=True)
+                  iterated in the training process through
+                  granary.cuda.prefetch (one thread fetching two batches
+                  ahead; with a GPU step on CUDA, the arena registered and
+                  each batch's samples sent to the GPU from where they lie
+                  on the prefetch thread's stream); needs --socket and
+                  --dataset
   granary         granary.torch.GranaryDataset(batches=True) through a
                   DataLoader(batch_size=None), --workers processes; needs
                   --socket and --dataset
@@ -35,6 +44,16 @@ labels; every sample's length and magic are checked):
                   with `pipe:curl` on a presigned URL through the proxy,
                   shard shuffle and a 1,000-sample shuffle buffer, batched in
                   the workers, WebLoader with --workers processes
+
+With --gpu-step MODEL the step is MODEL's forward and backward pass (bf16
+autocast, channels_last, SGD, synthetic labels from the batch's labels)
+on the batch itself: its bytes are moved to the device (from pinned memory,
+non_blocking, for the DataLoader contenders: `pin_memory=True`), repeated or
+cut to batch x 3 x 224 x 224 (x 32 x 32 for `tiny`) and scaled to [0, 1];
+the step ends with a synchronisation, so the time in `next()` is the time
+the GPU had nothing to do. The step's mean time is reported
+(`gpu_step_ms`). CUDA is used when present, else the CPU (`tiny` checks
+the plumbing on a machine without a GPU).
 
 The loop: `--warmup-batches` batches (worker start-up, first requests) are
 consumed and not measured, more until `--warmup-s` seconds after the first
@@ -63,6 +82,8 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 MAGIC = b"GRNSYNTH"
 REPO = Path(__file__).resolve().parent.parent
+#: --decode: the side every sample is decoded and resized to (0: bytes).
+DECODE = [0]
 
 
 def read_keys(path):
@@ -82,6 +103,12 @@ def label_of(key):
 
 
 def as_sample(body, expected, key):
+    if DECODE[0]:
+        if len(body) != expected:
+            raise RuntimeError(f"{key}: {len(body)} bytes (expected {expected})")
+        from stall_decode import decode
+
+        return decode(body, DECODE[0])
     if len(body) != expected or bytes(body[:8]) != MAGIC:
         raise RuntimeError(f"{key}: {len(body)} bytes (expected {expected}), starts {bytes(body[:8])!r}")
     return torch.frombuffer(bytearray(body), dtype=torch.uint8)
@@ -172,26 +199,84 @@ def s3torch_config():
     return S3ClientConfig(force_path_style=True)
 
 
+def use_checkouts_package():
+    """The `granary` package of this checkout, not one installed earlier:
+    the benchmark measures this tree's library."""
+    path = str(REPO / "client-c" / "python")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    mod = sys.modules.get("granary")
+    if mod is not None and not str(getattr(mod, "__file__", "")).startswith(path):
+        raise RuntimeError(f"granary was imported from {mod.__file__} before the checkout's")
+
+
+def gpu_wanted(a):
+    """A real step on CUDA: the loaders then hand over page-locked memory."""
+    return a.gpu_step is not None and torch.cuda.is_available()
+
+
 def build_loader(a):
     mp = {"multiprocessing_context": "fork"} if a.workers > 0 else {}
+    # With a real GPU step, every DataLoader pins its batches (the usual
+    # recipe), so the step's copy to the device is DMA.
+    mp["pin_memory"] = gpu_wanted(a)
+    if DECODE[0] and a.workers > 0:
+        # --decode windows come after a whole epoch and cross epochs: the
+        # workers stay (the usual setting of a multi-epoch job), rather
+        # than being started again, and their shards opened again, at
+        # every epoch.
+        mp["persistent_workers"] = True
     g = torch.Generator()
     g.manual_seed(a.seed)
     c = a.contender
+    if c == "granary_main":
+        use_checkouts_package()
+        from granary import cuda as gcuda
+        from granary.torch import GranaryDataset
+
+        gpu = gpu_wanted(a)
+
+        def collate_main(xs, labels):
+            if DECODE[0]:
+                # Prepared by the agent: (side, side, 3) views of the arena.
+                xs = [x.reshape(-1) for x in xs]
+                if any(len(x) != 3 * DECODE[0] * DECODE[0] for x in xs):
+                    raise RuntimeError("a prepared sample of another shape")
+            else:
+                for x in xs:
+                    if bytes(x[:8].numpy()) != MAGIC:
+                        raise RuntimeError("a sample without the synthetic header")
+            lengths = torch.tensor([len(x) for x in xs], dtype=torch.int64)
+            # For the GPU the samples stay views of the (registered) arena
+            # and go to the device from where they lie; without one, the
+            # loop's contract is one tensor of the batch's bytes.
+            return (list(xs) if gpu else torch.cat(list(xs))), lengths, labels
+
+        ds = GranaryDataset(a.dataset, a.socket, batch_size=a.batch, seed=a.seed, batches=True,
+                            collate=collate_main, epochs=a.epochs, timeout=120.0, pin_memory=gpu)
+        return gcuda.prefetch(ds, "cuda" if gpu else "cpu", depth=2)
     if c == "granary":
-        try:
-            import granary  # noqa: F401
-        except ImportError:
-            sys.path.insert(0, str(REPO / "client-c" / "python"))
+        use_checkouts_package()
         from granary.torch import GranaryDataset
 
         def collate(xs, labels):
-            for x in xs:
-                if bytes(x[:8].numpy()) != MAGIC:
-                    raise RuntimeError("a sample without the synthetic header")
+            if not DECODE[0]:
+                for x in xs:
+                    if bytes(x[:8].numpy()) != MAGIC:
+                        raise RuntimeError("a sample without the synthetic header")
             return torch.cat(list(xs)), torch.tensor([len(x) for x in xs], dtype=torch.int64), labels
 
+        decode = None
+        if DECODE[0]:
+            from stall_decode import decode as decode_jpeg
+
+            side = DECODE[0]
+
+            def decode(x):
+                return decode_jpeg(x, side)
+
         ds = GranaryDataset(a.dataset, a.socket, batch_size=a.batch, seed=a.seed, batches=True,
-                            collate=collate, epochs=1, timeout=120.0)
+                            collate=collate, epochs=a.epochs, timeout=120.0, decode=decode)
         return DataLoader(ds, batch_size=None, num_workers=a.workers, **mp)
     keys, sizes = read_keys(a.keys)
     if c in ("local", "boto3", "boto3_threads", "s3torch_map"):
@@ -305,6 +390,72 @@ def build_loader(a):
     raise SystemExit(f"stall_train: unknown contender {c!r}")
 
 
+def forever(loader):
+    """The loader's batches, pass after pass (a training loop's epochs)."""
+    while True:
+        n = 0
+        for item in loader:
+            n += 1
+            yield item
+        if n == 0:
+            return
+
+
+def batch_bytes(x):
+    """Bytes in a batch: one tensor, or a list of per-sample tensors."""
+    return sum(len(t) for t in x) if isinstance(x, (list, tuple)) else len(x)
+
+
+def make_gpu_step(model_name, batch):
+    """The real step: (x, labels) -> None, MODEL's forward and backward pass
+    on the batch's own bytes, synchronised. CUDA when present, else CPU."""
+    import torch.nn.functional as F
+
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if model_name == "resnet50":
+        import torchvision
+
+        model, side = torchvision.models.resnet50(num_classes=1000), 224
+    else:
+        model = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 16, 3, stride=2), torch.nn.ReLU(),
+            torch.nn.Conv2d(16, 32, 3, stride=2), torch.nn.ReLU(),
+            torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(32, 1000))
+        side = 32
+    torch.backends.cudnn.benchmark = True
+    model = model.to(dev, memory_format=torch.channels_last).train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    per = 3 * side * side
+
+    def step(x, labels):
+        if isinstance(x, (list, tuple)):
+            flat = torch.cat([t.to(dev, non_blocking=True) for t in x])
+        else:
+            flat = x.to(dev, non_blocking=True)
+        if not isinstance(labels, torch.Tensor):
+            labels = torch.tensor(labels, dtype=torch.int64)
+        n = len(labels)
+        need = n * per
+        if flat.numel() < need:
+            flat = flat.repeat(need // flat.numel() + 1)
+        inp = flat[:need].view(n, 3, side, side).float().div_(255).contiguous(memory_format=torch.channels_last)
+        target = labels.to(dev, non_blocking=True) % 1000
+        with torch.autocast(dev.type, dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(inp), target)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
+    # Warm-up on random bytes: cuDNN's autotuning and the first kernels'
+    # loading are not the loader's doing.
+    for _ in range(3):
+        step(torch.randint(0, 256, (batch * per,), dtype=torch.uint8),
+             torch.randint(0, 1000, (batch,), dtype=torch.int64))
+    return step, str(dev)
+
+
 def child_pids():
     me = os.getpid()
     out = []
@@ -366,7 +517,13 @@ def main():
     ap.add_argument("--cache", help="streaming, litdata: the local cache folder")
     ap.add_argument("--marks", action="store_true")
     ap.add_argument("--limit-s", type=float, default=300.0, help="give up (exit 1) after this long")
+    ap.add_argument("--decode", type=int, default=0,
+                    help="samples are JPEGs: decode and resize each to this side (granary_main: prepared by the agent)")
+    ap.add_argument("--epochs", type=int, default=1, help="granary: epochs of the pass")
+    ap.add_argument("--gpu-step", choices=("resnet50", "tiny"),
+                    help="a real forward and backward pass instead of the sleep (CUDA when present)")
     a = ap.parse_args()
+    DECODE[0] = a.decode
     import threading
 
     guard = threading.Timer(a.limit_s, lambda: finish(1, f"{a.contender}: gave up after {a.limit_s} s"))
@@ -378,22 +535,44 @@ def main():
         if a.marks:
             print(f"mark {what}", flush=True)
 
+    gpu_step, device = (None, None)
+    if a.gpu_step is not None:
+        try:
+            gpu_step, device = make_gpu_step(a.gpu_step, a.batch)
+        except Exception as e:  # noqa: BLE001
+            finish(1, f"{a.contender}: the GPU step: {type(e).__name__}: {e}")
+    step = a.step_ms / 1000.0
+    busy = [0.0]  # the step's time, warm-up and window
+    step_times = []
+
+    def run_step(x, labels, timed):
+        ts = time.monotonic()
+        if gpu_step is None:
+            time.sleep(step)
+        else:
+            gpu_step(x, labels)
+        took = time.monotonic() - ts
+        busy[0] += took
+        if timed:
+            step_times.append(took)
+
     t_start = time.monotonic()
     t1 = t0 = t_start
-    step = a.step_ms / 1000.0
     samples = 0
     try:
         loader = build_loader(a)
-        it = iter(loader)
+        # A window after the first epoch (--decode) needs more than one pass
+        # of the loaders whose iterator ends with the epoch.
+        it = iter(loader) if a.contender.startswith("granary") else forever(loader)
         first_batch = None
         warmed = 0
         while warmed < a.warmup_batches or (
                 first_batch is not None and time.monotonic() - t_start - first_batch < a.warmup_s):
-            next(it)
+            x, _, labels = next(it)
             warmed += 1
             if first_batch is None:
                 first_batch = time.monotonic() - t_start
-            time.sleep(step)
+            run_step(x, labels, False)
         waits = []
         mark("window-start")
         t0 = time.monotonic()
@@ -404,10 +583,10 @@ def main():
             except StopIteration:
                 break
             waits.append(time.monotonic() - s)
-            if len(lengths) != len(labels) or int(lengths.sum()) != len(x):
+            if len(lengths) != len(labels) or int(lengths.sum()) != batch_bytes(x):
                 raise RuntimeError("a batch whose lengths do not add up")
             samples += len(lengths)
-            time.sleep(step)
+            run_step(x, labels, True)
         t1 = time.monotonic()
         mark("window-end")
     except Exception as e:  # a worker's error arrives here
@@ -433,7 +612,11 @@ def main():
         "first_batch_s": first_batch if first_batch is not None else float("nan"),
         # From the loader's construction to the window's end: how long the
         # GPU stepped, and the whole span (start-up included).
-        "busy_s": (warmed + len(waits)) * step,
+        "busy_s": busy[0],
+        "gpu_step": a.gpu_step or "sleep",
+        "device": device or "none",
+        "gpu_step_ms": (sum(step_times) / len(step_times) * 1e3) if gpu_step is not None and step_times
+        else None,
         "warmup_batches": warmed,
         "run_s": t1 - t_start,
         **versions,

@@ -169,9 +169,10 @@ def fs_fingerprint(name, catalog):
 # ---------------------------------------------------------------- frames
 
 FORMAT_VERSION = 2
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 MAX_BODY = 64 * 1024
 HELLO, GET, VECTOR_GET, DATA, MISS, CREDIT, PING, PONG, GOODBYE = 1, 3, 4, 5, 6, 7, 8, 9, 10
+CANCEL = 12  # u64 request id: the block is no longer wanted (protocol version 3)
 MISS_REASONS = {
     1: "not owner",
     2: "not kept",
@@ -182,6 +183,7 @@ MISS_REASONS = {
     7: "length mismatch",
     8: "unknown dataset",
     9: "late",
+    10: "cancelled",
 }
 GOODBYE_REASONS = {
     0: "normal",

@@ -1205,6 +1205,39 @@ impl Cache {
         Ok(())
     }
 
+    /// Takes back the reservation of `key`, in flight without a pin and
+    /// whose read never started (a peer's request for it was cancelled
+    /// while the read waited for room at the source): its extent is freed
+    /// and the entry removed, as if it had never been reserved.
+    ///
+    /// # Errors
+    ///
+    /// [`CacheError::NotFound`], or [`CacheError::Busy`] when it is not in
+    /// flight or is pinned.
+    pub(crate) fn abandon(&mut self, key: SampleKey) -> Result<(), CacheError> {
+        let entry = self.entries.get(&key).ok_or(CacheError::NotFound(key))?;
+        let Entry::InFlight {
+            extent,
+            pins: 0,
+            residency,
+            ..
+        } = *entry
+        else {
+            return Err(CacheError::Busy(key));
+        };
+        self.areas
+            .free(extent)
+            .map_err(|e| CacheError::Internal(format!("abandoning {key}: {e}")))?;
+        self.entries.remove(&key);
+        self.acct.in_flight -= extent.len;
+        match residency {
+            Residency::Retained => self.acct.retained -= extent.len,
+            Residency::Transient => self.acct.transient -= extent.len,
+            Residency::Kept => self.acct.kept -= extent.len,
+        }
+        Ok(())
+    }
+
     /// Takes a pin on `key` (Ready or in flight), returning the new pin
     /// count. A pinned sample is never evicted or moved.
     ///
@@ -1798,6 +1831,32 @@ mod tests {
         c.complete(k(9), 3).unwrap();
         c.take_journal(&mut j);
         assert_eq!(j, vec![(k(9), r.extent.offset, 50, 3)]);
+    }
+
+    #[test]
+    fn an_unstarted_unpinned_reservation_is_taken_back_whole() {
+        let mut cfg = config(1024, 256, PolicyKind::Lru);
+        cfg.keep_reserve = 256;
+        let mut c = Cache::new(cfg).unwrap();
+        let before = c.accounting();
+        c.reserve_kept(k(1), 100).unwrap();
+        assert!(
+            matches!(c.abandon(k(1)), Err(CacheError::Busy(_))),
+            "the reserver's pin is held"
+        );
+        c.unpin(k(1)).unwrap();
+        c.abandon(k(1)).unwrap();
+        assert!(matches!(c.lookup(k(1)), Lookup::Absent));
+        assert_eq!(c.accounting(), before);
+        c.check_invariants().unwrap();
+        // The keep area has its room back, and a Ready sample is not
+        // taken back.
+        c.reserve_kept(k(1), 100).unwrap();
+        c.complete(k(1), 7).unwrap();
+        c.unpin(k(1)).unwrap();
+        assert!(matches!(c.abandon(k(1)), Err(CacheError::Busy(_))));
+        assert!(matches!(c.abandon(k(2)), Err(CacheError::NotFound(_))));
+        c.check_invariants().unwrap();
     }
 
     #[test]

@@ -66,5 +66,6 @@ pub mod source;
 mod sys;
 #[cfg(test)]
 mod testutil;
+pub mod version;
 pub mod warm;
 pub mod why;

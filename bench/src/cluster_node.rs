@@ -81,6 +81,13 @@ pub const SERIES: &[(&str, &str, &str)] = &[
         "granary_peer_gets_failed_total",
         "reason=\"slow\"",
     ),
+    ("cancels", "granary_peer_cancels_total", ""),
+    (
+        "cancelled",
+        "granary_peer_served_misses_total",
+        "reason=\"cancelled\"",
+    ),
+    ("not_started", "granary_peer_reads_not_started_total", ""),
     ("delivered", "granary_samples_served_total", ""),
     ("assigned", "granary_assigned_samples_total", ""),
     (

@@ -9,7 +9,7 @@ use granary_agent::source::fs::Catalog;
 use granary_tools::progress::ProgressBar;
 use granary_tools::synth::{self, SynthSpec};
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Where benchmark datasets are kept.
@@ -95,6 +95,23 @@ pub fn ensure(spec: &SynthSpec) -> io::Result<Dataset> {
     }
     Ok(Dataset {
         spec: spec.clone(),
+        bytes: catalog.total_bytes(),
+        catalog,
+    })
+}
+
+/// A dataset some other tool wrote under `root` (class folders, as the
+/// synthetic set's; its `spec` records the root and the file count only).
+pub fn from_dir(root: &Path) -> io::Result<Dataset> {
+    let catalog = Catalog::from_dir(root)
+        .map_err(|e| io::Error::other(format!("{}: {e}", root.display())))?;
+    if catalog.is_empty() {
+        return Err(io::Error::other(format!("{}: no files", root.display())));
+    }
+    let mut spec = SynthSpec::new(root.to_path_buf());
+    spec.num_files = catalog.len() as u64;
+    Ok(Dataset {
+        spec,
         bytes: catalog.total_bytes(),
         catalog,
     })

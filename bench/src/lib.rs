@@ -68,6 +68,7 @@ pub mod seaweed;
 pub mod smoke;
 pub mod stall_loaders;
 pub mod stall_stats;
+pub mod store;
 pub mod switch_proxy;
 pub mod sys;
 pub mod touch;

@@ -122,6 +122,17 @@ impl LightStore {
         prefix: &str,
         threads: usize,
     ) -> io::Result<LightStore> {
+        LightStore::start_mounts(&[(root, prefix)], bucket, threads)
+    }
+
+    /// Serves several folders as one bucket: the files under each
+    /// `(root, prefix)` under keys `prefix/relative/path`. Two files with
+    /// one key are refused.
+    pub fn start_mounts(
+        mounts: &[(&Path, &str)],
+        bucket: &str,
+        threads: usize,
+    ) -> io::Result<LightStore> {
         if bucket.is_empty() || bucket.contains('/') {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -129,9 +140,21 @@ impl LightStore {
             ));
         }
         let mut objects = Vec::new();
-        let prefix = prefix.trim_matches('/');
-        walk(root, prefix, &mut objects)?;
+        for (root, prefix) in mounts {
+            walk(root, prefix.trim_matches('/'), &mut objects)?;
+        }
         objects.sort_by(|a, b| a.key.cmp(&b.key));
+        if let Some(w) = objects.windows(2).find(|w| w[0].key == w[1].key) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "key {:?} is both {} and {}",
+                    w[0].key,
+                    w[0].path.display(),
+                    w[1].path.display()
+                ),
+            ));
+        }
         let bucket = Arc::new(Bucket {
             name: bucket.to_owned(),
             objects,
@@ -1043,6 +1066,24 @@ mod tests {
         assert_eq!(a.status, 405);
         let a = request(st.addr(), "GET", "/bk/data/a/%zz", &[]);
         assert_eq!(a.status, 400);
+    }
+
+    #[test]
+    fn mounts_serve_several_folders_and_refuse_a_key_twice() {
+        let (a, b) = (TempDir::new("mount-a"), TempDir::new("mount-b"));
+        std::fs::write(a.0.join("1.bin"), content(1, 100)).unwrap();
+        std::fs::create_dir_all(b.0.join("s")).unwrap();
+        std::fs::write(b.0.join("s/index.json"), b"{}").unwrap();
+        let st = LightStore::start_mounts(&[(&a.0, "data"), (&b.0, "mds")], "bk", 1).unwrap();
+        assert_eq!(st.len(), 2);
+        let xml = request(st.addr(), "GET", "/bk?list-type=2", &[]).text();
+        assert_eq!(between(&xml, "Key"), ["data/1.bin", "mds/s/index.json"]);
+        let got = request(st.addr(), "GET", "/bk/mds/s/index.json", &[]);
+        assert_eq!((got.status, got.body.as_slice()), (200, &b"{}"[..]));
+        drop(st);
+        std::fs::write(b.0.join("1.bin"), b"x").unwrap();
+        let e = LightStore::start_mounts(&[(&a.0, "data"), (&b.0, "data")], "bk", 1).unwrap_err();
+        assert!(e.to_string().contains("data/1.bin"), "{e}");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 /// Every contender of `bench/run stall`, Granary's first.
 pub const CONTENDERS: &[&str] = &[
     "granary",
+    "granary_workers",
     "granary_w0",
     "granary_c",
     "boto3_w8",
@@ -22,7 +23,10 @@ pub const CONTENDERS: &[&str] = &[
 /// its loaders (the C loader is not).
 pub fn args(name: &str) -> Option<&'static [&'static str]> {
     Some(match name {
-        "granary" => &["--contender", "granary", "--workers", "2"],
+        // The default path (docs/python.md): the training process, fetched
+        // ahead by `granary.cuda.prefetch`, no DataLoader worker.
+        "granary" => &["--contender", "granary_main", "--workers", "0"],
+        "granary_workers" => &["--contender", "granary", "--workers", "2"],
         "granary_w0" => &["--contender", "granary", "--workers", "0"],
         "boto3_w8" => &["--contender", "boto3", "--workers", "8"],
         "boto3_w32" => &["--contender", "boto3", "--workers", "32"],

@@ -233,6 +233,11 @@ pub enum Event {
     Rtt(Nanos),
     /// The peer's RDMA queue pair parameters (opaque here).
     RdmaSetup(Vec<u8>),
+    /// The peer no longer wants the block of its request `request`
+    /// ([`Frame::Cancel`]): drop it if it is not being sent, and answer it
+    /// with a [`MissReason::Cancelled`] miss. At most as many are passed on
+    /// as the peer has requests outstanding; the others are dropped.
+    Cancel(u64),
     /// The connection is closed; no more events follow.
     Closed(Closed),
 }
@@ -300,6 +305,9 @@ pub struct Conn {
     send_credit: u64,
     /// Requests of the peer received and not yet answered.
     peer_outstanding: u64,
+    /// Cancels of the peer passed on and not yet matched by an answer: at
+    /// most `peer_outstanding`, so a peer cannot make cancels pile up.
+    peer_cancels: u64,
     /// Answers sent whose credit is not yet granted back.
     credit_owed: u32,
     /// The token of the latest ping not yet answered.
@@ -383,6 +391,7 @@ impl Conn {
             last_send: now,
             send_credit: 0,
             peer_outstanding: 0,
+            peer_cancels: 0,
             credit_owed: 0,
             pong: None,
             sealing: None,
@@ -771,6 +780,18 @@ impl Conn {
         Ok(())
     }
 
+    /// Tells the peer that the block of our request `request` is no longer
+    /// wanted ([`Frame::Cancel`]). It answers with a
+    /// [`MissReason::Cancelled`] miss, or with the block if it was already
+    /// being sent; either returns the request's credit.
+    pub fn send_cancel(&mut self, request: u64) -> Result<(), ConnError> {
+        if self.state != State::Established {
+            return Err(ConnError::NotEstablished);
+        }
+        self.push_frame(&Frame::Cancel(request));
+        Ok(())
+    }
+
     /// Answers a request with a miss.
     pub fn send_miss(
         &mut self,
@@ -909,6 +930,7 @@ impl Conn {
 
     fn answered(&mut self) {
         self.peer_outstanding -= 1;
+        self.peer_cancels = self.peer_cancels.saturating_sub(1);
         self.credit_owed = self.credit_owed.saturating_add(1);
     }
 
@@ -1227,6 +1249,15 @@ impl Conn {
             // Answered with one pong per write, however many came.
             Frame::Ping(t) => self.pong = Some(t),
             Frame::RdmaSetup(b) => self.events.push_back(Event::RdmaSetup(b)),
+            // A request may be cancelled while it is outstanding here; a
+            // cancel that crossed its answer on the wire is not an error,
+            // so surplus cancels are dropped, not fatal.
+            Frame::Cancel(request) => {
+                if self.peer_cancels < self.peer_outstanding {
+                    self.peer_cancels += 1;
+                    self.events.push_back(Event::Cancel(request));
+                }
+            }
             Frame::Pong(t) => {
                 if t <= self.now {
                     self.events.push_back(Event::Rtt(self.now - t));
@@ -1941,6 +1972,58 @@ mod tests {
     }
 
     const FORMAT_VERSION_FOR_TESTS: u8 = crate::frame::FORMAT_VERSION;
+
+    #[test]
+    fn cancels_reach_the_owner_for_outstanding_requests_only() {
+        let (mut a, mut b) = pair(b"k", b"k");
+        events(&mut a);
+        events(&mut b);
+        a.send_get(get(1), S).unwrap();
+        a.send_get(get(2), S).unwrap();
+        a.send_cancel(1).unwrap();
+        pump(&mut a, &mut b, S);
+        assert_eq!(
+            events(&mut b),
+            [
+                Event::Request(get(1)),
+                Event::Request(get(2)),
+                Event::Cancel(1)
+            ]
+        );
+        // The miss answering the cancel returns the credit.
+        b.send_miss(1, 1, MissReason::Cancelled).unwrap();
+        pump(&mut b, &mut a, S);
+        assert!(events(&mut a).contains(&Event::Miss {
+            request: 1,
+            sample: 1,
+            reason: MissReason::Cancelled
+        }));
+        assert_eq!(a.credit(), 3);
+        // One request outstanding: of three cancels (a crossing answer
+        // makes a surplus legitimate), one is passed on, none is fatal.
+        for r in [2, 2, 7] {
+            a.send_cancel(r).unwrap();
+        }
+        pump(&mut a, &mut b, S);
+        assert_eq!(events(&mut b), [Event::Cancel(2)]);
+        assert!(b.is_established());
+        // A cancel body that is not one u64 is malformed: the connection
+        // closes with a protocol error, and says why.
+        let mut bad = Frame::Cancel(2).to_bytes().unwrap();
+        bad[4] = 7;
+        bad.pop();
+        a.inject_plaintext_for_fuzzing(&bad);
+        pump(&mut a, &mut b, S);
+        assert!(events(&mut b).contains(&Event::Closed(Closed::Malformed(
+            FrameError::Truncated { kind: 12 }
+        ))));
+        pump(&mut b, &mut a, S);
+        assert!(
+            events(&mut a).contains(&Event::Closed(Closed::Remote(GoodbyeReason::ProtocolError)))
+        );
+        // Nothing to cancel on a closed connection.
+        assert_eq!(a.send_cancel(2), Err(ConnError::NotEstablished));
+    }
 
     #[test]
     fn the_input_buffer_stays_small_until_the_handshake_is_done() {

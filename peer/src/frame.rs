@@ -24,8 +24,10 @@ use std::fmt;
 
 /// The frame format version this crate writes and reads.
 pub const FORMAT_VERSION: u8 = 2;
-/// The peer protocol version carried in [`Hello`].
-pub const PROTOCOL_VERSION: u16 = 2;
+/// The peer protocol version carried in [`Hello`]: 3 added
+/// [`Frame::Cancel`] and [`MissReason::Cancelled`] (peers of version 2 are
+/// refused at the handshake with a version mismatch).
+pub const PROTOCOL_VERSION: u16 = 3;
 /// Bytes of a frame header.
 pub const HEADER_LEN: usize = 8;
 /// Longest frame body.
@@ -142,11 +144,14 @@ pub enum MissReason {
     UnknownDataset = 8,
     /// The due time passed before the owner could send it.
     Late = 9,
+    /// The requester cancelled the request ([`Frame::Cancel`]) before the
+    /// owner began to send its block.
+    Cancelled = 10,
 }
 
 impl MissReason {
     /// Every reason, in code order.
-    pub const ALL: [MissReason; 9] = [
+    pub const ALL: [MissReason; 10] = [
         MissReason::NotOwner,
         MissReason::NotKept,
         MissReason::Evicted,
@@ -156,6 +161,7 @@ impl MissReason {
         MissReason::LengthMismatch,
         MissReason::UnknownDataset,
         MissReason::Late,
+        MissReason::Cancelled,
     ];
 
     /// The reason with wire code `code`.
@@ -175,6 +181,7 @@ impl MissReason {
             MissReason::LengthMismatch => "length_mismatch",
             MissReason::UnknownDataset => "unknown_dataset",
             MissReason::Late => "late",
+            MissReason::Cancelled => "cancelled",
         }
     }
 }
@@ -259,6 +266,12 @@ pub enum Frame {
     /// Kind 11. `1..=MAX_RDMA_SETUP` opaque bytes: this side's RDMA queue
     /// pair parameters (sent only after authentication).
     RdmaSetup(Vec<u8>),
+    /// Kind 12. `u64 request`: the requester no longer wants the block of
+    /// its request `request` on this connection (it reads the store
+    /// instead). The owner drops the request if it has not begun to send
+    /// its block, and answers it with a [`MissReason::Cancelled`] miss;
+    /// otherwise the block already going is the answer.
+    Cancel(u64),
 }
 
 /// Longest [`Frame::RdmaSetup`] body.
@@ -277,6 +290,7 @@ impl Frame {
             Frame::Pong(_) => 9,
             Frame::Goodbye(_) => 10,
             Frame::RdmaSetup(_) => 11,
+            Frame::Cancel(_) => 12,
         }
     }
 
@@ -335,7 +349,9 @@ impl Frame {
                 }
                 body.extend_from_slice(&n.to_le_bytes());
             }
-            Frame::Ping(t) | Frame::Pong(t) => body.extend_from_slice(&t.to_le_bytes()),
+            Frame::Ping(t) | Frame::Pong(t) | Frame::Cancel(t) => {
+                body.extend_from_slice(&t.to_le_bytes())
+            }
             Frame::Goodbye(r) => body.push(*r as u8),
             Frame::RdmaSetup(b) => {
                 if b.is_empty() || b.len() > MAX_RDMA_SETUP {
@@ -485,9 +501,10 @@ impl<'a> Body<'a> {
 }
 
 /// Kinds this format defines (2, the authentication answer of format 1,
-/// is retired: the channel authenticates).
+/// is retired: the channel authenticates; 12 came with protocol version
+/// 3).
 fn known_kind(k: u8) -> bool {
-    k == 1 || (3..=11).contains(&k)
+    k == 1 || (3..=12).contains(&k)
 }
 
 /// Decodes one frame from the front of `buf`: `Ok(None)` when more bytes
@@ -594,6 +611,7 @@ pub fn decode_frame(buf: &[u8]) -> Result<Option<(Frame, usize)>, FrameError> {
         }
         8 => Frame::Ping(b.u64()?),
         9 => Frame::Pong(b.u64()?),
+        12 => Frame::Cancel(b.u64()?),
         11 => {
             let n = b.b.len();
             if n == 0 || n > MAX_RDMA_SETUP {
@@ -805,6 +823,7 @@ mod tests {
             Frame::Ping(11),
             Frame::Pong(11),
             Frame::Goodbye(GoodbyeReason::ShuttingDown),
+            Frame::Cancel(0x0102),
         ]
     }
 
@@ -850,6 +869,11 @@ mod tests {
             Frame::Goodbye(GoodbyeReason::Timeout).to_bytes().unwrap(),
             [2, 10, 0, 0, 1, 0, 0, 0, 5]
         );
+        assert_eq!(
+            Frame::Cancel(0x0102).to_bytes().unwrap(),
+            [2, 12, 0, 0, 8, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(MissReason::from_code(10), Some(MissReason::Cancelled));
     }
 
     #[test]
@@ -866,6 +890,22 @@ mod tests {
         let mut b = good.clone();
         b[1] = 99;
         assert_eq!(decode_frame(&b), Err(FrameError::UnknownKind(99)));
+        let mut b = good.clone();
+        b[1] = 13;
+        assert_eq!(decode_frame(&b), Err(FrameError::UnknownKind(13)));
+        // A cancel is exactly one u64.
+        let cancel = Frame::Cancel(5).to_bytes().unwrap();
+        let mut b = cancel.clone();
+        b[4] = 7;
+        b.pop();
+        assert_eq!(decode_frame(&b), Err(FrameError::Truncated { kind: 12 }));
+        let mut b = cancel.clone();
+        b[4] = 9;
+        b.push(0);
+        assert_eq!(
+            decode_frame(&b),
+            Err(FrameError::TrailingBytes { kind: 12 })
+        );
         let mut b = good.clone();
         b[2] = 1;
         assert_eq!(decode_frame(&b), Err(FrameError::NonzeroFlags(1)));

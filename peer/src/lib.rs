@@ -22,6 +22,7 @@
 //! | [`conn`] | one connection: the channel's handshake, hellos, credits, keepalive, goodbye |
 //! | [`serve`] | the owner's serving queue: earliest due first, fair windows, single flight |
 //! | [`request`] | the requester: gets in flight, claims, verification, hedging, slow peers |
+//! | [`grace`] | samples of an owner whose connection dropped, waiting (bounded) for it to come back |
 //! | [`sim`] | a deterministic, seeded simulator of N agents over the modules above |
 //! | [`assign`] | locality-aware assignment of a global step's samples |
 //!
@@ -35,6 +36,7 @@ pub mod block;
 pub mod channel;
 pub mod conn;
 pub mod frame;
+pub mod grace;
 mod input;
 pub mod keep;
 pub mod owner;

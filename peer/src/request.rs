@@ -36,8 +36,11 @@
 //! members' estimates, and [`RequesterConfig::slow_floor`], is **slow**:
 //! [`Requester::ask`] says to read its samples from the store instead, and
 //! its gets not begun are handed to the store at once. One probe get every
-//! [`RequesterConfig::probe_every`] keeps measuring it; once its estimate
-//! falls back under the bound, it is asked again. So a slow link costs a
+//! [`RequesterConfig::probe_every`] keeps measuring it; once a measure of
+//! its own (a probe's block) brings its estimate back under the bound, it
+//! is asked again. The others' latencies rising above its old estimate do
+//! not: that would send it a burst of gets it answers no faster than
+//! before, and find it slow again. So a slow link costs a
 //! few store reads, not `hedge_after` of waiting plus a second read for
 //! every sample it owns. A lone peer has no others to compare with and is
 //! never called slow.
@@ -47,6 +50,18 @@
 //! member whose blocks always take that long (a node whose own link is
 //! slow sees every peer so) is not helped by a second read, and would
 //! only double the store's load.
+//!
+//! # Cancels
+//!
+//! A TCP get handed to the store (hedged, or its member found slow) is
+//! also **cancelled** at its owner: [`Requester::take_cancels`] lists the
+//! requests to cancel, and the caller sends a cancel frame for each
+//! ([`crate::frame::Frame::Cancel`]). The owner drops what it has not
+//! begun to send (and does not start the store read of a sample that no
+//! one waits for any more), so a slow owner does not read, and queue on its
+//! link, blocks that its requesters have read from the store already.
+//! Probes are not cancelled: a probe get to a slow member goes to the store
+//! at once, and its block, when it comes, is what measures the member.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -231,6 +246,9 @@ pub struct Pending<T> {
     pub via: Via,
     /// When it was sent.
     pub sent: Nanos,
+    /// A probe of a member found slow ([`Requester::ask`]): never
+    /// cancelled, its block measures the member.
+    pub probe: bool,
 }
 
 /// What the requester knows of one member's speed.
@@ -249,6 +267,20 @@ struct Speed {
 /// member took (at most this many).
 const HEDGED_REMEMBERED: usize = 4096;
 
+/// Cancels kept for [`Requester::take_cancels`] at most (more are dropped:
+/// a cancel only saves the owner work).
+const CANCELS_KEPT: usize = 4096;
+
+/// A get to cancel at its owner: the caller sends a cancel frame for
+/// `request` on the connection that carried it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cancel {
+    /// The member asked.
+    pub member: usize,
+    /// The request to cancel.
+    pub request: u64,
+}
+
 /// The gets in flight of one agent (see the module documentation).
 #[derive(Debug)]
 pub struct Requester<T> {
@@ -258,6 +290,8 @@ pub struct Requester<T> {
     speed: Vec<Speed>,
     /// Gets handed to the store whose blocks may still come: member, sent.
     hedged: HashMap<u64, (usize, Nanos)>,
+    /// Gets handed to the store, to cancel at their owner.
+    cancels: Vec<Cancel>,
 }
 
 impl<T> Requester<T> {
@@ -269,6 +303,7 @@ impl<T> Requester<T> {
             next: 1,
             speed: (0..members).map(|_| Speed::default()).collect(),
             hedged: HashMap::new(),
+            cancels: Vec::new(),
         }
     }
 
@@ -333,6 +368,8 @@ impl<T> Requester<T> {
             due: now.saturating_add(self.cfg.hedge_after),
         };
         let claim = Arc::new(Claim::default());
+        // A member found slow is asked only for its probe.
+        let probe = self.is_slow(member);
         self.gets.insert(
             request,
             Pending {
@@ -342,6 +379,7 @@ impl<T> Requester<T> {
                 claim: Arc::clone(&claim),
                 via,
                 sent: now,
+                probe,
             },
         );
         (get, claim)
@@ -384,8 +422,16 @@ impl<T> Requester<T> {
         }
     }
 
-    /// The owner answered `request` with a miss.
+    /// The owner answered `request` with a miss. The answer to a cancel
+    /// ([`MissReason::Cancelled`]) of a get already handed to the store
+    /// ends it: no block will come.
     pub fn miss(&mut self, request: u64, reason: MissReason, now: Nanos) -> Option<Outcome<T>> {
+        if !self.gets.contains_key(&request) {
+            if reason == MissReason::Cancelled {
+                self.hedged.remove(&request);
+            }
+            return None;
+        }
         let p = self.gets.remove(&request)?;
         // A miss is an answer: it says how fast the member answers.
         self.observe(p.member, now.saturating_sub(p.sent), now);
@@ -467,6 +513,12 @@ impl<T> Requester<T> {
         self.cfg.hedge_after.max(usual)
     }
 
+    /// The gets handed to the store since the last call, to cancel at
+    /// their owners (see [Cancels](self#cancels)).
+    pub fn take_cancels(&mut self) -> Vec<Cancel> {
+        std::mem::take(&mut self.cancels)
+    }
+
     /// Every get still in flight goes to the store (the view changed, the
     /// tier stops).
     pub fn drain(&mut self) -> Vec<Pending<T>> {
@@ -486,7 +538,7 @@ impl<T> Requester<T> {
     /// members found slow, go to the store (their claims taken); appends
     /// their outcomes to `out`.
     pub fn poll(&mut self, now: Nanos, out: &mut Vec<Outcome<T>>) {
-        self.judge(now);
+        self.judge(now, None);
         let ended: Vec<(u64, Why)> = self
             .gets
             .iter()
@@ -511,6 +563,12 @@ impl<T> Requester<T> {
                 self.hedged.clear();
             }
             self.hedged.insert(r, (p.member, p.sent));
+            if !p.probe && self.cancels.len() < CANCELS_KEPT {
+                self.cancels.push(Cancel {
+                    member: p.member,
+                    request: r,
+                });
+            }
             if let Some(p) = self.gets.remove(&r) {
                 out.push(Outcome::Store {
                     token: p.token,
@@ -531,12 +589,16 @@ impl<T> Requester<T> {
             None => latency,
         });
         s.landed = s.landed.saturating_add(1);
-        self.judge(now);
+        self.judge(now, Some(member));
     }
 
     /// Marks members slow or not, from their averages and the age of their
-    /// oldest get still unanswered.
-    fn judge(&mut self, now: Nanos) {
+    /// oldest get still unanswered. A slow member becomes fast again only
+    /// on a measure of its own (`measured`: a probe's block, or a late
+    /// one): not because the others' latencies rose above its old
+    /// average, which would send it a burst of gets it is no faster to
+    /// answer than before, and find it slow again.
+    fn judge(&mut self, now: Nanos, measured: Option<usize>) {
         let min = self.cfg.min_samples;
         let known_of = |s: &Speed| s.avg.filter(|_| s.landed >= min);
         let mut known: Vec<Nanos> = self.speed.iter().filter_map(known_of).collect();
@@ -587,7 +649,7 @@ impl<T> Requester<T> {
                 s.slow = true;
                 s.probed.set(now);
                 s.avg = Some(avg.max(oldest[m]));
-            } else if s.slow && avg <= bound && oldest[m] <= age_bound {
+            } else if s.slow && measured == Some(m) && avg <= bound && oldest[m] <= age_bound {
                 s.slow = false;
             }
         }
@@ -703,6 +765,74 @@ mod tests {
     }
 
     #[test]
+    fn a_hedged_get_is_cancelled_at_its_owner_once() {
+        let mut r: Requester<u32> = Requester::new(cfg(), 2);
+        let (a, _) = r.start(1, 1, want(9, 1, 3), Via::Tcp, 0);
+        let (_, cb) = r.start(2, 1, want(9, 2, 3), Via::Tcp, 0);
+        r.start(3, 1, want(9, 3, 3), Via::Rdma, 0);
+        let mut out = Vec::new();
+        r.poll(499 * MS, &mut out);
+        assert!(r.take_cancels().is_empty(), "nothing handed over yet");
+        assert!(cb.receive());
+        r.poll(500 * MS, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            r.take_cancels(),
+            [Cancel {
+                member: 1,
+                request: a.request
+            }],
+            "the hedged get, not the one arriving nor the RDMA one"
+        );
+        r.poll(600 * MS, &mut out);
+        assert!(r.take_cancels().is_empty(), "each get is cancelled once");
+        // The owner's answer to the cancel ends it: no block will come, so
+        // nothing is measured later from it.
+        assert_eq!(r.miss(a.request, MissReason::Cancelled, 700 * MS), None);
+        r.discarded(a.request, 900 * MS);
+        assert_eq!(r.latency(1), None);
+    }
+
+    #[test]
+    fn gets_of_a_member_found_slow_are_cancelled_but_not_its_probes() {
+        let mut r: Requester<u64> = Requester::new(cfg(), 4);
+        let mut t = 0;
+        for m in 1..4 {
+            land(&mut r, m, 8, MS, &mut t);
+        }
+        let (slow_get, _) = r.start(100, 3, want(9, 100, 3), Via::Tcp, t);
+        let mut out = Vec::new();
+        r.poll(t + 30 * MS, &mut out);
+        assert!(r.is_slow(3));
+        assert_eq!(
+            r.take_cancels(),
+            [Cancel {
+                member: 3,
+                request: slow_get.request
+            }]
+        );
+        // A probe goes to the store at once too, but is not cancelled: its
+        // block is what measures the member.
+        t += 1030 * MS;
+        assert!(r.ask(3, t));
+        let (probe, _) = r.start(101, 3, want(9, 101, 3), Via::Tcp, t);
+        assert!(r.pending(probe.request).is_some_and(|p| p.probe));
+        r.poll(t + MS, &mut out);
+        assert!(matches!(
+            out.last(),
+            Some(Outcome::Store {
+                token: 101,
+                why: Why::Slow,
+                ..
+            })
+        ));
+        assert!(r.take_cancels().is_empty());
+        let before = r.latency(3);
+        r.discarded(probe.request, t + 5 * MS);
+        assert_ne!(r.latency(3), before, "the probe's late block measured it");
+    }
+
+    #[test]
     fn rdma_gets_come_back_over_tcp_before_due_and_to_the_store_after() {
         let mut r: Requester<u8> = Requester::new(cfg(), 2);
         let (g, _) = r.start(1, 1, want(9, 1, 3), Via::Rdma, 0);
@@ -784,6 +914,30 @@ mod tests {
         for _ in 0..40 {
             land(&mut r, 3, 1, MS, &mut t);
         }
+        assert!(!r.is_slow(3) && r.ask(3, t));
+    }
+
+    #[test]
+    fn a_slow_member_recovers_on_its_own_measure_not_the_others_drift() {
+        let mut r: Requester<u64> = Requester::new(cfg(), 4);
+        let mut t = 0;
+        for m in 1..4 {
+            land(&mut r, m, 8, MS, &mut t);
+        }
+        r.start(100, 3, want(9, 100, 3), Via::Tcp, t);
+        let mut out = Vec::new();
+        r.poll(t + 30 * MS, &mut out);
+        assert!(r.is_slow(3));
+        t += 30 * MS;
+        // The others slow down to 20 ms: 4 x the median is now above member
+        // 3's estimate (30 ms), but nothing new was learnt of member 3.
+        for m in 1..3 {
+            land(&mut r, m, 40, 20 * MS, &mut t);
+        }
+        r.poll(t, &mut out);
+        assert!(r.is_slow(3), "still slow: no measure of its own");
+        // Its probe lands within the bound: it is asked again.
+        land(&mut r, 3, 1, MS, &mut t);
         assert!(!r.is_slow(3) && r.ask(3, t));
     }
 

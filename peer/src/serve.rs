@@ -23,6 +23,10 @@
 //! * With [`ServeConfig::late_grace`] set, a request still queued that long
 //!   after its due time is answered [`MissReason::Late`] instead of sent
 //!   (the requester has read the store by then).
+//! * A request its requester cancelled ([`Server::cancel`]) leaves the
+//!   queue, or stops waiting for its store read, unless its block is being
+//!   sent; the caller answers it with [`MissReason::Cancelled`] and, when
+//!   no request waits for the read any more, may leave that read unstarted.
 //!
 //! The server never sees bytes: the caller turns [`Reply`]s into
 //! [`crate::conn::Conn::send_data`] / `send_miss` calls.
@@ -95,6 +99,22 @@ pub enum Reply {
         get: Get,
         /// Why.
         reason: MissReason,
+    },
+}
+
+/// What [`Server::cancel`] took back; the caller answers the request with
+/// a [`MissReason::Cancelled`] miss and releases its pin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cancelled {
+    /// It was queued to send: its block will not be.
+    Queued(Get),
+    /// It waited for a store read; `last` when no request waits for that
+    /// read any more (the caller need not start it, if it has not yet).
+    Waiting {
+        /// The request.
+        get: Get,
+        /// No other request waits for the read.
+        last: bool,
     },
 }
 
@@ -375,6 +395,44 @@ impl Server {
         }
     }
 
+    /// Request `request` of `conn` is cancelled by its requester: taken out
+    /// of the send queue or off its store read's waiters. `None` when it is
+    /// not here (unknown, answered already, or its block is being sent: the
+    /// block is the answer).
+    pub fn cancel(&mut self, conn: ConnId, request: u64) -> Option<Cancelled> {
+        let q = self.conns.get_mut(&conn)?;
+        if q.sending.contains_key(&request) {
+            return None;
+        }
+        let queued = q
+            .ready
+            .iter()
+            .find(|Reverse(x)| x.2.request == request)
+            .map(|Reverse(x)| Get::from(x.2));
+        if let Some(get) = queued {
+            q.ready.retain(|Reverse(x)| x.2.request != request);
+            q.pinned -= get.length;
+            return Some(Cancelled::Queued(get));
+        }
+        let key = self.loads.iter().find_map(|(k, w)| {
+            w.iter()
+                .any(|(c, g, _)| *c == conn && g.request == request)
+                .then_some(*k)
+        })?;
+        let waiters = self.loads.get_mut(&key)?;
+        let at = waiters
+            .iter()
+            .position(|(c, g, _)| *c == conn && g.request == request)?;
+        let (_, get, _) = waiters.remove(at);
+        let last = waiters.is_empty();
+        if last {
+            self.loads.remove(&key);
+        }
+        q.waiting -= 1;
+        q.pinned -= get.length;
+        Some(Cancelled::Waiting { get, last })
+    }
+
     /// Bytes of `conn`'s requests admitted and not yet answered or written.
     pub fn pinned_bytes(&self, conn: ConnId) -> u64 {
         self.conns.get(&conn).map_or(0, |q| q.pinned)
@@ -431,6 +489,73 @@ mod tests {
             .collect();
         assert_eq!(order, [2, 3, 4, 1]);
         assert_eq!(s.in_flight(), 4);
+    }
+
+    #[test]
+    fn a_cancelled_request_leaves_the_queue_unless_its_block_is_being_sent() {
+        let mut s = Server::new(ServeConfig::default());
+        for r in 1..=3 {
+            s.request(1, get(r, r, r), READY, 0);
+        }
+        assert!(matches!(s.poll(0), Some(Reply::Send { get, .. }) if get.request == 1));
+        assert_eq!(s.pinned_bytes(1), 30);
+        // Being sent: the block is the answer.
+        assert_eq!(s.cancel(1, 1), None);
+        assert_eq!(s.cancel(1, 3), Some(Cancelled::Queued(get(3, 3, 3))));
+        assert_eq!(s.pinned_bytes(1), 20);
+        // Unknown, cancelled already, or another connection's.
+        assert_eq!(s.cancel(1, 3), None);
+        assert_eq!(s.cancel(2, 2), None);
+        assert_eq!(s.cancel(1, 99), None);
+        let left: Vec<u64> = drain(&mut s, 0)
+            .iter()
+            .map(|r| match r {
+                Reply::Send { get, .. } => get.request,
+                Reply::Miss { .. } => panic!("{r:?}"),
+            })
+            .collect();
+        assert_eq!(left, [2], "the cancelled request is not sent");
+        s.sent(1, 1);
+        s.sent(1, 2);
+        assert_eq!((s.in_flight(), s.pinned_bytes(1)), (0, 0));
+    }
+
+    #[test]
+    fn cancelling_the_last_waiter_of_a_store_read_says_so() {
+        let mut s = Server::new(ServeConfig::default());
+        assert_eq!(
+            s.request(1, get(1, 5, 0), Availability::Kept, 0),
+            Admit::StartRead
+        );
+        assert_eq!(
+            s.request(2, get(1, 5, 0), Availability::Kept, 0),
+            Admit::Waiting
+        );
+        assert_eq!(
+            s.cancel(1, 1),
+            Some(Cancelled::Waiting {
+                get: get(1, 5, 0),
+                last: false
+            })
+        );
+        assert_eq!(
+            s.cancel(2, 1),
+            Some(Cancelled::Waiting {
+                get: get(1, 5, 0),
+                last: true
+            }),
+            "no one waits for the read: it need not start"
+        );
+        assert_eq!(s.loads_in_flight(), 0);
+        assert_eq!((s.pinned_bytes(1), s.pinned_bytes(2)), (0, 0));
+        // The read, if it ran after all, answers no one.
+        s.loaded(1, 5, Ok((10, 7)), 5);
+        assert!(drain(&mut s, 5).is_empty());
+        // A new request for the sample starts a read again.
+        assert_eq!(
+            s.request(1, get(2, 5, 0), Availability::Kept, 6),
+            Admit::StartRead
+        );
     }
 
     #[test]

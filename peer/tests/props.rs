@@ -290,6 +290,7 @@ fn frame() -> impl Strategy<Value = Frame> {
         (1u32..).prop_map(Frame::Credit),
         any::<u64>().prop_map(Frame::Ping),
         any::<u64>().prop_map(Frame::Pong),
+        any::<u64>().prop_map(Frame::Cancel),
         prop::sample::select(GoodbyeReason::ALL.to_vec()).prop_map(Frame::Goodbye),
         prop::collection::vec(any::<u8>(), 1..=granary_peer::frame::MAX_RDMA_SETUP)
             .prop_map(Frame::RdmaSetup),

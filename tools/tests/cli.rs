@@ -19,13 +19,7 @@ fn text(out: &Output) -> String {
 /// The version and the commit the binary was built from (`GRANARY_COMMIT`
 /// at build time; the test is built in the same cargo run).
 fn expected_version() -> String {
-    match option_env!("GRANARY_COMMIT") {
-        Some(c) if !c.is_empty() => format!("{} (commit {c})", env!("CARGO_PKG_VERSION")),
-        _ => format!(
-            "{} (commit unknown: built without GRANARY_COMMIT)",
-            env!("CARGO_PKG_VERSION")
-        ),
-    }
+    granary_agent::version::describe(env!("CARGO_PKG_VERSION"), option_env!("GRANARY_COMMIT"))
 }
 
 #[test]

@@ -6,25 +6,10 @@ use granary_agent::logging::{self, LogFormat};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// What `--version` prints: the package version and the commit it was built
-/// from. The build scripts (`scripts/test.sh`, `scripts/quickstart.sh`,
-/// `scripts/wheel.sh`) set `GRANARY_COMMIT` from git; a plain `cargo build`
-/// without it says so.
-fn version() -> &'static str {
-    static V: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    V.get_or_init(|| match option_env!("GRANARY_COMMIT") {
-        Some(c) if !c.is_empty() => format!("{} (commit {c})", env!("CARGO_PKG_VERSION")),
-        _ => format!(
-            "{} (commit unknown: built without GRANARY_COMMIT)",
-            env!("CARGO_PKG_VERSION")
-        ),
-    })
-}
-
 /// The Granary agent: a per-node cache that streams training samples to
 /// data loaders through shared memory.
 #[derive(Debug, Parser)]
-#[command(name = "granaryd", version = version(), about, propagate_version = true)]
+#[command(name = "granaryd", version = granary_agent::build_version!(), about, propagate_version = true)]
 struct Cli {
     /// Log format on standard error: text or json (default: $GRANARY_LOG_FORMAT, else text).
     /// Which events: $RUST_LOG (default info).

@@ -217,6 +217,16 @@ pub struct PeersConfig {
     /// to arrive after this long is read from the store as well (the first
     /// copy wins). Default 2000.
     pub hedge_after_ms: u64,
+    /// `peers.owner_grace_ms`: when the connection to a sample's owner
+    /// drops, reads of its samples wait this long for it to come back (a
+    /// restarted agent serves its keep-set again) before they go to the
+    /// store; 0 reads the store at once. Default 10000.
+    pub owner_grace_ms: u64,
+    /// `peers.owner_grace_blocked_ms`: within that grace, how long a sample
+    /// a loader is already waiting on (its batch is next and nothing is
+    /// ready before it) waits for its owner before it is read from the
+    /// store; 0 reads it at once. Default 1000.
+    pub owner_grace_blocked_ms: u64,
     /// `peers.connect_timeout_ms`: time to connect and authenticate.
     /// Default 3000.
     pub connect_timeout_ms: u64,
@@ -283,6 +293,8 @@ impl Default for PeersConfig {
             secret_file: None,
             keep_percent: 50,
             hedge_after_ms: 2000,
+            owner_grace_ms: 10_000,
+            owner_grace_blocked_ms: 1000,
             connect_timeout_ms: 3000,
             idle_timeout_ms: 15000,
             max_requests: 256,

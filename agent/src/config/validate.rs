@@ -17,6 +17,10 @@ use super::{
 use std::collections::HashSet;
 use std::net::SocketAddr;
 
+/// The longest `peers.owner_grace_ms` and `owner_grace_blocked_ms`: ten
+/// minutes.
+const MAX_OWNER_GRACE_MS: u64 = 600_000;
+
 /// Collects problems.
 #[derive(Default)]
 struct Problems(Vec<Problem>);
@@ -137,6 +141,17 @@ impl Config {
         ] {
             if v < 100 {
                 p.bad(field, format!("{v} ms is too short (at least 100)"));
+            }
+        }
+        for (field, v) in [
+            ("peers.owner_grace_ms", c.owner_grace_ms),
+            ("peers.owner_grace_blocked_ms", c.owner_grace_blocked_ms),
+        ] {
+            if v > MAX_OWNER_GRACE_MS {
+                p.bad(
+                    field,
+                    format!("{v} ms is too long (at most {MAX_OWNER_GRACE_MS})"),
+                );
             }
         }
         if c.max_pinned_per_peer.0 < 1 << 20 {

@@ -11,31 +11,32 @@
 //!   to the requester, which verifies blocks against their get and decides
 //!   each get's [`Outcome`]: landed, asked again over TCP, or read from the
 //!   store into the same extent. The clock goes to it too: gets not begun
-//!   by their hedge time, and those of a peer found slow, go to the store.
+//!   by their hedge time, and those of a peer found slow, go to the store,
+//!   and are cancelled at their owner (a cancel frame: it drops what it
+//!   has not begun to send).
 //! * A landed block completes its sample through the same path as a store
 //!   read (`Engine::sample_ready`, `complete.rs`).
 //!
 //! [`Route::Peer`]: crate::peers::Route::Peer
 
-use super::{Engine, Inflight};
+use super::{key, Engine, Inflight};
 use crate::cache::SampleKey;
 use crate::peers::net::Event;
 use crate::peers::PeerToken;
 use granary_peer::channel::Protection;
+use granary_peer::grace::Release;
 use granary_peer::request::{Outcome, Sample, Why};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
 impl Engine {
     /// Asks peer `member` for sample `k`, landing in the extent at `dest`.
     pub(super) fn start_peer_get(&mut self, member: usize, k: SampleKey, dest: u64, len: u32) {
-        let fingerprint = self
-            .peers
-            .as_ref()
-            .and_then(|t| t.fingerprint_of(k.dataset as usize));
+        let token = PeerToken { key: k, dest, len };
+        let want = self.want_of(&token);
         let slice = self.arena.slice(dest, len as usize);
-        let (Some(tier), Some(fingerprint), Ok(slice)) = (self.peers.as_mut(), fingerprint, slice)
-        else {
+        let (Some(tier), Some(want), Ok(slice)) = (self.peers.as_mut(), want, slice) else {
             // Cannot happen with a directory and an extent from the cache;
             // the reservation must not stay in flight for ever.
             tracing::error!("peer read of {k} could not start");
@@ -44,14 +45,44 @@ impl Engine {
                 .fail(k, granary_shm::ErrorCode::Internal.as_i32().unsigned_abs());
             return;
         };
-        let token = PeerToken { key: k, dest, len };
-        let want = Sample {
-            fingerprint,
-            sample: k.index,
-            length: u64::from(len),
-        };
         tier.ask(member, token, want, slice);
         self.metrics.peers.gets_sent.inc();
+    }
+
+    /// Parks the read of sample `k` (its extent at `dest` reserved) until
+    /// member `member`, whose connection dropped, is back, not before
+    /// `delay` ns (`peers.owner_grace_ms`, `peers/tier_grace.rs`); `lost`:
+    /// it was asked of the member and lost with its connection.
+    pub(super) fn park_peer_get(
+        &mut self,
+        member: usize,
+        k: SampleKey,
+        dest: u64,
+        len: u32,
+        lost: bool,
+        delay: u64,
+    ) {
+        let token = PeerToken { key: k, dest, len };
+        match (self.want_of(&token), self.peers.as_mut()) {
+            (Some(want), Some(tier)) => {
+                tier.park(member, token, want, lost, delay);
+                self.metrics.peers.grace("parked", 1);
+            }
+            _ => self.read_store_instead(token),
+        }
+    }
+
+    /// What a get for `token` asks for, once its dataset has a directory.
+    fn want_of(&self, token: &PeerToken) -> Option<Sample> {
+        let fingerprint = self
+            .peers
+            .as_ref()?
+            .fingerprint_of(token.key.dataset as usize)?;
+        Some(Sample {
+            fingerprint,
+            sample: token.key.index,
+            length: u64::from(token.len),
+        })
     }
 
     /// Handles the transports' events, advances the requester's clock and
@@ -73,17 +104,69 @@ impl Engine {
         any
     }
 
-    /// Gets past their hedge time, or of peers found slow, go to the store.
+    /// Gets past their hedge time, or of peers found slow, go to the store;
+    /// reads parked for an owner that went away are asked again once it is
+    /// back, or go to the store when its grace ends or a loader waited on
+    /// them long enough.
     fn poll_requester(&mut self) {
+        let blocked = if self.peers.as_ref().is_some_and(|t| t.grace_parked()) {
+            self.blocked_samples()
+        } else {
+            HashSet::new()
+        };
         let Some(tier) = self.peers.as_mut() else {
             return;
         };
         let mut ended = Vec::new();
         tier.poll_gets(&mut ended);
+        let cancels = tier.send_cancels();
+        self.metrics.peers.cancels_sent.inc_by(cancels);
+        let mut released = Vec::new();
+        tier.grace_poll(|t| blocked.contains(&t.key), &mut released);
         self.report_slow();
         for o in ended {
             self.on_outcome(o);
         }
+        for r in released {
+            match r {
+                Release::Ask { token, member, .. } => {
+                    self.metrics.peers.grace("returned", 1);
+                    self.start_peer_get(member, token.key, token.dest, token.len);
+                }
+                Release::Store {
+                    token, why, asked, ..
+                } => {
+                    self.metrics.peers.grace(why.as_str(), 1);
+                    if asked {
+                        // Asked, lost with its connection, read from the
+                        // store: as without a grace.
+                        self.metrics.peers.get_failed(Why::Lost.as_str());
+                    }
+                    self.read_store_instead(token);
+                }
+            }
+        }
+    }
+
+    /// The samples a loader is blocked on: those of the next batch of
+    /// every session whose loader has taken every batch published (it
+    /// waits for that one, or will at its next call).
+    fn blocked_samples(&mut self) -> HashSet<SampleKey> {
+        let mut out = HashSet::new();
+        for s in self.sessions.values_mut() {
+            if s.ready.unconsumed().is_ok_and(|n| n > 0) {
+                continue;
+            }
+            let ds = s.dataset();
+            if let Some(front) = s.pending().front() {
+                out.extend(
+                    front.slots[..front.requested]
+                        .iter()
+                        .map(|slot| key(ds, slot.sample)),
+                );
+            }
+        }
+        out
     }
 
     /// Publishes which peers the requester finds slow when that changed.
@@ -130,6 +213,7 @@ impl Engine {
                         "peer connection up"
                     );
                     let link = t.connection_up(member);
+                    t.grace_back(member, incarnation);
                     m.peers.set_up(t.member_id(member), true);
                     m.peers.set_transport(t.member_id(member), Some(link));
                     t.rdma_conn_up(conn, member);
@@ -143,6 +227,7 @@ impl Engine {
                 self.peer_conn_down(conn, member);
             }
             Event::Request { conn, get } => self.peer_request(conn, get),
+            Event::Cancel { conn, request } => self.peer_cancel(conn, request),
             Event::Received {
                 request,
                 header,
@@ -195,6 +280,12 @@ impl Engine {
                 self.sample_ready(token.key, crc32c);
             }
             Outcome::Store { token, member, why } => {
+                // An owner that went away is waited for (its grace).
+                if let Some(delay) = self.peers.as_mut().and_then(|t| t.grace_takes(member, why)) {
+                    let lost = why == Why::Lost;
+                    self.park_peer_get(member, token.key, token.dest, token.len, lost, delay);
+                    return;
+                }
                 match why {
                     Why::Hedged => {
                         m.peers.hedged.inc();

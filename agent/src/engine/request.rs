@@ -56,7 +56,7 @@ impl Engine {
                 // that reported the failure, and this batch pins it too.
                 Lookup::Absent | Lookup::Failed { .. } => {
                     let route = peers.map_or(Route::Store, |t| t.route(ds, sample));
-                    let from_store = !matches!(route, Route::Peer(_));
+                    let from_store = !matches!(route, Route::Peer(_) | Route::Wait(_));
                     if from_store && budget == 0 {
                         return Request::Stop;
                     }
@@ -92,9 +92,16 @@ impl Engine {
                 let _ = self.cache.fail(k, ErrorCode::Io.as_i32().unsigned_abs());
                 continue;
             };
-            if let Route::Peer(member) = route {
-                self.start_peer_get(member, k, dest, len);
-                continue;
+            match route {
+                Route::Peer(member) => {
+                    self.start_peer_get(member, k, dest, len);
+                    continue;
+                }
+                Route::Wait(member) => {
+                    self.park_peer_get(member, k, dest, len, false, 0);
+                    continue;
+                }
+                Route::Store | Route::Keep => {}
             }
             self.start_read(Inflight {
                 key: k,

@@ -11,13 +11,18 @@
 //! (`peers.max_pinned_per_peer`). A request arrives over TCP or an RDMA
 //! link (`peers::rdma_conn` names the link); its answer goes back the
 //! same way.
+//!
+//! A request its requester cancels (it read the store instead) is dropped
+//! unless its block is being sent, and answered with a `Cancelled` miss;
+//! when no one waits for its store read any more and that read is still
+//! waiting for room at the source, the read is not started at all.
 
 use super::{key, Engine, Inflight};
 use crate::cache::{Cache, Lookup, SampleKey};
 use crate::peers::{PeerTier, Serving};
 use granary_peer::block::block_crc_of;
 use granary_peer::frame::{micros, DataHeader, Get, MissReason};
-use granary_peer::serve::{Admit, Availability, Reply};
+use granary_peer::serve::{Admit, Availability, Cancelled, Reply};
 
 impl Engine {
     /// The block served for `request` on `conn` is written (or never will
@@ -120,6 +125,51 @@ impl Engine {
                 t.set_pinned(conn, get.request);
             }
         }
+    }
+
+    /// A peer cancelled its request `request` on `conn`: dropped unless its
+    /// block is being sent (then the block is the answer), answered with a
+    /// `Cancelled` miss, and its pin released; the store read it waited
+    /// for is not started when no one else wants it.
+    pub(super) fn peer_cancel(&mut self, conn: u64, request: u64) {
+        let Some(tier) = self.peers.as_mut() else {
+            return;
+        };
+        let Some(c) = tier.cancel(conn, request) else {
+            return;
+        };
+        let (get, last) = match c {
+            Cancelled::Queued(get) => (get, false),
+            Cancelled::Waiting { get, last } => (get, last),
+        };
+        self.metrics
+            .peers
+            .served_miss(MissReason::Cancelled.as_str());
+        tier.send_miss(conn, get, MissReason::Cancelled);
+        let Some(s) = tier.untrack(conn, request) else {
+            return;
+        };
+        unpin(&mut self.cache, s);
+        if last && self.drop_unstarted_read(s.key) {
+            self.metrics.peers.reads_not_started.inc();
+        }
+    }
+
+    /// Takes back the read of `k` if it never started (it waits for room
+    /// at the source) and nothing pins it: no session and no other request
+    /// wants it. Returns whether it was taken back.
+    fn drop_unstarted_read(&mut self, k: SampleKey) -> bool {
+        let Some(at) = self.retry_queue.iter().position(|(_, r)| r.key == k) else {
+            return false;
+        };
+        if !matches!(self.cache.lookup(k), Lookup::InFlight { pins: 0, .. }) {
+            return false;
+        }
+        if self.cache.abandon(k).is_err() {
+            return false;
+        }
+        self.retry_queue.swap_remove(at);
+        true
     }
 
     /// The one store read of a kept sample a peer asked for; false when it
@@ -231,6 +281,7 @@ impl Engine {
         if let Some(m) = member {
             if tier.member_went_down(m) {
                 self.metrics.peers.set_up(tier.member_id(m), false);
+                tier.grace_dropped(m);
             }
         }
     }

@@ -11,6 +11,8 @@ use granary_shm::{BatchDescriptor, ErrorCode, SampleEntry};
 use std::collections::VecDeque;
 use std::time::Duration;
 
+mod cancel;
+mod grace;
 mod rdma;
 mod view;
 

@@ -333,8 +333,8 @@ impl Engine {
         }
         // Nothing writes into an extent once the tier is retired.
         let (gets, serving) = old.retire();
-        for g in gets {
-            self.read_store_instead(g.token);
+        for token in gets {
+            self.read_store_instead(token);
         }
         for s in serving {
             super::serving::unpin(&mut self.cache, s);

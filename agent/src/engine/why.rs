@@ -64,7 +64,7 @@ impl Engine {
     /// A sample being read: from a peer when its owner is another member.
     fn read_cause(&self, ds: usize, sample: u64) -> Cause {
         match self.peers.as_ref().map(|t| t.route(ds, sample)) {
-            Some(Route::Peer(_)) => Cause::Peer,
+            Some(Route::Peer(_) | Route::Wait(_)) => Cause::Peer,
             _ => Cause::Store,
         }
     }

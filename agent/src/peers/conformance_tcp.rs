@@ -686,3 +686,94 @@ fn tcp_each_error_completion() {
         );
     }
 }
+
+/// Drains `net`'s events until one matches, for at most 5 s.
+fn wait_event(net: &Net, mut want: impl FnMut(&Event) -> bool) -> Event {
+    let end = Instant::now() + Duration::from_secs(5);
+    let mut ev = Vec::new();
+    while Instant::now() < end {
+        net.drain(&mut ev);
+        if let Some(at) = ev.iter().position(&mut want) {
+            return ev.swap_remove(at);
+        }
+        ev.clear();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    panic!("no such event within 5 s");
+}
+
+#[test]
+fn tcp_a_cancelled_request_reaches_its_owner_and_is_answered() {
+    let t = TcpTransport::new(1, 2);
+    let owner = t.owners[0].net.as_ref().expect("owner");
+    let ask = |request: u64, sample: u64| {
+        let len = conformance::payload(sample).len();
+        let claim = Arc::new(Claim::default());
+        let get = Get {
+            request,
+            fingerprint: conformance::FINGERPRINT,
+            sample,
+            length: len as u64,
+            due: u64::MAX,
+        };
+        let dest = t.arena.slice(request * 65_536, len).expect("extent");
+        t.requester.get(
+            1,
+            OutGet {
+                get,
+                dest,
+                claim: Arc::clone(&claim),
+            },
+        );
+        (get, claim)
+    };
+    let (get, claim) = ask(1, 5);
+    let Event::Request { conn, get: seen } =
+        wait_event(owner, |e| matches!(e, Event::Request { .. }))
+    else {
+        unreachable!()
+    };
+    assert_eq!(seen.request, get.request);
+    // The requester reads the store instead (the hedge takes the claim)
+    // and cancels; the owner hears of it on the same connection.
+    assert!(claim.abandon());
+    t.requester.cancel(1, get.request);
+    let e = wait_event(owner, |e| matches!(e, Event::Cancel { .. }));
+    assert!(
+        matches!(e, Event::Cancel { conn: c, request: 1 } if c == conn),
+        "{e:?}"
+    );
+    owner.send_miss(conn, seen, MissReason::Cancelled);
+    let e = wait_event(&t.requester, |e| matches!(e, Event::Failed { .. }));
+    assert!(
+        matches!(
+            e,
+            Event::Failed {
+                request: 1,
+                why: GetFailure::Miss(MissReason::Cancelled)
+            }
+        ),
+        "{e:?}"
+    );
+    // The miss returned the credit: with a credit of two, two more
+    // requests go out. A cancel of a request that is not in flight on
+    // the connection sends nothing.
+    t.requester.cancel(1, 77);
+    let (g2, _) = ask(2, 6);
+    let (g3, _) = ask(3, 7);
+    let mut seen = Vec::new();
+    let end = Instant::now() + Duration::from_secs(5);
+    while seen.len() < 2 && Instant::now() < end {
+        let mut ev = Vec::new();
+        owner.drain(&mut ev);
+        for e in ev {
+            match e {
+                Event::Request { get, .. } => seen.push(get.request),
+                Event::Cancel { .. } => panic!("a cancel nobody sent: {e:?}"),
+                _ => {}
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(seen, [g2.request, g3.request], "the credit came back");
+}

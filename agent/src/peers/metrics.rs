@@ -41,6 +41,12 @@ pub struct PeerMetrics {
     pub hedged: Counter,
     /// Blocks that arrived after their hedge's store read began: dropped.
     pub late_discarded: Counter,
+    /// Cancels sent for requests handed to the store (hedged, or of a peer
+    /// found slow), so that the owner drops what it has not begun to send.
+    pub cancels_sent: Counter,
+    /// Store reads of kept samples not started because every peer request
+    /// waiting for them was cancelled.
+    pub reads_not_started: Counter,
     /// Blocks served to peers.
     pub served: Counter,
     /// Bytes served to peers.
@@ -73,6 +79,14 @@ pub struct PeerMetrics {
     /// Connections, blocks and requests refused or cut off by the tier's
     /// bounds and checks, by reason (`docs/security.md`).
     pub rejected: Family<Labels, Counter>,
+    /// Samples of an owner whose connection dropped, by what became of
+    /// them (`peers.owner_grace_ms`): `parked` (each wait), `returned`
+    /// (asked again once the owner was back, restarted), `expired` (the
+    /// grace ended), `blocked` (a loader waited on it for
+    /// `peers.owner_grace_blocked_ms`), `rejoined` (the owner came back as
+    /// it was: its connection had failed); the last three read from the
+    /// store.
+    pub grace: Family<Labels, Counter>,
     /// Handles on the `tier` series, updated without locks.
     pub arena_samples: Counter,
     /// See `arena_samples`.
@@ -104,6 +118,8 @@ impl Default for PeerMetrics {
             crc_failures: Counter::default(),
             hedged: Counter::default(),
             late_discarded: Counter::default(),
+            cancels_sent: Counter::default(),
+            reads_not_started: Counter::default(),
             served: Counter::default(),
             served_bytes: Counter::default(),
             served_misses: Family::default(),
@@ -116,6 +132,7 @@ impl Default for PeerMetrics {
             view_epoch: Gauge::default(),
             assigned: Family::default(),
             rejected: Family::default(),
+            grace: Family::default(),
         }
     }
 }
@@ -178,6 +195,20 @@ impl PeerMetrics {
                     .inc_by(placed[at]);
             }
         }
+    }
+
+    /// Counts samples of a dropped owner, by `outcome`.
+    pub fn grace(&self, outcome: &str, n: u64) {
+        if n > 0 {
+            self.grace
+                .get_or_create(&label("outcome", outcome))
+                .inc_by(n);
+        }
+    }
+
+    /// Samples of a dropped owner counted under `outcome` so far.
+    pub fn grace_count(&self, outcome: &str) -> u64 {
+        self.grace.get_or_create(&label("outcome", outcome)).get()
     }
 
     /// Records whether the connection to `peer` is up.
@@ -256,6 +287,16 @@ impl PeerMetrics {
             self.late_discarded.clone(),
         );
         registry.register(
+            "granary_peer_cancels",
+            "Cancels sent to peers for requests read from the store instead (hedged, or the peer found slow).",
+            self.cancels_sent.clone(),
+        );
+        registry.register(
+            "granary_peer_reads_not_started",
+            "Store reads of kept samples not started because every peer request waiting for them was cancelled.",
+            self.reads_not_started.clone(),
+        );
+        registry.register(
             "granary_peer_served",
             "Blocks served to peers.",
             self.served.clone(),
@@ -305,6 +346,13 @@ impl PeerMetrics {
             "Peer connections, blocks and requests refused or cut off by the tier's bounds and \
              checks, by reason.",
             self.rejected.clone(),
+        );
+        registry.register(
+            "granary_peer_grace",
+            "Samples of an owner whose connection dropped, by outcome: parked (a wait for it), \
+             returned (asked again once it was back, restarted), expired, blocked and rejoined \
+             (read from the store).",
+            self.grace.clone(),
         );
         registry.register(
             "granary_peer_rtt_seconds",

@@ -22,6 +22,7 @@
 //! | `rdma_link` | the RDMA driver speaking the peer protocol's frames, with fallback to TCP or the store |
 //! | this module | [`PeerTier`]: starting the tier, routing, directories |
 //! | `tier_requests` | `PeerTier`'s gets: sent, reported on, ended by the requester |
+//! | `tier_grace` | `PeerTier`'s reads waiting for an owner whose connection dropped (`peers.owner_grace_ms`) |
 //! | `tier_serving` | `PeerTier`'s side as owner: peers' requests admitted, tracked, answered |
 //! | `tier_rdma` | `PeerTier`'s RDMA links: set-up over TCP, offers, gets, blocks, misses |
 //!
@@ -39,6 +40,7 @@ pub mod metrics;
 pub(crate) mod net;
 pub(crate) mod ratelog;
 pub(crate) mod rdma_link;
+mod tier_grace;
 mod tier_rdma;
 mod tier_requests;
 mod tier_serving;
@@ -53,6 +55,7 @@ use crate::config::{CipherSetting, Config, Encryption, PeersConfig};
 use crate::source::SampleSource;
 use granary_peer::channel::{Protection, Suite};
 use granary_peer::conn::ConnConfig;
+use granary_peer::grace::{Grace, GraceConfig};
 use granary_peer::keep::Directory;
 use granary_peer::request::{Requester, RequesterConfig};
 use granary_peer::serve::{ServeConfig, Server};
@@ -76,6 +79,10 @@ pub(crate) enum Route {
     Keep,
     /// The peer with this member index, which owns and keeps it.
     Peer(usize),
+    /// The peer with this member index owns and keeps it, but its
+    /// connection dropped: the read waits for it to come back, within
+    /// `peers.owner_grace_ms` (`tier_grace.rs`).
+    Wait(usize),
 }
 
 /// The view a loader's connection joined: sessions opened on it end when
@@ -210,6 +217,8 @@ pub struct PeerTier {
     max_pinned: u64,
     /// Rate-limited warnings of the engine's side of the tier.
     log: ratelog::RateLog,
+    /// Reads waiting for an owner whose connection dropped.
+    grace: Grace<PeerToken>,
 }
 
 impl PeerTier {
@@ -351,6 +360,14 @@ impl PeerTier {
             reported: vec![None; view.len()],
             max_pinned: p.max_pinned_per_peer.0,
             log: ratelog::RateLog::new(Duration::from_secs(10)),
+            grace: Grace::new(
+                GraceConfig {
+                    grace: Duration::from_millis(p.owner_grace_ms).as_nanos() as u64,
+                    blocked: Duration::from_millis(p.owner_grace_blocked_ms).as_nanos() as u64,
+                    ..GraceConfig::default()
+                },
+                view.len(),
+            ),
             view,
         })
     }
@@ -426,6 +443,8 @@ impl PeerTier {
         };
         if owner == self.me {
             Route::Keep
+        } else if self.grace.awaits(owner, self.net.nanos()) {
+            Route::Wait(owner)
         } else if self.net.reachable(owner) && self.requester.ask(owner, self.net.nanos()) {
             Route::Peer(owner)
         } else {

@@ -89,6 +89,9 @@ pub(crate) enum Event {
     },
     /// A peer wants a sample (`due` on our clock, see [`Net::nanos`]).
     Request { conn: ConnId, get: Get },
+    /// A peer cancelled its request `request` on `conn` (it reads the
+    /// store instead): drop it unless its block is being sent.
+    Cancel { conn: ConnId, request: u64 },
     /// The block of our request `request` is in its extent: the owner's
     /// data header and the CRC-32C of the bytes received (the requester
     /// verifies them).
@@ -119,6 +122,7 @@ pub(crate) enum Event {
 /// A command for one connection.
 enum Cmd {
     Get(OutGet),
+    Cancel(u64),
     Data { header: DataHeader, src: ArenaSlice },
     Miss { get: Get, reason: MissReason },
     RdmaSetup(Vec<u8>),
@@ -408,7 +412,39 @@ impl Net {
 
     fn dial(&self, member: usize) {
         if let Some(rt) = &self.rt {
-            rt.spawn(dial(Arc::clone(&self.shared), member));
+            rt.spawn(dial(Arc::clone(&self.shared), member, false));
+        }
+    }
+
+    /// Dials `member` without a request, unless a connection to it is up
+    /// or being dialled: an owner awaited after its connection dropped is
+    /// found as soon as it listens again ([`Event::Up`]). A failed probe
+    /// is not logged (an agent restarting refuses many) and leaves the
+    /// member down as a failed dial does.
+    pub(crate) fn probe(&self, member: usize) {
+        let mut slots = lock(&self.shared.slots);
+        let Some(slot) = slots.get_mut(member) else {
+            return;
+        };
+        if matches!(slot, Slot::Idle | Slot::Down(_)) {
+            *slot = Slot::Dialing(Vec::new());
+            drop(slots);
+            if let Some(rt) = &self.rt {
+                rt.spawn(dial(Arc::clone(&self.shared), member, true));
+            }
+        }
+    }
+
+    /// Cancels our request `request` to `member` on the connection that
+    /// carries our requests to it (nothing when none does: a request of a
+    /// connection that ended has failed already).
+    pub(crate) fn cancel(&self, member: usize, request: u64) {
+        let conn = match lock(&self.shared.slots).get(member) {
+            Some(Slot::Up(conn)) => *conn,
+            _ => return,
+        };
+        if let Some(tx) = lock(&self.shared.conns).get(&conn) {
+            let _ = tx.send(Cmd::Cancel(request));
         }
     }
 
@@ -558,7 +594,7 @@ impl Drop for AcceptSlot {
     }
 }
 
-async fn dial(shared: Arc<Shared>, member: usize) {
+async fn dial(shared: Arc<Shared>, member: usize, quiet: bool) {
     let addr = shared.cfg.view.members()[member].addr.clone();
     let connect = tokio::time::timeout(
         shared.cfg.connect_timeout,
@@ -582,7 +618,11 @@ async fn dial(shared: Arc<Shared>, member: usize) {
         Ok(Err(e)) => e.to_string(),
         Err(_) => format!("no connection within {:?}", shared.cfg.connect_timeout),
     };
-    tracing::warn!(peer = %shared.cfg.view.members()[member].id, %addr, "dial failed: {err}");
+    if quiet {
+        tracing::debug!(peer = %shared.cfg.view.members()[member].id, %addr, "probe failed: {err}");
+    } else {
+        tracing::warn!(peer = %shared.cfg.view.members()[member].id, %addr, "dial failed: {err}");
+    }
     let until = Instant::now() + shared.redial_after(false);
     let queued = {
         let mut slots = lock(&shared.slots);
@@ -755,7 +795,7 @@ async fn run_conn(
                 conn: id,
                 request: header.request,
             }),
-            Cmd::Miss { .. } | Cmd::RdmaSetup(_) => {}
+            Cmd::Miss { .. } | Cmd::RdmaSetup(_) | Cmd::Cancel(_) => {}
         }
     }
     // Let the writer flush a goodbye, then stop it: once it has ended, no
@@ -931,6 +971,10 @@ fn handle_events(ctx: &Arc<ConnCtx>, landing: &mut Option<Landing>) -> Option<St
                     }
                 },
                 ConnEvent::Request(get) => out.push(Event::Request { conn: ctx.id, get }),
+                ConnEvent::Cancel(request) => out.push(Event::Cancel {
+                    conn: ctx.id,
+                    request,
+                }),
                 ConnEvent::Data(h) => match st.expects.remove(&h.request) {
                     Some(g) if g.get.sample == h.sample && g.get.length == h.length => {
                         let dest = g.claim.receive().then_some(g.dest);
@@ -1106,6 +1150,14 @@ fn command(ctx: &ConnCtx, cmd: Cmd) {
         Cmd::Get(g) => {
             st.backlog.push_back(g);
             flush_backlog(ctx, &mut st);
+        }
+        Cmd::Cancel(request) => {
+            // Only a request this connection sent is cancelled at the
+            // owner; one still waiting for credit is skipped when its turn
+            // comes (its claim is the store's).
+            if st.expects.contains_key(&request) {
+                let _ = st.conn.send_cancel(request);
+            }
         }
         Cmd::Data { header, src } => {
             if st.conn.send_data(header).is_ok() {

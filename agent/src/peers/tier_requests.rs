@@ -7,7 +7,7 @@ use super::net::{Event, GetFailure, OutGet};
 use super::{PeerTier, PeerToken};
 use granary_peer::conn::Nanos;
 use granary_peer::frame::DataHeader;
-use granary_peer::request::{Claim, Outcome, Pending, Sample, Via};
+use granary_peer::request::{Claim, Outcome, Sample, Via};
 use granary_shm::arena::{Arena, ArenaSlice};
 use std::os::fd::RawFd;
 use std::os::unix::io::AsRawFd;
@@ -41,9 +41,9 @@ impl PeerTier {
         }
     }
 
-    /// Whether any get is in flight.
+    /// Whether any get is in flight or parked.
     pub(crate) fn gets_in_flight(&self) -> bool {
-        !self.requester.is_empty()
+        !self.requester.is_empty() || self.grace_parked()
     }
 
     /// Moves what the TCP transport reported into `out`.
@@ -64,6 +64,17 @@ impl PeerTier {
     pub(crate) fn poll_gets(&mut self, out: &mut Vec<Outcome<PeerToken>>) {
         let now = self.net.nanos();
         self.requester.poll(now, out);
+    }
+
+    /// Sends a cancel for every get the requester handed to the store
+    /// since the last call (over TCP; see `granary_peer::request`,
+    /// "Cancels"); returns how many.
+    pub(crate) fn send_cancels(&mut self) -> u64 {
+        let cancels = self.requester.take_cancels();
+        for c in &cancels {
+            self.net.cancel(c.member, c.request);
+        }
+        cancels.len() as u64
     }
 
     /// The members whose slowness changed since the last call.
@@ -145,12 +156,19 @@ impl PeerTier {
         }
     }
 
-    /// Stops the tier: the gets still in flight and the requests still
-    /// served, for the engine to read from the store and to unpin.
-    /// Dropping the transport stops its runtime and the RDMA links destroy
-    /// their queue pairs: nothing writes into an extent after this.
-    pub(crate) fn retire(mut self) -> (Vec<Pending<PeerToken>>, Vec<super::Serving>) {
-        let gets = self.requester.drain();
+    /// Stops the tier: the gets still in flight or parked and the
+    /// requests still served, for the engine to read from the store and to
+    /// unpin. Dropping the transport stops its runtime and the RDMA links
+    /// destroy their queue pairs: nothing writes into an extent after
+    /// this.
+    pub(crate) fn retire(mut self) -> (Vec<PeerToken>, Vec<super::Serving>) {
+        let mut gets: Vec<PeerToken> = self
+            .requester
+            .drain()
+            .into_iter()
+            .map(|p| p.token)
+            .collect();
+        gets.extend(self.grace_drain());
         let serving = self.serving.drain().map(|(_, s)| s).collect();
         drop(self);
         (gets, serving)

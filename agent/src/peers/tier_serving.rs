@@ -7,7 +7,7 @@
 use super::net::ConnId;
 use super::{rdma_member, PeerTier, Serving};
 use granary_peer::frame::{DataHeader, Get, MissReason};
-use granary_peer::serve::{Admit, Availability, Reply};
+use granary_peer::serve::{Admit, Availability, Cancelled, Reply};
 use granary_shm::arena::Arena;
 
 /// Why a request was refused as overloaded, for
@@ -69,6 +69,12 @@ impl PeerTier {
             }
         });
         (admit, overload)
+    }
+
+    /// Request `request` of `conn` is cancelled by its requester: what the
+    /// serving queue took back, if it had not begun to send its block.
+    pub(crate) fn cancel(&mut self, conn: ConnId, request: u64) -> Option<Cancelled> {
+        self.serve.cancel(conn, request)
     }
 
     /// Tracks request `request` of `conn` until its answer is written.

@@ -106,6 +106,8 @@ const USAGE: &str = "usage: bench/run cluster [options]   (as root)
   --rtt-ms R         round trip added by the delay proxy in front of the store (default 50)
   --slow-mbit M      the slowed node's link in `slow` (default 10)
   --hedge-ms H       peers.hedge_after_ms of every agent (default 2000, the agent's)
+  --owner-grace-ms G peers.owner_grace_ms of every agent (default 10000, the agent's; 0: a
+                     dropped owner's samples are read from the store at once)
   --keep-percent P   peers.keep_percent of every agent (default 50)
   --b0-arena-mib A   arena of each agent in b0 (default 64, the smallest allowed)
   --corrupt-every K  one peer block in K corrupted in `corrupt` (default 10000)
@@ -189,6 +191,7 @@ struct Opts {
     rtt_ms: u64,
     slow_mbit: u32,
     hedge_ms: u64,
+    owner_grace_ms: u64,
     keep_percent: u64,
     b0_arena_mib: u64,
     corrupt_every: u64,
@@ -238,6 +241,7 @@ impl Opts {
             rtt_ms: a.u64("rtt-ms", 50)?,
             slow_mbit: a.u32("slow-mbit", 10)?,
             hedge_ms: a.u64("hedge-ms", 2000)?,
+            owner_grace_ms: a.u64("owner-grace-ms", 10_000)?,
             keep_percent: a.u64("keep-percent", 50)?,
             b0_arena_mib: a.u64("b0-arena-mib", 64)?,
             corrupt_every: a.u64("corrupt-every", 10_000)?,
@@ -934,10 +938,12 @@ listen = "{ip}:{PEER_PORT}"
 secret = "{SECRET}"
 keep_percent = {kp}
 hedge_after_ms = {hedge}
+owner_grace_ms = {grace}
 encryption = "{enc}"
 "#,
             kp = o.keep_percent,
             hedge = o.hedge_ms,
+            grace = o.owner_grace_ms,
             enc = if kind == Kind::Peers150Off {
                 "off"
             } else {
@@ -1763,6 +1769,30 @@ fn print_scenario(o: &Opts, r: &ScenarioResult) {
             ep.steps,
             pct(ep.moved_frac()),
         );
+        // Where the peer requests went: hedged, routed around a slow peer,
+        // cancelled at the owner (and what the owners did with cancels).
+        let asked: Vec<String> = ep
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(k, ne)| {
+                let g = |key: &str| ne.m.get(key).copied().unwrap_or(0.0);
+                format!(
+                    "n{k} {:.0}/{:.0}/{:.0}/{:.0}/{:.0}",
+                    g("hedged"),
+                    g("slow_routed"),
+                    g("cancels"),
+                    g("cancelled"),
+                    g("not_started")
+                )
+            })
+            .collect();
+        println!(
+            "{:>5} {:>4}  peer requests hedged/slow-routed/cancels sent; cancelled here/reads not started: {}",
+            e,
+            "reqs",
+            asked.join(", ")
+        );
         for ne in &ep.nodes {
             for err in &ne.errors {
                 println!("      error: {err}");
@@ -2416,8 +2446,8 @@ fn orchestrate(o: &Opts) -> Result<bool> {
         o.epochs
     );
     println!(
-        "links: nodes {} Mbit/s, store {} Mbit/s + {} ms RTT (delay proxy); hedge after {} ms; keep_percent {}",
-        o.node_mbit, o.store_mbit, o.rtt_ms, o.hedge_ms, o.keep_percent
+        "links: nodes {} Mbit/s, store {} Mbit/s + {} ms RTT (delay proxy); hedge after {} ms; owner grace {} ms; keep_percent {}",
+        o.node_mbit, o.store_mbit, o.rtt_ms, o.hedge_ms, o.owner_grace_ms, o.keep_percent
     );
     let net = Net::create(NetSpec {
         prefix: PREFIX.into(),
@@ -2548,6 +2578,7 @@ fn orchestrate(o: &Opts) -> Result<bool> {
         .int("store_mbit", u64::from(o.store_mbit))
         .int("rtt_ms", o.rtt_ms)
         .int("hedge_ms", o.hedge_ms)
+        .int("owner_grace_ms", o.owner_grace_ms)
         .str("regime_start", &regime0)
         .str("regime_end", &regime1);
     let sj: Vec<String> = results

@@ -86,7 +86,6 @@
 //! in the last line's `*_detail` arrays.
 
 use granary::{Client, SessionOptions};
-use granary_agent::source::s3::S3Settings;
 use granary_bench::agent::{Agent, AgentSettings, S3Dataset};
 use granary_bench::cli::Args;
 use granary_bench::data::{self, Dataset};
@@ -97,6 +96,7 @@ use granary_bench::report::{self, json_num, median, Json};
 use granary_bench::s3_data;
 use granary_bench::seaweed::Seaweed;
 use granary_bench::stall_loaders;
+use granary_bench::store::Store;
 use granary_bench::sys;
 use granary_bench::sys::{cpu_model, process_cpu, wait_quiet, MachineCpu};
 use granary_bench::touch::touch;
@@ -164,82 +164,6 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("latency: {e}");
             ExitCode::FAILURE
-        }
-    }
-}
-
-/// The store behind the delay proxy.
-enum Store {
-    Weed(Seaweed),
-    Light(LightStore),
-}
-
-impl Store {
-    /// Its name in the output.
-    fn name(&self) -> &'static str {
-        match self {
-            Store::Weed(_) => "SeaweedFS",
-            Store::Light(_) => "light store",
-        }
-    }
-
-    /// The prefix of its keys in the last line (`""` for SeaweedFS, whose
-    /// keys predate the light store's).
-    fn key(&self) -> &'static str {
-        match self {
-            Store::Weed(_) => "",
-            Store::Light(_) => "light_",
-        }
-    }
-
-    fn addr(&self) -> SocketAddr {
-        match self {
-            Store::Weed(w) => w.s3_addr(),
-            Store::Light(l) => l.addr(),
-        }
-    }
-
-    fn bucket(&self) -> &str {
-        match self {
-            Store::Weed(w) => w.bucket(),
-            Store::Light(l) => l.bucket(),
-        }
-    }
-
-    fn weed_pid(&self) -> Option<u32> {
-        match self {
-            Store::Weed(w) => w.pid(),
-            Store::Light(_) => None,
-        }
-    }
-
-    /// Whether its CPU time is that of threads of this process.
-    fn in_process(&self) -> bool {
-        matches!(self, Store::Light(_))
-    }
-
-    fn settings_via(&self, addr: SocketAddr) -> S3Settings {
-        match self {
-            Store::Weed(w) => w.settings_via(addr),
-            Store::Light(l) => l.settings_via(addr),
-        }
-    }
-
-    fn env(&self) -> [(&'static str, String); 3] {
-        match self {
-            Store::Weed(w) => w.env(),
-            Store::Light(l) => l.env(),
-        }
-    }
-
-    fn describe(&self) -> &'static str {
-        match self {
-            Store::Weed(_) => {
-                "SeaweedFS weed mini on 127.0.0.1, in-process delay proxy (RTT/2 each way)"
-            }
-            Store::Light(_) => {
-                "light store (granary_bench::light_store: hyper HTTP/1.1, page-cache reads) in this process on 127.0.0.1, in-process delay proxy (RTT/2 each way)"
-            }
         }
     }
 }
@@ -740,12 +664,7 @@ fn run() -> Result<()> {
             // page cache, the first one included (SeaweedFS's ingest reads
             // its objects back for the same reason).
             let t = Instant::now();
-            let mut warmed = 0u64;
-            for e in ds.catalog.entries() {
-                let bytes =
-                    std::fs::read(&e.path).map_err(|err| format!("{}: {err}", e.path.display()))?;
-                warmed += bytes.len() as u64;
-            }
+            let warmed = s3_data::read_all(&ds)?;
             println!(
                 "page cache: every file read once ({:.3} GB) in {:.1} s",
                 warmed as f64 / 1e9,

@@ -53,10 +53,18 @@ def _timeout_ms(timeout: Optional[float]) -> int:
     return min(int(math.ceil(timeout * 1000.0)), 2**31 - 1)
 
 
+#: Session handles closed by their mapping's finalizer. At interpreter exit
+#: (and in a garbage cycle) the finalizer can run while the Session, or a
+#: suspended generator holding a batch, still has the handle: every later
+#: call on it is refused instead of reaching freed memory.
+_CLOSED_HANDLES: set = set()
+
+
 def _close_session_handle(handle: int, pid: int) -> None:
     # A forked child inherits the handle but must not close its parent's
     # session (that would hang up the parent's connection to the agent).
     if handle and os.getpid() == pid:
+        _CLOSED_HANDLES.add(handle)
         lib.granary_session_close(handle)
 
 
@@ -304,7 +312,7 @@ class Batch:
         self._samples: list[Optional[Sample]] = [None] * self._len
 
     def _check(self) -> None:
-        if not self._live:
+        if not self._live or self._session._gone():
             raise ReleasedError(
                 detail=f"batch {self._index} of epoch {self._epoch} was released",
                 context="granary.Batch",
@@ -565,6 +573,7 @@ class Session:
             f"opening a session on dataset {dataset!r} at {client.socket}",
         )
         self._handle: int = handle.value  # type: ignore[assignment]
+        _CLOSED_HANDLES.discard(self._handle)  # a new session at a freed one's address
         self._mapping: Optional[_Mapping] = _Mapping(self._handle)
         info = _lib.SessionInfo()
         info.struct_size = ctypes.sizeof(info)
@@ -650,8 +659,12 @@ class Session:
             )
             return buf.raw[: n.value]
 
+    def _gone(self) -> bool:
+        """Closed, or its C session already closed by the finalizer."""
+        return self._closed or self._handle in _CLOSED_HANDLES
+
     def _usable(self) -> None:
-        if self._closed:
+        if self._gone():
             raise ReleasedError(detail=f"the session on {self.dataset!r} was closed", context="granary.Session")
 
     def next_batch(self, timeout=_DEFAULT) -> Batch:
@@ -704,7 +717,7 @@ class Session:
             if handle is None or batch not in self._lent:
                 return
             self._lent.discard(batch)
-            if self._closed:
+            if self._gone():
                 return
             check(lib.granary_batch_release(self._handle, handle), "granary_batch_release")
 
@@ -716,10 +729,11 @@ class Session:
             if self._closed:
                 return
             lent, self._lent = list(self._lent), set()
+            gone = self._gone()
             for b in lent:
                 b._retire()
                 handle, b._handle = b._handle, None
-                if handle is not None:
+                if handle is not None and not gone:
                     lib.granary_batch_release(self._handle, handle)
             self._closed = True
             self._mapping = None  # the C close runs now unless views remain

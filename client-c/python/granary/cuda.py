@@ -416,6 +416,13 @@ def prefetch(iterable, device=None, depth: int = 2):
         return False
 
     def run() -> None:
+        # One intra-op thread for this thread's PyTorch work (the batch's
+        # stacking, a collate's copies), as in a DataLoader worker: copies of
+        # a few MB split across OpenMP threads only fight the training loop
+        # and the agent for cores (on 2 cores a `torch.cat` of a batch took
+        # 15 times the CPU). The setting is this thread's own; the training
+        # loop's threads are left as they are.
+        torch.set_num_threads(1)
         it = iter(iterable)
         try:
             if cuda_on:

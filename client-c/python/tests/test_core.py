@@ -1,6 +1,7 @@
 """The core API: sessions, batches, samples, errors, zero copy, lifetimes."""
 
 import gc
+import sys
 import time
 
 import numpy as np
@@ -166,3 +167,36 @@ def test_agent_stopped_mid_epoch_raises_within_the_timeout(own_agent, how):
     assert delivered < 3 * SYNTH_FILES // 8
     assert "agent" in str(e.value).lower() or "disconnected" in str(e.value).lower()
     s.close()
+
+
+EXIT_CHILD = r"""
+import sys
+from granary.agent import LocalAgent
+from granary.torch import GranaryDataset
+root, stop = sys.argv[1], sys.argv[2] == "stop"
+agent = LocalAgent({"synth": root}).start()
+it = iter(GranaryDataset("synth", agent.socket, batch_size=8, batches=True, epochs=2))
+for _ in range(3):
+    next(it)
+if stop:
+    agent.stop()
+print("leaving", flush=True)
+# The interpreter exits with the generator suspended on a lent batch: the
+# session's finalizer runs first, then the generator's release.
+"""
+
+
+@pytest.mark.parametrize("stop", ["stop", "keep"])
+def test_interpreter_exit_with_a_suspended_iterator(synth_root, stop):
+    """Exiting with a GranaryDataset iterator suspended mid-epoch (agent
+    stopped or not) returns at once with status 0: the batch release that
+    runs after the session's finalizer is refused in Python, never sent to
+    the freed C session (which spun in the library, or crashed)."""
+    import subprocess
+
+    t = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", EXIT_CHILD, str(synth_root), stop],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "leaving" in p.stdout
+    assert time.monotonic() - t < 30

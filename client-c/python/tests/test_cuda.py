@@ -236,3 +236,20 @@ def test_prefetch_delivers_every_batch_intact(raw_agent):
     for _item in cuda.prefetch(ds, device):
         break
     cuda.wait_pending()
+
+
+def test_prefetch_thread_runs_pytorch_on_one_thread(raw_agent):
+    """prefetch()'s thread does its PyTorch work (a collate's torch.cat) with
+    one intra-op thread, as a DataLoader worker does; the training loop's
+    own setting is left as it was."""
+    before = torch.get_num_threads()
+    seen = []
+
+    def collate(xs, labels):
+        seen.append(torch.get_num_threads())
+        return torch.cat(list(xs)), labels
+
+    ds = GranaryDataset("small", raw_agent.socket, batch_size=4, batches=True, collate=collate)
+    n = sum(1 for _ in cuda.prefetch(ds, "cpu", depth=2))
+    assert n > 0 and seen and set(seen) == {1}, seen
+    assert torch.get_num_threads() == before

@@ -8,7 +8,7 @@ use crate::block::block_crc;
 use crate::conn::{Conn, ConnConfig, Event, Transmit};
 use crate::frame::{micros, DataHeader, Get, MissReason};
 use crate::request::{Outcome, Requester, RequesterConfig, Sample, Via, Why};
-use crate::serve::{Admit, Availability, ConnId, Reply, ServeConfig, Server};
+use crate::serve::{Admit, Availability, Cancelled, ConnId, Reply, ServeConfig, Server};
 
 const SECRET: &[u8] = b"sim-job-secret";
 
@@ -42,6 +42,7 @@ enum LinkEv {
     Block(DataHeader, Vec<u8>),
     Discarded(u64),
     Miss(u64, MissReason),
+    Cancel(u64),
     Closed,
 }
 
@@ -403,6 +404,16 @@ impl Agent {
         }
         let mut ended = Vec::new();
         self.requester.poll(q.now, &mut ended);
+        for c in self.requester.take_cancels() {
+            // Only a get that went out is cancelled at its owner.
+            if let Some(&(link, None)) = self.on_link.get(&c.request) {
+                if let Some(l) = self.links.get_mut(&link) {
+                    if l.conn.send_cancel(c.request).is_ok() {
+                        sh.report.cancels += 1;
+                    }
+                }
+            }
+        }
         for o in ended {
             if let Outcome::Store { token, .. } | Outcome::Landed { token, .. } = &o {
                 let t = *token;
@@ -453,6 +464,7 @@ impl Agent {
                     Some(Event::Miss {
                         request, reason, ..
                     }) => evs.push(LinkEv::Miss(request, reason)),
+                    Some(Event::Cancel(r)) => evs.push(LinkEv::Cancel(r)),
                     Some(Event::Rtt(_) | Event::RdmaSetup(_)) => {}
                     Some(Event::Closed(_)) => evs.push(LinkEv::Closed),
                 }
@@ -482,6 +494,20 @@ impl Agent {
                     self.on_link.remove(&req);
                     if let Some(o) = self.requester.miss(req, reason, q.now) {
                         self.on_outcome(o, None, q, sh);
+                    }
+                }
+                LinkEv::Cancel(r) => {
+                    // Dropped unless its block is being sent; the miss
+                    // returns the request's credit. (The simulated store
+                    // read, if one started, still lands in the arena.)
+                    if let Some(c) = self.server.cancel(id as ConnId, r) {
+                        let (Cancelled::Queued(get) | Cancelled::Waiting { get, .. }) = c;
+                        if let Some(l) = self.links.get_mut(&id) {
+                            let _ =
+                                l.conn
+                                    .send_miss(get.request, get.sample, MissReason::Cancelled);
+                        }
+                        sh.report.cancelled += 1;
                     }
                 }
                 LinkEv::Closed => {

@@ -166,6 +166,10 @@ pub struct Report {
     pub slow_routed: u64,
     /// Peer copies arriving after the sample was delivered.
     pub late_discarded: u64,
+    /// Cancels sent for gets handed to the store.
+    pub cancels: u64,
+    /// Requests an owner dropped because their requester cancelled them.
+    pub cancelled: u64,
     /// Store reads caused by a peer failure (miss, closed, CRC, hedge, no
     /// connection).
     pub fallbacks: u64,

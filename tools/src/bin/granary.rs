@@ -29,26 +29,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 
-/// What `--version` prints: the package version and the commit it was built
-/// from. The build scripts (`scripts/test.sh`, `scripts/quickstart.sh`,
-/// `scripts/wheel.sh`) set `GRANARY_COMMIT` from git; a plain `cargo build`
-/// without it says so.
-fn version() -> &'static str {
-    static V: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    V.get_or_init(|| match option_env!("GRANARY_COMMIT") {
-        Some(c) if !c.is_empty() => format!("{} (commit {c})", env!("CARGO_PKG_VERSION")),
-        _ => format!(
-            "{} (commit unknown: built without GRANARY_COMMIT)",
-            env!("CARGO_PKG_VERSION")
-        ),
-    })
-}
-
 /// The Granary operator CLI: the agent's counters, the quickstart demo,
 /// the ingest of a dataset folder into S3 or CQL tables, and job secrets
 /// for the peer tier.
 #[derive(Debug, Parser)]
-#[command(name = "granary", version = version(), about, propagate_version = true)]
+#[command(name = "granary", version = granary_agent::build_version!(), about, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
