@@ -1143,10 +1143,14 @@ fn relay(ctx: &Ctx, pair: &Pair, paths: &Paths, r: &mut Report) -> Result<()> {
         .map_err(|e| format!("relay: {e}"))
     };
     let (to_a, to_b) = (corrupt(pair.a_peer)?, corrupt(pair.b_peer)?);
-    let s0 = pair.a.series();
     let wrong0 = wrong_total(ctx, pair);
     paths.to_a.set(to_a.addr(), true);
     paths.to_b.set(to_b.addr(), true);
+    // Blocks that crossed the honest connections just before the cut are
+    // counted by A a moment later: the baseline is read once they have
+    // settled, so only what crossed the relays is weighed.
+    std::thread::sleep(Duration::from_millis(500));
+    let s0 = pair.a.series();
     std::thread::sleep(Duration::from_secs(secs));
     let cap = paths.take();
     paths.forward(pair, false);
