@@ -184,8 +184,7 @@ impl Dataset {
     }
 
     fn pause(&self) -> Duration {
-        let doublings = self.attempts.saturating_sub(1).min(16);
-        RETRY_FIRST.saturating_mul(1 << doublings).min(RETRY_MAX)
+        granary_base::Backoff::new(RETRY_FIRST, RETRY_MAX).nth(self.attempts)
     }
 
     /// Moves loading on: takes a finished attempt's result, starts the next

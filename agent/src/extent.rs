@@ -440,19 +440,11 @@ mod tests {
     use super::*;
 
     /// A small deterministic generator for the randomized tests.
-    struct Rng(u64);
+    struct Rng(granary_base::SplitMix64);
 
     impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-
         fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
+            self.0.below(n)
         }
     }
 
@@ -654,8 +646,8 @@ mod tests {
     #[test]
     fn randomized_against_a_byte_model() {
         for seed in 0..20u64 {
-            let size = 1 + Rng(seed).below(4096);
-            let mut rng = Rng(seed * 7919 + 1);
+            let size = 1 + Rng(granary_base::SplitMix64(seed)).below(4096);
+            let mut rng = Rng(granary_base::SplitMix64(seed * 7919 + 1));
             let mut a = ExtentAllocator::new(size);
             // model[i] = Some(id) when byte i belongs to live extent id.
             let mut model: Vec<Option<usize>> = vec![None; size as usize];

@@ -39,8 +39,8 @@ use std::sync::{Arc, Mutex};
 /// different ordering algorithm would use a different tag.
 pub const ALGORITHM_TAG: u64 = 0x6772_616E_6172_7931;
 
-/// SplitMix64's increment (the odd integer closest to 2^64 / φ).
-const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+/// SplitMix64's increment and finaliser (granary-base owns them).
+pub(crate) use granary_base::hash::{mix64, GAMMA};
 
 /// The largest dataset the planner accepts: 2^48 samples. Far beyond any
 /// dataset whose permutation (8 bytes per sample) fits in memory, and small
@@ -199,14 +199,6 @@ fn check_num_samples(n: u64) -> Result<usize, PlanError> {
         return Err(PlanError::TooManySamples { num_samples: n });
     }
     usize::try_from(n).map_err(|_| PlanError::TooManySamples { num_samples: n })
-}
-
-/// The SplitMix64 output function: a bijection of 64-bit integers.
-#[inline]
-pub(crate) fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// The 64-bit key of the random stream of `(seed, epoch)`:

@@ -64,7 +64,7 @@ fn cells_of(key: u64, value: u64) -> [usize; 3] {
     let pair = check(key, value);
     let mut out = [0; 3];
     for (t, slot) in out.iter_mut().enumerate() {
-        let h = mix64(pair.wrapping_add((t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+        let h = mix64(pair.wrapping_add((t as u64 + 1).wrapping_mul(granary_base::hash::GAMMA)));
         *slot = t * SUBTABLE + (h % SUBTABLE as u64) as usize;
     }
     out

@@ -65,20 +65,13 @@ impl RetryPolicy {
     /// `retry - 1` times and bounded by `backoff_max`. `seed` picks the
     /// point, so different samples spread out.
     pub fn delay(&self, retry: u32, seed: u64) -> Duration {
-        let doublings = retry.saturating_sub(1).min(32);
-        let cap = self
-            .backoff
-            .as_nanos()
-            .saturating_mul(1u128 << doublings)
-            .min(self.backoff_max.as_nanos())
-            .min(u128::from(u64::MAX));
-        let half = cap / 2;
-        let spread = cap - half;
-        let pick = u128::from(crate::planner::mix64(
-            seed ^ u64::from(retry).rotate_left(32),
-        ));
-        let nanos = half + ((spread * pick) >> 64);
-        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+        let pick = granary_base::mix64(seed ^ u64::from(retry).rotate_left(32));
+        self.backoff().jittered(retry, pick)
+    }
+
+    /// The doubling of `backoff` up to `backoff_max`.
+    fn backoff(&self) -> granary_base::Backoff {
+        granary_base::Backoff::new(self.backoff, self.backoff_max)
     }
 
     /// After the `made`-th failed attempt (1 for the first) of a sample
@@ -110,10 +103,7 @@ impl RetryPolicy {
     pub(crate) fn worst_case(&self) -> Duration {
         let mut total = self.attempt_timeout;
         for retry in 1..self.attempts {
-            let backoff = self
-                .backoff
-                .saturating_mul(1u32 << retry.saturating_sub(1).min(31))
-                .min(self.backoff_max);
+            let backoff = self.backoff().nth(retry);
             if total + backoff >= self.deadline {
                 break;
             }

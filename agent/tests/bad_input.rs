@@ -9,12 +9,12 @@ use granary::ffi;
 use granary::{ErrorCode, SessionOptions};
 use granary_shm::handshake::Message;
 use granary_shm::socket::SeqPacket;
+use granary_testkit::GranarydConfig;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn is_root() -> bool {
@@ -243,11 +243,9 @@ fn vanished_and_unreadable_files_are_reported_per_sample() {
 fn validate(dir: &Path, name: &str, toml: &str) -> (bool, String) {
     let path = dir.join(name);
     std::fs::write(&path, toml).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_granaryd"))
-        .args(["validate", "--config"])
+    let out = GranarydConfig::args(env!("CARGO_BIN_EXE_granaryd"), ["validate", "--config"])
         .arg(&path)
-        .output()
-        .expect("run granaryd");
+        .output();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stderr),
@@ -341,10 +339,8 @@ fn malformed_configs_are_rejected_naming_the_field() {
     }
 
     // The printed default configuration validates.
-    let out = Command::new(env!("CARGO_BIN_EXE_granaryd"))
-        .arg("print-default-config")
-        .output()
-        .unwrap();
+    let out =
+        GranarydConfig::args(env!("CARGO_BIN_EXE_granaryd"), ["print-default-config"]).output();
     assert!(out.status.success());
     let default = String::from_utf8(out.stdout).unwrap();
     let (ok, text) = validate(dir.path(), "default.toml", &default);

@@ -1,19 +1,13 @@
 //! `granaryd`'s command line: help, version, bad arguments, and the log
 //! formats of `run` (a real process, stopped with SIGTERM).
 
-use granary_tools::synth::{self, SynthSpec};
-use std::io::Read;
+use granary_testkit::dataset::synth;
+use granary_testkit::{GranarydConfig, GranarydProcess, Log};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Output;
 
 fn granaryd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_granaryd"))
-        .args(args)
-        .env_remove("GRANARY_LOG_FORMAT")
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("run granaryd")
+    GranarydConfig::args(env!("CARGO_BIN_EXE_granaryd"), args).output()
 }
 
 fn text(out: &Output) -> String {
@@ -60,11 +54,7 @@ fn help_version_and_bad_arguments() {
 fn run_and_stop(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> String {
     let data = dir.join("synth");
     if !data.exists() {
-        let mut spec = SynthSpec::new(&data);
-        spec.num_files = 20;
-        spec.mean_size = 2_000;
-        spec.num_classes = 4;
-        synth::generate(&spec, |_, _| {}).unwrap();
+        synth(dir, 20, 4, 2_000);
     }
     let sock = dir.join("granary.sock");
     let _ = std::fs::remove_file(&sock);
@@ -79,37 +69,17 @@ fn run_and_stop(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> String {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_granaryd"))
-        .args(extra)
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .env_remove("GRANARY_LOG_FORMAT")
-        .env_remove("RUST_LOG")
-        .envs(env.iter().copied())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t0 = Instant::now();
-    while !sock.exists() {
-        assert!(child.try_wait().unwrap().is_none(), "granaryd exited early");
-        assert!(t0.elapsed() < Duration::from_secs(60), "no socket");
-        std::thread::sleep(Duration::from_millis(20));
+    let mut c = GranarydConfig::run(env!("CARGO_BIN_EXE_granaryd"), &config)
+        .global_args(extra)
+        .log(Log::Piped)
+        .ready_on_socket_file(&sock);
+    for (k, v) in env {
+        c = c.env(k, v);
     }
-    // SAFETY: kill(2) of our own child.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
-    }
-    let status = child.wait().unwrap();
+    let mut agent = GranarydProcess::start(c);
+    let status = agent.stop();
     assert!(status.success(), "{status}");
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    err
+    agent.take_stderr()
 }
 
 #[test]

@@ -9,47 +9,20 @@
 mod common;
 mod common_cloud;
 
-use common::{honest_loader_of, wait_for, watchdog, Honest, TestAgent};
+use common::{
+    honest, honest_loader_of, store_config, store_outage, watchdog, Outage, TestAgent, RETRYING,
+};
 use common_cloud::{Emulator, Kind};
-use granary::{Client, ErrorCode, SessionOptions};
-use granary_agent::config::Config;
 use granary_agent::source::queue::changed;
 use granary_agent::source::s3::{S3Layout, S3Source, StoreSettings};
 use granary_agent::source::Catalog;
 use granary_shm::arena::Arena;
 use granary_tools::synth::SynthSpec;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 const FILES: u64 = 200;
-
-/// An agent configuration with `datasets` (TOML `[[dataset]]` tables).
-fn agent_config(sock: &Path, datasets: &str) -> Config {
-    let toml = format!(
-        r#"
-[arena]
-size = "64MiB"
-hugepages = "off"
-populate = false
-[socket]
-path = "{sock}"
-mode = "0660"
-[prefetch]
-max_inflight_reads = 64
-window_batches = 8
-initial_window = 2
-read_retries = 2
-retry_backoff_ms = 20
-[metrics]
-address = ""
-{datasets}
-"#,
-        sock = sock.display()
-    );
-    Config::from_toml_str(&toml).unwrap_or_else(|e| panic!("test config: {e}\n{toml}"))
-}
 
 /// A synthetic dataset of [`FILES`] files under `dir/sub`.
 fn dataset_in(dir: &Path, sub: &str) -> SynthSpec {
@@ -62,18 +35,6 @@ fn dataset_in(dir: &Path, sub: &str) -> SynthSpec {
     spec
 }
 
-fn honest(epochs: u32, batch: u32, pause_ms: u64) -> Honest {
-    Honest {
-        seed: 11,
-        rank: 0,
-        world_size: 1,
-        batch_size: batch,
-        min_epochs: epochs,
-        max_epochs: epochs,
-        pause: Duration::from_millis(pause_ms),
-    }
-}
-
 /// Uploads a synthetic set under `train`, checks the store's catalog
 /// against the folder's, serves two epochs (each sample read once, every
 /// byte verified), then replaces one object: a fetch of it is refused as
@@ -84,7 +45,7 @@ fn serves_every_sample_once(kind: Kind) {
     let spec = dataset_in(dir.path(), "a");
     assert_eq!(em.upload(&spec.root, "train"), FILES);
     let sock = dir.path().join("granary.sock");
-    let cfg = agent_config(&sock, &em.table("synth", "train", ""));
+    let cfg = store_config(&sock, "64MiB", RETRYING, &em.table("synth", "train", ""));
 
     // The catalog: the folder's samples, labels and sizes, in its order,
     // each object with its ETag (what the dataset fingerprint and every
@@ -152,19 +113,11 @@ fn serves_every_sample_once(kind: Kind) {
     }
 }
 
-#[derive(Debug, Default)]
-struct Seen {
-    good_before: u64,
-    error_batches: u64,
-    failed_samples: u64,
-    good_after: u64,
-}
-
 /// The store killed mid-run: the loader gets error batches with failed
 /// samples marked, a filesystem dataset serves two epochs meanwhile, and
 /// after a restart the same session gets good batches again.
 fn store_dies_mid_run(kind: Kind) {
-    let mut em = Emulator::start(kind);
+    let em = Emulator::start(kind);
     let dir = tempfile::tempdir().unwrap();
     let spec = dataset_in(dir.path(), "a");
     em.upload(&spec.root, "train");
@@ -176,87 +129,22 @@ fn store_dies_mid_run(kind: Kind) {
         local.root.display(),
         em.table("synth", "train", "retries = 1\nrequest_timeout_ms = 1000")
     );
-    let cfg = agent_config(&sock, &tables);
+    let cfg = store_config(&sock, "64MiB", RETRYING, &tables);
     let agent =
         TestAgent::start_custom(dir, spec.root.clone(), sock, spec.clone(), cfg, Vec::new());
-    let saw_error = AtomicBool::new(false);
-    let restarted = AtomicBool::new(false);
-    let stop = AtomicBool::new(true);
-    std::thread::scope(|s| {
-        let (sock, saw_error, restarted, spec) = (&agent.sock, &saw_error, &restarted, &spec);
-        let remote = s.spawn(move || {
-            let client = Client::connect(sock).unwrap();
-            let mut o = SessionOptions::new("synth");
-            o.batch_size = 8;
-            o.epoch_count = 50;
-            let mut session = client.open_session(&o).unwrap();
-            let mut seen = Seen::default();
-            let end = Instant::now() + Duration::from_secs(120);
-            while seen.good_after < 3 {
-                assert!(Instant::now() < end, "no recovery: {seen:?}");
-                let b = session.next_batch(Some(Duration::from_secs(60))).unwrap();
-                if b.status() == 0 {
-                    for smp in b.samples() {
-                        common::verify(spec, &smp);
-                    }
-                    if restarted.load(Ordering::SeqCst) && seen.error_batches > 0 {
-                        seen.good_after += 1;
-                    } else if seen.error_batches == 0 {
-                        seen.good_before += 1;
-                    }
-                } else {
-                    assert_eq!(b.status(), ErrorCode::Io.as_i32(), "batch status");
-                    seen.error_batches += 1;
-                    for smp in b.samples() {
-                        if smp.status() != 0 {
-                            assert_eq!(smp.status(), ErrorCode::Io.as_i32());
-                            seen.failed_samples += 1;
-                        } else {
-                            common::verify(spec, &smp);
-                        }
-                    }
-                    saw_error.store(true, Ordering::SeqCst);
-                }
-                session.release(b).unwrap();
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            session.close().unwrap();
-            seen
-        });
-        let m = Arc::clone(&agent.metrics);
-        wait_for("the first batches", Duration::from_secs(60), || {
-            m.samples_served.get() >= 24
-        });
-        em.kill();
-        eprintln!("killed the {kind:?} emulator");
-        let (local, stop) = (&local, &stop);
-        let healthy =
-            s.spawn(move || honest_loader_of(sock, "local", local, honest(2, 32, 2), stop));
-        wait_for("an error batch", Duration::from_secs(60), || {
-            saw_error.load(Ordering::SeqCst)
-        });
-        assert_eq!(
-            healthy.join().unwrap(),
-            2,
-            "the healthy dataset stopped serving"
-        );
-        em.restart();
-        restarted.store(true, Ordering::SeqCst);
-        eprintln!("restarted the {kind:?} emulator");
-        let seen = remote.join().unwrap();
-        eprintln!("{seen:?}");
-        assert!(seen.good_before > 0 && seen.error_batches > 0 && seen.failed_samples > 0);
-        assert!(seen.good_after >= 3);
-    });
-    assert!(agent.metrics.read_errors.get() > 0);
-    let health = agent.metrics.dataset_healths();
-    assert!(
-        health["synth"].ready && health["synth"].read_errors > 0,
-        "{health:?}"
+    let em = std::cell::RefCell::new(em);
+    store_outage(
+        agent,
+        &spec,
+        &local,
+        Outage {
+            served_first: 24,
+            recovery: Duration::from_secs(120),
+            error_within: Duration::from_secs(60),
+        },
+        || em.borrow_mut().kill(),
+        || em.borrow_mut().restart(),
     );
-    assert_eq!(health["local"].read_errors, 0, "{health:?}");
-    agent.wait_idle(Duration::from_secs(20)).assert_balanced();
-    agent.stop();
 }
 
 #[test]

@@ -9,80 +9,15 @@
 mod common;
 mod common_s3;
 
-use common::{watchdog, TestAgent};
+use common::{epochs, store_config, watchdog, TestAgent};
 use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
 use common_s3::{synth, Seaweed, BUCKET};
-use granary::{Client, ErrorCode, SessionOptions};
-use granary_agent::config::Config;
 use granary_agent::source::open_catalog;
 use granary_tools::ingest::{self, mds::write_mds, parquet::write_parquet, IngestOptions};
 use std::path::Path;
 use std::time::Duration;
 
 const FILES: u64 = 400;
-
-fn config(sock: &Path, arena: &str, datasets: &str) -> Config {
-    let toml = format!(
-        r#"
-[arena]
-size = "{arena}"
-hugepages = "off"
-populate = false
-[socket]
-path = "{sock}"
-mode = "0660"
-[prefetch]
-max_inflight_reads = 64
-[metrics]
-address = ""
-{datasets}
-"#,
-        sock = sock.display()
-    );
-    Config::from_toml_str(&toml).unwrap_or_else(|e| panic!("test config: {e}\n{toml}"))
-}
-
-/// Epochs of `dataset`: (id, label, bytes) per sample, in delivery order;
-/// `after_first` runs once the first epoch's last batch is released.
-fn epochs(
-    sock: &Path,
-    dataset: &str,
-    count: u32,
-    mut after_first: impl FnMut(),
-) -> Vec<(u64, i32, Vec<u8>)> {
-    let client = Client::connect(sock).expect("connect");
-    let mut o = SessionOptions::new(dataset);
-    o.seed = 5;
-    o.batch_size = 32;
-    o.epoch_count = count;
-    let mut s = client.open_session(&o).expect("open");
-    let mut out = Vec::new();
-    let mut ends = 0;
-    loop {
-        let b = match s.next_batch(Some(Duration::from_secs(60))) {
-            Ok(b) => b,
-            Err(e) if e.code() == ErrorCode::EndOfStream => break,
-            Err(e) => panic!("{dataset}: next_batch: {e}"),
-        };
-        assert_eq!(b.status(), 0, "{dataset}: batch status");
-        for smp in b.samples() {
-            assert!(smp.checksum_matches());
-            out.push((smp.id(), smp.label(), smp.to_vec()));
-        }
-        let end = b.is_end_of_epoch();
-        s.release(b).expect("release");
-        if end {
-            ends += 1;
-            if ends == 1 {
-                after_first();
-            }
-            if ends == count {
-                break;
-            }
-        }
-    }
-    out
-}
 
 fn same_epoch(files: &[(u64, i32, Vec<u8>)], other: &[(u64, i32, Vec<u8>)], what: &str) {
     assert_eq!(files.len(), FILES as usize, "files epoch");
@@ -159,7 +94,7 @@ format = "parquet"
         mds_s3 = s3("mds-s3", "mds", "mds"),
         pq_s3 = s3("pq-s3", "pq", "parquet"),
     );
-    let cfg = config(&sock, "64MiB", &tables);
+    let cfg = store_config(&sock, "64MiB", "", &tables);
     let agent =
         TestAgent::start_custom(dir, spec.root.clone(), sock, spec.clone(), cfg, Vec::new());
     let files = epochs(&agent.sock, "files", 1, || {});
@@ -190,7 +125,7 @@ fn arena_bytes_per_cached_sample_are_within_1_05_of_the_sample() {
             "[[dataset]]\nname = \"d\"\nroot = \"{}\"\nformat = \"{format}\"\n",
             shards.display()
         );
-        let cfg = config(&sock, "128MiB", &tables);
+        let cfg = store_config(&sock, "128MiB", "", &tables);
         let agent =
             TestAgent::start_custom(dir, spec.root.clone(), sock, spec.clone(), cfg, Vec::new());
         let mut held = 0;
@@ -215,9 +150,10 @@ fn arena_bytes_per_cached_sample_are_within_1_05_of_the_sample() {
 
 fn catalog_error(root: &Path, format: &str, extra: &str) -> String {
     let sock = root.join("g.sock");
-    let cfg = config(
+    let cfg = store_config(
         &sock,
         "64MiB",
+        "",
         &format!(
             "[[dataset]]\nname = \"d\"\nroot = \"{}\"\nformat = \"{format}\"\n{extra}",
             root.display()
@@ -340,9 +276,10 @@ fn corrupt_truncated_and_unreadable_parquet_files_are_refused_naming_them() {
     // A sample page's header damaged (the first sample of the file).
     let sock = root.join("g.sock");
     std::fs::write(&victim, &original).unwrap();
-    let cfg = config(
+    let cfg = store_config(
         &sock,
         "64MiB",
+        "",
         &format!(
             "[[dataset]]\nname = \"d\"\nroot = \"{}\"\nformat = \"parquet\"\n",
             root.display()
@@ -406,9 +343,10 @@ fn corrupt_truncated_and_unreadable_parquet_files_are_refused_naming_them() {
                 .set_write_batch_size(1),
         ),
     );
-    let cfg = config(
+    let cfg = store_config(
         &sock,
         "64MiB",
+        "",
         &format!(
             "[[dataset]]\nname = \"d\"\nroot = \"{}\"\nformat = \"parquet\"\n",
             other.display()

@@ -1,16 +1,14 @@
 //! The engine serving a `kind = "cql"` dataset through `SampleSource`: a
 //! folder written by `granary ingest` into a fake cluster (scylla-proxy
-//! dry-mode nodes, see `common_cql`), then two epochs read by a loader over
+//! dry-mode nodes, see `granary_testkit::fake_cql`), then two epochs read by a loader over
 //! the real socket, arena and rings, every byte checked.
 
 mod common;
-mod common_cql;
 
-use common::{watchdog, TestAgent};
-use common_cql::{FakeCluster, Tables, KS};
+use common::{cql_config, watchdog, TestAgent};
 use granary::{Client, ErrorCode, SessionOptions};
-use granary_agent::config::Config;
 use granary_agent::source::Catalog;
+use granary_testkit::fake_cql::{FakeCluster, Tables, KS};
 use granary_tools::ingest::cql::{self as ingest_cql, CqlIngestOptions};
 use granary_tools::synth::{self, SynthSpec};
 use std::time::Duration;
@@ -50,32 +48,7 @@ fn engine_serves_an_ingested_cql_dataset_byte_for_byte() {
     let file_of: Vec<u64> = order.iter().map(|o| o.2).collect();
 
     let sock = dir.path().join("granary.sock");
-    let toml = format!(
-        r#"
-[arena]
-size = "64MiB"
-hugepages = "off"
-populate = false
-[socket]
-path = "{sock}"
-mode = "0660"
-[prefetch]
-max_inflight_reads = 64
-window_batches = 8
-initial_window = 2
-[metrics]
-address = ""
-[[dataset]]
-name = "synth"
-kind = "cql"
-hosts = ["{host}"]
-keyspace = "{KS}"
-max_inflight = 64
-"#,
-        sock = sock.display(),
-        host = fake.addrs[0],
-    );
-    let cfg = Config::from_toml_str(&toml).unwrap();
+    let cfg = cql_config(&sock, fake.addrs[0], KS);
     let agent =
         TestAgent::start_custom(dir, spec.root.clone(), sock, spec.clone(), cfg, Vec::new());
 

@@ -7,10 +7,9 @@
 mod common;
 mod common_kassandra;
 
-use common::{watchdog, TestAgent};
+use common::{cql_config, watchdog, TestAgent};
 use common_kassandra::Kassandra;
 use granary::{Client, ErrorCode, SessionOptions};
-use granary_agent::config::Config;
 use granary_agent::source::cql::CqlSettings;
 use granary_agent::source::Catalog;
 use granary_tools::ingest::cql::{self as ingest_cql, CqlIngestOptions};
@@ -42,32 +41,7 @@ fn kassandra_ingest_resume_serve_and_verify() {
 
     let fs = Catalog::from_dir(&spec.root).unwrap();
     let sock = dir.path().join("granary.sock");
-    let toml = format!(
-        r#"
-[arena]
-size = "64MiB"
-hugepages = "off"
-populate = false
-[socket]
-path = "{sock}"
-mode = "0660"
-[prefetch]
-max_inflight_reads = 64
-window_batches = 8
-initial_window = 2
-[metrics]
-address = ""
-[[dataset]]
-name = "synth"
-kind = "cql"
-hosts = ["{host}"]
-keyspace = "{KS}"
-max_inflight = 64
-"#,
-        sock = sock.display(),
-        host = k.addr,
-    );
-    let cfg = Config::from_toml_str(&toml).unwrap();
+    let cfg = cql_config(&sock, k.addr, KS);
     let agent =
         TestAgent::start_custom(dir, spec.root.clone(), sock, spec.clone(), cfg, Vec::new());
     let client = Client::connect(&agent.sock).unwrap();

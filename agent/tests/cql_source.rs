@@ -1,13 +1,10 @@
 //! The CQL source through the real `scylla` driver, at protocol level,
 //! against a fake cluster: `scylla-proxy` nodes in dry mode answering with
-//! forged frames (see `common_cql`). Loopback only, no database.
+//! forged frames (see `granary_testkit::fake_cql`). Loopback only, no database.
 //!
 //! What these tests cannot show — a real cluster's behaviour under load,
 //! real schema changes, ScyllaDB shards — is for `cql_real.rs`.
 
-mod common_cql;
-
-use common_cql::{error_frame, forge, forge_after, read_answer, read_of, FakeCluster, Tables};
 use granary_agent::config::Config;
 use granary_agent::source::cql::{
     fetch_error, is_retryable, CqlDataset, CqlError, CqlSettings, CqlSource, FetchOptions,
@@ -16,6 +13,9 @@ use granary_agent::source::cql::{
 use granary_agent::source::{self, SampleSource};
 use granary_agent::source::{Completion, SampleError};
 use granary_shm::arena::Arena;
+use granary_testkit::fake_cql::{
+    error_frame, forge, forge_after, read_answer, read_of, FakeCluster, Tables,
+};
 use scylla::errors::DbError;
 use scylla::routing::partitioner::{Murmur3Partitioner, Partitioner};
 use scylla_proxy::Condition;
@@ -213,9 +213,9 @@ fn overloaded_unavailable_and_read_timeouts_are_retryable_then_delivered() {
     let mut fake = FakeCluster::start(tables);
     let once = || Condition::TrueForLimitedTimes(1);
     let errors = [
-        common_cql_errors::overloaded(),
-        common_cql_errors::unavailable(),
-        common_cql_errors::read_timeout(),
+        forged_errors::overloaded(),
+        forged_errors::unavailable(),
+        forged_errors::read_timeout(),
     ];
     let rules = errors
         .into_iter()
@@ -250,7 +250,7 @@ fn overloaded_unavailable_and_read_timeouts_are_retryable_then_delivered() {
     assert_eq!((stats.attempts, stats.failures), (1, 0));
 
     // Always overloaded: every read fails, retryably, naming the cause.
-    let overloaded = Arc::new(common_cql_errors::overloaded());
+    let overloaded = Arc::new(forged_errors::overloaded());
     fake.prepend_rules(
         0,
         vec![forge(read_of(s.id), move |req| {
@@ -382,7 +382,7 @@ fn unauthorized_and_syntax_errors_fail_at_once() {
 
 #[test]
 fn credentials_are_checked_and_bad_ones_fail_clearly() {
-    let creds = common_cql::Credentials {
+    let creds = granary_testkit::fake_cql::Credentials {
         user: "granary".into(),
         password: "s3cret".into(),
     };
@@ -461,7 +461,7 @@ fn a_metadata_table_without_size_fails_saying_how_to_fix_it() {
 }
 
 /// The server errors the tests forge.
-mod common_cql_errors {
+mod forged_errors {
     use scylla::errors::DbError;
     use scylla::statement::Consistency;
     pub fn overloaded() -> DbError {

@@ -20,10 +20,10 @@ use common::{verify, watchdog};
 use common_dns::DnsStub;
 use granary::{encode_view, Client, ErrorCode, PeerIdentity, SessionOptions, ViewMember};
 use granary_agent::metrics::{parse_text, scrape};
+use granary_testkit::{GranarydConfig, GranarydProcess, Log};
 use granary_tools::synth::{self, SynthSpec};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const SECRET: &str = "c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23";
@@ -70,7 +70,7 @@ struct DnsAgent {
     config: PathBuf,
     sock: PathBuf,
     metrics: SocketAddr,
-    child: Option<Child>,
+    child: Option<GranarydProcess>,
 }
 
 impl DnsAgent {
@@ -130,46 +130,24 @@ root = "{data}"
     /// Starts `granaryd run` through `launcher` (the program and its
     /// arguments before granaryd's), and waits for its socket.
     fn start(&mut self, launcher: &[String]) {
-        let log = std::fs::File::create(self.dir.join("agent.log")).unwrap();
-        let granaryd = env!("CARGO_BIN_EXE_granaryd");
-        let mut cmd = match launcher.split_first() {
-            Some((prog, args)) => {
-                let mut c = Command::new(prog);
-                c.args(args).arg(granaryd);
-                c
-            }
-            None => Command::new(granaryd),
-        };
-        let child = cmd
-            .arg("run")
-            .arg("--config")
-            .arg(&self.config)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start granaryd");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(90);
-        while Client::connect(&self.sock).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "agent {} did not start:\n{}",
-                self.ip,
-                self.log()
-            );
-            if let Some(Ok(Some(st))) = self.child.as_mut().map(Child::try_wait) {
-                panic!("agent {} exited with {st}:\n{}", self.ip, self.log());
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let sock = self.sock.clone();
+        let started = GranarydProcess::spawn(
+            GranarydConfig::run(env!("CARGO_BIN_EXE_granaryd"), &self.config)
+                .launcher(launcher)
+                .env("RUST_LOG", "info")
+                .log(Log::File(self.dir.join("agent.log")))
+                .timeout(Duration::from_secs(90))
+                .ready_when(move || Client::connect(&sock).is_ok()),
+        );
+        match started {
+            Ok(p) => self.child = Some(p),
+            Err(e) => panic!("agent {}: {e}", self.ip),
         }
     }
 
     fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+            c.kill();
         }
         let _ = std::fs::remove_file(&self.sock);
     }

@@ -14,22 +14,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-fn watchdog(secs: u64) -> Arc<AtomicBool> {
-    let done = Arc::new(AtomicBool::new(false));
-    let d = Arc::clone(&done);
-    std::thread::spawn(move || {
-        for _ in 0..secs * 10 {
-            if d.load(Ordering::Relaxed) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        eprintln!("engine_e2e: watchdog fired after {secs}s");
-        std::process::abort();
-    });
-    done
-}
-
 #[test]
 fn two_ranks_and_a_second_job_get_every_sample_once_per_epoch() {
     two_jobs_over_the_synthetic_dataset(false);
@@ -43,7 +27,7 @@ fn with_direct_io_every_sample_arrives_byte_for_byte_too() {
 }
 
 fn two_jobs_over_the_synthetic_dataset(direct_io: bool) {
-    let done = watchdog(180);
+    let _w = granary_testkit::watchdog("engine_e2e", 180);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let mut spec = SynthSpec::new(&data);
@@ -146,5 +130,4 @@ direct_io = {direct_io}
     assert!(metrics.reads_submitted.get() <= 600);
     stop.store(true, Ordering::Relaxed);
     engine.join().unwrap();
-    done.store(true, Ordering::Relaxed);
 }

@@ -13,8 +13,8 @@ mod common;
 
 use common::*;
 use granary::{Client, ErrorCode, SessionOptions};
+use granary_testkit::{GranarydConfig, GranarydProcess, Log};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -65,39 +65,17 @@ fn size_pool(pages: u64) -> Result<PoolGuard, String> {
     Ok(guard)
 }
 
-struct Agent(Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts `granaryd`; `Err` with its log when it exits before its socket
 /// answers.
-fn start_agent(config: &Path, sock: &Path, log: &Path) -> Result<Agent, String> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_granaryd"))
-        .arg("run")
-        .arg("--config")
-        .arg(config)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).expect("log file"))
-        .spawn()
-        .expect("spawn granaryd");
-    let end = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(status) = child.try_wait().expect("poll granaryd") {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            return Err(format!("granaryd exited ({status}): {}", text.trim()));
-        }
-        if Client::connect(sock).is_ok() {
-            return Ok(Agent(child));
-        }
-        assert!(Instant::now() < end, "granaryd did not answer within 30 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn start_agent(config: &Path, sock: &Path, log: &Path) -> Result<GranarydProcess, String> {
+    let sock = sock.to_owned();
+    GranarydProcess::spawn(
+        GranarydConfig::run(env!("CARGO_BIN_EXE_granaryd"), config)
+            .env("RUST_LOG", "warn")
+            .log(Log::File(log.to_owned()))
+            .timeout(Duration::from_secs(30))
+            .ready_when(move || Client::connect(&sock).is_ok()),
+    )
 }
 
 #[test]
@@ -110,15 +88,10 @@ fn a_restarted_agent_gets_its_hugepages_back_from_a_resuming_loader() {
     let arena_pages = ARENA_MIB * 1024 / page_kib;
     // One arena and a half: never two.
     let pool = arena_pages * 3 / 2;
-    let _pool = match size_pool(pool) {
-        Ok(g) => g,
-        Err(why) => {
-            eprintln!(
-                "******** hugepage restart: SKIPPED: {why}; an agent restart on hugepages was NOT tested"
-            );
-            return;
-        }
-    };
+    let _pool = granary_testkit::require_ok!(
+        size_pool(pool),
+        "no hugepage pool; an agent restart on hugepages was NOT tested"
+    );
     let d = AgentDir::new(None, 400, 4_000);
     d.write_config(
         &format!("{ARENA_MIB}MiB"),

@@ -4,11 +4,11 @@
 //! scrapes from answering.
 
 use granary_agent::metrics::{parse_text, scrape};
-use granary_tools::synth::{self, SynthSpec};
-use std::io::{Read, Write};
+use granary_testkit::dataset::synth;
+use granary_testkit::{GranarydConfig, GranarydProcess, Log};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,22 +16,8 @@ use std::time::{Duration, Instant};
 const FLOOD_BYTES: u64 = 512 << 20;
 const SLOW_CLIENTS: usize = 32;
 
-struct Agent(Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(dir: &Path) -> (Agent, SocketAddr) {
-    let data = dir.join("synth");
-    let mut spec = SynthSpec::new(&data);
-    spec.num_files = 20;
-    spec.mean_size = 2_000;
-    spec.num_classes = 4;
-    synth::generate(&spec, |_, _| {}).unwrap();
+fn start(dir: &Path) -> (GranarydProcess, SocketAddr) {
+    let data = synth(dir, 20, 4, 2_000).root;
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -49,28 +35,12 @@ fn start(dir: &Path) -> (Agent, SocketAddr) {
         ),
     )
     .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_granaryd"))
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .env("RUST_LOG", "warn")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut agent = Agent(child);
-    let t0 = Instant::now();
-    while scrape(addr, Duration::from_secs(1)).is_err() {
-        if let Some(status) = agent.0.try_wait().unwrap() {
-            let mut err = String::new();
-            let _ = agent.0.stderr.take().unwrap().read_to_string(&mut err);
-            panic!("granaryd exited ({status}):\n{err}");
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "no metrics endpoint"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let agent = GranarydProcess::start(
+        GranarydConfig::run(env!("CARGO_BIN_EXE_granaryd"), &config)
+            .env("RUST_LOG", "warn")
+            .log(Log::Piped)
+            .ready_when(move || scrape(addr, Duration::from_secs(1)).is_ok()),
+    );
     (agent, addr)
 }
 
@@ -91,7 +61,7 @@ fn rss(pid: u32) -> u64 {
 fn a_flood_and_slow_clients_neither_grow_the_agent_nor_stop_scrapes() {
     let dir = tempfile::tempdir().unwrap();
     let (agent, addr) = start(dir.path());
-    let pid = agent.0.id();
+    let pid = agent.pid();
     for _ in 0..20 {
         scrape(addr, Duration::from_secs(5)).unwrap();
     }

@@ -40,12 +40,13 @@ use granary_shm::handshake::Message;
 use granary_shm::region::Region;
 use granary_shm::segment::LoaderSegment;
 use granary_shm::socket::SeqPacket;
+use granary_testkit::{GranarydConfig, GranarydProcess, Log};
 use granary_tools::synth::SynthSpec;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -71,20 +72,13 @@ const SHORT_FLOOR: f64 = 0.5;
 /// One action per millisecond for every misbehaving loop.
 const PACE: Duration = Duration::from_millis(1);
 
-/// A `granaryd` process, killed on drop.
+/// A `granaryd` process (killed on drop) and its directory.
 struct Granaryd {
-    child: Child,
+    process: GranarydProcess,
     sock: PathBuf,
     spec: SynthSpec,
     metrics: SocketAddr,
     _dir: AgentDir,
-}
-
-impl Drop for Granaryd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn start_granaryd() -> Granaryd {
@@ -99,29 +93,20 @@ fn start_granaryd() -> Granaryd {
         "off",
         &format!("[metrics]\naddress = \"{metrics}\""),
     );
-    let child = Command::new(env!("CARGO_BIN_EXE_granaryd"))
-        .arg("run")
-        .arg("--config")
-        .arg(&d.config)
-        .env("RUST_LOG", "warn")
-        .stderr(std::fs::File::create(d.dir.path().join("granaryd.log")).expect("log file"))
-        .spawn()
-        .expect("start granaryd");
-    let mut g = Granaryd {
-        child,
+    let sock = d.sock.clone();
+    let process = GranarydProcess::start(
+        GranarydConfig::run(env!("CARGO_BIN_EXE_granaryd"), &d.config)
+            .env("RUST_LOG", "warn")
+            .log(Log::File(d.path("granaryd.log")))
+            .ready_when(move || Client::connect(&sock).is_ok()),
+    );
+    Granaryd {
+        process,
         sock: d.sock.clone(),
         spec: d.spec.clone(),
         metrics,
         _dir: d,
-    };
-    wait_for("granaryd's socket", Duration::from_secs(60), || {
-        if let Some(status) = g.child.try_wait().expect("poll granaryd") {
-            let log = std::fs::read_to_string(g._dir.dir.path().join("granaryd.log"));
-            panic!("granaryd exited at start ({status}): {log:?}");
-        }
-        Client::connect(&g.sock).is_ok()
-    });
-    g
+    }
 }
 
 /// The honest loader's samples/s over about `secs` (it stops at the first
@@ -253,7 +238,7 @@ fn an_honest_loader_keeps_its_throughput_next_to_any_misbehaving_one() {
         120 + secs * 2 * KINDS.len() as u64 * 2,
     );
     let g = start_granaryd();
-    let agent_pid = g.child.id();
+    let agent_pid = g.process.pid();
     // Warm the arena: one epoch read into the cache before any phase.
     honest_rate(&g, Duration::ZERO, 1);
     let mut rows = Vec::new();

@@ -17,16 +17,13 @@
 mod common;
 mod common_peers;
 mod common_s3;
-#[allow(dead_code)] // the benchmark uses all of it, this suite part
-#[path = "../../bench/src/corrupt_proxy.rs"]
-mod corrupt_proxy;
 
 use common::{verify, watchdog};
 use common_peers::{free_port, Agent};
 use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
 use common_s3::{synth, Seaweed, BUCKET};
-use corrupt_proxy::{Corrupt, CorruptingProxy, Senders};
 use granary::{encode_view, Client, ErrorCode, MembershipMode, SessionOptions, ViewMember};
+use granary_testkit::corrupt_proxy::{Corrupt, CorruptingProxy, Senders};
 use granary_tools::ingest::{self, IngestOptions};
 use granary_tools::synth::SynthSpec;
 use std::io::{Read, Write};

@@ -7,7 +7,10 @@
 mod common;
 mod common_s3;
 
-use common::{honest_loader_of, wait_for, watchdog, Honest, TestAgent};
+use common::{
+    honest, honest_loader_of, store_config, store_outage, wait_for, watchdog, Honest, Outage,
+    TestAgent, RETRYING,
+};
 use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
 use common_s3::{synth, Seaweed, BUCKET};
 use granary::{Client, ErrorCode, SessionOptions};
@@ -18,7 +21,7 @@ use granary_agent::source::s3::{FetchOptions, S3Dataset, S3Layout, S3Source};
 use granary_tools::ingest::{self, IngestOptions};
 use granary_tools::synth::SynthSpec;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,32 +31,6 @@ fn ingest_dir(weed: &Seaweed, src: &Path, prefix: &str) {
     let opts = IngestOptions::new(src, weed.settings(), prefix);
     let report = ingest::ingest(&opts, |_, _, _, _| {}).unwrap();
     assert_eq!(report.files, FILES);
-}
-
-/// An agent configuration with `datasets` (TOML `[[dataset]]` tables).
-fn agent_config(sock: &Path, datasets: &str) -> Config {
-    let toml = format!(
-        r#"
-[arena]
-size = "64MiB"
-hugepages = "off"
-populate = false
-[socket]
-path = "{sock}"
-mode = "0660"
-[prefetch]
-max_inflight_reads = 64
-window_batches = 8
-initial_window = 2
-read_retries = 2
-retry_backoff_ms = 20
-[metrics]
-address = ""
-{datasets}
-"#,
-        sock = sock.display()
-    );
-    Config::from_toml_str(&toml).unwrap_or_else(|e| panic!("test config: {e}\n{toml}"))
 }
 
 /// A `kind = "s3"` dataset table for `prefix` at `endpoint`.
@@ -95,18 +72,6 @@ fn start(dir: tempfile::TempDir, spec: &SynthSpec, cfg: Config, extra: Vec<Datas
     TestAgent::start_custom(dir, spec.root.clone(), sock, spec.clone(), cfg, extra)
 }
 
-fn honest(epochs: u32, batch: u32, pause_ms: u64) -> Honest {
-    Honest {
-        seed: 11,
-        rank: 0,
-        world_size: 1,
-        batch_size: batch,
-        min_epochs: epochs,
-        max_epochs: epochs,
-        pause: Duration::from_millis(pause_ms),
-    }
-}
-
 #[test]
 fn engine_serves_an_ingested_bucket_byte_for_byte() {
     let _w = watchdog("engine_serves_an_ingested_bucket_byte_for_byte", 240);
@@ -115,7 +80,12 @@ fn engine_serves_an_ingested_bucket_byte_for_byte() {
     let spec = dataset_in(dir.path(), "a");
     ingest_dir(&weed, &spec.root, "train");
     let sock = dir.path().join("granary.sock");
-    let cfg = agent_config(&sock, &s3_table("synth", &weed.endpoint(), "train", ""));
+    let cfg = store_config(
+        &sock,
+        "64MiB",
+        RETRYING,
+        &s3_table("synth", &weed.endpoint(), "train", ""),
+    );
     let agent = start(dir, &spec, cfg, Vec::new());
     let stop = AtomicBool::new(true);
     // Two ranks, two epochs each, at once: every batch in the planner's
@@ -160,7 +130,12 @@ fn store_killed_and_restarted_mid_epoch_the_epoch_completes() {
     ingest_dir(&weed, &spec.root, "train");
     let sock = dir.path().join("granary.sock");
     let table = s3_table("synth", &weed.endpoint(), "train", "retries = 30");
-    let agent = start(dir, &spec, agent_config(&sock, &table), Vec::new());
+    let agent = start(
+        dir,
+        &spec,
+        store_config(&sock, "64MiB", RETRYING, &table),
+        Vec::new(),
+    );
     let stop = AtomicBool::new(true);
     let m = Arc::clone(&agent.metrics);
     std::thread::scope(|s| {
@@ -225,7 +200,7 @@ fn five_percent_of_gets_failing_and_a_replaced_object_lose_nothing_else() {
     // The configuration needs a dataset of its own: a local one.
     let local = dataset_in(dir.path(), "local");
     let sock = dir.path().join("granary.sock");
-    let mut cfg = agent_config(&sock, &fs_table("local", &local.root));
+    let mut cfg = store_config(&sock, "64MiB", RETRYING, &fs_table("local", &local.root));
     // A sample fails only when every attempt fails: 5 % to the power of
     // the attempts. With 3 attempts (1.25e-4 per read) two epochs of this
     // dataset lost a sample about one run in ten; with 7 (8e-10) never.
@@ -308,7 +283,12 @@ fn unreachable_store_is_a_clear_error_and_the_other_datasets_serve() {
             "retries = 1\nrequest_timeout_ms = 500",
         );
     let t0 = Instant::now();
-    let agent = start(dir, &local, agent_config(&sock, &tables), Vec::new());
+    let agent = start(
+        dir,
+        &local,
+        store_config(&sock, "64MiB", RETRYING, &tables),
+        Vec::new(),
+    );
     assert!(
         t0.elapsed() < Duration::from_secs(20),
         "start-up waited too long"
@@ -340,22 +320,13 @@ fn unreachable_store_is_a_clear_error_and_the_other_datasets_serve() {
     agent.stop();
 }
 
-/// What the loader of a dying store saw.
-#[derive(Debug, Default)]
-struct Seen {
-    good_before: u64,
-    error_batches: u64,
-    failed_samples: u64,
-    good_after: u64,
-}
-
 #[test]
 fn store_dies_mid_run_loaders_get_error_batches_then_recover() {
     let _w = watchdog(
         "store_dies_mid_run_loaders_get_error_batches_then_recover",
         300,
     );
-    let mut weed = Seaweed::start();
+    let weed = Seaweed::start();
     let dir = tempfile::tempdir().unwrap();
     let spec = dataset_in(dir.path(), "a");
     ingest_dir(&weed, &spec.root, "train");
@@ -368,85 +339,23 @@ fn store_dies_mid_run_loaders_get_error_batches_then_recover() {
             "train",
             "retries = 1\nrequest_timeout_ms = 1000",
         );
-    let agent = start(dir, &spec, agent_config(&sock, &tables), Vec::new());
-    let saw_error = AtomicBool::new(false);
-    let restarted = AtomicBool::new(false);
-    let stop = AtomicBool::new(true);
-    std::thread::scope(|s| {
-        let (sock, saw_error, restarted) = (&agent.sock, &saw_error, &restarted);
-        let remote = s.spawn(move || {
-            let client = Client::connect(sock).unwrap();
-            let mut o = SessionOptions::new("synth");
-            o.batch_size = 8;
-            o.epoch_count = 50;
-            let mut session = client.open_session(&o).unwrap();
-            let mut seen = Seen::default();
-            let end = Instant::now() + Duration::from_secs(200);
-            while seen.good_after < 3 {
-                assert!(Instant::now() < end, "no recovery: {seen:?}");
-                let b = session.next_batch(Some(Duration::from_secs(60))).unwrap();
-                if b.status() == 0 {
-                    for smp in b.samples() {
-                        common::verify(&spec, &smp);
-                    }
-                    if restarted.load(Ordering::SeqCst) && seen.error_batches > 0 {
-                        seen.good_after += 1;
-                    } else if seen.error_batches == 0 {
-                        seen.good_before += 1;
-                    }
-                } else {
-                    assert_eq!(b.status(), ErrorCode::Io.as_i32(), "batch status");
-                    seen.error_batches += 1;
-                    for smp in b.samples() {
-                        if smp.status() != 0 {
-                            assert_eq!(smp.status(), ErrorCode::Io.as_i32());
-                            seen.failed_samples += 1;
-                        } else {
-                            common::verify(&spec, &smp);
-                        }
-                    }
-                    saw_error.store(true, Ordering::SeqCst);
-                }
-                session.release(b).unwrap();
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            session.close().unwrap();
-            seen
-        });
-        let m = Arc::clone(&agent.metrics);
-        wait_for("the first batches", Duration::from_secs(60), || {
-            m.samples_served.get() >= 40
-        });
-        weed.kill();
-        eprintln!("killed the server");
-        // The other dataset serves two whole epochs while the store is down.
-        let (local, stop) = (&local, &stop);
-        let sock = &agent.sock;
-        let healthy =
-            s.spawn(move || honest_loader_of(sock, "local", local, honest(2, 32, 2), stop));
-        wait_for("an error batch", Duration::from_secs(120), || {
-            saw_error.load(Ordering::SeqCst)
-        });
-        assert_eq!(
-            healthy.join().unwrap(),
-            2,
-            "the healthy dataset stopped serving"
-        );
-        weed.restart();
-        restarted.store(true, Ordering::SeqCst);
-        eprintln!("restarted the server");
-        let seen = remote.join().unwrap();
-        eprintln!("{seen:?}");
-        assert!(seen.good_before > 0 && seen.error_batches > 0 && seen.failed_samples > 0);
-        assert!(seen.good_after >= 3);
-    });
-    assert!(agent.metrics.read_errors.get() > 0);
-    let health = agent.metrics.dataset_healths();
-    assert!(
-        health["synth"].ready && health["synth"].read_errors > 0,
-        "{health:?}"
+    let agent = start(
+        dir,
+        &spec,
+        store_config(&sock, "64MiB", RETRYING, &tables),
+        Vec::new(),
     );
-    assert_eq!(health["local"].read_errors, 0, "{health:?}");
-    agent.wait_idle(Duration::from_secs(20)).assert_balanced();
-    agent.stop();
+    let weed = std::cell::RefCell::new(weed);
+    store_outage(
+        agent,
+        &spec,
+        &local,
+        Outage {
+            served_first: 40,
+            recovery: Duration::from_secs(200),
+            error_within: Duration::from_secs(120),
+        },
+        || weed.borrow_mut().kill(),
+        || weed.borrow_mut().restart(),
+    );
 }

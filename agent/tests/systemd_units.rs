@@ -11,6 +11,7 @@ mod common;
 
 use common::*;
 use granary::{Client, SessionOptions};
+use granary_testkit::{require, GranarydConfig};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -76,16 +77,20 @@ fn the_agent_unit_is_hardened_and_stops_after_its_drains() {
     );
 }
 
+/// True when `systemd-analyze` runs here.
+fn systemd_analyze_runs() -> bool {
+    Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
 #[test]
 fn systemd_analyze_verifies_the_units_without_a_warning() {
-    let probe = Command::new("systemd-analyze").arg("--version").output();
-    if !probe.is_ok_and(|o| o.status.success()) {
-        eprintln!(
-            "******** systemd units: SKIPPED: systemd-analyze cannot run here \
-             (scripts/setup.sh test installs it); the units are NOT verified"
-        );
-        return;
-    }
+    require!(
+        systemd_analyze_runs(),
+        "systemd-analyze cannot run here (scripts/setup.sh test installs it); the units are NOT verified"
+    );
     // The units name the installed binary; point them at the one built here
     // so that verify can check it is executable.
     let dir = tempfile::tempdir().unwrap();
@@ -124,14 +129,10 @@ fn systemd_analyze_verifies_the_units_without_a_warning() {
 fn a_broken_unit_is_caught_by_the_same_check() {
     // The check above would pass a unit verify merely warns about, were
     // it not reading the output: prove it sees a bad key.
-    if !Command::new("systemd-analyze")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        eprintln!("******** systemd units: SKIPPED: systemd-analyze cannot run here");
-        return;
-    }
+    require!(
+        systemd_analyze_runs(),
+        "systemd-analyze cannot run here (scripts/setup.sh test installs it)"
+    );
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("broken.service");
     std::fs::write(
@@ -223,13 +224,13 @@ fn unit_property(unit: &str, key: &str) -> String {
 
 #[test]
 fn granaryd_serves_an_epoch_under_systemd_run_with_the_units_settings() {
-    if let Some(why) = systemd_run_unavailable() {
-        eprintln!(
-            "******** systemd-run: SKIPPED: {why}; granaryd was NOT started under systemd \
-             on this machine (the unit files are checked by the other tests of this file)"
-        );
-        return;
-    }
+    let unavailable = systemd_run_unavailable();
+    require!(
+        unavailable.is_none(),
+        "systemd-run: {}; granaryd was NOT started under systemd on this machine \
+         (the unit files are checked by the other tests of this file)",
+        unavailable.unwrap_or_default()
+    );
     let _w = watchdog(
         "granaryd_serves_an_epoch_under_systemd_run_with_the_units_settings",
         180,
@@ -240,20 +241,23 @@ fn granaryd_serves_an_epoch_under_systemd_run_with_the_units_settings() {
     let (dir, sock, spec, config) = (&d.dir, &d.sock, &d.spec, &d.config);
     let unit_text = std::fs::read_to_string(units_dir().join("granaryd.service")).unwrap();
     let name = format!("granary-test-{}.service", std::process::id());
-    let mut cmd = Command::new("systemd-run");
-    cmd.arg(format!("--unit={name}")).arg("--collect");
+    let mut launcher = vec![
+        "systemd-run".to_owned(),
+        format!("--unit={name}"),
+        "--collect".to_owned(),
+    ];
     for p in transient_properties(&unit_text) {
-        cmd.arg("-p").arg(p);
+        launcher.extend(["-p".to_owned(), p]);
     }
     // ProtectSystem=strict makes the file system read-only: the socket's
     // directory must be writable.
-    cmd.arg("-p")
-        .arg(format!("ReadWritePaths={}", dir.path().display()));
-    cmd.arg(env!("CARGO_BIN_EXE_granaryd"))
-        .arg("run")
-        .arg("--config")
-        .arg(config);
-    let out = cmd.output().expect("systemd-run");
+    launcher.extend([
+        "-p".to_owned(),
+        format!("ReadWritePaths={}", dir.path().display()),
+    ]);
+    let out = GranarydConfig::run(env!("CARGO_BIN_EXE_granaryd"), config)
+        .launcher(launcher)
+        .output();
     let unit = Unit(name);
     assert!(
         out.status.success(),

@@ -15,13 +15,14 @@ use granary::{Client, ErrorCode, SessionOptions};
 use granary_agent::config::Config;
 use granary_agent::dataset::Dataset;
 use granary_agent::source::{Catalog, FsSource};
+use granary_testkit::{GranarydConfig, GranarydProcess};
 use granary_tools::synth::{self, SynthSpec};
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::io::{BufRead, BufReader};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -197,59 +198,28 @@ fn a_stopped_loader_loses_its_session_and_its_pins_come_back() {
 #[test]
 fn a_loader_waiting_on_a_stopped_agent_fails_within_a_few_heartbeats() {
     let _wd = watchdog("a_loader_waiting_on_a_stopped_agent", 120);
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().join("data");
-    let mut spec = SynthSpec::new(&data);
-    spec.num_files = 200;
-    spec.mean_size = 2_000;
-    spec.num_classes = 4;
-    synth::generate(&spec, |_, _| {}).expect("synthetic dataset");
-    let sock = dir.path().join("granary.sock");
-    let config = dir.path().join("granaryd.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[arena]\nsize = \"64MiB\"\nhugepages = \"off\"\n[socket]\npath = \"{}\"\n\
-             [prefetch]\nmax_inflight_reads = 32\nread_timeout_ms = {READ_TIMEOUT_MS}\n\
-             sample_deadline_ms = {READ_TIMEOUT_MS}\n[metrics]\naddress = \"\"\n{}\
-             [[dataset]]\nname = \"synth\"\nroot = \"{}\"\n",
-            sock.display(),
-            timeouts_toml(),
-            data.display()
+    let d = AgentDir::with(None, |spec| {
+        spec.num_files = 200;
+        spec.mean_size = 2_000;
+        spec.num_classes = 4;
+    });
+    d.write_config(
+        "64MiB",
+        "off",
+        &format!(
+            "read_timeout_ms = {READ_TIMEOUT_MS}\nsample_deadline_ms = {READ_TIMEOUT_MS}\n\
+             [metrics]\naddress = \"\"\n{}",
+            timeouts_toml()
         ),
-    )
-    .expect("write config");
-    let child = Command::new(env!("CARGO_BIN_EXE_granaryd"))
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .env_remove("GRANARY_LOG_FORMAT")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start granaryd");
-    let t0 = Instant::now();
-    while !sock.exists() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "granaryd made no socket"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // The socket file exists from bind(2) on, a moment before listen(2):
-    // a connection refused in between is retried.
-    let client = loop {
-        match Client::connect(&sock) {
-            Ok(c) => break c,
-            Err(e) if t0.elapsed() < Duration::from_secs(60) => {
-                eprintln!("connect: {e}; again");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => panic!("connect to granaryd: {e}"),
-        }
-    };
+    );
+    let sock = d.sock.clone();
+    // Ready once a client connects (the socket file exists from bind(2)
+    // on, a moment before listen(2)).
+    let mut agent = GranarydProcess::start(
+        GranarydConfig::run(env!("CARGO_BIN_EXE_granaryd"), &d.config)
+            .ready_when(move || Client::connect(&sock).is_ok()),
+    );
+    let client = Client::connect(&d.sock).expect("connect to granaryd");
     let mut o = SessionOptions::new("synth");
     o.batch_size = 8;
     o.epoch_count = 1000;
@@ -262,7 +232,7 @@ fn a_loader_waiting_on_a_stopped_agent_fails_within_a_few_heartbeats() {
     assert_eq!(first.status(), 0);
     s.release(first).expect("release");
 
-    signal(&child, libc::SIGSTOP);
+    agent.signal("STOP");
     let stopped = Instant::now();
     // Batches already ready may still be taken; then the wait must fail.
     let err = loop {
@@ -286,10 +256,8 @@ fn a_loader_waiting_on_a_stopped_agent_fails_within_a_few_heartbeats() {
     println!("a stopped agent was noticed {took:?} after SIGSTOP: {err}");
     drop(s);
     drop(client);
-    signal(&child, libc::SIGCONT);
-    signal(&child, libc::SIGTERM);
-    let mut child = child;
-    let status = child.wait().expect("reap granaryd");
+    agent.signal("CONT");
+    let status = agent.stop();
     assert!(status.success(), "granaryd did not stop cleanly: {status}");
 }
 

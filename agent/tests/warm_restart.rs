@@ -54,12 +54,7 @@ fn metrics_addr() -> SocketAddr {
 /// Stops the agent with SIGTERM and waits for it to exit.
 fn sigterm(a: &mut Agent) {
     let mut c = a.child.take().expect("running");
-    let sent = std::process::Command::new("kill")
-        .args(["-TERM", &c.id().to_string()])
-        .status()
-        .expect("kill -TERM");
-    assert!(sent.success(), "kill -TERM");
-    let st = c.wait().expect("wait for granaryd");
+    let st = c.stop();
     assert!(st.success(), "granaryd stopped with {st}:\n{}", a.log());
 }
 

@@ -8,66 +8,12 @@
 mod common;
 mod common_s3;
 
-use common::{watchdog, TestAgent};
+use common::{epochs, store_config, watchdog, TestAgent};
 use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
 use common_s3::{synth, Seaweed, BUCKET};
-use granary::{Client, ErrorCode, SessionOptions};
-use granary_agent::config::Config;
 use granary_tools::ingest::{self, shards::write_webdataset, IngestOptions};
-use std::path::Path;
-use std::time::Duration;
 
 const FILES: u64 = 400;
-
-fn config(sock: &Path, datasets: &str) -> Config {
-    let toml = format!(
-        r#"
-[arena]
-size = "64MiB"
-hugepages = "off"
-populate = false
-[socket]
-path = "{sock}"
-mode = "0660"
-[prefetch]
-max_inflight_reads = 64
-[metrics]
-address = ""
-{datasets}
-"#,
-        sock = sock.display()
-    );
-    Config::from_toml_str(&toml).unwrap_or_else(|e| panic!("test config: {e}\n{toml}"))
-}
-
-/// One epoch of `dataset`: (id, label, bytes) per sample, in delivery order.
-fn epoch(sock: &Path, dataset: &str) -> Vec<(u64, i32, Vec<u8>)> {
-    let client = Client::connect(sock).expect("connect");
-    let mut o = SessionOptions::new(dataset);
-    o.seed = 5;
-    o.batch_size = 32;
-    o.epoch_count = 1;
-    let mut s = client.open_session(&o).expect("open");
-    let mut out = Vec::new();
-    loop {
-        let b = match s.next_batch(Some(Duration::from_secs(60))) {
-            Ok(b) => b,
-            Err(e) if e.code() == ErrorCode::EndOfStream => break,
-            Err(e) => panic!("{dataset}: next_batch: {e}"),
-        };
-        assert_eq!(b.status(), 0, "{dataset}: batch status");
-        for smp in b.samples() {
-            assert!(smp.checksum_matches());
-            out.push((smp.id(), smp.label(), smp.to_vec()));
-        }
-        let end = b.is_end_of_epoch();
-        s.release(b).expect("release");
-        if end {
-            break;
-        }
-    }
-    out
-}
 
 /// Checks a webdataset epoch against the files epoch.
 fn same_epoch(files: &[(u64, i32, Vec<u8>)], wds: &[(u64, i32, Vec<u8>)], what: &str) {
@@ -133,12 +79,12 @@ label_field = "cls"
         shards = shards.display(),
         endpoint = weed.endpoint(),
     );
-    let cfg = config(&sock, &tables);
+    let cfg = store_config(&sock, "64MiB", "", &tables);
     let agent =
         TestAgent::start_custom(dir, spec.root.clone(), sock, spec.clone(), cfg, Vec::new());
-    let files = epoch(&agent.sock, "files");
-    same_epoch(&files, &epoch(&agent.sock, "wds-fs"), "fs");
-    same_epoch(&files, &epoch(&agent.sock, "wds-s3"), "s3");
+    let files = epochs(&agent.sock, "files", 1, || {});
+    same_epoch(&files, &epochs(&agent.sock, "wds-fs", 1, || {}), "fs");
+    same_epoch(&files, &epochs(&agent.sock, "wds-s3", 1, || {}), "s3");
 }
 
 #[test]
@@ -149,8 +95,10 @@ fn a_corrupt_shard_is_refused_naming_it_and_the_offset() {
     write_webdataset(&spec.root, &shards, 64 * 1024).unwrap();
     let cfg_of = || {
         let sock = dir.path().join("g.sock");
-        config(
+        store_config(
             &sock,
+            "64MiB",
+            "",
             &format!(
                 "[[dataset]]\nname = \"w\"\nroot = \"{}\"\nformat = \"webdataset\"\n",
                 shards.display()

@@ -12,13 +12,14 @@
 //! * [`baseline`]: a minimal SPSC ring used as a yardstick for granary's ring.
 //! * [`report`]: medians, percentiles and the final JSON line.
 //! * [`delay_proxy`]: a TCP proxy adding latency in each direction (and an
-//!   optional bandwidth cap) without breaking pipelining.
+//!   optional bandwidth cap) without breaking pipelining (from
+//!   granary-testkit).
 //! * [`light_store`]: a light read-only S3 store serving a directory, for
 //!   benchmarks where the store must not be the bottleneck.
 //! * [`s3_data`]: a synthetic dataset uploaded into SeaweedFS, and its key
 //!   list for the Python loaders.
-//! * [`seaweed`]: a SeaweedFS S3 server on free loopback ports (also
-//!   compiled into the agent's S3 tests).
+//! * [`seaweed`]: a SeaweedFS S3 server on free loopback ports (from
+//!   granary-testkit, which the agent's S3 tests use too).
 //! * [`stall_loaders`]: the arguments of each loader `bench/stall_train.py`
 //!   runs for `bench/run stall` (and `bench/run latency`).
 //! * [`stall_stats`]: the figures, goal and last line of `bench/run stall`.
@@ -33,7 +34,8 @@
 //! * [`cli`]: `--name value` options.
 //! * [`netns`]: network namespaces, a bridge and `tbf`-shaped links for the
 //!   cluster benchmark, removed on drop and on Ctrl-C.
-//! * [`corrupt_proxy`]: a peer-frame-aware TCP proxy corrupting chosen blocks.
+//! * [`corrupt_proxy`]: a peer-frame-aware TCP proxy corrupting chosen
+//!   blocks (from granary-testkit).
 //! * [`cluster_node`], [`cluster_store`]: the node and store roles of the
 //!   cluster benchmark.
 //! * [`attack_agent`], [`attack_loader`], [`peer_client`], [`switch_proxy`],
@@ -43,6 +45,8 @@
 //!   samples found in clear in captured bytes, and the floods.
 #![warn(missing_docs)]
 
+pub use granary_testkit::{corrupt_proxy, delay_proxy, local_s3, seaweed};
+
 pub mod agent;
 pub mod attack_agent;
 pub mod attack_loader;
@@ -50,21 +54,17 @@ pub mod baseline;
 pub mod cli;
 pub mod cluster_node;
 pub mod cluster_store;
-pub mod corrupt_proxy;
 pub mod cpu;
 pub mod data;
-pub mod delay_proxy;
 pub mod floods;
 pub mod light_store;
 pub mod loader;
-pub mod local_s3;
 pub mod netns;
 pub mod peer;
 pub mod peer_client;
 pub mod report;
 pub mod s3_data;
 pub mod sample_windows;
-pub mod seaweed;
 pub mod smoke;
 pub mod stall_loaders;
 pub mod stall_stats;

@@ -95,7 +95,7 @@ impl Resume {
                 }
                 Err(e) if worth_waiting(e.code()) && Instant::now() + pause < deadline => {
                     std::thread::sleep(pause);
-                    pause = (pause * 2).min(MAX_PAUSE);
+                    pause = granary_base::Backoff::new(FIRST_PAUSE, MAX_PAUSE).after(pause);
                 }
                 Err(e) => {
                     return Err(Error::new(

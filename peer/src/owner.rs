@@ -54,14 +54,11 @@ use crate::view::View;
 pub const WEIGHT_GRANULE: u64 = 1 << 35;
 /// Most virtual ids one node gets.
 pub const MAX_WEIGHT: u32 = 32;
-const SAMPLE_SALT: u64 = 0x9e37_79b9_7f4a_7c15;
+const SAMPLE_SALT: u64 = granary_base::hash::GAMMA;
 
-/// The SplitMix64 finaliser (see the module documentation).
-pub fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+/// The SplitMix64 finaliser (see the module documentation; defined in
+/// granary-base, which the planner uses too).
+pub use granary_base::hash::mix64;
 
 /// Number of virtual ids a node of `capacity` bytes gets.
 pub fn weight(capacity: u64) -> u32 {

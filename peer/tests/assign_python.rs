@@ -14,20 +14,12 @@ fn tests_dir() -> PathBuf {
 }
 
 /// SplitMix64: a small deterministic generator for the random cases.
-struct Rng(u64);
+struct Rng(granary_base::SplitMix64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
     /// Uniform in `0 .. n` (n ≥ 1; the modulo bias is irrelevant here).
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.0.below(n)
     }
 }
 
@@ -164,7 +156,7 @@ fn run_python(args: &[&str], stdin: &str) -> String {
 
 #[test]
 fn assignments_match_reference() {
-    let mut rng = Rng(0x6772_616E_6172_7933);
+    let mut rng = Rng(granary_base::SplitMix64(0x6772_616E_6172_7933));
     let mut input = String::new();
     let mut expected = String::new();
     let mut cases = 0;

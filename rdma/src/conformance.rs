@@ -157,7 +157,7 @@ pub fn sample_len(sample: u64) -> usize {
 
 /// The block of a sample.
 pub fn payload(sample: u64) -> Vec<u8> {
-    let mut x = sample.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut x = sample.wrapping_mul(granary_base::hash::GAMMA) | 1;
     (0..sample_len(sample))
         .map(|_| {
             x ^= x << 13;

@@ -1327,11 +1327,12 @@ impl<V: Verbs> Driver<V> {
         if reason == FailReason::Closed || reason == FailReason::Replaced {
             p.failed = false;
         } else {
-            p.backoff = if p.backoff == 0 {
-                self.cfg.backoff_initial_ns
-            } else {
-                (p.backoff.saturating_mul(2)).min(self.cfg.backoff_max_ns)
-            };
+            let doubling = granary_base::Backoff::new(
+                std::time::Duration::from_nanos(self.cfg.backoff_initial_ns),
+                std::time::Duration::from_nanos(self.cfg.backoff_max_ns),
+            );
+            let next = doubling.after(std::time::Duration::from_nanos(p.backoff));
+            p.backoff = u64::try_from(next.as_nanos()).unwrap_or(u64::MAX);
             p.retry_at = now.saturating_add(p.backoff);
             p.failed = true;
         }

@@ -216,7 +216,7 @@ fn env_u64(name: &str) -> Option<u64> {
 fn xproc_child() {
     let role = std::env::var(ROLE_ENV)
         .expect("xproc_child is only run by the cross-process tests (GRANARY_XPROC_ROLE unset)");
-    let _w = common::watchdog(CHILD_DEADLINE + Duration::from_secs(10), "xproc_child");
+    let _w = granary_testkit::watchdog("xproc_child", CHILD_DEADLINE + Duration::from_secs(10));
     let raw: i32 = env_u64(FD_ENV).expect("fd number in env") as i32;
     // SAFETY: the parent left this descriptor open across exec for us; it
     // stays open for the whole life of this process.
@@ -319,9 +319,9 @@ fn scribble(fd: BorrowedFd<'_>, seed: u64, run: Duration) {
 #[test]
 fn ten_million_descriptors_cross_process() {
     let total = env_u64(ITEMS_ENV).unwrap_or(DEFAULT_ITEMS);
-    let _w = common::watchdog(
-        CHILD_DEADLINE + Duration::from_secs(30),
+    let _w = granary_testkit::watchdog(
         "ten_million_descriptors_cross_process",
+        CHILD_DEADLINE + Duration::from_secs(30),
     );
     let mut seg = AgentSegment::create_memfd(spec(1, 1024, 1024)).expect("create segment");
     let (mut ready, mut release) = seg.take_endpoints().expect("agent endpoints");
@@ -397,9 +397,9 @@ fn ten_million_descriptors_cross_process() {
 /// and the scribbles are detected on both rings.
 #[test]
 fn hostile_child_scribbling_the_segment() {
-    let _w = common::watchdog(
-        Duration::from_secs(60),
+    let _w = granary_testkit::watchdog(
         "hostile_child_scribbling_the_segment",
+        Duration::from_secs(60),
     );
     let seed = common::fresh_seed();
     eprintln!("hostile seed {seed:#x}");
@@ -565,7 +565,7 @@ fn attach(bytes: &[u8]) -> Result<HeaderSnapshot, AttachError> {
 /// the right typed error; a valid copy is accepted.
 #[test]
 fn attach_rejects_garbage_segments() {
-    let _w = common::watchdog(Duration::from_secs(60), "attach_rejects_garbage_segments");
+    let _w = granary_testkit::watchdog("attach_rejects_garbage_segments", Duration::from_secs(60));
     let mut rng = common::SplitMix(common::fresh_seed());
     let random = |rng: &mut common::SplitMix, n: usize| -> Vec<u8> {
         (0..n).map(|_| rng.next_u64() as u8).collect()

@@ -33,7 +33,7 @@ fn model<F>(name: &str, f: F)
 where
     F: Fn() + Sync + Send + 'static,
 {
-    let _w = common::watchdog(Duration::from_secs(240), name);
+    let _w = granary_testkit::watchdog(name, Duration::from_secs(240));
     let mut b = loom::model::Builder::new();
     if b.preemption_bound.is_none() {
         b.preemption_bound = Some(DEFAULT_PREEMPTIONS);

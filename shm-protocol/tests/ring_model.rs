@@ -368,7 +368,7 @@ proptest! {
 
     #[test]
     fn ring_of_u64_matches_model(cap in capacity(), ops in prop::collection::vec(op(), 0..400)) {
-        let _w = common::watchdog(Duration::from_secs(60), "ring_of_u64_matches_model");
+        let _w = granary_testkit::watchdog("ring_of_u64_matches_model", Duration::from_secs(60));
         run(cap, &ops, |v| v);
     }
 
@@ -377,7 +377,7 @@ proptest! {
         cap in capacity(),
         ops in prop::collection::vec(op(), 0..200),
     ) {
-        let _w = common::watchdog(Duration::from_secs(60), "ring_of_batch_descriptors_matches_model");
+        let _w = granary_testkit::watchdog("ring_of_batch_descriptors_matches_model", Duration::from_secs(60));
         run(cap, &ops, batch);
     }
 
@@ -387,7 +387,7 @@ proptest! {
         start in start_index(),
         ops in prop::collection::vec(op(), 0..300),
     ) {
-        let _w = common::watchdog(Duration::from_secs(60), "segment_ring_from_any_start_index");
+        let _w = granary_testkit::watchdog("segment_ring_from_any_start_index", Duration::from_secs(60));
         let (p, c) = segment_ready_ring(cap, start);
         run_ends(p, c, start, &ops, batch);
     }
@@ -398,7 +398,7 @@ proptest! {
 /// hundred items).
 #[test]
 fn long_run_wraps_many_times() {
-    let _w = common::watchdog(Duration::from_secs(60), "long_run_wraps_many_times");
+    let _w = granary_testkit::watchdog("long_run_wraps_many_times", Duration::from_secs(60));
     let mut rng = common::SplitMix(0x0dd_c0ffee);
     for cap in [2u32, 4, 8, 64] {
         let ops: Vec<Op> = (0..20_000)

@@ -80,7 +80,7 @@ pub const DEFAULT_MEAN_SIZE: u64 = 110_000;
 /// Default log-normal shape.
 pub const DEFAULT_SIGMA: f64 = 0.5;
 
-const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+use granary_base::hash::GAMMA;
 const HEADER_HASH_INIT: u64 = 0x4752_4E53_594E_5448;
 const SIZE_SALT: u64 = 0x5349_5A45_5349_5A45;
 
@@ -153,8 +153,8 @@ impl SynthSpec {
     pub fn size_of(&self, id: u64) -> u64 {
         let mut s = SplitMix(mix(self.seed ^ SIZE_SALT) ^ mix(id.wrapping_add(GAMMA)));
         // Uniforms in (0, 1] and [0, 1) from the top 53 bits.
-        let u1 = ((s.next() >> 11) + 1) as f64 / (1u64 << 53) as f64;
-        let u2 = (s.next() >> 11) as f64 / (1u64 << 53) as f64;
+        let u1 = ((s.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64;
+        let u2 = (s.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
         let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
         let mu = (self.mean_size.max(1) as f64).ln() - self.sigma * self.sigma / 2.0;
         let x = (mu + self.sigma * z).exp().round();
@@ -343,7 +343,7 @@ pub fn verify_sample(bytes: &[u8]) -> Result<SampleInfo, VerifyError> {
     for (i, c) in chunks.by_ref().enumerate() {
         let mut w = [0u8; 8];
         w.copy_from_slice(c);
-        if u64::from_le_bytes(w) != s.next() {
+        if u64::from_le_bytes(w) != s.next_u64() {
             bad_word = Some(i);
             break;
         }
@@ -352,9 +352,9 @@ pub fn verify_sample(bytes: &[u8]) -> Result<SampleInfo, VerifyError> {
     if let Some(i) = bad_word {
         let mut expect = SplitMix(mix(key ^ found));
         for _ in 0..i {
-            expect.next();
+            expect.next_u64();
         }
-        let want = expect.next().to_le_bytes();
+        let want = expect.next_u64().to_le_bytes();
         let got = &body[i * 8..i * 8 + 8];
         let j = got.iter().zip(want).position(|(a, b)| *a != b).unwrap_or(0);
         return Err(VerifyError::Content {
@@ -363,7 +363,7 @@ pub fn verify_sample(bytes: &[u8]) -> Result<SampleInfo, VerifyError> {
     }
     let rest = chunks.remainder();
     if !rest.is_empty() {
-        let want = s.next().to_le_bytes();
+        let want = s.next_u64().to_le_bytes();
         if let Some(j) = rest.iter().zip(want).position(|(a, b)| *a != b) {
             return Err(VerifyError::Content {
                 offset: base + body.len() - rest.len() + j,
@@ -570,24 +570,8 @@ fn digits(mut n: u64) -> usize {
     d
 }
 
-/// The SplitMix64 finaliser.
-#[inline]
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// SplitMix64: one add and one finaliser per 64-bit output.
-struct SplitMix(u64);
-
-impl SplitMix {
-    #[inline]
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(GAMMA);
-        mix(self.0)
-    }
-}
+/// The SplitMix64 finaliser and generator (granary-base).
+use granary_base::hash::{mix64 as mix, SplitMix64 as SplitMix};
 
 fn header_checksum(header: &[u8; HEADER_LEN]) -> u64 {
     let mut h = HEADER_HASH_INIT;
@@ -603,11 +587,11 @@ fn fill_stream(state: u64, out: &mut [u8]) {
     let mut s = SplitMix(state);
     let mut chunks = out.chunks_exact_mut(8);
     for c in chunks.by_ref() {
-        c.copy_from_slice(&s.next().to_le_bytes());
+        c.copy_from_slice(&s.next_u64().to_le_bytes());
     }
     let rest = chunks.into_remainder();
     if !rest.is_empty() {
-        let w = s.next().to_le_bytes();
+        let w = s.next_u64().to_le_bytes();
         rest.copy_from_slice(&w[..rest.len()]);
     }
 }

@@ -1,16 +1,12 @@
 //! The `granary ingest` command line against a real S3 server (SeaweedFS,
-//! see `agent/tests/common_s3`) and a fake CQL cluster (`scylla-proxy`
-//! nodes, see `agent/tests/common_cql`): what it prints, what it writes,
+//! `granary_testkit::seaweed`) and a fake CQL cluster (`scylla-proxy`
+//! nodes, `granary_testkit::fake_cql`): what it prints, what it writes,
 //! and how it names bad input. The ingest library itself is tested with
 //! the sources in `agent/tests/s3_source.rs` and `cql_source.rs`.
 
-#[path = "../../agent/tests/common_cql/mod.rs"]
-mod common_cql;
-#[path = "../../agent/tests/common_s3/mod.rs"]
-mod common_s3;
-
-use common_cql::{FakeCluster, Tables};
-use common_s3::{synth, Seaweed, BUCKET};
+use granary_testkit::dataset::synth;
+use granary_testkit::fake_cql::{self, FakeCluster, Tables};
+use granary_testkit::seaweed::{Seaweed, BUCKET};
 use std::process::Command;
 use std::time::Instant;
 
@@ -100,7 +96,7 @@ fn the_ingest_command_writes_verifies_resumes_and_names_bad_input() {
     spec.mean_size = 1200;
     granary_tools::synth::generate(&spec, |_, _| {}).unwrap();
     let fake = FakeCluster::start(Tables::empty());
-    let to = format!("cql://{}/{}", fake.addrs[0], common_cql::KS);
+    let to = format!("cql://{}/{}", fake.addrs[0], fake_cql::KS);
     let run = |extra: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_granary"))
             .arg("ingest")

@@ -315,13 +315,9 @@ pub(crate) fn simulate_all(config: &SimConfig) -> Result<Vec<SimResult>, SimErro
 /// `median = 110_000`, `sigma = 0.6`.
 #[cfg(test)]
 pub(crate) fn lognormal_sizes(count: usize, median: u64, sigma: f64, seed: u64) -> Vec<u64> {
-    let mut state = seed;
+    let mut gen = granary_base::SplitMix64(seed);
     let mut uniform = move || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
+        let z = gen.next_u64();
         // In (0, 1): 53 random bits, offset by half a step.
         ((z >> 11) as f64 + 0.5) / (1u64 << 53) as f64
     };

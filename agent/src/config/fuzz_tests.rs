@@ -7,7 +7,7 @@
 //! the count (`scripts/soak.sh` runs more).
 
 use super::Config;
-use crate::planner::mix64;
+use granary_base::hash::{mix64, GAMMA};
 
 /// Cases per test when `GRANARY_CONFIG_FUZZ_CASES` does not say.
 const DEFAULT_CASES: u64 = 3000;
@@ -86,7 +86,7 @@ struct Rng(u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        self.0 = self.0.wrapping_add(GAMMA);
         mix64(self.0)
     }
 

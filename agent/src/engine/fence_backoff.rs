@@ -89,8 +89,7 @@ fn delay_after(recent: u32) -> Duration {
     if recent < 2 {
         return Duration::ZERO;
     }
-    let doublings = (recent - 2).min(16);
-    (FIRST_DELAY * 2u32.pow(doublings)).min(MAX_DELAY)
+    granary_base::Backoff::new(FIRST_DELAY, MAX_DELAY).nth(recent - 1)
 }
 
 #[cfg(test)]

@@ -187,11 +187,8 @@ pub fn run(seed: &str, mut next: impl FnMut() -> u64) -> Outcome {
 
 /// The script from a seed (the engine's unit tests, `scripts/soak.sh`).
 pub fn from_seed(seed: u64) -> Outcome {
-    let mut state = seed;
-    run(&seed.to_string(), move || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        crate::planner::mix64(state)
-    })
+    let mut gen = granary_base::SplitMix64(seed);
+    run(&seed.to_string(), move || gen.next_u64())
 }
 
 /// The script from fuzzer bytes: each choice is the next 8 bytes (little

@@ -226,7 +226,7 @@ impl Engine {
             dataset: ds,
             plan: plan.clone(),
             segment,
-            lease_key: self.instance_key ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            lease_key: self.instance_key ^ id.wrapping_mul(granary_base::hash::GAMMA),
             initial_window: self.cfg.prefetch.initial_window,
             max_window: self.cfg.prefetch.window_batches,
             max_held_bytes: self.max_pinned_bytes(),

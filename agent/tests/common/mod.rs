@@ -1,4 +1,5 @@
-//! Shared pieces of the agent-level tests: a watchdog, an engine serving a
+//! Shared pieces of the agent-level tests (the watchdog and `AgentDir`
+//! come from granary-testkit): an engine serving a
 //! synthetic dataset over its real socket, an honest loader that checks
 //! every sample against the planner and the synthetic content, metric and
 //! descriptor snapshots, and child processes that re-run the test binary in
@@ -27,53 +28,20 @@ pub const SOCKET_VAR: &str = "GRANARY_TEST_SOCKET";
 /// Environment variable that carries a seed to a child.
 pub const SEED_VAR: &str = "GRANARY_TEST_SEED";
 
-/// Aborts the whole test process if it is still running after `secs`
-/// seconds, so a hang fails instead of blocking CI. Disarmed on drop.
-pub struct Watchdog {
-    done: Arc<AtomicBool>,
-}
+mod store_suites;
+#[allow(unused_imports)] // not every suite serves from a store
+pub use store_suites::*;
 
-pub fn watchdog(name: &'static str, secs: u64) -> Watchdog {
-    let done = Arc::new(AtomicBool::new(false));
-    let d = Arc::clone(&done);
-    std::thread::spawn(move || {
-        let end = Instant::now() + Duration::from_secs(secs);
-        while Instant::now() < end {
-            if d.load(Ordering::Relaxed) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        eprintln!("{name}: watchdog fired after {secs} s: the test hangs");
-        std::process::abort();
-    });
-    Watchdog { done }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.done.store(true, Ordering::Relaxed);
-    }
-}
+#[allow(unused_imports)] // not every suite uses each
+pub use granary_testkit::{
+    dataset::{AgentDir, DATASET},
+    watchdog,
+};
 
 /// A small deterministic generator (SplitMix64) for "random-ish" choices
 /// that a failing run can reproduce from its printed seed.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform-ish in `0..n` (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-}
+#[allow(unused_imports)] // not every suite draws
+pub use granary_base::SplitMix64 as Rng;
 
 /// A seed that differs between runs (printed by the tests that use it).
 pub fn time_seed() -> u64 {
@@ -122,8 +90,6 @@ pub struct TestAgent {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<io::Result<()>>>,
 }
-
-pub const DATASET: &str = "synth";
 
 impl TestAgent {
     /// Generates the dataset and starts the engine.
@@ -655,70 +621,5 @@ pub fn raw_open(sock: &Path, o: &SessionOptions) -> RawSession {
         reply,
         arena,
         segment,
-    }
-}
-
-/// A temporary directory holding a synthetic dataset (`synth/`) and the
-/// paths of a `granaryd`'s socket and configuration file beside it, for
-/// tests that run the real binary.
-pub struct AgentDir {
-    pub dir: tempfile::TempDir,
-    pub data: PathBuf,
-    pub spec: SynthSpec,
-    pub sock: PathBuf,
-    pub config: PathBuf,
-}
-
-impl AgentDir {
-    /// `files` synthetic files of about `mean_size` bytes, in a new
-    /// directory under `parent` (the system's temporary directory if
-    /// `None`).
-    pub fn new(parent: Option<&Path>, files: u64, mean_size: u64) -> AgentDir {
-        let dir = match parent {
-            Some(p) => tempfile::tempdir_in(p),
-            None => tempfile::tempdir(),
-        }
-        .expect("temp dir");
-        let data = dir.path().join("synth");
-        let mut spec = SynthSpec::new(&data);
-        spec.num_files = files;
-        spec.mean_size = mean_size;
-        synth::generate(&spec, |_, _| {}).expect("synthetic dataset");
-        let sock = dir.path().join("granary.sock");
-        let config = dir.path().join("granaryd.toml");
-        AgentDir {
-            dir,
-            data,
-            spec,
-            sock,
-            config,
-        }
-    }
-}
-
-impl Drop for AgentDir {
-    /// A `granaryd` run here left its warm-restart files (arena and
-    /// index) in /dev/shm: they go with the directory.
-    fn drop(&mut self) {
-        granary_agent::warm::Files::for_socket(&self.sock).remove();
-    }
-}
-
-impl AgentDir {
-    /// Writes the configuration: an arena of `arena` with `hugepages`,
-    /// the socket, 32 reads in flight, `extra` TOML (tables of their own),
-    /// and the dataset `synth`.
-    pub fn write_config(&self, arena: &str, hugepages: &str, extra: &str) {
-        std::fs::write(
-            &self.config,
-            format!(
-                "[arena]\nsize = \"{arena}\"\nhugepages = \"{hugepages}\"\n[socket]\npath = \"{}\"\n\
-                 [prefetch]\nmax_inflight_reads = 32\n{extra}\n\
-                 [[dataset]]\nname = \"{DATASET}\"\nroot = \"{}\"\n",
-                self.sock.display(),
-                self.data.display()
-            ),
-        )
-        .expect("write the configuration");
     }
 }

@@ -4,10 +4,10 @@
 
 use granary::Client;
 use granary_agent::metrics::{parse_text, scrape};
+use granary_testkit::{GranarydConfig, GranarydProcess, Log};
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A free TCP port on `ip`.
 pub fn free_port(ip: &str) -> u16 {
@@ -25,7 +25,7 @@ pub struct Agent {
     pub config: PathBuf,
     pub sock: PathBuf,
     pub metrics: SocketAddr,
-    pub child: Option<Child>,
+    pub child: Option<GranarydProcess>,
 }
 
 impl Agent {
@@ -34,36 +34,23 @@ impl Agent {
     }
 
     pub fn start(&mut self) {
-        let log = std::fs::File::create(self.dir.join(format!("agent{}.log", self.node))).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_granaryd"))
-            .arg("run")
-            .arg("--config")
-            .arg(&self.config)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start granaryd");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Client::connect(&self.sock).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "agent {} did not start:\n{}",
-                self.node,
-                self.log()
-            );
-            if let Some(Ok(Some(st))) = self.child.as_mut().map(Child::try_wait) {
-                panic!("agent {} exited with {st}:\n{}", self.node, self.log());
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let log = self.dir.join(format!("agent{}.log", self.node));
+        let sock = self.sock.clone();
+        let started = GranarydProcess::spawn(
+            GranarydConfig::run(env!("CARGO_BIN_EXE_granaryd"), &self.config)
+                .env("RUST_LOG", "info")
+                .log(Log::File(log))
+                .ready_when(move || Client::connect(&sock).is_ok()),
+        );
+        match started {
+            Ok(p) => self.child = Some(p),
+            Err(e) => panic!("agent {}: {e}", self.node),
         }
     }
 
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+            c.kill();
         }
         let _ = std::fs::remove_file(&self.sock);
     }

@@ -27,15 +27,11 @@ const NODES: [u32; 7] = [2, 3, 4, 8, 16, 64, 256];
 const BATCHES: [u32; 5] = [32, 64, 128, 256, 512];
 
 /// SplitMix64 with Lemire's bounded draw: the holders of the random steps.
-struct Rng(u64);
+struct Rng(granary_base::SplitMix64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `0 .. s` (s ≥ 1).
@@ -128,7 +124,7 @@ fn run() -> Result<(), String> {
     let args = Args::parse(std::env::args().skip(1), &[], USAGE)?;
     let min_samples = args.u64("samples", 4_000_000)?;
     let min_steps = args.u64("min-steps", 200)?.max(1);
-    let mut rng = Rng(args.u64("seed", 1)?);
+    let mut rng = Rng(granary_base::SplitMix64(args.u64("seed", 1)?));
     println!(
         "locality-aware assignment, one rank per node, holders uniform; ≥ {min_samples} samples and ≥ {min_steps} steps per row"
     );

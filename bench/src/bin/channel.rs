@@ -199,7 +199,7 @@ fn size_name(size: usize) -> String {
 /// Bytes every block of the run starts from: not all equal, not compressible
 /// by accident.
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut x = seed.wrapping_mul(granary_base::GAMMA) | 1;
     (0..len)
         .map(|_| {
             x ^= x << 13;

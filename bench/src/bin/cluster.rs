@@ -1066,13 +1066,10 @@ fn predicted_moved(nodes: u32, node_of_rank: &[u32], b: u32) -> f64 {
     let n = node_of_rank.len() * b as usize;
     let samples: Vec<u64> = (0..n as u64).collect();
     let (mut moved, mut all) = (0u64, 0u64);
-    let mut state = 0x6772_616e_6172_7931u64;
+    let mut gen = granary_base::SplitMix64(0x6772_616e_6172_7931);
     for _ in 0..2000 {
         let holders: Vec<Option<u32>> = (0..n)
-            .map(|_| {
-                state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-                Some((granary_peer::owner::mix64(state) % u64::from(nodes)) as u32)
-            })
+            .map(|_| Some((gen.next_u64() % u64::from(nodes)) as u32))
             .collect();
         if let Ok(a) = granary_peer::assign::assign_step(&samples, &holders, &layout, b) {
             moved += a.stats().moved;

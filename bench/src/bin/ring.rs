@@ -219,7 +219,7 @@ impl Opts {
 fn item(i: u64) -> BatchDescriptor {
     BatchDescriptor {
         seq: i,
-        token: i.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        token: i.wrapping_mul(granary_base::GAMMA),
         table_offset: i << 6,
         batch_index: i >> 5,
         total_bytes: !i,

@@ -18,7 +18,7 @@
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -35,26 +35,7 @@ use granary_shm::{BatchDescriptor, ReleaseDescriptor, SampleEntry, Violation};
 // ---------------------------------------------------------------------------
 // Watchdog
 
-/// Aborts the whole test process if dropped later than `limit` after
-/// creation, so a deadlock fails the run instead of hanging it.
-pub struct Watchdog {
-    _armed: mpsc::Sender<()>,
-}
-
-/// Arms a watchdog for the test called `name`.
-pub fn watchdog(name: &str, limit: Duration) -> Watchdog {
-    let (tx, rx) = mpsc::channel::<()>();
-    let name = name.to_owned();
-    std::thread::spawn(move || {
-        if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
-            eprintln!(
-                "watchdog: test `{name}` still running after {limit:?}; aborting the process"
-            );
-            std::process::abort();
-        }
-    });
-    Watchdog { _armed: tx }
-}
+pub use granary_testkit::watchdog;
 
 /// The default watchdog limit.
 pub const WATCHDOG: Duration = Duration::from_secs(120);
@@ -72,18 +53,17 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
     })
 }
 
-/// One step of splitmix64.
+/// One step of splitmix64 (granary-base's generator) from `state`.
 pub fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    let mut g = granary_base::SplitMix64(*state);
+    let v = g.next_u64();
+    *state = g.0;
+    v
 }
 
 /// Length of sample `id` of `dataset`: 1..=`max_len` bytes.
 pub fn sample_len(dataset: &str, id: u64, max_len: u32) -> u32 {
-    let mut st = fnv1a64(dataset.as_bytes()) ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5555;
+    let mut st = fnv1a64(dataset.as_bytes()) ^ id.wrapping_mul(granary_base::GAMMA) ^ 0x5555;
     1 + (splitmix64(&mut st) % u64::from(max_len.max(1))) as u32
 }
 

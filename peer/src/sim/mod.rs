@@ -283,7 +283,7 @@ struct Rng(u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        self.0 = self.0.wrapping_add(granary_base::hash::GAMMA);
         mix64(self.0)
     }
     fn below(&mut self, n: u64) -> u64 {

@@ -41,26 +41,14 @@ impl Backoff {
     /// picks the point, so equal seeds give equal delays and different
     /// items spread out.
     pub fn delay(&self, attempt: u32, seed: u64) -> Duration {
-        let doublings = attempt.saturating_sub(1).min(32);
-        let cap = self
-            .base_delay
-            .as_nanos()
-            .saturating_mul(1u128 << doublings)
-            .min(self.max_delay.as_nanos())
-            .min(u128::from(u64::MAX));
-        let half = cap / 2;
-        let pick = u128::from(splitmix(seed ^ u64::from(attempt).rotate_left(32)));
-        let nanos = half + (((cap - half) * pick) >> 64);
-        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+        let pick = splitmix(seed ^ u64::from(attempt).rotate_left(32));
+        granary_base::Backoff::new(self.base_delay, self.max_delay).jittered(attempt, pick)
     }
 }
 
 /// SplitMix64: well-spread bits from any seed.
 fn splitmix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    granary_base::SplitMix64(x).next_u64()
 }
 
 /// Runs `op` until it succeeds, fails with an error `retryable` rejects,

@@ -91,8 +91,9 @@ impl FaultyStore {
     /// `Some(false)`: fail in the body.
     fn decide(&self) -> Option<bool> {
         let n = self.gets.fetch_add(1, Ordering::Relaxed);
-        let x = self.seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let h = crate::planner::mix64(x.wrapping_add(0x9e37_79b9_7f4a_7c15));
+        use granary_base::hash::{mix64, GAMMA};
+        let x = self.seed ^ n.wrapping_mul(GAMMA);
+        let h = mix64(x.wrapping_add(GAMMA));
         ((h >> 32) < self.threshold).then_some(h & 1 == 0)
     }
 }

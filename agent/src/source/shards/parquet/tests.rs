@@ -117,7 +117,7 @@ fn page_headers_cut_short_ask_for_more_and_garbage_is_an_error() {
         );
     }
     // Random bytes never panic; each gives a header, Short or Bad.
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut x = granary_base::hash::GAMMA;
     for _ in 0..20_000 {
         let mut buf = [0u8; 48];
         for b in &mut buf {

@@ -14,11 +14,10 @@
 //! that identity and refuse everything else, so every request is really
 //! signed. The server is killed, and its directory removed, on drop.
 //!
-//! Used by the benchmarks (`granary_bench::seaweed`) and compiled into the
-//! agent's S3 tests (`agent/tests/common_s3`), which is why it depends on
-//! nothing but `granary_agent`, `tokio` and `std`.
+//! Used by the benchmarks (`granary_bench::seaweed`) and by the agent's and
+//! the tools' S3 tests.
 
-use super::local_s3::Credentials;
+use crate::local_s3::Credentials;
 use granary_agent::source::s3::S3Settings;
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -26,7 +26,6 @@
 //! Every node of a cluster listens on the same free port of its own
 //! loopback address (`127.x.y.z`, from `scylla_proxy`'s allocator), since
 //! the driver connects to peers on the contact point's port.
-#![allow(dead_code)]
 
 use bytes::{BufMut, Bytes, BytesMut};
 use granary_agent::source::cql::CqlSettings;
