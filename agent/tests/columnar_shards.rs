@@ -10,8 +10,7 @@ mod common;
 mod common_s3;
 
 use common::{epochs, store_config, watchdog, TestAgent};
-use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
-use common_s3::{synth, Seaweed, BUCKET};
+use common_s3::{s3_table, synth, Seaweed};
 use granary_agent::source::open_catalog;
 use granary_tools::ingest::{self, mds::write_mds, parquet::write_parquet, IngestOptions};
 use std::path::Path;
@@ -53,23 +52,11 @@ fn files_mds_and_parquet_on_fs_and_s3_give_the_same_epoch() {
     }
     let sock = dir.path().join("granary.sock");
     let s3 = |name: &str, prefix: &str, format: &str| {
-        format!(
-            r#"
-[[dataset]]
-name = "{name}"
-kind = "s3"
-endpoint = "{endpoint}"
-allow_http = true
-region = "{REGION}"
-bucket = "{BUCKET}"
-prefix = "{prefix}"
-access_key_id = "{ACCESS_KEY}"
-secret_access_key = "{SECRET_KEY}"
-format = "{format}"
-sample_field = "sample"
-label_field = "label"
-"#,
-            endpoint = weed.endpoint(),
+        s3_table(
+            name,
+            &weed.endpoint(),
+            prefix,
+            &format!("format = \"{format}\"\nsample_field = \"sample\"\nlabel_field = \"label\""),
         )
     };
     let tables = format!(

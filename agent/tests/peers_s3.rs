@@ -20,8 +20,7 @@ mod common_s3;
 
 use common::{verify, watchdog};
 use common_peers::{free_port, Agent};
-use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
-use common_s3::{synth, Seaweed, BUCKET};
+use common_s3::{s3_table, synth, Seaweed};
 use granary::{encode_view, Client, ErrorCode, MembershipMode, SessionOptions, ViewMember};
 use granary_testkit::corrupt_proxy::{Corrupt, CorruptingProxy, Senders};
 use granary_tools::ingest::{self, IngestOptions};
@@ -184,21 +183,11 @@ listen = "{listen}"
 secret = "{secret}"
 hedge_after_ms = {hedge_after_ms}
 members = [{members}]
-[[dataset]]
-name = "data"
-kind = "s3"
-endpoint = "{endpoint}"
-allow_http = true
-region = "{REGION}"
-bucket = "{BUCKET}"
-prefix = "{name}"
-access_key_id = "{ACCESS_KEY}"
-secret_access_key = "{SECRET_KEY}"
-"#,
+{s3}"#,
             sock = sock.display(),
             secret = secret_of(node),
             members = members.join(", "),
-            endpoint = weed.endpoint(),
+            s3 = s3_table("data", &weed.endpoint(), name, ""),
         );
         let config = dir.join("granaryd.toml");
         std::fs::write(&config, toml).unwrap();

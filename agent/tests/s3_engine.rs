@@ -11,8 +11,7 @@ use common::{
     honest, honest_loader_of, store_config, store_outage, wait_for, watchdog, Honest, Outage,
     TestAgent, RETRYING,
 };
-use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
-use common_s3::{synth, Seaweed, BUCKET};
+use common_s3::{s3_table, synth, Seaweed, BUCKET};
 use granary::{Client, ErrorCode, SessionOptions};
 use granary_agent::config::Config;
 use granary_agent::dataset::Dataset;
@@ -31,25 +30,6 @@ fn ingest_dir(weed: &Seaweed, src: &Path, prefix: &str) {
     let opts = IngestOptions::new(src, weed.settings(), prefix);
     let report = ingest::ingest(&opts, |_, _, _, _| {}).unwrap();
     assert_eq!(report.files, FILES);
-}
-
-/// A `kind = "s3"` dataset table for `prefix` at `endpoint`.
-fn s3_table(name: &str, endpoint: &str, prefix: &str, extra: &str) -> String {
-    format!(
-        r#"
-[[dataset]]
-name = "{name}"
-kind = "s3"
-endpoint = "{endpoint}"
-allow_http = true
-region = "{REGION}"
-bucket = "{BUCKET}"
-prefix = "{prefix}"
-access_key_id = "{ACCESS_KEY}"
-secret_access_key = "{SECRET_KEY}"
-{extra}
-"#
-    )
 }
 
 /// A filesystem dataset table.

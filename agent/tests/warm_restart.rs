@@ -17,8 +17,7 @@ mod common_s3;
 
 use common::{verify, watchdog, AgentDir, DATASET};
 use common_peers::{free_port, Agent};
-use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
-use common_s3::{synth, Seaweed, BUCKET};
+use common_s3::{s3_table, synth, Seaweed};
 use granary::{Client, ErrorCode, SessionOptions};
 use granary_agent::warm::{Files, Index};
 use granary_tools::ingest::{self, IngestOptions};
@@ -373,19 +372,9 @@ path = "{sock}"
 max_inflight_reads = 64
 [metrics]
 address = "{m}"
-[[dataset]]
-name = "{DATASET}"
-kind = "s3"
-endpoint = "{endpoint}"
-allow_http = true
-region = "{REGION}"
-bucket = "{BUCKET}"
-prefix = "{prefix}"
-access_key_id = "{ACCESS_KEY}"
-secret_access_key = "{SECRET_KEY}"
-"#,
+{s3}"#,
             sock = sock.display(),
-            endpoint = weed.endpoint(),
+            s3 = s3_table(DATASET, &weed.endpoint(), prefix, ""),
         ),
     )
     .unwrap();

@@ -9,8 +9,7 @@ mod common;
 mod common_s3;
 
 use common::{epochs, store_config, watchdog, TestAgent};
-use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
-use common_s3::{synth, Seaweed, BUCKET};
+use common_s3::{s3_table, synth, Seaweed};
 use granary_tools::ingest::{self, shards::write_webdataset, IngestOptions};
 
 const FILES: u64 = 400;
@@ -62,22 +61,15 @@ root = "{root}"
 name = "wds-fs"
 root = "{shards}"
 format = "webdataset"
-[[dataset]]
-name = "wds-s3"
-kind = "s3"
-endpoint = "{endpoint}"
-allow_http = true
-region = "{REGION}"
-bucket = "{BUCKET}"
-prefix = "wds"
-access_key_id = "{ACCESS_KEY}"
-secret_access_key = "{SECRET_KEY}"
-format = "webdataset"
-label_field = "cls"
-"#,
+{s3}"#,
         root = spec.root.display(),
         shards = shards.display(),
-        endpoint = weed.endpoint(),
+        s3 = s3_table(
+            "wds-s3",
+            &weed.endpoint(),
+            "wds",
+            "format = \"webdataset\"\nlabel_field = \"cls\""
+        ),
     );
     let cfg = store_config(&sock, "64MiB", "", &tables);
     let agent =

@@ -11,3 +11,27 @@
 pub use granary_testkit::dataset::synth;
 pub use granary_testkit::seaweed::{Seaweed, BUCKET};
 pub use granary_testkit::{delay_proxy, local_s3, seaweed};
+
+use granary_testkit::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
+
+/// A `kind = "s3"` `[[dataset]]` table `name` for `prefix` at `endpoint`
+/// (the server or a proxy in front of it) with the test server's bucket,
+/// region and credentials, then `extra` keys.
+#[allow(dead_code)] // not every S3 suite writes a configuration
+pub fn s3_table(name: &str, endpoint: &str, prefix: &str, extra: &str) -> String {
+    format!(
+        r#"
+[[dataset]]
+name = "{name}"
+kind = "s3"
+endpoint = "{endpoint}"
+allow_http = true
+region = "{REGION}"
+bucket = "{BUCKET}"
+prefix = "{prefix}"
+access_key_id = "{ACCESS_KEY}"
+secret_access_key = "{SECRET_KEY}"
+{extra}
+"#
+    )
+}

@@ -26,7 +26,7 @@ use granary_shm::ErrorCode;
 use crate::batch::Batch;
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::options::{SessionOptions, DEFAULT_BATCH_SIZE};
+use crate::options::SessionOptions;
 use errors::{call, null, value};
 
 fn invalid(message: impl Into<String>) -> Error {
@@ -256,35 +256,38 @@ pub unsafe extern "C" fn granary_client_free(client: *mut GranaryClient) {
 }
 
 fn default_options() -> GranarySessionOptions {
+    // The defaults are `SessionOptions::new`'s: the C struct only encodes
+    // them (resume_timeout_ms 0 and workers 0 stand for the defaults).
+    let d = SessionOptions::new("");
     GranarySessionOptions {
         struct_size: std::mem::size_of::<GranarySessionOptions>() as u32,
         abi_version: GRANARY_ABI_VERSION,
         dataset: ptr::null(),
-        seed: 0,
-        first_epoch: 0,
-        epoch_count: 1,
-        batch_size: DEFAULT_BATCH_SIZE,
-        rank: 0,
-        world_size: 1,
-        drop_last: 0,
-        ready_capacity: 0,
-        release_capacity: 0,
+        seed: d.seed,
+        first_epoch: d.first_epoch,
+        epoch_count: d.epoch_count,
+        batch_size: d.batch_size,
+        rank: d.rank,
+        world_size: d.world_size,
+        drop_last: u32::from(d.drop_last),
+        ready_capacity: d.ready_capacity,
+        release_capacity: d.release_capacity,
         view: ptr::null(),
         view_len: 0,
-        view_required: 0,
+        view_required: u32::from(d.view_required),
         reserved: 0,
         layout: ptr::null(),
         layout_len: 0,
         locality: 0,
         reserved2: 0,
         locality_digest: [0; 32],
-        no_crc_check: 0,
+        no_crc_check: u32::from(!d.verify_crc),
         resume_timeout_ms: 0,
-        first_batch: 0,
+        first_batch: d.first_batch,
         resume_state: ptr::null(),
         resume_state_len: 0,
         accept_changed_dataset: 0,
-        worker: 0,
+        worker: d.worker,
         workers: 0,
         reserved3: 0,
     }
