@@ -3,7 +3,7 @@
 //! A dev crate (never published): the agent's, the tools', libgranary's
 //! and granary-shm's tests use it as a dev-dependency, and the benchmarks
 //! use its stores and proxies. Test support lives here instead of being
-//! included across crates with `#[path]`.
+//! compiled into another crate's tests from this crate's source files.
 //!
 //! Always there (std only, so granary-shm's loom and Miri runs can use it):
 //! * [`watchdog`]: aborts a hanging test process, naming the test.
