@@ -27,12 +27,7 @@ const FILES: u64 = 200;
 /// A synthetic dataset of [`FILES`] files under `dir/sub`.
 fn dataset_in(dir: &Path, sub: &str) -> SynthSpec {
     let d = dir.join(sub).join("synth");
-    let mut spec = SynthSpec::new(d);
-    spec.num_files = FILES;
-    spec.num_classes = 5;
-    spec.mean_size = 6_000;
-    granary_tools::synth::generate(&spec, |_, _| {}).unwrap();
-    spec
+    granary_testkit::dataset::synth_at(&d, FILES, 5, 6_000)
 }
 
 /// Uploads a synthetic set under `train`, checks the store's catalog

@@ -10,7 +10,7 @@ use granary::{Client, ErrorCode, SessionOptions};
 use granary_agent::source::Catalog;
 use granary_testkit::fake_cql::{FakeCluster, Tables, KS};
 use granary_tools::ingest::cql::{self as ingest_cql, CqlIngestOptions};
-use granary_tools::synth::{self, SynthSpec};
+use granary_tools::synth;
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -20,11 +20,7 @@ const FILES: u64 = 400;
 fn engine_serves_an_ingested_cql_dataset_byte_for_byte() {
     let _w = watchdog("engine_serves_an_ingested_cql_dataset_byte_for_byte", 180);
     let dir = tempfile::tempdir().unwrap();
-    let mut spec = SynthSpec::new(dir.path().join("data"));
-    spec.num_files = FILES;
-    spec.num_classes = 5;
-    spec.mean_size = 4_000;
-    synth::generate(&spec, |_, _| {}).unwrap();
+    let spec = granary_testkit::dataset::synth_at(&dir.path().join("data"), FILES, 5, 4_000);
     let fake = FakeCluster::start(Tables::empty());
     let r = ingest_cql::ingest(
         &CqlIngestOptions::new(&spec.root, fake.settings()),

@@ -13,7 +13,7 @@ use granary::{Client, ErrorCode, SessionOptions};
 use granary_agent::source::cql::CqlSettings;
 use granary_agent::source::Catalog;
 use granary_tools::ingest::cql::{self as ingest_cql, CqlIngestOptions};
-use granary_tools::synth::{self, SynthSpec};
+use granary_tools::synth;
 use std::time::Duration;
 
 const FILES: u64 = 120;
@@ -23,11 +23,7 @@ const KS: &str = "granary_k";
 fn kassandra_ingest_resume_serve_and_verify() {
     let _w = watchdog("kassandra_ingest_resume_serve_and_verify", 180);
     let dir = tempfile::tempdir().unwrap();
-    let mut spec = SynthSpec::new(dir.path().join("data"));
-    spec.num_files = FILES;
-    spec.num_classes = 4;
-    spec.mean_size = 3_000;
-    synth::generate(&spec, |_, _| {}).unwrap();
+    let spec = granary_testkit::dataset::synth_at(&dir.path().join("data"), FILES, 4, 3_000);
     let k = Kassandra::start();
     let mut settings = CqlSettings::new(vec![k.addr.to_string()], KS);
     settings.request_timeout = Duration::from_secs(5);

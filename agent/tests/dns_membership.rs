@@ -21,7 +21,7 @@ use common_dns::DnsStub;
 use granary::{encode_view, Client, ErrorCode, PeerIdentity, SessionOptions, ViewMember};
 use granary_agent::metrics::{parse_text, scrape};
 use granary_testkit::{GranarydConfig, GranarydProcess, Log};
-use granary_tools::synth::{self, SynthSpec};
+use granary_tools::synth::SynthSpec;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -55,12 +55,7 @@ fn port_free_on(ips: &[String]) -> u16 {
 }
 
 fn dataset(dir: &Path) -> SynthSpec {
-    let mut spec = SynthSpec::new(dir.join("data"));
-    spec.num_files = FILES;
-    spec.num_classes = 4;
-    spec.mean_size = 16 * 1024;
-    synth::generate(&spec, |_, _| {}).unwrap();
-    spec
+    granary_testkit::dataset::synth_at(&dir.join("data"), FILES, 4, 16 * 1024)
 }
 
 /// One `granaryd` with `membership = "dns"`.

@@ -8,7 +8,7 @@ use granary::{Client, SessionOptions};
 use granary_agent::config::Config;
 use granary_agent::engine::Engine;
 use granary_agent::metrics::Metrics;
-use granary_tools::synth::{self, SynthSpec};
+use granary_tools::synth;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -30,11 +30,7 @@ fn two_jobs_over_the_synthetic_dataset(direct_io: bool) {
     let _w = granary_testkit::watchdog("engine_e2e", 180);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let mut spec = SynthSpec::new(&data);
-    spec.num_files = 600;
-    spec.num_classes = 10;
-    spec.mean_size = 20_000;
-    synth::generate(&spec, |_, _| {}).unwrap();
+    granary_testkit::dataset::synth_at(&data, 600, 10, 20_000);
     let sock = dir.path().join("granary.sock");
     let toml = format!(
         r#"

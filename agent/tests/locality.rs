@@ -25,7 +25,7 @@ use common_peers::{free_port, Agent};
 use granary::{
     agree, encode_layout, encode_view, Agreement, Client, ErrorCode, SessionOptions, ViewMember,
 };
-use granary_tools::synth::{self, SynthSpec};
+use granary_tools::synth::SynthSpec;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -48,11 +48,7 @@ struct Job {
 fn start_job() -> Job {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    let mut spec = SynthSpec::new(&data);
-    spec.num_files = FILES;
-    spec.num_classes = 10;
-    spec.mean_size = 1_500;
-    synth::generate(&spec, |_, _| {}).unwrap();
+    let spec = granary_testkit::dataset::synth_at(&data, FILES, 10, 1_500);
     let mut agents = Vec::new();
     for node in 0..NODES {
         let ip = Agent::ip(node);

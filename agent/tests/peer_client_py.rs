@@ -26,7 +26,7 @@ mod common_peers;
 
 use common::watchdog;
 use common_peers::{free_port, Agent};
-use granary_tools::synth::{self, SynthSpec};
+use granary_tools::synth::SynthSpec;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -77,11 +77,7 @@ struct Setup {
 fn start(encryption: &str) -> Setup {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    let mut spec = SynthSpec::new(&data);
-    spec.num_files = FILES;
-    spec.num_classes = 4;
-    spec.mean_size = 3_000;
-    synth::generate(&spec, |_, _| {}).unwrap();
+    let spec = granary_testkit::dataset::synth_at(&data, FILES, 4, 3_000);
     let ip = Agent::ip(0);
     let dir = tmp.path().join("node0");
     std::fs::create_dir_all(&dir).unwrap();

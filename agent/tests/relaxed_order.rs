@@ -14,7 +14,7 @@ use granary_agent::planner::{EpochPlan, PlanParams};
 use granary_agent::source::Completion;
 use granary_agent::source::{Catalog, FsSource, SampleMeta, SampleSource, SourceFull};
 use granary_shm::arena::ArenaSlice;
-use granary_tools::synth::{self, SynthSpec};
+use granary_tools::synth::SynthSpec;
 use std::collections::HashSet;
 use std::io;
 use std::os::fd::BorrowedFd;
@@ -102,11 +102,7 @@ impl SampleSource for Laggy {
 fn start(relaxed: bool) -> (TestAgent, SynthSpec) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let mut spec = SynthSpec::new(&data);
-    spec.num_files = FILES;
-    spec.num_classes = 5;
-    spec.mean_size = 4_000;
-    synth::generate(&spec, |_, _| {}).unwrap();
+    let spec = granary_testkit::dataset::synth_at(&data, FILES, 5, 4_000);
     let sock = dir.path().join("granary.sock");
     let cfg = Config::from_toml_str(&format!(
         r#"

@@ -16,7 +16,7 @@ use granary_agent::config::Config;
 use granary_agent::dataset::Dataset;
 use granary_agent::source::{Catalog, FsSource};
 use granary_testkit::{GranarydConfig, GranarydProcess};
-use granary_tools::synth::{self, SynthSpec};
+use granary_tools::synth::SynthSpec;
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::io::{BufRead, BufReader};
@@ -61,11 +61,7 @@ fn engine_config(sock: &Path, data: &Path) -> Config {
 fn synth_dir(files: u64) -> (tempfile::TempDir, PathBuf, PathBuf, SynthSpec) {
     let dir = tempfile::tempdir().expect("temp dir");
     let data = dir.path().join("data");
-    let mut spec = SynthSpec::new(&data);
-    spec.num_files = files;
-    spec.num_classes = 4;
-    spec.mean_size = 4_000;
-    synth::generate(&spec, |_, _| {}).expect("synthetic dataset");
+    let spec = granary_testkit::dataset::synth_at(&data, files, 4, 4_000);
     let sock = dir.path().join("granary.sock");
     (dir, data, sock, spec)
 }

@@ -19,7 +19,6 @@ use common::*;
 use granary::{encode_view, Client, ErrorCode, SessionOptions, ViewMember};
 use granary_shm::handshake::{Message, ViewChunk, VIEW_CHUNK};
 use granary_shm::socket::SeqPacket;
-use granary_tools::synth::{self, SynthSpec};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -41,11 +40,7 @@ fn free_port() -> u16 {
 fn agent(socket: &str, peers: &str) -> TestAgent {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let mut spec = SynthSpec::new(&data);
-    spec.num_files = 64;
-    spec.num_classes = 2;
-    spec.mean_size = 2_000;
-    synth::generate(&spec, |_, _| {}).unwrap();
+    let spec = granary_testkit::dataset::synth_at(&data, 64, 2, 2_000);
     let sock = dir.path().join("granary.sock");
     let toml = format!(
         r#"

@@ -64,12 +64,7 @@ fn run_ddl(src: &CqlSource, cql: &str) {
 }
 
 fn synth_dir(dir: &Path, files: u64) -> SynthSpec {
-    let mut spec = SynthSpec::new(dir.join("synth"));
-    spec.num_files = files;
-    spec.num_classes = 7;
-    spec.mean_size = 20_000;
-    synth::generate(&spec, |_, _| {}).unwrap();
-    spec
+    granary_testkit::dataset::synth_at(&dir.join("synth"), files, 7, 20_000)
 }
 
 /// Every sample of `src`, 256 in flight: bytes or error by index.

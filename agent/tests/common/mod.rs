@@ -96,11 +96,7 @@ impl TestAgent {
     pub fn start(o: AgentOptions) -> TestAgent {
         let dir = tempfile::tempdir().expect("temp dir");
         let data = dir.path().join("data");
-        let mut spec = SynthSpec::new(&data);
-        spec.num_files = o.files;
-        spec.num_classes = o.classes;
-        spec.mean_size = o.mean_size;
-        synth::generate(&spec, |_, _| {}).expect("synthetic dataset");
+        let spec = granary_testkit::dataset::synth_at(&data, o.files, o.classes, o.mean_size);
         let sock = dir.path().join("granary.sock");
         let toml = format!(
             r#"
