@@ -54,6 +54,7 @@ pub mod engine;
 pub(crate) mod extent;
 pub mod logging;
 pub mod metrics;
+pub mod mixture;
 pub(crate) mod notify;
 pub mod peers;
 pub(crate) mod placement;

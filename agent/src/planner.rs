@@ -29,6 +29,7 @@
 //! 6. **Batch.** The share is cut into consecutive batches of `batch_size`;
 //!    the last one is short, or dropped with `drop_last`.
 
+use crate::mixture::MixtureOrder;
 use crate::placement::Placement;
 use std::fmt;
 use std::ops::Range;
@@ -388,6 +389,18 @@ impl EpochPlan {
         epoch: u32,
         placement: Option<&Placement>,
     ) -> Result<Self, PlanError> {
+        EpochPlan::build(params, epoch, placement, None)
+    }
+
+    /// [`EpochPlan::with_placement`], dealing a mixture's epoch
+    /// ([`MixtureOrder::sequence`]) in place of the permutation when
+    /// `mixture` is given.
+    fn build(
+        params: &PlanParams,
+        epoch: u32,
+        placement: Option<&Placement>,
+        mixture: Option<&MixtureOrder>,
+    ) -> Result<Self, PlanError> {
         params.validate()?;
         let delivered = batch_count(params)
             .saturating_mul(u64::from(params.batch_size))
@@ -395,7 +408,10 @@ impl EpochPlan {
         let samples = if delivered == 0 {
             Vec::new()
         } else {
-            let perm = epoch_permutation(params.seed, epoch, params.num_samples)?;
+            let perm = match mixture {
+                Some(m) => m.sequence(params.seed, epoch, params.world_size, params.batch_size)?,
+                None => epoch_permutation(params.seed, epoch, params.num_samples)?,
+            };
             match placement.and_then(|p| p.locality_order(params, &perm)) {
                 Some(order) => order?,
                 None => stride(params, &perm, delivered),
@@ -514,6 +530,8 @@ pub struct SessionPlan {
     worker: u32,
     workers: u32,
     placement: Option<Arc<Placement>>,
+    /// A mixture's order, dealt in place of the permutation.
+    mixture: Option<Arc<MixtureOrder>>,
     memo: Arc<Mutex<Vec<Arc<EpochPlan>>>>,
 }
 
@@ -562,6 +580,7 @@ impl SessionPlan {
             worker: 0,
             workers: 1,
             placement: None,
+            mixture: None,
             memo: Arc::default(),
         })
     }
@@ -591,6 +610,22 @@ impl SessionPlan {
         self.placement = Some(Arc::new(placement));
         self.memo = Arc::default();
         self
+    }
+
+    /// The same session over a mixture: each epoch deals
+    /// `mixture.sequence(…)` (`params.num_samples` is its epoch length).
+    pub(crate) fn with_mixture(mut self, mixture: Arc<MixtureOrder>) -> Self {
+        self.mixture = Some(mixture);
+        self.memo = Arc::default();
+        self
+    }
+
+    /// The number of distinct sample indices the plan can name: the
+    /// dataset's samples, or a mixture's sources' samples added up.
+    pub(crate) fn index_space(&self) -> u64 {
+        self.mixture
+            .as_deref()
+            .map_or(self.params.num_samples, MixtureOrder::index_space)
     }
 
     /// The `mode` label of the session's placement counts, when it counts.
@@ -659,8 +694,13 @@ impl SessionPlan {
             return Ok(Arc::clone(p));
         }
         let built = Arc::new(
-            EpochPlan::with_placement(&self.params, epoch, self.placement.as_deref())?
-                .strided(self.worker, self.workers),
+            EpochPlan::build(
+                &self.params,
+                epoch,
+                self.placement.as_deref(),
+                self.mixture.as_deref(),
+            )?
+            .strided(self.worker, self.workers),
         );
         if memo.len() >= EPOCH_MEMO {
             memo.remove(0);

@@ -49,6 +49,10 @@ impl Config {
             );
         }
         self.validate_datasets(&mut p);
+        let names: Vec<&str> = self.datasets.iter().map(DatasetConfig::name).collect();
+        for (field, why) in super::mixture::problems(&self.mixtures, &names) {
+            p.bad(&field, why);
+        }
         if p.0.is_empty() {
             Ok(())
         } else {

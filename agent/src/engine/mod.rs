@@ -280,6 +280,16 @@ impl Engine {
             }
             datasets.push(ds);
         }
+        for m in &cfg.mixtures {
+            if Dataset::is_remote_mixture(m, &cfg) {
+                datasets.push(Dataset::open_mixture_in_background(m, &cfg));
+                continue;
+            }
+            datasets.push(
+                Dataset::open_mixture_now(m, &cfg)
+                    .map_err(|e| io::Error::other(format!("mixture {:?}: {e}", m.name)))?,
+            );
+        }
         // Datasets handed over ready follow `[prefetch]`'s retry settings.
         for mut d in extra {
             d.retry = cfg.prefetch.retry_settings(&Default::default());

@@ -137,9 +137,12 @@ impl Engine {
         ds: usize,
         req: &OpenSession,
     ) -> Result<(Opened, u64), Refusal> {
-        let num_samples = self.datasets[ds]
+        let (num_samples, mixture) = self.datasets[ds]
             .source()
-            .map(|s| s.len())
+            .map(|s| match s.mixture() {
+                Some(m) => (m.epoch_len(), Some(m)),
+                None => (s.len(), None),
+            })
             .ok_or((ErrorCode::Io, "dataset not loaded".to_string()))?;
         if self.sessions.len() >= self.cfg.sessions.max_sessions as usize {
             return Err((
@@ -178,6 +181,9 @@ impl Engine {
         let mut plan = SessionPlan::new(params, req.first_epoch, req.epoch_count)
             .and_then(|p| p.with_workers(req.worker, req.workers))
             .map_err(|e| (ErrorCode::InvalidArgument, format!("cannot plan: {e}")))?;
+        if let Some(m) = mixture {
+            plan = plan.with_mixture(m);
+        }
         if let Some(placement) = self.placement_for(conn, ds, req)? {
             plan = plan.with_placement(placement);
         }
