@@ -111,21 +111,42 @@ impl std::fmt::Debug for Dataset {
 impl Dataset {
     /// Opens a dataset in the calling thread.
     pub(crate) fn open_now(config: &DatasetConfig, agent: &Config) -> io::Result<Dataset> {
-        let mut d = Dataset::with_state(config, agent, State::Waiting { next: Instant::now() }, 1);
+        let mut d = Dataset::with_state(
+            config,
+            agent,
+            State::Waiting {
+                next: Instant::now(),
+            },
+            1,
+        );
         d.open_here(agent)?;
         Ok(d)
     }
 
     /// Opens a mixture (`[[mixture]]`) in the calling thread.
     pub(crate) fn open_mixture_now(config: &MixtureConfig, agent: &Config) -> io::Result<Dataset> {
-        let mut d = Dataset::mixture(config, agent, State::Waiting { next: Instant::now() }, 1);
+        let mut d = Dataset::mixture(
+            config,
+            agent,
+            State::Waiting {
+                next: Instant::now(),
+            },
+            1,
+        );
         d.open_here(agent)?;
         Ok(d)
     }
 
     /// Starts opening a mixture on a thread of its own.
     pub(crate) fn open_mixture_in_background(config: &MixtureConfig, agent: &Config) -> Dataset {
-        let mut d = Dataset::mixture(config, agent, State::Waiting { next: Instant::now() }, 0);
+        let mut d = Dataset::mixture(
+            config,
+            agent,
+            State::Waiting {
+                next: Instant::now(),
+            },
+            0,
+        );
         d.start_attempt();
         d
     }

@@ -105,12 +105,14 @@ impl MixtureOrder {
             cfg.source
                 .iter()
                 .zip(sizes)
-                .map(|(s, &n): (&MixtureSource, &u64)| match (s.repeat, s.choose) {
-                    (Some(r), _) => round(r * n as f64),
-                    (None, Some(Choose::Count(c))) => c,
-                    (None, Some(Choose::Fraction(f))) => round(f * n as f64),
-                    (None, None) => n,
-                })
+                .map(
+                    |(s, &n): (&MixtureSource, &u64)| match (s.repeat, s.choose) {
+                        (Some(r), _) => round(r * n as f64),
+                        (None, Some(Choose::Count(c))) => c,
+                        (None, Some(Choose::Fraction(f))) => round(f * n as f64),
+                        (None, None) => n,
+                    },
+                )
                 .collect()
         };
         for (s, &q) in cfg.source.iter().zip(&quotas) {

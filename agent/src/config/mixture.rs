@@ -98,14 +98,20 @@ pub(super) fn problems(mixtures: &[MixtureConfig], datasets: &[&str]) -> Vec<(St
                 ),
             );
         } else if name.chars().any(char::is_control) {
-            bad(".name".into(), format!("{name:?} contains control characters"));
+            bad(
+                ".name".into(),
+                format!("{name:?} contains control characters"),
+            );
         } else if datasets.contains(&name) {
             bad(
                 ".name".into(),
                 format!("{name:?} is the name of a [[dataset]]: loaders open both by name"),
             );
         } else if names.contains(&name) {
-            bad(".name".into(), format!("{name:?} is used by an earlier mixture"));
+            bad(
+                ".name".into(),
+                format!("{name:?} is used by an earlier mixture"),
+            );
         }
         names.push(name);
         if m.source.is_empty() {
@@ -116,10 +122,7 @@ pub(super) fn problems(mixtures: &[MixtureConfig], datasets: &[&str]) -> Vec<(St
         } else if m.source.len() > MAX_MIXTURE_SOURCES {
             bad(
                 ".source".into(),
-                format!(
-                    "{} sources; at most {MAX_MIXTURE_SOURCES}",
-                    m.source.len()
-                ),
+                format!("{} sources; at most {MAX_MIXTURE_SOURCES}", m.source.len()),
             );
         }
         let weighted = m.weighted();
@@ -169,7 +172,11 @@ pub(super) fn problems(mixtures: &[MixtureConfig], datasets: &[&str]) -> Vec<(St
                 _ => {}
             }
             if weighted && (s.repeat.is_some() || s.choose.is_some()) {
-                let key = if s.repeat.is_some() { "repeat" } else { "choose" };
+                let key = if s.repeat.is_some() {
+                    "repeat"
+                } else {
+                    "choose"
+                };
                 bad(
                     field(key),
                     "is for mixtures without weights: with weights, each source's share of \
@@ -196,9 +203,7 @@ pub(super) fn problems(mixtures: &[MixtureConfig], datasets: &[&str]) -> Vec<(St
                 ),
                 Some(Choose::Fraction(f)) if !(f.is_finite() && f > 0.0 && f <= 1.0) => bad(
                     field("choose"),
-                    format!(
-                        "{f} is neither a whole number of samples nor a fraction in (0, 1]"
-                    ),
+                    format!("{f} is neither a whole number of samples nor a fraction in (0, 1]"),
                 ),
                 _ => {}
             }

@@ -1341,10 +1341,16 @@ fn mixtures_parse_and_bad_ones_name_their_field() {
     assert_eq!(cfg.mixtures.len(), 2);
     assert!(cfg.mixtures[0].weighted() && !cfg.mixtures[1].weighted());
     assert_eq!(cfg.mixtures[0].source[1].weight, Some(2.0));
-    assert_eq!(cfg.mixtures[1].source[1].choose, Some(super::Choose::Fraction(0.25)));
+    assert_eq!(
+        cfg.mixtures[1].source[1].choose,
+        Some(super::Choose::Fraction(0.25))
+    );
     let count = ok.replace("choose = 0.25", "choose = 1000");
     let cfg = Config::from_toml_str(&count).unwrap();
-    assert_eq!(cfg.mixture("n").unwrap().source[1].choose, Some(super::Choose::Count(1000)));
+    assert_eq!(
+        cfg.mixture("n").unwrap().source[1].choose,
+        Some(super::Choose::Count(1000))
+    );
     let mix = |body: &str| format!("{ds}[[mixture]]\n{body}");
     let src = |d: &str, extra: &str| format!("[[mixture.source]]\ndataset = \"{d}\"\n{extra}\n");
     for (body, field, words) in [
@@ -1354,12 +1360,20 @@ fn mixtures_parse_and_bad_ones_name_their_field() {
             "not a configured [[dataset]]",
         ),
         (
-            format!("name = \"m\"\n{}{}", src("a", "weight = 0.0"), src("b", "weight = 1.0")),
+            format!(
+                "name = \"m\"\n{}{}",
+                src("a", "weight = 0.0"),
+                src("b", "weight = 1.0")
+            ),
             "mixture[0].source[0].weight",
             "above 0",
         ),
         (
-            format!("name = \"m\"\n{}{}", src("a", "weight = -1.0"), src("b", "weight = 1.0")),
+            format!(
+                "name = \"m\"\n{}{}",
+                src("a", "weight = -1.0"),
+                src("b", "weight = 1.0")
+            ),
             "mixture[0].source[0].weight",
             "above 0",
         ),
@@ -1369,7 +1383,11 @@ fn mixtures_parse_and_bad_ones_name_their_field() {
             "every source",
         ),
         (
-            format!("name = \"m\"\n{}{}", src("a", "weight = 1.0"), src("b", "weight = 1.0\nrepeat = 2.0")),
+            format!(
+                "name = \"m\"\n{}{}",
+                src("a", "weight = 1.0"),
+                src("b", "weight = 1.0\nrepeat = 2.0")
+            ),
             "mixture[0].source[1].repeat",
             "without weights",
         ),
@@ -1408,7 +1426,11 @@ fn mixtures_parse_and_bad_ones_name_their_field() {
             "mixture[0].epoch_samples",
             "sources with weights",
         ),
-        ("name = \"m\"\n".to_string(), "mixture[0].source", "at least one"),
+        (
+            "name = \"m\"\n".to_string(),
+            "mixture[0].source",
+            "at least one",
+        ),
     ] {
         let e = parse_err(&mix(&body));
         let p = e

@@ -53,9 +53,8 @@ fn plan(order: &Arc<MixtureOrder>, rank: u32, ws: u32, batch: u32, epochs: u32) 
 #[test]
 fn weights_half_three_tenths_fifth_give_exact_batches_of_32() {
     // 1000 + 600 + 400 samples, batches of 32, one and four ranks.
-    let order = Arc::new(
-        MixtureOrder::new(&weighted(&[0.5, 0.3, 0.2], None), &[1000, 600, 400]).unwrap(),
-    );
+    let order =
+        Arc::new(MixtureOrder::new(&weighted(&[0.5, 0.3, 0.2], None), &[1000, 600, 400]).unwrap());
     assert_eq!(order.quotas(), [1000, 600, 400]);
     assert_eq!(order.epoch_len(), 2000);
     for ws in [1u32, 4] {
@@ -120,7 +119,9 @@ fn random_mixtures_keep_quotas_and_totals() {
             continue; // a source with no sample per epoch
         };
         let (ws, bs) = (1 + next(4) as u32, 1 + next(64) as u32);
-        let seq = order.sequence(next(1 << 40), next(9) as u32, ws, bs).unwrap();
+        let seq = order
+            .sequence(next(1 << 40), next(9) as u32, ws, bs)
+            .unwrap();
         assert_eq!(seq.len() as u64, e);
         assert_eq!(counts(&order, &seq), order.quotas());
         // Every rank batch of a full global step: floor or ceil of its share.
@@ -229,5 +230,87 @@ fn member_of_finds_each_source() {
             (2, 3),
             (2, 4)
         ]
+    );
+}
+
+/// The issue's goal, measured on the real cache and clairvoyant policy the
+/// way `cache::sim` replays a session (reads complete at once): weights
+/// 0.5/0.3/0.2 over 500 + 1500 + 1000 samples with 4,000 samples per epoch,
+/// so the first source is read 4× per epoch and the others 0.8× (the
+/// upsampled source is 1/6 of the unique bytes, the most these weights
+/// allow with the others downsampled); the arena
+/// is half the mixture's unique bytes. Prints the figures as one JSON line
+/// (docs/benchmarks.md).
+#[test]
+fn a_four_times_upsampled_source_stays_resident_in_half_the_bytes() {
+    use crate::cache::{Cache, CacheConfig, Lookup, PolicyKind, SampleKey};
+    let order = Arc::new(
+        MixtureOrder::new(&weighted(&[0.5, 0.3, 0.2], Some(4000)), &[500, 1500, 1000]).unwrap(),
+    );
+    assert_eq!(order.quotas(), [2000, 1200, 800]);
+    let n = order.index_space();
+    let sizes: Vec<u64> = (0..n).map(|i| 60_000 + mix64(i) % 100_000).collect();
+    let unique: u64 = sizes.iter().sum();
+    let run = |policy: PolicyKind| -> Vec<[(u64, u64); 3]> {
+        let arena = (unique / 2).next_multiple_of(4096);
+        let mut cache = Cache::new(CacheConfig::new(arena, policy)).unwrap();
+        let p = plan(&order, 0, 1, 32, 4);
+        cache.add_session(0, 0, p.clone()).unwrap();
+        let mut cursor = p.cursor_at(0);
+        let mut per_epoch = vec![[(0u64, 0u64); 3]; 4];
+        let (mut position, mut pinned) = (0u64, Vec::new());
+        while let Some(batch) = cursor.next_batch().unwrap() {
+            pinned.clear();
+            for &index in batch.samples {
+                let key = SampleKey { dataset: 0, index };
+                let hit = match cache.access(key) {
+                    Lookup::Ready(_) => {
+                        cache.pin(key).unwrap();
+                        pinned.push(key);
+                        true
+                    }
+                    _ => {
+                        if cache.reserve(key, sizes[index as usize]).is_ok() {
+                            cache.complete(key, 0).unwrap();
+                            pinned.push(key);
+                        }
+                        false
+                    }
+                };
+                let c = &mut per_epoch[batch.epoch as usize][order.member_of(index).0];
+                c.0 += 1;
+                c.1 += u64::from(hit);
+            }
+            position += batch.samples.len() as u64;
+            cache.advance_session(0, position).unwrap();
+            for &key in &pinned {
+                cache.unpin(key).unwrap();
+            }
+        }
+        per_epoch
+    };
+    let rate = |c: (u64, u64)| c.1 as f64 / c.0.max(1) as f64;
+    let after_first = |e: &[[(u64, u64); 3]], k: usize| {
+        let (a, h) = e[1..]
+            .iter()
+            .fold((0, 0), |(a, h), x| (a + x[k].0, h + x[k].1));
+        rate((a, h))
+    };
+    let clairvoyant = run(PolicyKind::Clairvoyant);
+    let lru = run(PolicyKind::Lru);
+    let up = after_first(&clairvoyant, 0);
+    println!(
+        "{{\"unique_bytes\":{unique},\"arena_bytes\":{},\"upsampled_hit_rate_after_epoch0\":{up:.4},\
+         \"upsampled_hit_rate_epoch0\":{:.4},\"downsampled_hit_rates_after_epoch0\":[{:.4},{:.4}],\
+         \"lru_upsampled_hit_rate_after_epoch0\":{:.4}}}",
+        unique / 2,
+        rate(clairvoyant[0][0]),
+        after_first(&clairvoyant, 1),
+        after_first(&clairvoyant, 2),
+        after_first(&lru, 0),
+    );
+    assert!(
+        up >= 0.9,
+        "the 4x source's hit rate after epoch 0 is {up:.3}"
     );
 }
