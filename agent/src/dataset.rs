@@ -35,7 +35,7 @@ type Loaded = io::Result<(Box<dyn SampleSource>, CatalogId)>;
 /// them (its sources opened again for it, `docs/mixtures.md`).
 #[derive(Clone)]
 enum Spec {
-    Dataset(DatasetConfig),
+    Dataset(Box<DatasetConfig>),
     Mixture(MixtureConfig),
 }
 
@@ -225,7 +225,10 @@ impl Dataset {
             kind: config.kind().as_str(),
             relaxed: config.order() == DeliveryOrder::Relaxed,
             retry: agent.retry_for(config),
-            config: Some(Box::new((Spec::Dataset(config.clone()), agent.clone()))),
+            config: Some(Box::new((
+                Spec::Dataset(Box::new(config.clone())),
+                agent.clone(),
+            ))),
             state,
             catalog: None,
             attempts,

@@ -40,6 +40,8 @@
 //!   (payloads straight to and from the arena), the RDMA links, the serving
 //!   side; `PeerTier` is driven through its methods by `engine/peers.rs`,
 //!   `engine/serving.rs` and `engine/peers_rdma.rs`.
+//! * [`mixture`]: the order of a `[[mixture]]` (datasets mixed with fixed
+//!   shares of every batch); its source is `source::mixture`.
 //! * [`metrics`]: lock-free counters and the OpenMetrics endpoint.
 //! * [`warm`]: the arena file and index that make a restart warm.
 //! * `sys`: the only module allowed `unsafe` — system calls and the

@@ -63,13 +63,12 @@ weight = 0.2
     Config::from_toml_str(&toml).unwrap_or_else(|e| panic!("test config: {e}\n{toml}"))
 }
 
+/// A session's batches: (id, bytes) per sample.
+type Batches = Vec<Vec<(u64, Vec<u8>)>>;
+
 /// Batches of `o`'s session: (id, bytes) per sample; stops after `limit`
 /// batches when given, returning the session's state then.
-fn batches(
-    sock: &Path,
-    o: &SessionOptions,
-    limit: Option<usize>,
-) -> (Vec<Vec<(u64, Vec<u8>)>>, Option<Vec<u8>>) {
+fn batches(sock: &Path, o: &SessionOptions, limit: Option<usize>) -> (Batches, Option<Vec<u8>>) {
     let client = Client::connect(sock).expect("connect");
     let mut s = client.open_session(o).expect("open");
     let mut out = Vec::new();
