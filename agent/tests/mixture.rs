@@ -1,6 +1,6 @@
 //! `[[mixture]]` end to end: a mixture of a files dataset, a WebDataset
-//! shard set and another files dataset (weights 0.5/0.3/0.2) opened by
-//! name through a loader session. Every batch of 32 has its exact quotas,
+//! shard set on the filesystem and an S3 dataset on SeaweedFS (weights
+//! 0.5/0.3/0.2) opened by name through a loader session. Every batch of 32 has its exact quotas,
 //! every sample's bytes are its dataset's, two agents give the same order,
 //! and a session resumed from its saved state goes on exactly where it
 //! stopped.
@@ -9,18 +9,19 @@ mod common;
 mod common_s3;
 
 use common::{watchdog, TestAgent};
-use common_s3::synth;
+use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
+use common_s3::{synth, Seaweed, BUCKET};
 use granary::{Client, ErrorCode, SessionOptions};
 use granary_agent::config::Config;
-use granary_tools::ingest::shards::write_webdataset;
+use granary_tools::ingest::{self, shards::write_webdataset, IngestOptions};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Samples of the three datasets: files, webdataset shards, files.
+/// Samples of the three datasets: files, webdataset shards, S3 objects.
 const SIZES: [u64; 3] = [200, 120, 80];
 
-fn config(sock: &Path, a: &Path, b: &Path, c: &Path) -> Config {
+fn config(sock: &Path, a: &Path, b: &Path, endpoint: &str) -> Config {
     let toml = format!(
         r#"
 [arena]
@@ -42,7 +43,14 @@ root = "{b}"
 format = "webdataset"
 [[dataset]]
 name = "c"
-root = "{c}"
+kind = "s3"
+endpoint = "{endpoint}"
+allow_http = true
+region = "{REGION}"
+bucket = "{BUCKET}"
+prefix = "c"
+access_key_id = "{ACCESS_KEY}"
+secret_access_key = "{SECRET_KEY}"
 [[mixture]]
 name = "mix"
 [[mixture.source]]
@@ -58,7 +66,6 @@ weight = 0.2
         sock = sock.display(),
         a = a.display(),
         b = b.display(),
-        c = c.display(),
     );
     Config::from_toml_str(&toml).unwrap_or_else(|e| panic!("test config: {e}\n{toml}"))
 }
@@ -103,7 +110,8 @@ fn options(dataset: &str, epochs: u32) -> SessionOptions {
 
 struct Sets {
     _dir: tempfile::TempDir,
-    roots: [PathBuf; 3],
+    roots: [PathBuf; 2],
+    weed: Seaweed,
 }
 
 fn datasets() -> Sets {
@@ -115,24 +123,32 @@ fn datasets() -> Sets {
     let w = write_webdataset(&b_files.root, &shards, 128 * 1024).unwrap();
     assert_eq!(w.samples, SIZES[1]);
     assert!(w.shards.len() >= 2);
+    let weed = Seaweed::start();
+    let report = ingest::ingest(
+        &IngestOptions::new(&c.root, weed.settings(), "c"),
+        |_, _, _, _| {},
+    )
+    .unwrap();
+    assert_eq!(report.files, SIZES[2]);
     Sets {
-        roots: [a.root.clone(), shards, c.root.clone()],
+        roots: [a.root.clone(), shards],
         _dir: dir,
+        weed,
     }
 }
 
 fn start(sets: &Sets) -> TestAgent {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("granary.sock");
-    let [a, b, c] = &sets.roots;
-    let cfg = config(&sock, a, b, c);
+    let [a, b] = &sets.roots;
+    let cfg = config(&sock, a, b, &sets.weed.endpoint());
     let spec = granary_tools::synth::SynthSpec::new(a);
     TestAgent::start_custom(dir, a.clone(), sock, spec, cfg, Vec::new())
 }
 
 #[test]
-fn a_mixture_of_files_and_shards_gives_exact_batches_and_resumes_exactly() {
-    let _w = watchdog("a_mixture_of_files_and_shards", 240);
+fn a_mixture_of_files_shards_and_s3_gives_exact_batches_and_resumes_exactly() {
+    let _w = watchdog("a_mixture_of_files_shards_and_s3", 240);
     let sets = datasets();
     let agent = start(&sets);
     // Each dataset's bytes by id, read through its own sessions.
