@@ -92,7 +92,7 @@ use granary_bench::data::{self, Dataset};
 use granary_bench::delay_proxy::DelayProxy;
 use granary_bench::light_store::{self, LightStore};
 use granary_bench::loader::{self, Wait};
-use granary_bench::report::{self, json_num, median, Json};
+use granary_bench::report::{self, json_num, median, Goal, Json};
 use granary_bench::s3_data;
 use granary_bench::seaweed::Seaweed;
 use granary_bench::stall_loaders;
@@ -1024,15 +1024,7 @@ fn summarize(store: &Store, sw: &Sweep, plan: &Plan<'_>, j: &mut Json) {
             .map_or(f64::NAN, Point::per_store_core)
     };
     let keep_per_core = core_rate(&sw.granary, idx(100)) / core_rate(&sw.ref0, idx(100));
-    let verdict = |value: f64, goal: f64| {
-        if value.is_nan() {
-            "not measured"
-        } else if value >= goal {
-            "met"
-        } else {
-            "NOT met"
-        }
-    };
+    let verdict = |value: f64, goal: f64| Goal::at_least("", goal).verdict(value);
     println!(
         "{}: granary at 100 ms {:.0} samples/s = {:.3} × its 0 ms rate (median of {} measurements at 0 ms: {:.0} samples/s); {:.2} × the best contender at 100 ms ({best_name}, {:.0} samples/s); {:.1} × the 8-worker DataLoader",
         store.name(),
