@@ -55,6 +55,7 @@ pub mod cpu;
 pub mod data;
 pub mod delay_proxy;
 pub mod floods;
+pub mod latency;
 pub mod light_store;
 pub mod loader;
 pub mod local_s3;
