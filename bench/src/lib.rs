@@ -74,3 +74,4 @@ pub mod switch_proxy;
 pub mod sys;
 pub mod touch;
 pub mod uring_read;
+pub mod warm;
