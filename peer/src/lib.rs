@@ -18,6 +18,7 @@
 //! | [`keep`] | the deterministic keep-set of every owner, and the [`keep::Directory`] of a dataset |
 //! | [`block`] | CRC-32C of a block bound to (dataset, sample, length) |
 //! | [`frame`] | the versioned wire frames and an incremental, never-panicking decoder |
+//! | [`status`] | the job-status frame's body: rank positions and waits a peer reports |
 //! | [`channel`] | the secure channel: Noise handshake keyed by the job secret, sealed records |
 //! | [`conn`] | one connection: the channel's handshake, hellos, credits, keepalive, goodbye |
 //! | [`serve`] | the owner's serving queue: earliest due first, fair windows, single flight |
@@ -42,6 +43,7 @@ pub mod keep;
 pub mod owner;
 pub mod request;
 pub mod serve;
+pub mod status;
 /// The seeded simulator of N agents, for the crate's tests and the
 /// `sim_sweep` example (feature `sim`): not compiled into `granaryd`.
 #[cfg(any(test, feature = "sim"))]
