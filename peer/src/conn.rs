@@ -2089,9 +2089,11 @@ mod tests {
         bad[HEADER_LEN + 8] = 200; // 200 plans
         a.inject_plaintext_for_fuzzing(&bad);
         pump(&mut a, &mut b, S);
-        assert!(events(&mut b).contains(&Event::Closed(Closed::Malformed(
-            FrameError::BadStatus("too many plans")
-        ))));
+        assert!(
+            events(&mut b).contains(&Event::Closed(Closed::Malformed(FrameError::BadStatus(
+                "too many plans"
+            ))))
+        );
     }
 
     #[test]

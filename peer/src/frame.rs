@@ -1075,17 +1075,17 @@ mod tests {
             Err(FrameError::BadStatus("too many plans"))
         );
         // The plan's name length 0.
-        assert!(matches!(bad(plans_at + 2, 0), Err(FrameError::BadStatus(_))));
+        assert!(matches!(
+            bad(plans_at + 2, 0),
+            Err(FrameError::BadStatus(_))
+        ));
         let drop_last_at = first_position_at() - 3;
         assert_eq!(
             bad(drop_last_at, 2),
             Err(FrameError::BadStatus("flag neither 0 nor 1"))
         );
         let world_at = drop_last_at - 4;
-        assert_eq!(
-            bad(world_at, 0),
-            Err(FrameError::BadStatus("world size 0"))
-        );
+        assert_eq!(bad(world_at, 0), Err(FrameError::BadStatus("world size 0")));
         // Rank 0 of a world of 4 becomes rank 9.
         assert_eq!(
             bad(first_position_at(), 9),

@@ -43,9 +43,9 @@ pub mod keep;
 pub mod owner;
 pub mod request;
 pub mod serve;
-pub mod status;
 /// The seeded simulator of N agents, for the crate's tests and the
 /// `sim_sweep` example (feature `sim`): not compiled into `granaryd`.
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
+pub mod status;
 pub mod view;
