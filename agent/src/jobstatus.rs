@@ -179,7 +179,8 @@ impl JobTable {
         }
         // Several live sessions of one worker (a replacement beside one
         // not yet timed out): the furthest.
-        let mut live: BTreeMap<(&PlanKey, u32, u32), (&SessionPos, (u32, u64))> = BTreeMap::new();
+        type Worker<'a> = (&'a PlanKey, u32, u32);
+        let mut live: BTreeMap<Worker<'_>, (&SessionPos, (u32, u64))> = BTreeMap::new();
         for s in sessions {
             let Some(pos) = s.worker_position() else {
                 continue;

@@ -45,7 +45,7 @@ fn start() -> (tempfile::TempDir, SynthSpec, Vec<Agent>) {
         listens[0], listens[1]
     );
     let mut agents = Vec::new();
-    for node in 0..2 {
+    for (node, listen) in listens.iter().enumerate() {
         let ip = Agent::ip(node);
         let dir = tmp.path().join(format!("node{node}"));
         std::fs::create_dir_all(&dir).unwrap();
@@ -77,7 +77,6 @@ name = "data"
 root = "{root}"
 "#,
             sock = sock.display(),
-            listen = listens[node],
             root = data.display(),
         );
         let config = dir.join("granaryd.toml");
