@@ -1584,8 +1584,8 @@ mod tests {
         let mut bad_kind = good.clone();
         bad_kind[4] = 0;
         assert_eq!(decode_frame(&bad_kind), Err(ProtocolError::UnknownKind(0)));
-        bad_kind[4] = 13;
-        assert_eq!(decode_frame(&bad_kind), Err(ProtocolError::UnknownKind(13)));
+        bad_kind[4] = 15;
+        assert_eq!(decode_frame(&bad_kind), Err(ProtocolError::UnknownKind(15)));
         assert_eq!(ProtocolError::UnknownKind(13).code(), ErrorCode::Protocol);
 
         let mut too_large = good.clone();
