@@ -67,6 +67,7 @@ pub(crate) mod retry;
 pub(crate) mod server;
 pub(crate) mod session;
 pub mod source;
+pub mod startup;
 mod sys;
 #[cfg(test)]
 mod testutil;

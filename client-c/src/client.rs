@@ -14,6 +14,7 @@ use granary_shm::handshake::{AssignmentInfo, JobPosition, Message, PeerIdentity,
 use granary_shm::socket::SeqPacket;
 use granary_shm::ErrorCode;
 
+use crate::conn::dial;
 use crate::error::{Error, Result};
 use crate::options::SessionOptions;
 use crate::session::Session;
@@ -120,19 +121,4 @@ impl Client {
         session.resume_from(&self.path, options);
         Ok(session)
     }
-}
-
-pub(crate) fn dial(path: &Path) -> Result<SeqPacket> {
-    if path.as_os_str().is_empty() {
-        return Err(Error::new(
-            ErrorCode::InvalidArgument,
-            "socket path is empty",
-        ));
-    }
-    SeqPacket::connect(path).map_err(|e| {
-        Error::socket(
-            &format!("connecting to the agent at {}", path.display()),
-            &e,
-        )
-    })
 }

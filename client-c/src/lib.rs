@@ -44,6 +44,7 @@
 mod assignment;
 mod batch;
 mod client;
+mod conn;
 mod error;
 pub mod ffi;
 /// The named fields of a WebDataset sample (its tar members by
@@ -53,7 +54,6 @@ pub mod fields {
 }
 mod heartbeat;
 mod options;
-mod resume;
 mod session;
 mod state;
 mod view;

@@ -47,6 +47,7 @@ mod sessions;
 mod size;
 mod socket;
 mod validate;
+mod values;
 
 #[cfg(test)]
 mod field_use_tests;

@@ -1030,23 +1030,11 @@ fn peers_transport_parses_and_rdma_needs_a_device() {
     // the host has.
     let e = parse_err(&format!("{peers}transport = \"rdma\"\n{ds}"));
     assert!(e.to_string().contains("peers.encryption = \"off\""), "{e}");
-    // With encryption off it is accepted only where a device is found;
-    // without the feature there is never one.
+    // With encryption off it is a valid configuration; whether this host
+    // has a device is the daemon's start-up check (`startup.rs`).
     let rdma = format!("{peers}transport = \"rdma\"\nencryption = \"off\"\n{ds}");
-    let has_device = crate::peers::transport::BUILT_WITH_RDMA
-        && crate::peers::transport::probe_devices().is_ok_and(|d| !d.is_empty());
-    match Config::from_toml_str(&rdma) {
-        Ok(cfg) => {
-            assert!(has_device, "accepted without a device");
-            assert_eq!(cfg.peers.transport, TransportSetting::Rdma);
-        }
-        Err(e) => {
-            assert!(!has_device, "refused with a device: {e}");
-            let fields: Vec<_> = e.problems().iter().map(|p| p.field.clone()).collect();
-            assert_eq!(fields, ["peers.transport"], "{e}");
-            assert!(e.to_string().contains("RDMA"), "{e}");
-        }
-    }
+    let cfg = Config::from_toml_str(&rdma).unwrap();
+    assert_eq!(cfg.peers.transport, TransportSetting::Rdma);
 }
 
 #[test]

@@ -198,16 +198,6 @@ impl Config {
                 ),
             );
         }
-        if c.transport == super::TransportSetting::Rdma {
-            let probe = crate::peers::transport::probe_devices();
-            if let Err(e) = crate::peers::transport::resolve(
-                c.transport,
-                crate::peers::transport::BUILT_WITH_RDMA,
-                &probe,
-            ) {
-                p.bad("peers.transport", e.to_string());
-            }
-        }
         if c.rdma_port == 0 {
             p.bad("peers.rdma_port", "ports count from 1");
         }

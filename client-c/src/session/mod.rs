@@ -22,6 +22,8 @@
 //! ever. That failure is not sticky: if the agent resumes, the next call
 //! goes on.
 
+mod resume;
+
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,8 +46,8 @@ use granary_shm::{monotonic_ms, BatchDescriptor, ErrorCode, ReleaseDescriptor, S
 use crate::batch::{Batch, Returns};
 use crate::error::{Error, Result};
 use crate::options::{SessionInfo, SessionOptions};
-use crate::resume::Resume;
 use crate::state::SessionState;
+use resume::Resume;
 
 /// Longest single wait on the ready ring before the session re-checks the
 /// segment state and the socket.
