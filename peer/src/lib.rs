@@ -37,6 +37,8 @@ pub mod block;
 pub mod channel;
 pub mod conn;
 pub mod frame;
+/// The job-status frame's body (a part of [`frame`]'s wire format).
+pub use frame::status;
 pub mod grace;
 mod input;
 pub mod keep;
@@ -47,5 +49,4 @@ pub mod serve;
 /// `sim_sweep` example (feature `sim`): not compiled into `granaryd`.
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
-pub mod status;
 pub mod view;

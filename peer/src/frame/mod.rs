@@ -20,7 +20,9 @@
 //! The encoding is canonical: whatever decodes re-encodes to the same
 //! bytes. Anything else is a typed [`FrameError`].
 
-use crate::status::{JobStatus, StatusBody};
+pub mod status;
+
+use status::{JobStatus, StatusBody};
 use std::fmt;
 
 /// The frame format version this crate writes and reads.
