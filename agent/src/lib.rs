@@ -40,6 +40,9 @@
 //!   (payloads straight to and from the arena), the RDMA links, the serving
 //!   side; `PeerTier` is driven through its methods by `engine/peers.rs`,
 //!   `engine/serving.rs` and `engine/peers_rdma.rs`.
+//! * [`jobstatus`]: where the job stands across its agents — each plan's
+//!   rank positions and each rank's waits, this agent's and its peers'
+//!   (the job-status frame), stragglers.
 //! * [`metrics`]: lock-free counters and the OpenMetrics endpoint.
 //! * [`warm`]: the arena file and index that make a restart warm.
 //! * `sys`: the only module allowed `unsafe` — system calls and the
@@ -52,6 +55,7 @@ pub mod daemon;
 pub mod dataset;
 pub mod engine;
 pub(crate) mod extent;
+pub mod jobstatus;
 pub mod logging;
 pub mod metrics;
 pub(crate) mod notify;
