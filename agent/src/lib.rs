@@ -40,6 +40,9 @@
 //!   (payloads straight to and from the arena), the RDMA links, the serving
 //!   side; `PeerTier` is driven through its methods by `engine/peers.rs`,
 //!   `engine/serving.rs` and `engine/peers_rdma.rs`.
+//! * [`jobstatus`]: where the job stands across its agents — each plan's
+//!   rank positions and each rank's waits, this agent's and its peers'
+//!   (the job-status frame), stragglers.
 //! * [`mixture`]: the order of a `[[mixture]]` (datasets mixed with fixed
 //!   shares of every batch); its source is `source::mixture`.
 //! * [`metrics`]: lock-free counters and the OpenMetrics endpoint.
@@ -54,6 +57,7 @@ pub mod daemon;
 pub mod dataset;
 pub mod engine;
 pub(crate) mod extent;
+pub mod jobstatus;
 pub mod logging;
 pub mod metrics;
 pub mod mixture;

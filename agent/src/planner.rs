@@ -638,6 +638,11 @@ impl SessionPlan {
         &self.params
     }
 
+    /// The first epoch and the worker split (`worker`, `workers`).
+    pub(crate) fn layout(&self) -> (u32, u32, u32) {
+        (self.first_epoch, self.worker, self.workers)
+    }
+
     /// The epochs of the session, in order.
     pub fn epochs(&self) -> Range<u64> {
         let first = u64::from(self.first_epoch);
@@ -779,6 +784,11 @@ pub(crate) struct SessionCursor {
 }
 
 impl SessionCursor {
+    /// The plan walked.
+    pub(crate) fn plan(&self) -> &SessionPlan {
+        &self.session
+    }
+
     /// The next batch, or `None` once the session's last epoch is done.
     ///
     /// # Errors

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use granary_shm::handshake::{AssignmentInfo, Message, PeerIdentity, ViewJoined};
+use granary_shm::handshake::{AssignmentInfo, JobPosition, Message, PeerIdentity, ViewJoined};
 use granary_shm::socket::SeqPacket;
 use granary_shm::ErrorCode;
 
@@ -89,6 +89,20 @@ impl Client {
     pub fn assignment(&self, options: &SessionOptions) -> Result<AssignmentInfo> {
         let conn = dial(&self.path)?;
         crate::session::query_assignment(&conn, options)
+    }
+
+    /// Where the job stands in the plan `options` describe (dataset, seed,
+    /// batch size, world size, `drop_last`), as this agent knows it from
+    /// its own sessions and its peers' job status: the job's committed
+    /// step (the lowest position over the ranks known), and the
+    /// `first_batch` for a session with these options (its rank, epochs
+    /// and worker split) to open there. A replacement rank asks, sets
+    /// `options.first_batch` and opens (`docs/reliability.md`, "A
+    /// replacement rank"). `NotFound` when no agent of the job reported a
+    /// rank of the plan; `InvalidArgument` for a locality-mode plan.
+    pub fn job_position(&self, options: &SessionOptions) -> Result<JobPosition> {
+        let conn = dial(&self.path)?;
+        crate::session::query_job(&conn, options)
     }
 
     /// Opens a session. May be called from several threads at once.

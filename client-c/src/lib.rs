@@ -63,7 +63,9 @@ pub use assignment::{agree, encode_layout, Agreement};
 pub use batch::{Batch, Sample};
 pub use client::Client;
 pub use error::{Error, Result};
-pub use granary_shm::handshake::{AssignmentInfo, MembershipMode, PeerIdentity, ViewJoined};
+pub use granary_shm::handshake::{
+    AssignmentInfo, JobPosition, MembershipMode, PeerIdentity, ViewJoined,
+};
 pub use granary_shm::ErrorCode;
 pub use options::{
     SessionInfo, SessionOptions, DEFAULT_BATCH_SIZE, DEFAULT_OPEN_TIMEOUT, DEFAULT_RESUME_TIMEOUT,

@@ -158,6 +158,15 @@ impl Config {
                 );
             }
         }
+        if !(1000..=600_000).contains(&c.status_interval_ms) {
+            p.bad(
+                "peers.status_interval_ms",
+                format!(
+                    "{} ms is out of range (1000 to 600000)",
+                    c.status_interval_ms
+                ),
+            );
+        }
         if c.max_pinned_per_peer.0 < 1 << 20 {
             p.bad(
                 "peers.max_pinned_per_peer",

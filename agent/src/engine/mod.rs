@@ -30,6 +30,7 @@ mod directory;
 mod fence_backoff;
 #[cfg(any(test, feature = "fuzzing"))]
 mod harness;
+mod jobstatus;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod loader_script;
 mod open;
@@ -181,6 +182,8 @@ pub struct Engine {
     warm: Option<warm::WarmState>,
     /// When the loaders' waits were last read ([`crate::why`]).
     last_why: Instant,
+    /// Where the job stands: positions and waits, ours and the peers'.
+    job: crate::jobstatus::JobTable,
 }
 
 /// Bytes of the arena set aside for sample tables.
@@ -408,6 +411,7 @@ impl Engine {
             last_turn: now,
             last_heartbeat: now,
             last_why: now,
+            job: crate::jobstatus::JobTable::default(),
             peers,
             peer_events: Vec::new(),
             link_events: Vec::new(),

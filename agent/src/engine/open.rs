@@ -69,6 +69,7 @@ impl Engine {
             ConnEvent::JoinView(conn, uid, view) => self.join_view(conn, uid, &view),
             ConnEvent::Layout(conn, bytes) => self.take_layout(conn, bytes),
             ConnEvent::AssignmentQuery(conn, req) => self.assignment_query(conn, req),
+            ConnEvent::JobQuery(conn, req) => self.job_query(conn, req),
             ConnEvent::Gone(conn) => {
                 self.conn_views.remove(&conn);
                 self.conn_layouts.remove(&conn);
@@ -338,6 +339,7 @@ impl Engine {
         let Some(mut s) = self.sessions.remove(&sid) else {
             return;
         };
+        self.job_session_ended(&mut s);
         match fenced {
             Some(v) => s.segment().fence(v),
             None => s.segment().close(),

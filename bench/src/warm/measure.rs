@@ -285,3 +285,12 @@ pub fn measure(
         hugepages,
     })
 }
+
+/// The page size in words.
+pub fn pages(huge: bool) -> &'static str {
+    if huge {
+        "2 MiB pages"
+    } else {
+        "4 KiB pages"
+    }
+}

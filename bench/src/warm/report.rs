@@ -1,19 +1,11 @@
 //! What a run prints: each measurement as it comes, then the verdict and
 //! the result line.
 
-use super::measure::Outcome;
+use super::measure::{pages, Outcome};
 use super::scenario::Scenario;
 use super::{GOAL, WAIT_REPORTS_GOAL};
 use crate::report::Json;
 use crate::sys;
-
-pub(super) fn pages(huge: bool) -> &'static str {
-    if huge {
-        "2 MiB pages"
-    } else {
-        "4 KiB pages"
-    }
-}
 
 fn fmt_rates(v: &[f64]) -> String {
     v.iter()

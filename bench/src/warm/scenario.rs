@@ -2,8 +2,7 @@
 //! hugepages reserved for the arena and the baseline, and the private
 //! mapping the baselines read.
 
-use super::measure::{self, Knobs, Outcome};
-use super::report::pages;
+use super::measure::{self, pages, Knobs, Outcome};
 use super::{Options, Result};
 use crate::data::{self, Dataset};
 use crate::sys;
