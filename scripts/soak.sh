@@ -7,7 +7,7 @@
 #              loader reads (agent/tests/kill_loop.rs), 300,000 mutated and
 #              300,000 random configuration files
 #              (agent/src/config/fuzz_tests.rs), 2,000 random loader scripts
-#              beside an honest session (agent/src/engine/tests.rs), an
+#              beside an honest session (agent/src/engine/tests/mod.rs), an
 #              honest loader next to each kind of misbehaving loader for
 #              60 s (rounds of 10 s, interleaved with 10 s alone), the 0.9x
 #              goal asserted (agent/tests/neighbours.rs),

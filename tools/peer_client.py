@@ -169,10 +169,11 @@ def fs_fingerprint(name, catalog):
 # ---------------------------------------------------------------- frames
 
 FORMAT_VERSION = 2
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 MAX_BODY = 64 * 1024
 HELLO, GET, VECTOR_GET, DATA, MISS, CREDIT, PING, PONG, GOODBYE = 1, 3, 4, 5, 6, 7, 8, 9, 10
 CANCEL = 12  # u64 request id: the block is no longer wanted (protocol version 3)
+JOB_STATUS = 13  # the sender's plans' rank positions and rank waits (protocol version 4): ignored here
 MISS_REASONS = {
     1: "not owner",
     2: "not kept",
@@ -523,7 +524,7 @@ class PeerClient:
                 self.credit += struct.unpack("<I", body)[0]
             elif kind == PING:
                 self.send_frames([frame(PONG, body)])
-            elif kind == PONG:
+            elif kind in (PONG, JOB_STATUS):
                 pass
             elif kind == GOODBYE:
                 raise ConnectionError("goodbye: %s" % GOODBYE_REASONS.get(body[0], body[0]))

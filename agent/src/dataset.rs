@@ -11,7 +11,9 @@
 //! still running wait for it; once an attempt has failed, they get its
 //! error at once, with when the next attempt is due.
 
-use crate::config::{Config, DatasetConfig, DeliveryOrder, RetrySettings, SourceKind};
+use crate::config::{
+    Config, DatasetConfig, DeliveryOrder, MixtureConfig, RetrySettings, SourceKind,
+};
 use crate::provenance;
 use crate::source::{self, SampleSource};
 use granary_shm::handshake::CatalogId;
@@ -28,6 +30,30 @@ pub(crate) const RETRY_MAX: Duration = Duration::from_secs(60);
 const ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 type Loaded = io::Result<(Box<dyn SampleSource>, CatalogId)>;
+
+/// What a dataset is opened from: a `[[dataset]]`, or a `[[mixture]]` of
+/// them (its sources opened again for it, `docs/mixtures.md`).
+#[derive(Clone)]
+enum Spec {
+    Dataset(Box<DatasetConfig>),
+    Mixture(MixtureConfig),
+}
+
+impl Spec {
+    fn open(&self, agent: &Config) -> io::Result<Box<dyn SampleSource>> {
+        match self {
+            Spec::Dataset(d) => source::open(d, agent),
+            Spec::Mixture(m) => Ok(Box::new(source::mixture::MixtureSource::open(m, agent)?)),
+        }
+    }
+
+    fn name(&self) -> &str {
+        match self {
+            Spec::Dataset(d) => d.name(),
+            Spec::Mixture(m) => &m.name,
+        }
+    }
+}
 
 /// Where a dataset stands.
 enum State {
@@ -60,7 +86,7 @@ pub struct Dataset {
     /// `[dataset.retry]` applied).
     pub retry: RetrySettings,
     /// What to open it from again (`None`: a source handed over ready).
-    config: Option<Box<(DatasetConfig, Config)>>,
+    config: Option<Box<(Spec, Config)>>,
     state: State,
     /// The catalog's id (fingerprint and difference sketch) once ready:
     /// what a session state records as its provenance.
@@ -85,11 +111,79 @@ impl std::fmt::Debug for Dataset {
 impl Dataset {
     /// Opens a dataset in the calling thread.
     pub(crate) fn open_now(config: &DatasetConfig, agent: &Config) -> io::Result<Dataset> {
-        let source = source::open(config, agent)?;
-        let catalog = provenance::catalog_id(config.name(), &*source);
-        let mut d = Dataset::with_state(config, agent, State::Ready(source), 1);
-        d.catalog = Some(catalog);
+        let mut d = Dataset::with_state(
+            config,
+            agent,
+            State::Waiting {
+                next: Instant::now(),
+            },
+            1,
+        );
+        d.open_here(agent)?;
         Ok(d)
+    }
+
+    /// Opens a mixture (`[[mixture]]`) in the calling thread.
+    pub(crate) fn open_mixture_now(config: &MixtureConfig, agent: &Config) -> io::Result<Dataset> {
+        let mut d = Dataset::mixture(
+            config,
+            agent,
+            State::Waiting {
+                next: Instant::now(),
+            },
+            1,
+        );
+        d.open_here(agent)?;
+        Ok(d)
+    }
+
+    /// Starts opening a mixture on a thread of its own.
+    pub(crate) fn open_mixture_in_background(config: &MixtureConfig, agent: &Config) -> Dataset {
+        let mut d = Dataset::mixture(
+            config,
+            agent,
+            State::Waiting {
+                next: Instant::now(),
+            },
+            0,
+        );
+        d.start_attempt();
+        d
+    }
+
+    /// Whether a mixture is opened in the background: some source of it is.
+    pub(crate) fn is_remote_mixture(config: &MixtureConfig, agent: &Config) -> bool {
+        config
+            .source
+            .iter()
+            .filter_map(|s| agent.dataset(&s.dataset))
+            .any(Dataset::is_remote)
+    }
+
+    fn open_here(&mut self, agent: &Config) -> io::Result<()> {
+        let Some(both) = self.config.as_deref() else {
+            return Ok(());
+        };
+        let source = both.0.open(agent)?;
+        self.catalog = Some(provenance::catalog_id(&self.name, &*source));
+        self.state = State::Ready(source);
+        Ok(())
+    }
+
+    fn mixture(config: &MixtureConfig, agent: &Config, state: State, attempts: u32) -> Dataset {
+        Dataset {
+            name: config.name.clone(),
+            kind: "mixture",
+            relaxed: false,
+            retry: agent.prefetch.retry_settings(&Default::default()),
+            config: Some(Box::new((Spec::Mixture(config.clone()), agent.clone()))),
+            state,
+            catalog: None,
+            attempts,
+            last_error: None,
+            failures_logged: None,
+            failures_unlogged: 0,
+        }
     }
 
     /// Starts opening a dataset on a thread of its own.
@@ -131,7 +225,10 @@ impl Dataset {
             kind: config.kind().as_str(),
             relaxed: config.order() == DeliveryOrder::Relaxed,
             retry: agent.retry_for(config),
-            config: Some(Box::new((config.clone(), agent.clone()))),
+            config: Some(Box::new((
+                Spec::Dataset(Box::new(config.clone())),
+                agent.clone(),
+            ))),
             state,
             catalog: None,
             attempts,
@@ -143,7 +240,10 @@ impl Dataset {
 
     /// The dataset's configuration (`None`: a source handed over ready).
     pub fn config(&self) -> Option<&DatasetConfig> {
-        self.config.as_deref().map(|(d, _)| d)
+        match self.config.as_deref() {
+            Some((Spec::Dataset(d), _)) => Some(d),
+            _ => None,
+        }
     }
 
     /// Whether the configuration says the dataset is opened in the
@@ -162,7 +262,7 @@ impl Dataset {
         let spawned = std::thread::Builder::new()
             .name(format!("granary-open-{}", self.attempts))
             .spawn(move || {
-                let result = source::open(&config, &agent).and_then(|s| {
+                let result = config.open(&agent).and_then(|s| {
                     if s.is_empty() {
                         Err(io::Error::other("the dataset has no samples"))
                     } else {
@@ -241,7 +341,7 @@ impl Dataset {
         }
     }
 
-    /// `"fs"`, `"s3"` or `"cql"`.
+    /// `"fs"`, `"s3"`, `"gcs"`, `"azure"`, `"cql"` or `"mixture"`.
     pub fn kind(&self) -> &'static str {
         self.kind
     }

@@ -40,6 +40,11 @@
 //!   (payloads straight to and from the arena), the RDMA links, the serving
 //!   side; `PeerTier` is driven through its methods by `engine/peers.rs`,
 //!   `engine/serving.rs` and `engine/peers_rdma.rs`.
+//! * [`jobstatus`]: where the job stands across its agents — each plan's
+//!   rank positions and each rank's waits, this agent's and its peers'
+//!   (the job-status frame), stragglers.
+//! * [`mixture`]: the order of a `[[mixture]]` (datasets mixed with fixed
+//!   shares of every batch); its source is `source::mixture`.
 //! * [`metrics`]: lock-free counters and the OpenMetrics endpoint.
 //! * [`warm`]: the arena file and index that make a restart warm.
 //! * `sys`: the only module allowed `unsafe` — system calls and the
@@ -52,8 +57,10 @@ pub mod daemon;
 pub mod dataset;
 pub mod engine;
 pub(crate) mod extent;
+pub mod jobstatus;
 pub mod logging;
 pub mod metrics;
+pub mod mixture;
 pub(crate) mod notify;
 pub mod peers;
 pub(crate) mod placement;
@@ -63,6 +70,7 @@ pub(crate) mod retry;
 pub(crate) mod server;
 pub(crate) mod session;
 pub mod source;
+pub mod startup;
 mod sys;
 #[cfg(test)]
 mod testutil;

@@ -26,8 +26,10 @@ use std::time::Duration;
 mod dashboard_tests;
 mod endpoint;
 mod health;
+mod job;
 mod ranks;
 
+pub use job::SharedJob;
 pub use ranks::SharedRanks;
 
 pub use endpoint::{
@@ -425,6 +427,8 @@ pub struct Metrics {
     pub loader_wait_ns: Counter,
     /// Every rank's waits, stalls and verdicts ([`crate::why`]).
     pub ranks: SharedRanks,
+    /// Every rank of the job, on every node ([`crate::jobstatus`]).
+    pub job: SharedJob,
     /// Arena bytes free.
     pub arena_free: Gauge,
     /// Arena bytes cached and unpinned.
@@ -608,6 +612,7 @@ impl Metrics {
             read_latency: SharedHistogram::default(),
             loader_wait_ns: Counter::default(),
             ranks: SharedRanks::default(),
+            job: SharedJob::default(),
             arena_free: Gauge::default(),
             arena_cached: Gauge::default(),
             arena_pinned: Gauge::default(),
@@ -710,6 +715,7 @@ impl Metrics {
         m.peers.register(&mut registry);
         registry.register_collector(Box::new(WarmCollector(m.warm_restart.clone())));
         registry.register_collector(Box::new(ranks::RankCollector(m.ranks.clone())));
+        registry.register_collector(Box::new(job::JobCollector(m.job.clone())));
         registry.register_collector(Box::new(Derived {
             cache: [
                 ("hit", "arena", m.cache_hits.clone()),

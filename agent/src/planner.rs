@@ -29,6 +29,7 @@
 //! 6. **Batch.** The share is cut into consecutive batches of `batch_size`;
 //!    the last one is short, or dropped with `drop_last`.
 
+use crate::mixture::MixtureOrder;
 use crate::placement::Placement;
 use std::fmt;
 use std::ops::Range;
@@ -380,6 +381,18 @@ impl EpochPlan {
         epoch: u32,
         placement: Option<&Placement>,
     ) -> Result<Self, PlanError> {
+        EpochPlan::build(params, epoch, placement, None)
+    }
+
+    /// [`EpochPlan::with_placement`], dealing a mixture's epoch
+    /// ([`MixtureOrder::sequence`]) in place of the permutation when
+    /// `mixture` is given.
+    fn build(
+        params: &PlanParams,
+        epoch: u32,
+        placement: Option<&Placement>,
+        mixture: Option<&MixtureOrder>,
+    ) -> Result<Self, PlanError> {
         params.validate()?;
         let delivered = batch_count(params)
             .saturating_mul(u64::from(params.batch_size))
@@ -387,7 +400,10 @@ impl EpochPlan {
         let samples = if delivered == 0 {
             Vec::new()
         } else {
-            let perm = epoch_permutation(params.seed, epoch, params.num_samples)?;
+            let perm = match mixture {
+                Some(m) => m.sequence(params.seed, epoch, params.world_size, params.batch_size)?,
+                None => epoch_permutation(params.seed, epoch, params.num_samples)?,
+            };
             match placement.and_then(|p| p.locality_order(params, &perm)) {
                 Some(order) => order?,
                 None => stride(params, &perm, delivered),
@@ -506,6 +522,8 @@ pub struct SessionPlan {
     worker: u32,
     workers: u32,
     placement: Option<Arc<Placement>>,
+    /// A mixture's order, dealt in place of the permutation.
+    mixture: Option<Arc<MixtureOrder>>,
     memo: Arc<Mutex<Vec<Arc<EpochPlan>>>>,
 }
 
@@ -554,6 +572,7 @@ impl SessionPlan {
             worker: 0,
             workers: 1,
             placement: None,
+            mixture: None,
             memo: Arc::default(),
         })
     }
@@ -585,6 +604,22 @@ impl SessionPlan {
         self
     }
 
+    /// The same session over a mixture: each epoch deals
+    /// `mixture.sequence(…)` (`params.num_samples` is its epoch length).
+    pub(crate) fn with_mixture(mut self, mixture: Arc<MixtureOrder>) -> Self {
+        self.mixture = Some(mixture);
+        self.memo = Arc::default();
+        self
+    }
+
+    /// The number of distinct sample indices the plan can name: the
+    /// dataset's samples, or a mixture's sources' samples added up.
+    pub(crate) fn index_space(&self) -> u64 {
+        self.mixture
+            .as_deref()
+            .map_or(self.params.num_samples, MixtureOrder::index_space)
+    }
+
     /// The `mode` label of the session's placement counts, when it counts.
     pub(crate) fn placement_mode(&self) -> Option<&'static str> {
         self.placement.as_deref().map(Placement::mode)
@@ -593,6 +628,11 @@ impl SessionPlan {
     /// The session's parameters.
     pub fn params(&self) -> &PlanParams {
         &self.params
+    }
+
+    /// The first epoch and the worker split (`worker`, `workers`).
+    pub(crate) fn layout(&self) -> (u32, u32, u32) {
+        (self.first_epoch, self.worker, self.workers)
     }
 
     /// The epochs of the session, in order.
@@ -651,8 +691,13 @@ impl SessionPlan {
             return Ok(Arc::clone(p));
         }
         let built = Arc::new(
-            EpochPlan::with_placement(&self.params, epoch, self.placement.as_deref())?
-                .strided(self.worker, self.workers),
+            EpochPlan::build(
+                &self.params,
+                epoch,
+                self.placement.as_deref(),
+                self.mixture.as_deref(),
+            )?
+            .strided(self.worker, self.workers),
         );
         if memo.len() >= EPOCH_MEMO {
             memo.remove(0);
@@ -731,6 +776,11 @@ pub(crate) struct SessionCursor {
 }
 
 impl SessionCursor {
+    /// The plan walked.
+    pub(crate) fn plan(&self) -> &SessionPlan {
+        &self.session
+    }
+
     /// The next batch, or `None` once the session's last epoch is done.
     ///
     /// # Errors

@@ -135,6 +135,8 @@ pub(crate) struct Session {
     rank: u32,
     /// Its waits and stalls, for the verdicts ([`crate::why`]).
     pub(crate) waits: crate::why::SessionWaits,
+    /// The batch it opened at, counted across its epochs.
+    first_batch: u64,
 }
 
 impl std::fmt::Debug for Session {
@@ -227,7 +229,25 @@ impl Session {
             placement_mode: plan.placement_mode(),
             rank,
             waits,
+            first_batch,
         }
+    }
+
+    /// The plan walked.
+    pub(crate) fn plan(&self) -> &crate::planner::SessionPlan {
+        self.cursor.plan()
+    }
+
+    /// The committed position: the batch it opened at plus the batches
+    /// its loader took from the ready ring (returned by `next_batch`; the
+    /// end-of-stream marker is not one), counted across its epochs. `None`
+    /// when the loader broke the ring's indices (the session is fenced).
+    pub(crate) fn committed(&mut self) -> Option<u64> {
+        let unconsumed = self.ready.unconsumed().ok()? as u64;
+        let published = self.ready.tail() - self.ready.staged() as u64;
+        let taken = published.saturating_sub(unconsumed);
+        let batches = self.next_seq - u64::from(self.ended);
+        Some(self.first_batch + taken.min(batches))
     }
 
     /// The rank the session's plan is for.

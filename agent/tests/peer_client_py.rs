@@ -193,7 +193,7 @@ impl Setup {
         let hello = &r["peer_hello"];
         assert_eq!(hello["node_id"], "n0", "{what}: {hello}");
         assert_eq!(hello["job_id"], JOB, "{what}: {hello}");
-        assert_eq!(hello["version"], 3, "{what}: {hello}");
+        assert_eq!(hello["version"], 4, "{what}: {hello}");
         assert_eq!(
             hello["view_digest"], r["view_digest"],
             "{what}: the listener's view digest is the one the client computed from the docs"

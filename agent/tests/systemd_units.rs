@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 const UNITS: [&str; 2] = ["granaryd.service", "granary-hugepages.service"];
 
 /// The longest drain the agent does on stop, one after the other: the
-/// file reader's (`source/fs/reader.rs`) and a remote store queue's
+/// file reader's (`source/fs/reader/mod.rs`) and a remote store queue's
 /// (`source/task_queue.rs`), 30 s each.
 const STOP_DRAINS: Duration = Duration::from_secs(60);
 

@@ -185,7 +185,7 @@ fn index_build_of_a_large_tar_set() {
     }
     let written = t0.elapsed();
     let t1 = std::time::Instant::now();
-    let (cat, stats) = granary_agent::source::shards::fs::index(dir.path(), "cls").unwrap();
+    let (cat, stats) = granary_agent::source::fs::shards::index(dir.path(), "cls").unwrap();
     let took = t1.elapsed();
     assert_eq!(cat.len() as u64, n);
     assert_eq!(stats.shard_bytes, total);

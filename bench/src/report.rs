@@ -1,9 +1,12 @@
 //! Summary statistics and the JSON object every benchmark prints last.
 
-use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
+
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
+use serde_json::Value;
 
 /// Median of `values` (mean of the two middle values for an even count);
 /// `NaN` when empty.
@@ -27,12 +30,91 @@ pub fn percentile(sorted: &[u64], p: f64) -> Option<u64> {
     Some(sorted[rank.clamp(1, sorted.len()) - 1])
 }
 
-/// A flat JSON object built key by key, in insertion order.
+/// How a measured value is held against its threshold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cmp {
+    /// Met when the value is at least the threshold.
+    AtLeast,
+    /// Met when the value is at most the threshold.
+    AtMost,
+}
+
+/// A benchmark's goal, declared once: the JSON key its verdict is printed
+/// under, the threshold and the direction. A value that is not a number
+/// (a side that did not run) never meets it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Goal {
+    /// The JSON key of the verdict (`"met"` or `"NOT met"`).
+    pub key: &'static str,
+    /// The threshold the value is held against.
+    pub threshold: f64,
+    /// The direction.
+    pub cmp: Cmp,
+}
+
+impl Goal {
+    /// Met when the value is `>= threshold`.
+    pub const fn at_least(key: &'static str, threshold: f64) -> Goal {
+        Goal {
+            key,
+            threshold,
+            cmp: Cmp::AtLeast,
+        }
+    }
+
+    /// Met when the value is `<= threshold`.
+    pub const fn at_most(key: &'static str, threshold: f64) -> Goal {
+        Goal {
+            key,
+            threshold,
+            cmp: Cmp::AtMost,
+        }
+    }
+
+    /// Whether `value` meets the goal.
+    pub fn met(&self, value: f64) -> bool {
+        match self.cmp {
+            Cmp::AtLeast => value >= self.threshold,
+            Cmp::AtMost => value <= self.threshold,
+        }
+    }
+
+    /// `"met"`, `"NOT met"`, or `"not measured"` when `value` is not a
+    /// number.
+    pub fn verdict(&self, value: f64) -> &'static str {
+        if value.is_nan() {
+            "not measured"
+        } else {
+            verdict(self.met(value))
+        }
+    }
+
+    /// The rule as text, e.g. `≥ 0.95`.
+    pub fn rule(&self) -> String {
+        let op = match self.cmp {
+            Cmp::AtLeast => '≥',
+            Cmp::AtMost => '≤',
+        };
+        format!("{op} {}", self.threshold)
+    }
+}
+
+/// The verdict every benchmark prints: `"met"` or `"NOT met"`.
+pub fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "NOT met"
+    }
+}
+
+/// A flat JSON object built key by key, in insertion order, and written
+/// by `serde_json`.
 ///
 /// Numbers that are not finite are written as `null`.
 #[derive(Default)]
 pub struct Json {
-    body: String,
+    fields: Vec<(String, Value)>,
 }
 
 impl Json {
@@ -43,80 +125,81 @@ impl Json {
         j
     }
 
-    fn key(&mut self, key: &str) {
-        if !self.body.is_empty() {
-            self.body.push(',');
-        }
-        push_str(&mut self.body, key);
-        self.body.push(':');
+    fn put(&mut self, key: &str, value: Value) -> &mut Json {
+        self.fields.push((key.to_owned(), value));
+        self
     }
 
     /// Adds a number rounded to `decimals` places.
     pub fn num(&mut self, key: &str, value: f64, decimals: usize) -> &mut Json {
-        self.key(key);
-        if value.is_finite() {
-            let _ = write!(self.body, "{value:.decimals$}");
-        } else {
-            self.body.push_str("null");
-        }
-        self
+        self.put(key, rounded(value, decimals))
     }
 
     /// Adds an integer.
     pub fn int(&mut self, key: &str, value: u64) -> &mut Json {
-        self.key(key);
-        let _ = write!(self.body, "{value}");
-        self
+        self.put(key, Value::from(value))
     }
 
     /// Adds an array of numbers, each rounded to `decimals` places
     /// (`null` for those that are not finite).
     pub fn nums(&mut self, key: &str, values: &[f64], decimals: usize) -> &mut Json {
-        self.key(key);
-        self.body.push('[');
-        for (i, v) in values.iter().enumerate() {
-            if i > 0 {
-                self.body.push(',');
-            }
-            if v.is_finite() {
-                let _ = write!(self.body, "{v:.decimals$}");
-            } else {
-                self.body.push_str("null");
-            }
-        }
-        self.body.push(']');
-        self
+        let v = values.iter().map(|&x| rounded(x, decimals)).collect();
+        self.put(key, Value::Array(v))
     }
 
     /// Adds a value that is already JSON text (an object or array built
-    /// elsewhere); the caller vouches for its syntax.
+    /// elsewhere); text that does not parse is added as a string.
     pub fn raw(&mut self, key: &str, json: &str) -> &mut Json {
-        self.key(key);
-        self.body.push_str(json);
-        self
+        let v = serde_json::from_str(json).unwrap_or_else(|_| Value::from(json));
+        self.put(key, v)
     }
 
     /// Adds a string.
     pub fn str(&mut self, key: &str, value: &str) -> &mut Json {
-        self.key(key);
-        push_str(&mut self.body, value);
-        self
+        self.put(key, Value::from(value))
+    }
+
+    /// Adds a goal's verdict for `value` under the goal's key.
+    pub fn goal(&mut self, goal: &Goal, value: f64) -> &mut Json {
+        self.str(goal.key, goal.verdict(value))
     }
 
     /// The object as one line of text.
     pub fn line(&self) -> String {
-        format!("{{{}}}", self.body)
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
 }
 
+impl Serialize for Json {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.fields.len()))?;
+        for (k, v) in &self.fields {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+/// `value` rounded to `decimals` places, or `null` when not finite.
+fn rounded(value: f64, decimals: usize) -> Value {
+    if !value.is_finite() {
+        return Value::Null;
+    }
+    let scale = 10f64.powi(decimals.min(15) as i32);
+    let r = (value * scale).round() / scale;
+    if decimals == 0 && r.abs() < 9.0e15 {
+        // Whole numbers print as integers, as `{:.0}` would.
+        return Value::from(r as i64);
+    }
+    serde_json::Number::from_f64(if r.is_finite() { r } else { value })
+        .map_or(Value::Null, Value::Number)
+}
+
 /// A number field of a flat JSON line (what the Python loaders print):
-/// `None` when the key is missing or its value is not a number.
+/// `None` when the line is not a JSON object, the key is missing or its
+/// value is not a number.
 pub fn json_num(line: &str, key: &str) -> Option<f64> {
-    let pat = format!("\"{key}\":");
-    let at = line.find(&pat)? + pat.len();
-    let rest = line[at..].trim_start();
-    let end = rest.find([',', '}']).unwrap_or(rest.len());
-    rest[..end].trim().parse().ok()
+    serde_json::from_str::<Value>(line).ok()?.get(key)?.as_f64()
 }
 
 /// Draws a plot with a Python `script` run as `python script - out`, the
@@ -157,21 +240,6 @@ pub fn draw_with(
     }
 }
 
-fn push_str(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,12 +265,33 @@ mod tests {
             .str("c", "x\"y")
             .num("d", f64::NAN, 1)
             .nums("e", &[1.0, f64::INFINITY, 2.26], 1)
+            .num("h", 99.6, 0)
             .raw("f", "{\"g\":1}");
         assert_eq!(
             j.line(),
-            r#"{"bench":"ring","a":1.23,"b":7,"c":"x\"y","d":null,"e":[1.0,null,2.3],"f":{"g":1}}"#
+            r#"{"bench":"ring","a":1.23,"b":7,"c":"x\"y","d":null,"e":[1.0,null,2.3],"h":100,"f":{"g":1}}"#
         );
     }
+    #[test]
+    fn goals_say_met_or_not() {
+        let g = Goal::at_least("goal", 0.95);
+        assert!(g.met(0.95) && !g.met(0.9499) && !g.met(f64::NAN));
+        assert_eq!((g.verdict(1.0), g.verdict(0.5)), ("met", "NOT met"));
+        assert_eq!(g.verdict(f64::NAN), "not measured");
+        let m = Goal::at_most("goal_idle", 0.02);
+        assert!(m.met(0.02) && !m.met(0.021) && !m.met(f64::NAN));
+        assert_eq!(
+            (g.rule(), m.rule()),
+            ("≥ 0.95".to_owned(), "≤ 0.02".to_owned())
+        );
+        let mut j = Json::bench("x");
+        j.goal(&g, 0.96).goal(&m, 0.5);
+        assert_eq!(
+            j.line(),
+            r#"{"bench":"x","goal":"met","goal_idle":"NOT met"}"#
+        );
+    }
+
     #[test]
     fn numbers_are_read_from_a_json_line() {
         let line = r#"{"workers": 8, "samples_per_s": 74.5, "ramp_s": 1e-3, "torch": "2.1"}"#;

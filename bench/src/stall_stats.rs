@@ -465,7 +465,7 @@ mod tests {
         let line = summary_json(&[0, 100], &columns, &goal).line();
         assert!(
             line.starts_with(
-                r#"{"bench":"stall","rtt_ms":[0,100],"granary_idle":[0.0100,0.0100],"boto3_w8_idle":[0.5000,null],"granary_cpu_us_per_sample":300.0,"best_contender_cpu_us_per_sample":500.0,"best_contender":"boto3_w8","goal_idle":"met","goal_cpu":"NOT met""#
+                r#"{"bench":"stall","rtt_ms":[0,100],"granary_idle":[0.01,0.01],"boto3_w8_idle":[0.5,null],"granary_cpu_us_per_sample":300.0,"best_contender_cpu_us_per_sample":500.0,"best_contender":"boto3_w8","goal_idle":"met","goal_cpu":"NOT met""#
             ),
             "{line}"
         );
@@ -474,7 +474,7 @@ mod tests {
             "{line}"
         );
         assert!(
-            line.contains(r#""granary_idle_from_start":[0.0000,0.0000]"#),
+            line.contains(r#""granary_idle_from_start":[0.0,0.0]"#),
             "{line}"
         );
     }

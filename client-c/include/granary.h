@@ -469,6 +469,51 @@ typedef struct granary_peer_identity {
 } granary_peer_identity;
 
 /**
+ * What `granary_job_position()` reports: where the job stands in a
+ * session's plan, as the agent knows it from its own sessions and its
+ * peers' job status. Set `struct_size` first.
+ */
+typedef struct granary_job_position_info {
+    /**
+     * Set by the caller to `sizeof(granary_job_position_info)`.
+     */
+    uint32_t struct_size;
+    /**
+     * The epoch of the job's committed step.
+     */
+    uint32_t epoch;
+    /**
+     * The committed step: batches of `epoch` every known rank has taken.
+     */
+    uint64_t step;
+    /**
+     * Ranks of the plan whose position the agent knows.
+     */
+    uint32_t ranks_known;
+    /**
+     * Agents whose reports named a rank of the plan (its own included).
+     */
+    uint32_t nodes;
+    /**
+     * The `first_batch` for the queried options to open at the committed
+     * step (counted across their epochs, for their worker split).
+     */
+    uint64_t first_batch;
+    /**
+     * 1 when the queried rank's own position is known (below), else 0.
+     */
+    uint32_t rank_known;
+    /**
+     * The queried rank's epoch (0 unless `rank_known`).
+     */
+    uint32_t rank_epoch;
+    /**
+     * Batches of `rank_epoch` the queried rank has taken.
+     */
+    uint64_t rank_step;
+} granary_job_position_info;
+
+/**
  * One agent of a job, for `granary_view_encode()`.
  */
 typedef struct granary_view_member {
@@ -819,6 +864,31 @@ int granary_session_close(struct granary_session *session);
 int granary_get_peer_identity(const struct granary_client *client,
                               struct granary_peer_identity *out,
                               int timeout_ms);
+
+/**
+ * Asks the agent where the job stands in the plan `opts` describe
+ * (dataset, seed, batch size, world size, `drop_last`) and stores the
+ * answer in `*out` (the caller sets `out->struct_size` first): the job's
+ * committed step, from the agent's own sessions and its peers' job
+ * status, and the `first_batch` for a session with these options (its
+ * rank, epochs and worker split) to open there. A replacement rank sets
+ * `opts->first_batch` to it and opens. Waits up to the options'
+ * `open_timeout_ms`, on a connection of its own.
+ *
+ * Returns `GRANARY_OK`, `GRANARY_E_INVALID_ARGUMENT` (NULL, bad field,
+ * `struct_size` too small, a locality-mode plan), `GRANARY_E_NOT_FOUND`
+ * (unknown dataset, or no agent of the job reported a rank of the plan),
+ * `GRANARY_E_TIMEOUT`, `GRANARY_E_DISCONNECTED`, `GRANARY_E_PROTOCOL`.
+ *
+ * Thread safety: may be called concurrently on the same client.
+ *
+ * # Safety
+ * `client` is NULL or a live client handle; `opts` is NULL or a readable
+ * options struct; `out` is NULL or writable for `out->struct_size` bytes.
+ */
+int granary_job_position(const struct granary_client *client,
+                         const struct granary_session_options *opts,
+                         struct granary_job_position_info *out);
 
 /**
  * Encodes the membership view of job `job_id` at `epoch` (a relaunch uses

@@ -10,10 +10,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use granary_shm::handshake::{AssignmentInfo, Message, PeerIdentity, ViewJoined};
+use granary_shm::handshake::{AssignmentInfo, JobPosition, Message, PeerIdentity, ViewJoined};
 use granary_shm::socket::SeqPacket;
 use granary_shm::ErrorCode;
 
+use crate::conn::dial;
 use crate::error::{Error, Result};
 use crate::options::SessionOptions;
 use crate::session::Session;
@@ -90,6 +91,20 @@ impl Client {
         crate::session::query_assignment(&conn, options)
     }
 
+    /// Where the job stands in the plan `options` describe (dataset, seed,
+    /// batch size, world size, `drop_last`), as this agent knows it from
+    /// its own sessions and its peers' job status: the job's committed
+    /// step (the lowest position over the ranks known), and the
+    /// `first_batch` for a session with these options (its rank, epochs
+    /// and worker split) to open there. A replacement rank asks, sets
+    /// `options.first_batch` and opens (`docs/reliability.md`, "A
+    /// replacement rank"). `NotFound` when no agent of the job reported a
+    /// rank of the plan; `InvalidArgument` for a locality-mode plan.
+    pub fn job_position(&self, options: &SessionOptions) -> Result<JobPosition> {
+        let conn = dial(&self.path)?;
+        crate::session::query_job(&conn, options)
+    }
+
     /// Opens a session. May be called from several threads at once.
     pub fn open_session(&self, options: &SessionOptions) -> Result<Session> {
         let spare = self
@@ -106,19 +121,4 @@ impl Client {
         session.resume_from(&self.path, options);
         Ok(session)
     }
-}
-
-pub(crate) fn dial(path: &Path) -> Result<SeqPacket> {
-    if path.as_os_str().is_empty() {
-        return Err(Error::new(
-            ErrorCode::InvalidArgument,
-            "socket path is empty",
-        ));
-    }
-    SeqPacket::connect(path).map_err(|e| {
-        Error::socket(
-            &format!("connecting to the agent at {}", path.display()),
-            &e,
-        )
-    })
 }

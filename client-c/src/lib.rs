@@ -44,6 +44,7 @@
 mod assignment;
 mod batch;
 mod client;
+mod conn;
 mod error;
 pub mod ffi;
 /// The named fields of a WebDataset sample (its tar members by
@@ -53,7 +54,6 @@ pub mod fields {
 }
 mod heartbeat;
 mod options;
-mod resume;
 mod session;
 mod state;
 mod view;
@@ -63,7 +63,9 @@ pub use assignment::{agree, encode_layout, Agreement};
 pub use batch::{Batch, Sample};
 pub use client::Client;
 pub use error::{Error, Result};
-pub use granary_shm::handshake::{AssignmentInfo, MembershipMode, PeerIdentity, ViewJoined};
+pub use granary_shm::handshake::{
+    AssignmentInfo, JobPosition, MembershipMode, PeerIdentity, ViewJoined,
+};
 pub use granary_shm::ErrorCode;
 pub use options::{
     SessionInfo, SessionOptions, DEFAULT_BATCH_SIZE, DEFAULT_OPEN_TIMEOUT, DEFAULT_RESUME_TIMEOUT,

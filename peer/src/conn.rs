@@ -238,6 +238,9 @@ pub enum Event {
     /// with a [`MissReason::Cancelled`] miss. At most as many are passed on
     /// as the peer has requests outstanding; the others are dropped.
     Cancel(u64),
+    /// The peer's job status ([`Frame::JobStatus`]); one older than the
+    /// last passed on (a lower `seq`) is dropped.
+    JobStatus(crate::status::JobStatus),
     /// The connection is closed; no more events follow.
     Closed(Closed),
 }
@@ -312,6 +315,8 @@ pub struct Conn {
     credit_owed: u32,
     /// The token of the latest ping not yet answered.
     pong: Option<u64>,
+    /// The `seq` of the peer's last job status passed on.
+    peer_status_seq: Option<u64>,
     /// Payload bytes the transport must still seal, and how many it did.
     sealing: Option<(DataHeader, u64)>,
     /// This side accepted the connection.
@@ -394,6 +399,7 @@ impl Conn {
             peer_cancels: 0,
             credit_owed: 0,
             pong: None,
+            peer_status_seq: None,
             sealing: None,
             listener: false,
             unconfirmed: None,
@@ -789,6 +795,19 @@ impl Conn {
             return Err(ConnError::NotEstablished);
         }
         self.push_frame(&Frame::Cancel(request));
+        Ok(())
+    }
+
+    /// Sends this side's job status ([`Frame::JobStatus`]); only once
+    /// established. Fails, sending nothing, for a status the peer would
+    /// refuse (over the frame's bounds).
+    pub fn send_job_status(&mut self, status: &crate::status::JobStatus) -> Result<(), ConnError> {
+        if self.state != State::Established {
+            return Err(ConnError::NotEstablished);
+        }
+        let f = Frame::JobStatus(status.clone());
+        f.to_bytes().map_err(ConnError::Frame)?;
+        self.push_frame(&f);
         Ok(())
     }
 
@@ -1249,6 +1268,12 @@ impl Conn {
             // Answered with one pong per write, however many came.
             Frame::Ping(t) => self.pong = Some(t),
             Frame::RdmaSetup(b) => self.events.push_back(Event::RdmaSetup(b)),
+            Frame::JobStatus(st) => {
+                if self.peer_status_seq.is_none_or(|last| st.seq > last) {
+                    self.peer_status_seq = Some(st.seq);
+                    self.events.push_back(Event::JobStatus(st));
+                }
+            }
             // A request may be cancelled while it is outstanding here; a
             // cancel that crossed its answer on the wire is not an error,
             // so surplus cancels are dropped, not fatal.
@@ -1290,6 +1315,7 @@ fn parse_hello(b: &[u8]) -> Option<Hello> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frame::HEADER_LEN;
 
     const S: u64 = 1_000_000_000;
 
@@ -2023,6 +2049,51 @@ mod tests {
         );
         // Nothing to cancel on a closed connection.
         assert_eq!(a.send_cancel(2), Err(ConnError::NotEstablished));
+    }
+
+    #[test]
+    fn job_status_reaches_the_peer_and_stale_ones_are_dropped() {
+        use crate::status::JobStatus;
+        let (mut a, mut b) = pair(b"k", b"k");
+        events(&mut a);
+        events(&mut b);
+        let st = |seq| JobStatus {
+            seq,
+            ..JobStatus::default()
+        };
+        a.send_job_status(&st(5)).unwrap();
+        a.send_job_status(&st(3)).unwrap();
+        a.send_job_status(&st(6)).unwrap();
+        pump(&mut a, &mut b, S);
+        assert_eq!(
+            events(&mut b),
+            [Event::JobStatus(st(5)), Event::JobStatus(st(6))]
+        );
+        // Over the bounds: refused before anything is queued.
+        let mut big = st(7);
+        big.waits = vec![
+            crate::status::RankWait {
+                dataset: "d".into(),
+                rank: 0,
+                quantiles_us: [0; 3],
+                verdict: 0,
+            };
+            crate::status::MAX_STATUS_WAITS + 1
+        ];
+        assert!(matches!(
+            a.send_job_status(&big),
+            Err(ConnError::Frame(FrameError::BadStatus(_)))
+        ));
+        // A malformed status closes the connection as a protocol error.
+        let mut bad = Frame::JobStatus(st(8)).to_bytes().unwrap();
+        bad[HEADER_LEN + 8] = 200; // 200 plans
+        a.inject_plaintext_for_fuzzing(&bad);
+        pump(&mut a, &mut b, S);
+        assert!(
+            events(&mut b).contains(&Event::Closed(Closed::Malformed(FrameError::BadStatus(
+                "too many plans"
+            ))))
+        );
     }
 
     #[test]

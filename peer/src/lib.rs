@@ -18,6 +18,7 @@
 //! | [`keep`] | the deterministic keep-set of every owner, and the [`keep::Directory`] of a dataset |
 //! | [`block`] | CRC-32C of a block bound to (dataset, sample, length) |
 //! | [`frame`] | the versioned wire frames and an incremental, never-panicking decoder |
+//! | [`status`] | the job-status frame's body: rank positions and waits a peer reports |
 //! | [`channel`] | the secure channel: Noise handshake keyed by the job secret, sealed records |
 //! | [`conn`] | one connection: the channel's handshake, hellos, credits, keepalive, goodbye |
 //! | [`serve`] | the owner's serving queue: earliest due first, fair windows, single flight |
@@ -36,6 +37,8 @@ pub mod block;
 pub mod channel;
 pub mod conn;
 pub mod frame;
+/// The job-status frame's body (a part of [`frame`]'s wire format).
+pub use frame::status;
 pub mod grace;
 mod input;
 pub mod keep;

@@ -79,7 +79,9 @@ const KIND_VIEW_JOINED: u16 = 9;
 const KIND_LAYOUT_CHUNK: u16 = 10;
 const KIND_ASSIGNMENT_QUERY: u16 = 11;
 const KIND_ASSIGNMENT_INFO: u16 = 12;
-const KIND_LAST: u16 = KIND_ASSIGNMENT_INFO;
+const KIND_JOB_QUERY: u16 = 13;
+const KIND_JOB_POSITION: u16 = 14;
+const KIND_LAST: u16 = KIND_JOB_POSITION;
 
 /// Largest encoded rank layout a loader may hand in, in bytes (8 bytes of
 /// header and 4 per rank: about 2 million ranks).
@@ -487,6 +489,30 @@ pub struct AssignmentInfo {
     pub note: String,
 }
 
+/// The agent's answer to [`Message::JobQuery`]: where the job stands in
+/// the plan the query describes, from the agent's own sessions and its
+/// peers' job status (`docs/reliability.md`, "A replacement rank").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobPosition {
+    /// The epoch of the job's committed step.
+    pub epoch: u32,
+    /// The committed step: batches of `epoch` that every known rank of
+    /// the plan has taken.
+    pub step: u64,
+    /// Ranks of the plan whose position the agent knows.
+    pub ranks_known: u32,
+    /// Agents whose reports named a rank of the plan (this one included).
+    pub nodes: u32,
+    /// `first_batch` for the queried session (its rank, epochs and worker
+    /// split) to open at the committed step.
+    pub first_batch: u64,
+    /// The queried rank's own position `(epoch, step)`, when known.
+    pub rank_position: Option<(u32, u64)>,
+}
+
+/// Bytes of a [`JobPosition`] body.
+const JOB_POSITION_LEN: usize = 4 + 8 + 4 + 4 + 8 + 1 + 4 + 8;
+
 /// A typed refusal.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ErrorReply {
@@ -543,6 +569,12 @@ pub enum Message {
     AssignmentQuery(OpenSession),
     /// Agent → loader: the answer to [`Message::AssignmentQuery`].
     AssignmentInfo(AssignmentInfo),
+    /// Loader → agent: where does the job stand in this session's plan
+    /// (its dataset, seed, batch size, world size, `drop_last`)? The rank,
+    /// epochs and worker split say which `first_batch` to answer with.
+    JobQuery(OpenSession),
+    /// Agent → loader: the answer to [`Message::JobQuery`].
+    JobPosition(JobPosition),
 }
 
 impl Message {
@@ -560,6 +592,8 @@ impl Message {
             Message::LayoutChunk(_) => KIND_LAYOUT_CHUNK,
             Message::AssignmentQuery(_) => KIND_ASSIGNMENT_QUERY,
             Message::AssignmentInfo(_) => KIND_ASSIGNMENT_INFO,
+            Message::JobQuery(_) => KIND_JOB_QUERY,
+            Message::JobPosition(_) => KIND_JOB_POSITION,
         }
     }
 }
@@ -724,7 +758,7 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
     let start = out.len();
     out.extend_from_slice(&[0; HEADER_LEN]);
     match msg {
-        Message::OpenSession(o) | Message::AssignmentQuery(o) => {
+        Message::OpenSession(o) | Message::AssignmentQuery(o) | Message::JobQuery(o) => {
             let trailer = open_trailer_len(o);
             put_str(out, &o.dataset, MAX_BODY - 2 - OPEN_SESSION_FIXED - trailer);
             out.extend_from_slice(&o.seed.to_le_bytes());
@@ -820,6 +854,19 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             out.push(u8::from(a.locality));
             out.extend_from_slice(&a.digest);
             put_str(out, &a.note, MAX_BODY - ASSIGNMENT_INFO_FIXED);
+        }
+        Message::JobPosition(j) => {
+            let start_body = out.len();
+            out.extend_from_slice(&j.epoch.to_le_bytes());
+            out.extend_from_slice(&j.step.to_le_bytes());
+            out.extend_from_slice(&j.ranks_known.to_le_bytes());
+            out.extend_from_slice(&j.nodes.to_le_bytes());
+            out.extend_from_slice(&j.first_batch.to_le_bytes());
+            let (e, st) = j.rank_position.unwrap_or((0, 0));
+            out.push(u8::from(j.rank_position.is_some()));
+            out.extend_from_slice(&e.to_le_bytes());
+            out.extend_from_slice(&st.to_le_bytes());
+            debug_assert_eq!(out.len() - start_body, JOB_POSITION_LEN);
         }
     }
     let body_len = u32::try_from(out.len() - start - HEADER_LEN).unwrap_or(u32::MAX);
@@ -1032,6 +1079,23 @@ fn decode_body(kind: u16, body: &[u8]) -> Result<Message, ProtocolError> {
     let msg = match kind {
         KIND_OPEN_SESSION => Message::OpenSession(r.open_session()?),
         KIND_ASSIGNMENT_QUERY => Message::AssignmentQuery(r.open_session()?),
+        KIND_JOB_QUERY => Message::JobQuery(r.open_session()?),
+        KIND_JOB_POSITION => {
+            let mut j = JobPosition {
+                epoch: r.u32()?,
+                step: r.u64()?,
+                ranks_known: r.u32()?,
+                nodes: r.u32()?,
+                first_batch: r.u64()?,
+                rank_position: None,
+            };
+            let known = r.bool()?;
+            let (e, st) = (r.u32()?, r.u64()?);
+            if known {
+                j.rank_position = Some((e, st));
+            }
+            Message::JobPosition(j)
+        }
         KIND_SESSION_OPENED => {
             let mut o = SessionOpened {
                 session_id: r.u64()?,
@@ -1321,6 +1385,28 @@ mod tests {
     }
 
     #[test]
+    fn a_job_position_has_a_fixed_length_and_refuses_a_bad_flag() {
+        let j = JobPosition {
+            epoch: 2,
+            step: 9,
+            ranks_known: 3,
+            nodes: 2,
+            first_batch: 29,
+            rank_position: Some((2, 11)),
+        };
+        let f = encode_to_vec(&Message::JobPosition(j));
+        assert_eq!(f.len(), HEADER_LEN + JOB_POSITION_LEN);
+        assert_eq!(decode_frame(&f), Ok(Message::JobPosition(j)));
+        let mut bad = f.clone();
+        bad[HEADER_LEN + 28] = 2;
+        assert_eq!(decode_frame(&bad), Err(ProtocolError::BadBool(2)));
+        assert_eq!(
+            decode_frame(&f[..f.len() - 1]),
+            Err(ProtocolError::Truncated)
+        );
+    }
+
+    #[test]
     fn locality_request_is_an_optional_trailer() {
         let exact = encode_to_vec(&Message::OpenSession(sample_open()));
         let mut o = sample_open();
@@ -1331,7 +1417,9 @@ mod tests {
         assert_eq!(frame[exact.len()], 1);
         assert_eq!(decode_frame(&frame), Ok(Message::OpenSession(o.clone())));
         let q = encode_to_vec(&Message::AssignmentQuery(o.clone()));
-        assert_eq!(decode_frame(&q), Ok(Message::AssignmentQuery(o)));
+        assert_eq!(decode_frame(&q), Ok(Message::AssignmentQuery(o.clone())));
+        let q = encode_to_vec(&Message::JobQuery(o.clone()));
+        assert_eq!(decode_frame(&q), Ok(Message::JobQuery(o)));
         // A flag byte without its digest is truncated, not exact order.
         let with = |extra: &[u8]| {
             let mut f = exact.clone();
@@ -1496,8 +1584,8 @@ mod tests {
         let mut bad_kind = good.clone();
         bad_kind[4] = 0;
         assert_eq!(decode_frame(&bad_kind), Err(ProtocolError::UnknownKind(0)));
-        bad_kind[4] = 13;
-        assert_eq!(decode_frame(&bad_kind), Err(ProtocolError::UnknownKind(13)));
+        bad_kind[4] = 15;
+        assert_eq!(decode_frame(&bad_kind), Err(ProtocolError::UnknownKind(15)));
         assert_eq!(ProtocolError::UnknownKind(13).code(), ErrorCode::Protocol);
 
         let mut too_large = good.clone();
@@ -1745,6 +1833,16 @@ mod tests {
                     offset,
                     bytes
                 })),
+            (any::<[u64; 3]>(), any::<[u32; 4]>(), any::<bool>()).prop_map(|(l, w, known)| {
+                Message::JobPosition(JobPosition {
+                    epoch: w[0],
+                    step: l[0],
+                    ranks_known: w[1],
+                    nodes: w[2],
+                    first_batch: l[1],
+                    rank_position: known.then_some((w[3], l[2])),
+                })
+            }),
             (any::<bool>(), any::<[u8; 32]>(), ".{0,80}").prop_map(|(locality, digest, note)| {
                 Message::AssignmentInfo(AssignmentInfo {
                     locality,

@@ -176,6 +176,87 @@ pub fn render(series: &[(String, f64)]) -> String {
     for v in seen.into_iter().filter(|v| *v != "-") {
         let _ = writeln!(out, "  {v}: {}", meaning(v));
     }
+    out.push_str(&render_job(series));
+    out
+}
+
+/// One rank of the job on some node, from `granary_job_rank_*`.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct JobRow {
+    /// Wait quantiles 0.5, 0.95, 0.99 in seconds.
+    pub quantiles: [Option<f64>; 3],
+    /// The last verdict, when known.
+    pub verdict: Option<String>,
+    /// Flagged a straggler by the agent.
+    pub straggler: bool,
+}
+
+/// Every rank of the job by (node, dataset, rank): this agent's and those
+/// its peers report in their job status.
+pub fn job_rows(series: &[(String, f64)]) -> BTreeMap<(String, String, u32), JobRow> {
+    let mut out: BTreeMap<(String, String, u32), JobRow> = BTreeMap::new();
+    for (k, v) in series {
+        let name = k.split('{').next().unwrap_or("");
+        if !name.starts_with("granary_job_rank_") {
+            continue;
+        }
+        let (Some(n), Some(d), Some(r)) = (label(k, "node"), label(k, "dataset"), label(k, "rank"))
+        else {
+            continue;
+        };
+        let Ok(r) = r.parse::<u32>() else { continue };
+        let row = out.entry((n.to_string(), d.to_string(), r)).or_default();
+        match name {
+            "granary_job_rank_wait_seconds" => {
+                let i = match label(k, "quantile") {
+                    Some("0.5") => 0,
+                    Some("0.95") => 1,
+                    Some("0.99") => 2,
+                    _ => continue,
+                };
+                row.quantiles[i] = Some(*v);
+            }
+            "granary_job_rank_straggler" => row.straggler = *v > 0.0,
+            "granary_job_rank_verdict" if *v > 0.0 => {
+                row.verdict = label(k, "verdict").map(String::from)
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The job's ranks on every node, stragglers marked; empty when the agent
+/// exports none (peers off and no rank reported).
+pub fn render_job(series: &[(String, f64)]) -> String {
+    let rows = job_rows(series);
+    let mut out = String::new();
+    if rows.is_empty() {
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "\nthe job's ranks on every node (from the peers' job status; straggler: p95 above 2x the median rank's p95)"
+    );
+    let _ = writeln!(
+        out,
+        "{:<16} {:<16} {:>5}  {:<10} {:>8} {:>8} {:>8}  straggler",
+        "node", "dataset", "rank", "verdict", "p50 ms", "p95 ms", "p99 ms",
+    );
+    for ((n, d, r), row) in &rows {
+        let _ = writeln!(
+            out,
+            "{:<16} {:<16} {:>5}  {:<10} {:>8} {:>8} {:>8}  {}",
+            n,
+            d,
+            r,
+            row.verdict.as_deref().unwrap_or("-"),
+            ms(row.quantiles[0]),
+            ms(row.quantiles[1]),
+            ms(row.quantiles[2]),
+            if row.straggler { "STRAGGLER" } else { "" }
+        );
+    }
     out
 }
 
@@ -242,5 +323,33 @@ mod tests {
         assert!(t.contains("48.0"), "{t}");
         assert!(t.contains("store: waiting on reads"), "{t}");
         assert!(render(&[]).contains("no loader has reported yet"));
+        assert!(!t.contains("on every node"), "no job rows: {t}");
+    }
+
+    #[test]
+    fn the_jobs_ranks_on_other_nodes_are_listed_with_stragglers() {
+        let mut series = vec![s(r#"granary_rank_wait_ratio{dataset="img",rank="0"}"#, 0.1)];
+        for (node, rank, p95, straggler) in [("a", 0, 0.02, 0.0), ("b", 1, 0.2, 1.0)] {
+            let l = format!(r#"node="{node}",dataset="img",rank="{rank}""#);
+            series.push(s(
+                &format!(r#"granary_job_rank_wait_seconds{{{l},quantile="0.95"}}"#),
+                p95,
+            ));
+            series.push(s(&format!("granary_job_rank_straggler{{{l}}}"), straggler));
+        }
+        series.push(s(
+            r#"granary_job_rank_verdict{node="b",dataset="img",rank="1",verdict="peer"}"#,
+            1.0,
+        ));
+        let rows = job_rows(&series);
+        assert_eq!(rows.len(), 2);
+        let b = &rows[&("b".to_string(), "img".to_string(), 1)];
+        assert!(b.straggler);
+        assert_eq!(b.verdict.as_deref(), Some("peer"));
+        let t = render(&series);
+        let line = t.lines().find(|l| l.starts_with("b ")).unwrap();
+        assert!(line.contains("200.0") && line.ends_with("STRAGGLER"), "{t}");
+        let line = t.lines().find(|l| l.starts_with("a ")).unwrap();
+        assert!(!line.contains("STRAGGLER"), "{t}");
     }
 }

@@ -45,7 +45,7 @@ fn main() -> ExitCode {
             print!("{}", Config::default_toml());
             Ok(())
         }
-        Cmd::Validate { config } => Config::load_for_this_machine(&config)
+        Cmd::Validate { config } => granary_agent::startup::load_for_this_machine(&config)
             .map(|c| {
                 for w in c.secret_file_warnings(&config) {
                     eprintln!("granaryd: warning: {w}");
@@ -58,7 +58,8 @@ fn main() -> ExitCode {
             .and_then(|format| {
                 logging::init(format);
                 logging_on = true;
-                let cfg = Config::load_for_this_machine(&config).map_err(|e| e.to_string())?;
+                let cfg = granary_agent::startup::load_for_this_machine(&config)
+                    .map_err(|e| e.to_string())?;
                 for w in cfg.secret_file_warnings(&config) {
                     tracing::warn!("{w}");
                 }

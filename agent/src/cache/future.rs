@@ -11,8 +11,11 @@
 //! session's position and the one after it (the horizon). Each live epoch
 //! holds its delivery order and its inverse (sample → index in the order,
 //! `u32` per dataset sample), built from the planner when the epoch becomes
-//! live. A rank's share contains a sample at most once, so the inverse is a
-//! plain array.
+//! live. A rank's share of a dataset contains a sample at most once, so the
+//! inverse is a plain array; a mixture's epoch may deliver a sample several
+//! times (an upsampled source), and then each occurrence also points to the
+//! next one (`later`), so that a sample's next use is still found in a few
+//! steps.
 //!
 //! The next use of sample `s` by a session at position `p` is its position
 //! in the current epoch if that is at or after `p`, else its position in the
@@ -136,6 +139,9 @@ struct LiveEpoch {
     /// `inverse[s]` = index of sample `s` in the delivery order, or
     /// `ABSENT`.
     inverse: Vec<u32>,
+    /// `later[i]` = index of the next occurrence of the sample at index
+    /// `i`, or `ABSENT`; empty when no sample occurs twice.
+    later: Vec<u32>,
     /// Where the delivery order differs from `plan.samples()` (relaxed
     /// order: samples that traded places): index → sample.
     moved: HashMap<u32, u64>,
@@ -150,16 +156,28 @@ impl LiveEpoch {
             epoch_count: offset,
         })?;
         let plan = session.epoch(epoch)?;
-        let n = session.params().num_samples;
+        let n = session.index_space();
         let len = usize::try_from(n).map_err(|_| PlanError::TooManySamples { num_samples: n })?;
         let mut inverse: Vec<u32> = Vec::new();
         inverse
             .try_reserve_exact(len)
             .map_err(|_| PlanError::OutOfMemory { num_samples: n })?;
         inverse.resize(len, ABSENT);
-        for (i, &s) in plan.samples().iter().enumerate() {
+        let mut later: Vec<u32> = Vec::new();
+        // From the last index down, so that `inverse` ends at each sample's
+        // first occurrence.
+        for (i, &s) in plan.samples().iter().enumerate().rev() {
             // i < share < u32::MAX (checked at registration); s < n.
             if let Some(slot) = inverse.get_mut(s as usize) {
+                if *slot != ABSENT {
+                    if later.is_empty() {
+                        later
+                            .try_reserve_exact(plan.samples().len())
+                            .map_err(|_| PlanError::OutOfMemory { num_samples: n })?;
+                        later.resize(plan.samples().len(), ABSENT);
+                    }
+                    later[i] = *slot;
+                }
                 *slot = i as u32;
             }
         }
@@ -168,6 +186,7 @@ impl LiveEpoch {
             offset,
             plan,
             inverse,
+            later,
             moved: HashMap::new(),
         })
     }
@@ -175,6 +194,10 @@ impl LiveEpoch {
     /// Samples `a` and `b`, both delivered in this epoch, trade places.
     /// Returns whether both are in it.
     fn swap(&mut self, a: u64, b: u64) -> bool {
+        if !self.later.is_empty() {
+            // Trades are for datasets' shares, where no sample repeats.
+            return false;
+        }
         let index = |s: u64| {
             let i = *self.inverse.get(usize::try_from(s).ok()?)?;
             (i != ABSENT).then_some(i)
@@ -195,10 +218,25 @@ impl LiveEpoch {
         true
     }
 
-    /// Session position of `sample` in this epoch, if it is delivered.
+    /// Session position of `sample` in this epoch (its first occurrence),
+    /// if it is delivered.
     fn position_of(&self, sample: u64) -> Option<u64> {
         let i = *self.inverse.get(usize::try_from(sample).ok()?)?;
         (i != ABSENT).then(|| self.base + u64::from(i))
+    }
+
+    /// Session position of the first occurrence of `sample` in this epoch
+    /// at or after position `from`.
+    fn position_from(&self, sample: u64, from: u64) -> Option<u64> {
+        let mut p = self.position_of(sample)?;
+        while p < from {
+            let i = *self.later.get(usize::try_from(p - self.base).ok()?)?;
+            if i == ABSENT {
+                return None;
+            }
+            p = self.base + u64::from(i);
+        }
+        Some(p)
     }
 
     fn sample_at(&self, position: u64) -> Option<u64> {
@@ -231,18 +269,20 @@ impl SessionFuture {
     /// (`NEVER` where there is none within the horizon).
     fn next_two_uses(&self, sample: u64) -> [u64; 2] {
         let time = |pos: u64| self.offset.saturating_add(pos).min(NEVER - 1);
-        let in_current = self
-            .current
-            .as_ref()
-            .and_then(|e| e.position_of(sample))
-            .filter(|&p| p >= self.position);
-        let in_next = self.next.as_ref().and_then(|e| e.position_of(sample));
-        match (in_current, in_next) {
-            (Some(a), Some(b)) => [time(a), time(b)],
-            (Some(a), None) => [time(a), NEVER],
-            (None, Some(b)) => [time(b), NEVER],
-            (None, None) => [NEVER, NEVER],
+        let mut uses = [NEVER, NEVER];
+        let mut found = 0;
+        for e in self.current.iter().chain(self.next.iter()) {
+            let mut from = self.position;
+            while found < 2 {
+                let Some(p) = e.position_from(sample, from) else {
+                    break;
+                };
+                uses[found] = time(p);
+                found += 1;
+                from = p + 1;
+            }
         }
+        uses
     }
 
     fn live_samples(&self) -> impl Iterator<Item = u64> + '_ {
@@ -573,6 +613,46 @@ mod tests {
         (pos..horizon_end)
             .find(|&p| seq[p as usize] == s)
             .unwrap_or(NEVER)
+    }
+
+    #[test]
+    fn a_mixture_that_repeats_samples_gives_each_ones_nearest_use() {
+        use crate::config::{MixtureConfig, MixtureSource};
+        use crate::mixture::MixtureOrder;
+        let source = |d: &str, repeat: f64| MixtureSource {
+            dataset: d.into(),
+            weight: None,
+            repeat: Some(repeat),
+            choose: None,
+        };
+        let cfg = MixtureConfig {
+            name: "m".into(),
+            epoch_samples: None,
+            source: vec![source("a", 4.0), source("b", 0.5)],
+        };
+        let order = Arc::new(MixtureOrder::new(&cfg, &[5, 40]).unwrap());
+        let mut params = *plan(1, 3, 0, 1, 1).params();
+        params.num_samples = order.epoch_len();
+        let p = SessionPlan::new(params, 0, 3)
+            .unwrap()
+            .with_mixture(Arc::clone(&order));
+        let seq: Vec<u64> = p
+            .epochs()
+            .flat_map(|e| p.epoch(e as u32).unwrap().samples().to_vec())
+            .collect();
+        assert_eq!(seq.len(), 3 * 40);
+        let mut idx = FutureIndex::new();
+        idx.add_session(1, 0, p).unwrap();
+        for pos in 0..seq.len() as u64 {
+            idx.advance(1, pos).unwrap();
+            for s in 0..45 {
+                assert_eq!(
+                    idx.next_use(0, s),
+                    brute_next(&seq, 40, pos, s),
+                    "position {pos}, sample {s}"
+                );
+            }
+        }
     }
 
     #[test]

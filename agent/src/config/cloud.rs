@@ -5,9 +5,9 @@
 //! struct that rejects the keys of the others, like the kinds of
 //! `dataset.rs`.
 
-use super::dataset::{DeliveryOrder, Secret};
 use super::prefetch::RetryOverride;
 use super::prepare::PrepareConfig;
+use super::values::{DeliveryOrder, Secret};
 use serde::Deserialize;
 use std::path::PathBuf;
 

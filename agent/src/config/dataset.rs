@@ -5,8 +5,8 @@
 use super::cloud::{AzureConfig, GcsConfig};
 use super::prefetch::RetryOverride;
 use super::prepare::PrepareConfig;
+pub use super::values::{DeliveryOrder, Secret};
 use serde::Deserialize;
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// Longest dataset name, in bytes.
@@ -63,17 +63,6 @@ impl SourceKind {
             SourceKind::Azure => "azure",
         }
     }
-}
-
-/// `dataset[i].order`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DeliveryOrder {
-    /// Batches exactly as planned.
-    #[default]
-    Strict,
-    /// Late samples give way to ready ones of later batches of the epoch.
-    Relaxed,
 }
 
 /// `dataset[i].format`: how a dataset's samples lie in its store.
@@ -446,25 +435,6 @@ impl DatasetConfig {
             label_field: label.as_deref().unwrap_or(default_label),
             sample_field: sample.as_deref().unwrap_or(DEFAULT_SAMPLE_COLUMN),
         })
-    }
-}
-
-/// A credential read from the configuration: printed as `<redacted>` by
-/// `Debug`, so logging a config never leaks it.
-#[derive(Clone, PartialEq, Eq, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    /// The secret itself, for the one place that must use it.
-    pub(crate) fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
     }
 }
 

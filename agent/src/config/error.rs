@@ -20,7 +20,7 @@ pub struct Problem {
 }
 
 impl Problem {
-    pub(super) fn new(field: &str, reason: String) -> Problem {
+    pub(crate) fn new(field: &str, reason: String) -> Problem {
         Problem {
             field: field.to_owned(),
             line: None,
@@ -132,7 +132,7 @@ impl ConfigError {
         self
     }
 
-    pub(super) fn with_file(mut self, path: &Path) -> Self {
+    pub(crate) fn with_file(mut self, path: &Path) -> Self {
         match &mut self {
             ConfigError::Io { .. } => {}
             ConfigError::Parse { file, .. } | ConfigError::Invalid { file, .. } => {

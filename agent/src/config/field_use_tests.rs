@@ -34,6 +34,8 @@ const TYPES: &[(&str, &[&str])] = &[
     ("dataset.azure", &["AzureConfig", "DatasetConfig::Azure"]),
     ("dataset.retry", &["RetryOverride"]),
     ("dataset.prepare", &["PrepareConfig"]),
+    ("mixture", &["MixtureConfig"]),
+    ("mixture.source", &["MixtureSource"]),
 ];
 
 /// Fields read through accessors of `config/`: (key pattern — `*` for any

@@ -1,5 +1,5 @@
 //! Checks of a configuration against the machine it is to run on, made by
-//! `granaryd validate` and `granaryd run` ([`Config::load_for_this_machine`]).
+//! `granaryd validate` and `granaryd run` (through `startup::load_for_this_machine`).
 //! [`Config::validate`] stays free of them, so that a configuration can be
 //! checked (and tested) away from the machine that will run it.
 

@@ -38,6 +38,7 @@ mod document;
 mod error;
 mod machine;
 mod metrics;
+mod mixture;
 pub mod peer_secret;
 mod peers;
 mod prefetch;
@@ -47,6 +48,7 @@ mod sessions;
 mod size;
 mod socket;
 mod validate;
+mod values;
 
 #[cfg(test)]
 mod field_use_tests;
@@ -66,6 +68,7 @@ pub use dataset::{
 };
 pub use error::{ConfigError, Problem};
 pub use metrics::MetricsConfig;
+pub use mixture::{Choose, MixtureConfig, MixtureSource};
 pub use peers::{
     CipherSetting, Encryption, MemberConfig, Membership, MembershipSetting, PeersConfig,
     TransportSetting,
@@ -111,6 +114,10 @@ pub struct Config {
     /// `[[dataset]]`: the datasets this agent serves (at least one).
     #[serde(default, rename = "dataset")]
     pub datasets: Vec<DatasetConfig>,
+    /// `[[mixture]]`: datasets made of other datasets, each with its share
+    /// of every batch (none by default).
+    #[serde(default, rename = "mixture")]
+    pub mixtures: Vec<MixtureConfig>,
 }
 
 impl Config {
@@ -185,6 +192,11 @@ impl Config {
     /// The dataset called `name`, if configured.
     pub fn dataset(&self, name: &str) -> Option<&DatasetConfig> {
         self.datasets.iter().find(|d| d.name() == name)
+    }
+
+    /// The mixture called `name`, if configured.
+    pub fn mixture(&self, name: &str) -> Option<&MixtureConfig> {
+        self.mixtures.iter().find(|m| m.name == name)
     }
 
     /// The retry settings of `dataset`: `[prefetch]`'s, overridden by the

@@ -227,6 +227,11 @@ pub struct PeersConfig {
     /// ready before it) waits for its owner before it is read from the
     /// store; 0 reads it at once. Default 1000.
     pub owner_grace_blocked_ms: u64,
+    /// `peers.status_interval_ms`: how often this agent sends its peers
+    /// its job status (each plan's rank positions and its ranks' waits)
+    /// when nothing changed; a change goes out at the next second.
+    /// Default 5000.
+    pub status_interval_ms: u64,
     /// `peers.connect_timeout_ms`: time to connect and authenticate.
     /// Default 3000.
     pub connect_timeout_ms: u64,
@@ -295,6 +300,7 @@ impl Default for PeersConfig {
             hedge_after_ms: 2000,
             owner_grace_ms: 10_000,
             owner_grace_blocked_ms: 1000,
+            status_interval_ms: 5000,
             connect_timeout_ms: 3000,
             idle_timeout_ms: 15000,
             max_requests: 256,

@@ -49,6 +49,10 @@ impl Config {
             );
         }
         self.validate_datasets(&mut p);
+        let names: Vec<&str> = self.datasets.iter().map(DatasetConfig::name).collect();
+        for (field, why) in super::mixture::problems(&self.mixtures, &names) {
+            p.bad(&field, why);
+        }
         if p.0.is_empty() {
             Ok(())
         } else {
@@ -154,6 +158,15 @@ impl Config {
                 );
             }
         }
+        if !(1000..=600_000).contains(&c.status_interval_ms) {
+            p.bad(
+                "peers.status_interval_ms",
+                format!(
+                    "{} ms is out of range (1000 to 600000)",
+                    c.status_interval_ms
+                ),
+            );
+        }
         if c.max_pinned_per_peer.0 < 1 << 20 {
             p.bad(
                 "peers.max_pinned_per_peer",
@@ -188,16 +201,6 @@ impl Config {
                     c.max_members
                 ),
             );
-        }
-        if c.transport == super::TransportSetting::Rdma {
-            let probe = crate::peers::transport::probe_devices();
-            if let Err(e) = crate::peers::transport::resolve(
-                c.transport,
-                crate::peers::transport::BUILT_WITH_RDMA,
-                &probe,
-            ) {
-                p.bad("peers.transport", e.to_string());
-            }
         }
         if c.rdma_port == 0 {
             p.bad("peers.rdma_port", "ports count from 1");

@@ -30,6 +30,7 @@ mod directory;
 mod fence_backoff;
 #[cfg(any(test, feature = "fuzzing"))]
 mod harness;
+mod jobstatus;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod loader_script;
 mod open;
@@ -181,6 +182,8 @@ pub struct Engine {
     warm: Option<warm::WarmState>,
     /// When the loaders' waits were last read ([`crate::why`]).
     last_why: Instant,
+    /// Where the job stands: positions and waits, ours and the peers'.
+    job: crate::jobstatus::JobTable,
 }
 
 /// Bytes of the arena set aside for sample tables.
@@ -279,6 +282,16 @@ impl Engine {
                 )));
             }
             datasets.push(ds);
+        }
+        for m in &cfg.mixtures {
+            if Dataset::is_remote_mixture(m, &cfg) {
+                datasets.push(Dataset::open_mixture_in_background(m, &cfg));
+                continue;
+            }
+            datasets.push(
+                Dataset::open_mixture_now(m, &cfg)
+                    .map_err(|e| io::Error::other(format!("mixture {:?}: {e}", m.name)))?,
+            );
         }
         // Datasets handed over ready follow `[prefetch]`'s retry settings.
         for mut d in extra {
@@ -398,6 +411,7 @@ impl Engine {
             last_turn: now,
             last_heartbeat: now,
             last_why: now,
+            job: crate::jobstatus::JobTable::default(),
             peers,
             peer_events: Vec::new(),
             link_events: Vec::new(),

@@ -69,6 +69,7 @@ impl Engine {
             ConnEvent::JoinView(conn, uid, view) => self.join_view(conn, uid, &view),
             ConnEvent::Layout(conn, bytes) => self.take_layout(conn, bytes),
             ConnEvent::AssignmentQuery(conn, req) => self.assignment_query(conn, req),
+            ConnEvent::JobQuery(conn, req) => self.job_query(conn, req),
             ConnEvent::Gone(conn) => {
                 self.conn_views.remove(&conn);
                 self.conn_layouts.remove(&conn);
@@ -137,9 +138,12 @@ impl Engine {
         ds: usize,
         req: &OpenSession,
     ) -> Result<(Opened, u64), Refusal> {
-        let num_samples = self.datasets[ds]
+        let (num_samples, mixture) = self.datasets[ds]
             .source()
-            .map(|s| s.len())
+            .map(|s| match s.mixture() {
+                Some(m) => (m.epoch_len(), Some(m)),
+                None => (s.len(), None),
+            })
             .ok_or((ErrorCode::Io, "dataset not loaded".to_string()))?;
         if self.sessions.len() >= self.cfg.sessions.max_sessions as usize {
             return Err((
@@ -178,6 +182,9 @@ impl Engine {
         let mut plan = SessionPlan::new(params, req.first_epoch, req.epoch_count)
             .and_then(|p| p.with_workers(req.worker, req.workers))
             .map_err(|e| (ErrorCode::InvalidArgument, format!("cannot plan: {e}")))?;
+        if let Some(m) = mixture {
+            plan = plan.with_mixture(m);
+        }
         if let Some(placement) = self.placement_for(conn, ds, req)? {
             plan = plan.with_placement(placement);
         }
@@ -332,6 +339,7 @@ impl Engine {
         let Some(mut s) = self.sessions.remove(&sid) else {
             return;
         };
+        self.job_session_ended(&mut s);
         match fenced {
             Some(v) => s.segment().fence(v),
             None => s.segment().close(),

@@ -227,6 +227,7 @@ impl Engine {
                 self.peer_conn_down(conn, member);
             }
             Event::Request { conn, get } => self.peer_request(conn, get),
+            Event::JobStatus { member, status } => self.peer_job_status(member, status),
             Event::Cancel { conn, request } => self.peer_cancel(conn, request),
             Event::Received {
                 request,

@@ -287,6 +287,7 @@ impl Engine {
         );
         self.metrics.peers.view_epoch.set(epoch);
         self.peers = Some(tier);
+        self.job.forget_peers();
         self.release_stale_kept = true;
         let stale: Vec<u64> = self
             .sessions

@@ -90,5 +90,6 @@ impl Engine {
                 .add(&iv);
         }
         self.metrics.ranks.with(|t| t.record(by_rank, wall));
+        self.job_interval(now);
     }
 }

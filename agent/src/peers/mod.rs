@@ -478,6 +478,16 @@ impl PeerTier {
         }
     }
 
+    /// Sends our job status to member `m` on the connection up to it, if
+    /// any (status never dials); whether it was queued.
+    pub(crate) fn send_job_status(
+        &self,
+        m: usize,
+        status: &Arc<granary_peer::status::JobStatus>,
+    ) -> bool {
+        self.net.send_job_status(m, status)
+    }
+
     /// The id of member `m`.
     pub(crate) fn member_id(&self, m: usize) -> &str {
         &self.view.members()[m].id

@@ -117,6 +117,11 @@ pub(crate) enum Event {
         member: usize,
         bytes: Vec<u8>,
     },
+    /// Authenticated member `member` sent its job status.
+    JobStatus {
+        member: usize,
+        status: granary_peer::status::JobStatus,
+    },
 }
 
 /// A command for one connection.
@@ -126,6 +131,7 @@ enum Cmd {
     Data { header: DataHeader, src: ArenaSlice },
     Miss { get: Get, reason: MissReason },
     RdmaSetup(Vec<u8>),
+    JobStatus(Arc<granary_peer::status::JobStatus>),
 }
 
 /// How a member's connection stands, for our own requests.
@@ -468,6 +474,24 @@ impl Net {
         }
     }
 
+    /// Sends our job status to `member` on the connection that carries
+    /// our requests to it; nothing when none is up (status never dials:
+    /// the next one goes once a connection is). Returns whether it was
+    /// queued.
+    pub(crate) fn send_job_status(
+        &self,
+        member: usize,
+        status: &Arc<granary_peer::status::JobStatus>,
+    ) -> bool {
+        let conn = match lock(&self.shared.slots).get(member) {
+            Some(Slot::Up(conn)) => *conn,
+            _ => return false,
+        };
+        lock(&self.shared.conns)
+            .get(&conn)
+            .is_some_and(|tx| tx.send(Cmd::JobStatus(Arc::clone(status))).is_ok())
+    }
+
     /// Answers request `get` of connection `conn` with a miss.
     pub(crate) fn send_miss(&self, conn: ConnId, get: Get, reason: MissReason) {
         if let Some(tx) = lock(&self.shared.conns).get(&conn) {
@@ -795,7 +819,7 @@ async fn run_conn(
                 conn: id,
                 request: header.request,
             }),
-            Cmd::Miss { .. } | Cmd::RdmaSetup(_) | Cmd::Cancel(_) => {}
+            Cmd::Miss { .. } | Cmd::RdmaSetup(_) | Cmd::Cancel(_) | Cmd::JobStatus(_) => {}
         }
     }
     // Let the writer flush a goodbye, then stop it: once it has ended, no
@@ -1025,6 +1049,11 @@ fn handle_events(ctx: &Arc<ConnCtx>, landing: &mut Option<Landing>) -> Option<St
                         });
                     }
                 }
+                ConnEvent::JobStatus(status) => {
+                    if let Some(member) = st.member {
+                        out.push(Event::JobStatus { member, status });
+                    }
+                }
                 ConnEvent::Rtt(nanos) => {
                     if let Some(member) = st.member {
                         out.push(Event::Rtt { member, nanos });
@@ -1176,6 +1205,11 @@ fn command(ctx: &ConnCtx, cmd: Cmd) {
         Cmd::RdmaSetup(bytes) => {
             if let Err(e) = st.conn.send_rdma_setup(&bytes) {
                 tracing::debug!(conn = ctx.id, "RDMA setup not sent: {e}");
+            }
+        }
+        Cmd::JobStatus(status) => {
+            if let Err(e) = st.conn.send_job_status(&status) {
+                tracing::debug!(conn = ctx.id, "job status not sent: {e}");
             }
         }
     }

@@ -25,6 +25,8 @@
 //! * [`shards`]: the index of tar shards (`format = "webdataset"`) for fs
 //!   and S3 datasets: one sample per key, a byte range of its shard.
 //!
+//! * [`mixture`]: a `[[mixture]]`'s datasets' sources as one catalog.
+//!
 //! The three catalogs share their accessors through [`SampleList`].
 //!
 //! [`open`] builds the source of a configured dataset (blocking: it lists
@@ -34,6 +36,7 @@
 
 pub mod cql;
 pub mod fs;
+pub mod mixture;
 pub mod prepared;
 pub mod queue;
 pub mod s3;
@@ -261,6 +264,11 @@ pub trait SampleSource: Send {
     /// [`poll_completions`](Self::poll_completions) before waiting on it:
     /// that is what hands queued reads to the kernel or the runtime.
     fn wait_fd(&self) -> BorrowedFd<'_>;
+    /// A mixture's order (`[[mixture]]`), which the planner deals in place
+    /// of a permutation of the catalog; `None` for a dataset.
+    fn mixture(&self) -> Option<std::sync::Arc<crate::mixture::MixtureOrder>> {
+        None
+    }
 }
 
 /// Builds the source of a configured dataset, blocking while it lists or

@@ -48,7 +48,7 @@ use aws_lc_rs::aead::{
     Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, CHACHA20_POLY1305, NONCE_LEN,
 };
 use granary_bench::cli::Args;
-use granary_bench::report::{median, Json};
+use granary_bench::report::{median, Goal, Json};
 use granary_bench::sys;
 use granary_peer::channel::{Protection, Suite, MAX_RECORD_PLAINTEXT};
 use granary_peer::conn::{Conn, ConnConfig, Event, Transmit};
@@ -1268,21 +1268,9 @@ fn run() -> Result<()> {
         }
     };
     let ratio = lowest(&direct);
-    let met = if ratio.is_nan() {
-        "not judged"
-    } else if ratio >= GOAL {
-        "met"
-    } else {
-        "NOT met"
-    };
+    let met = Goal::at_least("goal", GOAL).verdict(ratio);
     let copying_lowest = lowest(&copying);
-    let met_copying = if copying_lowest.is_nan() {
-        "not judged"
-    } else if copying_lowest >= GOAL {
-        "met"
-    } else {
-        "NOT met"
-    };
+    let met_copying = Goal::at_least("goal_copying", GOAL).verdict(copying_lowest);
     let show = |p: &Path| {
         p.own
             .iter()

@@ -2004,11 +2004,7 @@ struct Goal {
 }
 
 fn met(ok: bool) -> &'static str {
-    if ok {
-        "met"
-    } else {
-        "not met"
-    }
+    granary_bench::report::verdict(ok)
 }
 
 fn goals(o: &Opts, rs: &[ScenarioResult]) -> Vec<Goal> {

@@ -90,9 +90,10 @@ use granary_bench::agent::{Agent, AgentSettings, S3Dataset};
 use granary_bench::cli::Args;
 use granary_bench::data::{self, Dataset};
 use granary_bench::delay_proxy::DelayProxy;
+use granary_bench::latency::format;
 use granary_bench::light_store::{self, LightStore};
 use granary_bench::loader::{self, Wait};
-use granary_bench::report::{self, json_num, median, Json};
+use granary_bench::report::{self, json_num, median, Goal, Json};
 use granary_bench::s3_data;
 use granary_bench::seaweed::Seaweed;
 use granary_bench::stall_loaders;
@@ -143,7 +144,12 @@ usage: bench/run latency [options]
   --no-dataloader    skip the DataLoaders
   --plot PATH        where the plot goes (default docs/latency.png, the light store's
                      beside it as docs/latency_light.png; `none`: no plot)
-  --python PATH      the Python interpreter (default $PYTHON, else python3)";
+  --python PATH      the Python interpreter (default $PYTHON, else python3)
+  --format FMT       instead of the sweep: Granary over shards (webdataset, mds or
+                     parquet, written once under bench/.data/) against one object per
+                     sample, on the light store, at --format-rtt-ms (default 100),
+                     --repeat times each (default 3), interleaved; goal format_ratio >= 0.9
+  --shard-mib N      with --format: shard size (default 64)";
 
 /// Where the S3 objects live.
 const BUCKET: &str = "granary-bench";
@@ -599,6 +605,11 @@ fn run() -> Result<()> {
         }
     }
 
+    let format = args.string("format", "");
+    if !format.is_empty() {
+        return run_format(&args, &format, files, mean, win, &knobs);
+    }
+
     let regime_before = sys::regime();
     println!("latency: {regime_before}");
     println!("latency: CPU {}", cpu_model());
@@ -729,6 +740,39 @@ fn run() -> Result<()> {
         }
     }
     println!("{line}");
+    Ok(())
+}
+
+/// `--format FMT`: shards against one object per sample
+/// ([`granary_bench::latency::format`]).
+fn run_format(
+    args: &Args,
+    format: &str,
+    files: u64,
+    mean: u64,
+    win: Windowing,
+    knobs: &GranaryKnobs,
+) -> Result<()> {
+    let plan = format::Plan {
+        format: format::Format::parse(format)?,
+        rtt_ms: args.u64("format-rtt-ms", 100)?,
+        repeat: args.u32("repeat", 3)?.max(1),
+        shard_bytes: args.u64("shard-mib", 64)?.max(1) << 20,
+        warmup: win.warmup,
+        window: win.window,
+        batch: knobs.batch,
+        inflight: knobs.inflight,
+        window_batches: knobs.window,
+        arena: knobs.arena,
+    };
+    let before = sys::regime();
+    println!("latency --format {format}: {before}");
+    let ds = data::ensure(&data::spec(files, mean, 100)).map_err(|e| format!("dataset: {e}"))?;
+    let mut j = format::run(&ds, &plan)?;
+    let after = sys::regime();
+    println!("after: {after}");
+    j.str("regime_before", &before).str("regime_after", &after);
+    println!("{}", j.line());
     Ok(())
 }
 
@@ -1024,15 +1068,7 @@ fn summarize(store: &Store, sw: &Sweep, plan: &Plan<'_>, j: &mut Json) {
             .map_or(f64::NAN, Point::per_store_core)
     };
     let keep_per_core = core_rate(&sw.granary, idx(100)) / core_rate(&sw.ref0, idx(100));
-    let verdict = |value: f64, goal: f64| {
-        if value.is_nan() {
-            "not measured"
-        } else if value >= goal {
-            "met"
-        } else {
-            "NOT met"
-        }
-    };
+    let verdict = |value: f64, goal: f64| Goal::at_least("", goal).verdict(value);
     println!(
         "{}: granary at 100 ms {:.0} samples/s = {:.3} × its 0 ms rate (median of {} measurements at 0 ms: {:.0} samples/s); {:.2} × the best contender at 100 ms ({best_name}, {:.0} samples/s); {:.1} × the 8-worker DataLoader",
         store.name(),

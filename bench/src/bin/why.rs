@@ -35,7 +35,7 @@ use granary_bench::cli::Args;
 use granary_bench::data;
 use granary_bench::delay_proxy::DelayProxy;
 use granary_bench::light_store::LightStore;
-use granary_bench::report::Json;
+use granary_bench::report::{Goal, Json};
 use granary_bench::sys;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -296,7 +296,7 @@ fn report(name: &str, batches: u64, before: &[f64; 6], after: &[f64; 6]) -> f64 
         batches,
         counts,
         100.0 * share,
-        if share >= GOAL { "met" } else { "not met" }
+        Goal::at_least("goal", GOAL).verdict(share)
     );
     share
 }

@@ -128,6 +128,20 @@ class AssignmentInfo(ctypes.Structure):
     ]
 
 
+class JobPosition(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("epoch", ctypes.c_uint32),
+        ("step", ctypes.c_uint64),
+        ("ranks_known", ctypes.c_uint32),
+        ("nodes", ctypes.c_uint32),
+        ("first_batch", ctypes.c_uint64),
+        ("rank_known", ctypes.c_uint32),
+        ("rank_epoch", ctypes.c_uint32),
+        ("rank_step", ctypes.c_uint64),
+    ]
+
+
 NAME_MAX = 256
 
 
@@ -337,6 +351,7 @@ _declare(
     ctypes.POINTER(ctypes.c_size_t),
 )
 _declare("granary_assignment_query", _int, _vp, ctypes.POINTER(SessionOptions), ctypes.POINTER(AssignmentInfo))
+_declare("granary_job_position", _int, _vp, ctypes.POINTER(SessionOptions), ctypes.POINTER(JobPosition))
 
 if lib.granary_abi_version() < ABI_VERSION:
     raise ImportError(

@@ -829,6 +829,27 @@ class AssignmentInfo:
     """Why not, when not available."""
 
 
+@dataclass(frozen=True)
+class JobPosition:
+    """An agent's answer to :meth:`Client.job_position`: where the job
+    stands in a plan, from the agent's own sessions and its peers' job
+    status."""
+
+    epoch: int
+    """The epoch of the job's committed step."""
+    step: int
+    """Batches of ``epoch`` every known rank of the plan has taken."""
+    ranks_known: int
+    """Ranks of the plan whose position the agent knows."""
+    nodes: int
+    """Agents whose reports named a rank of the plan (its own included)."""
+    first_batch: int
+    """Pass as ``first_batch=`` with the same options to open at the
+    committed step."""
+    rank_position: Optional[tuple[int, int]]
+    """The queried rank's own ``(epoch, step)``, when known."""
+
+
 def agree(infos) -> tuple[Optional[bytes], str]:
     """A job's decision from every rank's :class:`AssignmentInfo`
     (``infos[r]`` is rank ``r``'s): ``(digest, "")`` when every rank can run
@@ -905,6 +926,28 @@ class Client:
         )
         del keep
         return AssignmentInfo(bool(out.locality), bytes(out.digest), out.note.decode("utf-8", "replace"))
+
+    def job_position(self, dataset: str, **options) -> JobPosition:
+        """Where the job stands in the plan these options describe (those of
+        :class:`Session`: ``seed``, ``batch_size``, ``world_size``,
+        ``drop_last``; ``rank``, ``first_epoch``, ``epochs``, ``worker``
+        and ``workers`` say which ``first_batch`` to answer with). A
+        replacement rank asks its own agent and opens with
+        ``first_batch=pos.first_batch``. Raises ``NotFound`` when no agent of
+        the job reported a rank of the plan."""
+        if self._handle is None:
+            raise ReleasedError(detail="the client was closed", context="granary.Client")
+        options.pop("first_batch", None)
+        opts, keep = _options(dataset, **options)
+        out = _lib.JobPosition()
+        out.struct_size = ctypes.sizeof(out)
+        check(
+            lib.granary_job_position(self._handle, ctypes.byref(opts), ctypes.byref(out)),
+            f"asking the agent at {self.socket} where the job stands in {dataset!r}",
+        )
+        del keep
+        rank = (out.rank_epoch, out.rank_step) if out.rank_known else None
+        return JobPosition(out.epoch, out.step, out.ranks_known, out.nodes, out.first_batch, rank)
 
     def join_view(self, view: bytes, timeout: Optional[float] = DEFAULT_TIMEOUT) -> int:
         """Hands the agent the job's membership view without opening a

@@ -200,3 +200,34 @@ def test_interpreter_exit_with_a_suspended_iterator(synth_root, stop):
     assert p.returncode == 0, p.stderr[-2000:]
     assert "leaving" in p.stdout
     assert time.monotonic() - t < 30
+
+
+def test_job_position_says_where_a_rank_stopped_and_a_replacement_opens_there(agent):
+    """Without peers the agent answers from its own sessions: a rank that
+    took 3 batches and went away is at step 3; its replacement opens at
+    ``first_batch`` and reads the rest of the epoch, every sample once."""
+    opts = dict(seed=23, batch_size=16, world_size=2, rank=1)
+    with granary.connect(agent.socket) as client:
+        with pytest.raises(granary.NotFound):
+            client.job_position("synth", **opts)
+        first = []
+        with client.open_session("synth", **opts) as s:
+            for _ in range(3):
+                with s.next_batch() as b:
+                    first += [smp.id for smp in b]
+        pos = client.job_position("synth", **opts)
+        assert (pos.epoch, pos.step, pos.ranks_known, pos.nodes) == (0, 3, 1, 1), pos
+        assert pos.rank_position == (0, 3) and pos.first_batch == 3, pos
+        rest = []
+        with client.open_session("synth", first_batch=pos.first_batch, **opts) as s:
+            for b in s:
+                rest += [smp.id for smp in b]
+                b.release()
+        whole = []
+        with client.open_session("synth", **opts) as s:
+            for b in s:
+                whole += [smp.id for smp in b]
+                b.release()
+        assert first + rest == whole
+        with pytest.raises(granary.InvalidArgument):
+            client.job_position("synth", locality=b"\x01" * 32, **opts)

@@ -773,6 +773,67 @@ pub unsafe extern "C" fn granary_get_peer_identity(
     })
 }
 
+/// Asks the agent where the job stands in the plan `opts` describe
+/// (dataset, seed, batch size, world size, `drop_last`) and stores the
+/// answer in `*out` (the caller sets `out->struct_size` first): the job's
+/// committed step, from the agent's own sessions and its peers' job
+/// status, and the `first_batch` for a session with these options (its
+/// rank, epochs and worker split) to open there. A replacement rank sets
+/// `opts->first_batch` to it and opens. Waits up to the options'
+/// `open_timeout_ms`, on a connection of its own.
+///
+/// Returns `GRANARY_OK`, `GRANARY_E_INVALID_ARGUMENT` (NULL, bad field,
+/// `struct_size` too small, a locality-mode plan), `GRANARY_E_NOT_FOUND`
+/// (unknown dataset, or no agent of the job reported a rank of the plan),
+/// `GRANARY_E_TIMEOUT`, `GRANARY_E_DISCONNECTED`, `GRANARY_E_PROTOCOL`.
+///
+/// Thread safety: may be called concurrently on the same client.
+///
+/// # Safety
+/// `client` is NULL or a live client handle; `opts` is NULL or a readable
+/// options struct; `out` is NULL or writable for `out->struct_size` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn granary_job_position(
+    client: *const GranaryClient,
+    opts: *const GranarySessionOptions,
+    out: *mut GranaryJobPosition,
+) -> c_int {
+    call("granary_job_position", || {
+        // SAFETY: NULL or a live handle, per the caller.
+        let client = unsafe { client.as_ref() }.ok_or_else(|| null("client"))?;
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        // SAFETY: non-null and readable per the caller; `struct_size` is the
+        // first field.
+        let size = unsafe { out.cast::<u32>().cast_const().read_unaligned() } as usize;
+        let ours = std::mem::size_of::<GranaryJobPosition>();
+        if size < ours {
+            return Err(invalid(format!(
+                "position.struct_size is {size}, at least {ours} is required"
+            )));
+        }
+        // SAFETY: forwarded from the caller.
+        let options = unsafe { read_options(opts) }?;
+        let p = client.client.job_position(&options)?;
+        let (rank_epoch, rank_step) = p.rank_position.unwrap_or((0, 0));
+        let pos = GranaryJobPosition {
+            struct_size: ours as u32,
+            epoch: p.epoch,
+            step: p.step,
+            ranks_known: p.ranks_known,
+            nodes: p.nodes,
+            first_batch: p.first_batch,
+            rank_known: u32::from(p.rank_position.is_some()),
+            rank_epoch,
+            rank_step,
+        };
+        // SAFETY: writable for at least our size (checked above).
+        unsafe { out.write_unaligned(pos) };
+        Ok(0)
+    })
+}
+
 /// Encodes the membership view of job `job_id` at `epoch` (a relaunch uses
 /// a higher epoch) with the `count` agents of `members` (any order; the
 /// same agent listed more than once, as every rank of a node lists it,

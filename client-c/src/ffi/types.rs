@@ -254,6 +254,33 @@ pub struct GranaryPeerIdentity {
     pub job_id: [c_char; GRANARY_NAME_MAX],
 }
 
+/// What `granary_job_position()` reports: where the job stands in a
+/// session's plan, as the agent knows it from its own sessions and its
+/// peers' job status. Set `struct_size` first.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GranaryJobPosition {
+    /// Set by the caller to `sizeof(granary_job_position_info)`.
+    pub struct_size: u32,
+    /// The epoch of the job's committed step.
+    pub epoch: u32,
+    /// The committed step: batches of `epoch` every known rank has taken.
+    pub step: u64,
+    /// Ranks of the plan whose position the agent knows.
+    pub ranks_known: u32,
+    /// Agents whose reports named a rank of the plan (its own included).
+    pub nodes: u32,
+    /// The `first_batch` for the queried options to open at the committed
+    /// step (counted across their epochs, for their worker split).
+    pub first_batch: u64,
+    /// 1 when the queried rank's own position is known (below), else 0.
+    pub rank_known: u32,
+    /// The queried rank's epoch (0 unless `rank_known`).
+    pub rank_epoch: u32,
+    /// Batches of `rank_epoch` the queried rank has taken.
+    pub rank_step: u64,
+}
+
 /// What `granary_session_get_info()` reports. Set `struct_size` to
 /// `sizeof(granary_session_info)` before the call.
 #[repr(C)]
@@ -387,6 +414,10 @@ const _: () = {
     assert!(size_of::<GranaryAssignmentInfo>() == 40 + GRANARY_NOTE_MAX);
     assert!(offset_of!(GranaryViewMember, capacity) == 16);
     assert!(size_of::<GranaryViewMember>() == 24);
+    assert!(offset_of!(GranaryJobPosition, step) == 8);
+    assert!(offset_of!(GranaryJobPosition, first_batch) == 24);
+    assert!(offset_of!(GranaryJobPosition, rank_step) == 40);
+    assert!(size_of::<GranaryJobPosition>() == 48);
     assert!(offset_of!(GranaryPeerIdentity, view_digest) == 32);
     assert!(offset_of!(GranaryPeerIdentity, node_id) == 64);
     assert!(offset_of!(GranaryPeerIdentity, job_id) == 64 + 2 * GRANARY_NAME_MAX);

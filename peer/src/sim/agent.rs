@@ -465,7 +465,7 @@ impl Agent {
                         request, reason, ..
                     }) => evs.push(LinkEv::Miss(request, reason)),
                     Some(Event::Cancel(r)) => evs.push(LinkEv::Cancel(r)),
-                    Some(Event::Rtt(_) | Event::RdmaSetup(_)) => {}
+                    Some(Event::Rtt(_) | Event::RdmaSetup(_) | Event::JobStatus(_)) => {}
                     Some(Event::Closed(_)) => evs.push(LinkEv::Closed),
                 }
             }

@@ -156,7 +156,7 @@ mod tests {
         }
         let files = Catalog::from_dir(&spec.root).unwrap();
         let (mds, stats) =
-            granary_agent::source::shards::fs::index_mds(&out, "sample", "label").unwrap();
+            granary_agent::source::fs::shards::index_mds(&out, "sample", "label").unwrap();
         assert_eq!(mds.len(), files.len());
         assert_eq!(stats.shards, w.shards.len() as u64);
         for (f, s) in files.entries().iter().zip(mds.entries()) {
@@ -166,7 +166,7 @@ mod tests {
             assert_eq!(bytes, std::fs::read(&f.path).unwrap());
         }
         // The key column as the sample: each file's path.
-        let (keys, _) = granary_agent::source::shards::fs::index_mds(&out, "key", "label").unwrap();
+        let (keys, _) = granary_agent::source::fs::shards::index_mds(&out, "key", "label").unwrap();
         let k = keys.read_sample(5).unwrap();
         let rel = files.entries()[5].path.strip_prefix(&spec.root).unwrap();
         assert_eq!(k, rel.to_str().unwrap().as_bytes());

@@ -149,7 +149,7 @@ mod tests {
         assert!(w.shards.len() >= 4, "{} files", w.shards.len());
         let files = Catalog::from_dir(&spec.root).unwrap();
         let (pq, stats) =
-            granary_agent::source::shards::fs::index_parquet(&out, "sample", "label").unwrap();
+            granary_agent::source::fs::shards::index_parquet(&out, "sample", "label").unwrap();
         assert_eq!(pq.len(), files.len());
         assert_eq!(stats.shards, w.shards.len() as u64);
         for (f, s) in files.entries().iter().zip(pq.entries()) {
@@ -158,7 +158,7 @@ mod tests {
             assert_eq!(bytes, std::fs::read(&f.path).unwrap());
         }
         let (keys, _) =
-            granary_agent::source::shards::fs::index_parquet(&out, "key", "label").unwrap();
+            granary_agent::source::fs::shards::index_parquet(&out, "key", "label").unwrap();
         let rel = files.entries()[7].path.strip_prefix(&spec.root).unwrap();
         assert_eq!(
             keys.read_sample(7).unwrap(),

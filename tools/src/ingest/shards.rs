@@ -153,7 +153,7 @@ mod written {
             assert!(len <= 64 * 1024 || w.shards.len() == 1, "{len}");
         }
         let files = Catalog::from_dir(&spec.root).unwrap();
-        let (wds, _) = granary_agent::source::shards::fs::index(&out, "cls").unwrap();
+        let (wds, _) = granary_agent::source::fs::shards::index(&out, "cls").unwrap();
         assert_eq!(wds.len(), files.len());
         for (f, s) in files.entries().iter().zip(wds.entries()) {
             assert_eq!(f.label, s.label);

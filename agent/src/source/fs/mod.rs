@@ -4,6 +4,7 @@
 
 pub mod catalog;
 pub mod reader;
+pub mod shards;
 
 pub use catalog::{Catalog, CatalogEntry, CatalogError};
 
@@ -37,7 +38,7 @@ pub fn open_catalog(dataset: &DatasetConfig) -> Result<Catalog, CatalogError> {
                     dataset: fs.name.clone(),
                 });
             };
-            let (catalog, stats) = crate::source::shards::fs::index_dataset(root, &shards)?;
+            let (catalog, stats) = shards::index_dataset(root, &shards)?;
             tracing::info!(
                 dataset = %fs.name,
                 "{} index of {}: {} samples from {stats}",

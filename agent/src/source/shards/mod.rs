@@ -13,10 +13,8 @@
 //! the walks with `pread` over files and [`s3`] with ranged GETs, several
 //! shards at once. See `docs/formats.md`.
 
-pub mod fs;
 pub mod mds;
 pub mod parquet;
-pub mod s3;
 mod thrift;
 mod walker;
 

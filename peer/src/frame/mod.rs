@@ -20,14 +20,18 @@
 //! The encoding is canonical: whatever decodes re-encodes to the same
 //! bytes. Anything else is a typed [`FrameError`].
 
+pub mod status;
+
+use status::{JobStatus, StatusBody};
 use std::fmt;
 
 /// The frame format version this crate writes and reads.
 pub const FORMAT_VERSION: u8 = 2;
 /// The peer protocol version carried in [`Hello`]: 3 added
-/// [`Frame::Cancel`] and [`MissReason::Cancelled`] (peers of version 2 are
-/// refused at the handshake with a version mismatch).
-pub const PROTOCOL_VERSION: u16 = 3;
+/// [`Frame::Cancel`] and [`MissReason::Cancelled`], 4 added
+/// [`Frame::JobStatus`] (peers of another version are refused at the
+/// handshake with a version mismatch).
+pub const PROTOCOL_VERSION: u16 = 4;
 /// Bytes of a frame header.
 pub const HEADER_LEN: usize = 8;
 /// Longest frame body.
@@ -272,6 +276,10 @@ pub enum Frame {
     /// its block, and answers it with a [`MissReason::Cancelled`] miss;
     /// otherwise the block already going is the answer.
     Cancel(u64),
+    /// Kind 13 (protocol version 4). The sender's job status: its plans'
+    /// rank positions and its ranks' waits ([`crate::status`] has the
+    /// layout). Each replaces the sender's previous one.
+    JobStatus(JobStatus),
 }
 
 /// Longest [`Frame::RdmaSetup`] body.
@@ -291,6 +299,7 @@ impl Frame {
             Frame::Goodbye(_) => 10,
             Frame::RdmaSetup(_) => 11,
             Frame::Cancel(_) => 12,
+            Frame::JobStatus(_) => 13,
         }
     }
 
@@ -359,6 +368,12 @@ impl Frame {
                 }
                 body.extend_from_slice(b);
             }
+            Frame::JobStatus(st) => {
+                st.encode(&mut body)?;
+                if body.len() > MAX_BODY as usize {
+                    return Err(FrameError::BodyTooLong(body.len() as u32));
+                }
+            }
         }
         out.push(FORMAT_VERSION);
         out.push(self.kind());
@@ -420,6 +435,8 @@ pub enum FrameError {
     PayloadTooLong(u64),
     /// A credit frame granting nothing.
     ZeroCredit,
+    /// A job-status body breaks its rules (what).
+    BadStatus(&'static str),
 }
 
 impl fmt::Display for FrameError {
@@ -444,6 +461,7 @@ impl fmt::Display for FrameError {
                 write!(f, "data payload of {n} bytes exceeds {MAX_PAYLOAD}")
             }
             FrameError::ZeroCredit => write!(f, "credit frame grants nothing"),
+            FrameError::BadStatus(why) => write!(f, "job-status frame: {why}"),
         }
     }
 }
@@ -500,11 +518,30 @@ impl<'a> Body<'a> {
     }
 }
 
+impl StatusBody for Body<'_> {
+    fn u8(&mut self) -> Result<u8, FrameError> {
+        Body::u8(self)
+    }
+    fn u16(&mut self) -> Result<u16, FrameError> {
+        Body::u16(self)
+    }
+    fn u32(&mut self) -> Result<u32, FrameError> {
+        Body::u32(self)
+    }
+    fn u64(&mut self) -> Result<u64, FrameError> {
+        Body::u64(self)
+    }
+    fn name(&mut self) -> Result<String, FrameError> {
+        self.id()
+            .map_err(|_| FrameError::BadStatus("dataset name empty or not UTF-8"))
+    }
+}
+
 /// Kinds this format defines (2, the authentication answer of format 1,
 /// is retired: the channel authenticates; 12 came with protocol version
-/// 3).
+/// 3, 13 with 4).
 fn known_kind(k: u8) -> bool {
-    k == 1 || (3..=12).contains(&k)
+    k == 1 || (3..=13).contains(&k)
 }
 
 /// Decodes one frame from the front of `buf`: `Ok(None)` when more bytes
@@ -612,6 +649,7 @@ pub fn decode_frame(buf: &[u8]) -> Result<Option<(Frame, usize)>, FrameError> {
         8 => Frame::Ping(b.u64()?),
         9 => Frame::Pong(b.u64()?),
         12 => Frame::Cancel(b.u64()?),
+        13 => Frame::JobStatus(crate::status::decode(&mut b)?),
         11 => {
             let n = b.b.len();
             if n == 0 || n > MAX_RDMA_SETUP {
@@ -778,6 +816,7 @@ impl std::error::Error for PayloadOrderError {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::status::NO_VERDICT;
 
     pub(crate) fn samples() -> Vec<Frame> {
         vec![
@@ -824,7 +863,46 @@ mod tests {
             Frame::Pong(11),
             Frame::Goodbye(GoodbyeReason::ShuttingDown),
             Frame::Cancel(0x0102),
+            Frame::JobStatus(status_sample()),
+            Frame::JobStatus(JobStatus::default()),
         ]
+    }
+
+    pub(crate) fn status_sample() -> JobStatus {
+        use crate::status::{PlanKey, PlanStatus, RankPosition, RankWait, NO_QUANTILE};
+        JobStatus {
+            seq: 9,
+            plans: vec![PlanStatus {
+                key: PlanKey {
+                    dataset: "imagenet".into(),
+                    fingerprint: 0xabcd,
+                    seed: 42,
+                    batch_size: 32,
+                    world_size: 4,
+                    drop_last: true,
+                },
+                positions: vec![
+                    RankPosition {
+                        rank: 0,
+                        epoch: 1,
+                        step: 17,
+                        live: true,
+                    },
+                    RankPosition {
+                        rank: 3,
+                        epoch: 1,
+                        step: 15,
+                        live: false,
+                    },
+                ],
+            }],
+            waits: vec![RankWait {
+                dataset: "imagenet".into(),
+                rank: 3,
+                quantiles_us: [100, 2_500, NO_QUANTILE],
+                verdict: 3,
+            }],
+        }
     }
 
     #[test]
@@ -891,8 +969,8 @@ mod tests {
         b[1] = 99;
         assert_eq!(decode_frame(&b), Err(FrameError::UnknownKind(99)));
         let mut b = good.clone();
-        b[1] = 13;
-        assert_eq!(decode_frame(&b), Err(FrameError::UnknownKind(13)));
+        b[1] = 14;
+        assert_eq!(decode_frame(&b), Err(FrameError::UnknownKind(14)));
         // A cancel is exactly one u64.
         let cancel = Frame::Cancel(5).to_bytes().unwrap();
         let mut b = cancel.clone();
@@ -963,6 +1041,115 @@ mod tests {
             d.to_bytes(),
             Err(FrameError::PayloadTooLong(MAX_PAYLOAD + 1))
         );
+    }
+
+    #[test]
+    fn job_status_wire_bytes_are_pinned() {
+        let st = JobStatus {
+            seq: 1,
+            ..JobStatus::default()
+        };
+        assert_eq!(
+            Frame::JobStatus(st).to_bytes().unwrap(),
+            [2, 13, 0, 0, 12, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+        );
+        let b = Frame::JobStatus(status_sample()).to_bytes().unwrap();
+        assert_eq!(b.len() - HEADER_LEN, status_sample().body_len());
+    }
+
+    /// Offset in a [`status_sample`] frame of the byte after its plan's
+    /// fixed fields (the first position's rank).
+    fn first_position_at() -> usize {
+        HEADER_LEN + 8 + 2 + 1 + "imagenet".len() + 8 + 8 + 4 + 4 + 1 + 2
+    }
+
+    #[test]
+    fn bad_job_status_is_refused() {
+        let good = Frame::JobStatus(status_sample()).to_bytes().unwrap();
+        let bad = |at: usize, v: u8| {
+            let mut b = good.clone();
+            b[at] = v;
+            decode_frame(&b)
+        };
+        let plans_at = HEADER_LEN + 8;
+        assert_eq!(
+            bad(plans_at, 33),
+            Err(FrameError::BadStatus("too many plans"))
+        );
+        // The plan's name length 0.
+        assert!(matches!(
+            bad(plans_at + 2, 0),
+            Err(FrameError::BadStatus(_))
+        ));
+        let drop_last_at = first_position_at() - 3;
+        assert_eq!(
+            bad(drop_last_at, 2),
+            Err(FrameError::BadStatus("flag neither 0 nor 1"))
+        );
+        let world_at = drop_last_at - 4;
+        assert_eq!(bad(world_at, 0), Err(FrameError::BadStatus("world size 0")));
+        // Rank 0 of a world of 4 becomes rank 9.
+        assert_eq!(
+            bad(first_position_at(), 9),
+            Err(FrameError::BadStatus("rank out of range"))
+        );
+        // The position count: 0x0402 positions, past the bound.
+        assert_eq!(
+            bad(first_position_at() - 1, 4),
+            Err(FrameError::BadStatus("too many positions"))
+        );
+        // The verdict (the last byte).
+        assert_eq!(
+            bad(good.len() - 1, 6),
+            Err(FrameError::BadStatus("unknown verdict"))
+        );
+        assert!(bad(good.len() - 1, NO_VERDICT).is_ok());
+        // Cut short and padded.
+        let mut b = good.clone();
+        let n = b.len() - HEADER_LEN - 1;
+        b[4..8].copy_from_slice(&(n as u32).to_le_bytes());
+        b.pop();
+        assert_eq!(decode_frame(&b), Err(FrameError::Truncated { kind: 13 }));
+        let mut b = good.clone();
+        b[4..8].copy_from_slice(&((n + 2) as u32).to_le_bytes());
+        b.push(0);
+        assert_eq!(
+            decode_frame(&b),
+            Err(FrameError::TrailingBytes { kind: 13 })
+        );
+        // The encoder refuses what the decoder would.
+        let mut st = status_sample();
+        st.plans[0].positions[0].rank = 4;
+        assert_eq!(
+            Frame::JobStatus(st).to_bytes(),
+            Err(FrameError::BadStatus("rank out of range"))
+        );
+        let mut st = status_sample();
+        st.waits[0].verdict = 7;
+        assert!(Frame::JobStatus(st).to_bytes().is_err());
+        let mut st = status_sample();
+        st.waits = vec![st.waits[0].clone(); crate::status::MAX_STATUS_WAITS + 1];
+        assert_eq!(
+            Frame::JobStatus(st).to_bytes(),
+            Err(FrameError::BadStatus("too many wait rows"))
+        );
+        // Random bytes under kind 13 never panic and never decode to more
+        // than the bounds allow.
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for _ in 0..2000 {
+            let mut b = good.clone();
+            for _ in 0..4 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let at = HEADER_LEN + (x as usize) % (b.len() - HEADER_LEN);
+                b[at] = (x >> 32) as u8;
+            }
+            if let Ok(Some((Frame::JobStatus(st), _))) = decode_frame(&b) {
+                assert!(st.plans.len() <= crate::status::MAX_STATUS_PLANS);
+                assert!(st.waits.len() <= crate::status::MAX_STATUS_WAITS);
+            }
+        }
     }
 
     #[test]

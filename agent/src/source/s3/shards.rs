@@ -1,11 +1,13 @@
 //! The index of an S3 dataset's shards, read with ranged GETs, several
 //! shards at once.
 
-use super::mds::{self, MdsWalker};
-use super::parquet::ParquetWalker;
-use super::{is_parquet, is_shard, IndexStats, ShardSample, ShardWalk, TarWalker, WalkError};
+use super::{classify, Bucket, S3Catalog, S3Entry, S3Error};
 use crate::config::ShardFormat;
-use crate::source::s3::{classify, Bucket, S3Catalog, S3Entry, S3Error};
+use crate::source::shards::mds::{self, MdsWalker};
+use crate::source::shards::parquet::ParquetWalker;
+use crate::source::shards::{
+    is_parquet, is_shard, IndexStats, ShardSample, ShardWalk, TarWalker, WalkError,
+};
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
@@ -65,7 +67,7 @@ pub(crate) async fn index_mds(
         "" => name.to_owned(),
         f => format!("{f}/{name}"),
     };
-    let index_key = ObjectPath::from(key_of(super::MDS_INDEX));
+    let index_key = ObjectPath::from(key_of(crate::source::shards::MDS_INDEX));
     let url = format!("s3://{bucket}/{index_key}");
     let text = async { store.get(&index_key).await?.bytes().await }
         .await

@@ -46,6 +46,9 @@ pub(crate) enum ConnEvent {
     /// The loader asks whether a session could be delivered in the
     /// locality-aware assignment (already validated field by field).
     AssignmentQuery(ConnId, granary_shm::handshake::OpenSession),
+    /// The loader asks where the job stands in a session's plan (already
+    /// validated field by field).
+    JobQuery(ConnId, granary_shm::handshake::OpenSession),
     /// The connection is gone (hang-up, or a protocol error was answered).
     Gone(ConnId),
 }
@@ -133,6 +136,12 @@ impl Server {
                             Message::PeerQuery => out.push(ConnEvent::PeerQuery(id)),
                             Message::AssignmentQuery(req) => match req.validate() {
                                 Ok(()) => out.push(ConnEvent::AssignmentQuery(id, req)),
+                                Err(reply) => {
+                                    let _ = conn.sock.send_message(&Message::Error(reply), &[]);
+                                }
+                            },
+                            Message::JobQuery(req) => match req.validate() {
+                                Ok(()) => out.push(ConnEvent::JobQuery(id, req)),
                                 Err(reply) => {
                                     let _ = conn.sock.send_message(&Message::Error(reply), &[]);
                                 }
@@ -331,5 +340,7 @@ fn kind_name(m: &Message) -> &'static str {
         Message::LayoutChunk(_) => "LayoutChunk",
         Message::AssignmentQuery(_) => "AssignmentQuery",
         Message::AssignmentInfo(_) => "AssignmentInfo",
+        Message::JobQuery(_) => "JobQuery",
+        Message::JobPosition(_) => "JobPosition",
     }
 }

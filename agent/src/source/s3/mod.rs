@@ -33,6 +33,7 @@ pub mod catalog;
 pub mod dataset;
 pub mod fault;
 pub mod fetcher;
+pub mod shards;
 pub mod stores;
 
 pub use crate::source::queue::{fetch_error, is_retryable, FetchError};
@@ -610,7 +611,7 @@ impl S3Source {
                     label_field,
                     sample_field,
                 } => {
-                    let (catalog, stats) = crate::source::shards::s3::index_dataset(
+                    let (catalog, stats) = shards::index_dataset(
                         store,
                         bucket,
                         prefix,

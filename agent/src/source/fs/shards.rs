@@ -1,10 +1,12 @@
 //! The index of a filesystem dataset's shards, read with `pread`.
 
-use super::mds::{self, MdsWalker};
-use super::parquet::ParquetWalker;
-use super::{is_parquet, is_shard, IndexStats, ShardSample, ShardWalk, TarWalker, WalkError};
+use super::{Catalog, CatalogEntry, CatalogError};
 use crate::config::{ShardFormat, ShardSettings};
-use crate::source::fs::{Catalog, CatalogEntry, CatalogError};
+use crate::source::shards::mds::{self, MdsWalker};
+use crate::source::shards::parquet::ParquetWalker;
+use crate::source::shards::{
+    is_parquet, is_shard, IndexStats, ShardSample, ShardWalk, TarWalker, WalkError,
+};
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -122,7 +124,7 @@ pub fn index_mds(
     sample_field: &str,
     label_field: &str,
 ) -> Result<(Catalog, IndexStats), CatalogError> {
-    let index_path = root.join(super::MDS_INDEX);
+    let index_path = root.join(crate::source::shards::MDS_INDEX);
     let text = std::fs::read(&index_path).map_err(|source| CatalogError::Io {
         path: index_path.clone(),
         action: "read the MDS index",

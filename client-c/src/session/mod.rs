@@ -22,6 +22,8 @@
 //! ever. That failure is not sticky: if the agent resumes, the next call
 //! goes on.
 
+mod resume;
+
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,8 +32,8 @@ use std::time::{Duration, Instant};
 
 use granary_shm::arena::ArenaView;
 use granary_shm::handshake::{
-    AssignmentInfo, CatalogId, ErrorReply, Message, ViewChunk, ViewJoined, MAX_LAYOUT_BYTES,
-    MAX_VIEW_BYTES,
+    AssignmentInfo, CatalogId, ErrorReply, JobPosition, Message, ViewChunk, ViewJoined,
+    MAX_LAYOUT_BYTES, MAX_VIEW_BYTES,
 };
 use granary_shm::layout::{state, BATCH_END_OF_EPOCH, BATCH_END_OF_STREAM};
 use granary_shm::region::Region;
@@ -44,8 +46,8 @@ use granary_shm::{monotonic_ms, BatchDescriptor, ErrorCode, ReleaseDescriptor, S
 use crate::batch::{Batch, Returns};
 use crate::error::{Error, Result};
 use crate::options::{SessionInfo, SessionOptions};
-use crate::resume::Resume;
 use crate::state::SessionState;
+use resume::Resume;
 
 /// Longest single wait on the ready ring before the session re-checks the
 /// segment state and the socket.
@@ -299,6 +301,30 @@ pub(crate) fn query_assignment(
         Message::Error(e) => Err(refusal(e)),
         other => Err(protocol(format!(
             "expected an assignment answer, the agent sent {other:?}"
+        ))),
+    }
+}
+
+/// Asks the agent on `conn` where the job stands in the plan `options`
+/// describe ([`crate::Client::job_position`]).
+pub(crate) fn query_job(conn: &SeqPacket, options: &SessionOptions) -> Result<JobPosition> {
+    let mut request = options.request();
+    request.first_batch = 0;
+    request.catalog = None;
+    request
+        .validate()
+        .map_err(|e| Error::new(e.code, e.message))?;
+    conn.send_message(&Message::JobQuery(request), &[])
+        .map_err(|e| Error::socket("asking where the job stands", &e))?;
+    conn.set_read_timeout(Some(options.open_timeout))
+        .map_err(|e| Error::socket("setting the handshake timeout", &e))?;
+    let (reply, _fds) =
+        recv_reply(conn).map_err(|e| Error::recv("waiting for the agent's job position", &e))?;
+    match reply {
+        Message::JobPosition(j) => Ok(j),
+        Message::Error(e) => Err(refusal(e)),
+        other => Err(protocol(format!(
+            "expected a job position, the agent sent {other:?}"
         ))),
     }
 }

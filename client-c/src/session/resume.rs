@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use granary_shm::ErrorCode;
 
+use super::Session;
 use crate::error::{Error, Result};
 use crate::options::SessionOptions;
-use crate::session::Session;
 
 /// First pause between two attempts to reach the agent again.
 const FIRST_PAUSE: Duration = Duration::from_millis(50);
@@ -85,7 +85,7 @@ impl Resume {
         let mut pause = FIRST_PAUSE;
         loop {
             let attempt =
-                crate::client::dial(&self.path).and_then(|conn| Session::open(conn, &options));
+                crate::conn::dial(&self.path).and_then(|conn| Session::open(conn, &options));
             match attempt {
                 Ok(mut session) => {
                     self.retired.push(old_key);
