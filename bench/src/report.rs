@@ -195,11 +195,19 @@ fn rounded(value: f64, decimals: usize) -> Value {
         .map_or(Value::Null, Value::Number)
 }
 
-/// A number field of a flat JSON line (what the Python loaders print):
-/// `None` when the line is not a JSON object, the key is missing or its
-/// value is not a number.
+/// A number field of a JSON line: the key at the top level, else the first
+/// one found in a nested object (depth first, in key order); `None` when the
+/// line is not JSON, the key is missing or its value is not a number.
 pub fn json_num(line: &str, key: &str) -> Option<f64> {
-    serde_json::from_str::<Value>(line).ok()?.get(key)?.as_f64()
+    find_num(&serde_json::from_str::<Value>(line).ok()?, key)
+}
+
+fn find_num(v: &Value, key: &str) -> Option<f64> {
+    let obj = v.as_object()?;
+    if let Some(x) = obj.get(key) {
+        return x.as_f64();
+    }
+    obj.values().find_map(|x| find_num(x, key))
 }
 
 /// Draws a plot with a Python `script` run as `python script - out`, the
@@ -300,5 +308,9 @@ mod tests {
         assert_eq!(json_num(line, "ramp_s"), Some(0.001));
         assert_eq!(json_num(line, "missing"), None);
         assert_eq!(json_num(line, "torch"), None);
+        let nested = r#"{"a": 1, "tcp": {"b_per_core": 2.5}, "c": [3]}"#;
+        assert_eq!(json_num(nested, "b_per_core"), Some(2.5));
+        assert_eq!(json_num(nested, "c"), None);
+        assert_eq!(json_num("not json", "a"), None);
     }
 }
