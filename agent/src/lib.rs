@@ -63,7 +63,6 @@ pub mod metrics;
 pub mod mixture;
 pub(crate) mod notify;
 pub mod peers;
-pub(crate) mod placement;
 pub mod planner;
 pub mod provenance;
 pub(crate) mod retry;

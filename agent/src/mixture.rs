@@ -33,7 +33,8 @@
 //!    as it is (the ranks' last batches share its quotas).
 
 use crate::config::{Choose, MixtureConfig, MixtureSource};
-use crate::planner::{epoch_permutation, mix64, stream_key, PlanError, MAX_SAMPLES};
+use crate::planner::params::{PlanError, MAX_SAMPLES};
+use crate::planner::permutation::{epoch_permutation, mix64, stream_key};
 use std::fmt;
 
 /// The order of one mixture over its sources' catalogs.

@@ -14,7 +14,7 @@
 
 use super::{Engine, Waiting};
 use crate::config::Membership;
-use crate::placement::Placement;
+use crate::planner::placement::Placement;
 use crate::server::ConnId;
 use granary_peer::assign::{Inputs, Layout};
 use granary_shm::handshake::{AssignmentInfo, Message, OpenSession};

@@ -184,7 +184,7 @@ impl PeerMetrics {
     /// Counts the `[local, peer, uncached]` samples a `mode` session just
     /// planned.
     pub(crate) fn count_assigned(&self, mode: &str, placed: [u64; 3]) {
-        use crate::placement::{LOCAL, PEER, UNCACHED};
+        use crate::planner::placement::{LOCAL, PEER, UNCACHED};
         for (at, placement) in [(LOCAL, "local"), (PEER, "peer"), (UNCACHED, "uncached")] {
             if placed[at] > 0 {
                 self.assigned

@@ -14,7 +14,7 @@
 //! locality mode, or simply elsewhere in exact order) and `uncached` (no
 //! node keeps it).
 
-use crate::planner::{PlanError, PlanParams};
+use super::params::{PlanError, PlanParams};
 use granary_peer::assign::{assign_step, global_step, Layout};
 use granary_peer::keep::Directory;
 use std::sync::Arc;
