@@ -4,7 +4,7 @@
 //! metrics (`docs/operations.md` lists them).
 
 use super::transport::LinkTransport;
-use crate::metrics::{Counter, Gauge};
+use crate::metrics::primitives::{Counter, Gauge};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;

@@ -38,8 +38,8 @@ mod tests;
 pub(crate) use params::samples_per_rank;
 use params::{batch_count, share_len};
 pub use params::{batches_per_epoch, PlanError, PlanParams, MAX_SAMPLES};
-pub use permutation::{epoch_permutation, stream_key, ALGORITHM_TAG};
 pub(crate) use permutation::mix64;
+pub use permutation::{epoch_permutation, stream_key, ALGORITHM_TAG};
 pub(crate) use placement::Placement;
 
 use crate::mixture::MixtureOrder;

@@ -9,25 +9,31 @@
 //! bounded table of epochs per dataset). The HTTP thread and `granary
 //! status` read them; a scrape allocates, a sample never does.
 
-use granary_shm::Violation;
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 #[cfg(test)]
 mod dashboard_tests;
+mod dataset;
 mod endpoint;
 mod health;
 mod job;
+pub mod primitives;
 mod ranks;
+mod render;
+mod violations;
+
+pub use dataset::{DatasetHealth, EPOCH_LABEL_LIMIT, EPOCH_SLOTS};
+#[cfg(test)]
+use dataset::EpochCounts;
+use dataset::{DatasetStats, DatasetTable};
+pub use primitives::{Counter, Gauge, Histogram, SharedHistogram};
+pub use render::{parse_text, WARM_OUTCOMES};
+use render::{Derived, WarmCollector};
+pub use violations::ViolationKind;
 
 pub use job::SharedJob;
 pub use ranks::SharedRanks;
@@ -36,364 +42,6 @@ pub use endpoint::{
     scrape, MetricsServer, CONTENT_TYPE, MAX_CLIENTS, MAX_REQUEST_HEAD, REQUEST_DEADLINE,
 };
 pub use health::{Health, STALE as HEALTH_STALE};
-pub use prometheus_client::metrics::counter::Counter;
-
-/// A gauge of non-negative integers (bytes, counts).
-pub type Gauge = prometheus_client::metrics::gauge::Gauge<u64, AtomicU64>;
-
-/// Upper bounds (seconds) of the read-latency histogram buckets.
-pub(crate) const LATENCY_BUCKETS: [f64; 14] = [
-    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-    1.0,
-];
-
-/// The outcomes of `granary_warm_restart_samples_total`, in the order of
-/// [`Metrics::warm_restart`]: put back in the cache; dropped because the
-/// bytes no longer have their CRC-32C; dropped because their dataset
-/// changed (fingerprint) or is no longer served, or the sample no longer
-/// has that size; dropped because their extent is no longer free or no
-/// longer lies in the cache's retained or keep area (the layout changed).
-pub const WARM_OUTCOMES: [&str; 4] = ["recovered", "crc", "changed", "placement"];
-
-/// Exports [`Metrics::warm_restart`] as one labelled counter family.
-#[derive(Debug)]
-struct WarmCollector([Counter; WARM_OUTCOMES.len()]);
-
-impl Collector for WarmCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        let mut family = encoder.encode_descriptor(
-            "granary_warm_restart_samples",
-            "Samples of a warm restart's index, by outcome: recovered, or dropped (crc, changed, placement).",
-            None,
-            MetricType::Counter,
-        )?;
-        for (outcome, c) in WARM_OUTCOMES.iter().zip(&self.0) {
-            ConstCounter::new(c.get()).encode(family.encode_family(&[("outcome", *outcome)])?)?;
-        }
-        Ok(())
-    }
-}
-
-/// Epochs of one dataset that keep series of their own
-/// (`granary_epoch_lookups_total`): the most recently started ones. An
-/// older epoch's series disappears when a newer one needs its slot, so a
-/// loader's choice of `first_epoch` cannot grow the label set.
-pub const EPOCH_SLOTS: usize = 8;
-
-/// Epochs from this one up share one series, labelled `epoch="1024+"`: the
-/// `epoch` label takes at most 1,025 values per dataset over the agent's
-/// life, whatever `first_epoch` loaders ask for.
-pub const EPOCH_LABEL_LIMIT: u32 = 1024;
-
-/// The `epoch` label of a table key.
-fn epoch_label(key: u64) -> String {
-    if key >= u64::from(EPOCH_LABEL_LIMIT) {
-        format!("{EPOCH_LABEL_LIMIT}+")
-    } else {
-        key.to_string()
-    }
-}
-
-/// What a loader did wrong, the `kind` label of `granary_violations_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ViolationKind {
-    /// A ring index moved backwards or ran more than a capacity ahead.
-    RingIndex,
-    /// A descriptor named a range outside its region.
-    OutOfBounds,
-    /// A field held a value outside its domain.
-    BadField,
-    /// A release named a batch not on loan (wrong token, twice, never lent).
-    UnknownLease,
-    /// A descriptor or table was misaligned.
-    Misaligned,
-    /// A malformed message on the session's socket.
-    Handshake,
-}
-
-impl ViolationKind {
-    /// Every kind, in the order of their series.
-    pub const ALL: [ViolationKind; 6] = [
-        ViolationKind::RingIndex,
-        ViolationKind::OutOfBounds,
-        ViolationKind::BadField,
-        ViolationKind::UnknownLease,
-        ViolationKind::Misaligned,
-        ViolationKind::Handshake,
-    ];
-
-    /// The kind of a shared-memory violation, or `None` for a fence that
-    /// is not a protocol violation: a replaced view
-    /// ([`Violation::ViewReplaced`]) or a silent loader
-    /// ([`Violation::Silent`], counted in `granary_sessions_timed_out`).
-    pub const fn of(v: &Violation) -> Option<ViolationKind> {
-        match v {
-            Violation::RingIndex { .. } => Some(ViolationKind::RingIndex),
-            Violation::OutOfBounds { .. } => Some(ViolationKind::OutOfBounds),
-            Violation::BadField { .. } => Some(ViolationKind::BadField),
-            Violation::UnknownLease { .. } => Some(ViolationKind::UnknownLease),
-            Violation::Misaligned { .. } => Some(ViolationKind::Misaligned),
-            Violation::ViewReplaced | Violation::Silent { .. } => None,
-        }
-    }
-
-    /// The `kind` label.
-    pub const fn label(self) -> &'static str {
-        match self {
-            ViolationKind::RingIndex => "ring_index",
-            ViolationKind::OutOfBounds => "out_of_bounds",
-            ViolationKind::BadField => "bad_field",
-            ViolationKind::UnknownLease => "unknown_lease",
-            ViolationKind::Misaligned => "misaligned",
-            ViolationKind::Handshake => "handshake",
-        }
-    }
-
-    const fn index(self) -> usize {
-        self as usize
-    }
-}
-
-/// A cumulative histogram over `LATENCY_BUCKETS`, lock-free (the
-/// `prometheus-client` histogram takes a lock per observation).
-#[derive(Debug, Default)]
-pub struct Histogram {
-    buckets: [AtomicU64; LATENCY_BUCKETS.len()],
-    count: AtomicU64,
-    sum_ns: AtomicU64,
-}
-
-impl Histogram {
-    /// Records one observation.
-    pub(crate) fn observe(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        if let Some(i) = LATENCY_BUCKETS.iter().position(|&b| secs <= b) {
-            self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_ns
-            .fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
-    }
-
-    /// Number of observations.
-    pub(crate) fn count(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
-    }
-
-    /// Approximate quantile (upper bound of the bucket holding it), seconds.
-    pub fn quantile(&self, q: f64) -> Option<f64> {
-        let total = self.count();
-        if total == 0 {
-            return None;
-        }
-        let target = (q * total as f64).ceil().max(1.0) as u64;
-        let mut seen = 0;
-        for (i, b) in self.buckets.iter().enumerate() {
-            seen += b.load(Ordering::Relaxed);
-            if seen >= target {
-                return Some(LATENCY_BUCKETS[i]);
-            }
-        }
-        Some(f64::INFINITY)
-    }
-}
-
-/// A [`Histogram`] shared with the registry.
-#[derive(Debug, Clone, Default)]
-pub struct SharedHistogram(Arc<Histogram>);
-
-impl std::ops::Deref for SharedHistogram {
-    type Target = Histogram;
-
-    fn deref(&self) -> &Histogram {
-        &self.0
-    }
-}
-
-impl EncodeMetric for SharedHistogram {
-    fn encode(&self, encoder: MetricEncoder) -> Result<(), fmt::Error> {
-        self.0.encode(encoder)
-    }
-
-    fn metric_type(&self) -> MetricType {
-        MetricType::Histogram
-    }
-}
-
-impl TypedMetric for Histogram {
-    const TYPE: MetricType = MetricType::Histogram;
-}
-
-impl EncodeMetric for Histogram {
-    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), fmt::Error> {
-        let count = self.count();
-        let mut buckets = [(f64::INFINITY, 0u64); LATENCY_BUCKETS.len() + 1];
-        let mut below = 0;
-        for (i, b) in self.buckets.iter().enumerate() {
-            let n = b.load(Ordering::Relaxed);
-            buckets[i] = (LATENCY_BUCKETS[i], n);
-            below += n;
-        }
-        buckets[LATENCY_BUCKETS.len()] = (f64::INFINITY, count.saturating_sub(below));
-        let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
-        encoder
-            .encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, &buckets, None)
-    }
-
-    fn metric_type(&self) -> MetricType {
-        MetricType::Histogram
-    }
-}
-
-/// How one dataset is doing (a snapshot; see `Metrics::dataset_health`).
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct DatasetHealth {
-    /// `"fs"`, `"s3"`, `"cql"`.
-    pub kind: &'static str,
-    /// Whether its catalog is loaded and it serves.
-    pub ready: bool,
-    /// Attempts made to load its catalog.
-    pub(crate) load_attempts: u64,
-    /// Sample reads that failed for good.
-    pub read_errors: u64,
-}
-
-/// Hits and misses of one epoch of one dataset, over all sessions.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct EpochCounts {
-    /// Samples present in the arena (or already being read) when a session
-    /// first needed them.
-    pub hits: u64,
-    /// Samples that had to be read from the source.
-    pub misses: u64,
-}
-
-/// Marks an [`EpochSlot`] that holds no epoch.
-const NO_EPOCH: u64 = u64::MAX;
-
-/// One epoch's counters in a dataset's bounded epoch table.
-#[derive(Debug)]
-struct EpochSlot {
-    /// The epoch counted here, or [`NO_EPOCH`].
-    epoch: AtomicU64,
-    /// When the slot was taken (the table's clock), for eviction.
-    born: AtomicU64,
-    hits: AtomicU64,
-    misses: AtomicU64,
-}
-
-impl Default for EpochSlot {
-    fn default() -> EpochSlot {
-        EpochSlot {
-            epoch: AtomicU64::new(NO_EPOCH),
-            born: AtomicU64::new(0),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
-        }
-    }
-}
-
-/// The counters of one dataset.
-#[derive(Debug)]
-struct DatasetStats {
-    name: Box<str>,
-    kind: &'static str,
-    ready: AtomicBool,
-    load_attempts: AtomicU64,
-    read_errors: AtomicU64,
-    /// Samples needed, over every epoch: found in the arena / read.
-    hits: AtomicU64,
-    misses: AtomicU64,
-    epochs: [EpochSlot; EPOCH_SLOTS],
-    /// The epoch table's clock: slots taken so far.
-    clock: AtomicU64,
-    /// The slot used last (most samples of a turn share an epoch).
-    last: AtomicU64,
-}
-
-impl DatasetStats {
-    fn new(name: &str, kind: &'static str) -> DatasetStats {
-        DatasetStats {
-            name: name.into(),
-            kind,
-            ready: AtomicBool::new(false),
-            load_attempts: AtomicU64::new(0),
-            read_errors: AtomicU64::new(0),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
-            epochs: Default::default(),
-            clock: AtomicU64::new(0),
-            last: AtomicU64::new(0),
-        }
-    }
-
-    /// The slot of `epoch`, taking the oldest one when it has none. Written
-    /// by the engine thread only; a scrape racing a slot's reuse may read
-    /// that slot's old or new counts, never anything else.
-    fn slot(&self, epoch: u64) -> &EpochSlot {
-        let last = &self.epochs[self.last.load(Ordering::Relaxed) as usize % EPOCH_SLOTS];
-        if last.epoch.load(Ordering::Relaxed) == epoch {
-            return last;
-        }
-        let (mut oldest, mut oldest_born) = (0, u64::MAX);
-        for (i, s) in self.epochs.iter().enumerate() {
-            let e = s.epoch.load(Ordering::Relaxed);
-            if e == epoch {
-                self.last.store(i as u64, Ordering::Relaxed);
-                return s;
-            }
-            let born = if e == NO_EPOCH {
-                0
-            } else {
-                s.born.load(Ordering::Relaxed)
-            };
-            if born < oldest_born {
-                (oldest, oldest_born) = (i, born);
-            }
-        }
-        let s = &self.epochs[oldest];
-        s.epoch.store(NO_EPOCH, Ordering::Release);
-        s.hits.store(0, Ordering::Relaxed);
-        s.misses.store(0, Ordering::Relaxed);
-        s.born.store(
-            self.clock.fetch_add(1, Ordering::Relaxed) + 1,
-            Ordering::Relaxed,
-        );
-        s.epoch.store(epoch, Ordering::Release);
-        self.last.store(oldest as u64, Ordering::Relaxed);
-        s
-    }
-
-    fn health(&self) -> DatasetHealth {
-        DatasetHealth {
-            kind: self.kind,
-            ready: self.ready.load(Ordering::Relaxed),
-            load_attempts: self.load_attempts.load(Ordering::Relaxed),
-            read_errors: self.read_errors.load(Ordering::Relaxed),
-        }
-    }
-
-    /// The epochs in the table, in epoch order.
-    fn epoch_counts(&self) -> Vec<(u64, EpochCounts)> {
-        let mut v: Vec<(u64, EpochCounts)> = self
-            .epochs
-            .iter()
-            .filter_map(|s| {
-                let e = s.epoch.load(Ordering::Acquire);
-                let c = EpochCounts {
-                    hits: s.hits.load(Ordering::Relaxed),
-                    misses: s.misses.load(Ordering::Relaxed),
-                };
-                (e != NO_EPOCH && s.epoch.load(Ordering::Acquire) == e).then_some((e, c))
-            })
-            .collect();
-        v.sort_unstable_by_key(|(e, _)| *e);
-        v
-    }
-}
-
-/// The per-dataset counters, set once the engine knows its datasets.
-type DatasetTable = Arc<OnceLock<Box<[DatasetStats]>>>;
 
 /// Every metric the agent exports.
 pub struct Metrics {
@@ -477,119 +125,6 @@ impl fmt::Debug for Metrics {
 impl Default for Metrics {
     fn default() -> Metrics {
         Metrics::new()
-    }
-}
-
-/// The labelled and derived metrics, read at scrape time.
-#[derive(Debug)]
-struct Derived {
-    cache: [(&'static str, &'static str, Counter); 2],
-    violations: [Counter; ViolationKind::ALL.len()],
-    loader_wait_ns: Counter,
-    arena: [(&'static str, Gauge); 4],
-    datasets: DatasetTable,
-}
-
-impl Collector for Derived {
-    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), fmt::Error> {
-        let mut e = enc.encode_descriptor(
-            "granary_cache_lookups",
-            "Sample lookups by result and tier (the cache's count).",
-            None,
-            MetricType::Counter,
-        )?;
-        for (result, tier, c) in &self.cache {
-            c.encode(e.encode_family(&[("result", *result), ("tier", *tier)])?)?;
-        }
-        let mut e = enc.encode_descriptor(
-            "granary_violations",
-            "Protocol violations by loaders, by kind.",
-            None,
-            MetricType::Counter,
-        )?;
-        for (kind, c) in ViolationKind::ALL.iter().zip(&self.violations) {
-            c.encode(e.encode_family(&[("kind", kind.label())])?)?;
-        }
-        let wait = ConstCounter::new(self.loader_wait_ns.get() as f64 / 1e9);
-        wait.encode(enc.encode_descriptor(
-            "granary_loader_wait_seconds",
-            "Time loaders waited for a batch that was not ready.",
-            None,
-            MetricType::Counter,
-        )?)?;
-        let mut e = enc.encode_descriptor(
-            "granary_arena_bytes",
-            "Arena bytes by state.",
-            None,
-            MetricType::Gauge,
-        )?;
-        for (state, g) in &self.arena {
-            g.encode(e.encode_family(&[("state", *state)])?)?;
-        }
-        let Some(datasets) = self.datasets.get() else {
-            return Ok(());
-        };
-        let mut e = enc.encode_descriptor(
-            "granary_dataset_ready",
-            "Whether a dataset's catalog is loaded and it serves (1) or its store is unavailable (0).",
-            None,
-            MetricType::Gauge,
-        )?;
-        for d in datasets.iter() {
-            let v = ConstGauge::new(i64::from(d.ready.load(Ordering::Relaxed)));
-            v.encode(e.encode_family(&[("dataset", &*d.name), ("kind", d.kind)])?)?;
-        }
-        let mut e = enc.encode_descriptor(
-            "granary_dataset_load_attempts",
-            "Attempts to load a dataset's catalog.",
-            None,
-            MetricType::Counter,
-        )?;
-        for d in datasets.iter() {
-            let v = ConstCounter::new(d.load_attempts.load(Ordering::Relaxed));
-            v.encode(e.encode_family(&[("dataset", &*d.name)])?)?;
-        }
-        let mut e = enc.encode_descriptor(
-            "granary_dataset_read_errors",
-            "Sample reads of a dataset that failed for good.",
-            None,
-            MetricType::Counter,
-        )?;
-        for d in datasets.iter() {
-            let v = ConstCounter::new(d.read_errors.load(Ordering::Relaxed));
-            v.encode(e.encode_family(&[("dataset", &*d.name)])?)?;
-        }
-        let mut e = enc.encode_descriptor(
-            "granary_dataset_lookups",
-            "Samples sessions needed per dataset, by where they were found (hit: in the arena or already being read; miss: read from the source).",
-            None,
-            MetricType::Counter,
-        )?;
-        for d in datasets.iter() {
-            for (result, v) in [("hit", &d.hits), ("miss", &d.misses)] {
-                let v = ConstCounter::new(v.load(Ordering::Relaxed));
-                v.encode(e.encode_family(&[("dataset", &*d.name), ("result", result)])?)?;
-            }
-        }
-        let mut e = enc.encode_descriptor(
-            "granary_epoch_lookups",
-            "Samples needed per dataset and epoch (the most recent epochs only), by where they were found.",
-            None,
-            MetricType::Counter,
-        )?;
-        for d in datasets.iter() {
-            for (epoch, c) in d.epoch_counts() {
-                let epoch = epoch_label(epoch);
-                for (result, v) in [("hit", c.hits), ("miss", c.misses)] {
-                    ConstCounter::new(v).encode(e.encode_family(&[
-                        ("dataset", &*d.name),
-                        ("epoch", epoch.as_str()),
-                        ("result", result),
-                    ])?)?;
-                }
-            }
-        }
-        Ok(())
     }
 }
 
@@ -834,21 +369,11 @@ impl Metrics {
     }
 }
 
-/// Parses Prometheus or OpenMetrics text into (series, value) pairs,
-/// skipping comments and `# EOF`.
-pub fn parse_text(body: &str) -> Vec<(String, f64)> {
-    body.lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .filter_map(|l| {
-            let (k, v) = l.rsplit_once(' ')?;
-            Some((k.to_string(), v.parse().ok()?))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use granary_shm::Violation;
+    use std::time::Duration;
 
     fn get(series: &[(String, f64)], k: &str) -> Option<f64> {
         series.iter().find(|(n, _)| n == k).map(|(_, v)| *v)
