@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the project on a fresh machine (CI runs exactly this).
 # Installs what it needs first (scripts/setup.sh test). Steps:
-#   1. lint: cargo fmt --check, clippy -D warnings on every target (and on
+#   1. lint: cargo fmt --check, no import cycles between modules
+#      (scripts/module-cycles.py), clippy -D warnings on every target (and on
 #      granary-shm with its loom feature)
 #   2. workspace tests (unit, integration, cross-process, C example), release
 #      profile; the Kubernetes manifests' offline check (scripts/k8s-check.py);
@@ -30,6 +31,8 @@ scripts/setup.sh test
 
 step "lint"
 cargo fmt --all --check
+# No import cycles between modules (parents and their children aside).
+python3 scripts/module-cycles.py
 cargo clippy --release --workspace --all-targets -- -D warnings
 cargo clippy --release -p granary-shm --features loom --all-targets -- -D warnings
 
