@@ -26,9 +26,9 @@ mod ranks;
 mod render;
 mod violations;
 
-pub use dataset::{DatasetHealth, EPOCH_LABEL_LIMIT, EPOCH_SLOTS};
 #[cfg(test)]
 use dataset::EpochCounts;
+pub use dataset::{DatasetHealth, EPOCH_LABEL_LIMIT, EPOCH_SLOTS};
 use dataset::{DatasetStats, DatasetTable};
 pub use primitives::{Counter, Gauge, Histogram, SharedHistogram};
 pub use render::{parse_text, WARM_OUTCOMES};
