@@ -4,8 +4,6 @@ use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use serde::ser::{SerializeMap, Serializer};
-use serde::Serialize;
 use serde_json::Value;
 
 /// Median of `values` (mean of the two middle values for an even count);
@@ -114,7 +112,16 @@ pub fn verdict(met: bool) -> &'static str {
 /// Numbers that are not finite are written as `null`.
 #[derive(Default)]
 pub struct Json {
-    fields: Vec<(String, Value)>,
+    fields: Vec<(String, Field)>,
+}
+
+/// One value of a [`Json`] object.
+enum Field {
+    /// Written by `serde_json`.
+    Value(Value),
+    /// JSON text built elsewhere, written as it is (its keys keep their
+    /// order).
+    Raw(String),
 }
 
 impl Json {
@@ -126,7 +133,7 @@ impl Json {
     }
 
     fn put(&mut self, key: &str, value: Value) -> &mut Json {
-        self.fields.push((key.to_owned(), value));
+        self.fields.push((key.to_owned(), Field::Value(value)));
         self
     }
 
@@ -148,10 +155,16 @@ impl Json {
     }
 
     /// Adds a value that is already JSON text (an object or array built
-    /// elsewhere); text that does not parse is added as a string.
+    /// elsewhere), written as it is so that its keys keep their order; text
+    /// that does not parse as JSON is added as a string.
     pub fn raw(&mut self, key: &str, json: &str) -> &mut Json {
-        let v = serde_json::from_str(json).unwrap_or_else(|_| Value::from(json));
-        self.put(key, v)
+        if serde_json::from_str::<serde::de::IgnoredAny>(json).is_ok() {
+            self.fields
+                .push((key.to_owned(), Field::Raw(json.to_owned())));
+            self
+        } else {
+            self.put(key, Value::from(json))
+        }
     }
 
     /// Adds a string.
@@ -164,19 +177,23 @@ impl Json {
         self.str(goal.key, goal.verdict(value))
     }
 
-    /// The object as one line of text.
+    /// The object as one line of text: keys and values written by
+    /// `serde_json`, in the order they were added; raw values as given.
     pub fn line(&self) -> String {
-        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
-    }
-}
-
-impl Serialize for Json {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(self.fields.len()))?;
-        for (k, v) in &self.fields {
-            map.serialize_entry(k, v)?;
+        let mut out = String::from("{");
+        for (i, (k, v)) in self.fields.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&serde_json::to_string(k).unwrap_or_default());
+            out.push(':');
+            match v {
+                Field::Value(v) => out.push_str(&v.to_string()),
+                Field::Raw(text) => out.push_str(text.trim()),
+            }
         }
-        map.end()
+        out.push('}');
+        out
     }
 }
 
@@ -310,6 +327,10 @@ mod tests {
         assert_eq!(json_num(line, "torch"), None);
         let nested = r#"{"a": 1, "tcp": {"b_per_core": 2.5}, "c": [3]}"#;
         assert_eq!(json_num(nested, "b_per_core"), Some(2.5));
+        // Raw objects keep their keys' order.
+        let mut j = Json::default();
+        j.raw("o", r#"{"z":1,"a":2}"#).raw("bad", "{nope");
+        assert_eq!(j.line(), r#"{"o":{"z":1,"a":2},"bad":"{nope"}"#);
         assert_eq!(json_num(nested, "c"), None);
         assert_eq!(json_num("not json", "a"), None);
     }
