@@ -622,6 +622,9 @@ pub enum ProtocolError {
     BadMembership(u8),
     /// An open-session request's trailer flags name unknown fields.
     BadFlags(u8),
+    /// A field the message marks absent is not zero (every message has one
+    /// encoding).
+    AbsentNotZero,
 }
 
 impl ProtocolError {
@@ -661,6 +664,9 @@ impl fmt::Display for ProtocolError {
             }
             ProtocolError::BadFlags(b) => {
                 write!(f, "unknown flags {b:#04x} in an open-session request")
+            }
+            ProtocolError::AbsentNotZero => {
+                write!(f, "a field marked absent is not zero")
             }
         }
     }
@@ -1093,6 +1099,8 @@ fn decode_body(kind: u16, body: &[u8]) -> Result<Message, ProtocolError> {
             let (e, st) = (r.u32()?, r.u64()?);
             if known {
                 j.rank_position = Some((e, st));
+            } else if (e, st) != (0, 0) {
+                return Err(ProtocolError::AbsentNotZero);
             }
             Message::JobPosition(j)
         }
@@ -1404,6 +1412,16 @@ mod tests {
             decode_frame(&f[..f.len() - 1]),
             Err(ProtocolError::Truncated)
         );
+        // Absent, the rank's position must be zeros: one encoding per
+        // message (the fuzz target re-encodes what it decodes).
+        let mut absent = f.clone();
+        absent[HEADER_LEN + 28] = 0;
+        assert_eq!(decode_frame(&absent), Err(ProtocolError::AbsentNotZero));
+        let none = encode_to_vec(&Message::JobPosition(JobPosition {
+            rank_position: None,
+            ..j
+        }));
+        assert_eq!(decode_frame(&none).map(|m| encode_to_vec(&m)), Ok(none));
     }
 
     #[test]
