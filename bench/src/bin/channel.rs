@@ -12,7 +12,7 @@
 //!   data, "")`.
 //! * **Channel**: a requester (`Conn::dial`) and an owner (`Conn::accept`)
 //!   on one thread, established, moving blocks as the agent's TCP transport
-//!   does (`agent/src/peers/net.rs`): the requester sends a get; the owner
+//!   does (`agent/src/peers/net/`): the requester sends a get; the owner
 //!   answers with `send_data` and seals the payload 256 KiB at a time into
 //!   one reused buffer; the wire bytes are handed to the other side through
 //!   `input_buffer`/`input_written` (a copy, standing in for the socket's
@@ -81,7 +81,7 @@ usage: bench/run channel [options]
   --quick           a small run (3 rounds of 20 ms, 16 MiB over TCP, no wait)";
 
 /// Bytes of a payload sealed per `seal_payload` call, as the agent's
-/// transport does (`SEAL_CHUNK` in `agent/src/peers/net.rs`).
+/// transport does (`SEAL_CHUNK` in `agent/src/peers/net/conn/write.rs`).
 const SEAL_CHUNK: u64 = 256 * 1024;
 /// The goal: the channel's own bytes/s per core over the raw AEAD's.
 const GOAL: f64 = 0.8;
@@ -313,7 +313,7 @@ fn conn_config(node: &str, suite: Suite, protection: Protection) -> ConnConfig {
 enum Api {
     /// The owner seals with `seal_payload`, its fill closure copying from
     /// the source into a cleared `Vec`; the requester copies `payload()`
-    /// into the destination (what `agent/src/peers/net.rs` calls today).
+    /// into the destination (what `agent/src/peers/net/` calls today).
     Copying,
     /// The owner seals with `seal_payload_into`, encrypting straight from
     /// the source into a reused buffer; the requester opens each payload
