@@ -108,6 +108,25 @@ mod tests {
         u64::from_le_bytes(h.finalize()[..8].try_into().unwrap())
     }
 
+    /// A fixed catalog's fingerprint, pinned: every agent of a job must
+    /// compute the same bytes, whichever version it runs.
+    #[test]
+    fn a_fixed_catalog_has_a_known_fingerprint() {
+        let token7: Vec<u8> = (0..40).collect();
+        let samples: [(u64, u64, &[u8]); 3] =
+            [(0, 110_000, b"token-0"), (1, 3, b""), (7, 1 << 33, &token7)];
+        let fp = digest("imagenet-mini", "s3", 3, |i, token| {
+            let (id, size, t) = samples[i as usize];
+            token.extend_from_slice(t);
+            SampleMeta {
+                sample_id: id,
+                label: -1,
+                size,
+            }
+        });
+        assert_eq!(fp, 0x383f_f736_fa19_f5d9);
+    }
+
     fn fs_source(root: &std::path::Path) -> FsSource {
         FsSource::new(Catalog::from_dir(root).unwrap(), 4, Duration::from_secs(5)).unwrap()
     }
