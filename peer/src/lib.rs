@@ -17,6 +17,7 @@
 //! | [`owner`] | integer-only, capacity-weighted rendezvous ownership of samples |
 //! | [`keep`] | the deterministic keep-set of every owner, and the [`keep::Directory`] of a dataset |
 //! | [`block`] | CRC-32C of a block bound to (dataset, sample, length) |
+//! | [`fingerprint`] | a dataset's identity: SHA-256 over its name, kind and every sample's id, size and version token |
 //! | [`frame`] | the versioned wire frames and an incremental, never-panicking decoder |
 //! | [`status`] | the job-status frame's body: rank positions and waits a peer reports |
 //! | [`channel`] | the secure channel: Noise handshake keyed by the job secret, sealed records |
@@ -36,6 +37,7 @@ pub mod assign;
 pub mod block;
 pub mod channel;
 pub mod conn;
+pub mod fingerprint;
 pub mod frame;
 /// The job-status frame's body (a part of [`frame`]'s wire format).
 pub use frame::status;

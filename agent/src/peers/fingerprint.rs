@@ -1,74 +1,17 @@
-//! A dataset's identity across agents: its fingerprint.
-//!
-//! SHA-256 over, in order (integers little-endian):
-//!
-//! ```text
-//! "granary-dataset-v2\0"
-//! u64 len(name) ‖ name ‖ u64 len(kind) ‖ kind ‖ u64 samples
-//! for each sample i: u64 sample_id ‖ u64 size ‖ u32 len(token) ‖ token
-//! ```
-//!
-//! where `kind` is the source's (`"fs"`, `"s3"`, `"gcs"`, `"azure"`,
-//! `"cql"`) and `token` the sample's version token
-//! ([`SampleSource::version`]): what the store read
-//! of the sample asks for and checks besides its length — an object's key,
-//! offset and ETag; a file's mtime; a row's id and CRC-32C. The first 8
-//! bytes of the digest, as a little-endian u64, are the fingerprint. Agents
-//! serving the same catalog under the same name agree on it; any difference
-//! (another version of one object, file or row) makes them disagree, and
-//! their peers answer `UnknownDataset`: peers never exchange samples of
-//! different versions (`docs/peers.md`, "Dataset identity").
+//! A dataset's identity across agents: its fingerprint
+//! ([`granary_peer::fingerprint`], where the definition lives, since every
+//! peer must agree on it), over a source's catalog: each sample's id, size
+//! and version token ([`SampleSource::version`]).
 
-use crate::source::{SampleMeta, SampleSource};
-use sha2::{Digest, Sha256};
+use crate::source::SampleSource;
 
-/// Bytes gathered before they are handed to the hash: one call per chunk
-/// rather than four per sample.
-const CHUNK: usize = 64 << 10;
-
-/// Dataset `name`'s fingerprint over `src`'s catalog (the module's
-/// definition).
+/// Dataset `name`'s fingerprint over `src`'s catalog.
 pub fn fingerprint(name: &str, src: &dyn SampleSource) -> u64 {
-    digest(name, src.kind(), src.len(), |i, token| {
+    granary_peer::fingerprint::fingerprint(name, src.kind(), src.len(), |i, token| {
         src.version(i, token);
-        src.meta(i)
+        let m = src.meta(i);
+        (m.sample_id, m.size)
     })
-}
-
-/// The fingerprint of `n` samples, `sample(i, token)` appending sample
-/// `i`'s version token to `token` and returning its meta.
-fn digest(
-    name: &str,
-    kind: &str,
-    n: u64,
-    mut sample: impl FnMut(u64, &mut Vec<u8>) -> SampleMeta,
-) -> u64 {
-    let mut h = Sha256::new();
-    let mut buf = Vec::with_capacity(CHUNK + 4096);
-    buf.extend_from_slice(b"granary-dataset-v2\0");
-    for s in [name, kind] {
-        buf.extend_from_slice(&(s.len() as u64).to_le_bytes());
-        buf.extend_from_slice(s.as_bytes());
-    }
-    buf.extend_from_slice(&n.to_le_bytes());
-    let mut token = Vec::new();
-    for i in 0..n {
-        token.clear();
-        let m = sample(i, &mut token);
-        buf.extend_from_slice(&m.sample_id.to_le_bytes());
-        buf.extend_from_slice(&m.size.to_le_bytes());
-        buf.extend_from_slice(&(token.len() as u32).to_le_bytes());
-        buf.extend_from_slice(&token);
-        if buf.len() >= CHUNK {
-            h.update(&buf);
-            buf.clear();
-        }
-    }
-    h.update(&buf);
-    let d = h.finalize();
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&d[..8]);
-    u64::from_le_bytes(b)
 }
 
 #[cfg(test)]
@@ -80,15 +23,17 @@ mod tests {
     use object_store::memory::InMemory;
     use object_store::path::Path as ObjectPath;
     use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+    use sha2::{Digest, Sha256};
     use std::sync::Arc;
     use std::time::{Duration, SystemTime};
 
     /// The fingerprint of a catalog's sample list, as a source over it
     /// would give.
     fn of_list<E: EntryMeta>(name: &str, kind: &str, list: &SampleList<E>) -> u64 {
-        digest(name, kind, list.len() as u64, |i, token| {
+        granary_peer::fingerprint::fingerprint(name, kind, list.len() as u64, |i, token| {
             list.version(i, token);
-            list.meta(i)
+            let m = list.meta(i);
+            (m.sample_id, m.size)
         })
     }
 
@@ -106,25 +51,6 @@ mod tests {
         h.update((token.len() as u32).to_le_bytes());
         h.update(token);
         u64::from_le_bytes(h.finalize()[..8].try_into().unwrap())
-    }
-
-    /// A fixed catalog's fingerprint, pinned: every agent of a job must
-    /// compute the same bytes, whichever version it runs.
-    #[test]
-    fn a_fixed_catalog_has_a_known_fingerprint() {
-        let token7: Vec<u8> = (0..40).collect();
-        let samples: [(u64, u64, &[u8]); 3] =
-            [(0, 110_000, b"token-0"), (1, 3, b""), (7, 1 << 33, &token7)];
-        let fp = digest("imagenet-mini", "s3", 3, |i, token| {
-            let (id, size, t) = samples[i as usize];
-            token.extend_from_slice(t);
-            SampleMeta {
-                sample_id: id,
-                label: -1,
-                size,
-            }
-        });
-        assert_eq!(fp, 0x383f_f736_fa19_f5d9);
     }
 
     fn fs_source(root: &std::path::Path) -> FsSource {
