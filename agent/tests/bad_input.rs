@@ -84,12 +84,7 @@ fn vanished_and_unreadable_files_are_reported_per_sample() {
     let mut s = client.open_session(&o).unwrap();
     let mut seen: BTreeMap<(u32, u64), u32> = BTreeMap::new();
     let mut error_batches = 0;
-    loop {
-        let b = match s.next_batch(Some(Duration::from_secs(30))) {
-            Ok(b) => b,
-            Err(e) if e.code() == ErrorCode::EndOfStream => break,
-            Err(e) => panic!("next_batch: {e}"),
-        };
+    while let Some(b) = next_or_end(&mut s, Duration::from_secs(30), "next_batch") {
         let mut failed = 0;
         for smp in b.samples() {
             *seen.entry((b.epoch(), smp.id())).or_default() += 1;

@@ -2,16 +2,13 @@
 //! formats of `run` (a real process, stopped with SIGTERM).
 
 use granary_testkit::dataset::synth;
+use granary_testkit::granaryd::output_text as text;
 use granary_testkit::{GranarydConfig, GranarydProcess, Log};
 use std::path::Path;
 use std::process::Output;
 
 fn granaryd(args: &[&str]) -> Output {
     GranarydConfig::args(env!("CARGO_BIN_EXE_granaryd"), args).output()
-}
-
-fn text(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
 }
 
 /// The version and the commit the binary was built from (`GRANARY_COMMIT`

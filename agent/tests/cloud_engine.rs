@@ -61,8 +61,7 @@ fn serves_every_sample_once(kind: Kind) {
         );
     }
 
-    let agent =
-        TestAgent::start_custom(dir, spec.root.clone(), sock, spec.clone(), cfg, Vec::new());
+    let agent = TestAgent::start_on(dir, &spec, sock, cfg);
     let stop = AtomicBool::new(true);
     assert_eq!(
         honest_loader_of(&agent.sock, "synth", &spec, honest(2, 16, 0), &stop),
@@ -125,8 +124,7 @@ fn store_dies_mid_run(kind: Kind) {
         em.table("synth", "train", "retries = 1\nrequest_timeout_ms = 1000")
     );
     let cfg = store_config(&sock, "64MiB", RETRYING, &tables);
-    let agent =
-        TestAgent::start_custom(dir, spec.root.clone(), sock, spec.clone(), cfg, Vec::new());
+    let agent = TestAgent::start_on(dir, &spec, sock, cfg);
     let em = std::cell::RefCell::new(em);
     store_outage(
         agent,

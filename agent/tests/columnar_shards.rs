@@ -82,8 +82,7 @@ format = "parquet"
         pq_s3 = s3("pq-s3", "pq", "parquet"),
     );
     let cfg = store_config(&sock, "64MiB", "", &tables);
-    let agent =
-        TestAgent::start_custom(dir, spec.root.clone(), sock, spec.clone(), cfg, Vec::new());
+    let agent = TestAgent::start_on(dir, &spec, sock, cfg);
     let files = epochs(&agent.sock, "files", 1, || {});
     for name in ["mds-fs", "pq-fs", "mds-s3", "pq-s3"] {
         same_epoch(&files, &epochs(&agent.sock, name, 1, || {}), name);
@@ -113,8 +112,7 @@ fn arena_bytes_per_cached_sample_are_within_1_05_of_the_sample() {
             shards.display()
         );
         let cfg = store_config(&sock, "128MiB", "", &tables);
-        let agent =
-            TestAgent::start_custom(dir, spec.root.clone(), sock, spec.clone(), cfg, Vec::new());
+        let agent = TestAgent::start_on(dir, &spec, sock, cfg);
         let mut held = 0;
         let out = epochs(&agent.sock, "d", 2, || {
             std::thread::sleep(Duration::from_millis(300));

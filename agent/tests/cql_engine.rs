@@ -5,8 +5,8 @@
 
 mod common;
 
-use common::{cql_config, watchdog, TestAgent};
-use granary::{Client, ErrorCode, SessionOptions};
+use common::{cql_config, next_or_end, watchdog, TestAgent};
+use granary::{Client, SessionOptions};
 use granary_agent::source::Catalog;
 use granary_testkit::fake_cql::{FakeCluster, Tables, KS};
 use granary_tools::ingest::cql::{self as ingest_cql, CqlIngestOptions};
@@ -45,8 +45,7 @@ fn engine_serves_an_ingested_cql_dataset_byte_for_byte() {
 
     let sock = dir.path().join("granary.sock");
     let cfg = cql_config(&sock, fake.addrs[0], KS);
-    let agent =
-        TestAgent::start_custom(dir, spec.root.clone(), sock, spec.clone(), cfg, Vec::new());
+    let agent = TestAgent::start_on(dir, &spec, sock, cfg);
 
     let client = Client::connect(&agent.sock).unwrap();
     let mut o = SessionOptions::new("synth");
@@ -55,12 +54,7 @@ fn engine_serves_an_ingested_cql_dataset_byte_for_byte() {
     o.seed = 5;
     let mut s = client.open_session(&o).unwrap();
     let mut seen = vec![vec![0u32; FILES as usize]; 2];
-    loop {
-        let b = match s.next_batch(Some(Duration::from_secs(30))) {
-            Ok(b) => b,
-            Err(e) if e.code() == ErrorCode::EndOfStream => break,
-            Err(e) => panic!("next_batch: {e}"),
-        };
+    while let Some(b) = next_or_end(&mut s, Duration::from_secs(30), "next_batch") {
         assert_eq!(b.status(), 0, "batch status");
         let epoch = b.epoch() as usize;
         for smp in b.samples() {

@@ -7,9 +7,9 @@
 mod common;
 mod common_kassandra;
 
-use common::{cql_config, watchdog, TestAgent};
+use common::{cql_config, next_or_end, watchdog, TestAgent};
 use common_kassandra::Kassandra;
-use granary::{Client, ErrorCode, SessionOptions};
+use granary::{Client, SessionOptions};
 use granary_agent::source::cql::CqlSettings;
 use granary_agent::source::Catalog;
 use granary_tools::ingest::cql::{self as ingest_cql, CqlIngestOptions};
@@ -38,8 +38,7 @@ fn kassandra_ingest_resume_serve_and_verify() {
     let fs = Catalog::from_dir(&spec.root).unwrap();
     let sock = dir.path().join("granary.sock");
     let cfg = cql_config(&sock, k.addr, KS);
-    let agent =
-        TestAgent::start_custom(dir, spec.root.clone(), sock, spec.clone(), cfg, Vec::new());
+    let agent = TestAgent::start_on(dir, &spec, sock, cfg);
     let client = Client::connect(&agent.sock).unwrap();
     let mut o = SessionOptions::new("synth");
     o.batch_size = 16;
@@ -47,12 +46,7 @@ fn kassandra_ingest_resume_serve_and_verify() {
     let mut s = client.open_session(&o).unwrap();
     let mut seen = vec![vec![0u32; FILES as usize]; 2];
     let mut labels = vec![0i32; FILES as usize];
-    loop {
-        let b = match s.next_batch(Some(Duration::from_secs(30))) {
-            Ok(b) => b,
-            Err(e) if e.code() == ErrorCode::EndOfStream => break,
-            Err(e) => panic!("next_batch: {e}"),
-        };
+    while let Some(b) = next_or_end(&mut s, Duration::from_secs(30), "next_batch") {
         assert_eq!(b.status(), 0, "batch status");
         for smp in b.samples() {
             assert_eq!(smp.status(), 0, "sample {}", smp.id());

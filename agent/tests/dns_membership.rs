@@ -16,17 +16,17 @@
 mod common;
 mod common_dns;
 
-use common::{verify, watchdog};
+use common::{next_or_end, verify, watchdog};
 use common_dns::DnsStub;
 use granary::{encode_view, Client, ErrorCode, PeerIdentity, SessionOptions, ViewMember};
 use granary_agent::metrics::{parse_text, scrape};
+use granary_testkit::agent_toml::{fs_dataset, head, PEER_PREFETCH, TEST_SECRET as SECRET};
 use granary_testkit::{GranarydConfig, GranarydProcess, Log};
 use granary_tools::synth::SynthSpec;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-const SECRET: &str = "c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23";
 const NAME: &str = "granary-peers.granary.svc.cluster.local";
 const FILES: u64 = 240;
 const BATCH: u32 = 8;
@@ -74,40 +74,15 @@ impl DnsAgent {
         std::fs::create_dir_all(&dir).unwrap();
         let sock = dir.join("granary.sock");
         let metrics: SocketAddr = format!("{ip}:{}", free_port(ip)).parse().unwrap();
+        let peers = format!(
+            "[peers]\nmembership = \"dns\"\ndns_name = \"{name}\"\ndns_refresh_ms = 200\n\
+             port = {port}\nlisten = \"{ip}:{port}\"\nsecret = \"{SECRET}\"\nhedge_after_ms = 20000\n"
+        );
+        let toml = head("64MiB", &sock, PEER_PREFETCH, &metrics.to_string())
+            + &peers
+            + &fs_dataset("data", data, "");
         let config = dir.join("granaryd.toml");
-        std::fs::write(
-            &config,
-            format!(
-                r#"
-[arena]
-size = "64MiB"
-hugepages = "off"
-populate = false
-[socket]
-path = "{sock}"
-[prefetch]
-max_inflight_reads = 32
-window_batches = 4
-initial_window = 2
-[metrics]
-address = "{metrics}"
-[peers]
-membership = "dns"
-dns_name = "{name}"
-dns_refresh_ms = 200
-port = {port}
-listen = "{ip}:{port}"
-secret = "{SECRET}"
-hedge_after_ms = 20000
-[[dataset]]
-name = "data"
-root = "{data}"
-"#,
-                sock = sock.display(),
-                data = data.display()
-            ),
-        )
-        .unwrap();
+        std::fs::write(&config, toml).unwrap();
         DnsAgent {
             ip: ip.to_string(),
             dir,
@@ -210,12 +185,7 @@ fn read_epoch(sock: &Path, spec: &SynthSpec, rank: u32, world: u32) -> Vec<u64> 
     o.epoch_count = 1;
     let mut s = client.open_session(&o).unwrap();
     let mut ids = Vec::new();
-    loop {
-        let b = match s.next_batch(Some(Duration::from_secs(60))) {
-            Ok(b) => b,
-            Err(e) if e.code() == ErrorCode::EndOfStream => break,
-            Err(e) => panic!("rank {rank}: {e}"),
-        };
+    while let Some(b) = next_or_end(&mut s, Duration::from_secs(60), &format!("rank {rank}")) {
         for smp in b.samples() {
             verify(spec, &smp);
             ids.push(smp.id());

@@ -12,7 +12,7 @@
 mod common;
 
 use common::*;
-use granary::{Client, ErrorCode, SessionOptions};
+use granary::{Client, SessionOptions};
 use granary_testkit::{GranarydConfig, GranarydProcess, Log};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -121,10 +121,9 @@ fn a_restarted_agent_gets_its_hugepages_back_from_a_resuming_loader() {
             let mut s = client.open_session(&o).expect("loader: open");
             let mut seen = vec![Vec::new(); 2];
             loop {
-                let b = match s.next_batch(Some(Duration::from_secs(60))) {
-                    Ok(b) => b,
-                    Err(e) if e.code() == ErrorCode::EndOfStream => break,
-                    Err(e) => panic!("loader: next batch: {e}"),
+                let Some(b) = next_or_end(&mut s, Duration::from_secs(60), "loader: next batch")
+                else {
+                    break;
                 };
                 for smp in b.samples() {
                     verify(&spec, &smp);

@@ -13,13 +13,13 @@
 mod common;
 mod common_peers;
 
-use common::{verify, wait_for, watchdog};
+use common::{next_or_end, verify, wait_for, watchdog};
 use common_peers::{free_port, Agent};
 use granary::{Client, ErrorCode, Session, SessionOptions};
 use granary_agent::metrics::{parse_text, scrape};
+use granary_testkit::agent_toml::{fs_dataset, static_peers, PEER_PREFETCH, TEST_SECRET as SECRET};
 use granary_tools::synth::{self, SynthSpec};
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 const WORLD: u32 = 2;
@@ -27,7 +27,6 @@ const BATCH: u32 = 8;
 /// 32 steps of `WORLD · BATCH` samples.
 const FILES: u64 = 32 * (WORLD as u64) * (BATCH as u64);
 const SEED: u64 = 5;
-const SECRET: &str = "c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23";
 
 fn start() -> (tempfile::TempDir, SynthSpec, Vec<Agent>) {
     let tmp = tempfile::tempdir().unwrap();
@@ -46,49 +45,9 @@ fn start() -> (tempfile::TempDir, SynthSpec, Vec<Agent>) {
     );
     let mut agents = Vec::new();
     for (node, listen) in listens.iter().enumerate() {
-        let ip = Agent::ip(node);
-        let dir = tmp.path().join(format!("node{node}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let sock = dir.join("granary.sock");
-        let metrics: SocketAddr = format!("{ip}:{}", free_port(&ip)).parse().unwrap();
-        let toml = format!(
-            r#"
-[arena]
-size = "64MiB"
-hugepages = "off"
-populate = false
-[socket]
-path = "{sock}"
-[prefetch]
-max_inflight_reads = 32
-window_batches = 4
-initial_window = 2
-[metrics]
-address = "{metrics}"
-[peers]
-membership = "static"
-job_id = "steps-job"
-node_id = "n{node}"
-listen = "{listen}"
-secret = "{SECRET}"
-members = {members}
-[[dataset]]
-name = "data"
-root = "{root}"
-"#,
-            sock = sock.display(),
-            root = data.display(),
-        );
-        let config = dir.join("granaryd.toml");
-        std::fs::write(&config, toml).unwrap();
-        let mut a = Agent {
-            node,
-            dir,
-            config,
-            sock,
-            metrics,
-            child: None,
-        };
+        let tables = static_peers("steps-job", &format!("n{node}"), listen, SECRET, &members)
+            + &fs_dataset("data", &data, "");
+        let mut a = Agent::new(tmp.path(), node, "64MiB", PEER_PREFETCH, &tables);
         a.start();
         agents.push(a);
     }
@@ -109,10 +68,8 @@ fn options(rank: u32) -> SessionOptions {
 fn take(s: &mut Session, spec: &SynthSpec, max: Option<usize>, ids: &mut Vec<u64>) -> usize {
     let mut n = 0;
     while max.is_none_or(|m| n < m) {
-        let b = match s.next_batch(Some(Duration::from_secs(60))) {
-            Ok(b) => b,
-            Err(e) if e.code() == ErrorCode::EndOfStream => break,
-            Err(e) => panic!("next batch: {e}"),
+        let Some(b) = next_or_end(s, Duration::from_secs(60), "next batch") else {
+            break;
         };
         for smp in b.samples() {
             verify(spec, &smp);

@@ -14,7 +14,6 @@ mod common;
 use common::*;
 use granary::{Client, ErrorCode, SessionOptions};
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -147,18 +146,7 @@ fn kill_minus_nine_loop_leaks_nothing() {
             std::thread::sleep(Duration::from_millis(rng.below(40)));
         } else {
             for (k, child) in round.iter_mut().enumerate() {
-                let out = child.stdout.take().expect("piped stdout");
-                let mut lines = BufReader::new(out).lines();
-                loop {
-                    match lines.next() {
-                        Some(Ok(l)) if l.trim() == HOLDING => break,
-                        Some(Ok(_)) => continue,
-                        _ => {
-                            let st = child.wait();
-                            panic!("loader child {i}.{k} ended before holding batches: {st:?}");
-                        }
-                    }
-                }
+                let lines = wait_for_line(child, HOLDING, &format!("loader child {i}.{k}"));
                 killed_holding += 1;
                 _readers.push(lines);
             }

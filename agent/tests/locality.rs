@@ -20,13 +20,13 @@
 mod common;
 mod common_peers;
 
-use common::{verify, watchdog};
+use common::{next_or_end, verify, watchdog};
 use common_peers::{free_port, Agent};
 use granary::{
     agree, encode_layout, encode_view, Agreement, Client, ErrorCode, SessionOptions, ViewMember,
 };
+use granary_testkit::agent_toml::{fs_dataset, TEST_SECRET};
 use granary_tools::synth::SynthSpec;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 const NODES: usize = 3;
@@ -52,47 +52,18 @@ fn start_job() -> Job {
     let mut agents = Vec::new();
     for node in 0..NODES {
         let ip = Agent::ip(node);
-        let dir = tmp.path().join(format!("node{node}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let sock = dir.join("granary.sock");
-        let metrics: SocketAddr = format!("{ip}:{}", free_port(&ip)).parse().unwrap();
         let listen = format!("{ip}:{}", free_port(&ip));
-        let toml = format!(
-            r#"
-[arena]
-size = "96MiB"
-hugepages = "off"
-populate = false
-[socket]
-path = "{sock}"
-[prefetch]
-max_inflight_reads = 64
-window_batches = 4
-initial_window = 2
-[metrics]
-address = "{metrics}"
-[peers]
-membership = "session"
-node_id = "n{node}"
-listen = "{listen}"
-secret = "c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23"
-[[dataset]]
-name = "data"
-root = "{root}"
-"#,
-            sock = sock.display(),
-            root = data.display(),
-        );
-        let config = dir.join("granaryd.toml");
-        std::fs::write(&config, toml).unwrap();
-        agents.push(Agent {
+        let tables = format!(
+            "[peers]\nmembership = \"session\"\nnode_id = \"n{node}\"\nlisten = \"{listen}\"\n\
+             secret = \"{TEST_SECRET}\"\n"
+        ) + &fs_dataset("data", &data, "");
+        agents.push(Agent::new(
+            tmp.path(),
             node,
-            dir,
-            config,
-            sock,
-            metrics,
-            child: None,
-        });
+            "96MiB",
+            "max_inflight_reads = 64\nwindow_batches = 4\ninitial_window = 2",
+            &tables,
+        ));
     }
     for a in &mut agents {
         a.start();
@@ -186,12 +157,11 @@ impl Job {
                     let client = Client::connect(&sock).unwrap();
                     let mut s = client.open_session(&o).unwrap();
                     let mut batches: Vec<Vec<u64>> = Vec::new();
-                    loop {
-                        let b = match s.next_batch(Some(Duration::from_secs(60))) {
-                            Ok(b) => b,
-                            Err(e) if e.code() == ErrorCode::EndOfStream => break,
-                            Err(e) => panic!("rank {rank} epoch {epoch}: {e}"),
-                        };
+                    while let Some(b) = next_or_end(
+                        &mut s,
+                        Duration::from_secs(60),
+                        &format!("rank {rank} epoch {epoch}"),
+                    ) {
                         assert_eq!(b.index() as usize, batches.len());
                         let mut ids = Vec::new();
                         for smp in b.samples() {

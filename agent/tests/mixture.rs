@@ -13,6 +13,7 @@ use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
 use common_s3::{synth, Seaweed, BUCKET};
 use granary::{Client, ErrorCode, SessionOptions};
 use granary_agent::config::Config;
+use granary_testkit::agent_toml::head;
 use granary_tools::ingest::{self, shards::write_webdataset, IngestOptions};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -24,16 +25,7 @@ const SIZES: [u64; 3] = [200, 120, 80];
 fn config(sock: &Path, a: &Path, b: &Path, endpoint: &str) -> Config {
     let toml = format!(
         r#"
-[arena]
-size = "64MiB"
-hugepages = "off"
-populate = false
-[socket]
-path = "{sock}"
-[prefetch]
-max_inflight_reads = 64
-[metrics]
-address = ""
+{head}
 [[dataset]]
 name = "a"
 root = "{a}"
@@ -63,7 +55,7 @@ weight = 0.3
 dataset = "c"
 weight = 0.2
 "#,
-        sock = sock.display(),
+        head = head("64MiB", sock, "max_inflight_reads = 64", ""),
         a = a.display(),
         b = b.display(),
     );

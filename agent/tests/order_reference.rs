@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use granary::{ErrorCode, SessionOptions};
+use granary::SessionOptions;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -38,12 +38,7 @@ fn delivered(agent: &TestAgent, p: Params, first_epoch: u32, epoch_count: u32) -
     let mut s = client.open_session(&o).expect("open");
     let per_epoch = s.info().batches_per_epoch;
     let mut epochs: Vec<Epoch> = vec![Vec::new(); epoch_count as usize];
-    loop {
-        let b = match s.next_batch(Some(Duration::from_secs(30))) {
-            Ok(b) => b,
-            Err(e) if e.code() == ErrorCode::EndOfStream => break,
-            Err(e) => panic!("next_batch: {e}"),
-        };
+    while let Some(b) = next_or_end(&mut s, Duration::from_secs(30), "next_batch") {
         let k = (b.epoch() - first_epoch) as usize;
         let ep = &mut epochs[k];
         assert_eq!(b.index(), ep.len() as u64, "batch index");

@@ -26,14 +26,13 @@ mod common_peers;
 
 use common::watchdog;
 use common_peers::{free_port, Agent};
+use granary_testkit::agent_toml::{fs_dataset, static_peers, PEER_PREFETCH, TEST_SECRET as SECRET};
 use granary_tools::synth::SynthSpec;
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const SECRET: &str = "c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23";
 const OTHER_SECRET: &str = "0f3b1e5a9d2c4b7e8a6f1d0c3b5a7e9f2d4c6b8a0e1f3d5c7b9a2e4f6d8c0b1a";
 const JOB: &str = "py-job";
 const DATASET: &str = "data";
@@ -79,52 +78,17 @@ fn start(encryption: &str) -> Setup {
     let data = tmp.path().join("data");
     let spec = granary_testkit::dataset::synth_at(&data, FILES, 4, 3_000);
     let ip = Agent::ip(0);
-    let dir = tmp.path().join("node0");
-    std::fs::create_dir_all(&dir).unwrap();
-    let sock = dir.join("granary.sock");
-    let metrics: SocketAddr = format!("{ip}:{}", free_port(&ip)).parse().unwrap();
     let listen = format!("{ip}:{}", free_port(&ip));
     // Never dialled: n0 has no loader, so it asks nobody for anything.
     let py_addr = format!("{}:{}", Agent::ip(1), free_port(&Agent::ip(1)));
-    let toml = format!(
-        r#"
-[arena]
-size = "64MiB"
-hugepages = "off"
-populate = false
-[socket]
-path = "{sock}"
-[prefetch]
-max_inflight_reads = 32
-window_batches = 4
-initial_window = 2
-[metrics]
-address = "{metrics}"
-[peers]
-membership = "static"
-job_id = "{JOB}"
-node_id = "n0"
-listen = "{listen}"
-secret = "{SECRET}"
-encryption = "{encryption}"
-members = [{{ id = "n0", addr = "{listen}", keep = "{KEEP_N0}B" }}, {{ id = "py", addr = "{py_addr}", keep = "{KEEP_PY}B" }}]
-[[dataset]]
-name = "{DATASET}"
-root = "{root}"
-"#,
-        sock = sock.display(),
-        root = data.display(),
+    let members = format!(
+        "[{{ id = \"n0\", addr = \"{listen}\", keep = \"{KEEP_N0}B\" }}, \
+         {{ id = \"py\", addr = \"{py_addr}\", keep = \"{KEEP_PY}B\" }}]"
     );
-    let config = dir.join("granaryd.toml");
-    std::fs::write(&config, toml).unwrap();
-    let mut agent = Agent {
-        node: 0,
-        dir: dir.clone(),
-        config,
-        sock,
-        metrics,
-        child: None,
-    };
+    let tables = static_peers(JOB, "n0", &listen, SECRET, &members)
+        + &format!("encryption = \"{encryption}\"\n")
+        + &fs_dataset(DATASET, &data, "");
+    let mut agent = Agent::new(tmp.path(), 0, "64MiB", PEER_PREFETCH, &tables);
     agent.start();
     let out = tmp.path().join("blocks");
     Setup {

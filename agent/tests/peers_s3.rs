@@ -22,6 +22,7 @@ use common::{verify, watchdog};
 use common_peers::{free_port, Agent};
 use common_s3::{s3_table, synth, Seaweed};
 use granary::{encode_view, Client, ErrorCode, MembershipMode, SessionOptions, ViewMember};
+use granary_testkit::agent_toml::static_peers;
 use granary_testkit::corrupt_proxy::{Corrupt, CorruptingProxy, Senders};
 use granary_tools::ingest::{self, IngestOptions};
 use granary_tools::synth::SynthSpec;
@@ -153,52 +154,18 @@ fn cluster_with(
         .collect();
     let mut agents = Vec::new();
     for (node, listen) in listen.iter().enumerate() {
-        let dir = tmp.path().join(format!("node{node}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let sock = dir.join("granary.sock");
-        let metrics: SocketAddr = format!("{}:{}", Agent::ip(node), free_port(&Agent::ip(node)))
-            .parse()
-            .unwrap();
-        let toml = format!(
-            r#"
-[arena]
-size = "64MiB"
-hugepages = "off"
-populate = false
-[socket]
-path = "{sock}"
-[prefetch]
-max_inflight_reads = 64
-window_batches = 4
-initial_window = 2
-read_retries = 2
-retry_backoff_ms = 20
-[metrics]
-address = "{metrics}"
-[peers]
-membership = "static"
-job_id = "{name}"
-node_id = "n{node}"
-listen = "{listen}"
-secret = "{secret}"
-hedge_after_ms = {hedge_after_ms}
-members = [{members}]
-{s3}"#,
-            sock = sock.display(),
-            secret = secret_of(node),
-            members = members.join(", "),
-            s3 = s3_table("data", &weed.endpoint(), name, ""),
-        );
-        let config = dir.join("granaryd.toml");
-        std::fs::write(&config, toml).unwrap();
-        agents.push(Agent {
-            node,
-            dir,
-            config,
-            sock,
-            metrics,
-            child: None,
-        });
+        let members = format!("[{}]", members.join(", "));
+        let tables = static_peers(
+            name,
+            &format!("n{node}"),
+            &listen.to_string(),
+            &secret_of(node),
+            &members,
+        ) + &format!("hedge_after_ms = {hedge_after_ms}\n")
+            + &s3_table("data", &weed.endpoint(), name, "");
+        let prefetch = "max_inflight_reads = 64\nwindow_batches = 4\ninitial_window = 2\n\
+                        read_retries = 2\nretry_backoff_ms = 20";
+        agents.push(Agent::new(tmp.path(), node, "64MiB", prefetch, &tables));
     }
     for a in &mut agents {
         a.start();

@@ -10,6 +10,7 @@ use common::*;
 use granary::{ErrorCode, SessionOptions};
 use granary_agent::config::{Config, ResizeMode};
 use granary_agent::source::prepared::image::{prepare, Scratch, Spec};
+use granary_testkit::agent_toml::head;
 use granary_tools::synth::SynthSpec;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -65,18 +66,7 @@ fn an_agent_serves_prepared_jpegs_and_a_decode_error_per_bad_file() {
     let sock = dir.path().join("granary.sock");
     let toml = format!(
         r#"
-[arena]
-size = "64MiB"
-hugepages = "off"
-populate = false
-[socket]
-path = "{sock}"
-[prefetch]
-max_inflight_reads = 8
-read_retries = 1
-retry_backoff_ms = 5
-[metrics]
-address = ""
+{head}
 [[dataset]]
 name = "{DATASET}"
 root = "{data}"
@@ -86,7 +76,12 @@ threads = 3
 max_input_bytes = "1MiB"
 staging_bytes = "2MiB"
 "#,
-        sock = sock.display(),
+        head = head(
+            "64MiB",
+            &sock,
+            "max_inflight_reads = 8\nread_retries = 1\nretry_backoff_ms = 5",
+            ""
+        ),
         data = data.display()
     );
     let cfg = Config::from_toml_str(&toml).expect("test config");
@@ -128,12 +123,7 @@ staging_bytes = "2MiB"
         // The agent tells the loader the samples' shape.
         assert_eq!(s.info().prepared, Some([H, W, 3]));
         let mut seen: BTreeMap<(u32, u64), u32> = BTreeMap::new();
-        loop {
-            let b = match s.next_batch(Some(Duration::from_secs(60))) {
-                Ok(b) => b,
-                Err(e) if e.code() == ErrorCode::EndOfStream => break,
-                Err(e) => panic!("next_batch: {e}"),
-            };
+        while let Some(b) = next_or_end(&mut s, Duration::from_secs(60), "next_batch") {
             let mut failed = false;
             for smp in b.samples() {
                 *seen.entry((b.epoch(), smp.id())).or_default() += 1;

@@ -6,14 +6,15 @@
 
 mod common;
 
-use common::{honest_loader_of, verify, watchdog, Honest, TestAgent};
-use granary::{Client, ErrorCode, SessionOptions};
+use common::{honest_loader_of, next_or_end, verify, watchdog, Honest, TestAgent};
+use granary::{Client, SessionOptions};
 use granary_agent::config::Config;
 use granary_agent::dataset::Dataset;
 use granary_agent::planner::{EpochPlan, PlanParams};
 use granary_agent::source::Completion;
 use granary_agent::source::{Catalog, FsSource, SampleMeta, SampleSource, SourceFull};
 use granary_shm::arena::ArenaSlice;
+use granary_testkit::agent_toml::{fs_dataset, head};
 use granary_tools::synth::SynthSpec;
 use std::collections::HashSet;
 use std::io;
@@ -104,26 +105,10 @@ fn start(relaxed: bool) -> (TestAgent, SynthSpec) {
     let data = dir.path().join("data");
     let spec = granary_testkit::dataset::synth_at(&data, FILES, 5, 4_000);
     let sock = dir.path().join("granary.sock");
-    let cfg = Config::from_toml_str(&format!(
-        r#"
-[arena]
-size = "64MiB"
-hugepages = "off"
-populate = false
-[socket]
-path = "{}"
-[prefetch]
-max_inflight_reads = 64
-window_batches = 8
-[metrics]
-address = ""
-[[dataset]]
-name = "plain"
-root = "{}"
-"#,
-        sock.display(),
-        data.display()
-    ))
+    let prefetch = "max_inflight_reads = 64\nwindow_batches = 8";
+    let cfg = Config::from_toml_str(
+        &(head("64MiB", &sock, prefetch, "") + &fs_dataset("plain", &data, "")),
+    )
     .unwrap();
     let laggy = Laggy {
         inner: FsSource::new(
@@ -189,12 +174,7 @@ fn relaxed_order_moves_late_samples_back_and_delivers_each_once_per_epoch() {
     o.epoch_count = 2;
     let mut s = client.open_session(&o).unwrap();
     let mut epochs: Vec<Vec<Vec<u64>>> = vec![Vec::new(), Vec::new()];
-    loop {
-        let b = match s.next_batch(Some(Duration::from_secs(30))) {
-            Ok(b) => b,
-            Err(e) if e.code() == ErrorCode::EndOfStream => break,
-            Err(e) => panic!("next_batch: {e}"),
-        };
+    while let Some(b) = next_or_end(&mut s, Duration::from_secs(30), "next_batch") {
         assert_eq!(b.status(), 0);
         let e = b.epoch() as usize;
         assert_eq!(

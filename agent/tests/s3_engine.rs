@@ -8,8 +8,8 @@ mod common;
 mod common_s3;
 
 use common::{
-    honest, honest_loader_of, store_config, store_outage, wait_for, watchdog, Honest, Outage,
-    TestAgent, RETRYING,
+    honest, honest_loader_of, next_or_end, store_config, store_outage, wait_for, watchdog, Honest,
+    Outage, TestAgent, RETRYING,
 };
 use common_s3::{s3_table, synth, Seaweed, BUCKET};
 use granary::{Client, ErrorCode, SessionOptions};
@@ -194,12 +194,7 @@ fn five_percent_of_gets_failing_and_a_replaced_object_lose_nothing_else() {
     o.epoch_count = 2;
     let mut s = client.open_session(&o).unwrap();
     let mut seen = std::collections::BTreeMap::<(u32, u64), u32>::new();
-    loop {
-        let b = match s.next_batch(Some(Duration::from_secs(60))) {
-            Ok(b) => b,
-            Err(e) if e.code() == ErrorCode::EndOfStream => break,
-            Err(e) => panic!("next_batch: {e}"),
-        };
+    while let Some(b) = next_or_end(&mut s, Duration::from_secs(60), "next_batch") {
         for smp in b.samples() {
             *seen.entry((b.epoch(), smp.id())).or_default() += 1;
             if smp.id() == replaced.sample_id {

@@ -19,7 +19,6 @@ use granary_testkit::{GranarydConfig, GranarydProcess};
 use granary_tools::synth::SynthSpec;
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::io::{BufRead, BufReader};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -124,17 +123,7 @@ fn a_stopped_loader_loses_its_session_and_its_pins_come_back() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn the loader child");
-    let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
-    loop {
-        match lines.next() {
-            Some(Ok(l)) if l.trim() == HOLDING => break,
-            Some(Ok(_)) => continue,
-            _ => {
-                let st = child.wait();
-                panic!("the loader child ended before holding batches: {st:?}");
-            }
-        }
-    }
+    let _lines = wait_for_line(&mut child, HOLDING, "the loader child");
     assert!(
         agent.acct().pinned > 0,
         "the child's batches are not pinned"
@@ -296,12 +285,7 @@ fn a_read_that_never_completes_fails_its_sample_with_timeout() {
     let mut s = client.open_session(&o).expect("open session");
     let mut statuses = HashMap::new();
     let mut hung_seen_at = None;
-    loop {
-        let b = match s.next_batch(Some(Duration::from_secs(30))) {
-            Ok(b) => b,
-            Err(e) if e.code() == ErrorCode::EndOfStream => break,
-            Err(e) => panic!("next_batch: {e}"),
-        };
+    while let Some(b) = next_or_end(&mut s, Duration::from_secs(30), "next_batch") {
         // A batch with a failed sample is an error batch; its samples say
         // which failed and why.
         let has_hung = b.samples().any(|smp| smp.id() == hung_id);

@@ -19,6 +19,7 @@ use common::*;
 use granary::{encode_view, Client, ErrorCode, SessionOptions, ViewMember};
 use granary_shm::handshake::{Message, ViewChunk, VIEW_CHUNK};
 use granary_shm::socket::SeqPacket;
+use granary_testkit::agent_toml;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -42,31 +43,13 @@ fn agent(socket: &str, peers: &str) -> TestAgent {
     let data = dir.path().join("data");
     let spec = granary_testkit::dataset::synth_at(&data, 64, 2, 2_000);
     let sock = dir.path().join("granary.sock");
-    let toml = format!(
-        r#"
-[arena]
-size = "64MiB"
-hugepages = "off"
-populate = false
-[socket]
-path = "{sock}"
-{socket}
-[prefetch]
-max_inflight_reads = 16
-window_batches = 4
-initial_window = 2
-[metrics]
-address = ""
-[peers]
-secret = "c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23"
-{peers}
-[[dataset]]
-name = "{DATASET}"
-root = "{data}"
-"#,
-        sock = sock.display(),
-        data = data.display()
-    );
+    let prefetch = "max_inflight_reads = 16\nwindow_batches = 4\ninitial_window = 2";
+    let toml = agent_toml::head_with_socket("64MiB", &sock, socket, prefetch, "")
+        + &format!(
+            "[peers]\nsecret = \"{}\"\n{peers}\n",
+            agent_toml::TEST_SECRET
+        )
+        + &agent_toml::fs_dataset(DATASET, &data, "");
     let cfg = granary_agent::config::Config::from_toml_str(&toml).expect("test config");
     TestAgent::start_custom(dir, data, sock, spec, cfg, Vec::new())
 }

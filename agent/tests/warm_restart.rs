@@ -15,10 +15,10 @@ mod common;
 mod common_peers;
 mod common_s3;
 
-use common::{verify, watchdog, AgentDir, DATASET};
+use common::{next_or_end, verify, watchdog, AgentDir, DATASET};
 use common_peers::{free_port, Agent};
 use common_s3::{s3_table, synth, Seaweed};
-use granary::{Client, ErrorCode, SessionOptions};
+use granary::{Client, SessionOptions};
 use granary_agent::warm::{Files, Index};
 use granary_tools::ingest::{self, IngestOptions};
 use granary_tools::synth::SynthSpec;
@@ -83,12 +83,7 @@ fn loader(
         o.resume_timeout = Some(Duration::from_secs(60));
         let mut s = client.open_session(&o).expect("loader: open");
         let mut seen = vec![Vec::new(); epochs as usize];
-        loop {
-            let b = match s.next_batch(Some(Duration::from_secs(60))) {
-                Ok(b) => b,
-                Err(e) if e.code() == ErrorCode::EndOfStream => break,
-                Err(e) => panic!("loader: next batch: {e}"),
-            };
+        while let Some(b) = next_or_end(&mut s, Duration::from_secs(60), "loader: next batch") {
             for smp in b.samples() {
                 verify(&spec, &smp);
                 seen[b.epoch() as usize].push(smp.id());
@@ -254,10 +249,9 @@ fn a_killed_agent_restarts_warm_in_its_first_epoch() {
             let mut s = client.open_session(&o).expect("loader: open");
             let mut seen = vec![Vec::new(); 2];
             loop {
-                let b = match s.next_batch(Some(Duration::from_secs(60))) {
-                    Ok(b) => b,
-                    Err(e) if e.code() == ErrorCode::EndOfStream => break,
-                    Err(e) => panic!("loader: next batch: {e}"),
+                let Some(b) = next_or_end(&mut s, Duration::from_secs(60), "loader: next batch")
+                else {
+                    break;
                 };
                 for smp in b.samples() {
                     verify(&spec, &smp);

@@ -72,8 +72,7 @@ format = "webdataset"
         ),
     );
     let cfg = store_config(&sock, "64MiB", "", &tables);
-    let agent =
-        TestAgent::start_custom(dir, spec.root.clone(), sock, spec.clone(), cfg, Vec::new());
+    let agent = TestAgent::start_on(dir, &spec, sock, cfg);
     let files = epochs(&agent.sock, "files", 1, || {});
     same_epoch(&files, &epochs(&agent.sock, "wds-fs", 1, || {}), "fs");
     same_epoch(&files, &epochs(&agent.sock, "wds-s3", 1, || {}), "s3");

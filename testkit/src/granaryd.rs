@@ -360,3 +360,9 @@ mod tests {
         assert!(p.stop().success());
     }
 }
+
+/// A finished process's stdout followed by its stderr, as text: what a
+/// test of a command line's messages reads.
+pub fn output_text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}

@@ -11,6 +11,8 @@
 //!   why) locally and fails it under `CI=1`; [`require_ok!`] for a `Result`.
 //! * [`granaryd`]: [`GranarydProcess::spawn`], the one way tests start the
 //!   real `granaryd`.
+//! * [`agent_toml`]: an agent's TOML, the settings every test agent
+//!   shares written once.
 //!
 //! Behind features:
 //! * `dataset`: [`dataset`], synthetic datasets and a `granaryd`'s directory.
@@ -22,6 +24,7 @@
 //!   answering forged frames.
 #![warn(missing_docs)]
 
+pub mod agent_toml;
 pub mod granaryd;
 pub mod require;
 pub mod watchdog;

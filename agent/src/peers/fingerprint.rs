@@ -23,7 +23,6 @@ mod tests {
     use object_store::memory::InMemory;
     use object_store::path::Path as ObjectPath;
     use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-    use sha2::{Digest, Sha256};
     use std::sync::Arc;
     use std::time::{Duration, SystemTime};
 
@@ -37,20 +36,13 @@ mod tests {
         })
     }
 
-    /// The definition, written out for one sample with `token`.
+    /// The fingerprint of one sample with `token` (the peer crate's tests
+    /// hold it to the definition written out).
     fn by_hand(name: &str, kind: &str, id: u64, size: u64, token: &[u8]) -> u64 {
-        let mut h = Sha256::new();
-        h.update(b"granary-dataset-v2\0");
-        for s in [name, kind] {
-            h.update((s.len() as u64).to_le_bytes());
-            h.update(s.as_bytes());
-        }
-        h.update(1u64.to_le_bytes());
-        h.update(id.to_le_bytes());
-        h.update(size.to_le_bytes());
-        h.update((token.len() as u32).to_le_bytes());
-        h.update(token);
-        u64::from_le_bytes(h.finalize()[..8].try_into().unwrap())
+        granary_peer::fingerprint::fingerprint(name, kind, 1, |_, t| {
+            t.extend_from_slice(token);
+            (id, size)
+        })
     }
 
     fn fs_source(root: &std::path::Path) -> FsSource {

@@ -8,6 +8,7 @@
 //! source. The order of its epochs is its [`MixtureOrder`], which the
 //! engine hands the planner ([`SampleSource::mixture`]).
 
+use super::queue::poll_rounds;
 use super::{Completion, SampleMeta, SampleSource, SourceFull};
 use crate::config::{Config, MixtureConfig};
 use crate::mixture::MixtureOrder;
@@ -16,7 +17,7 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The source of a mixture.
 pub struct MixtureSource {
@@ -154,23 +155,13 @@ impl SampleSource for MixtureSource {
         wait: Option<Duration>,
         out: &mut Vec<Completion>,
     ) -> io::Result<usize> {
-        let start = out.len();
-        let deadline = wait.map(|d| Instant::now() + d);
-        loop {
-            for m in &mut self.members {
+        let round = |s: &mut Self, out: &mut Vec<Completion>| {
+            for m in &mut s.members {
                 m.poll_completions(None, out)?;
             }
-            if out.len() > start || self.in_flight() == 0 {
-                break;
-            }
-            let Some(deadline) = deadline else { break };
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            crate::sys::eventfd::wait_readable(self.epoll.0.as_fd(), left)?;
-        }
-        Ok(out.len() - start)
+            Ok(s.in_flight())
+        };
+        poll_rounds(self, wait, out, round, |s| s.epoll.0.as_fd())
     }
 
     fn wait_fd(&self) -> BorrowedFd<'_> {

@@ -7,6 +7,8 @@
 use super::{Completion, FailureKind, SampleError};
 use std::fmt;
 use std::io;
+use std::os::fd::BorrowedFd;
+use std::time::{Duration, Instant};
 
 /// The outcome of one request of a reader or fetcher.
 #[derive(Debug)]
@@ -143,4 +145,34 @@ pub fn is_retryable(err: &io::Error) -> bool {
         Some(f) => f.retryable,
         None => FailureKind::retryable(SampleError::from_io(err).kind),
     }
+}
+
+/// The loop of every `poll_completions` over completions gathered in
+/// rounds: `round(src, out)` moves what completed into `out` and returns
+/// how many requests are still in flight. With `wait` `None` one round;
+/// with `Some(d)` rounds until something completed, nothing is in flight,
+/// or `d` has passed, waiting on `fd(src)` between rounds. Returns how
+/// many completions it appended.
+pub(crate) fn poll_rounds<S: ?Sized, T>(
+    src: &mut S,
+    wait: Option<Duration>,
+    out: &mut Vec<T>,
+    mut round: impl FnMut(&mut S, &mut Vec<T>) -> io::Result<usize>,
+    fd: impl Fn(&S) -> BorrowedFd<'_>,
+) -> io::Result<usize> {
+    let start = out.len();
+    let deadline = wait.map(|d| Instant::now() + d);
+    loop {
+        let in_flight = round(src, out)?;
+        if out.len() > start || in_flight == 0 {
+            break;
+        }
+        let Some(deadline) = deadline else { break };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        crate::sys::eventfd::wait_readable(fd(src), left)?;
+    }
+    Ok(out.len() - start)
 }

@@ -20,6 +20,60 @@ pub trait EntryMeta {
     fn version(&self, out: &mut Vec<u8>);
 }
 
+/// `Deref` of catalog type `$cat` to its `samples: SampleList<$entry>`:
+/// the shared accessors (`len`, `entries`, `get`, `meta`, `total_bytes`).
+macro_rules! deref_to_samples {
+    ($cat:ty, $entry:ty) => {
+        impl std::ops::Deref for $cat {
+            type Target = $crate::source::samples::SampleList<$entry>;
+
+            fn deref(&self) -> &Self::Target {
+                &self.samples
+            }
+        }
+    };
+}
+pub(crate) use deref_to_samples;
+
+/// [`EntryMeta::meta`] of an entry with `sample_id`, `label` and `size`
+/// fields.
+macro_rules! meta_from_fields {
+    () => {
+        fn meta(&self) -> $crate::source::SampleMeta {
+            $crate::source::SampleMeta {
+                sample_id: self.sample_id,
+                label: self.label,
+                size: self.size,
+            }
+        }
+    };
+}
+pub(crate) use meta_from_fields;
+
+/// The [`SampleSource`](crate::source::SampleSource) methods a source
+/// answers from its `catalog` (a [`SampleList`] behind `Deref`): `len`,
+/// `meta`, `version`, `total_bytes`.
+macro_rules! catalog_methods {
+    () => {
+        fn len(&self) -> u64 {
+            self.catalog.len() as u64
+        }
+
+        fn meta(&self, index: u64) -> $crate::source::SampleMeta {
+            self.catalog.meta(index)
+        }
+
+        fn version(&self, index: u64, out: &mut Vec<u8>) {
+            self.catalog.version(index, out);
+        }
+
+        fn total_bytes(&self) -> u64 {
+            self.catalog.total_bytes()
+        }
+    };
+}
+pub(crate) use catalog_methods;
+
 /// The samples of one catalog, in sample-id order (entry `i` has id `i`),
 /// and the sum of their sizes.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -32,7 +32,7 @@
 //!   another read. A task still running after the wait keeps its range,
 //!   and the mapping, alive.
 
-use crate::source::queue::IoCompletion;
+use crate::source::queue::{poll_rounds, IoCompletion};
 use granary_shm::arena::ArenaSlice;
 use std::collections::HashMap;
 use std::fs::File;
@@ -336,30 +336,20 @@ impl TaskQueue {
         wait: Option<Duration>,
         out: &mut Vec<IoCompletion>,
     ) -> io::Result<usize> {
-        let start = out.len();
-        let deadline = wait.map(|d| Instant::now() + d);
-        loop {
-            self.shared.clear();
-            self.in_flight -= self.ready.len();
-            out.append(&mut self.ready);
+        let round = |s: &mut Self, out: &mut Vec<IoCompletion>| {
+            s.shared.clear();
+            s.in_flight -= s.ready.len();
+            out.append(&mut s.ready);
             let done =
-                std::mem::take(&mut *self.shared.done.lock().unwrap_or_else(|p| p.into_inner()));
-            self.in_flight -= done.len();
+                std::mem::take(&mut *s.shared.done.lock().unwrap_or_else(|p| p.into_inner()));
+            s.in_flight -= done.len();
             for (id, c) in done {
-                self.running.remove(&id);
+                s.running.remove(&id);
                 out.push(c);
             }
-            if out.len() > start || self.in_flight == 0 {
-                break;
-            }
-            let Some(deadline) = deadline else { break };
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            crate::sys::eventfd::wait_readable(self.shared.event.as_fd(), left)?;
-        }
-        Ok(out.len() - start)
+            Ok(s.in_flight)
+        };
+        poll_rounds(self, wait, out, round, |s| s.shared.event.as_fd())
     }
 }
 

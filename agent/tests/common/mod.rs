@@ -6,11 +6,12 @@
 //! another role.
 #![allow(dead_code)]
 
-use granary::{Client, ErrorCode, SessionOptions};
+use granary::{Batch, Client, ErrorCode, Session, SessionOptions};
 use granary_agent::config::Config;
 use granary_agent::engine::Engine;
 use granary_agent::metrics::Metrics;
 use granary_agent::planner::{EpochPlan, PlanParams};
+use granary_testkit::agent_toml;
 use granary_tools::synth::{self, SynthSpec};
 use std::collections::BTreeMap;
 use std::io;
@@ -98,36 +99,16 @@ impl TestAgent {
         let data = dir.path().join("data");
         let spec = granary_testkit::dataset::synth_at(&data, o.files, o.classes, o.mean_size);
         let sock = dir.path().join("granary.sock");
-        let toml = format!(
-            r#"
-[arena]
-size = "{arena}"
-hugepages = "off"
-populate = false
-[socket]
-path = "{sock}"
-mode = "{mode}"
-[prefetch]
-max_inflight_reads = {inflight}
-window_batches = {window}
-initial_window = 2
-read_retries = 1
-retry_backoff_ms = 5
-[metrics]
-address = ""
-{extra}
-[[dataset]]
-name = "{DATASET}"
-root = "{data}"
-"#,
-            arena = o.arena,
-            sock = sock.display(),
-            mode = o.socket_mode,
-            inflight = o.max_inflight_reads,
-            window = o.window_batches,
-            extra = o.extra,
-            data = data.display()
+        let prefetch = format!(
+            "max_inflight_reads = {}\nwindow_batches = {}\ninitial_window = 2\n\
+             read_retries = 1\nretry_backoff_ms = 5",
+            o.max_inflight_reads, o.window_batches
         );
+        let socket = format!("mode = \"{}\"", o.socket_mode);
+        let toml = agent_toml::head_with_socket(&o.arena, &sock, &socket, &prefetch, "")
+            + &o.extra
+            + "\n"
+            + &agent_toml::fs_dataset(DATASET, &data, "");
         let cfg = Config::from_toml_str(&toml).expect("test config");
         Self::start_with(dir, data, sock, spec, cfg)
     }
@@ -140,6 +121,17 @@ root = "{data}"
         cfg: Config,
     ) -> TestAgent {
         Self::start_custom(dir, data, sock, spec, cfg, Vec::new())
+    }
+
+    /// Starts an engine on `cfg` (whose socket is `sock`) over `spec`'s
+    /// synthetic dataset.
+    pub fn start_on(
+        dir: tempfile::TempDir,
+        spec: &SynthSpec,
+        sock: PathBuf,
+        cfg: Config,
+    ) -> TestAgent {
+        Self::start_custom(dir, spec.root.clone(), sock, spec.clone(), cfg, Vec::new())
     }
 
     /// Starts an engine on `cfg` (whose socket is `sock`), serving `extra`
@@ -282,6 +274,39 @@ impl Acct {
             self.size,
             "accounting broken: free + cached + pinned + in_flight != arena size ({self:?})"
         );
+    }
+}
+
+/// Reads `child`'s piped stdout until a line that is `line`; panics
+/// naming `who` when the child ends first. Returns the rest of its
+/// stdout (kept open, so that the child's writes never fail).
+pub fn wait_for_line(
+    child: &mut std::process::Child,
+    line: &str,
+    who: &str,
+) -> std::io::Lines<std::io::BufReader<std::process::ChildStdout>> {
+    use std::io::BufRead;
+    let out = child.stdout.take().expect("piped stdout");
+    let mut lines = std::io::BufReader::new(out).lines();
+    loop {
+        match lines.next() {
+            Some(Ok(l)) if l.trim() == line => return lines,
+            Some(Ok(_)) => continue,
+            _ => {
+                let st = child.wait();
+                panic!("{who} ended before printing {line:?}: {st:?}");
+            }
+        }
+    }
+}
+
+/// `s`'s next batch (waiting up to `limit`), `None` at the end of its
+/// stream; any other error panics, naming `who`.
+pub fn next_or_end(s: &mut Session, limit: Duration, who: &str) -> Option<Batch> {
+    match s.next_batch(Some(limit)) {
+        Ok(b) => Some(b),
+        Err(e) if e.code() == ErrorCode::EndOfStream => None,
+        Err(e) => panic!("{who}: {e}"),
     }
 }
 
@@ -516,12 +541,11 @@ pub fn honest_loader_of(
     let mut epoch_batches: Vec<Vec<u64>> = Vec::new();
     let mut epoch = 0u32;
     let mut done = 0u32;
-    loop {
-        let b = match s.next_batch(Some(Duration::from_secs(30))) {
-            Ok(b) => b,
-            Err(e) if e.code() == ErrorCode::EndOfStream => break,
-            Err(e) => panic!("honest loader: next_batch in epoch {epoch}: {e}"),
-        };
+    while let Some(b) = next_or_end(
+        &mut s,
+        Duration::from_secs(30),
+        &format!("honest loader: next_batch in epoch {epoch}"),
+    ) {
         assert_eq!(b.status(), 0, "honest loader: batch status");
         assert_eq!(b.epoch(), epoch, "honest loader: batch of the wrong epoch");
         assert_eq!(

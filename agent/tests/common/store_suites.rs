@@ -2,7 +2,7 @@
 //! cloud emulators, CQL, shards): the engine's configuration, a plain
 //! honest loader, whole epochs read back, and the store-outage scenario.
 
-use super::{honest_loader_of, verify, wait_for, Honest, TestAgent};
+use super::{honest_loader_of, next_or_end, verify, wait_for, Honest, TestAgent};
 use granary::{Client, ErrorCode, SessionOptions};
 use granary_agent::config::Config;
 use granary_tools::synth::SynthSpec;
@@ -16,24 +16,14 @@ use std::time::{Duration, Instant};
 /// `[prefetch]` keys), no metrics endpoint, then `datasets` (TOML
 /// `[[dataset]]` tables).
 pub fn store_config(sock: &Path, arena: &str, prefetch: &str, datasets: &str) -> Config {
-    let toml = format!(
-        r#"
-[arena]
-size = "{arena}"
-hugepages = "off"
-populate = false
-[socket]
-path = "{sock}"
-mode = "0660"
-[prefetch]
-max_inflight_reads = 64
-{prefetch}
-[metrics]
-address = ""
-{datasets}
-"#,
-        sock = sock.display()
-    );
+    let prefetch = format!("max_inflight_reads = 64\n{prefetch}");
+    let toml = granary_testkit::agent_toml::head_with_socket(
+        arena,
+        sock,
+        "mode = \"0660\"",
+        &prefetch,
+        "",
+    ) + datasets;
     Config::from_toml_str(&toml).unwrap_or_else(|e| panic!("test config: {e}\n{toml}"))
 }
 
@@ -88,12 +78,11 @@ pub fn epochs(
     let mut s = client.open_session(&o).expect("open");
     let mut out = Vec::new();
     let mut ends = 0;
-    loop {
-        let b = match s.next_batch(Some(Duration::from_secs(60))) {
-            Ok(b) => b,
-            Err(e) if e.code() == ErrorCode::EndOfStream => break,
-            Err(e) => panic!("{dataset}: next_batch: {e}"),
-        };
+    while let Some(b) = next_or_end(
+        &mut s,
+        Duration::from_secs(60),
+        &format!("{dataset}: next_batch"),
+    ) {
         assert_eq!(b.status(), 0, "{dataset}: batch status");
         for smp in b.samples() {
             assert!(smp.checksum_matches());

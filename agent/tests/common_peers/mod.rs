@@ -4,9 +4,10 @@
 
 use granary::Client;
 use granary_agent::metrics::{parse_text, scrape};
+use granary_testkit::agent_toml;
 use granary_testkit::{GranarydConfig, GranarydProcess, Log};
 use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// A free TCP port on `ip`.
@@ -31,6 +32,31 @@ pub struct Agent {
 impl Agent {
     pub fn ip(node: usize) -> String {
         format!("127.0.0.{}", node + 2)
+    }
+
+    /// Node `node`'s agent under `root/node{node}`, not started: its
+    /// socket, a metrics address on its own IP, and its configuration, the
+    /// shared head (`arena`, `prefetch`: [`agent_toml::head`]) followed by
+    /// `tables` (`[peers]`, `[[dataset]]`).
+    // `warm_restart` writes its one agent's configuration itself.
+    #[allow(dead_code)]
+    pub fn new(root: &Path, node: usize, arena: &str, prefetch: &str, tables: &str) -> Agent {
+        let ip = Agent::ip(node);
+        let dir = root.join(format!("node{node}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("granary.sock");
+        let metrics: SocketAddr = format!("{ip}:{}", free_port(&ip)).parse().unwrap();
+        let toml = agent_toml::head(arena, &sock, prefetch, &metrics.to_string()) + tables;
+        let config = dir.join("granaryd.toml");
+        std::fs::write(&config, toml).unwrap();
+        Agent {
+            node,
+            dir,
+            config,
+            sock,
+            metrics,
+            child: None,
+        }
     }
 
     pub fn start(&mut self) {

@@ -23,8 +23,7 @@
 //! by path).
 
 use super::{once, AttemptError, CqlError, CqlSettings};
-use crate::source::samples::{EntryMeta, SampleList};
-use crate::source::SampleMeta;
+use crate::source::samples::{deref_to_samples, meta_from_fields, EntryMeta, SampleList};
 use futures_util::TryStreamExt;
 use scylla::client::session::Session;
 use scylla::statement::{Consistency, Statement};
@@ -68,23 +67,10 @@ pub struct CqlCatalog {
     samples: SampleList<CqlEntry>,
 }
 
-/// The shared accessors (`len`, `entries`, `get`, `meta`, `total_bytes`).
-impl std::ops::Deref for CqlCatalog {
-    type Target = SampleList<CqlEntry>;
-
-    fn deref(&self) -> &SampleList<CqlEntry> {
-        &self.samples
-    }
-}
+deref_to_samples!(CqlCatalog, CqlEntry);
 
 impl EntryMeta for CqlEntry {
-    fn meta(&self) -> SampleMeta {
-        SampleMeta {
-            sample_id: self.sample_id,
-            label: self.label,
-            size: self.size,
-        }
-    }
+    meta_from_fields!();
 
     /// What the read asks for and checks: the row's id (16 bytes), then
     /// the blob's CRC-32C (u32, little-endian) when the catalog has one.

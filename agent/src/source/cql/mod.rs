@@ -727,21 +727,7 @@ impl super::SampleSource for CqlDataset {
         "cql"
     }
 
-    fn len(&self) -> u64 {
-        self.catalog.len() as u64
-    }
-
-    fn meta(&self, index: u64) -> super::SampleMeta {
-        self.catalog.meta(index)
-    }
-
-    fn version(&self, index: u64, out: &mut Vec<u8>) {
-        self.catalog.version(index, out);
-    }
-
-    fn total_bytes(&self) -> u64 {
-        self.catalog.total_bytes()
-    }
+    crate::source::samples::catalog_methods!();
 
     fn describe(&self, index: u64) -> String {
         self.source

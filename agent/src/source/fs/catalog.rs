@@ -24,8 +24,7 @@
 //!
 //! Sizes come from file metadata when the catalog is built.
 
-use crate::source::samples::{EntryMeta, SampleList};
-use crate::source::SampleMeta;
+use crate::source::samples::{deref_to_samples, meta_from_fields, EntryMeta, SampleList};
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
@@ -70,23 +69,10 @@ pub struct Catalog {
     class_names: Vec<OsString>,
 }
 
-/// The shared accessors (`len`, `entries`, `get`, `meta`, `total_bytes`).
-impl std::ops::Deref for Catalog {
-    type Target = SampleList<CatalogEntry>;
-
-    fn deref(&self) -> &SampleList<CatalogEntry> {
-        &self.samples
-    }
-}
+deref_to_samples!(Catalog, CatalogEntry);
 
 impl EntryMeta for CatalogEntry {
-    fn meta(&self) -> SampleMeta {
-        SampleMeta {
-            sample_id: self.sample_id,
-            label: self.label,
-            size: self.size,
-        }
-    }
+    meta_from_fields!();
 
     /// The modification time the read checks: seconds (i64) and
     /// nanoseconds (u32), little-endian; for a range of a shard, then its

@@ -8,7 +8,7 @@ pub mod shards;
 
 pub use catalog::{Catalog, CatalogEntry, CatalogError};
 
-use super::{Completion, Landing, SampleMeta, SampleSource, SourceFull};
+use super::{Completion, Landing, SampleSource, SourceFull};
 use crate::config::{DatasetConfig, DatasetLocation, ShardFormat};
 use granary_shm::arena::ArenaSlice;
 use reader::{FileStat, ReadRequest, UringReader};
@@ -112,21 +112,7 @@ impl SampleSource for FsSource {
         "fs"
     }
 
-    fn len(&self) -> u64 {
-        self.catalog.len() as u64
-    }
-
-    fn meta(&self, index: u64) -> SampleMeta {
-        self.catalog.meta(index)
-    }
-
-    fn version(&self, index: u64, out: &mut Vec<u8>) {
-        self.catalog.version(index, out);
-    }
-
-    fn total_bytes(&self) -> u64 {
-        self.catalog.total_bytes()
-    }
+    crate::source::samples::catalog_methods!();
 
     fn describe(&self, index: u64) -> String {
         let e = &self.catalog.entries()[index as usize];

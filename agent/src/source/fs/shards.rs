@@ -101,19 +101,32 @@ fn shard_files(root: &Path, keep: fn(&str) -> bool) -> Result<Vec<PathBuf>, Cata
 /// folder's in byte order), each sample labelled by its `label_ext`
 /// member. Shards are walked one after the other.
 pub fn index(root: &Path, label_ext: &str) -> Result<(Catalog, IndexStats), CatalogError> {
+    let shards = shard_files(root, is_shard)?.into_iter().map(|p| (p, ()));
+    let (entries, stats) = walk_all(shards, IndexStats::default(), |path, size, ()| {
+        Ok(TarWalker::new(path.display().to_string(), size, label_ext))
+    })?;
+    Ok((Catalog::finish(entries, Vec::new(), root)?, stats))
+}
+
+/// Walks each shard (its path, and what `walker` needs besides its path
+/// and size to make its walk) to its end, one after the other, and gives
+/// their samples in shard order.
+fn walk_all<T, W: ShardWalk>(
+    shards: impl IntoIterator<Item = (PathBuf, T)>,
+    mut stats: IndexStats,
+    mut walker: impl FnMut(&Path, u64, T) -> Result<W, CatalogError>,
+) -> Result<(Vec<CatalogEntry>, IndexStats), CatalogError> {
     let mut entries = Vec::new();
-    let mut stats = IndexStats::default();
     let mut buf = Vec::new();
-    for path in shard_files(root, is_shard)? {
+    for (path, extra) in shards {
         let (file, size, mtime) = stat(&path)?;
-        let mut walk = TarWalker::new(path.display().to_string(), size, label_ext);
+        let mut walk = walker(&path, size, extra)?;
         drive(&path, &file, &mut walk, &mut stats, &mut buf)?;
         stats.shards += 1;
         stats.shard_bytes += size;
         push(&mut entries, &path, size, mtime, walk.into_samples());
     }
-    let catalog = Catalog::finish(entries, Vec::new(), root)?;
-    Ok((catalog, stats))
+    Ok((entries, stats))
 }
 
 /// Indexes the MDS dataset in `root`: the shards its `index.json` lists,
@@ -130,7 +143,7 @@ pub fn index_mds(
         action: "read the MDS index",
         source,
     })?;
-    let mut stats = IndexStats {
+    let stats = IndexStats {
         reads: 1,
         bytes_read: text.len() as u64,
         ..IndexStats::default()
@@ -142,20 +155,11 @@ pub fn index_mds(
         label_field,
     )
     .map_err(CatalogError::Shard)?;
-    let mut entries = Vec::new();
-    let mut buf = Vec::new();
-    for s in &shards {
-        let path = root.join(&s.basename);
-        let (file, size, mtime) = stat(&path)?;
-        let mut walk =
-            MdsWalker::new(path.display().to_string(), size, s).map_err(CatalogError::Shard)?;
-        drive(&path, &file, &mut walk, &mut stats, &mut buf)?;
-        stats.shards += 1;
-        stats.shard_bytes += size;
-        push(&mut entries, &path, size, mtime, walk.into_samples());
-    }
-    let catalog = Catalog::finish(entries, Vec::new(), root)?;
-    Ok((catalog, stats))
+    let shards = shards.iter().map(|s| (root.join(&s.basename), s));
+    let (entries, stats) = walk_all(shards, stats, |path, size, s| {
+        MdsWalker::new(path.display().to_string(), size, s).map_err(CatalogError::Shard)
+    })?;
+    Ok((Catalog::finish(entries, Vec::new(), root)?, stats))
 }
 
 /// Indexes the `.parquet` files below `root` (in the order of the `files`
@@ -166,18 +170,11 @@ pub fn index_parquet(
     sample_field: &str,
     label_field: &str,
 ) -> Result<(Catalog, IndexStats), CatalogError> {
-    let mut entries = Vec::new();
-    let mut stats = IndexStats::default();
-    let mut buf = Vec::new();
-    for path in shard_files(root, is_parquet)? {
-        let (file, size, mtime) = stat(&path)?;
-        let mut walk =
-            ParquetWalker::new(path.display().to_string(), size, sample_field, label_field);
-        drive(&path, &file, &mut walk, &mut stats, &mut buf)?;
-        stats.shards += 1;
-        stats.shard_bytes += size;
-        push(&mut entries, &path, size, mtime, walk.into_samples());
-    }
+    let shards = shard_files(root, is_parquet)?.into_iter().map(|p| (p, ()));
+    let (entries, stats) = walk_all(shards, IndexStats::default(), |path, size, ()| {
+        let name = path.display().to_string();
+        Ok(ParquetWalker::new(name, size, sample_field, label_field))
+    })?;
     if entries.is_empty() && stats.shards == 0 {
         return Err(CatalogError::Shard(WalkError::whole(
             root.display().to_string(),

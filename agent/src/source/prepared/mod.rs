@@ -26,6 +26,7 @@
 
 pub mod image;
 
+use super::queue::poll_rounds;
 use super::{Completion, FailureKind, SampleError, SampleMeta, SampleSource, SourceFull};
 use crate::config::PrepareConfig;
 use crate::extent::{Extent, ExtentAllocator};
@@ -39,7 +40,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Staging extents start and end on this boundary (an `O_DIRECT` read
 /// writes whole 4 KiB blocks).
@@ -376,21 +377,11 @@ impl SampleSource for PreparedSource {
         wait: Option<Duration>,
         out: &mut Vec<Completion>,
     ) -> io::Result<usize> {
-        let start = out.len();
-        let deadline = wait.map(|d| Instant::now() + d);
-        loop {
-            self.collect(out)?;
-            if out.len() > start || self.in_flight() == 0 {
-                break;
-            }
-            let Some(deadline) = deadline else { break };
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            crate::sys::eventfd::wait_readable(self.epoll.0.as_fd(), left)?;
-        }
-        Ok(out.len() - start)
+        let round = |s: &mut Self, out: &mut Vec<Completion>| {
+            s.collect(out)?;
+            Ok(s.in_flight())
+        };
+        poll_rounds(self, wait, out, round, |s| s.epoll.0.as_fd())
     }
 
     fn wait_fd(&self) -> BorrowedFd<'_> {

@@ -5,6 +5,7 @@ use super::image::{prepare, Scratch, Spec};
 use super::*;
 use crate::config::{ByteSize, ResizeMode};
 use crate::source::{Catalog, FsSource};
+use std::time::Instant;
 
 fn config(h: u32, w: u32) -> PrepareConfig {
     PrepareConfig {

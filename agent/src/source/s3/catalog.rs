@@ -28,8 +28,7 @@
 //! and a HEAD request for any key the listing did not show.
 
 use super::{classify, once, Bucket, S3Error};
-use crate::source::samples::{EntryMeta, SampleList};
-use crate::source::SampleMeta;
+use crate::source::samples::{deref_to_samples, meta_from_fields, EntryMeta, SampleList};
 use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, ObjectStore};
@@ -68,23 +67,10 @@ pub struct S3Catalog {
     class_names: Vec<String>,
 }
 
-/// The shared accessors (`len`, `entries`, `get`, `meta`, `total_bytes`).
-impl std::ops::Deref for S3Catalog {
-    type Target = SampleList<S3Entry>;
-
-    fn deref(&self) -> &SampleList<S3Entry> {
-        &self.samples
-    }
-}
+deref_to_samples!(S3Catalog, S3Entry);
 
 impl EntryMeta for S3Entry {
-    fn meta(&self) -> SampleMeta {
-        SampleMeta {
-            sample_id: self.sample_id,
-            label: self.label,
-            size: self.size,
-        }
-    }
+    meta_from_fields!();
 
     /// What the GET asks for: the key's length (u32, little-endian) and
     /// bytes, the offset (u64, little-endian), then the ETag it must match

@@ -4,7 +4,7 @@
 
 use super::{S3Catalog, S3Error, S3Fetcher, S3Layout, S3Source, StoreSettings};
 use crate::config::DatasetConfig;
-use crate::source::{Completion, Landing, SampleMeta, SampleSource, SourceFull};
+use crate::source::{Completion, Landing, SampleSource, SourceFull};
 use granary_shm::arena::ArenaSlice;
 use std::fmt;
 use std::io;
@@ -88,21 +88,7 @@ impl SampleSource for S3Dataset {
         self.source.location().kind.name()
     }
 
-    fn len(&self) -> u64 {
-        self.catalog.len() as u64
-    }
-
-    fn meta(&self, index: u64) -> SampleMeta {
-        self.catalog.meta(index)
-    }
-
-    fn version(&self, index: u64, out: &mut Vec<u8>) {
-        self.catalog.version(index, out);
-    }
-
-    fn total_bytes(&self) -> u64 {
-        self.catalog.total_bytes()
-    }
+    crate::source::samples::catalog_methods!();
 
     fn describe(&self, index: u64) -> String {
         let e = &self.catalog.entries()[index as usize];

@@ -25,12 +25,10 @@ pub(crate) async fn index(
     prefix: &str,
     label_ext: &str,
 ) -> Result<(S3Catalog, IndexStats), S3Error> {
-    let shards = listed(store, bucket, prefix, is_shard).await?;
-    let walks = shards.iter().map(|e| {
-        let url = format!("s3://{bucket}/{}", e.key);
-        Ok((e, TarWalker::new(url, e.size, label_ext)))
-    });
-    walk_all(store, bucket, prefix, walks, IndexStats::default()).await
+    index_listed(store, bucket, prefix, is_shard, |url, size| {
+        TarWalker::new(url, size, label_ext)
+    })
+    .await
 }
 
 /// Indexes the `.parquet` objects below `prefix` (in the order of the
@@ -42,14 +40,25 @@ pub(crate) async fn index_parquet(
     sample_field: &str,
     label_field: &str,
 ) -> Result<(S3Catalog, IndexStats), S3Error> {
-    let shards = listed(store, bucket, prefix, is_parquet).await?;
-    let walks = shards.iter().map(|e| {
-        let url = format!("s3://{bucket}/{}", e.key);
-        Ok((
-            e,
-            ParquetWalker::new(url, e.size, sample_field, label_field),
-        ))
-    });
+    index_listed(store, bucket, prefix, is_parquet, |url, size| {
+        ParquetWalker::new(url, size, sample_field, label_field)
+    })
+    .await
+}
+
+/// Walks every object below `prefix` whose name passes `keep` with the
+/// walker `walker(url, size)` makes.
+async fn index_listed<W: ShardWalk>(
+    store: &dyn ObjectStore,
+    bucket: &Bucket,
+    prefix: &str,
+    keep: fn(&str) -> bool,
+    walker: impl Fn(String, u64) -> W,
+) -> Result<(S3Catalog, IndexStats), S3Error> {
+    let shards = listed(store, bucket, prefix, keep).await?;
+    let walks = shards
+        .iter()
+        .map(|e| Ok((e, walker(format!("s3://{bucket}/{}", e.key), e.size))));
     walk_all(store, bucket, prefix, walks, IndexStats::default()).await
 }
 
