@@ -302,6 +302,12 @@ impl Drop for GranarydProcess {
     }
 }
 
+/// A finished process's stdout followed by its stderr, as text: what a
+/// test of a command line's messages reads.
+pub fn output_text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,10 +365,4 @@ mod tests {
         assert!(p.try_wait().is_none());
         assert!(p.stop().success());
     }
-}
-
-/// A finished process's stdout followed by its stderr, as text: what a
-/// test of a command line's messages reads.
-pub fn output_text(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
 }

@@ -105,7 +105,7 @@ impl TestAgent {
             o.max_inflight_reads, o.window_batches
         );
         let socket = format!("mode = \"{}\"", o.socket_mode);
-        let toml = agent_toml::head_with_socket(&o.arena, &sock, &socket, &prefetch, "")
+        let toml = agent_toml::head_with_socket(o.arena, &sock, &socket, &prefetch, "")
             + &o.extra
             + "\n"
             + &agent_toml::fs_dataset(DATASET, &data, "");
