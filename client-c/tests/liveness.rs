@@ -5,24 +5,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use granary::{agent_silence_limit, Client, ErrorCode, Session, SessionOptions};
-use support::{sample_failure, watchdog, Behaviour, Dataset, Fixture, WATCHDOG};
-
-fn options(dataset: &str, batch_size: u32) -> SessionOptions {
-    let mut o = SessionOptions::new(dataset);
-    o.batch_size = batch_size;
-    // These tests are about a lost agent reported at once (resuming has
-    // its own tests against a real agent).
-    o.resume_timeout = None;
-    o
-}
-
-fn open(fx: &Fixture, o: &SessionOptions) -> Session {
-    Client::connect(fx.socket_path())
-        .expect("connect")
-        .open_session(o)
-        .expect("open session")
-}
+use granary::{agent_silence_limit, Client, ErrorCode};
+use support::{open, options, sample_failure, watchdog, Behaviour, Dataset, Fixture, WATCHDOG};
 
 /// The fixture's counter for session `i`, once the fixture has it.
 fn loader_heartbeat(fx: &Fixture, i: usize) -> u64 {

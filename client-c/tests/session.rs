@@ -6,26 +6,17 @@ mod support;
 use std::time::{Duration, Instant};
 
 use granary::{Batch, Client, ErrorCode, Session, SessionOptions};
-use support::{plan_epoch, sample_label, watchdog, Behaviour, Dataset, Fixture, Stats, WATCHDOG};
+use support::{
+    open, plan_epoch, sample_label, watchdog, Behaviour, Dataset, Fixture, Stats, WATCHDOG,
+};
 
 const LONG: Option<Duration> = Some(Duration::from_secs(20));
 
 fn options(dataset: &str, batch_size: u32, epochs: u32, seed: u64) -> SessionOptions {
-    let mut o = SessionOptions::new(dataset);
-    o.batch_size = batch_size;
+    let mut o = support::options(dataset, batch_size);
     o.epoch_count = epochs;
     o.seed = seed;
-    // A lost agent is reported at once here (resuming has its own tests
-    // against a real agent).
-    o.resume_timeout = None;
     o
-}
-
-fn open(fx: &Fixture, o: &SessionOptions) -> Session {
-    Client::connect(fx.socket_path())
-        .expect("connect")
-        .open_session(o)
-        .expect("open session")
 }
 
 /// Checks one batch against the fixture's plan and content.

@@ -2,6 +2,7 @@
 //! metrics endpoint.
 
 use granary_agent::metrics::{Metrics, MetricsServer};
+use granary_testkit::granaryd::output_text as text;
 use std::process::{Command, Output};
 use std::sync::Arc;
 
@@ -10,10 +11,6 @@ fn granary(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("run granary")
-}
-
-fn text(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
 }
 
 /// The version and the commit the binary was built from (`GRANARY_COMMIT`

@@ -887,24 +887,10 @@ struct Env {
 
 fn agent_toml(o: &Opts, kind: Kind, k: usize, arena_mib: u64, sock: &Path) -> String {
     let ip = netns::node_ip(k);
-    let mut t = format!(
-        r#"[arena]
-size = "{arena_mib}MiB"
-hugepages = "off"
-populate = false
-[socket]
-path = "{sock}"
-[prefetch]
-max_inflight_reads = 64
-window_batches = 4
-initial_window = 2
-read_retries = 3
-retry_backoff_ms = 50
-[metrics]
-address = "{METRICS}"
-"#,
-        sock = sock.display()
-    );
+    let prefetch = "max_inflight_reads = 64\nwindow_batches = 4\ninitial_window = 2\n\
+                    read_retries = 3\nretry_backoff_ms = 50";
+    let mut t =
+        granary_testkit::agent_toml::head(&format!("{arena_mib}MiB"), sock, prefetch, METRICS);
     if kind.keep_pct() > 0 {
         let port = if kind == Kind::Corrupt {
             PROXY_PORT

@@ -289,6 +289,23 @@ pub struct Fixture {
     acceptor: Option<JoinHandle<()>>,
 }
 
+/// Options for `dataset` in batches of `batch_size`, a lost agent
+/// reported at once (resuming has its own tests against a real agent).
+pub fn options(dataset: &str, batch_size: u32) -> granary::SessionOptions {
+    let mut o = granary::SessionOptions::new(dataset);
+    o.batch_size = batch_size;
+    o.resume_timeout = None;
+    o
+}
+
+/// A session with options `o` on a new connection to `fx`.
+pub fn open(fx: &Fixture, o: &granary::SessionOptions) -> granary::Session {
+    granary::Client::connect(fx.socket_path())
+        .expect("connect")
+        .open_session(o)
+        .expect("open session")
+}
+
 impl Fixture {
     /// Serves `datasets` to this process's own uid.
     pub fn start(datasets: Vec<Dataset>) -> Fixture {

@@ -139,17 +139,10 @@ pub fn write_mds(src: &Path, out: &Path, shard_size: u64) -> io::Result<ShardsWr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::synth::{generate, SynthSpec};
 
     #[test]
     fn shards_index_back_to_the_files_in_order() {
-        let d = tempfile::tempdir().unwrap();
-        let mut spec = SynthSpec::new(d.path().join("src"));
-        (spec.num_files, spec.num_classes, spec.mean_size) = (90, 3, 4_000);
-        generate(&spec, |_, _| {}).unwrap();
-        let out = d.path().join("mds");
-        let w = write_mds(&spec.root, &out, 64 * 1024).unwrap();
-        assert_eq!(w.samples, 90);
+        let (_d, spec, out, w) = crate::ingest::ninety_files_written("mds", write_mds);
         assert!(w.shards.len() >= 4, "{} shards", w.shards.len());
         for s in &w.shards {
             assert!(std::fs::metadata(s).unwrap().len() <= 64 * 1024);

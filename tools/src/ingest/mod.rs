@@ -413,6 +413,30 @@ where
     failures
 }
 
+/// 90 synthetic files (3 classes, about 4 kB each) under a temporary
+/// directory, written by `write` into its folder `name` in shards of at
+/// most 64 KiB: where each format's round-trip test starts. Returns the
+/// directory, the files' spec, the folder and what was written.
+#[cfg(test)]
+pub(crate) fn ninety_files_written(
+    name: &str,
+    write: fn(&Path, &Path, u64) -> std::io::Result<shards::ShardsWritten>,
+) -> (
+    tempfile::TempDir,
+    crate::synth::SynthSpec,
+    PathBuf,
+    shards::ShardsWritten,
+) {
+    let d = tempfile::tempdir().unwrap();
+    let mut spec = crate::synth::SynthSpec::new(d.path().join("src"));
+    (spec.num_files, spec.num_classes, spec.mean_size) = (90, 3, 4_000);
+    crate::synth::generate(&spec, |_, _| {}).unwrap();
+    let out = d.path().join(name);
+    let w = write(&spec.root, &out, 64 * 1024).unwrap();
+    assert_eq!(w.samples, 90);
+    (d, spec, out, w)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

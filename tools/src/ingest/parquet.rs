@@ -135,17 +135,10 @@ pub fn write_parquet(src: &Path, out: &Path, shard_size: u64) -> io::Result<Shar
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::synth::{generate, SynthSpec};
 
     #[test]
     fn files_index_back_to_the_files_in_order() {
-        let d = tempfile::tempdir().unwrap();
-        let mut spec = SynthSpec::new(d.path().join("src"));
-        (spec.num_files, spec.num_classes, spec.mean_size) = (90, 3, 4_000);
-        generate(&spec, |_, _| {}).unwrap();
-        let out = d.path().join("pq");
-        let w = write_parquet(&spec.root, &out, 64 * 1024).unwrap();
-        assert_eq!(w.samples, 90);
+        let (_d, spec, out, w) = crate::ingest::ninety_files_written("pq", write_parquet);
         assert!(w.shards.len() >= 4, "{} files", w.shards.len());
         let files = Catalog::from_dir(&spec.root).unwrap();
         let (pq, stats) =

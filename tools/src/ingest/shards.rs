@@ -137,17 +137,10 @@ mod tests {
 #[cfg(test)]
 mod written {
     use super::*;
-    use crate::synth::{generate, SynthSpec};
 
     #[test]
     fn shards_index_back_to_the_files_in_order() {
-        let d = tempfile::tempdir().unwrap();
-        let mut spec = SynthSpec::new(d.path().join("src"));
-        (spec.num_files, spec.num_classes, spec.mean_size) = (90, 3, 4_000);
-        generate(&spec, |_, _| {}).unwrap();
-        let out = d.path().join("wds");
-        let w = write_webdataset(&spec.root, &out, 64 * 1024).unwrap();
-        assert_eq!(w.samples, 90);
+        let (d, spec, out, w) = crate::ingest::ninety_files_written("wds", write_webdataset);
         for s in &w.shards {
             let len = std::fs::metadata(s).unwrap().len();
             assert!(len <= 64 * 1024 || w.shards.len() == 1, "{len}");
