@@ -73,7 +73,7 @@ pub use peers::{
     CipherSetting, Encryption, MemberConfig, Membership, MembershipSetting, PeersConfig,
     TransportSetting,
 };
-pub use prefetch::{PrefetchConfig, RetryOverride, RetrySettings};
+pub use prefetch::{Balance, PrefetchConfig, RetryOverride, RetrySettings};
 pub use prepare::{PrepareConfig, ResizeMode};
 pub use sessions::SessionsConfig;
 pub use size::ByteSize;

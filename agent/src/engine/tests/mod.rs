@@ -11,6 +11,7 @@ use granary_shm::{BatchDescriptor, ErrorCode, SampleEntry};
 use std::collections::VecDeque;
 use std::time::Duration;
 
+mod balance;
 mod cancel;
 mod grace;
 mod rdma;
