@@ -153,7 +153,7 @@ pub fn idle_ratio(stall: &[Pair], fixed: &[Pair]) -> f64 {
 
 /// The policies' order in repetition `rep` (interleaved, alternating).
 pub fn policy_order(rep: u64) -> [&'static str; 2] {
-    if rep % 2 == 0 {
+    if rep.is_multiple_of(2) {
         POLICIES
     } else {
         [POLICIES[1], POLICIES[0]]
@@ -162,7 +162,7 @@ pub fn policy_order(rep: u64) -> [&'static str; 2] {
 
 /// Whether the slow job starts first in repetition `rep`.
 pub fn slow_first(rep: u64) -> bool {
-    rep % 2 == 0
+    rep.is_multiple_of(2)
 }
 
 struct Ctx<'a> {

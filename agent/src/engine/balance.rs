@@ -36,7 +36,11 @@ impl Engine {
             }
         }
         for (ds, sids) in by_dataset {
-            moved |= self.request_balanced(ds, &sids, now);
+            moved |= match sids[..] {
+                // One session: every free read is its own either way.
+                [one] => self.request(one, now, None),
+                _ => self.request_balanced(ds, &sids, now),
+            };
         }
         moved
     }
