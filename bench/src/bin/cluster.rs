@@ -2672,18 +2672,19 @@ fn main() {
         }
         return;
     }
-    let parsed = Args::parse(args, &["smoke", "cleanup"], USAGE).and_then(|a| {
-        if a.flag("cleanup") {
-            let left = netns::teardown(PREFIX);
-            if left.is_empty() {
-                println!("cluster: nothing of {PREFIX}-* left");
-                std::process::exit(0);
+    let parsed =
+        Args::parse(args, &["smoke", "cleanup", "relaunch-locality"], USAGE).and_then(|a| {
+            if a.flag("cleanup") {
+                let left = netns::teardown(PREFIX);
+                if left.is_empty() {
+                    println!("cluster: nothing of {PREFIX}-* left");
+                    std::process::exit(0);
+                }
+                eprintln!("cluster: could not remove {}", left.join(", "));
+                std::process::exit(1);
             }
-            eprintln!("cluster: could not remove {}", left.join(", "));
-            std::process::exit(1);
-        }
-        Opts::parse(&a)
-    });
+            Opts::parse(&a)
+        });
     let o = match parsed {
         Ok(o) => o,
         Err(e) => {
@@ -2704,6 +2705,20 @@ fn main() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn relaunch_layouts_name_view_indices_of_members_sorted_by_id() {
+        assert_eq!(relaunch_layout(&[0, 1, 2]), "0,1,2");
+        // "n10" sorts before "n2".
+        assert_eq!(relaunch_layout(&[2, 10, 0]), "2,1,0");
+        let args = ["--scenarios", "relaunch", "--relaunch-locality"].map(String::from);
+        let flags = ["smoke", "cleanup", "relaunch-locality"];
+        assert!(
+            Opts::parse(&Args::parse(args, &flags, USAGE).unwrap())
+                .unwrap()
+                .relaunch_locality
+        );
+    }
 
     fn opts(samples: u64) -> Opts {
         let args = ["--samples", &samples.to_string(), "--scenarios", "relaunch"].map(String::from);
