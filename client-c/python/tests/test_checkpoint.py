@@ -5,8 +5,9 @@ with 2 workers resumed with 2, with 2 resumed with 3, and two ranks resumed
 together; the first batch after the resume comes in under 1 s. A state
 whose dataset changed since is refused before the first batch, naming the
 object; another world size with the same global batch goes on at the
-committed global step. The C/Python session state (``Session.state()``,
-``open_session(state=...)``) likewise."""
+committed global step, in locality mode too (two ranks on two agents
+relaunched as one, or as the same job). The C/Python session state
+(``Session.state()``, ``open_session(state=...)``) likewise."""
 
 import json
 import os
@@ -362,10 +363,13 @@ def _locality_rank(rank: int, world: int, sockets: list, rdv: str, out: str, pha
         ds = GranaryDataset("synth", sockets[rank], batch_size=phase["batch"], seed=4, epochs=EPOCHS, rank=rank,
                             world_size=world, with_ids=True, batches=True, view=view, assignment="locality",
                             collate=_as_bytes)
-        if phase.get("load"):
-            ds.load_state_dict(torch.load(phase["load"], weights_only=False))
+        saved = torch.load(phase["load"].format(rank=rank), weights_only=False) if phase.get("load") else None
+        if saved is not None and not phase.get("own"):
+            ds.load_state_dict(saved)
         mode = ds.prepare(num_workers=phase["workers"])
         loader = StatefulDataLoader(ds, batch_size=None, num_workers=phase["workers"])
+        if saved is not None and phase.get("own"):
+            loader.load_state_dict(saved)
         ids = []
         for step, (xs, ys, batch_ids) in enumerate(loader):
             for x, y, i in zip(xs, ys, batch_ids.tolist()):
@@ -382,13 +386,15 @@ def _locality_rank(rank: int, world: int, sockets: list, rdv: str, out: str, pha
         dist.destroy_process_group()
 
 
-def test_locality_mode_goes_on_with_another_world_size_and_worker_count(synth_root, tmp_path):
+@pytest.mark.parametrize("relaunch", ["1rank", "same"])
+def test_locality_mode_goes_on_with_another_world_size_and_worker_count(synth_root, tmp_path, relaunch):
     """Locality mode, two ranks on two agents with 2 DataLoader workers
     each (batches of 10), saved after training step 8 of epoch 0;
     relaunched as one rank on one agent (a view without the other node),
-    batches of 20, no workers: it goes on at the committed global step,
-    in locality mode, and the two together are every sample of both
-    epochs once."""
+    batches of 20, no workers (``1rank``), or as the same job, each rank's
+    loader loading its own state (``same``): it goes on at the committed
+    global step, in locality mode, and the two together are every sample
+    of both epochs once."""
     import torch.multiprocessing as mp
 
     from test_peers import _session_agents
@@ -404,13 +410,16 @@ def test_locality_mode_goes_on_with_another_world_size_and_worker_count(synth_ro
         assert [o["mode"] for o in old] == ["locality"] * 2
         assert [len(o["ids"]) for o in old] == [8 * BATCH] * 2
         new = str(tmp_path / "new")
-        mp.spawn(_locality_rank, args=(1, sockets, str(tmp_path / "rdv2"), new,
-                                       dict(view_epoch=2, batch=2 * BATCH, workers=0, load=f"{out}.state.0")),
-                 nprocs=1)
-        after = json.loads((tmp_path / "new.0").read_text())
-        assert after["mode"] == "locality"
-        assert len(after["ids"]) == EPOCHS * SYNTH_FILES - 8 * 2 * BATCH
-        assert sorted(old[0]["ids"] + old[1]["ids"] + after["ids"]) == sorted(list(range(SYNTH_FILES)) * EPOCHS)
+        if relaunch == "1rank":
+            world, phase = 1, dict(view_epoch=2, batch=2 * BATCH, workers=0, load=f"{out}.state.0")
+        else:
+            world, phase = 2, dict(view_epoch=2, batch=BATCH, workers=2, load=out + ".state.{rank}", own=True)
+        mp.spawn(_locality_rank, args=(world, sockets, str(tmp_path / "rdv2"), new, phase), nprocs=world)
+        after = [json.loads((tmp_path / f"new.{r}").read_text()) for r in range(world)]
+        assert [a["mode"] for a in after] == ["locality"] * world
+        rest = [i for a in after for i in a["ids"]]
+        assert len(rest) == EPOCHS * SYNTH_FILES - 8 * 2 * BATCH
+        assert sorted(old[0]["ids"] + old[1]["ids"] + rest) == sorted(list(range(SYNTH_FILES)) * EPOCHS)
     finally:
         for a in agents:
             a.stop()
