@@ -682,11 +682,14 @@ class GranaryDataset(IterableDataset):
                 f"this job's is {world} x {self.batch_size}: a job going on with another world size "
                 "keeps the global batch (batch_size * world_size)"
             )
-        nb = pending[0]["nb"]
+        nb = next((p["nb"] for p in pending if p["nb"]), None)
+        if nb is None:
+            # No worker of the saved state opened a session: nothing taken.
+            return position
         total = self.epochs * nb
         got = sorted(p["wid"] for p in pending)
         old_workers = pending[0]["W"]
-        if got != list(range(old_workers)) or any(p["W"] != old_workers or p["nb"] != nb for p in pending):
+        if got != list(range(old_workers)) or any(p["W"] != old_workers or p["nb"] not in (nb, None) for p in pending):
             raise ValueError(
                 f"granary: the saved state covers workers {got} of {old_workers}: pass the whole "
                 "DataLoader state (every worker's) to load_state_dict"
