@@ -48,7 +48,7 @@ cargo test --release --workspace --doc
 step "systemd (granaryd under systemd-run where systemd runs this machine, else SKIPPED loudly)"
 cargo nextest run --release --workspace --no-capture -E 'package(granary-agent) & binary(systemd_units) & test(/systemd_run/)'
 
-step "kubernetes manifests (kubectl kustomize, the API's types, granaryd validate; the Helm chart statically)"
+step "kubernetes manifests (kubectl kustomize, the API's types, granaryd validate; the Helm chart statically and rendered by helm)"
 python3 scripts/k8s-check.py --granaryd target/release/granaryd --granary target/release/granary \
     --kubectl "$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/kubectl"
 
