@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 mod cancel;
+mod fuzz_inputs;
 mod grace;
 mod rdma;
 mod view;
