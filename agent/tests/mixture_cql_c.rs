@@ -1,16 +1,15 @@
 //! A `[[mixture]]` of a CQL dataset (on the `kassandra` crate's CQL
 //! emulator, which the test starts) and a files dataset, weights 0.75 and
 //! 0.25, opened by name from Rust and from C (`examples/consume.c`, built
-//! against the libgranary of this build): every batch of 16 takes 12 CQL
-//! samples and 4 files samples, each sample's bytes are its dataset's, and
+//! against the libgranary of this build): every batch of 32 takes 24 CQL
+//! samples and 8 files samples, each sample's bytes are its dataset's, and
 //! the C loader receives the same samples in the same order as the Rust one.
 
 mod common;
 mod common_kassandra;
 
-use common::{store_config, watchdog, TestAgent};
+use common::{epochs, store_config, watchdog, TestAgent};
 use common_kassandra::Kassandra;
-use granary::{Client, ErrorCode, SessionOptions};
 use granary_agent::source::cql::CqlSettings;
 use granary_testkit::require;
 use granary_tools::ingest::cql::{self as ingest_cql, CqlIngestOptions};
@@ -22,36 +21,9 @@ use std::time::Duration;
 /// Samples of each dataset.
 const FILES: u64 = 120;
 const KS: &str = "granary_mix";
-const BATCH: u32 = 16;
+/// The batch and seed of `common::epochs`.
+const BATCH: u32 = 32;
 const SEED: u64 = 5;
-
-/// (epoch, id, bytes) of every sample of `epochs` epochs of `dataset`, in
-/// delivery order, each sample's checksum checked.
-fn read(sock: &Path, dataset: &str, epochs: u32) -> Vec<(u32, u64, Vec<u8>)> {
-    let client = Client::connect(sock).expect("connect");
-    let mut o = SessionOptions::new(dataset);
-    o.batch_size = BATCH;
-    o.epoch_count = epochs;
-    o.seed = SEED;
-    let mut s = client.open_session(&o).expect("open");
-    let mut out = Vec::new();
-    loop {
-        let b = match s.next_batch(Some(Duration::from_secs(30))) {
-            Ok(b) => b,
-            Err(e) if e.code() == ErrorCode::EndOfStream => break,
-            Err(e) => panic!("{dataset}: next_batch: {e}"),
-        };
-        assert_eq!(b.status(), 0, "{dataset}: batch status");
-        for smp in b.samples() {
-            assert_eq!(smp.status(), 0, "{dataset}: sample {}", smp.id());
-            assert!(smp.checksum_matches(), "{dataset}: sample {} CRC", smp.id());
-            out.push((b.epoch(), smp.id(), smp.to_vec()));
-        }
-        s.release(b).unwrap();
-    }
-    s.close().unwrap();
-    out
-}
 
 /// The folder holding the libgranary.so of this build (`target/release`,
 /// beside this test's `deps/`), when the workspace build made it.
@@ -128,25 +100,25 @@ fn a_mixture_of_cql_and_files_opens_by_name_from_rust_and_from_c() {
     );
 
     let bytes_of = |name: &str| -> HashMap<u64, Vec<u8>> {
-        read(&sock, name, 1)
+        epochs(&sock, name, 1, || {})
             .into_iter()
-            .map(|(_, id, b)| (id, b))
+            .map(|(id, _, b)| (id, b))
             .collect()
     };
     let cql = bytes_of("cql");
     let files = bytes_of("files");
     assert_eq!((cql.len(), files.len()), (FILES as usize, FILES as usize));
 
-    let mix = read(&sock, "mix", 2);
+    let mix = epochs(&sock, "mix", 2, || {});
     assert_eq!(mix.len(), 2 * 160, "two epochs of 160 samples");
     for (n, batch) in mix.chunks(BATCH as usize).enumerate() {
-        let from_cql = batch.iter().filter(|(_, id, _)| *id < FILES).count();
+        let from_cql = batch.iter().filter(|(id, _, _)| *id < FILES).count();
         assert_eq!(
             (from_cql, batch.len() - from_cql),
-            (12, 4),
-            "batch {n}: 0.75 / 0.25 of 16"
+            (24, 8),
+            "batch {n}: 0.75 / 0.25 of 32"
         );
-        for (_, id, b) in batch {
+        for (id, _, b) in batch {
             let own = if *id < FILES {
                 &cql[id]
             } else {
@@ -171,14 +143,11 @@ fn a_mixture_of_cql_and_files_opens_by_name_from_rust_and_from_c() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    let from_c: Vec<(u32, u64)> = stdout
+    let from_c: Vec<u64> = stdout
         .lines()
-        .filter_map(|l| {
-            let mut w = l.strip_prefix("sample ")?.split(' ');
-            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
-        })
+        .filter_map(|l| l.strip_prefix("sample ")?.split(' ').nth(1)?.parse().ok())
         .collect();
-    let from_rust: Vec<(u32, u64)> = mix.iter().map(|(e, id, _)| (*e, *id)).collect();
+    let from_rust: Vec<u64> = mix.iter().map(|(id, _, _)| *id).collect();
     assert_eq!(
         from_c, from_rust,
         "C and Rust loaders see one mixture order"
