@@ -53,7 +53,7 @@ mod values;
 #[cfg(test)]
 mod field_use_tests;
 #[cfg(test)]
-mod fuzz_tests;
+pub(crate) mod fuzz_tests;
 #[cfg(test)]
 mod tests;
 

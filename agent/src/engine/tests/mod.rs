@@ -13,6 +13,7 @@ use std::time::Duration;
 
 mod balance;
 mod cancel;
+mod fuzz_inputs;
 mod grace;
 mod rdma;
 mod view;
