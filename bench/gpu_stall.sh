@@ -10,7 +10,8 @@
 # libgranary.so ($GRANARY_LIB, default target/release/libgranary.so) built
 # beforehand; python3 with torch and torchvision; the contenders' packages
 # (mosaicml-streaming, webdataset, boto3 and what they import) importable,
-# e.g. wheels installed with `pip install --target DIR` and DIR on
+# e.g. wheels installed with `pip install --no-deps --no-index --target DIR`
+# (the wheels and what they import carried beside the checkout) and DIR on
 # PYTHONPATH; curl for webdataset. Output also goes to $OUT/gpu_stall.log.
 cd "$(dirname "$0")/.."
 set -o pipefail

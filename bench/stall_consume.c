@@ -151,6 +151,9 @@ int main(int argc, char **argv) {
         if (n < 0) {
             return 1;
         }
+        if (first_batch < 0.0) {
+            first_batch = now_s() - t_start;
+        }
         batches++;
         samples += n;
         sleep_s(step);

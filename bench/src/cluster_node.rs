@@ -18,6 +18,7 @@
 //! | `assign E` | `assigned epoch=E infos=…` (each rank's answer to the assignment query) |
 //! | `world W` | `world world=W batch=B` (the job relaunched with `W` ranks) |
 //! | `world W batch=B` | the same, each rank's batch now `B` (the same global batch over another world size) |
+//! | `world W batch=B layout=L nodes=N view=PATH` | the same, with the new job's rank layout `L` (view indices, comma-separated) over a view of `N` nodes read from `PATH` (a relaunch in the locality-aware assignment) |
 //! | `scrape` | `scraped …` (the agent's counters now) |
 //! | `quit` | `final blocks=… corrupted=…`, then exits |
 //!
@@ -450,9 +451,23 @@ pub fn run(mut a: NodeArgs) -> Result<(), String> {
                 // batch).
                 a.world = w.parse().map_err(|_| format!("bad world {w:?}"))?;
                 for word in words {
-                    match word.strip_prefix("batch=") {
-                        Some(b) => a.batch = b.parse().map_err(|_| format!("bad batch {b:?}"))?,
-                        None => return Err(format!("unknown world word {word:?}")),
+                    let (k, v) = word
+                        .split_once('=')
+                        .ok_or_else(|| format!("unknown world word {word:?}"))?;
+                    let bad = || format!("bad {k} {v:?}");
+                    match k {
+                        "batch" => a.batch = v.parse().map_err(|_| bad())?,
+                        "nodes" => a.nodes = v.parse().map_err(|_| bad())?,
+                        "layout" => {
+                            a.layout = v
+                                .split(',')
+                                .map(|x| x.parse().map_err(|_| bad()))
+                                .collect::<Result<_, _>>()?;
+                        }
+                        "view" => {
+                            a.view = Some(std::fs::read(v).map_err(|e| format!("view {v}: {e}"))?);
+                        }
+                        _ => return Err(format!("unknown world word {word:?}")),
                     }
                 }
                 println!("world world={} batch={}", a.world, a.batch);

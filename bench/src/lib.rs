@@ -69,6 +69,7 @@ pub mod sample_windows;
 pub mod smoke;
 pub mod stall_loaders;
 pub mod stall_stats;
+pub mod stall_two_jobs;
 pub mod store;
 pub mod switch_proxy;
 pub mod sys;

@@ -876,7 +876,7 @@ int granary_get_peer_identity(const struct granary_client *client,
  * `open_timeout_ms`, on a connection of its own.
  *
  * Returns `GRANARY_OK`, `GRANARY_E_INVALID_ARGUMENT` (NULL, bad field,
- * `struct_size` too small, a locality-mode plan), `GRANARY_E_NOT_FOUND`
+ * `struct_size` too small), `GRANARY_E_NOT_FOUND`
  * (unknown dataset, or no agent of the job reported a rank of the plan),
  * `GRANARY_E_TIMEOUT`, `GRANARY_E_DISCONNECTED`, `GRANARY_E_PROTOCOL`.
  *

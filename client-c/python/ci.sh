@@ -12,7 +12,7 @@ t_start=$SECONDS
 lap() { printf '[python] %-34s %4d s\n' "$1" "$(( SECONDS - $2 ))"; }
 
 t=$SECONDS
-"$py" -m pip install -q --disable-pip-version-check torch torchvision torchdata lightning numpy Pillow pytest
+"$py" -m pip install -q --disable-pip-version-check torch torchvision torchdata lightning numpy Pillow pytest pyarrow
 lap "pip install torch torchvision ..." "$t"
 
 t=$SECONDS

@@ -99,7 +99,9 @@ impl Client {
     /// and worker split) to open there. A replacement rank asks, sets
     /// `options.first_batch` and opens (`docs/reliability.md`, "A
     /// replacement rank"). `NotFound` when no agent of the job reported a
-    /// rank of the plan; `InvalidArgument` for a locality-mode plan.
+    /// rank of the plan. A locality-mode plan (`options.locality` set) is
+    /// answered as its exact-order twin: a position counts global steps,
+    /// whose samples are the same in both modes.
     pub fn job_position(&self, options: &SessionOptions) -> Result<JobPosition> {
         let conn = dial(&self.path)?;
         crate::session::query_job(&conn, options)

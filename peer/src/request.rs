@@ -43,7 +43,10 @@
 //! before, and find it slow again. So a slow link costs a
 //! few store reads, not `hedge_after` of waiting plus a second read for
 //! every sample it owns. A lone peer has no others to compare with and is
-//! never called slow.
+//! never called slow. Nor is any member while every member measured, the
+//! fastest included, is slower than the floor: then the link they share is
+//! this node's own, a store read crosses it too, and routing around a
+//! member would only add reads.
 //!
 //! A get not begun by its hedge time, `hedge_after` or twice its member's
 //! usual latency when that is longer, is read from the store as well: a
@@ -609,6 +612,12 @@ impl<T> Requester<T> {
             return;
         }
         known.sort_unstable();
+        // Every member measured, the fastest included, slower than the
+        // floor: what they have in common is this node's own link, and a
+        // store read of their samples crosses the same link. No member is
+        // found slow while it lasts (the hedge still applies); one found
+        // slow before stays so until its probes say otherwise.
+        let own_link = known.len() >= 2 && known[0] > self.cfg.slow_floor;
         // The lower median: with two members, the faster is the measure.
         let bound = known[(known.len() - 1) / 2]
             .saturating_mul(self.cfg.slow_factor)
@@ -643,7 +652,7 @@ impl<T> Requester<T> {
                 continue;
             }
             let avg = s.avg.unwrap_or(0);
-            if !s.slow && (avg > bound || oldest[m] > age_bound) {
+            if !s.slow && !own_link && (avg > bound || oldest[m] > age_bound) {
                 // Slow from now on, until probes bring its average down:
                 // the average starts at what was seen.
                 s.slow = true;
@@ -968,6 +977,34 @@ mod tests {
         let mut out = Vec::new();
         r.poll(t + 100 * MS, &mut out);
         assert!(out.is_empty() && (1..4).all(|m| !r.is_slow(m)), "{out:?}");
+    }
+
+    #[test]
+    fn when_every_member_is_slower_than_the_floor_none_is_routed_around() {
+        // This node's own link is slow: every member's blocks take 200 ms
+        // or more (the floor is 20 ms), member 3's the longest.
+        let mut r: Requester<u64> = Requester::new(cfg(), 4);
+        let mut t = 0;
+        for (m, ms) in [(1, 200), (2, 250), (3, 900)] {
+            land(&mut r, m, 8, ms * MS, &mut t);
+        }
+        let mut out = Vec::new();
+        r.poll(t, &mut out);
+        assert!((1..4).all(|m| !r.is_slow(m) && r.ask(m, t)), "{out:?}");
+        // A get of member 3 unanswered for 1.5 s against the others' 0.2 s:
+        // still not routed around (the hedge decides, at its own time).
+        r.start(100, 3, want(9, 100, 3), Via::Tcp, t);
+        r.start(101, 1, want(9, 101, 3), Via::Tcp, t + 1300 * MS);
+        r.poll(t + 1500 * MS, &mut out);
+        assert!(!r.is_slow(3), "{out:?}");
+        // The same member against fast ones is found slow.
+        let mut r: Requester<u64> = Requester::new(cfg(), 4);
+        let mut t = 0;
+        for (m, ms) in [(1, 2), (2, 3), (3, 900)] {
+            land(&mut r, m, 8, ms * MS, &mut t);
+        }
+        r.poll(t, &mut out);
+        assert!(r.is_slow(3) && !r.is_slow(1) && !r.is_slow(2));
     }
 
     #[test]

@@ -222,3 +222,51 @@ fn token_soup_is_refused_with_a_message() {
         parse_or_refuse(&text, seed, case);
     }
 }
+
+/// The files of `agent/fuzz/{seeds,regressions}/NAME` (the cargo-fuzz
+/// targets' committed inputs), for the replays on the stable build.
+pub(crate) fn committed_fuzz_inputs(name: &str) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+    let mut inputs = Vec::new();
+    for kind in ["seeds", "regressions"] {
+        let Ok(dir) = std::fs::read_dir(root.join(kind).join(name)) else {
+            continue;
+        };
+        for entry in dir.flatten() {
+            let path = entry.path();
+            if path.is_file() && path.extension().is_none_or(|e| e != "md") {
+                let bytes = std::fs::read(&path).expect("a committed fuzz input reads");
+                inputs.push((path, bytes));
+            }
+        }
+    }
+    inputs.sort();
+    inputs
+}
+
+/// Every committed input of the `agent/config` cargo-fuzz target (its
+/// seeds and regressions) through the target's own check, on the stable
+/// build: CI replays them here instead of building the target with
+/// sanitizers (docs/testing.md).
+#[test]
+fn the_config_fuzz_targets_committed_inputs_parse_or_are_refused() {
+    let inputs = committed_fuzz_inputs("config");
+    assert!(
+        inputs.len() >= 100,
+        "the config target's seeds and regressions are committed ({} found)",
+        inputs.len()
+    );
+    let mut accepted = 0;
+    for (case, (_, bytes)) in inputs.iter().enumerate() {
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            continue;
+        };
+        if parse_or_refuse(text, 0, case as u64) {
+            accepted += 1;
+        }
+    }
+    println!(
+        "config fuzz inputs: {} replayed, {accepted} accepted",
+        inputs.len()
+    );
+}

@@ -53,7 +53,7 @@ mod values;
 #[cfg(test)]
 mod field_use_tests;
 #[cfg(test)]
-mod fuzz_tests;
+pub(crate) mod fuzz_tests;
 #[cfg(test)]
 mod tests;
 
@@ -73,7 +73,7 @@ pub use peers::{
     CipherSetting, Encryption, MemberConfig, Membership, MembershipSetting, PeersConfig,
     TransportSetting,
 };
-pub use prefetch::{PrefetchConfig, RetryOverride, RetrySettings};
+pub use prefetch::{Balance, PrefetchConfig, RetryOverride, RetrySettings};
 pub use prepare::{PrepareConfig, ResizeMode};
 pub use sessions::SessionsConfig;
 pub use size::ByteSize;

@@ -46,6 +46,23 @@ pub struct PrefetchConfig {
     /// `prefetch.read_timeout_ms`: one read attempt that takes longer than
     /// this, in milliseconds, counts as failed. Default 10000.
     pub read_timeout_ms: u64,
+    /// `prefetch.balance`: how a dataset's free reads are divided among
+    /// its sessions each turn. Default `"stall"`.
+    pub balance: Balance,
+}
+
+/// `prefetch.balance`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Balance {
+    /// `"static"`: sessions are served in the order they opened, each
+    /// taking what its window wants while reads are free.
+    Static,
+    /// `"stall"`: the reads go first to the sessions nearest a stall (their
+    /// lead over their loader divided by its consumption rate), with a
+    /// floor for every session ([`crate::balance`]). The default.
+    #[default]
+    Stall,
 }
 
 impl Default for PrefetchConfig {
@@ -59,6 +76,7 @@ impl Default for PrefetchConfig {
             retry_backoff_max_ms: 2_000,
             sample_deadline_ms: 20_000,
             read_timeout_ms: 10_000,
+            balance: Balance::Stall,
         }
     }
 }

@@ -273,7 +273,12 @@ impl Harness {
         epochs: u32,
         first_batch: u64,
     ) -> (u64, Loader) {
-        let req = request(dataset, batch, epochs, first_batch);
+        self.open_with(request(dataset, batch, epochs, first_batch))
+    }
+
+    /// Opens a session with the open request `req`.
+    pub(crate) fn open_with(&mut self, req: OpenSession) -> (u64, Loader) {
+        let dataset = req.dataset.clone();
         let ds = self
             .engine
             .datasets

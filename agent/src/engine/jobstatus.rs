@@ -27,12 +27,13 @@ fn plan_key(name: &str, fingerprint: u64, s: &crate::planner::PlanParams) -> Pla
     }
 }
 
-/// Session `s`'s place, unless it is of the locality-aware assignment
-/// (whose positions are not exchanged) or its dataset has no catalog.
+/// Session `s`'s place, unless its dataset has no catalog. A session of
+/// the locality-aware assignment counts as its exact-order twin: its
+/// batch `k` is its share of global step `k`, whose samples are the same
+/// for every layout (the assignment only moves samples within a step), so
+/// a position counts the same global steps in both modes and under every
+/// layout of the plan.
 fn session_pos(datasets: &[crate::dataset::Dataset], s: &mut Session) -> Option<SessionPos> {
-    if s.placement_mode() == Some("locality") {
-        return None;
-    }
     let d = datasets.get(s.dataset())?;
     if d.name.len() > granary_peer::frame::MAX_ID_LEN {
         return None;
@@ -127,17 +128,9 @@ impl Engine {
     /// Answers a `JobQuery`: where the job stands in the plan the query
     /// describes, and the `first_batch` its session opens at to start
     /// there.
+    /// A query in locality mode (`req.locality` set) is answered the
+    /// same way: its plan has the exact plan's batches per epoch.
     pub(super) fn job_query(&mut self, conn: ConnId, req: OpenSession) {
-        if req.locality.is_some() {
-            self.server.reply_error(
-                conn,
-                ErrorCode::InvalidArgument,
-                "the job position of a locality-mode plan is not exchanged; resume it from a \
-                 saved state"
-                    .to_string(),
-            );
-            return;
-        }
         let Some(ds) = self.datasets.iter().position(|d| d.name == req.dataset) else {
             self.server.reply_error(
                 conn,

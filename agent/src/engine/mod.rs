@@ -8,7 +8,8 @@
 //!    release fences the session);
 //! 3. `request`: plan each session's window ahead (slow start) and request
 //!    every missing sample from its source — one read per sample, however
-//!    many sessions want it;
+//!    many sessions want it; `balance` orders the sessions and divides a
+//!    dataset's free reads among them (`prefetch.balance`);
 //! 4. `complete`: collect read completions (any order); the dataset's
 //!    retry policy decides what is tried again;
 //! 5. `publish`: publish, in order, every batch whose samples are all
@@ -24,6 +25,7 @@
 //! Time comes from an injected `Clock`, so the phases' tests control it.
 
 mod assignment;
+mod balance;
 mod clock;
 mod complete;
 mod directory;
@@ -507,9 +509,7 @@ impl Engine {
         }
         progressed |= self.end_silent_sessions(now);
         self.retry_due(now);
-        for &id in &ids {
-            progressed |= self.request(id, now);
-        }
+        progressed |= self.request_all(&ids, now);
         progressed |= self.collect_completions()?;
         for &id in &ids {
             progressed |= self.publish(id, dt);

@@ -13,8 +13,10 @@ use std::time::Instant;
 
 impl Engine {
     /// Plans ahead and requests (and pins) every sample of session `sid`'s
-    /// window. Returns whether anything moved.
-    pub(super) fn request(&mut self, sid: u64, now: Instant) -> bool {
+    /// window, with at most `limit` reads from the store (`None`: as many
+    /// as the dataset's read budget allows). Returns whether anything
+    /// moved.
+    pub(super) fn request(&mut self, sid: u64, now: Instant, limit: Option<usize>) -> bool {
         let Some(s) = self.sessions.get_mut(&sid) else {
             return false;
         };
@@ -29,12 +31,10 @@ impl Engine {
         if let Some(mode) = s.placement_mode() {
             self.metrics.peers.count_assigned(mode, s.take_placed());
         }
-        let retrying = self
-            .retry_queue
-            .iter()
-            .filter(|(_, r)| r.key.dataset as usize == ds)
-            .count();
-        let mut budget = (src.capacity() as usize).saturating_sub(src.in_flight() + retrying);
+        let retrying = retrying(&self.retry_queue, ds);
+        let mut budget = (src.capacity() as usize)
+            .saturating_sub(src.in_flight() + retrying)
+            .min(limit.unwrap_or(usize::MAX));
         let cache = &mut self.cache;
         let metrics = &self.metrics;
         let peers = self.peers.as_ref();
@@ -170,6 +170,15 @@ impl Engine {
             self.start_read(r);
         }
     }
+}
+
+/// Reads of dataset `ds` waiting in `queue` for their next attempt (they
+/// count against its read budget).
+pub(super) fn retrying(queue: &[(Instant, Inflight)], ds: usize) -> usize {
+    queue
+        .iter()
+        .filter(|(_, r)| r.key.dataset as usize == ds)
+        .count()
 }
 
 fn src_describe(e: &Engine, ds: usize, index: u64) -> String {

@@ -29,6 +29,8 @@
 //! 6. **Batch.** The share is cut into consecutive batches of `batch_size`;
 //!    the last one is short, or dropped with `drop_last`.
 
+#[cfg(test)]
+mod continuation_tests;
 pub(crate) mod params;
 pub(crate) mod permutation;
 pub(crate) mod placement;

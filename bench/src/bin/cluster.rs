@@ -47,7 +47,11 @@
 //! those samples come twice); whether the planner's step hashes differ
 //! between the two worlds; and the store reads after the change (the rest
 //! of epoch 1, then the later epochs) against the lost node's owned share
-//! (its store reads in epoch 0).
+//! (its store reads in epoch 0). With `--relaunch-locality` both jobs run
+//! the locality-aware assignment: the old one agreed on before each epoch
+//! (one rank per node), the relaunched one agreed on again after the
+//! change, over the new view and layout; the checks are the same (a global
+//! step's samples do not depend on the layout).
 //!
 //! Every epoch is checked job-wide: per global step, the multiset of the
 //! samples all ranks received equals the planner's step (a multiset hash
@@ -112,6 +116,9 @@ const USAGE: &str = "usage: bench/run cluster [options]   (as root)
   --b0-arena-mib A   arena of each agent in b0 (default 64, the smallest allowed)
   --corrupt-every K  one peer block in K corrupted in `corrupt` (default 10000)
   --restart-ms T     time between the kill and the restart in `kill` (default 1000)
+  --relaunch-locality  run `relaunch` in the locality-aware assignment: the job agrees
+                     before each epoch, and again after the change with the new view,
+                     world size and layout
   --scenarios LIST   comma-separated, from b0,peers150,peers150off,peers75,locality,kill,relaunch,corrupt,slow
                      (default all)
   --out DIR          logs, timeline.csv and the plot (default bench/.data/cluster)
@@ -196,6 +203,8 @@ struct Opts {
     b0_arena_mib: u64,
     corrupt_every: u64,
     restart_ms: u64,
+    /// `relaunch` in the locality-aware assignment.
+    relaunch_locality: bool,
     scenarios: Vec<Kind>,
     out: PathBuf,
     plot: Option<PathBuf>,
@@ -246,6 +255,7 @@ impl Opts {
             b0_arena_mib: a.u64("b0-arena-mib", 64)?,
             corrupt_every: a.u64("corrupt-every", 10_000)?,
             restart_ms: a.u64("restart-ms", 1000)?,
+            relaunch_locality: a.flag("relaunch-locality"),
             scenarios,
             out,
             plot,
@@ -747,6 +757,8 @@ struct Point {
 #[derive(Clone, Debug, Default)]
 struct Relaunch {
     epoch: u32,
+    /// Both parts ran in the locality-aware assignment.
+    locality: bool,
     /// The global step the relaunched job started at (every rank had
     /// consumed steps `0..at`).
     at: u64,
@@ -991,6 +1003,22 @@ fn view_index(o: &Opts, k: usize) -> u32 {
 }
 
 /// Every rank's view index, in rank order.
+/// `relaunch`'s layout over the view of nodes `which` (one rank per node,
+/// rank `i` on `which[i]`): each rank's view index (members sorted by
+/// node id), comma-separated.
+fn relaunch_layout(which: &[usize]) -> String {
+    let mut ids: Vec<String> = which.iter().map(|k| format!("n{k}")).collect();
+    ids.sort();
+    which
+        .iter()
+        .map(|k| {
+            let id = format!("n{k}");
+            ids.iter().position(|x| *x == id).unwrap_or(0).to_string()
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 fn layout(o: &Opts) -> Vec<u32> {
     let mut node_of = vec![0u32; o.world() as usize];
     for k in 0..o.nodes {
@@ -1185,6 +1213,13 @@ fn scenario_body(
                 .arg("--view")
                 .arg(&view_file);
         }
+        if kind == Kind::Relaunch && o.relaunch_locality {
+            let all: Vec<usize> = (0..o.nodes).collect();
+            c.args(["--layout", &relaunch_layout(&all)])
+                .args(["--nodes", &o.nodes.to_string()])
+                .arg("--view")
+                .arg(&view_file);
+        }
         if kind == Kind::Kill && k == victim {
             c.args([
                 "--mark-epoch",
@@ -1227,11 +1262,14 @@ fn scenario_body(
     let mut relaunch: Option<Relaunch> = None;
     let mut loader_cpu = vec![0.0; o.nodes];
     for e in 0..o.epochs {
-        let locality = if kind == Kind::Locality {
-            agree_epoch(&mut nodes, &active, world, e)?
-        } else {
-            None
-        };
+        let mut locality =
+            if kind == Kind::Locality || (kind == Kind::Relaunch && o.relaunch_locality) {
+                agree_epoch(&mut nodes, &active, world, e)?
+            } else {
+                None
+            };
+        // Whether every part of the epoch ran in locality order.
+        let mut every_part_locality = true;
         // The parts of the epoch, (from, stop): in `relaunch`'s split
         // epoch, the old job runs global steps 0..K (about half) and the
         // relaunched one K.. .
@@ -1266,13 +1304,30 @@ fn scenario_body(
                 loader_cpu[lost] = cpu_secs(nodes[lost].pid());
                 nodes[lost].kill9();
                 let survivors: Vec<usize> = (0..o.nodes).filter(|&k| active[k]).collect();
-                hand_view(&agents, &survivors, "relaunch", 2)?;
+                let view2 = hand_view(&agents, &survivors, "relaunch", 2)?;
                 let old = (world, batch);
                 world -= o.ranks_in(kind, lost).len() as u32;
                 batch = (o.global_batch() / u64::from(world)) as u32;
+                let mut words = format!("world {world} batch={batch}");
+                if o.relaunch_locality {
+                    // The new job's layout over the new view, then its
+                    // agreement: the same global batch, another layout.
+                    let f = dir.join("view2.bin");
+                    std::fs::write(&f, &view2).map_err(|e| format!("{}: {e}", f.display()))?;
+                    let _ = write!(
+                        words,
+                        " layout={} nodes={} view={}",
+                        relaunch_layout(&survivors),
+                        survivors.len(),
+                        f.display()
+                    );
+                }
                 for &k in &survivors {
-                    nodes[k].send(&format!("world {world} batch={batch}"))?;
+                    nodes[k].send(&words)?;
                     nodes[k].expect("world", Duration::from_secs(10))?;
+                }
+                if o.relaunch_locality {
+                    locality = agree_epoch(&mut nodes, &active, world, e)?;
                 }
                 change_secs = at.elapsed().as_secs_f64();
                 eprintln!(
@@ -1283,6 +1338,7 @@ fn scenario_body(
                     survivors.len()
                 );
             }
+            every_part_locality &= locality.is_some();
             let plan = planned_steps(o, world, batch, e);
             let hi = stop.map_or(plan.len(), |s| s as usize).min(plan.len());
             if want.len() < plan.len() {
@@ -1372,7 +1428,7 @@ fn scenario_body(
         let mut res = EpochResult {
             secs,
             nodes: merged,
-            locality: locality.is_some(),
+            locality: every_part_locality,
             ..EpochResult::default()
         };
         let mut got = Vec::new();
@@ -1401,6 +1457,7 @@ fn scenario_body(
             r.reads_rest = sum(&after);
             r.lost_share = epochs[0].nodes[lost].m.get("reads").copied().unwrap_or(0.0);
             r.change_secs = change_secs;
+            r.locality = every_part_locality;
             relaunch = Some(r);
         } else if let Some(r) = relaunch.as_mut() {
             r.reads_later.push(res.total("reads"));
@@ -1812,7 +1869,8 @@ fn print_scenario(o: &Opts, r: &ScenarioResult) {
     }
     if let Some(x) = &r.relaunch {
         println!(
-            "  relaunch: node n{} lost at global step {} of {} in epoch {}: {} ranks x {} -> {} x {} ({:.2} s from the stop to the relaunched ranks' command)",
+            "  relaunch ({} order): node n{} lost at global step {} of {} in epoch {}: {} ranks x {} -> {} x {} ({:.2} s from the stop to the relaunched ranks' command)",
+            if x.locality { "locality" } else { "exact" },
             o.nodes - 1,
             x.at,
             x.steps,
@@ -1954,6 +2012,7 @@ fn scenario_json(o: &Opts, r: &ScenarioResult) -> String {
     if let Some(x) = &r.relaunch {
         let mut rj = Json::default();
         rj.int("epoch", u64::from(x.epoch))
+            .str("assignment", if x.locality { "locality" } else { "exact" })
             .int("at_step", x.at)
             .int("steps", x.steps)
             .int("world_before", u64::from(x.world.0))
@@ -2599,18 +2658,19 @@ fn main() {
         }
         return;
     }
-    let parsed = Args::parse(args, &["smoke", "cleanup"], USAGE).and_then(|a| {
-        if a.flag("cleanup") {
-            let left = netns::teardown(PREFIX);
-            if left.is_empty() {
-                println!("cluster: nothing of {PREFIX}-* left");
-                std::process::exit(0);
+    let parsed =
+        Args::parse(args, &["smoke", "cleanup", "relaunch-locality"], USAGE).and_then(|a| {
+            if a.flag("cleanup") {
+                let left = netns::teardown(PREFIX);
+                if left.is_empty() {
+                    println!("cluster: nothing of {PREFIX}-* left");
+                    std::process::exit(0);
+                }
+                eprintln!("cluster: could not remove {}", left.join(", "));
+                std::process::exit(1);
             }
-            eprintln!("cluster: could not remove {}", left.join(", "));
-            std::process::exit(1);
-        }
-        Opts::parse(&a)
-    });
+            Opts::parse(&a)
+        });
     let o = match parsed {
         Ok(o) => o,
         Err(e) => {
@@ -2631,6 +2691,20 @@ fn main() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn relaunch_layouts_name_view_indices_of_members_sorted_by_id() {
+        assert_eq!(relaunch_layout(&[0, 1, 2]), "0,1,2");
+        // "n10" sorts before "n2".
+        assert_eq!(relaunch_layout(&[2, 10, 0]), "2,1,0");
+        let args = ["--scenarios", "relaunch", "--relaunch-locality"].map(String::from);
+        let flags = ["smoke", "cleanup", "relaunch-locality"];
+        assert!(
+            Opts::parse(&Args::parse(args, &flags, USAGE).unwrap())
+                .unwrap()
+                .relaunch_locality
+        );
+    }
 
     fn opts(samples: u64) -> Opts {
         let args = ["--samples", &samples.to_string(), "--scenarios", "relaunch"].map(String::from);

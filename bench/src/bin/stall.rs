@@ -92,7 +92,12 @@ usage: bench/run stall [options]
   --jpeg-side N       the JPEGs' side with --decode (default 448)
   --quiet-wait-s S    before each run, wait up to S s for the machine to be quiet (default 5)
   --plot PATH         where the plot goes (default docs/stall.png; `none`: no plot)
-  --python PATH       the Python interpreter (default $PYTHON, else python3)";
+  --python PATH       the Python interpreter (default $PYTHON, else python3)
+  --two-jobs          two jobs (C loaders, GPU steps --step-ms and half of it, default 160) on one
+                      agent over one dataset at --rtt (default 100) ms, prefetch.balance = stall
+                      against static (granary_bench::stall_two_jobs); with it: --max-inflight N
+                      (default 80), --window-batches N (64), --window-s S (20), --reps N (2),
+                      --files N (32000), --mean-size B (8000), --batch N (32)";
 
 const BUCKET: &str = "granary-bench";
 const PREFIX: &str = "synth";
@@ -676,8 +681,24 @@ fn calibrate(ctx: &Ctx) -> Result<(f64, f64, f64)> {
     ))
 }
 
+/// `--two-jobs` ([`granary_bench::stall_two_jobs`]).
+fn two_jobs(args: &Args) -> Result<()> {
+    let settings = granary_bench::stall_two_jobs::Settings::from_args(args)?;
+    let root = repo_root()?;
+    let work = std::env::temp_dir().join(format!("granary-stall-{}", std::process::id()));
+    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+    println!("stall --two-jobs: {}", sys::regime());
+    let out = build_c_loader(&root, &work)
+        .and_then(|c| granary_bench::stall_two_jobs::run(&settings, &c));
+    let _ = std::fs::remove_dir_all(&work);
+    out
+}
+
 fn run() -> Result<()> {
-    let args = Args::parse(std::env::args().skip(1), &["quick"], USAGE)?;
+    let args = Args::parse(std::env::args().skip(1), &["quick", "two-jobs"], USAGE)?;
+    if args.flag("two-jobs") {
+        return two_jobs(&args);
+    }
     let quick = args.flag("quick");
     let q = |full: u64, short: u64| if quick { short } else { full };
     let rtts = args.list("rtt", &[0, 10, 50, 100, 200])?;

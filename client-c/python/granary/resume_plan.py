@@ -165,3 +165,34 @@ def elastic_step(leftovers: list, tail: int) -> Optional[int]:
     if [g for g, _ in leftovers] != list(range(start, tail)):
         return None
     return start
+
+
+def _crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli, reflected 0x82F63B78), as the state's trailer."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
+    return crc ^ 0xFFFFFFFF
+
+
+def exact_twin(state: bytes) -> bytes:
+    """A session state (``docs/c-api.md``, "Session state") with its
+    locality digest left out: it opens the same plan in exact order. The
+    provenance check of a locality-mode state opens it this way, on a
+    connection without the job's view and layout (a locality session of
+    the old layout could not open there, nor under the new agreement)."""
+    magic = b"GRNYSTv1"
+    if state[:8] != magic or len(state) < 14:
+        raise ValueError("not a granary session state")
+    name = int.from_bytes(state[8:10], "little")
+    # seed u64, first_epoch, epoch_count, batch_size, rank, world_size
+    # (u32 each), drop_last u8, worker, workers (u32 each).
+    at = 10 + name + 8 + 5 * 4 + 1 + 2 * 4
+    if len(state) < at + 5 or state[at] not in (0, 1):
+        raise ValueError("not a granary session state")
+    if state[at] == 0:
+        return state
+    body = state[:at] + b"\0" + state[at + 33 : -4]
+    return body + _crc32c(body).to_bytes(4, "little")

@@ -619,8 +619,11 @@ class GranaryDataset(IterableDataset):
         # from the saved state's own session state.
         if pending[0].get("catalog"):
             with Client(self.socket) as client:
+                saved = pending[0]["catalog"]
                 probe = client.open_session(
-                    None, state=pending[0]["catalog"], accept_changed=self.accept_changed_dataset,
+                    None,
+                    state=resume_plan.exact_twin(saved) if locality else saved,
+                    accept_changed=self.accept_changed_dataset,
                     timeout=self.timeout, resume_timeout=None,
                 )
             probe.close()
@@ -632,10 +635,7 @@ class GranaryDataset(IterableDataset):
             position["nb"] = pending[0]["nb"]
             return position
         if locality:
-            raise ValueError(
-                'granary: assignment="locality" resumes only with the same DataLoader workers and '
-                "world size as the saved state (each worker loads its own state)"
-            )
+            return self._locality_runs(position, pending, rank, world, wid, workers)
         nb = pending[0]["nb"]
         total = self.epochs * nb
         leftovers, tail = resume_plan.remaining(pending, total)
@@ -664,6 +664,74 @@ class GranaryDataset(IterableDataset):
         start = epoch * nb_new + b
         position["nb"] = nb_new
         position["runs"] = resume_plan.share([], start, self.epochs * nb_new, nb_new, wid, workers)
+        return position
+
+    def _locality_runs(self, position: dict, pending: list, rank: int, world: int, wid: int, workers: int) -> dict:
+        """Locality mode going on from another rank's, worker count's or
+        world size's state: at the committed global step. Each DataLoader
+        worker is a session rank of its own (``rank * W + w`` of
+        ``world * W``), so the job's global step spans ``W`` training steps;
+        the saved state must stand at a whole one (every old worker took as
+        many batches), and the new layout's step boundaries must meet it.
+        The new plan's steps from there are the rest of the epoch, whatever
+        its layout: a global step's samples do not depend on the layout."""
+        old = pending[0]["plan"]
+        if old["world_size"] * old["batch_size"] != world * self.batch_size:
+            raise ValueError(
+                f"granary: the saved state's global batch is {old['world_size']} x {old['batch_size']}; "
+                f"this job's is {world} x {self.batch_size}: a job going on with another world size "
+                "keeps the global batch (batch_size * world_size)"
+            )
+        nb = next((p["nb"] for p in pending if p["nb"]), None)
+        if nb is None:
+            # No worker of the saved state opened a session: nothing taken.
+            return position
+        total = self.epochs * nb
+        got = sorted(p["wid"] for p in pending)
+        old_workers = pending[0]["W"]
+        if got != list(range(old_workers)) or any(p["W"] != old_workers or p["nb"] not in (nb, None) for p in pending):
+            raise ValueError(
+                f"granary: the saved state covers workers {got} of {old_workers}: pass the whole "
+                "DataLoader state (every worker's) to load_state_dict"
+            )
+        taken = set()
+        for p in pending:
+            runs = p["runs"]
+            if len(runs) != 1 or runs[0]["skip"] or runs[0]["limit"] is not None:
+                raise ValueError(
+                    'granary: assignment="locality" goes on only from a state saved at a step '
+                    "boundary (batches=True)"
+                )
+            r = runs[0]
+            taken.add(total if r.get("done") else r["first"] + r["taken"])
+        if len(taken) != 1:
+            raise ValueError(
+                f'granary: assignment="locality" with {old_workers} DataLoader workers goes on '
+                f"only from a training step that is a multiple of {old_workers} (the saved workers "
+                f"took {sorted(taken)} batches): save the state at such a step"
+            )
+        epoch, step = divmod(taken.pop(), nb)
+        # Samples of the epoch the job took: `step` global steps of the old
+        # session layout (old world size times its workers).
+        done = step * old["world_size"] * old_workers * old["batch_size"]
+        per_step = world * workers * self.batch_size
+        if done % per_step:
+            raise ValueError(
+                f"granary: the saved state stands {done} samples into epoch {self.epoch + epoch}, "
+                f"not a whole global step of this job's {world} ranks x {workers} workers x "
+                f"{self.batch_size}: resume with a worker count whose steps meet it"
+            )
+        srank, sworld = rank * workers + wid, world * workers
+        probe = self._open(srank, sworld, {}, 0, 0, 1)
+        nb_new = probe.info.rank_batches_per_epoch or probe.info.batches_per_epoch
+        probe.close()
+        position["nb"] = nb_new
+        first = epoch * nb_new + done // per_step
+        run = resume_plan.fresh_runs(0, 1)[0]
+        run["first"] = first
+        if epoch >= self.epochs or first >= self.epochs * nb_new:
+            run["done"] = True
+        position["runs"] = [run]
         return position
 
     def __iter__(self) -> Iterator:

@@ -5,8 +5,9 @@ with 2 workers resumed with 2, with 2 resumed with 3, and two ranks resumed
 together; the first batch after the resume comes in under 1 s. A state
 whose dataset changed since is refused before the first batch, naming the
 object; another world size with the same global batch goes on at the
-committed global step. The C/Python session state (``Session.state()``,
-``open_session(state=...)``) likewise."""
+committed global step, in locality mode too (two ranks on two agents
+relaunched as one, or as the same job). The C/Python session state
+(``Session.state()``, ``open_session(state=...)``) likewise."""
 
 import json
 import os
@@ -338,3 +339,107 @@ def test_a_state_saved_after_the_pass_lets_the_next_epoch_start_afresh(agent):
     again.load_state_dict(state)
     ids = [i for _n, _ys, batch in again for i in batch.tolist()]
     assert sorted(ids) == list(range(SYNTH_FILES))
+
+
+def _as_bytes(xs, ys):
+    return [bytes(x.numpy()) for x in xs], ys
+
+
+def _locality_rank(rank: int, world: int, sockets: list, rdv: str, out: str, phase: dict) -> None:
+    """One rank of a locality-mode job (its own agent, a gloo process
+    group): gathers the view, agrees on the assignment, reads with a
+    StatefulDataLoader of ``phase["workers"]`` workers; in the first phase
+    it saves the loader's state after ``phase["stop_at"]`` steps and stops,
+    in the second it loads rank 0's saved state (the whole loader's) and
+    reads the rest of the pass."""
+    import torch.distributed as dist
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from granary.torch import GranaryDataset, gather_view
+
+    dist.init_process_group("gloo", init_method=f"file://{rdv}", rank=rank, world_size=world)
+    try:
+        view = gather_view(sockets[rank], job_id="elastic", epoch=phase["view_epoch"])
+        ds = GranaryDataset("synth", sockets[rank], batch_size=phase["batch"], seed=4, epochs=EPOCHS, rank=rank,
+                            world_size=world, with_ids=True, batches=True, view=view, assignment="locality",
+                            collate=_as_bytes)
+        saved = torch.load(phase["load"].format(rank=rank), weights_only=False) if phase.get("load") else None
+        if saved is not None and not phase.get("own"):
+            ds.load_state_dict(saved)
+        mode = ds.prepare(num_workers=phase["workers"])
+        loader = StatefulDataLoader(ds, batch_size=None, num_workers=phase["workers"])
+        if saved is not None and phase.get("own"):
+            loader.load_state_dict(saved)
+        ids = []
+        for step, (xs, ys, batch_ids) in enumerate(loader):
+            for x, y, i in zip(xs, ys, batch_ids.tolist()):
+                assert synth.verify(x)[:2] == (i, y)
+            assert len(xs) == phase["batch"]
+            ids += batch_ids.tolist()
+            if step + 1 == phase.get("stop_at"):
+                torch.save(loader.state_dict(), f"{out}.state.{rank}")
+                break
+        with open(f"{out}.{rank}", "w") as f:
+            json.dump({"mode": mode, "ids": ids}, f)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("relaunch", ["1rank", "same"])
+def test_locality_mode_goes_on_with_another_world_size_and_worker_count(synth_root, tmp_path, relaunch):
+    """Locality mode, two ranks on two agents with 2 DataLoader workers
+    each (batches of 10), saved after training step 8 of epoch 0;
+    relaunched as one rank on one agent (a view without the other node),
+    batches of 20, no workers (``1rank``), or as the same job, each rank's
+    loader loading its own state (``same``): it goes on at the committed
+    global step, in locality mode, and the two together are every sample
+    of both epochs once."""
+    import torch.multiprocessing as mp
+
+    from test_peers import _session_agents
+
+    agents = []
+    try:
+        agents = _session_agents(synth_root)
+        sockets = [str(a.socket) for a in agents]
+        out = str(tmp_path / "old")
+        mp.spawn(_locality_rank, args=(2, sockets, str(tmp_path / "rdv1"), out,
+                                       dict(view_epoch=1, batch=BATCH, workers=2, stop_at=8)), nprocs=2)
+        old = [json.loads((tmp_path / f"old.{r}").read_text()) for r in range(2)]
+        assert [o["mode"] for o in old] == ["locality"] * 2
+        assert [len(o["ids"]) for o in old] == [8 * BATCH] * 2
+        new = str(tmp_path / "new")
+        if relaunch == "1rank":
+            world, phase = 1, dict(view_epoch=2, batch=2 * BATCH, workers=0, load=f"{out}.state.0")
+        else:
+            world, phase = 2, dict(view_epoch=2, batch=BATCH, workers=2, load=out + ".state.{rank}", own=True)
+        mp.spawn(_locality_rank, args=(world, sockets, str(tmp_path / "rdv2"), new, phase), nprocs=world)
+        after = [json.loads((tmp_path / f"new.{r}").read_text()) for r in range(world)]
+        assert [a["mode"] for a in after] == ["locality"] * world
+        rest = [i for a in after for i in a["ids"]]
+        assert len(rest) == EPOCHS * SYNTH_FILES - 8 * 2 * BATCH
+        assert sorted(old[0]["ids"] + old[1]["ids"] + rest) == sorted(list(range(SYNTH_FILES)) * EPOCHS)
+    finally:
+        for a in agents:
+            a.stop()
+
+
+def test_the_exact_twin_of_a_locality_state_is_the_state_without_its_digest(agent):
+    """``resume_plan.exact_twin`` (the provenance check of a locality-mode
+    state): a state made here with a digest inserted, its twin is the
+    agent-made state byte for byte (so its CRC-32C is the library's too),
+    and it opens."""
+    with granary.open_session("synth", agent.socket, batch_size=16, seed=5) as s:
+        s.next_batch().release()
+        state = s.state()
+    assert resume_plan.exact_twin(state) == state
+    at = 10 + int.from_bytes(state[8:10], "little") + 37
+    assert state[at] == 0
+    body = state[:at] + b"\1" + bytes(range(32)) + state[at + 1 : -4]
+    with_digest = body + resume_plan._crc32c(body).to_bytes(4, "little")
+    assert resume_plan.exact_twin(with_digest) == state
+    with granary.open_session(None, agent.socket, state=resume_plan.exact_twin(with_digest)) as s:
+        assert s.next_batch().index == 1
+    with pytest.raises(ValueError):
+        resume_plan.exact_twin(b"GRNYSTv0" + state[8:])

@@ -783,7 +783,7 @@ pub unsafe extern "C" fn granary_get_peer_identity(
 /// `open_timeout_ms`, on a connection of its own.
 ///
 /// Returns `GRANARY_OK`, `GRANARY_E_INVALID_ARGUMENT` (NULL, bad field,
-/// `struct_size` too small, a locality-mode plan), `GRANARY_E_NOT_FOUND`
+/// `struct_size` too small), `GRANARY_E_NOT_FOUND`
 /// (unknown dataset, or no agent of the job reported a rank of the plan),
 /// `GRANARY_E_TIMEOUT`, `GRANARY_E_DISCONNECTED`, `GRANARY_E_PROTOCOL`.
 ///

@@ -11,7 +11,9 @@ use granary_shm::{BatchDescriptor, ErrorCode, SampleEntry};
 use std::collections::VecDeque;
 use std::time::Duration;
 
+mod balance;
 mod cancel;
+mod fuzz_inputs;
 mod grace;
 mod rdma;
 mod view;

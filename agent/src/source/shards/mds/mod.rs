@@ -6,11 +6,13 @@
 //! (`raw_data.basename`, `raw_data.bytes`). A shard is
 //!
 //! ```text
-//! u32 n | u32 offsets[n + 1] | record 0 | record 1 | ...
+//! u32 n | u32 offsets[n + 1] | [the writer's configuration] | record 0 | record 1 | ...
 //! ```
 //!
 //! (little-endian; `offsets[i]` the record's start in the shard, the last
-//! the shard's size), and a record is the `u32` sizes of its
+//! the shard's size; mosaicml-streaming's `MDSWriter` writes a JSON copy
+//! of its configuration between the table and the first record, which the
+//! offsets step over), and a record is the `u32` sizes of its
 //! variable-size columns, then every column's bytes, in column order.
 //! [`parse_index`] reads `index.json`; [`MdsWalker`] reads a shard's
 //! offset table, then the head of each record up to the end of its label
@@ -276,11 +278,13 @@ impl MdsWalker {
             ));
         }
         let offsets: Vec<u64> = (0..=n).map(|i| u32_at(4 + 4 * i)).collect();
-        if offsets[0] != 4 + 4 * (self.samples + 1) {
+        // The first record starts after the table, right after it or past
+        // the writer's configuration block (`MDSWriter` writes one).
+        if offsets[0] < 4 + 4 * (self.samples + 1) {
             return Err(self.err(
                 4,
                 format!(
-                    "the first record starts at {}, not after the offsets ({}): corrupt",
+                    "the first record starts at {}, inside the offsets (they end at {}): corrupt",
                     offsets[0],
                     4 + 4 * (self.samples + 1)
                 ),

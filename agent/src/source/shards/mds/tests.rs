@@ -6,6 +6,12 @@ type Col<'a> = (&'a str, &'a str, Option<u64>);
 /// An MDS shard of `records` (each a list of column values, in column
 /// order) and its `index.json` entry for `columns` (name, encoding, size).
 fn shard(columns: &[Col<'_>], records: &[Vec<Vec<u8>>]) -> (Vec<u8>, String) {
+    shard_with(columns, records, b"")
+}
+
+/// As [`shard`], with `config` between the offset table and the first
+/// record (mosaicml-streaming's `MDSWriter` writes its configuration there).
+fn shard_with(columns: &[Col<'_>], records: &[Vec<Vec<u8>>], config: &[u8]) -> (Vec<u8>, String) {
     let mut recs = Vec::new();
     for r in records {
         let mut rec = Vec::new();
@@ -21,12 +27,13 @@ fn shard(columns: &[Col<'_>], records: &[Vec<Vec<u8>>]) -> (Vec<u8>, String) {
     }
     let n = recs.len() as u32;
     let mut out = n.to_le_bytes().to_vec();
-    let mut at = 4 + 4 * (n + 1);
+    let mut at = 4 + 4 * (n + 1) + config.len() as u32;
     for r in &recs {
         out.extend_from_slice(&at.to_le_bytes());
         at += r.len() as u32;
     }
     out.extend_from_slice(&at.to_le_bytes());
+    out.extend_from_slice(config);
     for r in &recs {
         out.extend_from_slice(r);
     }
@@ -162,4 +169,32 @@ fn bad_indexes_and_records_are_errors_naming_the_file() {
     let e = walk(&bytes, &index, "sample", "label").unwrap_err();
     assert_eq!(e.offset, Some(0));
     assert!(e.to_string().contains("holds 3 samples"), "{e}");
+}
+
+#[test]
+fn the_writers_configuration_between_the_table_and_the_records_is_stepped_over() {
+    // What mosaicml-streaming 0.13's MDSWriter writes after the offsets.
+    let config = br#"{"version": 2, "format": "mds", "compression": null, "hashes": [], "size_limit": 1048576, "column_names": ["label", "sample"], "column_encodings": ["int", "bytes"], "column_sizes": [8, null]}"#;
+    let cols = [("label", "int", Some(8)), ("sample", "bytes", None)];
+    let records: Vec<Vec<Vec<u8>>> = (0..40u64)
+        .map(|i| {
+            vec![
+                (i as i64 * 3).to_le_bytes().to_vec(),
+                vec![i as u8; 100 + i as usize],
+            ]
+        })
+        .collect();
+    let (bytes, index) = shard_with(&cols, &records, config);
+    let (samples, _, _) = walk(&bytes, &index, "sample", "label").unwrap();
+    assert_eq!(samples.len(), 40);
+    for (i, s) in samples.iter().enumerate() {
+        assert_eq!(s.label, i as i32 * 3);
+        let got = &bytes[s.offset as usize..(s.offset + s.len) as usize];
+        assert_eq!(got, records[i][1].as_slice(), "record {i}");
+    }
+    // A first record inside the offset table is refused.
+    let (mut bad, index) = shard(&cols, &records);
+    bad[4..8].copy_from_slice(&8u32.to_le_bytes());
+    let e = walk(&bad, &index, "sample", "label").unwrap_err();
+    assert!(e.to_string().contains("inside the offsets"), "{e}");
 }
