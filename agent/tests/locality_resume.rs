@@ -24,8 +24,8 @@ use granary::{
     agree, encode_layout, encode_view, Agreement, Client, ErrorCode, Session, SessionOptions,
     ViewMember,
 };
+use granary_testkit::agent_toml::{fs_dataset, PEER_PREFETCH, TEST_SECRET};
 use granary_tools::synth::SynthSpec;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 const NODES: usize = 2;
@@ -50,47 +50,18 @@ fn start_job() -> Job {
     let mut agents = Vec::new();
     for node in 0..NODES {
         let ip = Agent::ip(node);
-        let dir = tmp.path().join(format!("node{node}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let sock = dir.join("granary.sock");
-        let metrics: SocketAddr = format!("{ip}:{}", free_port(&ip)).parse().unwrap();
         let listen = format!("{ip}:{}", free_port(&ip));
-        let toml = format!(
-            r#"
-[arena]
-size = "64MiB"
-hugepages = "off"
-populate = false
-[socket]
-path = "{sock}"
-[prefetch]
-max_inflight_reads = 32
-window_batches = 4
-initial_window = 2
-[metrics]
-address = "{metrics}"
-[peers]
-membership = "session"
-node_id = "n{node}"
-listen = "{listen}"
-secret = "c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23"
-[[dataset]]
-name = "data"
-root = "{root}"
-"#,
-            sock = sock.display(),
-            root = data.display(),
-        );
-        let config = dir.join("granaryd.toml");
-        std::fs::write(&config, toml).unwrap();
-        agents.push(Agent {
+        let tables = format!(
+            "[peers]\nmembership = \"session\"\nnode_id = \"n{node}\"\nlisten = \"{listen}\"\n\
+             secret = \"{TEST_SECRET}\"\n"
+        ) + &fs_dataset("data", &data, "");
+        agents.push(Agent::new(
+            tmp.path(),
             node,
-            dir,
-            config,
-            sock,
-            metrics,
-            child: None,
-        });
+            "64MiB",
+            PEER_PREFETCH,
+            &tables,
+        ));
     }
     for a in &mut agents {
         a.start();
