@@ -229,5 +229,9 @@ def test_job_position_says_where_a_rank_stopped_and_a_replacement_opens_there(ag
                 whole += [smp.id for smp in b]
                 b.release()
         assert first + rest == whole
-        with pytest.raises(granary.InvalidArgument):
-            client.job_position("synth", locality=b"\x01" * 32, **opts)
+        # A locality plan is asked as well (no longer refused): its global
+        # steps are the exact plan's, so its positions are kept under the
+        # same plan.
+        loc = client.job_position("synth", locality=b"\x01" * 32, **opts)
+        assert loc == client.job_position("synth", **opts), loc
+        assert (loc.epoch, loc.step) == (1, 0), loc
