@@ -21,10 +21,8 @@ mod common;
 mod common_peers;
 
 use common::{next_or_end, verify, watchdog};
-use common_peers::{free_port, Agent};
-use granary::{
-    agree, encode_layout, encode_view, Agreement, Client, ErrorCode, SessionOptions, ViewMember,
-};
+use common_peers::{free_port, hand_in_view, Agent};
+use granary::{agree, encode_layout, Agreement, Client, ErrorCode, SessionOptions};
 use granary_testkit::agent_toml::{fs_dataset, TEST_SECRET};
 use granary_tools::synth::SynthSpec;
 use std::time::Duration;
@@ -68,29 +66,7 @@ fn start_job() -> Job {
     for a in &mut agents {
         a.start();
     }
-    // Gather the view as the Python integration does, and hand it in.
-    let members: Vec<ViewMember> = agents
-        .iter()
-        .map(|a| {
-            let id = Client::connect(&a.sock)
-                .unwrap()
-                .peer_identity(Duration::from_secs(10))
-                .unwrap();
-            ViewMember {
-                id: id.node_id,
-                addr: id.addr,
-                capacity: id.capacity,
-            }
-        })
-        .collect();
-    let view = encode_view("locality-job", 1, &members).unwrap();
-    for a in &agents {
-        Client::connect(&a.sock)
-            .unwrap()
-            .join_view(&view, Duration::from_secs(10))
-            .unwrap();
-    }
-    let node_ids = members.into_iter().map(|m| m.id).collect();
+    let (view, node_ids) = hand_in_view(&agents, "locality-job");
     Job {
         _tmp: tmp,
         spec,

@@ -2,7 +2,7 @@
 //! 127.0.0.2, .3, … with its own configuration, socket, log and metrics
 //! address.
 
-use granary::Client;
+use granary::{encode_view, Client, ViewMember};
 use granary_agent::metrics::{parse_text, scrape};
 use granary_testkit::agent_toml;
 use granary_testkit::{GranarydConfig, GranarydProcess, Log};
@@ -109,4 +109,33 @@ impl Drop for Agent {
         self.kill9();
         granary_agent::warm::Files::for_socket(&self.sock).remove();
     }
+}
+
+/// Gathers every agent's peer identity into view `name` (epoch 1), as the
+/// Python integration does, and hands it in to each: the view and its
+/// members' node ids, in the agents' order.
+#[allow(dead_code)]
+pub fn hand_in_view(agents: &[Agent], name: &str) -> (Vec<u8>, Vec<String>) {
+    let members: Vec<ViewMember> = agents
+        .iter()
+        .map(|a| {
+            let id = Client::connect(&a.sock)
+                .unwrap()
+                .peer_identity(Duration::from_secs(10))
+                .unwrap();
+            ViewMember {
+                id: id.node_id,
+                addr: id.addr,
+                capacity: id.capacity,
+            }
+        })
+        .collect();
+    let view = encode_view(name, 1, &members).unwrap();
+    for a in agents {
+        Client::connect(&a.sock)
+            .unwrap()
+            .join_view(&view, Duration::from_secs(10))
+            .unwrap();
+    }
+    (view, members.into_iter().map(|m| m.id).collect())
 }
