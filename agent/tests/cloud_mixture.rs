@@ -7,9 +7,10 @@
 mod common;
 mod common_cloud;
 
-use common::{epochs, store_config, watchdog, TestAgent, RETRYING};
+use common::{
+    assert_two_source_batches, bytes_by_id, epochs, store_config, watchdog, TestAgent, RETRYING,
+};
 use common_cloud::{Emulator, Kind};
-use std::collections::HashMap;
 
 const FILES: u64 = 120;
 
@@ -42,13 +43,7 @@ fn azure_and_gcs_in_one_mixture_give_exact_batches() {
         cfg,
         Vec::new(),
     );
-    let bytes_of = |name: &str| -> HashMap<u64, Vec<u8>> {
-        epochs(&sock, name, 1, || {})
-            .into_iter()
-            .map(|(id, _, b)| (id, b))
-            .collect()
-    };
-    let (az_bytes, gcs_bytes) = (bytes_of("az"), bytes_of("gcs"));
+    let (az_bytes, gcs_bytes) = (bytes_by_id(&sock, "az"), bytes_by_id(&sock, "gcs"));
     assert_eq!(az_bytes.len(), FILES as usize);
     assert_eq!(gcs_bytes.len(), FILES as usize);
     let reads_before = agent.metrics.reads_submitted.get();
@@ -56,18 +51,7 @@ fn azure_and_gcs_in_one_mixture_give_exact_batches() {
 
     let mix = epochs(&sock, "mix", 2, || {});
     assert_eq!(mix.len(), 320, "two epochs of 160");
-    for (n, batch) in mix.chunks(32).enumerate() {
-        let from_az = batch.iter().filter(|(id, _, _)| *id < FILES).count();
-        assert_eq!((from_az, batch.len() - from_az), (24, 8), "batch {n}");
-        for (id, _, b) in batch {
-            let own = if *id < FILES {
-                &az_bytes[id]
-            } else {
-                &gcs_bytes[&(id - FILES)]
-            };
-            assert!(own == b, "mixture sample {id}: its dataset's bytes");
-        }
-    }
+    assert_two_source_batches(&mix, FILES, (24, 8), &az_bytes, &gcs_bytes);
     let m = &agent.metrics;
     assert_eq!(m.read_errors.get(), 0);
     println!(

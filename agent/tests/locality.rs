@@ -21,10 +21,8 @@ mod common;
 mod common_peers;
 
 use common::{next_or_end, verify, watchdog};
-use common_peers::{free_port, hand_in_view, Agent};
+use common_peers::SessionJob;
 use granary::{agree, encode_layout, Agreement, Client, ErrorCode, SessionOptions};
-use granary_testkit::agent_toml::{fs_dataset, TEST_SECRET};
-use granary_tools::synth::SynthSpec;
 use std::time::Duration;
 
 const NODES: usize = 3;
@@ -35,45 +33,17 @@ const BATCH: u32 = 16;
 const FILES: u64 = 64 * (WORLD as u64) * (BATCH as u64);
 const SEED: u64 = 11;
 
-struct Job {
-    _tmp: tempfile::TempDir,
-    spec: SynthSpec,
-    agents: Vec<Agent>,
-    view: Vec<u8>,
-    node_ids: Vec<String>,
-}
+type Job = SessionJob;
 
 fn start_job() -> Job {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
-    let spec = granary_testkit::dataset::synth_at(&data, FILES, 10, 1_500);
-    let mut agents = Vec::new();
-    for node in 0..NODES {
-        let ip = Agent::ip(node);
-        let listen = format!("{ip}:{}", free_port(&ip));
-        let tables = format!(
-            "[peers]\nmembership = \"session\"\nnode_id = \"n{node}\"\nlisten = \"{listen}\"\n\
-             secret = \"{TEST_SECRET}\"\n"
-        ) + &fs_dataset("data", &data, "");
-        agents.push(Agent::new(
-            tmp.path(),
-            node,
-            "96MiB",
-            "max_inflight_reads = 64\nwindow_batches = 4\ninitial_window = 2",
-            &tables,
-        ));
-    }
-    for a in &mut agents {
-        a.start();
-    }
-    let (view, node_ids) = hand_in_view(&agents, "locality-job");
-    Job {
-        _tmp: tmp,
-        spec,
-        agents,
-        view,
-        node_ids,
-    }
+    SessionJob::start(
+        NODES,
+        FILES,
+        10,
+        "96MiB",
+        "max_inflight_reads = 64\nwindow_batches = 4\ninitial_window = 2",
+        "locality-job",
+    )
 }
 
 impl Job {

@@ -19,10 +19,9 @@ mod common;
 mod common_peers;
 
 use common::{verify, wait_for, watchdog};
-use common_peers::{free_port, hand_in_view, Agent};
+use common_peers::SessionJob;
 use granary::{agree, encode_layout, Agreement, Client, ErrorCode, Session, SessionOptions};
-use granary_testkit::agent_toml::{fs_dataset, PEER_PREFETCH, TEST_SECRET};
-use granary_tools::synth::SynthSpec;
+use granary_testkit::agent_toml::PEER_PREFETCH;
 use std::time::Duration;
 
 const NODES: usize = 2;
@@ -32,45 +31,10 @@ const GLOBAL: u64 = 24;
 const FILES: u64 = 16 * GLOBAL;
 const SEED: u64 = 13;
 
-struct Job {
-    _tmp: tempfile::TempDir,
-    spec: SynthSpec,
-    agents: Vec<Agent>,
-    view: Vec<u8>,
-    node_ids: Vec<String>,
-}
+type Job = SessionJob;
 
 fn start_job() -> Job {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
-    let spec = granary_testkit::dataset::synth_at(&data, FILES, 4, 1_500);
-    let mut agents = Vec::new();
-    for node in 0..NODES {
-        let ip = Agent::ip(node);
-        let listen = format!("{ip}:{}", free_port(&ip));
-        let tables = format!(
-            "[peers]\nmembership = \"session\"\nnode_id = \"n{node}\"\nlisten = \"{listen}\"\n\
-             secret = \"{TEST_SECRET}\"\n"
-        ) + &fs_dataset("data", &data, "");
-        agents.push(Agent::new(
-            tmp.path(),
-            node,
-            "64MiB",
-            PEER_PREFETCH,
-            &tables,
-        ));
-    }
-    for a in &mut agents {
-        a.start();
-    }
-    let (view, node_ids) = hand_in_view(&agents, "locality-resume");
-    Job {
-        _tmp: tmp,
-        spec,
-        agents,
-        view,
-        node_ids,
-    }
+    SessionJob::start(NODES, FILES, 4, "64MiB", PEER_PREFETCH, "locality-resume")
 }
 
 impl Job {

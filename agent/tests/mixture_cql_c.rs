@@ -8,12 +8,11 @@
 mod common;
 mod common_kassandra;
 
-use common::{epochs, store_config, watchdog, TestAgent};
+use common::{assert_two_source_batches, bytes_by_id, epochs, store_config, watchdog, TestAgent};
 use common_kassandra::Kassandra;
 use granary_agent::source::cql::CqlSettings;
 use granary_testkit::require;
 use granary_tools::ingest::cql::{self as ingest_cql, CqlIngestOptions};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -99,34 +98,14 @@ fn a_mixture_of_cql_and_files_opens_by_name_from_rust_and_from_c() {
         Vec::new(),
     );
 
-    let bytes_of = |name: &str| -> HashMap<u64, Vec<u8>> {
-        epochs(&sock, name, 1, || {})
-            .into_iter()
-            .map(|(id, _, b)| (id, b))
-            .collect()
-    };
-    let cql = bytes_of("cql");
-    let files = bytes_of("files");
+    let cql = bytes_by_id(&sock, "cql");
+    let files = bytes_by_id(&sock, "files");
     assert_eq!((cql.len(), files.len()), (FILES as usize, FILES as usize));
 
     let mix = epochs(&sock, "mix", 2, || {});
     assert_eq!(mix.len(), 2 * 160, "two epochs of 160 samples");
-    for (n, batch) in mix.chunks(BATCH as usize).enumerate() {
-        let from_cql = batch.iter().filter(|(id, _, _)| *id < FILES).count();
-        assert_eq!(
-            (from_cql, batch.len() - from_cql),
-            (24, 8),
-            "batch {n}: 0.75 / 0.25 of 32"
-        );
-        for (id, _, b) in batch {
-            let own = if *id < FILES {
-                &cql[id]
-            } else {
-                &files[&(id - FILES)]
-            };
-            assert!(own == b, "mixture sample {id}: its dataset's bytes");
-        }
-    }
+    // 0.75 / 0.25 of 32.
+    assert_two_source_batches(&mix, FILES, (24, 8), &cql, &files);
 
     // The same mixture from C: the same samples, in the same order.
     let exe = build_consume(&lib, agent.dir.path());

@@ -222,6 +222,18 @@ pub(crate) fn harness(extra: &str, relaxed: bool) -> Harness {
 
 /// A harness over fake datasets `(name, bytes added to every sample)`.
 pub(crate) fn harness_with(extra: &str, relaxed: bool, datasets: &[(&str, u64)]) -> Harness {
+    harness_sized(extra, relaxed, datasets, SAMPLES, 64)
+}
+
+/// [`harness_with`] over datasets of `n` samples whose sources take
+/// `capacity` reads at a time.
+pub(crate) fn harness_sized(
+    extra: &str,
+    relaxed: bool,
+    datasets: &[(&str, u64)],
+    n: u64,
+    capacity: u32,
+) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), extra);
     let script = Arc::new(Mutex::new(Script::default()));
@@ -229,9 +241,9 @@ pub(crate) fn harness_with(extra: &str, relaxed: bool, datasets: &[(&str, u64)])
         .iter()
         .map(|&(name, extra)| {
             let src = FakeSource {
-                n: SAMPLES,
+                n,
                 extra,
-                capacity: 64,
+                capacity,
                 script: script.clone(),
                 wake: File::open("/dev/null").unwrap(),
             };

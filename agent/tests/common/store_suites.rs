@@ -215,3 +215,38 @@ pub fn store_outage(
     agent.wait_idle(Duration::from_secs(20)).assert_balanced();
     agent.stop();
 }
+
+/// Each sample's bytes by id, from one epoch of `dataset` ([`epochs`]).
+#[allow(dead_code)]
+pub fn bytes_by_id(sock: &Path, dataset: &str) -> std::collections::HashMap<u64, Vec<u8>> {
+    epochs(sock, dataset, 1, || {})
+        .into_iter()
+        .map(|(id, _, b)| (id, b))
+        .collect()
+}
+
+/// Checks the batches of 32 of a mixture of two datasets ([`epochs`]'
+/// samples): ids below `split` are `a`'s samples, the rest `b`'s at
+/// `id - split`; every batch takes `quota` of `a`'s and the rest of `b`'s,
+/// each sample with its dataset's bytes.
+#[allow(dead_code)]
+pub fn assert_two_source_batches(
+    mix: &[(u64, i32, Vec<u8>)],
+    split: u64,
+    quota: (usize, usize),
+    a: &std::collections::HashMap<u64, Vec<u8>>,
+    b: &std::collections::HashMap<u64, Vec<u8>>,
+) {
+    for (n, batch) in mix.chunks(32).enumerate() {
+        let from_a = batch.iter().filter(|(id, _, _)| *id < split).count();
+        assert_eq!((from_a, batch.len() - from_a), quota, "batch {n}");
+        for (id, _, bytes) in batch {
+            let own = if *id < split {
+                &a[id]
+            } else {
+                &b[&(id - split)]
+            };
+            assert!(own == bytes, "mixture sample {id}: its dataset's bytes");
+        }
+    }
+}

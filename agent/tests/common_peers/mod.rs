@@ -139,3 +139,54 @@ pub fn hand_in_view(agents: &[Agent], name: &str) -> (Vec<u8>, Vec<String>) {
     }
     (view, members.into_iter().map(|m| m.id).collect())
 }
+
+/// `nodes` agents with `membership = "session"` over one files dataset
+/// `data` (a synthetic set of `files` samples in `classes` classes), each
+/// with an arena of `arena` and `prefetch` keys, started, their view
+/// (`view_name`) handed in.
+#[allow(dead_code)]
+pub struct SessionJob {
+    pub _tmp: tempfile::TempDir,
+    pub spec: granary_tools::synth::SynthSpec,
+    pub agents: Vec<Agent>,
+    pub view: Vec<u8>,
+    pub node_ids: Vec<String>,
+}
+
+#[allow(dead_code)]
+impl SessionJob {
+    pub fn start(
+        nodes: usize,
+        files: u64,
+        classes: u32,
+        arena: &str,
+        prefetch: &str,
+        view_name: &str,
+    ) -> SessionJob {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("data");
+        let spec = granary_testkit::dataset::synth_at(&data, files, classes, 1_500);
+        let mut agents = Vec::new();
+        for node in 0..nodes {
+            let ip = Agent::ip(node);
+            let listen = format!("{ip}:{}", free_port(&ip));
+            let tables = format!(
+                "[peers]\nmembership = \"session\"\nnode_id = \"n{node}\"\nlisten = \"{listen}\"\n\
+                 secret = \"{}\"\n",
+                agent_toml::TEST_SECRET
+            ) + &agent_toml::fs_dataset("data", &data, "");
+            agents.push(Agent::new(tmp.path(), node, arena, prefetch, &tables));
+        }
+        for a in &mut agents {
+            a.start();
+        }
+        let (view, node_ids) = hand_in_view(&agents, view_name);
+        SessionJob {
+            _tmp: tmp,
+            spec,
+            agents,
+            view,
+            node_ids,
+        }
+    }
+}

@@ -3,40 +3,11 @@
 //! older session takes them all first (`"static"`).
 
 use super::*;
-use crate::dataset::Dataset;
-use crate::engine::clock::manual::ManualClock;
-use crate::engine::Engine;
-use crate::metrics::Metrics;
-use std::sync::{Arc, Mutex};
 
 /// A harness over one fake dataset of `n` samples whose source takes
 /// `capacity` reads at a time.
 fn harness_of(n: u64, capacity: u32, extra: &str) -> Harness {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path(), extra);
-    let script = Arc::new(Mutex::new(Script::default()));
-    let src = FakeSource {
-        n,
-        extra: 0,
-        capacity,
-        script: script.clone(),
-        wake: std::fs::File::open("/dev/null").unwrap(),
-    };
-    let clock = ManualClock::new();
-    let engine = Engine::with_clock(
-        cfg,
-        Arc::new(Metrics::default()),
-        vec![Dataset::from_source("fake", Box::new(src))],
-        Box::new(clock.clone()),
-    )
-    .unwrap();
-    Harness {
-        engine,
-        clock,
-        script,
-        next_conn: 0,
-        _dir: dir,
-    }
+    harness_sized(extra, false, &[("fake", 0)], n, capacity)
 }
 
 /// Session A (opened first, batches ahead of its loader) and session B
