@@ -261,8 +261,13 @@ typedef struct granary_session_options {
     uint8_t locality_digest[32];
     /**
      * Non-zero: hand samples out without checking their bytes against the
-     * CRC-32C the agent recorded (default 0: checked; a mismatch makes the
-     * sample a `GRANARY_E_CORRUPT` failure, never different bytes).
+     * CRC-32C the agent recorded; 0: check every sample's bytes before each
+     * batch is handed out (a mismatch makes the sample a
+     * `GRANARY_E_CORRUPT` failure, never different bytes; one pass over
+     * the bytes). `granary_session_options_init()` sets 1 (no byte pass):
+     * the agent checked the bytes when they landed, no loader can write
+     * the arena, and every sample's identity (its table entry) is checked
+     * either way.
      */
     uint32_t no_crc_check;
     /**

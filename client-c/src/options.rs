@@ -57,9 +57,16 @@ pub struct SessionOptions {
     /// exact (`DistributedSampler`) order.
     pub locality: Option<[u8; 32]>,
     /// Check every sample's bytes against the CRC-32C the agent recorded
-    /// when they landed, before the batch is handed out (default: on). A
+    /// when they landed, before each batch is handed out (default: off). A
     /// mismatch makes that sample a `Corrupt` failure (empty, its own
-    /// status), never different bytes. Costs one pass over the bytes.
+    /// status), never different bytes. Costs one pass over the bytes of
+    /// every batch. Off, the session still checks each sample's identity
+    /// (its table entry: inside the arena, of one of the session's epochs,
+    /// clear of the batch's table, lengths adding up) but not its bytes:
+    /// the agent checked those when they landed and no loader can write
+    /// the arena (docs/reliability.md, "What the loader checks"). Turn it
+    /// on to also catch what changes bytes after they landed: a fault of
+    /// the agent itself, of the machine's memory, or a write by root.
     pub verify_crc: bool,
     /// Report how long each `next_batch` took and how busy the calling
     /// thread was to the agent, through the session's shared header, for
@@ -116,7 +123,7 @@ impl SessionOptions {
             view_required: false,
             layout: None,
             locality: None,
-            verify_crc: true,
+            verify_crc: false,
             report_waits: true,
             first_batch: 0,
             resume_timeout: Some(DEFAULT_RESUME_TIMEOUT),

@@ -421,6 +421,112 @@ fn corrupt_descriptor_is_reported_not_a_crash() {
     );
 }
 
+/// The identity checks every batch gets, CRC pass or not: a batch of an
+/// epoch the session did not ask for, and a sample whose bytes are the
+/// batch's own sample table, are `Corrupt` errors naming what is wrong,
+/// handed back; every real batch after them arrives as planned.
+#[test]
+fn batches_failing_the_identity_checks_are_refused() {
+    let _w = watchdog("batches_failing_the_identity_checks", WATCHDOG);
+    for (name, behaviour, says) in [
+        (
+            "wrong-epoch",
+            Behaviour::WrongEpochAt(2),
+            "the session asked for epochs 0 to 0",
+        ),
+        (
+            "table-overlap",
+            Behaviour::TableOverlapAt(2),
+            "overlaps the batch's sample table",
+        ),
+    ] {
+        let ds = Dataset::new(name, 64).max_len(2048).with(behaviour);
+        let fx = Fixture::start(vec![ds.clone()]);
+        let o = options(name, 8, 1, 5);
+        let mut s = open(&fx, &o);
+        let plan = plan_epoch(64, 5, 0, 8, 0, 1, false);
+        let mut got = Vec::new();
+        let mut refused = Vec::new();
+        loop {
+            match s.next_batch(LONG) {
+                Ok(b) => {
+                    verify(&ds, &b, &plan[got.len()]);
+                    got.push(b.index());
+                    s.release(b).unwrap();
+                }
+                Err(e) if e.code() == ErrorCode::Corrupt => {
+                    assert!(e.message().contains(says), "{name}: {e}");
+                    refused.push(got.len());
+                }
+                Err(e) => {
+                    assert_eq!(e.code(), ErrorCode::EndOfStream, "{name}: {e}");
+                    break;
+                }
+            }
+        }
+        assert_eq!(refused, [2], "{name}: refused before batch 2, once");
+        assert_eq!(got, (0..8).collect::<Vec<u64>>(), "{name}");
+        s.close().unwrap();
+        assert!(fx.wait_finished(1, Duration::from_secs(10)));
+        assert_eq!(Stats::get(&fx.stats().violations), 0, "{name}");
+        assert_eq!(Stats::get(&fx.stats().unreturned), 0, "{name}");
+    }
+}
+
+/// Recorded CRCs that do not match the bytes (the fixture flips one bit
+/// of each): with `verify_crc` every sample is a `Corrupt` failure (empty),
+/// never its bytes; by default (no pass over the bytes) the samples are
+/// handed out, and only a content check of the loader's own tells.
+#[test]
+fn the_full_crc_check_is_an_option_and_catches_every_mismatch() {
+    let _w = watchdog("the_full_crc_check_is_an_option", WATCHDOG);
+    let ds = Dataset::new("bad-crc", 40)
+        .max_len(1500)
+        .with(Behaviour::BadCrc);
+    let fx = Fixture::start(vec![ds.clone()]);
+    assert!(!SessionOptions::new("x").verify_crc, "off by default");
+    for verify_crc in [true, false] {
+        let mut o = options("bad-crc", 8, 1, 3);
+        o.verify_crc = verify_crc;
+        let mut s = open(&fx, &o);
+        let (mut corrupt, mut handed) = (0, 0);
+        loop {
+            match s.next_batch(LONG) {
+                Ok(b) => {
+                    for smp in b.samples() {
+                        if verify_crc {
+                            assert_eq!(smp.error(), Some(ErrorCode::Corrupt));
+                            assert_eq!(smp.len(), 0);
+                            corrupt += 1;
+                        } else {
+                            assert_eq!(smp.error(), None);
+                            assert!(smp.to_vec() == ds.bytes_of(smp.id()));
+                            assert!(!smp.checksum_matches());
+                            handed += 1;
+                        }
+                    }
+                    let want = if verify_crc {
+                        ErrorCode::Corrupt.as_i32()
+                    } else {
+                        0
+                    };
+                    assert_eq!(b.status(), want);
+                    s.release(b).unwrap();
+                }
+                Err(e) => {
+                    assert_eq!(e.code(), ErrorCode::EndOfStream, "{e}");
+                    break;
+                }
+            }
+        }
+        assert_eq!(
+            (corrupt, handed),
+            if verify_crc { (40, 0) } else { (0, 40) }
+        );
+        s.close().unwrap();
+    }
+}
+
 #[test]
 fn batch_with_io_status_is_delivered_and_released() {
     let _w = watchdog("batch_with_io_status", WATCHDOG);

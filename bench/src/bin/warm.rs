@@ -46,7 +46,8 @@ struct Cli {
     /// Skip the memory baselines (for profiling the agent alone).
     #[arg(long)]
     no_baseline: bool,
-    /// After each run, run it again with the loader-side CRC check off.
+    /// After each run, run it again with the loader-side full CRC check on
+    /// (verify_crc; off by default).
     #[arg(long)]
     crc_compare: bool,
     /// After each run, run it again with the loader's wait reports off.

@@ -25,7 +25,8 @@ pub struct Knobs {
     pub ready: u32,
     /// The loader polls instead of blocking.
     pub spin: bool,
-    /// The loader checks every sample's CRC-32C (libgranary's default).
+    /// The loader checks every sample's bytes against its CRC-32C
+    /// (`verify_crc`; off by default in libgranary, as here).
     pub crc: bool,
     /// The loader reports its waits to the agent (libgranary's default).
     pub waits: bool,
@@ -40,7 +41,7 @@ impl Knobs {
             self.window,
             self.ready,
             if self.spin { " spin" } else { "" },
-            if self.crc { "" } else { " no-crc-check" },
+            if self.crc { " full-crc-check" } else { "" },
             if self.waits { "" } else { " no-wait-reports" }
         )
     }

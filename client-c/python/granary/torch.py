@@ -245,9 +245,11 @@ class GranaryDataset(IterableDataset):
     :func:`gather_view`, handed to the agent with each session) and
     ``assignment`` (``"distributed_sampler"``, the default, or
     ``"locality"``, which needs :meth:`prepare`) and ``verify_crc``
-    (default True: every sample's bytes are checked against the CRC-32C the
-    agent recorded before they are handed out; a mismatch is a ``Corrupt``
-    failed sample) and ``resume_timeout`` (seconds to wait for an agent
+    (default False: each sample's identity is checked, its bytes were
+    checked by the agent when they landed; True: every sample's bytes are
+    also checked against the CRC-32C the agent recorded before they are
+    handed out, one pass over them, and a mismatch is a ``Corrupt`` failed
+    sample) and ``resume_timeout`` (seconds to wait for an agent
     that went away to come back, then resume at the first batch not handed
     out; None: fail at once). See the module documentation.
     """
@@ -275,7 +277,7 @@ class GranaryDataset(IterableDataset):
         max_held_batches: int = 8,
         view: Optional[bytes] = None,
         assignment: str = "distributed_sampler",
-        verify_crc: bool = True,
+        verify_crc: bool = False,
         resume_timeout: Optional[float] = 60.0,
         accept_changed_dataset: bool = False,
         pin_memory: bool = False,

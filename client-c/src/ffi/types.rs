@@ -132,8 +132,13 @@ pub struct GranarySessionOptions {
     /// See `locality`.
     pub locality_digest: [u8; 32],
     /// Non-zero: hand samples out without checking their bytes against the
-    /// CRC-32C the agent recorded (default 0: checked; a mismatch makes the
-    /// sample a `GRANARY_E_CORRUPT` failure, never different bytes).
+    /// CRC-32C the agent recorded; 0: check every sample's bytes before each
+    /// batch is handed out (a mismatch makes the sample a
+    /// `GRANARY_E_CORRUPT` failure, never different bytes; one pass over
+    /// the bytes). `granary_session_options_init()` sets 1 (no byte pass):
+    /// the agent checked the bytes when they landed, no loader can write
+    /// the arena, and every sample's identity (its table entry) is checked
+    /// either way.
     pub no_crc_check: u32,
     /// When the agent goes away (a crash, a restart: it hangs up or stops
     /// beating), how long `granary_next_batch()` waits for it to come back,
@@ -185,7 +190,7 @@ pub(crate) const OPTIONS_V1_SIZE: usize = 56;
 pub(crate) const OPTIONS_V2_SIZE: usize = 80;
 
 /// Size of `granary_session_options` before `no_crc_check`: callers built
-/// against it get the check (the default).
+/// against it get the default (no pass over the bytes).
 pub(crate) const OPTIONS_V3_SIZE: usize = 136;
 
 /// Size of `granary_session_options` before `resume_state`: callers built

@@ -130,9 +130,12 @@ pub struct Session {
     closed: bool,
     /// What the agent said of the view handed in, if one was.
     view: Option<std::result::Result<ViewJoined, Error>>,
+    /// The first requested epoch: a batch of an earlier one is refused.
+    first_epoch: u64,
     /// The last requested epoch: its last batch is flagged end of stream.
     last_epoch: u64,
-    /// Check each sample's CRC-32C before handing a batch out.
+    /// Check each sample's bytes against its CRC-32C before handing a
+    /// batch out (the identity checks run either way).
     verify_crc: bool,
     /// How to open the session again when its agent goes away (`None`:
     /// fail instead).
@@ -221,6 +224,50 @@ pub(crate) fn join_view(conn: &SeqPacket, view: &[u8], wait: Duration) -> Result
             "expected a view answer, the agent sent {other:?}"
         ))),
     }
+}
+
+/// The identity checks every batch gets before it is handed out, with or
+/// without the CRC pass, on top of the protocol's bounds checks
+/// ([`copy_sample_table`]: every sample inside the arena, a failed sample
+/// empty) and the sequence number and byte total checked by the caller. They
+/// read the sample table only, never the samples' bytes:
+///
+/// * a batch with samples belongs to one of the session's epochs;
+/// * no sample's bytes overlap the batch's own sample table (the agent
+///   writes the table into the arena beside the samples it names).
+///
+/// What they cannot tell is whether the bytes at a sample's offset are still
+/// the ones the agent recorded the CRC of; that is the CRC pass
+/// (`verify_crc`), and docs/reliability.md says why the default leaves it
+/// to the agent.
+fn check_identity(
+    d: &BatchDescriptor,
+    table: &[SampleEntry],
+    epochs: std::ops::RangeInclusive<u64>,
+) -> std::result::Result<(), String> {
+    if d.sample_count == 0 {
+        return Ok(());
+    }
+    if !epochs.contains(&u64::from(d.epoch)) {
+        return Err(format!(
+            "batch of epoch {}, the session asked for epochs {} to {}",
+            d.epoch,
+            epochs.start(),
+            epochs.end()
+        ));
+    }
+    let table_start = d.table_offset;
+    let table_end = table_start + u64::from(d.sample_count) * size_of::<SampleEntry>() as u64;
+    for e in table.iter().filter(|e| e.status == 0 && e.length > 0) {
+        let end = e.offset + u64::from(e.length);
+        if e.offset < table_end && table_start < end {
+            return Err(format!(
+                "sample {} (bytes {}..{end}) overlaps the batch's sample table ({table_start}..{table_end})",
+                e.sample_id, e.offset
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checks every sample of a validated table against its CRC-32C, in place;
@@ -431,6 +478,7 @@ impl Session {
             spare_tables: Vec::new(),
             closed: false,
             view,
+            first_epoch: u64::from(options.first_epoch),
             last_epoch: u64::from(options.first_epoch)
                 + u64::from(options.epoch_count.saturating_sub(1)),
             verify_crc: options.verify_crc,
@@ -855,6 +903,7 @@ impl Session {
                         ))
                     }
                 })
+                .and_then(|()| check_identity(&d, &table, self.first_epoch..=self.last_epoch))
         };
         if let Err(why) = checked {
             // Hand it back so the agent can take back what it pinned; the
@@ -994,6 +1043,45 @@ mod tests {
             crc32c: crc,
             status: 0,
         }
+    }
+
+    /// The identity checks read the table only: a batch of another epoch,
+    /// and a sample overlapping the batch's own table, are refused; a
+    /// sample just beside the table, a failed (empty) sample at the
+    /// table's offset and an empty descriptor pass.
+    #[test]
+    fn identity_checks_refuse_another_epoch_and_a_sample_over_the_table() {
+        let d = BatchDescriptor {
+            table_offset: 4096,
+            sample_count: 2,
+            epoch: 3,
+            ..Default::default()
+        };
+        let beside = entry(1, 4096 + 64, &[0; 100], 0);
+        let before = entry(2, 0, &[0; 4096], 0);
+        let mut failed = entry(3, 4096, b"", 0);
+        failed.status = ErrorCode::Io.as_i32();
+        assert_eq!(check_identity(&d, &[beside, before], 2..=3), Ok(()));
+        assert_eq!(check_identity(&d, &[beside, failed], 3..=3), Ok(()));
+        let err = check_identity(&d, &[beside, before], 0..=2).unwrap_err();
+        assert!(
+            err.contains("epoch 3") && err.contains("epochs 0 to 2"),
+            "{err}"
+        );
+        let over = entry(4, 4096 + 63, &[0; 8], 0);
+        let err = check_identity(&d, &[beside, over], 3..=3).unwrap_err();
+        assert!(
+            err.contains("sample 4") && err.contains("overlaps"),
+            "{err}"
+        );
+        let tail = entry(5, 4000, &[0; 97], 0);
+        assert!(check_identity(&d, &[tail, beside], 3..=3).is_err());
+        let empty = BatchDescriptor {
+            sample_count: 0,
+            epoch: 99,
+            ..d
+        };
+        assert_eq!(check_identity(&empty, &[], 0..=0), Ok(()));
     }
 
     /// A sample whose bytes no longer match the CRC the agent recorded is

@@ -135,6 +135,12 @@ pub enum Behaviour {
     /// Before batch `n`, publish an extra descriptor whose sample table lies
     /// outside the arena.
     CorruptAt(u64),
+    /// Before batch `n`, publish an extra copy of its descriptor that names
+    /// an epoch the session did not ask for.
+    WrongEpochAt(u64),
+    /// Before batch `n`, publish an extra descriptor whose one sample's
+    /// bytes are the batch's own sample table.
+    TableOverlapAt(u64),
     /// Batch `n` carries status `Io`, and so do its samples.
     IoErrorAt(u64),
     /// Sample `id` is stored with its last byte flipped, and a CRC-32C of
@@ -597,6 +603,29 @@ impl Served {
                         ..Default::default()
                     });
                 }
+                if matches!(ds.behaviour, Behaviour::TableOverlapAt(n) if n == real) {
+                    // In the arena's slack after every batch's table.
+                    let own = tables_at + total_samples * 32;
+                    let entry = SampleEntry {
+                        sample_id: ids[0],
+                        offset: own,
+                        length: 32,
+                        label: sample_label(ids[0]),
+                        crc32c: 0,
+                        status: 0,
+                    };
+                    arena
+                        .write_at(own, &table_bytes(&[entry]))
+                        .map_err(|e| e.to_string())?;
+                    plan.push(BatchDescriptor {
+                        table_offset: own,
+                        sample_count: 1,
+                        total_bytes: 32,
+                        epoch: *epoch,
+                        batch_index: index as u64,
+                        ..Default::default()
+                    });
+                }
                 let io_error = matches!(ds.behaviour, Behaviour::IoErrorAt(n) if n == real);
                 let sample_failures =
                     matches!(ds.behaviour, Behaviour::SampleFailuresAt(n) if n == real);
@@ -645,6 +674,15 @@ impl Served {
                     flags: if index == last { BATCH_END_OF_EPOCH } else { 0 },
                     ..Default::default()
                 });
+                if matches!(ds.behaviour, Behaviour::WrongEpochAt(n) if n == real) {
+                    let good = plan.pop().expect("just pushed");
+                    plan.push(BatchDescriptor {
+                        epoch: req.first_epoch + req.epoch_count,
+                        flags: 0,
+                        ..good
+                    });
+                    plan.push(good);
+                }
                 table_at = align8(table_at + entries.len() as u64 * 32);
                 real += 1;
             }
