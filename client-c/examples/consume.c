@@ -4,8 +4,10 @@
  *
  *   consume [-n] [-f|-s] [-i] [-p MS] SOCKET DATASET [BATCH_SIZE [EPOCHS [SEED [RANK WORLD_SIZE]]]]
  *
- * libgranary checks every sample's CRC-32C before it hands a batch out (a
- * mismatch is a CORRUPT failed sample); -n turns that check off. This
+ * This program turns on libgranary's full check (options.no_crc_check = 0;
+ * the library's default is 1): every sample's CRC-32C is checked before a
+ * batch is handed out (a mismatch is a CORRUPT failed sample); -n leaves it
+ * off, as the library's default does. This
  * program recomputes the CRC itself as well and compares it with the one
  * the agent recorded. With -f (the agent is the test fixture of client-c/tests), the
  * content itself is checked too: the fixture fills sample `id` of dataset
