@@ -37,8 +37,11 @@ pub struct AgentSettings {
     pub release_ring_capacity: u32,
     /// `[[dataset]]` entries: name and root directory.
     pub datasets: Vec<(String, PathBuf)>,
-    /// `dataset[i].direct_io` of those entries: read with `O_DIRECT`.
-    pub direct_io: bool,
+    /// `dataset[i].direct_io` of those entries: `Some(true)` reads with
+    /// `O_DIRECT`, `Some(false)` (what [`AgentSettings::new`] sets) through
+    /// the page cache, `None` leaves it unset (the agent's default: by what
+    /// the page cache holds).
+    pub direct_io: Option<bool>,
     /// `[[dataset]]` entries of `kind = "s3"`.
     pub s3_datasets: Vec<S3Dataset>,
     /// More `key = value` lines for a section (`arena`, `socket`,
@@ -108,7 +111,7 @@ impl AgentSettings {
             ready_ring_capacity: d.sessions.ready_ring_capacity,
             release_ring_capacity: d.sessions.release_ring_capacity,
             datasets: vec![(dataset.to_owned(), root.to_path_buf())],
-            direct_io: false,
+            direct_io: Some(false),
             s3_datasets: Vec::new(),
             extra: Vec::new(),
         }
@@ -168,10 +171,12 @@ impl AgentSettings {
         for (name, root) in &self.datasets {
             let _ = write!(
                 s,
-                "[[dataset]]\nname = \"{name}\"\nroot = {}\ndirect_io = {}\n",
-                toml_path(root),
-                self.direct_io
+                "[[dataset]]\nname = \"{name}\"\nroot = {}\n",
+                toml_path(root)
             );
+            if let Some(on) = self.direct_io {
+                let _ = writeln!(s, "direct_io = {on}");
+            }
         }
         s
     }

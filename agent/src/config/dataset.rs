@@ -147,10 +147,15 @@ pub struct FsConfig {
     pub manifest: Option<PathBuf>,
     /// `dataset[i].direct_io`: read the files with `O_DIRECT`, straight
     /// from the device into the arena in whole 4 KiB blocks, bypassing the
-    /// page cache. Default false. A filesystem that refuses it gets
-    /// buffered reads, said once in the log. See docs/fetcher.md.
+    /// page cache (`true`), or through the page cache (`false`). Unset
+    /// (the default): `O_DIRECT` for a `format = "files"` dataset whose
+    /// files are mostly not in the page cache when it is opened (a sample
+    /// of them is probed), buffered otherwise; shard formats and the
+    /// members of a mixture read buffered. A filesystem that refuses
+    /// `O_DIRECT` gets buffered reads, said once in the log. See
+    /// docs/fetcher.md.
     #[serde(default)]
-    pub direct_io: bool,
+    pub direct_io: Option<bool>,
     /// `dataset[i].format`: how samples lie in the store: `"files"` (the
     /// default: one file or object per sample), `"webdataset"` (tar
     /// shards, one sample per key), `"mds"` (Mosaic MDS shards) or

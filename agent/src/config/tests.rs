@@ -52,7 +52,7 @@ fn default_toml_parses_validates_and_matches_defaults() {
             prepare: None,
             root: Some("/var/lib/granary/datasets/imagenet/train".into()),
             manifest: None,
-            direct_io: false,
+            direct_io: None,
             format: ShardFormat::Files,
             label_field: None,
             sample_field: None,

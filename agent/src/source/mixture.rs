@@ -46,7 +46,7 @@ impl MixtureSource {
                     cfg.name, s.dataset
                 ))
             })?;
-            let source = super::open(ds, agent).map_err(|e| {
+            let source = super::open_mixture_member(ds, agent).map_err(|e| {
                 io::Error::new(
                     e.kind(),
                     format!("mixture {:?}: dataset {:?}: {e}", cfg.name, s.dataset),

@@ -48,7 +48,7 @@ pub use fs::{open_catalog, Catalog, CatalogEntry, CatalogError, FsSource};
 pub(crate) use queue::Landing;
 pub use samples::{EntryMeta, SampleList};
 
-use crate::config::{Config, DatasetConfig};
+use crate::config::{Config, DatasetConfig, ShardFormat};
 use granary_shm::arena::ArenaSlice;
 use granary_shm::ErrorCode;
 use std::fmt;
@@ -275,7 +275,25 @@ pub trait SampleSource: Send {
 /// reads the catalog. Reads in flight are capped per dataset by
 /// `prefetch.max_inflight_reads`, or the dataset's `max_inflight`.
 pub fn open(dataset: &DatasetConfig, cfg: &Config) -> io::Result<Box<dyn SampleSource>> {
-    let raw = open_raw(dataset, cfg)?;
+    open_with(dataset, cfg, true)
+}
+
+/// As [`open`], for a member of a mixture: a filesystem dataset that leaves
+/// `direct_io` unset reads buffered, so that every member reads the same
+/// blocks whatever the page cache holds.
+pub(crate) fn open_mixture_member(
+    dataset: &DatasetConfig,
+    cfg: &Config,
+) -> io::Result<Box<dyn SampleSource>> {
+    open_with(dataset, cfg, false)
+}
+
+fn open_with(
+    dataset: &DatasetConfig,
+    cfg: &Config,
+    auto_direct: bool,
+) -> io::Result<Box<dyn SampleSource>> {
+    let raw = open_raw(dataset, cfg, auto_direct)?;
     match dataset.prepare() {
         Some(p) => Ok(Box::new(prepared::PreparedSource::new(raw, p)?)),
         None => Ok(raw),
@@ -283,14 +301,34 @@ pub fn open(dataset: &DatasetConfig, cfg: &Config) -> io::Result<Box<dyn SampleS
 }
 
 /// The source of the dataset's stored bytes, without its prepare stage.
-fn open_raw(dataset: &DatasetConfig, cfg: &Config) -> io::Result<Box<dyn SampleSource>> {
+fn open_raw(
+    dataset: &DatasetConfig,
+    cfg: &Config,
+    auto_direct: bool,
+) -> io::Result<Box<dyn SampleSource>> {
     let capacity = cfg.prefetch.max_inflight_reads;
     let read_timeout = Duration::from_millis(cfg.prefetch.read_timeout_ms);
     match dataset {
         DatasetConfig::Fs(fs) => {
             let catalog = open_catalog(dataset).map_err(io::Error::other)?;
+            let direct = match fs.direct_io {
+                Some(on) => on,
+                None if auto_direct && fs.format == ShardFormat::Files => {
+                    let cached = fs::page_cache_share(&catalog);
+                    let direct = cached < fs::DIRECT_IO_BELOW_CACHED;
+                    tracing::info!(
+                        dataset = %fs.name,
+                        "direct_io unset: {:.0} % of a sample of its files in the page cache, \
+                         reading {}",
+                        cached * 100.0,
+                        if direct { "with O_DIRECT" } else { "through the page cache" }
+                    );
+                    direct
+                }
+                None => false,
+            };
             Ok(Box::new(
-                FsSource::new(catalog, capacity, read_timeout)?.with_direct_io(fs.direct_io),
+                FsSource::new(catalog, capacity, read_timeout)?.with_direct_io(direct),
             ))
         }
         DatasetConfig::S3(s3) => Ok(Box::new(s3::S3Dataset::open(

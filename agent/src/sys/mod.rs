@@ -38,9 +38,9 @@ pub(crate) fn scalar_resizer(resizer: &mut fast_image_resize::Resizer) {
 }
 
 /// How many of the first `len` bytes' pages of `file` are in the page cache
-/// (`mincore` over a shared mapping of them), for tests of reads that must
-/// bypass it.
-#[cfg(test)]
+/// (`mincore` over a shared mapping of them): the `direct_io` default's
+/// probe, and tests of reads that must bypass the cache. `len` must not
+/// exceed the file's size.
 pub(crate) fn pages_in_page_cache(file: &std::fs::File, len: usize) -> io::Result<usize> {
     use std::os::fd::AsRawFd;
     if len == 0 {

@@ -71,7 +71,7 @@ impl Config {
                         &field,
                         p,
                     );
-                    if fs.direct_io && fs.format != ShardFormat::Files {
+                    if fs.direct_io == Some(true) && fs.format != ShardFormat::Files {
                         p.bad(
                             &field("direct_io"),
                             "is for format = \"files\": samples inside shards start at offsets \

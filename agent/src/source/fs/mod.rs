@@ -18,6 +18,57 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
+/// Files the `direct_io` default looks at when a dataset opens, spread
+/// evenly over its catalog.
+const CACHE_PROBE_FILES: usize = 64;
+
+/// Bytes at the start of each probed file whose pages are looked at.
+const CACHE_PROBE_BYTES: u64 = 1 << 20;
+
+/// With `direct_io` unset, a `format = "files"` dataset reads with
+/// `O_DIRECT` when less than this share of the probed pages is in the page
+/// cache. `O_DIRECT` wins where the files come from the device (no cache
+/// page filled and copied, the engine thread spared the page cache's work)
+/// and loses about half the rate where they are cached (every read waits on
+/// the device): docs/benchmarks.md, "cold".
+pub(crate) const DIRECT_IO_BELOW_CACHED: f64 = 0.5;
+
+/// The share of the pages at the start of up to [`CACHE_PROBE_FILES`] files
+/// of `catalog` (evenly spread) that are in the page cache (`mincore`), from
+/// 0 to 1; files that cannot be opened or mapped are left out, and a
+/// catalog with nothing to probe counts as cached (buffered reads, the
+/// safe choice). Costs an open, a map and a `mincore` per probed file.
+pub(crate) fn page_cache_share(catalog: &Catalog) -> f64 {
+    let entries = catalog.entries();
+    let step = entries.len().div_ceil(CACHE_PROBE_FILES).max(1);
+    let (mut cached, mut pages) = (0usize, 0usize);
+    for e in entries.iter().step_by(step) {
+        let len = e.file_size.min(CACHE_PROBE_BYTES) as usize;
+        if len == 0 {
+            continue;
+        }
+        let Ok(file) = std::fs::File::open(&e.path) else {
+            continue;
+        };
+        // The file may have shrunk since it was catalogued: map no more
+        // than it holds now.
+        let now = file.metadata().map_or(0, |m| m.len()) as usize;
+        let len = len.min(now);
+        if len == 0 {
+            continue;
+        }
+        if let Ok(n) = crate::sys::pages_in_page_cache(&file, len) {
+            cached += n;
+            pages += len.div_ceil(4096);
+        }
+    }
+    if pages == 0 {
+        1.0
+    } else {
+        cached as f64 / pages as f64
+    }
+}
+
 /// Builds the catalog of a configured filesystem dataset: a directory tree
 /// ([`Catalog::from_dir`]) or a manifest (`Catalog::from_manifest`).
 pub fn open_catalog(dataset: &DatasetConfig) -> Result<Catalog, CatalogError> {
@@ -206,5 +257,56 @@ impl SampleSource for FsSource {
 
     fn wait_fd(&self) -> BorrowedFd<'_> {
         self.reader.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod cache_probe_tests {
+    use super::*;
+    use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
+
+    /// The `direct_io` default's probe: files just read count as cached;
+    /// once their pages are dropped they count as not cached, on a
+    /// filesystem that can drop them (on one that lives in memory they stay
+    /// cached, and the default reads them buffered, as it should); a
+    /// catalog of empty files counts as cached.
+    #[test]
+    fn the_probe_tells_cached_files_from_files_on_the_device() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("cat")).unwrap();
+        let paths: Vec<_> = (0..100)
+            .map(|i| dir.path().join("cat").join(format!("{i:03}.bin")))
+            .collect();
+        for (i, p) in paths.iter().enumerate() {
+            std::fs::write(p, vec![i as u8; 20_000 + i * 100]).unwrap();
+            assert_eq!(std::fs::read(p).unwrap().len(), 20_000 + i * 100);
+        }
+        let catalog = Catalog::from_dir(dir.path()).unwrap();
+        let share = page_cache_share(&catalog);
+        assert!(share >= DIRECT_IO_BELOW_CACHED, "just read: {share}");
+
+        let mut dropped = true;
+        for p in &paths {
+            let f = std::fs::File::open(p).unwrap();
+            f.sync_all().unwrap();
+            posix_fadvise(&f, 0, 0, PosixFadviseAdvice::POSIX_FADV_DONTNEED).unwrap();
+            dropped &= crate::sys::pages_in_page_cache(&f, 20_000).unwrap() == 0;
+        }
+        let share = page_cache_share(&catalog);
+        if dropped {
+            assert!(share < DIRECT_IO_BELOW_CACHED, "dropped: {share}");
+        } else {
+            eprintln!(
+                "the filesystem of {} keeps its files in memory",
+                dir.path().display()
+            );
+            assert!(share >= DIRECT_IO_BELOW_CACHED, "in memory: {share}");
+        }
+
+        let empty = tempfile::tempdir().unwrap();
+        std::fs::create_dir(empty.path().join("cat")).unwrap();
+        std::fs::write(empty.path().join("cat").join("0.bin"), b"").unwrap();
+        let catalog = Catalog::from_dir(empty.path()).unwrap();
+        assert_eq!(page_cache_share(&catalog), 1.0);
     }
 }
