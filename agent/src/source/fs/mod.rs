@@ -269,7 +269,9 @@ mod cache_probe_tests {
     /// once their pages are dropped they count as not cached, on a
     /// filesystem that can drop them (on one that lives in memory they stay
     /// cached, and the default reads them buffered, as it should); a
-    /// catalog of empty files counts as cached.
+    /// catalog of empty files counts as cached. Opened as the agent opens
+    /// it, a dataset with `direct_io` unset reads by the probe alone and
+    /// buffered as a mixture member.
     #[test]
     fn the_probe_tells_cached_files_from_files_on_the_device() {
         let dir = tempfile::tempdir().unwrap();
@@ -302,6 +304,30 @@ mod cache_probe_tests {
             );
             assert!(share >= DIRECT_IO_BELOW_CACHED, "in memory: {share}");
         }
+
+        // The dataset as the agent opens it: `direct_io` unset follows the
+        // probe alone, reads buffered as a mixture member, and `false`
+        // always reads buffered.
+        let toml = |direct: &str| {
+            format!(
+                "[[dataset]]\nname = \"d\"\nroot = \"{}\"\n{direct}",
+                dir.path().display()
+            )
+        };
+        let unset = crate::config::Config::from_toml_str(&toml("")).unwrap();
+        let off = crate::config::Config::from_toml_str(&toml("direct_io = false\n")).unwrap();
+        let block = |cfg: &crate::config::Config, member: bool| {
+            let src = if member {
+                crate::source::open_mixture_member(&cfg.datasets[0], cfg)
+            } else {
+                crate::source::open(&cfg.datasets[0], cfg)
+            };
+            src.unwrap().read_block()
+        };
+        let want = if dropped { reader::DIRECT_BLOCK } else { 1 };
+        assert_eq!(block(&unset, false), want, "alone, dropped: {dropped}");
+        assert_eq!(block(&unset, true), 1, "a mixture member");
+        assert_eq!(block(&off, false), 1, "direct_io = false");
 
         let empty = tempfile::tempdir().unwrap();
         std::fs::create_dir(empty.path().join("cat")).unwrap();
