@@ -437,6 +437,18 @@ pub(crate) fn ninety_files_written(
     (d, spec, out, w)
 }
 
+/// A format's indexer (`root`, `sample_field`, `label_field`), as the agent
+/// has one per format.
+#[cfg(test)]
+type IndexFn = fn(
+    &Path,
+    &str,
+    &str,
+) -> Result<
+    (Catalog, granary_agent::source::shards::IndexStats),
+    granary_agent::source::CatalogError,
+>;
+
 /// A format's index of the files [`ninety_files_written`] wrote from
 /// `root` into `out` (`w`), read back through `index`: the files in
 /// catalog order, with their labels, sizes and bytes, from as many shards
@@ -447,14 +459,7 @@ pub(crate) fn assert_indexed_in_order(
     root: &Path,
     out: &Path,
     w: &shards::ShardsWritten,
-    index: fn(
-        &Path,
-        &str,
-        &str,
-    ) -> Result<
-        (Catalog, granary_agent::source::shards::IndexStats),
-        granary_agent::source::CatalogError,
-    >,
+    index: IndexFn,
     key_of: usize,
 ) {
     let files = Catalog::from_dir(root).unwrap();
