@@ -53,6 +53,7 @@ use granary_bench::light_store::{self, LightStore};
 use granary_bench::report;
 use granary_bench::s3_data;
 use granary_bench::seaweed::Seaweed;
+use granary_bench::stall_jobs2::{self, DecodeSpan, Jobs2};
 use granary_bench::stall_loaders;
 use granary_bench::stall_stats::{self, Cell, Goal, Run, GOAL_RTT_MS};
 use granary_bench::store::Store;
@@ -88,7 +89,10 @@ usage: bench/run stall [options]
   --decode SIDE       samples are JPEGs (--jpeg-side square images) that every loader decodes and
                       resizes to SIDE x SIDE (torchvision decode_jpeg + resize); `granary` has the
                       agent prepare them ([dataset.prepare]), `granary_workers` decodes in its
-                      workers; every window starts after one whole epoch (the goal: from epoch 1 on)
+                      workers; every window starts after one whole epoch (the goal: from epoch 1 on);
+                      at 100 ms each repetition also runs two `granary` jobs at once on one agent
+                      (jobs2_decode_cpu_ratio: decode CPU per delivered sample against one job's)
+  --no-jobs2          with --decode: leave the two-job runs out
   --jpeg-side N       the JPEGs' side with --decode (default 448)
   --quiet-wait-s S    before each run, wait up to S s for the machine to be quiet (default 5)
   --plot PATH         where the plot goes (default docs/stall.png; `none`: no plot)
@@ -475,44 +479,56 @@ fn measure(ctx: &Ctx, c: &Contender, step_ms: f64) -> Run {
     measure_once(ctx, c, step_ms).unwrap_or_else(Run::failed)
 }
 
-fn measure_once(ctx: &Ctx, c: &Contender, step_ms: f64) -> Result<Run> {
-    let t_setup = Instant::now();
-    // This process's threads before the agent starts: its CPU from the start.
-    let threads_at_launch = sys::thread_cpu();
-    let agent = if c.agent {
-        let mut settings = ctx.store.settings_via(ctx.proxy.local_addr());
-        settings.request_timeout = Duration::from_secs(30);
-        let mut cfg = AgentSettings::new_s3(
-            1 << 30,
-            S3Dataset {
-                name: DATASET.to_owned(),
-                settings,
-                prefix: PREFIX.to_owned(),
-                extra: Vec::new(),
-            },
-        );
-        if ctx.decode > 0 && c.name == "granary" {
-            // The agent decodes and resizes once; every loader then reads
-            // prepared samples (docs/prepare.md).
-            cfg.s3_datasets[0].extra.push(format!(
-                "prepare = {{ resize = [{0}, {0}], mode = \"stretch\" }}",
-                ctx.decode
-            ));
-        }
-        cfg.window_batches = 64;
-        cfg.max_inflight_reads = 1024;
-        Some(Agent::start(&cfg).map_err(|e| format!("agent: {e}"))?)
-    } else {
-        None
-    };
-    // A shard reader's local cache: fresh for every run, so its shards come
-    // from the store.
-    let cache = ctx.work.join(format!(
+/// The agent a contender needs (None for the others): a fresh one for
+/// every run, so every sample comes from the store.
+fn start_agent(ctx: &Ctx, c: &Contender) -> Result<Option<Agent>> {
+    if !c.agent {
+        return Ok(None);
+    }
+    let mut settings = ctx.store.settings_via(ctx.proxy.local_addr());
+    settings.request_timeout = Duration::from_secs(30);
+    let mut cfg = AgentSettings::new_s3(
+        1 << 30,
+        S3Dataset {
+            name: DATASET.to_owned(),
+            settings,
+            prefix: PREFIX.to_owned(),
+            extra: Vec::new(),
+        },
+    );
+    if ctx.decode > 0 && c.name == "granary" {
+        // The agent decodes and resizes once; every loader then reads
+        // prepared samples (docs/prepare.md).
+        cfg.s3_datasets[0].extra.push(format!(
+            "prepare = {{ resize = [{0}, {0}], mode = \"stretch\" }}",
+            ctx.decode
+        ));
+    }
+    cfg.window_batches = 64;
+    cfg.max_inflight_reads = 1024;
+    Agent::start(&cfg)
+        .map(Some)
+        .map_err(|e| format!("agent: {e}"))
+}
+
+/// A shard reader's local cache: fresh for every run, so its shards come
+/// from the store.
+fn fresh_cache(ctx: &Ctx) -> PathBuf {
+    ctx.work.join(format!(
         "shard-cache-{}",
         RUN_NO.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
+    ))
+}
+
+/// The command line of one loader process of contender `c`.
+fn loader_command(
+    ctx: &Ctx,
+    c: &Contender,
+    agent: Option<&Agent>,
+    cache: &Path,
+    step_ms: f64,
+) -> Result<Command> {
     let socket = agent
-        .as_ref()
         .map(|a| a.socket().display().to_string())
         .unwrap_or_default();
     let (batch, step) = (ctx.batch.to_string(), format!("{step_ms:.3}"));
@@ -563,7 +579,7 @@ fn measure_once(ctx: &Ctx, c: &Contender, step_ms: f64) -> Result<Run> {
             if let Some((_, prefix)) = SHARD_READERS.iter().find(|r| r.0 == c.name) {
                 cmd.args(["--remote", &format!("s3://{}/{prefix}", ctx.store.bucket())])
                     .arg("--cache")
-                    .arg(&cache)
+                    .arg(cache)
                     // mosaicml-streaming's boto3 client reads its endpoint here.
                     .env(
                         "S3_ENDPOINT_URL",
@@ -573,17 +589,26 @@ fn measure_once(ctx: &Ctx, c: &Contender, step_ms: f64) -> Result<Run> {
             cmd
         }
     };
-    let setup_s = t_setup.elapsed().as_secs_f64();
-    let mut child = cmd
-        .envs(ctx.store.env())
+    cmd.envs(ctx.store.env())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("{}: {e}", c.name))?;
+        .stderr(Stdio::inherit());
+    Ok(cmd)
+}
+
+/// What one loader process printed: its JSON line and the marks taken at
+/// its window's edges.
+struct Printed {
+    line: String,
+    start: Mark,
+    end: Mark,
+}
+
+/// Reads a loader's output to its end (its other lines echoed), taking a
+/// [`Mark`] at each window edge, and waits for it.
+fn follow(name: &str, mut child: std::process::Child, weed: Option<u32>) -> Result<Printed> {
     let pid = child.id();
     let out = child.stdout.take().ok_or("no stdout")?;
-    let weed = ctx.store.weed_pid();
     let (mut m0, mut m1, mut line) = (None, None, None);
     for l in BufReader::new(out).lines() {
         let l = l.map_err(|e| e.to_string())?;
@@ -591,25 +616,44 @@ fn measure_once(ctx: &Ctx, c: &Contender, step_ms: f64) -> Result<Run> {
             "mark window-start" => m0 = Some(Mark::take(pid, weed)),
             "mark window-end" => m1 = Some(Mark::take(pid, weed)),
             l if l.starts_with('{') => line = Some(l.to_owned()),
-            l => println!("    {}: {l}", c.name),
+            l => println!("    {name}: {l}"),
         }
     }
     let status = child.wait().map_err(|e| e.to_string())?;
-    drop(agent);
-    let _ = std::fs::remove_dir_all(&cache);
     let line = line
         .filter(|_| status.success())
-        .ok_or_else(|| format!("{} exited with {status}", c.name))?;
-    let (Some(a), Some(b)) = (m0, m1) else {
-        return Err(format!("{}: no window marks", c.name));
+        .ok_or_else(|| format!("{name} exited with {status}"))?;
+    let (Some(start), Some(end)) = (m0, m1) else {
+        return Err(format!("{name}: no window marks"));
     };
+    Ok(Printed { line, start, end })
+}
+
+fn measure_once(ctx: &Ctx, c: &Contender, step_ms: f64) -> Result<Run> {
+    let t_setup = Instant::now();
+    // This process's threads before the agent starts: its CPU from the start.
+    let threads_at_launch = sys::thread_cpu();
+    let agent = start_agent(ctx, c)?;
+    let cache = fresh_cache(ctx);
+    let mut cmd = loader_command(ctx, c, agent.as_ref(), &cache, step_ms)?;
+    let setup_s = t_setup.elapsed().as_secs_f64();
+    let child = cmd.spawn().map_err(|e| format!("{}: {e}", c.name))?;
+    let printed = follow(&c.name, child, ctx.store.weed_pid());
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&cache);
+    let Printed {
+        line,
+        start: a,
+        end: b,
+    } = printed?;
     let mut r = Run::from_loader_line(&line, setup_s)?;
     // The loader's tree did not exist before the launch: its CPU at the
     // window's end is all it spent.
     r.cpu_from_start_s = b.client.as_secs_f64() + split_own(&threads_at_launch, &b.threads).agent;
-    let warmed =
-        report::json_num(&line, "warmup_batches").map_or(ctx.warmup_batches(), |n| n as u64);
-    r.samples_from_start = r.samples + warmed * u64::from(ctx.batch);
+    r.samples_from_start = samples_from_start(ctx, &line, r.samples);
+    // The agent started after `threads_at_launch`: its prepare workers'
+    // CPU at the window's end is all they spent.
+    r.prep_cpu_s = stall_jobs2::prep_cpu(&b.threads).as_secs_f64();
     let secs = b.at.duration_since(a.at).as_secs_f64().max(1e-9);
     r.client_cpu_s = b.client.saturating_sub(a.client).as_secs_f64();
     let own = split_own(&a.threads, &b.threads);
@@ -619,6 +663,62 @@ fn measure_once(ctx: &Ctx, c: &Contender, step_ms: f64) -> Result<Run> {
     let ours = (r.client_cpu_s + r.proxy_cpu_s + r.agent_cpu_s + r.store_cpu_s) / secs;
     r.others_cores = (busy - ours).max(0.0);
     Ok(r)
+}
+
+/// Samples a loader delivered from its start to its window's end: its
+/// warm-up batches (as it reports them) and the window's.
+fn samples_from_start(ctx: &Ctx, line: &str, window_samples: u64) -> u64 {
+    let warmed =
+        report::json_num(line, "warmup_batches").map_or(ctx.warmup_batches(), |n| n as u64);
+    window_samples + warmed * u64::from(ctx.batch)
+}
+
+/// `--decode`: two `granary` jobs at once on one agent with `prepare`
+/// ([`granary_bench::stall_jobs2`]). Returns both jobs' runs and the decode
+/// span over both.
+fn measure_jobs2(ctx: &Ctx, c: &Contender, step_ms: f64) -> Result<([Run; 2], DecodeSpan)> {
+    if !ctx.quiet.is_zero() {
+        sys::wait_quiet(ctx.quiet);
+    }
+    let t_setup = Instant::now();
+    let agent = start_agent(ctx, c)?.ok_or("two jobs: the contender has no agent")?;
+    let cache = fresh_cache(ctx);
+    let setup_s = t_setup.elapsed().as_secs_f64();
+    let weed = ctx.store.weed_pid();
+    let printed: Vec<Result<Printed>> = std::thread::scope(|s| {
+        let jobs: Vec<_> = (1..=2)
+            .map(|j| {
+                let cmd = loader_command(ctx, c, Some(&agent), &cache, step_ms);
+                s.spawn(move || {
+                    let name = format!("{} job {j}", c.name);
+                    let child = cmd?.spawn().map_err(|e| format!("{name}: {e}"))?;
+                    follow(&name, child, weed)
+                })
+            })
+            .collect();
+        jobs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a job's thread panicked".into()))
+            })
+            .collect()
+    });
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&cache);
+    let mut span = DecodeSpan::default();
+    let mut runs = Vec::new();
+    for p in printed {
+        let p = p?;
+        let mut r = Run::from_loader_line(&p.line, setup_s)?;
+        r.samples_from_start = samples_from_start(ctx, &p.line, r.samples);
+        // The later window's end covers both jobs' spans.
+        r.prep_cpu_s = stall_jobs2::prep_cpu(&p.end.threads).as_secs_f64();
+        span.prep_cpu_s = span.prep_cpu_s.max(r.prep_cpu_s);
+        span.samples += r.samples_from_start;
+        runs.push(r);
+    }
+    let runs: [Run; 2] = runs.try_into().map_err(|_| "two jobs: not two runs")?;
+    Ok((runs, span))
 }
 
 fn print_run(name: &str, r: &Run) {
@@ -695,7 +795,11 @@ fn two_jobs(args: &Args) -> Result<()> {
 }
 
 fn run() -> Result<()> {
-    let args = Args::parse(std::env::args().skip(1), &["quick", "two-jobs"], USAGE)?;
+    let args = Args::parse(
+        std::env::args().skip(1),
+        &["quick", "two-jobs", "no-jobs2"],
+        USAGE,
+    )?;
     if args.flag("two-jobs") {
         return two_jobs(&args);
     }
@@ -932,6 +1036,10 @@ fn run() -> Result<()> {
     }
 
     let mut runs: Vec<Vec<Vec<Run>>> = vec![vec![Vec::new(); rtts.len()]; contenders.len()];
+    // `--decode`: two `granary` jobs on one agent, at the goal's RTT,
+    // interleaved with the other runs.
+    let jobs2_on = decode > 0 && !args.flag("no-jobs2");
+    let mut jobs2_spans = Vec::new();
     for (i, &rtt) in rtts.iter().enumerate() {
         ctx.proxy.set_delay(Duration::from_micros(rtt * 500));
         println!("--- RTT {rtt} ms");
@@ -941,8 +1049,50 @@ fn run() -> Result<()> {
                 print_run(&format!("{} (run {})", c.name, rep + 1), &r);
                 runs[k][i].push(r);
             }
+            if jobs2_on && rtt == GOAL_RTT_MS {
+                match measure_jobs2(&ctx, &contenders[0], step_ms) {
+                    Ok((two, span)) => {
+                        for (j, r) in two.iter().enumerate() {
+                            println!(
+                                "  granary, two jobs: job {} (run {}): idle {:.1} % ({:.1} % from the start), {:.0} img/s, wait p99 {:.1} ms, first batch {:.2} s",
+                                j + 1,
+                                rep + 1,
+                                r.idle * 100.0,
+                                r.idle_from_start * 100.0,
+                                r.img_per_s,
+                                r.wait_p99_ms,
+                                r.first_batch_s
+                            );
+                        }
+                        println!(
+                            "  granary, two jobs (run {}): decode CPU {:.2} s for {} samples delivered ({:.0} µs/sample)",
+                            rep + 1,
+                            span.prep_cpu_s,
+                            span.samples,
+                            span.us_per_sample()
+                        );
+                        jobs2_spans.push(span);
+                    }
+                    Err(e) => println!("  granary, two jobs (run {}): FAILED: {e}", rep + 1),
+                }
+            }
         }
     }
+    let one_job_spans: Vec<DecodeSpan> = rtts
+        .iter()
+        .position(|&r| r == GOAL_RTT_MS)
+        .map(|i| {
+            runs[0][i]
+                .iter()
+                .filter(|r| r.error.is_none())
+                .map(|r| DecodeSpan {
+                    prep_cpu_s: r.prep_cpu_s,
+                    samples: r.samples_from_start,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let jobs2 = Jobs2::judge(&one_job_spans, &jobs2_spans);
     let Ctx {
         store, proxy, work, ..
     } = ctx;
@@ -1078,6 +1228,16 @@ fn run() -> Result<()> {
         stall_stats::GOAL_CPU_RATIO,
         stall_stats::verdict(goal_from_start.cpu_met)
     );
+    if jobs2_on {
+        println!(
+            "two jobs at {GOAL_RTT_MS} ms: decode CPU {:.0} µs per delivered sample against one job's {:.0} (ratio {:.3}; goal {}: {})",
+            jobs2.two_jobs_us,
+            jobs2.one_job_us,
+            jobs2.ratio,
+            stall_jobs2::GOAL.rule(),
+            stall_jobs2::GOAL.verdict(jobs2.ratio)
+        );
+    }
     let regime_after = sys::regime();
     println!("after: {regime_after}");
 
@@ -1088,9 +1248,12 @@ fn run() -> Result<()> {
         4,
     )
     .num("decode", f64::from(decode), 0)
-    // Two jobs on one dataset (the hyper-parameter search) are not run
-    // by this benchmark yet.
-    .num("jobs2_decode_cpu_ratio", f64::NAN, 3);
+    .num("jobs2_decode_cpu_ratio", jobs2.ratio, 3)
+    .num("granary_decode_cpu_us_per_sample", jobs2.one_job_us, 1)
+    .num("jobs2_decode_cpu_us_per_sample", jobs2.two_jobs_us, 1);
+    if jobs2_on {
+        j.goal(&stall_jobs2::GOAL, jobs2.ratio);
+    }
     j.str("store", &store_kind)
         .str("gpu_step", gpu_step.as_deref().unwrap_or("sleep"))
         .num("step_ms", step_ms, 3)
