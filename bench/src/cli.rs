@@ -86,3 +86,18 @@ impl Args {
         }
     }
 }
+
+/// A clap value parser: an integer, underscores allowed (`20_000`), as
+/// [`Args::u64`] reads it.
+pub fn num<T: std::str::FromStr>(v: &str) -> Result<T, String> {
+    v.trim()
+        .replace('_', "")
+        .parse()
+        .map_err(|_| format!("not a number (or too large): {v}"))
+}
+
+/// A clap value parser: integers separated by commas, underscores allowed,
+/// as [`Args::list`] reads them.
+pub fn num_list(v: &str) -> Result<Vec<u64>, String> {
+    v.split(',').map(num).collect()
+}

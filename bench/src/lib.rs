@@ -54,6 +54,7 @@ pub mod baseline;
 pub mod cli;
 pub mod cluster_node;
 pub mod cluster_store;
+pub mod cold;
 pub mod cpu;
 pub mod data;
 pub mod floods;
