@@ -65,6 +65,7 @@ pub mod netns;
 pub mod peer;
 pub mod peer_client;
 pub mod report;
+pub mod ring;
 pub mod s3_data;
 pub mod sample_windows;
 pub mod smoke;
