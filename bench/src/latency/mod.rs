@@ -101,7 +101,7 @@ mod scenario;
 #[cfg(test)]
 mod tests;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::data;
@@ -241,7 +241,7 @@ pub fn run(o: &Options) -> Result<()> {
 }
 
 /// The plots: SeaweedFS's at PATH, the light store's at PATH_light.
-fn draw(setup: &Setup, plot: &PathBuf, line: &str) {
+fn draw(setup: &Setup, plot: &Path, line: &str) {
     let script = setup.bench_dir.join("latency_plot.py");
     for which in &setup.stores {
         let (out, more): (PathBuf, &[&str]) = if which == "light" {
@@ -254,7 +254,7 @@ fn draw(setup: &Setup, plot: &PathBuf, line: &str) {
                 &["light_"],
             )
         } else {
-            (plot.clone(), &[])
+            (plot.to_path_buf(), &[])
         };
         match draw_with(&setup.python, &script, line, &out, more) {
             Ok(()) => println!("plot: {}", out.display()),
