@@ -1,7 +1,11 @@
 //! # granary-bench: Granary's benchmarks
 //!
 //! Every benchmark is one binary under `src/bin/` and runs as
-//! `bench/run NAME [args]`. Each prints human-readable lines and, as its last
+//! `bench/run NAME [args]`. The converted ones keep their code in a folder
+//! of their own, `src/NAME/` (`scenario`, `measure`, `report`, and more
+//! files where a concept needs one), behind a small clap binary:
+//! [`warm`], [`cold`], [`ring`], [`latency`] and [`cluster`] (with its node
+//! and store roles and its network namespaces, [`cluster::netns`]). Each prints human-readable lines and, as its last
 //! line, one JSON object (see [`report::Json`]). Benchmarks that need a second
 //! process re-execute their own binary in a peer role ([`peer`]).
 //!
@@ -32,12 +36,8 @@
 //! * [`sys`]: dropping the page cache, root or not, CPU load.
 //! * [`smoke`]: running a benchmark's smoke variant from a test, bounded.
 //! * [`cli`]: `--name value` options.
-//! * [`netns`]: network namespaces, a bridge and `tbf`-shaped links for the
-//!   cluster benchmark, removed on drop and on Ctrl-C.
 //! * [`corrupt_proxy`]: a peer-frame-aware TCP proxy corrupting chosen
 //!   blocks (from granary-testkit).
-//! * [`cluster_node`], [`cluster_store`]: the node and store roles of the
-//!   cluster benchmark.
 //! * [`attack_agent`], [`attack_loader`], [`peer_client`], [`switch_proxy`],
 //!   [`sample_windows`], [`floods`]: the pieces of the attacks benchmark:
 //!   real `granaryd` processes, loaders checking every byte, a peer client

@@ -37,14 +37,8 @@ pub fn run_scenario(o: &Opts, env: &Env, store_pids: &[u32], kind: Kind) -> Resu
     res
 }
 
-pub fn scenario_body(
-    o: &Opts,
-    env: &Env,
-    store_pids: &[u32],
-    kind: Kind,
-    dir: &Path,
-    arena: u64,
-) -> Result<ScenarioResult> {
+/// Writes every node's agent configuration and starts its `granaryd`.
+fn start_agents(o: &Opts, env: &Env, kind: Kind, dir: &Path, arena: u64) -> Result<Vec<AgentProc>> {
     let p = env.net.prefix().to_owned();
     let mut agents = Vec::new();
     for k in 0..o.nodes {
@@ -69,19 +63,23 @@ pub fn scenario_body(
     for a in &mut agents {
         a.start()?;
     }
-    let view_file = dir.join("view.bin");
-    if matches!(kind, Kind::Relaunch | Kind::Locality) {
-        let all: Vec<usize> = (0..o.nodes).collect();
-        let view = hand_view(&agents, &all, kind.name(), 1)?;
-        std::fs::write(&view_file, view).map_err(|e| format!("{}: {e}", view_file.display()))?;
-    }
-    let victim = 1usize;
-    let victim_half: u64 = o
-        .ranks(victim)
-        .iter()
-        .map(|&r| batches_per_epoch(o, r))
-        .sum::<u64>()
-        / 2;
+    Ok(agents)
+}
+
+/// Starts one loader process per node, in its namespace, each waiting for
+/// its first epoch.
+#[allow(clippy::too_many_arguments)]
+fn start_loaders(
+    o: &Opts,
+    env: &Env,
+    kind: Kind,
+    dir: &Path,
+    agents: &[AgentProc],
+    view_file: &Path,
+    victim: usize,
+    victim_half: u64,
+) -> Result<Vec<Proc>> {
+    let p = env.net.prefix().to_owned();
     let mut nodes = Vec::new();
     for (k, agent) in agents.iter().enumerate() {
         let ranks: Vec<String> = o.ranks_in(kind, k).iter().map(u32::to_string).collect();
@@ -99,14 +97,14 @@ pub fn scenario_body(
             c.args(["--layout", &l.join(",")])
                 .args(["--nodes", &o.nodes.to_string()])
                 .arg("--view")
-                .arg(&view_file);
+                .arg(view_file);
         }
         if kind == Kind::Relaunch && o.relaunch_locality {
             let all: Vec<usize> = (0..o.nodes).collect();
             c.args(["--layout", &relaunch_layout(&all)])
                 .args(["--nodes", &o.nodes.to_string()])
                 .arg("--view")
-                .arg(&view_file);
+                .arg(view_file);
         }
         if kind == Kind::Kill && k == victim {
             c.args([
@@ -133,6 +131,319 @@ pub fn scenario_body(
         node.expect("ready", Duration::from_secs(30))?;
         nodes.push(node);
     }
+    Ok(nodes)
+}
+
+/// What the epochs of a scenario measured.
+struct Measured {
+    epochs: Vec<EpochResult>,
+    restart_secs: Option<f64>,
+    relaunch: Option<Relaunch>,
+    timeline: Vec<Point>,
+    marks: Vec<f64>,
+}
+
+/// `relaunch`'s change in the middle of an epoch: the last node lost.
+struct Change<'a> {
+    o: &'a Opts,
+    kind: Kind,
+    dir: &'a Path,
+    e: u32,
+    /// The global step the relaunched job starts at.
+    from: u64,
+    /// The node lost.
+    lost: usize,
+}
+
+/// Every node's counters at the change, how long the change took, and with
+/// `--relaunch-locality` the new job's agreement.
+type Relaunched = (Vec<BTreeMap<String, f64>>, f64, Option<Option<[u8; 32]>>);
+
+impl Change<'_> {
+    /// Kills the lost node's agent and loader, hands the survivors a new
+    /// view and relaunches the job on them with one rank fewer and the same
+    /// global batch, at the step every rank had committed.
+    #[allow(clippy::too_many_arguments)]
+    fn apply(
+        &self,
+        nodes: &mut [Proc],
+        agents: &mut [AgentProc],
+        active: &mut [bool],
+        mono: &mut [Monotone],
+        prev: &mut [BTreeMap<String, f64>],
+        loader_cpu: &mut [f64],
+        (world, batch): (&mut u32, &mut u32),
+    ) -> Result<Relaunched> {
+        let Change {
+            o,
+            kind,
+            dir,
+            e,
+            from,
+            lost,
+        } = *self;
+        let mut locality = None;
+        let at = Instant::now();
+        // Store reads split at the change: every node's counters
+        // now, the lost one's included.
+        let at_change = scrape_deltas(nodes, active, mono, prev)?;
+        // The last node is lost (agent and loader killed); the job
+        // is relaunched on the others with a new view (epoch 2),
+        // one rank fewer and the same global batch, at the step
+        // every rank had committed.
+        active[lost] = false;
+        agents[lost].kill9();
+        loader_cpu[lost] = cpu_secs(nodes[lost].pid());
+        nodes[lost].kill9();
+        let survivors: Vec<usize> = (0..o.nodes).filter(|&k| active[k]).collect();
+        let view2 = hand_view(&agents, &survivors, "relaunch", 2)?;
+        let old = (*world, *batch);
+        *world -= o.ranks_in(kind, lost).len() as u32;
+        *batch = (o.global_batch() / u64::from(*world)) as u32;
+        let mut words = format!("world {world} batch={batch}");
+        if o.relaunch_locality {
+            // The new job's layout over the new view, then its
+            // agreement: the same global batch, another layout.
+            let f = dir.join("view2.bin");
+            std::fs::write(&f, &view2).map_err(|e| format!("{}: {e}", f.display()))?;
+            let _ = write!(
+                words,
+                " layout={} nodes={} view={}",
+                relaunch_layout(&survivors),
+                survivors.len(),
+                f.display()
+            );
+        }
+        for &k in &survivors {
+            nodes[k].send(&words)?;
+            nodes[k].expect("world", Duration::from_secs(10))?;
+        }
+        if o.relaunch_locality {
+            locality = Some(agree_epoch(nodes, active, *world, e)?);
+        }
+        let change_secs = at.elapsed().as_secs_f64();
+        eprintln!(
+            "  relaunch: node n{lost} lost at global step {from} of epoch {e} ({} ranks x {}); \
+             the job goes on at step {from} with {world} ranks x {batch} on {} nodes",
+            old.0,
+            old.1,
+            survivors.len()
+        );
+        Ok((at_change, change_secs, locality))
+    }
+}
+
+/// What watching one part of an epoch needs besides the processes.
+struct Watch<'a> {
+    o: &'a Opts,
+    kind: Kind,
+    e: u32,
+    /// The node whose agent `kill` kills (at its loader's `mark`).
+    victim: usize,
+    /// When the scenario and the epoch began.
+    t0: Instant,
+    start: Instant,
+}
+
+impl Watch<'_> {
+    /// Reads every active loader's lines until each has said `done`:
+    /// timeline ticks, and in `kill` the victim's agent killed and restarted
+    /// at its mark; every active node's epoch.
+    #[allow(clippy::too_many_arguments)]
+    fn wait(
+        &self,
+        nodes: &mut [Proc],
+        agents: &mut [AgentProc],
+        active: &[bool],
+        mono: &mut [Monotone],
+        timeline: &mut Vec<Point>,
+        killed: &mut bool,
+        restart_secs: &mut Option<f64>,
+    ) -> Result<Vec<Option<NodeEpoch>>> {
+        let Watch {
+            o,
+            kind,
+            e,
+            victim,
+            t0,
+            start,
+        } = *self;
+        let mut done: Vec<Option<NodeEpoch>> = (0..o.nodes)
+            .map(|k| (!active[k]).then(NodeEpoch::default))
+            .collect();
+        while done.iter().any(Option::is_none) {
+            let mut idle = true;
+            for k in 0..o.nodes {
+                if !active[k] {
+                    continue;
+                }
+                while let Some(line) = nodes[k].try_next()? {
+                    idle = false;
+                    let (verb, kv) = parse_line(&line);
+                    match verb.as_str() {
+                        "tick" => {
+                            if let Some(m) = mono[k].feed(&kv) {
+                                timeline.push(Point {
+                                    t: t0.elapsed().as_secs_f64(),
+                                    node: k,
+                                    arena: m["arena"],
+                                    peer: m["peer"],
+                                    store: m["store"],
+                                    reads: m["reads"],
+                                });
+                            }
+                        }
+                        "mark" if kind == Kind::Kill && e == 1 && k == victim && !*killed => {
+                            *killed = true;
+                            let at = Instant::now();
+                            agents[victim].kill9();
+                            eprintln!(
+                            "  kill: granaryd n{victim} killed (SIGKILL) after {} batches of epoch 1",
+                            kv.get("batches").map_or("?", String::as_str)
+                        );
+                            std::thread::sleep(Duration::from_millis(o.restart_ms));
+                            agents[victim].start()?;
+                            let s = at.elapsed().as_secs_f64();
+                            eprintln!(
+                            "  kill: granaryd n{victim} answering again {s:.2} s after the kill"
+                        );
+                            *restart_secs = Some(s);
+                        }
+                        "done" => done[k] = Some(node_epoch(&kv)),
+                        _ => {}
+                    }
+                }
+            }
+            if start.elapsed() > EPOCH_LIMIT {
+                return Err(format!(
+                    "{}: epoch {e} did not finish in {EPOCH_LIMIT:?}",
+                    kind.name()
+                ));
+            }
+            if idle {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        Ok(done)
+    }
+}
+
+/// The job's steps this epoch and how many of the delivered steps differ
+/// from the planner's (`want`), the parts' step hashes added up.
+fn compare_steps(part_steps: &[(Vec<u64>, u32, u32)], want: &[u64]) -> (u64, u64) {
+    let mut got = Vec::new();
+    for (steps, _, _) in part_steps {
+        add_steps(&mut got, steps);
+    }
+    let mismatch = (0..got.len().max(want.len()))
+        .filter(|&i| got.get(i).copied().unwrap_or(0) != want.get(i).copied().unwrap_or(0))
+        .count() as u64;
+    (want.len() as u64, mismatch)
+}
+
+/// Every node's counters of the epoch: those up to a change (`at_change`)
+/// plus those after it.
+fn add_counters(
+    res: &mut EpochResult,
+    at_change: &[BTreeMap<String, f64>],
+    after: &[BTreeMap<String, f64>],
+) {
+    for (k, node) in res.nodes.iter_mut().enumerate() {
+        let mut m = at_change[k].clone();
+        for (key, v) in &after[k] {
+            *m.entry(key.clone()).or_insert(0.0) += v;
+        }
+        node.m = m;
+    }
+}
+
+/// Stops the loaders (reading their last counters) and the agents; the
+/// scenario's result with every process's CPU time.
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    kind: Kind,
+    arena: u64,
+    agents: Vec<AgentProc>,
+    mut nodes: Vec<Proc>,
+    active: &[bool],
+    mut loader_cpu: Vec<f64>,
+    store_pids: &[u32],
+    store_cpu0: f64,
+    m: Measured,
+) -> Result<ScenarioResult> {
+    let Measured {
+        epochs,
+        restart_secs,
+        relaunch,
+        timeline,
+        marks,
+    } = m;
+    let agent_cpu: Vec<f64> = agents.iter().map(AgentProc::cpu).collect();
+    for (k, n) in nodes.iter().enumerate() {
+        if active[k] {
+            loader_cpu[k] = cpu_secs(n.pid());
+        }
+    }
+    let store_cpu = store_pids.iter().map(|&p| cpu_secs(p)).sum::<f64>() - store_cpu0;
+    let (mut corrupted, mut proxied_blocks) = (0, 0);
+    for (k, n) in nodes.iter_mut().enumerate() {
+        if !active[k] {
+            continue;
+        }
+        n.send("quit")?;
+        let kv = n.expect("final", Duration::from_secs(10))?;
+        corrupted += kv
+            .get("corrupted")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        proxied_blocks += kv
+            .get("blocks")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    for n in nodes {
+        n.finish();
+    }
+    drop(agents);
+    Ok(ScenarioResult {
+        kind,
+        arena_mib: arena,
+        epochs,
+        agent_cpu,
+        loader_cpu,
+        store_cpu,
+        corrupted,
+        proxied_blocks,
+        restart_secs,
+        relaunch,
+        timeline,
+        marks,
+    })
+}
+
+pub fn scenario_body(
+    o: &Opts,
+    env: &Env,
+    store_pids: &[u32],
+    kind: Kind,
+    dir: &Path,
+    arena: u64,
+) -> Result<ScenarioResult> {
+    let mut agents = start_agents(o, env, kind, dir, arena)?;
+    let view_file = dir.join("view.bin");
+    if matches!(kind, Kind::Relaunch | Kind::Locality) {
+        let all: Vec<usize> = (0..o.nodes).collect();
+        let view = hand_view(&agents, &all, kind.name(), 1)?;
+        std::fs::write(&view_file, view).map_err(|e| format!("{}: {e}", view_file.display()))?;
+    }
+    let victim = 1usize;
+    let victim_half: u64 = o
+        .ranks(victim)
+        .iter()
+        .map(|&r| batches_per_epoch(o, r))
+        .sum::<u64>()
+        / 2;
+    let mut nodes = start_loaders(o, env, kind, dir, &agents, &view_file, victim, victim_half)?;
     let store_cpu0: f64 = store_pids.iter().map(|&p| cpu_secs(p)).sum();
     let t0 = Instant::now();
     let mut mono: Vec<Monotone> = (0..o.nodes).map(|_| Monotone::default()).collect();
@@ -179,52 +490,28 @@ pub fn scenario_body(
         let mut killed = false;
         for (pi, &(from, stop)) in parts.iter().enumerate() {
             if pi > 0 {
-                let at = Instant::now();
-                // Store reads split at the change: every node's counters
-                // now, the lost one's included.
-                at_change = scrape_deltas(&mut nodes, &active, &mut mono, &mut prev)?;
-                // The last node is lost (agent and loader killed); the job
-                // is relaunched on the others with a new view (epoch 2),
-                // one rank fewer and the same global batch, at the step
-                // every rank had committed.
-                active[lost] = false;
-                agents[lost].kill9();
-                loader_cpu[lost] = cpu_secs(nodes[lost].pid());
-                nodes[lost].kill9();
-                let survivors: Vec<usize> = (0..o.nodes).filter(|&k| active[k]).collect();
-                let view2 = hand_view(&agents, &survivors, "relaunch", 2)?;
-                let old = (world, batch);
-                world -= o.ranks_in(kind, lost).len() as u32;
-                batch = (o.global_batch() / u64::from(world)) as u32;
-                let mut words = format!("world {world} batch={batch}");
-                if o.relaunch_locality {
-                    // The new job's layout over the new view, then its
-                    // agreement: the same global batch, another layout.
-                    let f = dir.join("view2.bin");
-                    std::fs::write(&f, &view2).map_err(|e| format!("{}: {e}", f.display()))?;
-                    let _ = write!(
-                        words,
-                        " layout={} nodes={} view={}",
-                        relaunch_layout(&survivors),
-                        survivors.len(),
-                        f.display()
-                    );
+                let change = Change {
+                    o,
+                    kind,
+                    dir,
+                    e,
+                    from,
+                    lost,
+                };
+                let relaunched = change.apply(
+                    &mut nodes,
+                    &mut agents,
+                    &mut active,
+                    &mut mono,
+                    &mut prev,
+                    &mut loader_cpu,
+                    (&mut world, &mut batch),
+                )?;
+                at_change = relaunched.0;
+                change_secs = relaunched.1;
+                if let Some(l) = relaunched.2 {
+                    locality = l;
                 }
-                for &k in &survivors {
-                    nodes[k].send(&words)?;
-                    nodes[k].expect("world", Duration::from_secs(10))?;
-                }
-                if o.relaunch_locality {
-                    locality = agree_epoch(&mut nodes, &active, world, e)?;
-                }
-                change_secs = at.elapsed().as_secs_f64();
-                eprintln!(
-                    "  relaunch: node n{lost} lost at global step {from} of epoch {e} ({} ranks x {}); \
-                     the job goes on at step {from} with {world} ranks x {batch} on {} nodes",
-                    old.0,
-                    old.1,
-                    survivors.len()
-                );
             }
             every_part_locality &= locality.is_some();
             let plan = planned_steps(o, world, batch, e);
@@ -248,62 +535,23 @@ pub fn scenario_body(
                     n.send(&cmd)?;
                 }
             }
-            let mut done: Vec<Option<NodeEpoch>> = (0..o.nodes)
-                .map(|k| (!active[k]).then(NodeEpoch::default))
-                .collect();
-            while done.iter().any(Option::is_none) {
-                let mut idle = true;
-                for k in 0..o.nodes {
-                    if !active[k] {
-                        continue;
-                    }
-                    while let Some(line) = nodes[k].try_next()? {
-                        idle = false;
-                        let (verb, kv) = parse_line(&line);
-                        match verb.as_str() {
-                            "tick" => {
-                                if let Some(m) = mono[k].feed(&kv) {
-                                    timeline.push(Point {
-                                        t: t0.elapsed().as_secs_f64(),
-                                        node: k,
-                                        arena: m["arena"],
-                                        peer: m["peer"],
-                                        store: m["store"],
-                                        reads: m["reads"],
-                                    });
-                                }
-                            }
-                            "mark" if kind == Kind::Kill && e == 1 && k == victim && !killed => {
-                                killed = true;
-                                let at = Instant::now();
-                                agents[victim].kill9();
-                                eprintln!(
-                                    "  kill: granaryd n{victim} killed (SIGKILL) after {} batches of epoch 1",
-                                    kv.get("batches").map_or("?", String::as_str)
-                                );
-                                std::thread::sleep(Duration::from_millis(o.restart_ms));
-                                agents[victim].start()?;
-                                let s = at.elapsed().as_secs_f64();
-                                eprintln!(
-                                    "  kill: granaryd n{victim} answering again {s:.2} s after the kill"
-                                );
-                                restart_secs = Some(s);
-                            }
-                            "done" => done[k] = Some(node_epoch(&kv)),
-                            _ => {}
-                        }
-                    }
-                }
-                if start.elapsed() > EPOCH_LIMIT {
-                    return Err(format!(
-                        "{}: epoch {e} did not finish in {EPOCH_LIMIT:?}",
-                        kind.name()
-                    ));
-                }
-                if idle {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            }
+            let watch = Watch {
+                o,
+                kind,
+                e,
+                victim,
+                t0,
+                start,
+            };
+            let done = watch.wait(
+                &mut nodes,
+                &mut agents,
+                &active,
+                &mut mono,
+                &mut timeline,
+                &mut killed,
+                &mut restart_secs,
+            )?;
             let mut job = Vec::new();
             for (k, ne) in done.into_iter().enumerate() {
                 let ne = ne.unwrap_or_default();
@@ -319,22 +567,9 @@ pub fn scenario_body(
             locality: every_part_locality,
             ..EpochResult::default()
         };
-        let mut got = Vec::new();
-        for (steps, _, _) in &part_steps {
-            add_steps(&mut got, steps);
-        }
-        res.steps = want.len() as u64;
-        res.step_mismatch = (0..got.len().max(want.len()))
-            .filter(|&i| got.get(i).copied().unwrap_or(0) != want.get(i).copied().unwrap_or(0))
-            .count() as u64;
+        (res.steps, res.step_mismatch) = compare_steps(&part_steps, &want);
         let after = scrape_deltas(&mut nodes, &active, &mut mono, &mut prev)?;
-        for k in 0..o.nodes {
-            let mut m = at_change[k].clone();
-            for (key, v) in &after[k] {
-                *m.entry(key.clone()).or_insert(0.0) += v;
-            }
-            res.nodes[k].m = m;
-        }
+        add_counters(&mut res, &at_change, &after);
         if parts.len() > 1 {
             let sum = |ms: &[BTreeMap<String, f64>]| -> f64 {
                 ms.iter().filter_map(|m| m.get("reads")).sum()
@@ -361,47 +596,16 @@ pub fn scenario_body(
         );
         epochs.push(res);
     }
-    let agent_cpu: Vec<f64> = agents.iter().map(AgentProc::cpu).collect();
-    for (k, n) in nodes.iter().enumerate() {
-        if active[k] {
-            loader_cpu[k] = cpu_secs(n.pid());
-        }
-    }
-    let store_cpu = store_pids.iter().map(|&p| cpu_secs(p)).sum::<f64>() - store_cpu0;
-    let (mut corrupted, mut proxied_blocks) = (0, 0);
-    for (k, n) in nodes.iter_mut().enumerate() {
-        if !active[k] {
-            continue;
-        }
-        n.send("quit")?;
-        let kv = n.expect("final", Duration::from_secs(10))?;
-        corrupted += kv
-            .get("corrupted")
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
-        proxied_blocks += kv
-            .get("blocks")
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
-    }
-    for n in nodes {
-        n.finish();
-    }
-    drop(agents);
-    Ok(ScenarioResult {
-        kind,
-        arena_mib: arena,
+    let measured = Measured {
         epochs,
-        agent_cpu,
-        loader_cpu,
-        store_cpu,
-        corrupted,
-        proxied_blocks,
         restart_secs,
         relaunch,
         timeline,
         marks,
-    })
+    };
+    finish(
+        kind, arena, agents, nodes, &active, loader_cpu, store_pids, store_cpu0, measured,
+    )
 }
 
 /// Every active node's counters now, as deltas from `prev` (which they

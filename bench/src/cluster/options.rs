@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use granary_tools::synth::SynthSpec;
 
 use super::Result;
+use crate::cli::num;
 use crate::data::data_root;
 
 /// One scenario.
@@ -92,51 +93,72 @@ pub struct Opts {
     pub smoke: bool,
 }
 
-/// The options as given (`bench/run cluster --help`); `None`: the default
-/// (some differ with `--smoke`).
-#[derive(Clone, Debug, Default)]
+/// The options as given (`bench/run cluster --help`); `None`: the default,
+/// in brackets (some differ with `--smoke`).
+#[derive(clap::Args, Clone, Debug, Default)]
 pub struct Options {
-    /// Samples in the dataset [4096; 2048 with `--smoke`].
+    /// Samples in the dataset [4096; 2048 with --smoke; the size is 16384].
+    #[arg(long, value_parser = num::<u64>)]
     pub samples: Option<u64>,
     /// Mean sample size in KiB [64].
+    #[arg(long, value_parser = num::<u64>)]
     pub mean_kib: Option<u64>,
-    /// Log-normal sigma of the sizes [0].
+    /// Log-normal sigma of the sizes [0: all the same size; the variant: --mean-kib 107 --sigma 0.5].
+    #[arg(long)]
     pub sigma: Option<f64>,
     /// Epochs per scenario [3].
+    #[arg(long, value_parser = num::<u32>)]
     pub epochs: Option<u32>,
-    /// Batch size per rank [32].
+    /// Batch size per rank [32; in relaunch each rank's after the loss, before it B x (nodes - 1) / nodes: B must be divisible by --nodes, and --samples a multiple of nodes x (nodes - 1) gives epochs without padding].
+    #[arg(long, value_parser = num::<u32>)]
     pub batch: Option<u32>,
-    /// Node namespaces [4; 2 with `--smoke`].
+    /// Node namespaces [4; 2 with --smoke; node 0 runs two ranks].
+    #[arg(long, value_parser = num::<u64>)]
     pub nodes: Option<u64>,
     /// Each node's link, each way, Mbit/s [1000].
+    #[arg(long, value_parser = num::<u32>)]
     pub node_mbit: Option<u32>,
     /// The store's link, each way, Mbit/s [200].
+    #[arg(long, value_parser = num::<u32>)]
     pub store_mbit: Option<u32>,
-    /// Round trip added in front of the store, ms [50].
+    /// Round trip added by the delay proxy in front of the store, ms [50].
+    #[arg(long, value_parser = num::<u64>)]
     pub rtt_ms: Option<u64>,
     /// The slowed node's link in `slow`, Mbit/s [10].
+    #[arg(long, value_parser = num::<u32>)]
     pub slow_mbit: Option<u32>,
-    /// `peers.hedge_after_ms` [2000].
+    /// peers.hedge_after_ms of every agent [2000, the agent's].
+    #[arg(long, value_parser = num::<u64>)]
     pub hedge_ms: Option<u64>,
-    /// `peers.owner_grace_ms` [10000].
+    /// peers.owner_grace_ms of every agent [10000, the agent's; 0: a dropped owner's samples are read from the store at once].
+    #[arg(long, value_parser = num::<u64>)]
     pub owner_grace_ms: Option<u64>,
-    /// `peers.keep_percent` [50].
+    /// peers.keep_percent of every agent [50].
+    #[arg(long, value_parser = num::<u64>)]
     pub keep_percent: Option<u64>,
-    /// Each agent's arena in `b0`, MiB [64].
+    /// Arena of each agent in b0, MiB [64, the smallest allowed].
+    #[arg(long, value_parser = num::<u64>)]
     pub b0_arena_mib: Option<u64>,
     /// One peer block in K corrupted in `corrupt` [10000].
+    #[arg(long, value_parser = num::<u64>)]
     pub corrupt_every: Option<u64>,
     /// Time between the kill and the restart in `kill`, ms [1000].
+    #[arg(long, value_parser = num::<u64>)]
     pub restart_ms: Option<u64>,
-    /// `relaunch` in the locality-aware assignment.
+    /// Run `relaunch` in the locality-aware assignment: the job agrees before each epoch, and again after the change with the new view, world size and layout.
+    #[arg(long)]
     pub relaunch_locality: bool,
-    /// Scenarios, comma-separated [all].
+    /// Comma-separated, from b0,peers150,peers150off,peers75,locality,kill,relaunch,corrupt,slow [all].
+    #[arg(long)]
     pub scenarios: Option<String>,
-    /// Logs, timeline and plot [bench/.data/cluster].
+    /// Logs, timeline.csv and the plot [bench/.data/cluster].
+    #[arg(long)]
     pub out: Option<PathBuf>,
-    /// The plot [OUT/cluster.png; `-`: none].
+    /// Where the plot goes [OUT/cluster.png; `-` for none].
+    #[arg(long)]
     pub plot: Option<String>,
-    /// Two nodes, 2048 samples, peers150 and locality; invariants asserted.
+    /// Two nodes, 2048 samples, peers150 and locality; exit 1 if an invariant fails.
+    #[arg(long)]
     pub smoke: bool,
 }
 

@@ -104,8 +104,10 @@ mod tests;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use crate::cli::num;
 use crate::data;
 use crate::report::{draw_with, Goal, Json};
+use crate::stall_loaders::PER_SAMPLE;
 use crate::sys::{self, cpu_model};
 use scenario::Setup;
 
@@ -134,64 +136,91 @@ pub const GOAL_LIGHT_RTT: Goal = Goal::at_least("light_goal_rtt", 0.9);
 pub const GOAL_LIGHT_CONTENDER: Goal = Goal::at_least("light_goal_contender", 2.0);
 
 /// The benchmark's options (`bench/run latency --help`).
-#[derive(Clone, Debug)]
+#[derive(clap::Args, Clone, Debug)]
 pub struct Options {
     /// Files in the synthetic dataset.
+    #[arg(long, default_value_t = 40_000, value_parser = num::<u64>)]
     pub files: u64,
     /// Mean file size in bytes.
+    #[arg(long, default_value_t = 110_000, value_parser = num::<u64>)]
     pub mean_size: u64,
-    /// Round-trip times, ms.
+    /// Round-trip times, ms, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0,2,10,50,100,200", value_parser = num::<u64>)]
     pub rtt_ms: Vec<u64>,
-    /// DataLoader `num_workers` values.
+    /// DataLoader num_workers values.
+    #[arg(long, value_delimiter = ',', default_value = "8,32", value_parser = num::<u64>)]
     pub workers: Vec<u64>,
-    /// More loaders run by `bench/stall_train.py` (`none`: none).
+    /// More loaders, run by bench/stall_train.py with no GPU step (`none`: only the DataLoaders).
+    #[arg(long, default_value_t = PER_SAMPLE.join(","))]
     pub contenders: String,
-    /// Samples per batch, every loader.
+    /// Samples per batch, both loaders.
+    #[arg(long, default_value_t = 32, value_parser = num::<u32>)]
     pub batch: u32,
     /// Ramp-up skipped before each window, seconds.
+    #[arg(long, default_value_t = 2.0)]
     pub warmup_s: f64,
     /// Length of each window, seconds.
+    #[arg(long, default_value_t = 12.0)]
     pub window_s: f64,
-    /// Granary's `prefetch.max_inflight_reads` values; the first is the main one.
+    /// Granary: prefetch.max_inflight_reads, each value measured, the first the main column.
+    #[arg(long, value_delimiter = ',', default_value = "1024", value_parser = num::<u64>)]
     pub inflight: Vec<u64>,
-    /// Granary's `prefetch.window_batches`.
+    /// Granary: prefetch.window_batches.
+    #[arg(long, default_value_t = 64, value_parser = num::<u32>)]
     pub window: u32,
-    /// Granary's `prefetch.initial_window`.
+    /// Granary: prefetch.initial_window (the agent's default).
+    #[arg(long, default_value_t = 2, value_parser = num::<u32>)]
     pub initial_window: u32,
-    /// Granary's `arena.size` (`None`: 1 GiB or the largest inflight × 1 MiB).
+    /// Granary: arena.size [default: max(1 GiB, largest inflight × 1 MiB)].
+    #[arg(long, value_parser = num::<u64>)]
     pub arena: Option<u64>,
-    /// Granary's `sessions.ready_ring_capacity`.
+    /// Granary: sessions.ready_ring_capacity.
+    #[arg(long, default_value_t = 128, value_parser = num::<u32>)]
     pub ready: u32,
-    /// More agent keys, `section.key=value;...`.
+    /// Granary: more keys, `section.key=value;...` (`dataset.key=value` goes into [[dataset]]).
+    #[arg(long, default_value = "")]
     pub agent_keys: String,
-    /// Verify every Nth sample byte for byte.
+    /// Granary: verify every Nth sample byte for byte.
+    #[arg(long, default_value_t = 16, value_parser = num::<u64>)]
     pub verify_every: u64,
     /// Skip Granary.
+    #[arg(long)]
     pub no_granary: bool,
     /// Do not measure Granary at 0 ms next to every other RTT.
+    #[arg(long)]
     pub no_pair: bool,
-    /// Wait up to this long for a quiet machine before each measurement, s.
+    /// Before each measurement, wait up to S s for a quiet machine (under 0.2 busy cores for 2 s; 0: never).
+    #[arg(long, default_value_t = 10.0)]
     pub quiet_wait_s: f64,
-    /// Measure a contended window again, up to this many times.
+    /// Every loader alike: measure a contended window again, up to N times, keeping the least contended.
+    #[arg(long, default_value_t = 0, value_parser = num::<u32>)]
     pub retries: u32,
-    /// Measure every point this many times (`None`: 1, or 3 with `--format`).
+    /// Measure every point N times, the loaders interleaved, and keep the median [default: 1; 3 with --format].
+    #[arg(long, value_parser = num::<u32>)]
     pub repeat: Option<u32>,
-    /// `seaweed`, `light` or `both`.
+    /// seaweed, light or both (SeaweedFS first).
+    #[arg(long, default_value = "both")]
     pub store: String,
     /// The light store's worker threads.
+    #[arg(long, default_value_t = 1, value_parser = num::<u64>)]
     pub light_threads: u64,
     /// Skip the DataLoaders.
+    #[arg(long)]
     pub no_dataloader: bool,
-    /// Where the plot goes (empty: `docs/latency.png`; `none`: no plot).
+    /// Where the plot goes [default: docs/latency.png, the light store's as docs/latency_light.png; `none`: no plot].
+    #[arg(long, default_value = "")]
     pub plot: String,
-    /// The Python interpreter (empty: `$PYTHON`, else `python3`).
+    /// The Python interpreter [default: $PYTHON, else python3].
+    #[arg(long, default_value = "")]
     pub python: String,
-    /// Instead of the sweep: shards in this format against one object per
-    /// sample (empty: the sweep).
+    /// Instead of the sweep: Granary over shards (webdataset, mds or parquet) against one object per sample, on the light store; goal format_ratio >= 0.9.
+    #[arg(long, default_value = "")]
     pub format: String,
-    /// With `--format`: the round-trip time, ms.
+    /// With --format: the round-trip time, ms.
+    #[arg(long, default_value_t = 100, value_parser = num::<u64>)]
     pub format_rtt_ms: u64,
-    /// With `--format`: the shard size, MiB.
+    /// With --format: shard size, MiB.
+    #[arg(long, default_value_t = 64, value_parser = num::<u64>)]
     pub shard_mib: u64,
 }
 
