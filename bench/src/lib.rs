@@ -1,13 +1,14 @@
 //! # granary-bench: Granary's benchmarks
 //!
 //! Every benchmark is one binary under `src/bin/` and runs as
-//! `bench/run NAME [args]`. The converted ones keep their code in a folder
-//! of their own, `src/NAME/` (`scenario`, `measure`, `report`, and more
-//! files where a concept needs one), behind a small clap binary:
-//! [`warm`], [`cold`], [`ring`], [`latency`] and [`cluster`] (with its node
-//! and store roles and its network namespaces, [`cluster::netns`]). Each prints human-readable lines and, as its last
-//! line, one JSON object (see [`report::Json`]). Benchmarks that need a second
-//! process re-execute their own binary in a peer role ([`peer`]).
+//! `bench/run NAME [args]`. Those moved to the folder layout keep their code
+//! in `src/NAME/` (`scenario`, `measure`, `report`, and more files where a
+//! concept needs one) behind a small clap binary: [`warm`], [`cold`],
+//! [`ring`], [`latency`] and [`cluster`] (with its node and store roles and
+//! its network namespaces, [`cluster::netns`]). Each prints human-readable
+//! lines and, as its last line, one JSON object (see [`report::Json`]).
+//! Benchmarks that need a second process re-execute their own binary in a
+//! peer role ([`peer`]).
 //!
 //! Shared pieces:
 //! * [`peer`]: spawn the current binary as a peer process that receives a
