@@ -196,7 +196,7 @@ impl Change<'_> {
         loader_cpu[lost] = cpu_secs(nodes[lost].pid());
         nodes[lost].kill9();
         let survivors: Vec<usize> = (0..o.nodes).filter(|&k| active[k]).collect();
-        let view2 = hand_view(&agents, &survivors, "relaunch", 2)?;
+        let view2 = hand_view(agents, &survivors, "relaunch", 2)?;
         let old = (*world, *batch);
         *world -= o.ranks_in(kind, lost).len() as u32;
         *batch = (o.global_batch() / u64::from(*world)) as u32;
