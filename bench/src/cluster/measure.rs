@@ -298,15 +298,15 @@ impl Watch<'_> {
                             let at = Instant::now();
                             agents[victim].kill9();
                             eprintln!(
-                            "  kill: granaryd n{victim} killed (SIGKILL) after {} batches of epoch 1",
-                            kv.get("batches").map_or("?", String::as_str)
-                        );
+                                "  kill: granaryd n{victim} killed (SIGKILL) after {} batches of epoch 1",
+                                kv.get("batches").map_or("?", String::as_str)
+                            );
                             std::thread::sleep(Duration::from_millis(o.restart_ms));
                             agents[victim].start()?;
                             let s = at.elapsed().as_secs_f64();
                             eprintln!(
-                            "  kill: granaryd n{victim} answering again {s:.2} s after the kill"
-                        );
+                                "  kill: granaryd n{victim} answering again {s:.2} s after the kill"
+                            );
                             *restart_secs = Some(s);
                         }
                         "done" => done[k] = Some(node_epoch(&kv)),
@@ -355,6 +355,28 @@ fn add_counters(
         }
         node.m = m;
     }
+}
+
+/// The command that runs one part of epoch `e` on a loader: in locality
+/// order when the job agreed on `locality`, from global step `from`, up to
+/// `stop`.
+fn epoch_command(e: u32, locality: Option<&[u8; 32]>, from: u64, stop: Option<u64>) -> String {
+    let mut cmd = format!("epoch {e}");
+    if let Some(d) = locality {
+        let _ = write!(cmd, " locality={}", node::digest_hex(d));
+    }
+    if from > 0 {
+        let _ = write!(cmd, " from={from}");
+    }
+    if let Some(s) = stop {
+        let _ = write!(cmd, " stop={s}");
+    }
+    cmd
+}
+
+/// Store reads of every node's counters together.
+fn total_reads(ms: &[BTreeMap<String, f64>]) -> f64 {
+    ms.iter().filter_map(|m| m.get("reads")).sum()
 }
 
 /// Stops the loaders (reading their last counters) and the agents; the
@@ -421,49 +443,50 @@ fn finish(
     })
 }
 
-pub fn scenario_body(
-    o: &Opts,
-    env: &Env,
-    store_pids: &[u32],
+/// A scenario's processes and what they have measured so far, epoch by
+/// epoch.
+struct Run<'a> {
+    o: &'a Opts,
     kind: Kind,
-    dir: &Path,
-    arena: u64,
-) -> Result<ScenarioResult> {
-    let mut agents = start_agents(o, env, kind, dir, arena)?;
-    let view_file = dir.join("view.bin");
-    if matches!(kind, Kind::Relaunch | Kind::Locality) {
-        let all: Vec<usize> = (0..o.nodes).collect();
-        let view = hand_view(&agents, &all, kind.name(), 1)?;
-        std::fs::write(&view_file, view).map_err(|e| format!("{}: {e}", view_file.display()))?;
-    }
-    let victim = 1usize;
-    let victim_half: u64 = o
-        .ranks(victim)
-        .iter()
-        .map(|&r| batches_per_epoch(o, r))
-        .sum::<u64>()
-        / 2;
-    let mut nodes = start_loaders(o, env, kind, dir, &agents, &view_file, victim, victim_half)?;
-    let store_cpu0: f64 = store_pids.iter().map(|&p| cpu_secs(p)).sum();
-    let t0 = Instant::now();
-    let mut mono: Vec<Monotone> = (0..o.nodes).map(|_| Monotone::default()).collect();
-    let mut prev: Vec<BTreeMap<String, f64>> = vec![BTreeMap::new(); o.nodes];
-    let mut timeline = Vec::new();
-    let mut marks = Vec::new();
-    let mut epochs: Vec<EpochResult> = Vec::new();
-    let mut restart_secs = None;
-    let lost = o.nodes - 1;
-    let mut active = vec![true; o.nodes];
-    let mut world = o.world_in(kind);
-    let mut batch = o.batch_in(kind);
-    // `relaunch`: the epoch the last node is lost in, after a warm-up.
-    let split = 1u32;
-    let mut relaunch: Option<Relaunch> = None;
-    let mut loader_cpu = vec![0.0; o.nodes];
-    for e in 0..o.epochs {
+    dir: &'a Path,
+    agents: Vec<AgentProc>,
+    nodes: Vec<Proc>,
+    /// Whether each node still runs (`relaunch` loses the last one).
+    active: Vec<bool>,
+    mono: Vec<Monotone>,
+    prev: Vec<BTreeMap<String, f64>>,
+    timeline: Vec<Point>,
+    /// Seconds since the scenario began at the start of each epoch.
+    marks: Vec<f64>,
+    restart_secs: Option<f64>,
+    loader_cpu: Vec<f64>,
+    /// The job's world size and every rank's batch now.
+    world: u32,
+    batch: u32,
+    t0: Instant,
+    /// The node whose agent `kill` kills, and the node `relaunch` loses.
+    victim: usize,
+    lost: usize,
+    /// `relaunch`: the epoch the last node is lost in, after a warm-up.
+    split: u32,
+}
+
+impl Run<'_> {
+    /// Runs epoch `e` (in `relaunch`'s split epoch, the old job's part,
+    /// the change and the relaunched job's part); `epochs` are those before
+    /// it, and `relaunch` records the change's checks and the later epochs'
+    /// store reads.
+    fn epoch(
+        &mut self,
+        e: u32,
+        epochs: &[EpochResult],
+        relaunch: &mut Option<Relaunch>,
+    ) -> Result<EpochResult> {
+        let (o, kind, dir) = (self.o, self.kind, self.dir);
+        let (t0, victim, lost, split) = (self.t0, self.victim, self.lost, self.split);
         let mut locality =
             if kind == Kind::Locality || (kind == Kind::Relaunch && o.relaunch_locality) {
-                agree_epoch(&mut nodes, &active, world, e)?
+                agree_epoch(&mut self.nodes, &self.active, self.world, e)?
             } else {
                 None
             };
@@ -473,13 +496,13 @@ pub fn scenario_body(
         // epoch, the old job runs global steps 0..K (about half) and the
         // relaunched one K.. .
         let parts: Vec<(u64, Option<u64>)> = if kind == Kind::Relaunch && e == split {
-            let k = planned_steps(o, world, batch, e).len() as u64 / 2;
+            let k = planned_steps(o, self.world, self.batch, e).len() as u64 / 2;
             vec![(0, Some(k)), (k, None)]
         } else {
             vec![(0, None)]
         };
         let start = Instant::now();
-        marks.push(t0.elapsed().as_secs_f64());
+        self.marks.push(t0.elapsed().as_secs_f64());
         let mut merged: Vec<NodeEpoch> = vec![NodeEpoch::default(); o.nodes];
         // Per part: the job-wide hash of every step delivered, and the
         // (world, batch) it ran with.
@@ -499,13 +522,13 @@ pub fn scenario_body(
                     lost,
                 };
                 let relaunched = change.apply(
-                    &mut nodes,
-                    &mut agents,
-                    &mut active,
-                    &mut mono,
-                    &mut prev,
-                    &mut loader_cpu,
-                    (&mut world, &mut batch),
+                    &mut self.nodes,
+                    &mut self.agents,
+                    &mut self.active,
+                    &mut self.mono,
+                    &mut self.prev,
+                    &mut self.loader_cpu,
+                    (&mut self.world, &mut self.batch),
                 )?;
                 at_change = relaunched.0;
                 change_secs = relaunched.1;
@@ -514,24 +537,15 @@ pub fn scenario_body(
                 }
             }
             every_part_locality &= locality.is_some();
-            let plan = planned_steps(o, world, batch, e);
+            let plan = planned_steps(o, self.world, self.batch, e);
             let hi = stop.map_or(plan.len(), |s| s as usize).min(plan.len());
             if want.len() < plan.len() {
                 want.resize(plan.len(), 0);
             }
             want[from as usize..hi].copy_from_slice(&plan[from as usize..hi]);
-            let mut cmd = format!("epoch {e}");
-            if let Some(d) = &locality {
-                let _ = write!(cmd, " locality={}", node::digest_hex(d));
-            }
-            if from > 0 {
-                let _ = write!(cmd, " from={from}");
-            }
-            if let Some(s) = stop {
-                let _ = write!(cmd, " stop={s}");
-            }
-            for (k, n) in nodes.iter_mut().enumerate() {
-                if active[k] {
+            let cmd = epoch_command(e, locality.as_ref(), from, stop);
+            for (k, n) in self.nodes.iter_mut().enumerate() {
+                if self.active[k] {
                     n.send(&cmd)?;
                 }
             }
@@ -544,13 +558,13 @@ pub fn scenario_body(
                 start,
             };
             let done = watch.wait(
-                &mut nodes,
-                &mut agents,
-                &active,
-                &mut mono,
-                &mut timeline,
+                &mut self.nodes,
+                &mut self.agents,
+                &self.active,
+                &mut self.mono,
+                &mut self.timeline,
                 &mut killed,
-                &mut restart_secs,
+                &mut self.restart_secs,
             )?;
             let mut job = Vec::new();
             for (k, ne) in done.into_iter().enumerate() {
@@ -558,7 +572,7 @@ pub fn scenario_body(
                 add_steps(&mut job, &ne.steps);
                 merged[k].merge(ne);
             }
-            part_steps.push((job, world, batch));
+            part_steps.push((job, self.world, self.batch));
         }
         let secs = start.elapsed().as_secs_f64();
         let mut res = EpochResult {
@@ -568,20 +582,22 @@ pub fn scenario_body(
             ..EpochResult::default()
         };
         (res.steps, res.step_mismatch) = compare_steps(&part_steps, &want);
-        let after = scrape_deltas(&mut nodes, &active, &mut mono, &mut prev)?;
+        let after = scrape_deltas(
+            &mut self.nodes,
+            &self.active,
+            &mut self.mono,
+            &mut self.prev,
+        )?;
         add_counters(&mut res, &at_change, &after);
         if parts.len() > 1 {
-            let sum = |ms: &[BTreeMap<String, f64>]| -> f64 {
-                ms.iter().filter_map(|m| m.get("reads")).sum()
-            };
             let mut r = check_steps(o, e, parts[1].0, &part_steps);
             r.differing = res.step_mismatch;
-            r.reads_before = sum(&at_change);
-            r.reads_rest = sum(&after);
+            r.reads_before = total_reads(&at_change);
+            r.reads_rest = total_reads(&after);
             r.lost_share = epochs[0].nodes[lost].m.get("reads").copied().unwrap_or(0.0);
             r.change_secs = change_secs;
             r.locality = every_part_locality;
-            relaunch = Some(r);
+            *relaunch = Some(r);
         } else if let Some(r) = relaunch.as_mut() {
             r.reads_later.push(res.total("reads"));
         }
@@ -594,17 +610,77 @@ pub fn scenario_body(
             res.step_mismatch,
             res.steps
         );
+        Ok(res)
+    }
+}
+
+pub fn scenario_body(
+    o: &Opts,
+    env: &Env,
+    store_pids: &[u32],
+    kind: Kind,
+    dir: &Path,
+    arena: u64,
+) -> Result<ScenarioResult> {
+    let agents = start_agents(o, env, kind, dir, arena)?;
+    let view_file = dir.join("view.bin");
+    if matches!(kind, Kind::Relaunch | Kind::Locality) {
+        let all: Vec<usize> = (0..o.nodes).collect();
+        let view = hand_view(&agents, &all, kind.name(), 1)?;
+        std::fs::write(&view_file, view).map_err(|e| format!("{}: {e}", view_file.display()))?;
+    }
+    let victim = 1usize;
+    let victim_half: u64 = o
+        .ranks(victim)
+        .iter()
+        .map(|&r| batches_per_epoch(o, r))
+        .sum::<u64>()
+        / 2;
+    let nodes = start_loaders(o, env, kind, dir, &agents, &view_file, victim, victim_half)?;
+    let store_cpu0: f64 = store_pids.iter().map(|&p| cpu_secs(p)).sum();
+    let mut run = Run {
+        o,
+        kind,
+        dir,
+        agents,
+        nodes,
+        active: vec![true; o.nodes],
+        mono: (0..o.nodes).map(|_| Monotone::default()).collect(),
+        prev: vec![BTreeMap::new(); o.nodes],
+        timeline: Vec::new(),
+        marks: Vec::new(),
+        restart_secs: None,
+        loader_cpu: vec![0.0; o.nodes],
+        world: o.world_in(kind),
+        batch: o.batch_in(kind),
+        t0: Instant::now(),
+        victim,
+        lost: o.nodes - 1,
+        split: 1,
+    };
+    let mut epochs: Vec<EpochResult> = Vec::new();
+    let mut relaunch: Option<Relaunch> = None;
+    for e in 0..o.epochs {
+        let res = run.epoch(e, &epochs, &mut relaunch)?;
         epochs.push(res);
     }
     let measured = Measured {
         epochs,
-        restart_secs,
+        restart_secs: run.restart_secs,
         relaunch,
-        timeline,
-        marks,
+        timeline: run.timeline,
+        marks: run.marks,
     };
     finish(
-        kind, arena, agents, nodes, &active, loader_cpu, store_pids, store_cpu0, measured,
+        kind,
+        arena,
+        run.agents,
+        run.nodes,
+        &run.active,
+        run.loader_cpu,
+        store_pids,
+        store_cpu0,
+        measured,
     )
 }
 
