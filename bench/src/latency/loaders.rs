@@ -76,6 +76,56 @@ fn agent_settings(store: &Store, proxy: &DelayProxy, k: &GranaryKnobs) -> AgentS
     cfg
 }
 
+/// Counts a Granary session's samples: per second, and in the window that
+/// opens `win.warmup` after the first one and closes `win.window` later or
+/// at `stop_at` samples, with the CPU counters at its edges.
+struct Window<'a> {
+    store: &'a Store,
+    win: Windowing,
+    /// Samples in the epoch, and where the window closes at the latest.
+    n: u64,
+    stop_at: u64,
+    seen: u64,
+    bytes: u64,
+    first: Option<Instant>,
+    /// (samples, bytes, CPU counters) where the window opened and closed.
+    m0: Option<(u64, u64, CpuMark)>,
+    m1: Option<(u64, u64, CpuMark)>,
+    per_second: Vec<u64>,
+}
+
+impl Window<'_> {
+    /// Counts one sample of `len` bytes; [`STOP_EARLY`] once the window has
+    /// closed and the rest of the epoch is not worth reading.
+    fn count(&mut self, len: u64) -> Result<()> {
+        let now = Instant::now();
+        let t0 = *self.first.get_or_insert(now);
+        let sec = now.duration_since(t0).as_secs() as usize;
+        if self.per_second.len() <= sec {
+            self.per_second.resize(sec + 1, 0);
+        }
+        self.per_second[sec] += 1;
+        if self.m0.is_none() && now.duration_since(t0) >= self.win.warmup {
+            self.m0 = Some((self.seen, self.bytes, CpuMark::take(self.store)));
+        }
+        self.seen += 1;
+        self.bytes += len;
+        let open_since = match &self.m0 {
+            Some((_, _, a)) if self.m1.is_none() => a.at.map(|at| now.duration_since(at)),
+            _ => None,
+        };
+        if open_since.is_some_and(|d| d >= self.win.window || self.seen >= self.stop_at) {
+            self.m1 = Some((self.seen, self.bytes, CpuMark::take(self.store)));
+        }
+        // A slow configuration (few reads in flight, a long RTT) is not
+        // worth reading to the end once its window has closed.
+        if self.m1.is_some() && self.seen < self.n * 9 / 10 {
+            return Err(STOP_EARLY.to_owned());
+        }
+        Ok(())
+    }
+}
+
 /// One fresh agent serving the bucket through the proxy, one session, the
 /// first epoch.
 pub fn measure_granary(
@@ -97,12 +147,18 @@ pub fn measure_granary(
     opts.open_timeout = Duration::from_secs(120);
 
     let n = ds.len();
-    let stop_at = n * 95 / 100;
-    let mut seen = 0u64;
-    let mut first: Option<Instant> = None;
-    let (mut m0, mut m1) = (None::<(u64, u64, CpuMark)>, None::<(u64, u64, CpuMark)>);
-    let mut bytes = 0u64;
-    let mut per_second: Vec<u64> = Vec::new();
+    let mut w = Window {
+        store,
+        win,
+        n,
+        stop_at: n * 95 / 100,
+        seen: 0,
+        bytes: 0,
+        first: None,
+        m0: None,
+        m1: None,
+        per_second: Vec::new(),
+    };
     let t_open = Instant::now();
     let consumed = loader::consume(&client, &opts, Wait::Block, |s| {
         check_header(s.id, s.label, s.bytes)?;
@@ -110,30 +166,7 @@ pub fn measure_granary(
             synth::verify_sample(s.bytes).map_err(|e| format!("sample {} corrupt: {e}", s.id))?;
         }
         let x = touch(s.bytes);
-        let now = Instant::now();
-        let t0 = *first.get_or_insert(now);
-        let sec = now.duration_since(t0).as_secs() as usize;
-        if per_second.len() <= sec {
-            per_second.resize(sec + 1, 0);
-        }
-        per_second[sec] += 1;
-        if m0.is_none() && now.duration_since(t0) >= win.warmup {
-            m0 = Some((seen, bytes, CpuMark::take(store)));
-        }
-        seen += 1;
-        bytes += s.bytes.len() as u64;
-        let open_since = match &m0 {
-            Some((_, _, a)) if m1.is_none() => a.at.map(|at| now.duration_since(at)),
-            _ => None,
-        };
-        if open_since.is_some_and(|d| d >= win.window || seen >= stop_at) {
-            m1 = Some((seen, bytes, CpuMark::take(store)));
-        }
-        // A slow configuration (few reads in flight, a long RTT) is not
-        // worth reading to the end once its window has closed.
-        if m1.is_some() && seen < n * 9 / 10 {
-            return Err(STOP_EARLY.to_owned());
-        }
+        w.count(s.bytes.len() as u64)?;
         Ok(x)
     });
     let run = match consumed {
@@ -154,6 +187,14 @@ pub fn measure_granary(
         }
     }
     let hits: u64 = lookups.iter().map(|l| l.hits).sum();
+    let Window {
+        seen,
+        first,
+        m0,
+        m1,
+        per_second,
+        ..
+    } = w;
     let (Some((n0, b0, c0)), Some((n1, b1, c1))) = (m0, m1) else {
         return Err(format!(
             "the epoch ended before the window could open ({:.1} s from the first batch, warm-up {:.1} s): raise --files or lower --warmup-s",
