@@ -43,6 +43,7 @@ mod scenario;
 use std::time::Duration;
 
 use crate::baseline::Variant;
+use crate::cli::num;
 use crate::cpu::online_cpus;
 use crate::report::Goal;
 use scenario::{expected_sum, Kind, Publish, BASELINE};
@@ -131,6 +132,81 @@ impl Options {
             return Err("--pop, --items and --reps must be positive".into());
         }
         Ok(())
+    }
+}
+
+/// The options as given (`bench/run ring --help`); `None`: the default, or
+/// with `--quick` the smoke test's.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Items per throughput run [default: 20000000; 2000000 with --quick].
+    #[arg(long, value_parser = num::<u64>)]
+    pub items: Option<u64>,
+    /// Repetitions of each throughput case [default: 5; 2 with --quick].
+    #[arg(long, value_parser = num::<usize>)]
+    pub reps: Option<usize>,
+    /// Items per publication in the batched case [default: 32].
+    #[arg(long, value_parser = num::<u64>)]
+    pub batch: Option<u64>,
+    /// Consumer pop_into buffer, items [default: 64].
+    #[arg(long, value_parser = num::<usize>)]
+    pub pop: Option<usize>,
+    /// Ring capacity for throughput, power of two [default: 1024].
+    #[arg(long, value_parser = num::<u32>)]
+    pub capacity: Option<u32>,
+    /// Ping-pong samples with spinning waits [default: 20000; 2000 with --quick].
+    #[arg(long, value_parser = num::<usize>)]
+    pub spin_samples: Option<usize>,
+    /// Ping-pong samples with parked waits [default: 5000; 500 with --quick].
+    #[arg(long, value_parser = num::<usize>)]
+    pub parked_samples: Option<usize>,
+    /// Pause between parked pings, microseconds [default: 100].
+    #[arg(long, value_parser = num::<u64>)]
+    pub gap_us: Option<u64>,
+    /// Small run for a smoke test.
+    #[arg(long)]
+    pub quick: bool,
+    /// Throughput for one publication mode.
+    #[arg(long, value_parser = ["per-item", "batched"])]
+    pub only: Option<String>,
+    /// Skip the hand-off latency measurements.
+    #[arg(long)]
+    pub no_latency: bool,
+    /// Throughput for these rings only, comma-separated (granary, baseline,
+    /// baseline+words, ...; for profiling).
+    #[arg(long)]
+    pub kinds: Option<String>,
+    /// Also run baseline variants that add what granary's ring does, piece by
+    /// piece: +volatile (whole-item volatile copies on both sides), +vwrite /
+    /// +vread (one side only), +words (volatile copies one 8-byte word at a
+    /// time), +fence (SeqCst fence after each index store), +fence+flag (then
+    /// a load from the peer's index cache line), +fence+farflag (a load from
+    /// a line the peer never writes), and combinations.
+    #[arg(long)]
+    pub attribution: bool,
+}
+
+impl Args {
+    /// The options with the defaults filled in.
+    pub fn options(self) -> Options {
+        let (c, d) = (&self, Options::defaults(self.quick));
+        Options {
+            items: c.items.unwrap_or(d.items),
+            reps: c.reps.unwrap_or(d.reps),
+            batch: c.batch.unwrap_or(d.batch),
+            pop: c.pop.unwrap_or(d.pop),
+            capacity: c.capacity.unwrap_or(d.capacity),
+            spin_samples: c.spin_samples.unwrap_or(d.spin_samples),
+            parked_samples: c.parked_samples.unwrap_or(d.parked_samples),
+            gap: c.gap_us.map_or(d.gap, Duration::from_micros),
+            attribution: c.attribution,
+            latency: !c.no_latency,
+            publish: c.only.as_deref().map(|m| m == "batched"),
+            kinds: c
+                .kinds
+                .as_ref()
+                .map(|k| k.split(',').map(str::to_owned).collect()),
+        }
     }
 }
 
