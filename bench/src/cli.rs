@@ -95,9 +95,3 @@ pub fn num<T: std::str::FromStr>(v: &str) -> Result<T, String> {
         .parse()
         .map_err(|_| format!("not a number (or too large): {v}"))
 }
-
-/// A clap value parser: integers separated by commas, underscores allowed,
-/// as [`Args::list`] reads them.
-pub fn num_list(v: &str) -> Result<Vec<u64>, String> {
-    v.split(',').map(num).collect()
-}
