@@ -18,7 +18,9 @@ mod common_dns;
 
 use common::{next_or_end, verify, watchdog};
 use common_dns::DnsStub;
-use granary::{encode_view, Client, ErrorCode, PeerIdentity, SessionOptions, ViewMember};
+use granary::{
+    encode_view, Client, ErrorCode, MembershipMode, PeerIdentity, SessionOptions, ViewMember,
+};
 use granary_agent::metrics::{parse_text, scrape};
 use granary_testkit::agent_toml::{fs_dataset, head, PEER_PREFETCH, TEST_SECRET as SECRET};
 use granary_testkit::{GranarydConfig, GranarydProcess, Log};
@@ -213,6 +215,11 @@ fn an_agent_named_localhost_takes_its_own_view_and_refuses_loaders_views() {
     a.start(&[]);
     converged(&[&a], 1);
     let me = a.identity();
+    assert_eq!(
+        me.membership,
+        MembershipMode::Dns,
+        "a loader is told where the view comes from"
+    );
     assert_eq!(me.node_id, "127.0.0.1");
     assert!(me.job_id.starts_with("localhost@"), "{}", me.job_id);
     assert_eq!(me.view_epoch, 0);

@@ -27,7 +27,9 @@
 //!   granary-testkit, which the agent's S3 tests use too).
 //! * [`stall_loaders`]: the arguments of each loader `bench/stall_train.py`
 //!   runs for `bench/run stall` (and `bench/run latency`).
-//! * [`stall_stats`]: the figures, goal and last line of `bench/run stall`.
+//! * [`stall`]: `bench/run stall` (`bench/src/stall/`): the scenario, one
+//!   measured run, the figures and goals, the JSON line; `--two-jobs` and
+//!   `--decode`'s two jobs.
 //! * [`agent`]: the real engine on a thread of the benchmark process,
 //!   configured from TOML, its metrics read back as Prometheus text.
 //! * [`loader`]: one session through libgranary, samples seen in place,
@@ -68,9 +70,8 @@ pub mod ring;
 pub mod s3_data;
 pub mod sample_windows;
 pub mod smoke;
+pub mod stall;
 pub mod stall_loaders;
-pub mod stall_stats;
-pub mod stall_two_jobs;
 pub mod store;
 pub mod switch_proxy;
 pub mod sys;

@@ -431,7 +431,7 @@ typedef struct granary_peer_identity {
     uint32_t struct_size;
     /**
      * Where its membership comes from: 0 off, 1 static list, 2 Slurm,
-     * 3 views handed in at session open.
+     * 3 views handed in at session open, 4 a DNS name the agent resolves.
      */
     uint32_t membership;
     /**

@@ -17,12 +17,15 @@
 //! * [`driver`]: registration, queue pair setup, gets, serving, credits,
 //!   teardown with fallback and backoff.
 //! * [`conformance`]: a transport-generic conformance suite.
+//! * [`device`]: the host's devices, probed and opened, with or without
+//!   the `rdma` feature (the only place the agent's build depends on it).
 //!
 //! The default build neither needs nor links libibverbs.
 
 #![cfg_attr(not(feature = "rdma"), forbid(unsafe_code))]
 
 pub mod conformance;
+pub mod device;
 pub mod driver;
 pub mod fake;
 pub mod msg;

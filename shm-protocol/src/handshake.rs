@@ -304,6 +304,9 @@ pub enum MembershipMode {
     Slurm = 2,
     /// Views handed in by loaders at session open.
     Session = 3,
+    /// The addresses of a DNS name, resolved by the agent itself; it takes
+    /// no view from loaders.
+    Dns = 4,
 }
 
 impl MembershipMode {
@@ -313,6 +316,7 @@ impl MembershipMode {
             1 => MembershipMode::Static,
             2 => MembershipMode::Slurm,
             3 => MembershipMode::Session,
+            4 => MembershipMode::Dns,
             _ => return None,
         })
     }
@@ -1808,7 +1812,7 @@ mod tests {
                 .prop_map(|(code, message)| Message::Error(ErrorReply { code, message })),
             Just(Message::PeerQuery),
             (
-                0u8..4,
+                0u8..5,
                 ".{0,40}",
                 ".{0,40}",
                 any::<u64>(),

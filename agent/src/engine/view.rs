@@ -30,7 +30,7 @@
 //! in every view, only where the bytes come from changes.
 
 use super::Engine;
-use crate::config::Membership;
+use crate::config::{Membership, MembershipSetting};
 use crate::peers::{PeerTier, ViewTag};
 use crate::server::ConnId;
 use granary_peer::view::View;
@@ -45,11 +45,12 @@ type Refused = (&'static str, ErrorCode, String);
 impl Engine {
     /// Answers a loader's `PeerQuery`.
     pub(super) fn peer_query(&mut self, conn: ConnId) {
-        let membership = match self.cfg.peers.membership {
-            Membership::Off => MembershipMode::Off,
-            Membership::Static => MembershipMode::Static,
-            Membership::Slurm => MembershipMode::Slurm,
-            Membership::Session => MembershipMode::Session,
+        let membership = match self.cfg.peers.membership_setting {
+            MembershipSetting::Off => MembershipMode::Off,
+            MembershipSetting::Static => MembershipMode::Static,
+            MembershipSetting::Slurm => MembershipMode::Slurm,
+            MembershipSetting::Session => MembershipMode::Session,
+            MembershipSetting::Dns => MembershipMode::Dns,
         };
         let (node_id, addr) = self
             .peer_endpoint

@@ -102,19 +102,13 @@ impl std::error::Error for TransportError {}
 /// What a device probe found: device names, or why it could not look.
 pub type ProbeResult = Result<Vec<String>, String>;
 
-/// Whether this agent was built with the `rdma` feature.
-pub const BUILT_WITH_RDMA: bool = cfg!(feature = "rdma");
+/// Whether this agent was built with the `rdma` feature (which is
+/// granary-rdma's: [`granary_rdma::device`]).
+pub const BUILT_WITH_RDMA: bool = granary_rdma::device::BUILT_WITH_RDMA;
 
 /// The RDMA devices of this host. Without the `rdma` feature: none.
 pub fn probe_devices() -> ProbeResult {
-    #[cfg(feature = "rdma")]
-    {
-        granary_rdma::real::devices().map_err(|e| e.to_string())
-    }
-    #[cfg(not(feature = "rdma"))]
-    {
-        Ok(Vec::new())
-    }
+    granary_rdma::device::probe()
 }
 
 /// Resolves `setting` against what the probe found (pure: the probe is
@@ -175,18 +169,8 @@ pub(crate) type OpenNic = std::sync::Arc<dyn Fn() -> Result<Nic, String> + Send 
 /// `peers.rdma_port`, GID index `peers.rdma_gid_index`. Without the `rdma`
 /// feature there is none.
 pub(crate) fn open_device(cfg: &crate::config::PeersConfig) -> Result<Nic, String> {
-    #[cfg(feature = "rdma")]
-    {
-        let device = Some(cfg.rdma_device.as_str()).filter(|d| !d.is_empty());
-        granary_rdma::real::IbvNic::open(device, cfg.rdma_port, cfg.rdma_gid_index)
-            .map(|n| Box::new(n) as Nic)
-            .map_err(|e| e.to_string())
-    }
-    #[cfg(not(feature = "rdma"))]
-    {
-        let _ = cfg;
-        Err("granaryd was built without the rdma feature".to_string())
-    }
+    let device = Some(cfg.rdma_device.as_str()).filter(|d| !d.is_empty());
+    granary_rdma::device::open(device, cfg.rdma_port, cfg.rdma_gid_index)
 }
 
 /// How blocks travel to a peer when the agent's transport resolved to

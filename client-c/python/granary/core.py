@@ -749,7 +749,7 @@ class Session:
         return f"<granary.Session {self.dataset!r} {state}>"
 
 
-MEMBERSHIP_MODES = {0: "off", 1: "static", 2: "slurm", 3: "session"}
+MEMBERSHIP_MODES = {0: "off", 1: "static", 2: "slurm", 3: "session", 4: "dns"}
 
 
 @dataclass(frozen=True)
@@ -758,8 +758,9 @@ class PeerIdentity:
     and the membership view it holds."""
 
     membership: str
-    """Where its view comes from: "off", "static", "slurm" or "session"
-    (handed in by loaders, see :func:`granary.torch.gather_view`)."""
+    """Where its view comes from: "off", "static", "slurm", "session"
+    (handed in by loaders, see :func:`granary.torch.gather_view`) or "dns"
+    (a DNS name the agent resolves itself; it takes no view from loaders)."""
     node_id: str
     addr: str
     capacity: int

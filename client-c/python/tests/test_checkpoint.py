@@ -6,7 +6,7 @@ together; the first batch after the resume comes in under 1 s. A state
 whose dataset changed since is refused before the first batch, naming the
 object; another world size with the same global batch goes on at the
 committed global step, in locality mode too (two ranks on two agents
-relaunched as one, or as the same job). The C/Python session state
+relaunched as one, or as the same job), and for a mixture. The C/Python session state
 (``Session.state()``, ``open_session(state=...)``) likewise."""
 
 import json
@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,7 @@ CHILD = textwrap.dedent(
     from granary.torch import GranaryDataset
 
     a = json.loads(sys.argv[1])
-    ds = GranaryDataset("synth", a["socket"], batch_size=a["batch"], seed=3, epochs=a["epochs"],
+    ds = GranaryDataset(a.get("dataset", "synth"), a["socket"], batch_size=a["batch"], seed=3, epochs=a["epochs"],
                         rank=a["rank"], world_size=a["world"], with_ids=True, batches=True,
                         collate=lambda xs, ys: ([bytes(x.numpy()) for x in xs], ys))
     state = None
@@ -66,7 +67,7 @@ CHILD = textwrap.dedent(
             out.write(json.dumps({"first_batch_s": time.monotonic() - t0}) + "\\n")
         for x, y, i in zip(xs, ys, ids.tolist()):
             fid, cls, _ = synth.verify(x)
-            assert (fid, cls) == (i, y), (fid, cls, i, y)
+            assert (fid, cls) == (i % a.get("ids_mod", 1 << 62), y), (fid, cls, i, y)
         out.write(json.dumps({"ids": ids.tolist()}) + "\\n")
         out.flush()
         if step + 1 == a.get("kill_at", -1):
@@ -172,6 +173,50 @@ def test_another_world_size_goes_on_at_the_committed_global_step(synth_root, tmp
         assert len(after) == EPOCHS * SYNTH_FILES - 7 * 2 * BATCH
         assert sorted(ids + after) == sorted(list(range(SYNTH_FILES)) * EPOCHS)
         assert firsts[0] < 1.0
+
+
+def test_a_mixture_goes_on_at_the_committed_global_step_with_another_world_size(synth_root, tmp_path):
+    """A [[mixture]] (the synthetic files twice, as two datasets, weights
+    0.75/0.25, upsampled to 600 samples an epoch) read by two ranks of two
+    workers each (batches of 10), both killed right after saving at global
+    step 7 of epoch 0, then relaunched as one rank of three workers
+    (batches of 20, the same global batch) from rank 0's state: it goes on
+    at global step 7 and delivers exactly the remaining global steps of an
+    uninterrupted one-rank run, every sample's bytes its source's."""
+    n = SYNTH_FILES
+    extra = (
+        f'[[dataset]]\nname = "again"\nroot = "{synth_root}"\n'
+        '[[mixture]]\nname = "mix"\nepoch_samples = 600\n'
+        '[[mixture.source]]\ndataset = "synth"\nweight = 0.75\n'
+        '[[mixture.source]]\ndataset = "again"\nweight = 0.25\n'
+    )
+    mix = dict(dataset="mix", ids_mod=n)
+    with LocalAgent({"synth": synth_root}, extra_config=extra) as agent:
+        r = _run(agent, tmp_path, "straight", workers=0, world=1, batch=2 * BATCH, **mix)
+        assert r.returncode == 0, r.stderr
+        straight, _ = _records(tmp_path / "straight.jsonl")
+        assert len(straight) == EPOCHS * 600
+        assert any(i >= n for i in straight) and any(i < n for i in straight)
+        before = []
+        for rank in (0, 1):
+            r = _run(agent, tmp_path, f"m{rank}", workers=2, kill_at=7, rank=rank, world=2, **mix)
+            assert r.returncode == -9, r.stderr
+            before += _records(tmp_path / f"m{rank}.jsonl")[0]
+        r = _run(agent, tmp_path, "m-new", workers=3, load=str(tmp_path / "m0.state"), whole=True, rank=0,
+                 world=1, batch=2 * BATCH, **mix)
+        assert r.returncode == 0, r.stderr
+        after, firsts = _records(tmp_path / "m-new.jsonl")
+    done = 7 * 2 * BATCH
+
+    def steps(ids):
+        return Counter(tuple(sorted(ids[i:i + 2 * BATCH])) for i in range(0, len(ids), 2 * BATCH))
+
+    # Each batch after the relaunch is one of the plan's remaining global
+    # steps, each of them once (the DataLoader takes its three workers'
+    # batches round robin, so their order is the plan's only up to that).
+    assert steps(after) == steps(straight[done:]), "the rest of the one-rank plan, step by step"
+    assert sorted(before) == sorted(straight[:done]), "the two ranks' first 7 global steps"
+    assert firsts[0] < 1.0
 
 
 def test_a_replaced_object_refuses_the_resume_naming_it(tmp_path):

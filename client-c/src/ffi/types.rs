@@ -234,7 +234,7 @@ pub struct GranaryPeerIdentity {
     /// Set by the caller to `sizeof(granary_peer_identity)`.
     pub struct_size: u32,
     /// Where its membership comes from: 0 off, 1 static list, 2 Slurm,
-    /// 3 views handed in at session open.
+    /// 3 views handed in at session open, 4 a DNS name the agent resolves.
     pub membership: u32,
     /// Bytes of its arena kept for the job (its capacity in a view).
     pub capacity: u64,

@@ -56,6 +56,9 @@ pub struct Run {
     /// Samples delivered from the start to the window's end (warm-up
     /// batches and window).
     pub samples_from_start: u64,
+    /// CPU seconds of the agent's prepare workers from its start to the
+    /// window's end (`--decode`, `granary`; 0 otherwise).
+    pub prep_cpu_s: f64,
     /// With a real GPU step (`--gpu-step`): the step's mean time in ms,
     /// measured by the loop (NaN with the sleep).
     pub gpu_step_ms: f64,

@@ -28,7 +28,6 @@
 //!   "stall" over the same with "static".
 
 use crate::agent::{Agent, AgentSettings, S3Dataset};
-use crate::cli::Args;
 use crate::data;
 use crate::delay_proxy::DelayProxy;
 use crate::light_store::LightStore;
@@ -74,27 +73,20 @@ pub struct Settings {
     pub rtt_ms: u64,
 }
 
-impl Settings {
-    /// From the command line (`bench/run stall --two-jobs [options]`).
-    pub fn from_args(args: &Args) -> Result<Settings> {
-        let f = |name: &str, default: &str| -> Result<f64> {
-            args.string(name, default)
-                .parse::<f64>()
-                .ok()
-                .filter(|x| x.is_finite() && *x > 0.0)
-                .ok_or_else(|| format!("--{name}: not a positive number"))
-        };
-        Ok(Settings {
-            files: args.u64("files", 32_000)?,
-            mean_size: args.u64("mean-size", 8_000)?,
-            batch: args.u32("batch", 32)?.max(1),
-            step_ms: f("step-ms", "160")?,
-            window_s: f("window-s", "20")?,
-            reps: args.u64("reps", 2)?.max(1),
-            max_inflight: args.u32("max-inflight", 80)?.max(1),
-            window_batches: args.u32("window-batches", 64)?.max(1),
-            rtt_ms: args.u64("rtt", 100)?,
-        })
+impl Default for Settings {
+    /// The defaults of `bench/run stall --two-jobs`.
+    fn default() -> Settings {
+        Settings {
+            files: 32_000,
+            mean_size: 8_000,
+            batch: 32,
+            step_ms: 160.0,
+            window_s: 20.0,
+            reps: 2,
+            max_inflight: 80,
+            window_batches: 64,
+            rtt_ms: 100,
+        }
     }
 }
 
