@@ -4,8 +4,9 @@
 //! `bench/run NAME [args]`. Those moved to the folder layout keep their code
 //! in `src/NAME/` (`scenario`, `measure`, `report`, and more files where a
 //! concept needs one) behind a small clap binary: [`warm`], [`cold`],
-//! [`ring`], [`latency`] and [`cluster`] (with its node and store roles and
-//! its network namespaces, [`cluster::netns`]). Each prints human-readable
+//! [`ring`], [`latency`], [`cluster`] (with its node and store roles and
+//! its network namespaces, [`cluster::netns`]), [`why`], [`policy`] and
+//! [`assign`]. Each prints human-readable
 //! lines and, as its last line, one JSON object (see [`report::Json`]).
 //! Benchmarks that need a second process re-execute their own binary in a
 //! peer role ([`peer`]).
@@ -51,6 +52,7 @@
 pub use granary_testkit::{corrupt_proxy, delay_proxy, local_s3, seaweed};
 
 pub mod agent;
+pub mod assign;
 pub mod attack_agent;
 pub mod attack_loader;
 pub mod baseline;
@@ -65,6 +67,7 @@ pub mod light_store;
 pub mod loader;
 pub mod peer;
 pub mod peer_client;
+pub mod policy;
 pub mod report;
 pub mod ring;
 pub mod s3_data;
@@ -78,3 +81,4 @@ pub mod sys;
 pub mod touch;
 pub mod uring_read;
 pub mod warm;
+pub mod why;
