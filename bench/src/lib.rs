@@ -6,9 +6,10 @@
 //! concept needs one) behind a small clap binary: [`warm`], [`cold`],
 //! [`ring`], [`latency`], [`cluster`] (with its node and store roles and
 //! its network namespaces, [`cluster::netns`]), [`why`], [`policy`],
-//! [`assign`] and [`channel`]. Each prints human-readable lines and, as its
-//! last line, one JSON object (see [`report::Json`]). Benchmarks that need
-//! a second process re-execute their own binary in a peer role ([`peer`]).
+//! [`assign`], [`channel`] and [`attacks`]. Each prints human-readable lines
+//! and, as its last line, one JSON object (see [`report::Json`]).
+//! Benchmarks that need a second process re-execute their own binary in a
+//! peer role ([`peer`]).
 //!
 //! Shared pieces:
 //! * [`peer`]: spawn the current binary as a peer process that receives a
@@ -54,6 +55,7 @@ pub mod agent;
 pub mod assign;
 pub mod attack_agent;
 pub mod attack_loader;
+pub mod attacks;
 pub mod baseline;
 pub mod channel;
 pub mod cli;
