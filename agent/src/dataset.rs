@@ -111,44 +111,29 @@ impl std::fmt::Debug for Dataset {
 impl Dataset {
     /// Opens a dataset in the calling thread.
     pub(crate) fn open_now(config: &DatasetConfig, agent: &Config) -> io::Result<Dataset> {
-        let mut d = Dataset::with_state(
-            config,
-            agent,
-            State::Waiting {
-                next: Instant::now(),
-            },
-            1,
-        );
-        d.open_here(agent)?;
-        Ok(d)
+        Dataset::open_spec_now(Spec::Dataset(Box::new(config.clone())), agent)
     }
 
     /// Opens a mixture (`[[mixture]]`) in the calling thread.
     pub(crate) fn open_mixture_now(config: &MixtureConfig, agent: &Config) -> io::Result<Dataset> {
-        let mut d = Dataset::mixture(
-            config,
-            agent,
-            State::Waiting {
-                next: Instant::now(),
-            },
-            1,
-        );
+        Dataset::open_spec_now(Spec::Mixture(config.clone()), agent)
+    }
+
+    fn open_spec_now(spec: Spec, agent: &Config) -> io::Result<Dataset> {
+        let mut d = Dataset::unopened(spec, agent, 1);
         d.open_here(agent)?;
         Ok(d)
     }
 
-    /// Starts opening a mixture on a thread of its own.
-    pub(crate) fn open_mixture_in_background(config: &MixtureConfig, agent: &Config) -> Dataset {
-        let mut d = Dataset::mixture(
-            config,
-            agent,
-            State::Waiting {
-                next: Instant::now(),
-            },
-            0,
-        );
+    fn open_spec_in_background(spec: Spec, agent: &Config) -> Dataset {
+        let mut d = Dataset::unopened(spec, agent, 0);
         d.start_attempt();
         d
+    }
+
+    /// Starts opening a mixture on a thread of its own.
+    pub(crate) fn open_mixture_in_background(config: &MixtureConfig, agent: &Config) -> Dataset {
+        Dataset::open_spec_in_background(Spec::Mixture(config.clone()), agent)
     }
 
     /// Whether a mixture is opened in the background: some source of it is.
@@ -170,14 +155,32 @@ impl Dataset {
         Ok(())
     }
 
-    fn mixture(config: &MixtureConfig, agent: &Config, state: State, attempts: u32) -> Dataset {
+    /// A dataset of `spec` under `agent`'s settings, not open yet: its
+    /// next attempt may start at once, `attempts` made so far.
+    fn unopened(spec: Spec, agent: &Config, attempts: u32) -> Dataset {
+        let (name, kind, relaxed, retry) = match &spec {
+            Spec::Dataset(c) => (
+                c.name().to_owned(),
+                c.kind().as_str(),
+                c.order() == DeliveryOrder::Relaxed,
+                agent.retry_for(c),
+            ),
+            Spec::Mixture(m) => (
+                m.name.clone(),
+                "mixture",
+                false,
+                agent.prefetch.retry_settings(&Default::default()),
+            ),
+        };
         Dataset {
-            name: config.name.clone(),
-            kind: "mixture",
-            relaxed: false,
-            retry: agent.prefetch.retry_settings(&Default::default()),
-            config: Some(Box::new((Spec::Mixture(config.clone()), agent.clone()))),
-            state,
+            name,
+            kind,
+            relaxed,
+            retry,
+            config: Some(Box::new((spec, agent.clone()))),
+            state: State::Waiting {
+                next: Instant::now(),
+            },
             catalog: None,
             attempts,
             last_error: None,
@@ -188,16 +191,7 @@ impl Dataset {
 
     /// Starts opening a dataset on a thread of its own.
     pub(crate) fn open_in_background(config: &DatasetConfig, agent: &Config) -> Dataset {
-        let mut d = Dataset::with_state(
-            config,
-            agent,
-            State::Waiting {
-                next: Instant::now(),
-            },
-            0,
-        );
-        d.start_attempt();
-        d
+        Dataset::open_spec_in_background(Spec::Dataset(Box::new(config.clone())), agent)
     }
 
     /// Serves a source opened elsewhere (a wrapped or fault-injecting
@@ -213,25 +207,6 @@ impl Dataset {
             config: None,
             state: State::Ready(source),
             attempts: 1,
-            last_error: None,
-            failures_logged: None,
-            failures_unlogged: 0,
-        }
-    }
-
-    fn with_state(config: &DatasetConfig, agent: &Config, state: State, attempts: u32) -> Dataset {
-        Dataset {
-            name: config.name().to_owned(),
-            kind: config.kind().as_str(),
-            relaxed: config.order() == DeliveryOrder::Relaxed,
-            retry: agent.retry_for(config),
-            config: Some(Box::new((
-                Spec::Dataset(Box::new(config.clone())),
-                agent.clone(),
-            ))),
-            state,
-            catalog: None,
-            attempts,
             last_error: None,
             failures_logged: None,
             failures_unlogged: 0,

@@ -106,6 +106,24 @@ struct LocalPlan {
     live_at: u64,
 }
 
+impl LocalPlan {
+    /// The positions of its ranks that have one.
+    fn positions(&self) -> Vec<RankPosition> {
+        self.ranks
+            .iter()
+            .filter_map(|(&rank, e)| {
+                let (epoch, step) = e.position()?;
+                Some(RankPosition {
+                    rank,
+                    epoch,
+                    step,
+                    live: e.live,
+                })
+            })
+            .collect()
+    }
+}
+
 /// A peer's last status.
 #[derive(Debug, Clone)]
 struct Report {
@@ -284,19 +302,7 @@ impl JobTable {
         let mut room = MAX_BODY as usize - JobStatus::default().body_len();
         let mut positions = 0;
         for (key, plan) in &self.local {
-            let ps: Vec<RankPosition> = plan
-                .ranks
-                .iter()
-                .filter_map(|(&rank, e)| {
-                    let (epoch, step) = e.position()?;
-                    Some(RankPosition {
-                        rank,
-                        epoch,
-                        step,
-                        live: e.live,
-                    })
-                })
-                .collect();
+            let ps = plan.positions();
             let len = JobStatus::plan_len(key.dataset.len(), ps.len());
             if ps.is_empty()
                 || len > room
@@ -352,19 +358,7 @@ impl JobTable {
     fn positions_of(&self, key: &PlanKey) -> Vec<(usize, Vec<RankPosition>)> {
         let mut out = Vec::new();
         if let Some(plan) = self.local.get(key) {
-            let ps = plan
-                .ranks
-                .iter()
-                .filter_map(|(&rank, e)| {
-                    let (epoch, step) = e.position()?;
-                    Some(RankPosition {
-                        rank,
-                        epoch,
-                        step,
-                        live: e.live,
-                    })
-                })
-                .collect();
+            let ps = plan.positions();
             out.push((usize::MAX, ps));
         }
         for (&m, r) in &self.peers {

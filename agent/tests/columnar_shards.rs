@@ -9,22 +9,19 @@
 mod common;
 mod common_s3;
 
-use common::{epochs, store_config, watchdog, TestAgent};
-use common_s3::{s3_table, synth, Seaweed};
+use common::{epochs, same_epoch_as, store_config, watchdog, Delivered, TestAgent};
+use common_s3::{s3_table, synth, upload, Seaweed};
 use granary_agent::source::open_catalog;
-use granary_tools::ingest::{self, mds::write_mds, parquet::write_parquet, IngestOptions};
+use granary_tools::ingest::{mds::write_mds, parquet::write_parquet};
 use std::path::Path;
 use std::time::Duration;
 
 const FILES: u64 = 400;
 
-fn same_epoch(files: &[(u64, i32, Vec<u8>)], other: &[(u64, i32, Vec<u8>)], what: &str) {
-    assert_eq!(files.len(), FILES as usize, "files epoch");
-    assert_eq!(other.len(), files.len(), "{what}: samples");
-    for (f, o) in files.iter().zip(other) {
-        assert_eq!((f.0, f.1), (o.0, o.1), "{what}: id and label in order");
+fn same_epoch(files: &[Delivered], other: &[Delivered], what: &str) {
+    same_epoch_as(files, other, FILES, what, |f, o| {
         assert!(f.2 == o.2, "{what}: sample {} bytes", o.0);
-    }
+    });
 }
 
 #[test]
@@ -43,11 +40,7 @@ fn files_mds_and_parquet_on_fs_and_s3_give_the_same_epoch() {
         (&mds, "mds", m.shards.len() + 1),
         (&pq, "pq", p.shards.len()),
     ] {
-        let report = ingest::ingest(
-            &IngestOptions::new(folder, weed.settings(), prefix),
-            |_, _, _, _| {},
-        )
-        .unwrap();
+        let report = upload(&weed, folder, prefix);
         assert_eq!(report.files, n as u64, "{prefix}: files uploaded");
     }
     let sock = dir.path().join("granary.sock");

@@ -14,7 +14,7 @@ use granary_agent::source::{self, SampleSource};
 use granary_agent::source::{Completion, SampleError};
 use granary_shm::arena::Arena;
 use granary_testkit::fake_cql::{
-    error_frame, forge, forge_after, read_answer, read_of, FakeCluster, Tables,
+    error_frame, forge, forge_after, read_answer, read_of, FakeCluster, Sample, Tables,
 };
 use scylla::errors::DbError;
 use scylla::routing::partitioner::{Murmur3Partitioner, Partitioner};
@@ -63,6 +63,15 @@ fn fetch_all(
     }
     assert_eq!(src.in_flight(), 0);
     out
+}
+
+/// [`fetch_one`] with [`fast_options`].
+fn fetch_fast(
+    source: &CqlSource,
+    id: Uuid,
+    len: u32,
+) -> (io::Result<Vec<u8>>, granary_agent::source::cql::FetchStats) {
+    fetch_one(source, fast_options(source.settings()), id, len)
 }
 
 /// Reads one sample through a fetcher of `source` with `options`.
@@ -189,12 +198,7 @@ fn a_missing_row_fails_at_once_naming_the_id() {
     let gone = tables.samples[2].clone();
     let fake = FakeCluster::start(tables);
     let source = CqlSource::connect(&fake.settings()).unwrap();
-    let (r, stats) = fetch_one(
-        &source,
-        fast_options(source.settings()),
-        gone.id,
-        gone.size as u32,
-    );
+    let (r, stats) = fetch_fast(&source, gone.id, gone.size as u32);
     let e = r.unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::NotFound);
     assert!(!is_retryable(&e));
@@ -230,22 +234,12 @@ fn overloaded_unavailable_and_read_timeouts_are_retryable_then_delivered() {
     // One attempt per request: each forged error fails one read, which
     // says another may succeed (the engine's retry policy decides).
     for what in ["overloaded", "unavailable", "timeout"] {
-        let (r, stats) = fetch_one(
-            &source,
-            fast_options(source.settings()),
-            s.id,
-            s.size as u32,
-        );
+        let (r, stats) = fetch_fast(&source, s.id, s.size as u32);
         let e = r.unwrap_err();
         assert!(is_retryable(&e), "{what}: {e}");
         assert_eq!((stats.attempts, stats.failures), (1, 1), "{what}");
     }
-    let (r, stats) = fetch_one(
-        &source,
-        fast_options(source.settings()),
-        s.id,
-        s.size as u32,
-    );
+    let (r, stats) = fetch_fast(&source, s.id, s.size as u32);
     assert_eq!(r.unwrap(), s.data.clone().unwrap());
     assert_eq!((stats.attempts, stats.failures), (1, 0));
 
@@ -257,12 +251,7 @@ fn overloaded_unavailable_and_read_timeouts_are_retryable_then_delivered() {
             error_frame(&req, (*overloaded).clone(), "forged")
         })],
     );
-    let (r, stats) = fetch_one(
-        &source,
-        fast_options(source.settings()),
-        s.id,
-        s.size as u32,
-    );
+    let (r, stats) = fetch_fast(&source, s.id, s.size as u32);
     let e = r.unwrap_err();
     assert!(is_retryable(&e), "{e}");
     let msg = e.to_string();
@@ -270,8 +259,10 @@ fn overloaded_unavailable_and_read_timeouts_are_retryable_then_delivered() {
     assert_eq!((stats.attempts, stats.failures), (1, 1));
 }
 
-#[test]
-fn a_read_slower_than_the_timeout_times_out_and_the_next_one_delivers() {
+/// A cluster of three samples whose first sample's reads that match
+/// `slow(id)` are answered after 1.5 s; that sample; a source on the
+/// cluster.
+fn slow_first_sample(slow: impl Fn(Uuid) -> Condition) -> (FakeCluster, Sample, CqlSource) {
     let tables = Tables::generated(3, 1);
     let s = tables.samples[0].clone();
     let mut fake = FakeCluster::start(tables);
@@ -280,11 +271,17 @@ fn a_read_slower_than_the_timeout_times_out_and_the_next_one_delivers() {
         0,
         vec![forge_after(
             Duration::from_millis(1500),
-            read_of(s.id),
+            slow(s.id),
             move |req| read_answer(&shared, &req),
         )],
     );
     let source = CqlSource::connect(&fake.settings()).unwrap();
+    (fake, s, source)
+}
+
+#[test]
+fn a_read_slower_than_the_timeout_times_out_and_the_next_one_delivers() {
+    let (fake, s, source) = slow_first_sample(read_of);
     let mut o = fast_options(source.settings());
     o.request_timeout = Duration::from_millis(250);
     let t0 = Instant::now();
@@ -302,19 +299,8 @@ fn a_read_slower_than_the_timeout_times_out_and_the_next_one_delivers() {
     // one): the first read times out, the next delivers.
     drop(source);
     drop(fake);
-    let tables = Tables::generated(3, 1);
-    let s = tables.samples[0].clone();
-    let mut fake = FakeCluster::start(tables);
-    let shared = fake.shared.clone();
-    fake.prepend_rules(
-        0,
-        vec![forge_after(
-            Duration::from_millis(1500),
-            read_of(s.id).and(Condition::TrueForLimitedTimes(1)),
-            move |req| read_answer(&shared, &req),
-        )],
-    );
-    let source = CqlSource::connect(&fake.settings()).unwrap();
+    let (_fake, s, source) =
+        slow_first_sample(|id| read_of(id).and(Condition::TrueForLimitedTimes(1)));
     let (r, stats) = fetch_one(&source, o.clone(), s.id, s.size as u32);
     assert_eq!(r.unwrap_err().kind(), io::ErrorKind::TimedOut);
     assert_eq!((stats.attempts, stats.timeouts), (1, 1));
@@ -333,12 +319,7 @@ fn a_blob_of_another_size_than_the_catalog_is_an_error_naming_the_id() {
     let catalog = source.catalog().unwrap();
     let entry = catalog.entries().iter().find(|e| e.id == s.id).unwrap();
     assert_eq!(entry.size, s.size as u64);
-    let (r, stats) = fetch_one(
-        &source,
-        fast_options(source.settings()),
-        s.id,
-        entry.size as u32,
-    );
+    let (r, stats) = fetch_fast(&source, s.id, entry.size as u32);
     let e = r.unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::InvalidData);
     assert!(!is_retryable(&e));
@@ -367,12 +348,7 @@ fn unauthorized_and_syntax_errors_fail_at_once() {
                 error_frame(&req, e2.clone(), "forged")
             })],
         );
-        let (r, stats) = fetch_one(
-            &source,
-            fast_options(source.settings()),
-            s.id,
-            s.size as u32,
-        );
+        let (r, stats) = fetch_fast(&source, s.id, s.size as u32);
         let e = r.unwrap_err();
         assert_eq!(e.kind(), kind, "{err:?}: {e}");
         assert!(!is_retryable(&e));

@@ -12,7 +12,7 @@
 mod common;
 
 use common::*;
-use granary::{Client, SessionOptions};
+use granary::Client;
 use granary_testkit::{GranarydConfig, GranarydProcess, Log};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -110,32 +110,10 @@ fn a_restarted_agent_gets_its_hugepages_back_from_a_resuming_loader() {
     // The loader: two epochs, a pause per batch, no batch held across calls.
     let batches = Arc::new(AtomicU64::new(0));
     let loader = {
-        let (sock, spec, batches) = (sock.clone(), spec.clone(), Arc::clone(&batches));
-        std::thread::spawn(move || {
-            let client = Client::connect(&sock).expect("loader: connect");
-            let mut o = SessionOptions::new(DATASET);
-            o.batch_size = 16;
-            o.epoch_count = 2;
-            o.seed = 3;
-            o.resume_timeout = Some(Duration::from_secs(60));
-            let mut s = client.open_session(&o).expect("loader: open");
-            let mut seen = vec![Vec::new(); 2];
-            loop {
-                let Some(b) = next_or_end(&mut s, Duration::from_secs(60), "loader: next batch")
-                else {
-                    break;
-                };
-                for smp in b.samples() {
-                    verify(&spec, &smp);
-                    seen[b.epoch() as usize].push(smp.id());
-                }
-                s.release(b).expect("loader: release");
-                batches.fetch_add(1, Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            let resumes = s.resumes();
-            s.close().expect("loader: close");
-            (seen, resumes)
+        let batches = Arc::clone(&batches);
+        resuming_loader(sock, DATASET, spec, (16, 2, 3), move || {
+            batches.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(5));
         })
     };
     wait_for(

@@ -13,7 +13,7 @@
 mod common;
 mod common_peers;
 
-use common::{next_or_end, verify, wait_for, watchdog};
+use common::{next_or_end, verify, wait_for, wait_for_position, watchdog};
 use common_peers::{free_port, Agent};
 use granary::{Client, ErrorCode, Session, SessionOptions};
 use granary_agent::metrics::{parse_text, scrape};
@@ -116,21 +116,9 @@ fn a_replacement_rank_on_another_node_opens_at_the_jobs_committed_step() {
     drop(s0);
 
     // B learns where rank 0 stands, and A's ranks' waits.
-    let mut pos = None;
-    wait_for(
-        "B to learn rank 0's position",
-        Duration::from_secs(30),
-        || match cb.job_position(&options(0)) {
-            Ok(p) if p.rank_position == Some((0, 10)) => {
-                pos = Some(p);
-                true
-            }
-            Ok(_) => false,
-            Err(e) if e.code() == ErrorCode::NotFound => false,
-            Err(e) => panic!("job position: {e}"),
-        },
-    );
-    let pos = pos.unwrap();
+    let pos = wait_for_position("B to learn rank 0's position", &cb, &options(0), |p| {
+        p.rank_position == Some((0, 10))
+    });
     // Rank 1 finished its epoch: the job stands at rank 0's step.
     assert_eq!((pos.epoch, pos.step), (0, 10), "{pos:?}");
     assert_eq!((pos.ranks_known, pos.nodes), (2, 2), "{pos:?}");

@@ -18,7 +18,7 @@
 mod common;
 mod common_peers;
 
-use common::{verify, wait_for, watchdog};
+use common::{verify, wait_for, wait_for_position, watchdog};
 use common_peers::SessionJob;
 use granary::{agree, encode_layout, Agreement, Client, ErrorCode, Session, SessionOptions};
 use granary_testkit::agent_toml::PEER_PREFETCH;
@@ -116,21 +116,10 @@ fn a_locality_job_goes_on_after_a_replacement_and_a_relaunch_with_another_world_
     let mut o3 = job.options(3, &old);
     o3.locality = Some(digest);
     // Node A learns rank 3's position from B's job status.
-    let mut pos = None;
-    wait_for(
-        "A to learn where the locality plan stands",
-        Duration::from_secs(30),
-        || match job.client(0).job_position(&o3) {
-            Ok(p) if p.ranks_known == 4 && p.rank_position == Some((0, 4)) => {
-                pos = Some(p);
-                true
-            }
-            Ok(_) => false,
-            Err(e) if e.code() == ErrorCode::NotFound => false,
-            Err(e) => panic!("job position: {e}"),
-        },
-    );
-    let pos = pos.unwrap();
+    let what = "A to learn where the locality plan stands";
+    let pos = wait_for_position(what, &job.client(0), &o3, |p| {
+        p.ranks_known == 4 && p.rank_position == Some((0, 4))
+    });
     assert_eq!((pos.epoch, pos.step, pos.nodes), (0, 4, 2), "{pos:?}");
     assert_eq!(pos.first_batch, 4);
     drop(sessions.pop());

@@ -10,11 +10,11 @@ mod common_s3;
 
 use common::{watchdog, TestAgent};
 use common_s3::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
-use common_s3::{synth, Seaweed, BUCKET};
+use common_s3::{synth, upload, Seaweed, BUCKET};
 use granary::{Client, ErrorCode, SessionOptions};
 use granary_agent::config::Config;
 use granary_testkit::agent_toml::head;
-use granary_tools::ingest::{self, shards::write_webdataset, IngestOptions};
+use granary_tools::ingest::shards::write_webdataset;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -116,11 +116,7 @@ fn datasets() -> Sets {
     assert_eq!(w.samples, SIZES[1]);
     assert!(w.shards.len() >= 2);
     let weed = Seaweed::start();
-    let report = ingest::ingest(
-        &IngestOptions::new(&c.root, weed.settings(), "c"),
-        |_, _, _, _| {},
-    )
-    .unwrap();
+    let report = upload(&weed, &c.root, "c");
     assert_eq!(report.files, SIZES[2]);
     Sets {
         roots: [a.root.clone(), shards],

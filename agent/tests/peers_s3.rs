@@ -19,12 +19,11 @@ mod common_peers;
 mod common_s3;
 
 use common::{verify, watchdog};
-use common_peers::{free_port, Agent};
-use common_s3::{s3_table, synth, Seaweed};
+use common_peers::{free_port, identity, member, Agent};
+use common_s3::{s3_table, synth, upload, Seaweed};
 use granary::{encode_view, Client, ErrorCode, MembershipMode, SessionOptions, ViewMember};
 use granary_testkit::agent_toml::static_peers;
 use granary_testkit::corrupt_proxy::{Corrupt, CorruptingProxy, Senders};
-use granary_tools::ingest::{self, IngestOptions};
 use granary_tools::synth::SynthSpec;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -110,8 +109,7 @@ fn cluster_with(
     let weed = Seaweed::start();
     let tmp = tempfile::tempdir().unwrap();
     let spec = synth(tmp.path(), FILES, 10, MEAN);
-    let opts = IngestOptions::new(&spec.root, weed.settings(), name);
-    let report = ingest::ingest(&opts, |_, _, _, _| {}).unwrap();
+    let report = upload(&weed, &spec.root, name);
     assert_eq!(report.files, FILES);
     let peer_ports: Vec<u16> = (0..NODES).map(|n| free_port(&Agent::ip(n))).collect();
     let listen: Vec<SocketAddr> = (0..NODES)
@@ -505,19 +503,12 @@ fn gather_view(c: &Cluster, job: &str, epoch: u64) -> Vec<u8> {
         .agents
         .iter()
         .map(|a| {
-            let id = Client::connect(&a.sock)
-                .unwrap()
-                .peer_identity(Duration::from_secs(10))
-                .unwrap();
+            let id = identity(&a.sock);
             assert_eq!(id.membership, MembershipMode::Session);
             assert_eq!(id.node_id, format!("n{}", a.node));
             assert_eq!(id.addr, peer_addr(a).to_string());
             assert!(id.capacity > 0);
-            ViewMember {
-                id: id.node_id,
-                addr: id.addr,
-                capacity: id.capacity,
-            }
+            member(id)
         })
         .collect();
     encode_view(job, epoch, &members).unwrap()

@@ -11,13 +11,12 @@ use common::{
     honest, honest_loader_of, next_or_end, store_config, store_outage, wait_for, watchdog, Honest,
     Outage, TestAgent, RETRYING,
 };
-use common_s3::{s3_table, synth, Seaweed, BUCKET};
+use common_s3::{s3_table, synth, upload, Seaweed, BUCKET};
 use granary::{Client, ErrorCode, SessionOptions};
 use granary_agent::config::Config;
 use granary_agent::dataset::Dataset;
 use granary_agent::source::s3::fault::FaultyStore;
 use granary_agent::source::s3::{FetchOptions, S3Dataset, S3Layout, S3Source};
-use granary_tools::ingest::{self, IngestOptions};
 use granary_tools::synth::SynthSpec;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -27,9 +26,7 @@ use std::time::{Duration, Instant};
 const FILES: u64 = 600;
 
 fn ingest_dir(weed: &Seaweed, src: &Path, prefix: &str) {
-    let opts = IngestOptions::new(src, weed.settings(), prefix);
-    let report = ingest::ingest(&opts, |_, _, _, _| {}).unwrap();
-    assert_eq!(report.files, FILES);
+    assert_eq!(upload(weed, src, prefix).files, FILES);
 }
 
 /// A filesystem dataset table.

@@ -6,7 +6,7 @@
 mod common_s3;
 
 use common_s3::delay_proxy::DelayProxy;
-use common_s3::{synth, Seaweed, BUCKET};
+use common_s3::{synth, upload, Seaweed, BUCKET};
 use granary_agent::source::queue::IoCompletion as Completion;
 use granary_agent::source::s3::fault::FaultyStore;
 use granary_agent::source::s3::{
@@ -19,15 +19,8 @@ use granary_tools::ingest::{self, IngestOptions};
 use granary_tools::synth::verify_sample;
 use std::collections::HashMap;
 use std::io;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Uploads `src` to `prefix` through the library.
-fn ingest_dir(weed: &Seaweed, src: &Path, prefix: &str) -> ingest::IngestReport {
-    let opts = IngestOptions::new(src, weed.settings(), prefix);
-    ingest::ingest(&opts, |_, _, _, _| {}).unwrap()
-}
 
 /// Fetches every sample of `catalog` into one buffer with `capacity` in
 /// flight (the queue kept full); `on_completion(n)` runs after the n-th
@@ -284,7 +277,7 @@ fn five_percent_injected_failures_still_deliver_every_sample() {
     let weed = Seaweed::start();
     let tmp = tempfile::tempdir().unwrap();
     let spec = synth(tmp.path(), 300, 5, 8_000);
-    ingest_dir(&weed, &spec.root, "faulty");
+    upload(&weed, &spec.root, "faulty");
     let settings = weed.settings();
     let faulty = Arc::new(FaultyStore::new(settings.build_store().unwrap(), 0.05, 7));
     let opts = options(64);
@@ -311,7 +304,7 @@ fn server_killed_and_restarted_mid_fetch_loses_nothing() {
     let mut weed = Seaweed::start();
     let tmp = tempfile::tempdir().unwrap();
     let spec = synth(tmp.path(), 600, 6, 8_000);
-    ingest_dir(&weed, &spec.root, "restart");
+    upload(&weed, &spec.root, "restart");
     let mut settings = weed.settings();
     settings.request_timeout = Duration::from_secs(2);
     let source = S3Source::connect(&settings, 16).unwrap();
@@ -392,7 +385,7 @@ fn an_object_replaced_after_cataloguing_is_a_clear_per_sample_error() {
     let weed = Seaweed::start();
     let tmp = tempfile::tempdir().unwrap();
     let spec = synth(tmp.path(), 6, 1, 3_000);
-    ingest_dir(&weed, &spec.root, "versions");
+    upload(&weed, &spec.root, "versions");
     let source = S3Source::connect(&weed.settings(), 8).unwrap();
     let catalog = source
         .catalog(&S3Layout::Prefix("versions".into()))
@@ -437,7 +430,7 @@ fn a_request_slower_than_the_timeout_fails_then_succeeds_without_the_delay() {
     let weed = Seaweed::start();
     let tmp = tempfile::tempdir().unwrap();
     let spec = synth(tmp.path(), 4, 1, 4_000);
-    ingest_dir(&weed, &spec.root, "slow");
+    upload(&weed, &spec.root, "slow");
     let proxy = DelayProxy::start(
         "127.0.0.1:0".parse().unwrap(),
         weed.s3_addr(),

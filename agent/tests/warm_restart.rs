@@ -15,12 +15,10 @@ mod common;
 mod common_peers;
 mod common_s3;
 
-use common::{next_or_end, verify, watchdog, AgentDir, DATASET};
+use common::{resuming_loader, watchdog, AgentDir, DATASET};
 use common_peers::{free_port, Agent};
-use common_s3::{s3_table, synth, Seaweed};
-use granary::{Client, SessionOptions};
+use common_s3::{s3_table, synth, upload, Seaweed};
 use granary_agent::warm::{Files, Index};
-use granary_tools::ingest::{self, IngestOptions};
 use granary_tools::synth::SynthSpec;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -68,33 +66,10 @@ fn loader(
     pause: Duration,
     batches: &Arc<AtomicU64>,
 ) -> JoinHandle<(Vec<Vec<u64>>, u32)> {
-    let (sock, dataset, spec, batches) = (
-        sock.to_path_buf(),
-        dataset.to_string(),
-        spec.clone(),
-        Arc::clone(batches),
-    );
-    std::thread::spawn(move || {
-        let client = Client::connect(&sock).expect("loader: connect");
-        let mut o = SessionOptions::new(&dataset);
-        o.batch_size = BATCH;
-        o.epoch_count = epochs;
-        o.seed = 11;
-        o.resume_timeout = Some(Duration::from_secs(60));
-        let mut s = client.open_session(&o).expect("loader: open");
-        let mut seen = vec![Vec::new(); epochs as usize];
-        while let Some(b) = next_or_end(&mut s, Duration::from_secs(60), "loader: next batch") {
-            for smp in b.samples() {
-                verify(&spec, &smp);
-                seen[b.epoch() as usize].push(smp.id());
-            }
-            s.release(b).expect("loader: release");
-            batches.fetch_add(1, Ordering::Relaxed);
-            std::thread::sleep(pause);
-        }
-        let resumes = s.resumes();
-        s.close().expect("loader: close");
-        (seen, resumes)
+    let batches = Arc::clone(batches);
+    resuming_loader(sock, dataset, spec, (BATCH, epochs, 11), move || {
+        batches.fetch_add(1, Ordering::Relaxed);
+        std::thread::sleep(pause);
     })
 }
 
@@ -177,6 +152,35 @@ fn restart_while_reading(
     (after(&a), took, a)
 }
 
+/// [`restart_while_reading`] with the agent (its folder, configuration,
+/// socket and metrics address) stopped by `stop` 15 batches into epoch 1,
+/// epoch 0 read in full: the arena holds every sample and the index has
+/// caught up, so the restarted agent recovers them all, none failing a
+/// check, and reads (almost) nothing from the store again. `what` names
+/// the case in the log.
+fn restarts_warm_mid_epoch_1(
+    (dir, config, sock, metrics): (&Path, PathBuf, PathBuf, SocketAddr),
+    spec: &SynthSpec,
+    stop: Stop,
+    what: &str,
+) {
+    let per_epoch = FILES.div_ceil(u64::from(BATCH));
+    let (f, took, a) =
+        restart_while_reading(dir, config, sock, metrics, spec, per_epoch + 15, stop);
+    eprintln!(
+        "warm restart ({what} mid-epoch 1): {f:?}; restarted in {} ms",
+        took.as_millis()
+    );
+    assert_eq!(f.recovered, FILES as f64, "{}", a.log());
+    assert_eq!(f.crc + f.changed + f.placement, 0.0);
+    assert!(
+        f.reads <= 0.01 * f.recovered,
+        "{} store reads after the restart, the arena held {}",
+        f.reads,
+        f.recovered
+    );
+}
+
 fn fs_config(d: &AgentDir, metrics: SocketAddr) {
     d.write_config(
         "64MiB",
@@ -193,27 +197,11 @@ fn a_killed_agent_restarts_warm_mid_epoch() {
     fs_config(&d, m);
     // Epoch 0 read in full, then 15 batches (150 ms or more) into epoch 1:
     // the arena holds every sample, and the index has caught up.
-    let per_epoch = FILES.div_ceil(u64::from(BATCH));
-    let (f, took, a) = restart_while_reading(
-        d.dir.path(),
-        d.config.clone(),
-        d.sock.clone(),
-        m,
+    restarts_warm_mid_epoch_1(
+        (d.dir.path(), d.config.clone(), d.sock.clone(), m),
         &d.spec,
-        per_epoch + 15,
         Stop::Kill,
-    );
-    eprintln!(
-        "warm restart (fs, SIGKILL mid-epoch 1): {f:?}; restarted in {} ms",
-        took.as_millis()
-    );
-    assert_eq!(f.recovered, FILES as f64, "{}", a.log());
-    assert_eq!(f.crc + f.changed + f.placement, 0.0);
-    assert!(
-        f.reads <= 0.01 * f.recovered,
-        "{} store reads after the restart, the arena held {}",
-        f.reads,
-        f.recovered
+        "fs, SIGKILL",
     );
 }
 
@@ -233,40 +221,13 @@ fn a_killed_agent_restarts_warm_in_its_first_epoch() {
     let gate = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let stop_at = 40;
     let l = {
-        let (sock, spec, batches, gate) = (
-            d.sock.clone(),
-            d.spec.clone(),
-            Arc::clone(&batches),
-            Arc::clone(&gate),
-        );
-        std::thread::spawn(move || {
-            let client = Client::connect(&sock).expect("loader: connect");
-            let mut o = SessionOptions::new(DATASET);
-            o.batch_size = BATCH;
-            o.epoch_count = 2;
-            o.seed = 5;
-            o.resume_timeout = Some(Duration::from_secs(60));
-            let mut s = client.open_session(&o).expect("loader: open");
-            let mut seen = vec![Vec::new(); 2];
-            loop {
-                let Some(b) = next_or_end(&mut s, Duration::from_secs(60), "loader: next batch")
-                else {
-                    break;
-                };
-                for smp in b.samples() {
-                    verify(&spec, &smp);
-                    seen[b.epoch() as usize].push(smp.id());
-                }
-                s.release(b).expect("loader: release");
-                if batches.fetch_add(1, Ordering::Relaxed) + 1 == stop_at {
-                    while gate.load(Ordering::Relaxed) {
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
+        let (batches, gate) = (Arc::clone(&batches), Arc::clone(&gate));
+        resuming_loader(&d.sock, DATASET, &d.spec, (BATCH, 2, 5), move || {
+            if batches.fetch_add(1, Ordering::Relaxed) + 1 == stop_at {
+                while gate.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(1));
                 }
             }
-            let resumes = s.resumes();
-            s.close().expect("loader: close");
-            (seen, resumes)
         })
     };
     wait_batches(&batches, stop_at);
@@ -347,8 +308,7 @@ fn a_killed_agent_on_an_s3_dataset_restarts_warm() {
     let tmp = tempfile::tempdir().unwrap();
     let spec = synth(tmp.path(), FILES, 10, MEAN);
     let prefix = "warm";
-    let opts = IngestOptions::new(&spec.root, weed.settings(), prefix);
-    let report = ingest::ingest(&opts, |_, _, _, _| {}).unwrap();
+    let report = upload(&weed, &spec.root, prefix);
     assert_eq!(report.files, FILES);
     let sock = tmp.path().join("granary.sock");
     let config = tmp.path().join("granaryd.toml");
@@ -373,30 +333,9 @@ address = "{m}"
     )
     .unwrap();
     let _files = RemoveOnDrop(Files::for_socket(&sock));
-    let per_epoch = FILES.div_ceil(u64::from(BATCH));
-    for (stop, name) in [(Stop::Kill, "SIGKILL"), (Stop::Term, "SIGTERM")] {
-        let (f, took, a) = restart_while_reading(
-            tmp.path(),
-            config.clone(),
-            sock.clone(),
-            m,
-            &spec,
-            per_epoch + 15,
-            stop,
-        );
-        eprintln!(
-            "warm restart (S3, {name} mid-epoch 1): {f:?}; restarted in {} ms",
-            took.as_millis()
-        );
-        assert_eq!(f.recovered, FILES as f64, "{}", a.log());
-        assert_eq!(f.crc + f.changed + f.placement, 0.0);
-        assert!(
-            f.reads <= 0.01 * f.recovered,
-            "{} store reads after the restart, the arena held {}",
-            f.reads,
-            f.recovered
-        );
-        drop(a);
+    for (stop, name) in [(Stop::Kill, "S3, SIGKILL"), (Stop::Term, "S3, SIGTERM")] {
+        let at = (tmp.path(), config.clone(), sock.clone(), m);
+        restarts_warm_mid_epoch_1(at, &spec, stop, name);
     }
 }
 

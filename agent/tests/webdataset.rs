@@ -8,18 +8,15 @@
 mod common;
 mod common_s3;
 
-use common::{epochs, store_config, watchdog, TestAgent};
-use common_s3::{s3_table, synth, Seaweed};
-use granary_tools::ingest::{self, shards::write_webdataset, IngestOptions};
+use common::{epochs, same_epoch_as, store_config, watchdog, Delivered, TestAgent};
+use common_s3::{s3_table, synth, upload, Seaweed};
+use granary_tools::ingest::shards::write_webdataset;
 
 const FILES: u64 = 400;
 
 /// Checks a webdataset epoch against the files epoch.
-fn same_epoch(files: &[(u64, i32, Vec<u8>)], wds: &[(u64, i32, Vec<u8>)], what: &str) {
-    assert_eq!(files.len(), FILES as usize, "files epoch");
-    assert_eq!(wds.len(), files.len(), "{what}: samples");
-    for (f, w) in files.iter().zip(wds) {
-        assert_eq!((f.0, f.1), (w.0, w.1), "{what}: id and label in order");
+fn same_epoch(files: &[Delivered], wds: &[Delivered], what: &str) {
+    same_epoch_as(files, wds, FILES, what, |f, w| {
         let fields: Vec<_> = granary::fields::fields(&w.2)
             .map(|x| x.unwrap_or_else(|e| panic!("{what}: sample {}: {e}", w.0)))
             .collect();
@@ -32,7 +29,7 @@ fn same_epoch(files: &[(u64, i32, Vec<u8>)], wds: &[(u64, i32, Vec<u8>)], what: 
         );
         assert_eq!(fields[1].name, b"cls");
         assert_eq!(fields[1].data, f.1.to_string().as_bytes());
-    }
+    });
 }
 
 #[test]
@@ -45,11 +42,7 @@ fn files_and_webdataset_shards_on_fs_and_s3_give_the_same_epoch() {
     let w = write_webdataset(&spec.root, &shards, 256 * 1024).unwrap();
     assert_eq!(w.samples, FILES);
     assert!(w.shards.len() >= 5, "{} shards", w.shards.len());
-    let report = ingest::ingest(
-        &IngestOptions::new(&shards, weed.settings(), "wds"),
-        |_, _, _, _| {},
-    )
-    .unwrap();
+    let report = upload(&weed, &shards, "wds");
     assert_eq!(report.files, w.shards.len() as u64);
     let sock = dir.path().join("granary.sock");
     let tables = format!(

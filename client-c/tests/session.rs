@@ -142,8 +142,7 @@ fn sharded_ranks_drop_last_and_small_rings() {
     }
     // 203 samples over 3 ranks: 68, 68, 67 per epoch; full batches of 10: 6 each.
     assert_eq!(total, 3 * 3 * 6);
-    assert!(fx.wait_finished(3, Duration::from_secs(10)));
-    assert_eq!(Stats::get(&fx.stats().unreturned), 0);
+    fx.assert_all_returned(3);
 }
 
 #[test]
@@ -164,8 +163,7 @@ fn sessions_on_threads_are_independent() {
             });
         }
     });
-    assert!(fx.wait_finished(3, Duration::from_secs(10)));
-    assert_eq!(Stats::get(&fx.stats().unreturned), 0);
+    fx.assert_all_returned(3);
 }
 
 #[test]
@@ -454,8 +452,7 @@ fn batch_with_io_status_is_delivered_and_released() {
     }
     assert_eq!(statuses, vec![0, 0, ErrorCode::Io.as_i32(), 0, 0]);
     s.close().unwrap();
-    assert!(fx.wait_finished(1, Duration::from_secs(10)));
-    assert_eq!(Stats::get(&fx.stats().unreturned), 0);
+    fx.assert_all_returned(1);
 }
 
 #[test]
@@ -500,8 +497,7 @@ fn a_full_release_ring_defers_releases_without_losing_them() {
     }
     assert_eq!(n, 10);
     s.close().unwrap();
-    assert!(fx.wait_finished(1, Duration::from_secs(10)));
-    assert_eq!(Stats::get(&fx.stats().unreturned), 0);
+    fx.assert_all_returned(1);
     assert_eq!(Stats::get(&fx.stats().releases), 11);
     assert_eq!(Stats::get(&fx.stats().violations), 0);
 }

@@ -556,46 +556,26 @@ impl Inner {
                 let Some(rwr) = dqp.rq.pop_front() else {
                     return fail(self, WcStatus::RnrRetryExceeded);
                 };
-                let Some((r, off)) = self.local_bytes(dst, rwr.sge, Access::LOCAL_WRITE) else {
-                    self.complete(
-                        dst,
-                        wc(
-                            rwr.wr_id,
-                            remote.qp_num,
-                            Opcode::Recv,
-                            WcStatus::LocalProtection,
-                            0,
-                        ),
-                    );
-                    self.fail_qp(dst, remote.qp_num);
-                    return fail(self, WcStatus::RemoteInvalidRequest);
+                let recv =
+                    |status, byte_len| wc(rwr.wr_id, remote.qp_num, Opcode::Recv, status, byte_len);
+                // The receive buffer must be writable and hold the message;
+                // otherwise the receiver's queue pair fails as well.
+                let landing = match self.local_bytes(dst, rwr.sge, Access::LOCAL_WRITE) {
+                    None => Err(WcStatus::LocalProtection),
+                    Some(_) if (rwr.sge.len as usize) < len => Err(WcStatus::LocalLength),
+                    Some(at) => Ok(at),
                 };
-                if (rwr.sge.len as usize) < len {
-                    self.complete(
-                        dst,
-                        wc(
-                            rwr.wr_id,
-                            remote.qp_num,
-                            Opcode::Recv,
-                            WcStatus::LocalLength,
-                            0,
-                        ),
-                    );
-                    self.fail_qp(dst, remote.qp_num);
-                    return fail(self, WcStatus::RemoteInvalidRequest);
-                }
+                let (r, off) = match landing {
+                    Ok(at) => at,
+                    Err(status) => {
+                        self.complete(dst, recv(status, 0));
+                        self.fail_qp(dst, remote.qp_num);
+                        return fail(self, WcStatus::RemoteInvalidRequest);
+                    }
+                };
                 self.hosts[dst].regions[r].mem.write(off, &bytes);
                 self.stats.sends += 1;
-                self.complete(
-                    dst,
-                    wc(
-                        rwr.wr_id,
-                        remote.qp_num,
-                        Opcode::Recv,
-                        WcStatus::Success,
-                        len as u32,
-                    ),
-                );
+                self.complete(dst, recv(WcStatus::Success, len as u32));
                 self.complete(host, wc(wr.wr_id, qpn, Opcode::Send, WcStatus::Success, 0));
             }
             SendOp::Bind { .. } | SendOp::Invalidate { .. } => unreachable!("handled above"),
@@ -753,7 +733,38 @@ impl FakeNic {
         mr
     }
 
-    fn post_sq(&mut self, qp: QpId, wr: SendWr) -> Result<(), VerbsError> {
+    /// Posts `op` on `qp`'s send queue; window binds and invalidates carry
+    /// no data (an empty scatter entry).
+    fn post_sq(
+        &mut self,
+        qp: QpId,
+        wr_id: u64,
+        sge: Option<Sge>,
+        op: SendOp,
+    ) -> Result<(), VerbsError> {
+        let opcode = op.opcode();
+        let sge = sge.unwrap_or(Sge {
+            addr: 0,
+            len: 0,
+            lkey: 0,
+        });
+        let wr = SendWr { wr_id, sge, op };
+        self.post_to(qp, wr_id, opcode, |q| {
+            (q.state == QpState::Rts).then_some((&mut q.sq, q.caps.max_send_wr, wr))
+        })
+    }
+
+    /// Posts a work request to one of `qp`'s queues. `queue` gives the
+    /// queue, its limit and the request when the queue pair's state takes
+    /// posts on it; a queue pair in the error state flushes the request at
+    /// once (a `Flushed` completion with `wr_id` and `opcode`).
+    fn post_to<W>(
+        &mut self,
+        qp: QpId,
+        wr_id: u64,
+        opcode: Opcode,
+        queue: impl FnOnce(&mut FakeQp) -> Option<(&mut VecDeque<W>, u32, W)>,
+    ) -> Result<(), VerbsError> {
         let mut inner = self.fabric.lock();
         let host = self.host;
         let h = &mut inner.hosts[host];
@@ -761,21 +772,19 @@ impl FakeNic {
             return Err(VerbsError::NoDevice("host killed".into()));
         }
         let q = h.qps.get_mut(&qp.0).ok_or(VerbsError::UnknownQp(qp))?;
-        match q.state {
-            QpState::Rts => {
-                if q.sq.len() >= q.caps.max_send_wr as usize {
-                    return Err(VerbsError::QueueFull(qp));
-                }
-                q.sq.push_back(wr);
-                Ok(())
+        let state = q.state;
+        if let Some((queue, cap, wr)) = queue(q) {
+            if queue.len() >= cap as usize {
+                return Err(VerbsError::QueueFull(qp));
             }
-            QpState::Error => {
-                let opcode = wr.op.opcode();
-                inner.complete(host, wc(wr.wr_id, qp.0, opcode, WcStatus::Flushed, 0));
-                Ok(())
-            }
-            state => Err(VerbsError::BadState { qp, state }),
+            queue.push_back(wr);
+            return Ok(());
         }
+        if state != QpState::Error {
+            return Err(VerbsError::BadState { qp, state });
+        }
+        inner.complete(host, wc(wr_id, qp.0, opcode, WcStatus::Flushed, 0));
+        Ok(())
     }
 }
 
@@ -890,14 +899,7 @@ impl Verbs for FakeNic {
     }
 
     fn post_send(&mut self, qp: QpId, wr_id: u64, local: Sge) -> Result<(), VerbsError> {
-        self.post_sq(
-            qp,
-            SendWr {
-                wr_id,
-                sge: local,
-                op: SendOp::Send,
-            },
-        )
+        self.post_sq(qp, wr_id, Some(local), SendOp::Send)
     }
 
     fn post_write(
@@ -907,38 +909,17 @@ impl Verbs for FakeNic {
         local: Sge,
         remote: RemoteAddr,
     ) -> Result<(), VerbsError> {
-        self.post_sq(
-            qp,
-            SendWr {
-                wr_id,
-                sge: local,
-                op: SendOp::Write(remote),
-            },
-        )
+        self.post_sq(qp, wr_id, Some(local), SendOp::Write(remote))
     }
 
     fn post_recv(&mut self, qp: QpId, wr_id: u64, local: Sge) -> Result<(), VerbsError> {
-        let mut inner = self.fabric.lock();
-        let host = self.host;
-        let h = &mut inner.hosts[host];
-        if !h.alive {
-            return Err(VerbsError::NoDevice("host killed".into()));
-        }
-        let q = h.qps.get_mut(&qp.0).ok_or(VerbsError::UnknownQp(qp))?;
-        match q.state {
-            QpState::Init | QpState::Rtr | QpState::Rts => {
-                if q.rq.len() >= q.caps.max_recv_wr as usize {
-                    return Err(VerbsError::QueueFull(qp));
-                }
-                q.rq.push_back(RecvWr { wr_id, sge: local });
-                Ok(())
-            }
-            QpState::Error => {
-                inner.complete(host, wc(wr_id, qp.0, Opcode::Recv, WcStatus::Flushed, 0));
-                Ok(())
-            }
-            state => Err(VerbsError::BadState { qp, state }),
-        }
+        self.post_to(qp, wr_id, Opcode::Recv, |q| {
+            matches!(q.state, QpState::Init | QpState::Rtr | QpState::Rts).then_some((
+                &mut q.rq,
+                q.caps.max_recv_wr,
+                RecvWr { wr_id, sge: local },
+            ))
+        })
     }
 
     fn alloc_mw(&mut self) -> Result<MwId, VerbsError> {
@@ -988,39 +969,18 @@ impl Verbs for FakeNic {
             w.next_tag = w.next_tag.wrapping_add(1);
             Ok(MW_KEY | (mw.0 << 8) | u32::from(w.next_tag))
         })?;
-        self.post_sq(
-            qp,
-            SendWr {
-                wr_id,
-                sge: Sge {
-                    addr: 0,
-                    len: 0,
-                    lkey: 0,
-                },
-                op: SendOp::Bind {
-                    mw: mw.0,
-                    region: mr.id,
-                    span,
-                    rkey,
-                },
-            },
-        )?;
+        let bind = SendOp::Bind {
+            mw: mw.0,
+            region: mr.id,
+            span,
+            rkey,
+        };
+        self.post_sq(qp, wr_id, None, bind)?;
         Ok(rkey)
     }
 
     fn post_invalidate(&mut self, qp: QpId, wr_id: u64, rkey: u32) -> Result<(), VerbsError> {
-        self.post_sq(
-            qp,
-            SendWr {
-                wr_id,
-                sge: Sge {
-                    addr: 0,
-                    len: 0,
-                    lkey: 0,
-                },
-                op: SendOp::Invalidate { rkey },
-            },
-        )
+        self.post_sq(qp, wr_id, None, SendOp::Invalidate { rkey })
     }
 
     fn poll_cq(&mut self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize, VerbsError> {

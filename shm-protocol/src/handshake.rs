@@ -193,6 +193,34 @@ pub struct CatalogCheck {
 }
 
 impl OpenSession {
+    /// A request for `dataset` in batches of `batch_size` with every other
+    /// field at its plainest: seed 0, epoch 0 only, rank 0 of 1, keep the
+    /// last partial batch, the agent's ring sizes, client ABI 1, exact
+    /// order from the first batch, one worker, no catalog check and no
+    /// catalog trailer. Callers set what they need with struct update
+    /// syntax.
+    pub fn new(dataset: impl Into<String>, batch_size: u32) -> OpenSession {
+        OpenSession {
+            dataset: dataset.into(),
+            seed: 0,
+            first_epoch: 0,
+            epoch_count: 1,
+            batch_size,
+            rank: 0,
+            world_size: 1,
+            drop_last: false,
+            ready_capacity: 0,
+            release_capacity: 0,
+            client_abi: 1,
+            locality: None,
+            first_batch: 0,
+            worker: 0,
+            workers: 1,
+            catalog: None,
+            wants_catalog: false,
+        }
+    }
+
     /// Checks every field's domain. The error names the offending field and
     /// carries [`ErrorCode::InvalidArgument`], ready to be sent back.
     pub fn validate(&self) -> Result<(), ErrorReply> {
@@ -1013,12 +1041,7 @@ impl<'a> Reader<'a> {
             ready_capacity: self.u32()?,
             release_capacity: self.u32()?,
             client_abi: self.u32()?,
-            locality: None,
-            first_batch: 0,
-            worker: 0,
-            workers: 1,
-            catalog: None,
-            wants_catalog: false,
+            ..OpenSession::new(String::new(), 0)
         };
         // Later additions, absent in older requests: a flags byte (bit 0:
         // a locality digest follows; bit 1: a first batch; bit 2: worker and
@@ -1277,23 +1300,14 @@ mod tests {
 
     fn sample_open() -> OpenSession {
         OpenSession {
-            dataset: "imagenet-train".into(),
             seed: 0x0123_4567_89ab_cdef,
             first_epoch: 3,
             epoch_count: 90,
-            batch_size: 256,
             rank: 1,
             world_size: 8,
             drop_last: true,
             ready_capacity: 64,
-            release_capacity: 0,
-            client_abi: 1,
-            locality: None,
-            first_batch: 0,
-            worker: 0,
-            workers: 1,
-            catalog: None,
-            wants_catalog: false,
+            ..OpenSession::new("imagenet-train", 256)
         }
     }
 

@@ -852,23 +852,8 @@ mod tests {
             .set_read_timeout(Some(Duration::from_secs(30)))
             .unwrap();
         let open = OpenSession {
-            dataset: "mnist".into(),
             seed: 1,
-            first_epoch: 0,
-            epoch_count: 1,
-            batch_size: 64,
-            rank: 0,
-            world_size: 1,
-            drop_last: false,
-            ready_capacity: 0,
-            release_capacity: 0,
-            client_abi: 1,
-            locality: None,
-            first_batch: 0,
-            worker: 0,
-            workers: 1,
-            catalog: None,
-            wants_catalog: false,
+            ..OpenSession::new("mnist", 64)
         };
         client
             .send_message(&Message::OpenSession(open), &[])

@@ -4,6 +4,30 @@
 use super::*;
 
 impl Cache {
+    /// The in-flight entry of `key`: its extent, length, pins and
+    /// residency.
+    ///
+    /// # Errors
+    ///
+    /// [`CacheError::NotFound`] or [`CacheError::WrongState`] (not in
+    /// flight).
+    fn in_flight(&self, key: SampleKey) -> Result<(Extent, u64, u32, Residency), CacheError> {
+        let entry = self.entries.get(&key).ok_or(CacheError::NotFound(key))?;
+        match *entry {
+            Entry::InFlight {
+                extent,
+                len,
+                pins,
+                residency,
+            } => Ok((extent, len, pins, residency)),
+            _ => Err(CacheError::WrongState {
+                key,
+                state: entry.state(),
+                expected: "in flight",
+            }),
+        }
+    }
+
     /// The read of `key` finished with content checksum `crc32c`: the sample
     /// is Ready with the pins it gathered while in flight. A transient read
     /// whose pins are all gone is discarded and its extent freed; a retained
@@ -18,20 +42,7 @@ impl Cache {
         key: SampleKey,
         crc32c: u32,
     ) -> Result<Completion, CacheError> {
-        let entry = self.entries.get(&key).ok_or(CacheError::NotFound(key))?;
-        let Entry::InFlight {
-            extent,
-            len,
-            pins,
-            residency,
-        } = *entry
-        else {
-            return Err(CacheError::WrongState {
-                key,
-                state: entry.state(),
-                expected: "in flight",
-            });
-        };
+        let (extent, len, pins, residency) = self.in_flight(key)?;
         self.stats.completions += 1;
         if pins == 0 && residency == Residency::Transient {
             self.areas
@@ -83,20 +94,7 @@ impl Cache {
     /// [`CacheError::NotFound`] or [`CacheError::WrongState`] (not in
     /// flight).
     pub(crate) fn fail(&mut self, key: SampleKey, code: u32) -> Result<(), CacheError> {
-        let entry = self.entries.get(&key).ok_or(CacheError::NotFound(key))?;
-        let Entry::InFlight {
-            extent,
-            pins,
-            residency,
-            ..
-        } = *entry
-        else {
-            return Err(CacheError::WrongState {
-                key,
-                state: entry.state(),
-                expected: "in flight",
-            });
-        };
+        let (extent, _, pins, residency) = self.in_flight(key)?;
         self.areas
             .free(extent)
             .map_err(|e| CacheError::Internal(format!("failing {key}: {e}")))?;

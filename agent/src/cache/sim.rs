@@ -394,20 +394,30 @@ mod tests {
         t
     }
 
+    /// `sessions` over `n` samples of log-normal sizes around 110 KB (seed
+    /// `seed`) in an arena of half their bytes, under each policy: the
+    /// results, checked by [`check_order`], and their table (printed under
+    /// `what`).
+    fn half_arena(
+        what: &str,
+        n: usize,
+        seed: u64,
+        sessions: Vec<SessionPlan>,
+    ) -> (Vec<SimResult>, String) {
+        let sizes = lognormal_sizes(n, 110_000, 0.6, seed);
+        let total: u64 = sizes.iter().sum();
+        let config = SimConfig::with_batch_reserve(total / 2, 4096, sizes, sessions);
+        let results = run_all(&config);
+        let t = check_order(&results);
+        println!("{what}, n = {n}, dataset = 2 x arena\n{t}");
+        (results, t)
+    }
+
     #[test]
     fn one_session_on_a_dataset_twice_the_arena() {
         let n = 4000;
-        let sizes = lognormal_sizes(n, 110_000, 0.6, 1);
-        let total: u64 = sizes.iter().sum();
-        let config = SimConfig::with_batch_reserve(
-            total / 2,
-            4096,
-            sizes,
-            vec![session(n as u64, 42, 0, 1, 32, 4)],
-        );
-        let results = run_all(&config);
-        let t = check_order(&results);
-        println!("one session, n = {n}, dataset = 2 x arena\n{t}");
+        let one = vec![session(n as u64, 42, 0, 1, 32, 4)];
+        let (results, t) = half_arena("one session", n, 1, one);
         for r in &results {
             assert_eq!(r.epochs.len(), 4);
             // Epoch 1 is cold.
@@ -431,20 +441,8 @@ mod tests {
     #[test]
     fn two_jobs_share_the_cache() {
         let n = 3000;
-        let sizes = lognormal_sizes(n, 110_000, 0.6, 2);
-        let total: u64 = sizes.iter().sum();
-        let config = SimConfig::with_batch_reserve(
-            total / 2,
-            4096,
-            sizes,
-            vec![
-                session(n as u64, 1, 0, 1, 16, 4),
-                session(n as u64, 2, 0, 1, 16, 4),
-            ],
-        );
-        let results = run_all(&config);
-        let t = check_order(&results);
-        println!("two jobs, n = {n}, dataset = 2 x arena\n{t}");
+        let jobs = [1, 2].map(|seed| session(n as u64, seed, 0, 1, 16, 4));
+        let (results, _) = half_arena("two jobs", n, 2, Vec::from(jobs));
         for r in &results {
             assert_eq!(r.sessions.len(), 2);
             assert!(r.sessions.iter().all(|s| s.len() == 4));
@@ -457,20 +455,8 @@ mod tests {
     #[test]
     fn two_ranks_of_one_job() {
         let n = 3000;
-        let sizes = lognormal_sizes(n, 110_000, 0.6, 3);
-        let total: u64 = sizes.iter().sum();
-        let config = SimConfig::with_batch_reserve(
-            total / 2,
-            4096,
-            sizes,
-            vec![
-                session(n as u64, 5, 0, 2, 16, 4),
-                session(n as u64, 5, 1, 2, 16, 4),
-            ],
-        );
-        let results = run_all(&config);
-        let t = check_order(&results);
-        println!("two ranks, n = {n}, dataset = 2 x arena\n{t}");
+        let ranks = [0, 1].map(|rank| session(n as u64, 5, rank, 2, 16, 4));
+        half_arena("two ranks", n, 3, Vec::from(ranks));
     }
 
     #[test]

@@ -117,215 +117,227 @@ pub struct ShardSettings<'a> {
     pub sample_field: &'a str,
 }
 
-/// A `kind = "fs"` dataset.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FsConfig {
-    /// `dataset[i].name`: what loaders ask for; non-empty, unique, at most 255
-    /// bytes, no control characters.
-    pub name: String,
-    /// `dataset[i].order`: `"strict"` (the default) delivers every batch
-    /// exactly as planned; `"relaxed"` lets a ready sample of a later batch
-    /// of the same epoch take the place of a late one while the loader
-    /// waits, the late one moving back (every sample still comes exactly
-    /// once per epoch). See docs/planner.md.
-    #[serde(default)]
-    pub order: DeliveryOrder,
-    /// `[dataset.retry]`: this dataset's retry settings.
-    #[serde(default)]
-    pub retry: RetryOverride,
-    /// `[dataset.prepare]`: decode and resize every sample (a JPEG) to one
-    /// shape in the agent; unset: the file's bytes. See docs/prepare.md.
-    #[serde(default)]
-    pub prepare: Option<PrepareConfig>,
-    /// `dataset[i].root`: a directory tree with one folder per class.
-    /// Exactly one of `root` and `manifest` must be set.
-    #[serde(default)]
-    pub root: Option<PathBuf>,
-    /// `dataset[i].manifest`: a file listing `path<TAB>label` per line.
-    #[serde(default)]
-    pub manifest: Option<PathBuf>,
-    /// `dataset[i].direct_io`: read the files with `O_DIRECT`, straight
-    /// from the device into the arena in whole 4 KiB blocks, bypassing the
-    /// page cache. Default false. A filesystem that refuses it gets
-    /// buffered reads, said once in the log. See docs/fetcher.md.
-    #[serde(default)]
-    pub direct_io: bool,
-    /// `dataset[i].format`: how samples lie in the store: `"files"` (the
-    /// default: one file or object per sample), `"webdataset"` (tar
-    /// shards, one sample per key), `"mds"` (Mosaic MDS shards) or
-    /// `"parquet"` (Parquet files). See docs/formats.md.
-    #[serde(default)]
-    pub format: ShardFormat,
-    /// `dataset[i].label_field`: the member extension whose data is the
-    /// label of a `webdataset` sample (ASCII decimal; default `"cls"`), or
-    /// the integer column of an `mds` / `parquet` sample's label (default
-    /// `"label"`).
-    #[serde(default)]
-    pub label_field: Option<String>,
-    /// `dataset[i].sample_field`: the column whose value is the sample
-    /// (`mds`, `parquet`). Default `"sample"`.
-    #[serde(default)]
-    pub sample_field: Option<String>,
+/// Declares the struct of one dataset kind. Its body lists the kind's own
+/// keys, and markers that stand for key groups several kinds share, each
+/// written once here: `@common` (`name`, `order`, `[dataset.retry]`,
+/// `[dataset.prepare]`: every kind), `@objects` (`prefix`, `manifest`:
+/// the object stores), `@remote` (`allow_http`, `request_timeout_ms`,
+/// `retries`, `max_inflight`: the object stores) and `@shards` (`format`,
+/// `label_field`, `sample_field`). Each kind stays one flat struct that
+/// rejects the keys of the others: serde's `deny_unknown_fields` does not
+/// work through `#[serde(flatten)]`, so shared sub-structs cannot carry
+/// the groups.
+macro_rules! dataset_kind {
+    ($(#[$($attr:tt)*])* pub struct $name:ident { $($body:tt)* }) => {
+        dataset_kind!(@fields [$(#[$($attr)*])* pub struct $name] [] $($body)*);
+    };
+    (@fields $head:tt [$($out:tt)*] @common $($rest:tt)*) => {
+        dataset_kind!(@fields $head [$($out)*
+            /// `dataset[i].name`: what loaders ask for; non-empty, unique, at
+            /// most 255 bytes, no control characters.
+            pub name: String,
+            /// `dataset[i].order`: `"strict"` (the default) delivers every
+            /// batch exactly as planned; `"relaxed"` lets a ready sample of a
+            /// later batch of the same epoch take the place of a late one
+            /// while the loader waits, the late one moving back (every sample
+            /// still comes exactly once per epoch). See docs/planner.md.
+            #[serde(default)]
+            pub order: crate::config::DeliveryOrder,
+            /// `[dataset.retry]`: this dataset's retry settings.
+            #[serde(default)]
+            pub retry: crate::config::RetryOverride,
+            /// `[dataset.prepare]`: decode and resize every sample (a JPEG)
+            /// to one shape in the agent; unset: the stored bytes. See
+            /// docs/prepare.md.
+            #[serde(default)]
+            pub prepare: Option<crate::config::PrepareConfig>,
+        ] $($rest)*);
+    };
+    (@fields $head:tt [$($out:tt)*] @objects $($rest:tt)*) => {
+        dataset_kind!(@fields $head [$($out)*
+            /// `dataset[i].prefix`: the folder whose objects are the samples
+            /// (class folders under it); `""` for the whole bucket or
+            /// container. Exactly one of `prefix` and `manifest` must be set.
+            #[serde(default)]
+            pub prefix: Option<String>,
+            /// `dataset[i].manifest`: the key of a manifest object in the
+            /// bucket or container, or `file://PATH` for a local file.
+            #[serde(default)]
+            pub manifest: Option<String>,
+        ] $($rest)*);
+    };
+    (@fields $head:tt [$($out:tt)*] @remote $($rest:tt)*) => {
+        dataset_kind!(@fields $head [$($out)*
+            /// `dataset[i].allow_http`: accept an `http://` endpoint (for
+            /// loopback and test servers). Default false.
+            #[serde(default)]
+            pub allow_http: bool,
+            /// `dataset[i].request_timeout_ms`: one request attempt (a GET,
+            /// headers and body) must finish within this. Default 10000.
+            #[serde(default = "crate::config::dataset::default_request_timeout_ms")]
+            pub request_timeout_ms: u64,
+            /// `dataset[i].retries`: retries of a failed sample read
+            /// (timeouts, connection errors, HTTP 5xx), with exponential
+            /// backoff and jitter: this dataset's `read_retries` unless
+            /// `[dataset.retry]` sets one. Default 8, at most 100.
+            #[serde(default = "crate::config::dataset::default_remote_retries")]
+            pub retries: u32,
+            /// `dataset[i].max_inflight`: sample reads in flight at once for
+            /// this dataset. Default: `prefetch.max_inflight_reads`; at most
+            /// 32768.
+            #[serde(default)]
+            pub max_inflight: Option<u32>,
+        ] $($rest)*);
+    };
+    (@fields $head:tt [$($out:tt)*] @shards $($rest:tt)*) => {
+        dataset_kind!(@fields $head [$($out)*
+            /// `dataset[i].format`: how samples lie in the store: `"files"`
+            /// (the default: one file or object per sample), `"webdataset"`
+            /// (tar shards, one sample per key), `"mds"` (Mosaic MDS shards)
+            /// or `"parquet"` (Parquet files). See docs/formats.md.
+            #[serde(default)]
+            pub format: crate::config::ShardFormat,
+            /// `dataset[i].label_field`: the member extension whose data is
+            /// the label of a `webdataset` sample (ASCII decimal; default
+            /// `"cls"`), or the integer column of an `mds` / `parquet`
+            /// sample's label (default `"label"`).
+            #[serde(default)]
+            pub label_field: Option<String>,
+            /// `dataset[i].sample_field`: the column whose value is the
+            /// sample (`mds`, `parquet`). Default `"sample"`.
+            #[serde(default)]
+            pub sample_field: Option<String>,
+        ] $($rest)*);
+    };
+    (@fields $head:tt [$($out:tt)*] $(#[$($a:tt)*])* pub $field:ident: $ty:ty, $($rest:tt)*) => {
+        dataset_kind!(@fields $head [$($out)* $(#[$($a)*])* pub $field: $ty,] $($rest)*);
+    };
+    (@fields [$($head:tt)*] [$($out:tt)*]) => {
+        #[derive(Clone, PartialEq, Eq, serde::Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        $($head)* {
+            $($out)*
+        }
+    };
+}
+pub(super) use dataset_kind;
+
+dataset_kind! {
+    /// A `kind = "fs"` dataset.
+    pub struct FsConfig {
+        @common
+        /// `dataset[i].root`: a directory tree with one folder per class.
+        /// Exactly one of `root` and `manifest` must be set.
+        #[serde(default)]
+        pub root: Option<PathBuf>,
+        /// `dataset[i].manifest`: a file listing `path<TAB>label` per line.
+        #[serde(default)]
+        pub manifest: Option<PathBuf>,
+        /// `dataset[i].direct_io`: read the files with `O_DIRECT`, straight
+        /// from the device into the arena in whole 4 KiB blocks, bypassing the
+        /// page cache. Default false. A filesystem that refuses it gets
+        /// buffered reads, said once in the log. See docs/fetcher.md.
+        #[serde(default)]
+        pub direct_io: bool,
+        @shards
+    }
 }
 
-/// A `kind = "s3"` dataset.
-#[derive(Clone, PartialEq, Eq, Deserialize, Debug)]
-#[serde(deny_unknown_fields)]
-pub struct S3Config {
-    /// `dataset[i].name`: see [`FsConfig::name`].
-    pub name: String,
-    /// `dataset[i].order`: see [`FsConfig::order`].
-    #[serde(default)]
-    pub order: DeliveryOrder,
-    /// `[dataset.retry]`: this dataset's retry settings.
-    #[serde(default)]
-    pub retry: RetryOverride,
-    /// `[dataset.prepare]`: decode and resize every sample (a JPEG) to one
-    /// shape in the agent; unset: the file's bytes. See docs/prepare.md.
-    #[serde(default)]
-    pub prepare: Option<PrepareConfig>,
-    /// `dataset[i].bucket` (required): the bucket.
-    pub bucket: String,
-    /// `dataset[i].prefix`: the folder whose objects are the samples (class
-    /// folders under it); `""` for the whole bucket. Exactly one of
-    /// `prefix` and `manifest` must be set.
-    #[serde(default)]
-    pub prefix: Option<String>,
-    /// `dataset[i].manifest`: the key of a manifest object in the bucket, or
-    /// `file://PATH` for a local file.
-    #[serde(default)]
-    pub manifest: Option<String>,
-    /// `dataset[i].endpoint`: base URL of the S3 API, e.g.
-    /// `"http://127.0.0.1:8333"`. Default: `AWS_ENDPOINT_URL`, else AWS.
-    #[serde(default)]
-    pub endpoint: Option<String>,
-    /// `dataset[i].region`: signing region. Default: `AWS_REGION`, else
-    /// `us-east-1`.
-    #[serde(default)]
-    pub region: Option<String>,
-    /// `dataset[i].access_key_id`: with `secret_access_key`; both unset:
-    /// `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`.
-    #[serde(default)]
-    pub access_key_id: Option<String>,
-    /// `dataset[i].secret_access_key`: see `access_key_id`.
-    #[serde(default)]
-    pub secret_access_key: Option<Secret>,
-    /// `dataset[i].path_style`: path-style addressing
-    /// (`endpoint/bucket/key`). Default true.
-    #[serde(default = "yes")]
-    pub path_style: bool,
-    /// `dataset[i].allow_http`: accept an `http://` endpoint (for loopback
-    /// and test servers). Default false.
-    #[serde(default)]
-    pub allow_http: bool,
-    /// `dataset[i].request_timeout_ms`: one request attempt (a GET, headers
-    /// and body) must finish within this. Default 10000.
-    #[serde(default = "default_request_timeout_ms")]
-    pub request_timeout_ms: u64,
-    /// `dataset[i].retries`: retries of a failed sample read (timeouts,
-    /// connection errors, HTTP 5xx), with exponential backoff and jitter:
-    /// this dataset's `read_retries` unless `[dataset.retry]` sets one.
-    /// Default 8, at most 100.
-    #[serde(default = "default_remote_retries")]
-    pub retries: u32,
-    /// `dataset[i].max_inflight`: sample reads in flight at once for this
-    /// dataset. Default: `prefetch.max_inflight_reads`; at most 32768.
-    #[serde(default)]
-    pub max_inflight: Option<u32>,
-    /// `dataset[i].format`: how samples lie in the store: `"files"` (the
-    /// default: one file or object per sample), `"webdataset"` (tar
-    /// shards, one sample per key), `"mds"` (Mosaic MDS shards) or
-    /// `"parquet"` (Parquet files). See docs/formats.md.
-    #[serde(default)]
-    pub format: ShardFormat,
-    /// `dataset[i].label_field`: the member extension whose data is the
-    /// label of a `webdataset` sample (ASCII decimal; default `"cls"`), or
-    /// the integer column of an `mds` / `parquet` sample's label (default
-    /// `"label"`).
-    #[serde(default)]
-    pub label_field: Option<String>,
-    /// `dataset[i].sample_field`: the column whose value is the sample
-    /// (`mds`, `parquet`). Default `"sample"`.
-    #[serde(default)]
-    pub sample_field: Option<String>,
+dataset_kind! {
+    /// A `kind = "s3"` dataset.
+    pub struct S3Config {
+        @common
+        /// `dataset[i].bucket` (required): the bucket.
+        pub bucket: String,
+        @objects
+        /// `dataset[i].endpoint`: base URL of the S3 API, e.g.
+        /// `"http://127.0.0.1:8333"`. Default: `AWS_ENDPOINT_URL`, else AWS.
+        #[serde(default)]
+        pub endpoint: Option<String>,
+        /// `dataset[i].region`: signing region. Default: `AWS_REGION`, else
+        /// `us-east-1`.
+        #[serde(default)]
+        pub region: Option<String>,
+        /// `dataset[i].access_key_id`: with `secret_access_key`; both unset:
+        /// `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`.
+        #[serde(default)]
+        pub access_key_id: Option<String>,
+        /// `dataset[i].secret_access_key`: see `access_key_id`.
+        #[serde(default)]
+        pub secret_access_key: Option<Secret>,
+        /// `dataset[i].path_style`: path-style addressing
+        /// (`endpoint/bucket/key`). Default true.
+        #[serde(default = "yes")]
+        pub path_style: bool,
+        @remote
+        @shards
+    }
 }
 
-/// A `kind = "cql"` dataset.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CqlConfig {
-    /// `dataset[i].name`: see [`FsConfig::name`].
-    pub name: String,
-    /// `dataset[i].order`: see [`FsConfig::order`].
-    #[serde(default)]
-    pub order: DeliveryOrder,
-    /// `[dataset.retry]`: this dataset's retry settings.
-    #[serde(default)]
-    pub retry: RetryOverride,
-    /// `[dataset.prepare]`: decode and resize every sample (a JPEG) to one
-    /// shape in the agent; unset: the file's bytes. See docs/prepare.md.
-    #[serde(default)]
-    pub prepare: Option<PrepareConfig>,
-    /// `dataset[i].hosts` (required): contact points, `"host:port"` (port
-    /// 9042 when left out; IPv6 as `"[::1]:9042"`). The driver learns the
-    /// rest of the cluster from them.
-    pub hosts: Vec<String>,
-    /// `dataset[i].keyspace` (required): the keyspace of both tables.
-    pub keyspace: String,
-    /// `dataset[i].data_table`: `(id uuid PRIMARY KEY, data blob, …)`.
-    /// Default `"data"`.
-    #[serde(default = "default_data_table")]
-    pub data_table: String,
-    /// `dataset[i].metadata_table`: `(id uuid PRIMARY KEY, label int, size
-    /// int)`. Default `"metadata"`.
-    #[serde(default = "default_metadata_table")]
-    pub metadata_table: String,
-    /// `dataset[i].username`: password authentication; the password is
-    /// `password`, else `GRANARY_CQL_PASSWORD` from the environment.
-    #[serde(default)]
-    pub username: Option<String>,
-    /// `dataset[i].password`: see `username`.
-    #[serde(default)]
-    pub password: Option<Secret>,
-    /// `dataset[i].tls`: connect with TLS. Default false.
-    #[serde(default)]
-    pub tls: bool,
-    /// `dataset[i].tls_ca_file` (with `tls = true`): PEM file of the
-    /// certificate authorities to trust instead of the system's.
-    #[serde(default)]
-    pub tls_ca_file: Option<PathBuf>,
-    /// `dataset[i].connections_per_host`: connections to each node.
-    /// Default: one per shard (ScyllaDB), one per node (Cassandra).
-    #[serde(default)]
-    pub connections_per_host: Option<u32>,
-    /// `dataset[i].connections_per_shard`: connections to each shard of
-    /// each ScyllaDB node (a Cassandra node counts as one shard).
-    #[serde(default)]
-    pub connections_per_shard: Option<u32>,
-    /// `dataset[i].max_inflight`: sample reads in flight at once for this
-    /// dataset. Default 2048, at most 32768.
-    #[serde(default = "default_cql_max_inflight")]
-    pub max_inflight: u32,
-    /// `dataset[i].request_timeout_ms`: one read must finish within this.
-    /// Default 10000.
-    #[serde(default = "default_request_timeout_ms")]
-    pub request_timeout_ms: u64,
-    /// `dataset[i].retries`: retries of a failed sample read (overload,
-    /// unavailable and read timeouts), with exponential backoff and jitter:
-    /// this dataset's `read_retries` unless `[dataset.retry]` sets one.
-    /// Default 8, at most 100.
-    #[serde(default = "default_remote_retries")]
-    pub retries: u32,
+dataset_kind! {
+    /// A `kind = "cql"` dataset.
+    pub struct CqlConfig {
+        @common
+        /// `dataset[i].hosts` (required): contact points, `"host:port"` (port
+        /// 9042 when left out; IPv6 as `"[::1]:9042"`). The driver learns the
+        /// rest of the cluster from them.
+        pub hosts: Vec<String>,
+        /// `dataset[i].keyspace` (required): the keyspace of both tables.
+        pub keyspace: String,
+        /// `dataset[i].data_table`: `(id uuid PRIMARY KEY, data blob, …)`.
+        /// Default `"data"`.
+        #[serde(default = "default_data_table")]
+        pub data_table: String,
+        /// `dataset[i].metadata_table`: `(id uuid PRIMARY KEY, label int, size
+        /// int)`. Default `"metadata"`.
+        #[serde(default = "default_metadata_table")]
+        pub metadata_table: String,
+        /// `dataset[i].username`: password authentication; the password is
+        /// `password`, else `GRANARY_CQL_PASSWORD` from the environment.
+        #[serde(default)]
+        pub username: Option<String>,
+        /// `dataset[i].password`: see `username`.
+        #[serde(default)]
+        pub password: Option<Secret>,
+        /// `dataset[i].tls`: connect with TLS. Default false.
+        #[serde(default)]
+        pub tls: bool,
+        /// `dataset[i].tls_ca_file` (with `tls = true`): PEM file of the
+        /// certificate authorities to trust instead of the system's.
+        #[serde(default)]
+        pub tls_ca_file: Option<PathBuf>,
+        /// `dataset[i].connections_per_host`: connections to each node.
+        /// Default: one per shard (ScyllaDB), one per node (Cassandra).
+        #[serde(default)]
+        pub connections_per_host: Option<u32>,
+        /// `dataset[i].connections_per_shard`: connections to each shard of
+        /// each ScyllaDB node (a Cassandra node counts as one shard).
+        #[serde(default)]
+        pub connections_per_shard: Option<u32>,
+        /// `dataset[i].max_inflight`: sample reads in flight at once for this
+        /// dataset. Default 2048, at most 32768.
+        #[serde(default = "default_cql_max_inflight")]
+        pub max_inflight: u32,
+        /// `dataset[i].request_timeout_ms`: one read must finish within this.
+        /// Default 10000.
+        #[serde(default = "default_request_timeout_ms")]
+        pub request_timeout_ms: u64,
+        /// `dataset[i].retries`: retries of a failed sample read (overload,
+        /// unavailable and read timeouts), with exponential backoff and jitter:
+        /// this dataset's `read_retries` unless `[dataset.retry]` sets one.
+        /// Default 8, at most 100.
+        #[serde(default = "default_remote_retries")]
+        pub retries: u32,
+    }
 }
 
 fn yes() -> bool {
     true
 }
-fn default_request_timeout_ms() -> u64 {
+pub(super) fn default_request_timeout_ms() -> u64 {
     10_000
 }
-fn default_remote_retries() -> u32 {
+pub(super) fn default_remote_retries() -> u32 {
     8
 }
 fn default_data_table() -> String {

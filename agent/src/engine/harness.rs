@@ -360,22 +360,9 @@ pub(crate) fn drain(
 /// agent's rings, exact order.
 pub(crate) fn request(dataset: &str, batch: u32, epochs: u32, first_batch: u64) -> OpenSession {
     OpenSession {
-        dataset: dataset.into(),
         seed: 3,
-        rank: 0,
-        world_size: 1,
-        batch_size: batch,
-        drop_last: false,
-        first_epoch: 0,
         epoch_count: epochs,
-        ready_capacity: 0,
-        release_capacity: 0,
-        client_abi: 1,
-        locality: None,
         first_batch,
-        worker: 0,
-        workers: 1,
-        catalog: None,
-        wants_catalog: false,
+        ..OpenSession::new(dataset, batch)
     }
 }

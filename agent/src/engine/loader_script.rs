@@ -57,23 +57,10 @@ pub fn run(seed: &str, mut next: impl FnMut() -> u64) -> Outcome {
                 let batch = [1u32, 3, 8, 64, 65_536, 70_000][pick(6, next())];
                 let ds = 0;
                 let req = OpenSession {
-                    dataset: "fake".into(),
                     seed: next(),
-                    rank: 0,
-                    world_size: 1,
-                    batch_size: batch,
                     drop_last: next().is_multiple_of(2),
-                    first_epoch: 0,
                     epoch_count: 1 + (next() % 3) as u32,
-                    ready_capacity: 0,
-                    release_capacity: 0,
-                    client_abi: 1,
-                    locality: None,
-                    first_batch: 0,
-                    worker: 0,
-                    workers: 1,
-                    catalog: None,
-                    wants_catalog: false,
+                    ..OpenSession::new("fake", batch)
                 };
                 match h.engine.open_session(h.next_conn, ds, &req) {
                     Ok((o, sid)) => {

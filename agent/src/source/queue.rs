@@ -103,6 +103,20 @@ impl fmt::Display for FetchError {
 
 impl std::error::Error for FetchError {}
 
+impl FetchError {
+    /// A request about `target` refused before any attempt (bad input the
+    /// request cannot carry), as the `InvalidInput` error of its completion.
+    pub(crate) fn refused(target: String, message: String) -> io::Error {
+        let err = FetchError {
+            target,
+            attempts: 0,
+            retryable: false,
+            message,
+        };
+        io::Error::new(io::ErrorKind::InvalidInput, err)
+    }
+}
+
 /// A sample whose file or object is no longer what its catalog recorded
 /// (its size, modification time, version or checksum differ), inside the
 /// `io::Error` of its completion. Final: reading again gives the same.

@@ -310,6 +310,66 @@ pub fn next_or_end(s: &mut Session, limit: Duration, who: &str) -> Option<Batch>
     }
 }
 
+/// A loader on its own thread: `epochs` epochs of `dataset` from the agent
+/// at `sock` in batches of `batch` (seed `seed`), waiting up to a minute
+/// for an agent that goes away to come back, every sample checked against
+/// `spec`; `after_release` runs after each batch is handed back. Its
+/// result: the ids seen in each epoch, and how often the session resumed.
+pub fn resuming_loader(
+    sock: &Path,
+    dataset: &str,
+    spec: &SynthSpec,
+    (batch, epochs, seed): (u32, u32, u64),
+    mut after_release: impl FnMut() + Send + 'static,
+) -> JoinHandle<(Vec<Vec<u64>>, u32)> {
+    let (sock, dataset, spec) = (sock.to_path_buf(), dataset.to_string(), spec.clone());
+    std::thread::spawn(move || {
+        let client = Client::connect(&sock).expect("loader: connect");
+        let mut o = SessionOptions::new(&dataset);
+        o.batch_size = batch;
+        o.epoch_count = epochs;
+        o.seed = seed;
+        o.resume_timeout = Some(Duration::from_secs(60));
+        let mut s = client.open_session(&o).expect("loader: open");
+        let mut seen = vec![Vec::new(); epochs as usize];
+        while let Some(b) = next_or_end(&mut s, Duration::from_secs(60), "loader: next batch") {
+            for smp in b.samples() {
+                verify(&spec, &smp);
+                seen[b.epoch() as usize].push(smp.id());
+            }
+            s.release(b).expect("loader: release");
+            after_release();
+        }
+        let resumes = s.resumes();
+        s.close().expect("loader: close");
+        (seen, resumes)
+    })
+}
+
+/// The job position `client` answers for `o`, once it is one `wanted`
+/// accepts (waiting up to 30 s, through `NotFound` answers while the
+/// agent does not know the plan yet; any other error panics).
+pub fn wait_for_position(
+    what: &str,
+    client: &Client,
+    o: &SessionOptions,
+    wanted: impl Fn(&granary::JobPosition) -> bool,
+) -> granary::JobPosition {
+    let mut pos = None;
+    wait_for(what, Duration::from_secs(30), || {
+        match client.job_position(o) {
+            Ok(p) if wanted(&p) => {
+                pos = Some(p);
+                true
+            }
+            Ok(_) => false,
+            Err(e) if e.code() == ErrorCode::NotFound => false,
+            Err(e) => panic!("job position: {e}"),
+        }
+    });
+    pos.unwrap()
+}
+
 /// Polls `cond` every 5 ms until it holds; panics naming `what` after `timeout`.
 pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     let end = Instant::now() + timeout;

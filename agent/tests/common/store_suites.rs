@@ -60,6 +60,28 @@ pub fn honest(epochs: u32, batch: u32, pause_ms: u64) -> Honest {
     }
 }
 
+/// One sample of an epoch read by [`epochs`]: id, label and bytes.
+pub type Delivered = (u64, i32, Vec<u8>);
+
+/// Checks `other`, an epoch of the same samples in another format or
+/// store, against `files`, the epoch of the plain files (`n` samples): the
+/// same ids and labels in the same order, and `same_sample` holds for each
+/// pair (file's sample, other's sample). `what` names the case.
+pub fn same_epoch_as(
+    files: &[Delivered],
+    other: &[Delivered],
+    n: u64,
+    what: &str,
+    same_sample: impl Fn(&Delivered, &Delivered),
+) {
+    assert_eq!(files.len(), n as usize, "files epoch");
+    assert_eq!(other.len(), files.len(), "{what}: samples");
+    for (f, o) in files.iter().zip(other) {
+        assert_eq!((f.0, f.1), (o.0, o.1), "{what}: id and label in order");
+        same_sample(f, o);
+    }
+}
+
 /// `count` epochs of `dataset` (seed 5, batches of 32): (id, label, bytes)
 /// per sample, in delivery order, each sample's checksum checked;
 /// `after_first` runs once the first epoch's last batch is released. The

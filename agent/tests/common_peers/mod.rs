@@ -111,25 +111,31 @@ impl Drop for Agent {
     }
 }
 
+/// The peer identity of the agent at `sock`, asked as a job's rank asks.
+#[allow(dead_code)]
+pub fn identity(sock: &Path) -> granary::PeerIdentity {
+    Client::connect(sock)
+        .unwrap()
+        .peer_identity(Duration::from_secs(10))
+        .unwrap()
+}
+
+/// The view member an agent's identity `id` describes.
+#[allow(dead_code)]
+pub fn member(id: granary::PeerIdentity) -> ViewMember {
+    ViewMember {
+        id: id.node_id,
+        addr: id.addr,
+        capacity: id.capacity,
+    }
+}
+
 /// Gathers every agent's peer identity into view `name` (epoch 1), as the
 /// Python integration does, and hands it in to each: the view and its
 /// members' node ids, in the agents' order.
 #[allow(dead_code)]
 pub fn hand_in_view(agents: &[Agent], name: &str) -> (Vec<u8>, Vec<String>) {
-    let members: Vec<ViewMember> = agents
-        .iter()
-        .map(|a| {
-            let id = Client::connect(&a.sock)
-                .unwrap()
-                .peer_identity(Duration::from_secs(10))
-                .unwrap();
-            ViewMember {
-                id: id.node_id,
-                addr: id.addr,
-                capacity: id.capacity,
-            }
-        })
-        .collect();
+    let members: Vec<ViewMember> = agents.iter().map(|a| member(identity(&a.sock))).collect();
     let view = encode_view(name, 1, &members).unwrap();
     for a in agents {
         Client::connect(&a.sock)

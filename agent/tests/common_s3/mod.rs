@@ -13,6 +13,16 @@ pub use granary_testkit::seaweed::{Seaweed, BUCKET};
 pub use granary_testkit::{delay_proxy, local_s3, seaweed};
 
 use granary_testkit::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
+use granary_tools::ingest::{self, IngestOptions, IngestReport};
+use std::path::Path;
+
+/// Uploads the folder `src` to `prefix` of the test server's bucket
+/// through the ingest library.
+#[allow(dead_code)] // not every S3 suite uploads
+pub fn upload(weed: &Seaweed, src: &Path, prefix: &str) -> IngestReport {
+    let opts = IngestOptions::new(src, weed.settings(), prefix);
+    ingest::ingest(&opts, |_, _, _, _| {}).unwrap()
+}
 
 /// A `kind = "s3"` `[[dataset]]` table `name` for `prefix` at `endpoint`
 /// (the server or a proxy in front of it) with the test server's bucket,

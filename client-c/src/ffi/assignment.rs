@@ -119,18 +119,8 @@ pub unsafe extern "C" fn granary_assignment_query(
     call("granary_assignment_query", || {
         // SAFETY: NULL or a live handle, per the caller.
         let client = unsafe { client.as_ref() }.ok_or_else(|| null("client"))?;
-        if out.is_null() {
-            return Err(null("out"));
-        }
-        // SAFETY: non-null and readable per the caller; `struct_size` is the
-        // first field.
-        let size = unsafe { out.cast::<u32>().cast_const().read_unaligned() } as usize;
-        let ours = std::mem::size_of::<GranaryAssignmentInfo>();
-        if size < ours {
-            return Err(invalid(format!(
-                "info.struct_size is {size}, at least {ours} is required"
-            )));
-        }
+        // SAFETY: `out` is NULL or writable (so readable) per the caller.
+        let ours = unsafe { super::answer_size(out, "info") }?;
         // SAFETY: as the caller vouches (see above).
         let options = unsafe { read_options(opts) }?;
         let a = client.client.assignment(&options)?;

@@ -21,6 +21,7 @@ use std::path::Path;
 use std::ptr;
 use std::time::Duration;
 
+use granary_shm::handshake::{MAX_LAYOUT_BYTES, MAX_VIEW_BYTES};
 use granary_shm::ErrorCode;
 
 use crate::batch::Batch;
@@ -31,6 +32,55 @@ use errors::{call, null, value};
 
 fn invalid(message: impl Into<String>) -> Error {
     Error::new(ErrorCode::InvalidArgument, message)
+}
+
+/// A copy of the `len` bytes at `ptr` (an optional buffer of the options,
+/// field `what`): `None` when `ptr` is NULL, an error when `len` is over
+/// `limit`.
+///
+/// # Safety
+/// `ptr` is NULL or readable for `len` bytes.
+unsafe fn optional_bytes(
+    ptr: *const u8,
+    len: usize,
+    limit: u32,
+    what: &str,
+) -> Result<Option<Vec<u8>>> {
+    if ptr.is_null() {
+        return Ok(None);
+    }
+    if len > limit as usize {
+        return Err(invalid(format!(
+            "options.{what}_len is {len}, the limit is {limit}"
+        )));
+    }
+    // SAFETY: non-null, and readable for `len` bytes per the caller.
+    Ok(Some(
+        unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec(),
+    ))
+}
+
+/// Checks a struct the caller passes for an answer: `out` is not NULL and
+/// its `struct_size` (the first field, set by the caller) is at least the
+/// size of `T` (an error naming the struct `what` otherwise). Returns the
+/// size of `T`.
+///
+/// # Safety
+/// `out` is NULL or readable for its first four bytes.
+unsafe fn answer_size<T>(out: *mut T, what: &str) -> Result<usize> {
+    if out.is_null() {
+        return Err(null("out"));
+    }
+    // SAFETY: non-null and readable per the caller; `struct_size` is the
+    // first field.
+    let size = unsafe { out.cast::<u32>().cast_const().read_unaligned() } as usize;
+    let ours = std::mem::size_of::<T>();
+    if size < ours {
+        return Err(invalid(format!(
+            "{what}.struct_size is {size}, at least {ours} is required"
+        )));
+    }
+    Ok(ours)
 }
 
 /// Converts a `timeout_ms` argument: negative waits forever.
@@ -121,32 +171,15 @@ unsafe fn read_options(opts: *const GranarySessionOptions) -> Result<SessionOpti
     };
     s.ready_capacity = o.ready_capacity;
     s.release_capacity = o.release_capacity;
-    if !o.view.is_null() {
-        if o.view_len > granary_shm::handshake::MAX_VIEW_BYTES as usize {
-            return Err(invalid(format!(
-                "options.view_len is {}, the limit is {}",
-                o.view_len,
-                granary_shm::handshake::MAX_VIEW_BYTES
-            )));
-        }
-        // SAFETY: non-null, and the caller vouches for `view_len` readable
-        // bytes.
-        let bytes = unsafe { std::slice::from_raw_parts(o.view, o.view_len) };
-        s.view = Some(bytes.to_vec());
+    // SAFETY: the caller vouches for `view_len` readable bytes at `view`.
+    if let Some(view) = unsafe { optional_bytes(o.view, o.view_len, MAX_VIEW_BYTES, "view") }? {
+        s.view = Some(view);
     }
     s.view_required = o.view_required != 0;
-    if !o.layout.is_null() {
-        if o.layout_len > granary_shm::handshake::MAX_LAYOUT_BYTES as usize {
-            return Err(invalid(format!(
-                "options.layout_len is {}, the limit is {}",
-                o.layout_len,
-                granary_shm::handshake::MAX_LAYOUT_BYTES
-            )));
-        }
-        // SAFETY: non-null, and the caller vouches for `layout_len`
-        // readable bytes.
-        let bytes = unsafe { std::slice::from_raw_parts(o.layout, o.layout_len) };
-        s.layout = Some(bytes.to_vec());
+    // SAFETY: the caller vouches for `layout_len` readable bytes at `layout`.
+    let layout = unsafe { optional_bytes(o.layout, o.layout_len, MAX_LAYOUT_BYTES, "layout") }?;
+    if let Some(layout) = layout {
+        s.layout = Some(layout);
     }
     s.verify_crc = o.no_crc_check == 0;
     s.resume_timeout = match o.resume_timeout_ms {
@@ -738,18 +771,8 @@ pub unsafe extern "C" fn granary_get_peer_identity(
     call("granary_get_peer_identity", || {
         // SAFETY: NULL or a live handle, per the caller.
         let client = unsafe { client.as_ref() }.ok_or_else(|| null("client"))?;
-        if out.is_null() {
-            return Err(null("out"));
-        }
-        // SAFETY: non-null and readable per the caller; `struct_size` is the
-        // first field.
-        let size = unsafe { out.cast::<u32>().cast_const().read_unaligned() } as usize;
-        let ours = std::mem::size_of::<GranaryPeerIdentity>();
-        if size < ours {
-            return Err(invalid(format!(
-                "identity.struct_size is {size}, at least {ours} is required"
-            )));
-        }
+        // SAFETY: `out` is NULL or writable (so readable) per the caller.
+        let ours = unsafe { answer_size(out, "identity") }?;
         let wait = timeout(timeout_ms).unwrap_or(Duration::from_secs(u64::from(u32::MAX)));
         let p = client.client.peer_identity(wait)?;
         let mut id = GranaryPeerIdentity {
@@ -801,18 +824,8 @@ pub unsafe extern "C" fn granary_job_position(
     call("granary_job_position", || {
         // SAFETY: NULL or a live handle, per the caller.
         let client = unsafe { client.as_ref() }.ok_or_else(|| null("client"))?;
-        if out.is_null() {
-            return Err(null("out"));
-        }
-        // SAFETY: non-null and readable per the caller; `struct_size` is the
-        // first field.
-        let size = unsafe { out.cast::<u32>().cast_const().read_unaligned() } as usize;
-        let ours = std::mem::size_of::<GranaryJobPosition>();
-        if size < ours {
-            return Err(invalid(format!(
-                "position.struct_size is {size}, at least {ours} is required"
-            )));
-        }
+        // SAFETY: `out` is NULL or writable (so readable) per the caller.
+        let ours = unsafe { answer_size(out, "position") }?;
         // SAFETY: forwarded from the caller.
         let options = unsafe { read_options(opts) }?;
         let p = client.client.job_position(&options)?;

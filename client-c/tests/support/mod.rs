@@ -390,6 +390,13 @@ impl Fixture {
         }
         false
     }
+
+    /// Asserts that `n` session handlers finish within 10 s and that every
+    /// batch handed out came back.
+    pub fn assert_all_returned(&self, n: u64) {
+        assert!(self.wait_finished(n, Duration::from_secs(10)));
+        assert_eq!(Stats::get(&self.stats().unreturned), 0);
+    }
 }
 
 impl Drop for Fixture {

@@ -9,8 +9,7 @@
 //! named `shard.00000.mds`, … (as Mosaic's `MDSWriter` names them),
 //! uncompressed, and listed in `index.json` (version 2).
 
-use super::shards::ShardsWritten;
-use granary_agent::source::Catalog;
+use super::shards::{bad, open_source, relative, ShardsWritten};
 use std::io::{self, Write};
 use std::path::Path;
 
@@ -20,10 +19,6 @@ const COLUMNS: [(&str, &str, Option<u64>); 3] = [
     ("label", "int", Some(8)),
     ("sample", "bytes", None),
 ];
-
-fn bad(msg: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidInput, msg)
-}
 
 /// One shard being gathered: its records.
 #[derive(Default)]
@@ -82,22 +77,12 @@ fn write_shard(out: &Path, i: usize, open: &Open, shard_size: u64) -> io::Result
 /// Writes the folder `src` as MDS shards of at most `shard_size` bytes and
 /// their `index.json` into `out` (created if missing).
 pub fn write_mds(src: &Path, out: &Path, shard_size: u64) -> io::Result<ShardsWritten> {
-    let catalog = Catalog::from_dir(src).map_err(|e| bad(e.to_string()))?;
-    std::fs::create_dir_all(out)?;
-    let mut written = ShardsWritten {
-        shards: Vec::new(),
-        samples: 0,
-        bytes: 0,
-    };
+    let catalog = open_source(src, out)?;
+    let mut written = ShardsWritten::default();
     let mut entries = Vec::new();
     let mut open = Open::default();
     for e in catalog.entries() {
-        let rel = e
-            .path
-            .strip_prefix(src)
-            .ok()
-            .and_then(Path::to_str)
-            .ok_or_else(|| bad(format!("{}: the name is not UTF-8", e.path.display())))?;
+        let rel = relative(src, &e.path)?;
         let data = std::fs::read(&e.path)?;
         let mut rec = Vec::with_capacity(16 + rel.len() + data.len());
         for len in [rel.len(), data.len()] {
@@ -147,21 +132,13 @@ mod tests {
         for s in &w.shards {
             assert!(std::fs::metadata(s).unwrap().len() <= 64 * 1024);
         }
-        let files = Catalog::from_dir(&spec.root).unwrap();
-        let (mds, stats) =
-            granary_agent::source::fs::shards::index_mds(&out, "sample", "label").unwrap();
-        assert_eq!(mds.len(), files.len());
-        assert_eq!(stats.shards, w.shards.len() as u64);
-        for (f, s) in files.entries().iter().zip(mds.entries()) {
-            assert_eq!(f.label, s.label);
-            assert_eq!(s.size, f.size);
-            let bytes = mds.read_sample(s.sample_id).unwrap();
-            assert_eq!(bytes, std::fs::read(&f.path).unwrap());
-        }
         // The key column as the sample: each file's path.
-        let (keys, _) = granary_agent::source::fs::shards::index_mds(&out, "key", "label").unwrap();
-        let k = keys.read_sample(5).unwrap();
-        let rel = files.entries()[5].path.strip_prefix(&spec.root).unwrap();
-        assert_eq!(k, rel.to_str().unwrap().as_bytes());
+        crate::ingest::assert_indexed_in_order(
+            &spec.root,
+            &out,
+            &w,
+            granary_agent::source::fs::shards::index_mds,
+            5,
+        );
     }
 }

@@ -437,6 +437,49 @@ pub(crate) fn ninety_files_written(
     (d, spec, out, w)
 }
 
+/// A format's indexer (`root`, `sample_field`, `label_field`), as the agent
+/// has one per format.
+#[cfg(test)]
+type IndexFn = fn(
+    &Path,
+    &str,
+    &str,
+) -> Result<
+    (Catalog, granary_agent::source::shards::IndexStats),
+    granary_agent::source::CatalogError,
+>;
+
+/// A format's index of the files [`ninety_files_written`] wrote from
+/// `root` into `out` (`w`), read back through `index`: the files in
+/// catalog order, with their labels, sizes and bytes, from as many shards
+/// as were written; and with the `key` column as the sample, file
+/// `key_of`'s path below `root`.
+#[cfg(test)]
+pub(crate) fn assert_indexed_in_order(
+    root: &Path,
+    out: &Path,
+    w: &shards::ShardsWritten,
+    index: IndexFn,
+    key_of: usize,
+) {
+    let files = Catalog::from_dir(root).unwrap();
+    let (samples, stats) = index(out, "sample", "label").unwrap();
+    assert_eq!(samples.len(), files.len());
+    assert_eq!(stats.shards, w.shards.len() as u64);
+    for (f, s) in files.entries().iter().zip(samples.entries()) {
+        assert_eq!(f.label, s.label);
+        assert_eq!(s.size, f.size);
+        let bytes = samples.read_sample(s.sample_id).unwrap();
+        assert_eq!(bytes, std::fs::read(&f.path).unwrap());
+    }
+    let (keys, _) = index(out, "key", "label").unwrap();
+    let rel = files.entries()[key_of].path.strip_prefix(root).unwrap();
+    assert_eq!(
+        keys.read_sample(key_of as u64).unwrap(),
+        rel.to_str().unwrap().as_bytes()
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

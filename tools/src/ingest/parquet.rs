@@ -11,13 +11,12 @@
 //! (a larger row gets a file of its own); files are named
 //! `shard-000000.parquet`, ….
 
-use super::shards::ShardsWritten;
+use super::shards::{open_source, relative, ShardsWritten};
 use ::parquet::basic::{Compression, Encoding};
 use ::parquet::data_type::{ByteArray, ByteArrayType, Int32Type};
 use ::parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
 use ::parquet::file::writer::SerializedFileWriter;
 use ::parquet::schema::parser::parse_message_type;
-use granary_agent::source::Catalog;
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
@@ -28,10 +27,6 @@ pub const SCHEMA: &str = "message granary {
   required int32 label;
   required binary sample;
 }";
-
-fn bad(msg: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidInput, msg)
-}
 
 fn pq(e: ::parquet::errors::ParquetError) -> io::Error {
     io::Error::other(e.to_string())
@@ -90,13 +85,8 @@ fn write_file(path: &Path, rows: &Rows) -> io::Result<()> {
 /// Writes the folder `src` as Parquet files of about `shard_size` bytes
 /// into `out` (created if missing).
 pub fn write_parquet(src: &Path, out: &Path, shard_size: u64) -> io::Result<ShardsWritten> {
-    let catalog = Catalog::from_dir(src).map_err(|e| bad(e.to_string()))?;
-    std::fs::create_dir_all(out)?;
-    let mut written = ShardsWritten {
-        shards: Vec::new(),
-        samples: 0,
-        bytes: 0,
-    };
+    let catalog = open_source(src, out)?;
+    let mut written = ShardsWritten::default();
     let mut rows = Rows::default();
     let flush = |rows: &mut Rows, written: &mut ShardsWritten| -> io::Result<()> {
         let path = out.join(format!("shard-{:06}.parquet", written.shards.len()));
@@ -106,12 +96,7 @@ pub fn write_parquet(src: &Path, out: &Path, shard_size: u64) -> io::Result<Shar
         Ok(())
     };
     for e in catalog.entries() {
-        let rel = e
-            .path
-            .strip_prefix(src)
-            .ok()
-            .and_then(Path::to_str)
-            .ok_or_else(|| bad(format!("{}: the name is not UTF-8", e.path.display())))?;
+        let rel = relative(src, &e.path)?;
         let data = std::fs::read(&e.path)?;
         // A row's pages: the key, label and sample values and three page
         // headers of about 30 bytes each.
@@ -140,22 +125,12 @@ mod tests {
     fn files_index_back_to_the_files_in_order() {
         let (_d, spec, out, w) = crate::ingest::ninety_files_written("pq", write_parquet);
         assert!(w.shards.len() >= 4, "{} files", w.shards.len());
-        let files = Catalog::from_dir(&spec.root).unwrap();
-        let (pq, stats) =
-            granary_agent::source::fs::shards::index_parquet(&out, "sample", "label").unwrap();
-        assert_eq!(pq.len(), files.len());
-        assert_eq!(stats.shards, w.shards.len() as u64);
-        for (f, s) in files.entries().iter().zip(pq.entries()) {
-            assert_eq!(f.label, s.label);
-            let bytes = pq.read_sample(s.sample_id).unwrap();
-            assert_eq!(bytes, std::fs::read(&f.path).unwrap());
-        }
-        let (keys, _) =
-            granary_agent::source::fs::shards::index_parquet(&out, "key", "label").unwrap();
-        let rel = files.entries()[7].path.strip_prefix(&spec.root).unwrap();
-        assert_eq!(
-            keys.read_sample(7).unwrap(),
-            rel.to_str().unwrap().as_bytes()
+        crate::ingest::assert_indexed_in_order(
+            &spec.root,
+            &out,
+            &w,
+            granary_agent::source::fs::shards::index_parquet,
+            7,
         );
     }
 }

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 pub const DEFAULT_SHARD_SIZE: u64 = 64 << 20;
 
 /// What [`write_webdataset`] wrote.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ShardsWritten {
     /// The shards, in order.
     pub shards: Vec<PathBuf>,
@@ -31,8 +31,25 @@ pub struct ShardsWritten {
     pub bytes: u64,
 }
 
-fn bad(msg: String) -> io::Error {
+/// An input error, `msg` saying what is wrong.
+pub(super) fn bad(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+/// The catalog of the folder `src`, with `out` created: where each shard
+/// writer starts.
+pub(super) fn open_source(src: &Path, out: &Path) -> io::Result<Catalog> {
+    let catalog = Catalog::from_dir(src).map_err(|e| bad(e.to_string()))?;
+    std::fs::create_dir_all(out)?;
+    Ok(catalog)
+}
+
+/// `path`, a file of the folder `src`, below `src`, as UTF-8.
+pub(super) fn relative<'a>(src: &Path, path: &'a Path) -> io::Result<&'a str> {
+    path.strip_prefix(src)
+        .ok()
+        .and_then(Path::to_str)
+        .ok_or_else(|| bad(format!("{}: the name is not UTF-8", path.display())))
 }
 
 /// The key and extension of a path below the folder: the path up to the
@@ -46,23 +63,13 @@ fn key_and_ext(rel: &str) -> Option<(&str, &str)> {
 /// Writes the folder `src` as WebDataset shards of at most `shard_size`
 /// bytes into `out` (created if missing).
 pub fn write_webdataset(src: &Path, out: &Path, shard_size: u64) -> io::Result<ShardsWritten> {
-    let catalog = Catalog::from_dir(src).map_err(|e| bad(e.to_string()))?;
-    std::fs::create_dir_all(out)?;
-    let mut written = ShardsWritten {
-        shards: Vec::new(),
-        samples: 0,
-        bytes: 0,
-    };
+    let catalog = open_source(src, out)?;
+    let mut written = ShardsWritten::default();
     let mut shard: Option<(BufWriter<File>, u64)> = None;
     let mut last_key = String::new();
     let pad = |n: u64| n.next_multiple_of(BLOCK as u64);
     for e in catalog.entries() {
-        let rel = e
-            .path
-            .strip_prefix(src)
-            .ok()
-            .and_then(Path::to_str)
-            .ok_or_else(|| bad(format!("{}: the name is not UTF-8", e.path.display())))?;
+        let rel = relative(src, &e.path)?;
         let (key, ext) = key_and_ext(rel).ok_or_else(|| {
             bad(format!(
                 "{}: a WebDataset member needs an extension (a dot in its name)",

@@ -7,6 +7,7 @@
 //! back, reads them from the store when the grace ends, and reads a
 //! sample its loader is blocked on after `peers.owner_grace_blocked_ms`.
 
+use super::two_peers::{free_port, peers_toml, Engines};
 use super::*;
 use crate::engine::key;
 use crate::engine::Engine;
@@ -16,33 +17,12 @@ use std::time::Instant;
 const OWNER: usize = 0;
 const ASKER: usize = 1;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-fn peers_toml(me: usize, ports: [u16; 2], grace_ms: u64, blocked_ms: u64) -> String {
-    format!(
-        r#"
-[peers]
-membership = "static"
-job_id = "job"
-node_id = "n{me}"
-listen = "127.0.0.1:{}"
-secret = "c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23"
-transport = "tcp"
-hedge_after_ms = 20000
-owner_grace_ms = {grace_ms}
-owner_grace_blocked_ms = {blocked_ms}
-members = [
-  {{ id = "n0", addr = "127.0.0.1:{}", keep = "16MiB" }},
-  {{ id = "n1", addr = "127.0.0.1:{}", keep = "16MiB" }},
-]
-"#,
-        ports[me], ports[0], ports[1]
-    )
+fn job_toml(me: usize, ports: [u16; 2], grace_ms: u64, blocked_ms: u64) -> String {
+    let extra = format!(
+        "transport = \"tcp\"\nhedge_after_ms = 20000\n\
+         owner_grace_ms = {grace_ms}\nowner_grace_blocked_ms = {blocked_ms}"
+    );
+    peers_toml(me, ports, &extra)
 }
 
 struct Job {
@@ -51,6 +31,16 @@ struct Job {
     blocked_ms: u64,
     /// By member index; the owner's is `None` while it is away.
     agents: [Option<Harness>; 2],
+}
+
+impl Engines for Job {
+    fn turns(&mut self, n: usize) {
+        for _ in 0..n {
+            for h in self.agents.iter_mut().flatten() {
+                h.engine.turn().unwrap();
+            }
+        }
+    }
 }
 
 impl Job {
@@ -68,7 +58,7 @@ impl Job {
     }
 
     fn start_agent(&mut self, me: usize) {
-        let toml = peers_toml(me, self.ports, self.grace_ms, self.blocked_ms);
+        let toml = job_toml(me, self.ports, self.grace_ms, self.blocked_ms);
         let h = harness_with(&toml, false, &[("fake", 0)]);
         h.auto(true);
         self.agents[me] = Some(h);
@@ -86,24 +76,6 @@ impl Job {
             let t = j.asker().peers.as_ref().unwrap();
             !t.is_up_for_test(OWNER)
         });
-    }
-
-    fn turns(&mut self, n: usize) {
-        for _ in 0..n {
-            for h in self.agents.iter_mut().flatten() {
-                h.engine.turn().unwrap();
-            }
-        }
-    }
-
-    /// Turns the engines until `done` or 10 s.
-    fn until(&mut self, what: &str, mut done: impl FnMut(&mut Job) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !done(self) {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            self.turns(1);
-            std::thread::sleep(Duration::from_micros(500));
-        }
     }
 
     /// Turns the engines for `d`.

@@ -16,6 +16,7 @@ mod cancel;
 mod fuzz_inputs;
 mod grace;
 mod rdma;
+mod two_peers;
 mod view;
 
 #[test]

@@ -6,6 +6,7 @@
 //! for byte, an error completion sends a request over TCP and a late one
 //! to the store, and RDMA comes back after the probe.
 
+use super::two_peers::{free_port, peers_toml, Engines};
 use super::*;
 use crate::engine::key;
 use crate::engine::Engine;
@@ -13,7 +14,6 @@ use crate::peers::transport::{LinkTransport, Nic, OpenNic};
 use granary_rdma::fake::Fabric;
 use granary_rdma::verbs::{Opcode, WcStatus};
 use std::sync::Arc;
-use std::time::Instant;
 
 /// The requester: member 1. The owner: member 0 (it offers the queue
 /// pair, being the lower index, on a connection it accepted).
@@ -24,31 +24,10 @@ const OWNER_HOST: usize = 0;
 const ASKER_HOST: usize = 1;
 const HEDGE_MS: u64 = 400;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-fn peers_toml(me: usize, ports: [u16; 2]) -> String {
-    format!(
-        r#"
-[peers]
-membership = "static"
-job_id = "job"
-node_id = "n{me}"
-listen = "127.0.0.1:{}"
-secret = "c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23"
-hedge_after_ms = {HEDGE_MS}
-encryption = "off"  # RDMA carries payloads in clear: only on trusted fabrics
-members = [
-  {{ id = "n0", addr = "127.0.0.1:{}", keep = "16MiB" }},
-  {{ id = "n1", addr = "127.0.0.1:{}", keep = "16MiB" }},
-]
-"#,
-        ports[me], ports[0], ports[1]
-    )
+/// RDMA carries payloads in clear: only on trusted fabrics.
+fn job_toml(me: usize, ports: [u16; 2]) -> String {
+    let extra = format!("hedge_after_ms = {HEDGE_MS}\nencryption = \"off\"");
+    peers_toml(me, ports, &extra)
 }
 
 struct Job {
@@ -57,13 +36,23 @@ struct Job {
     agents: Vec<Harness>,
 }
 
+impl Engines for Job {
+    fn turns(&mut self, n: usize) {
+        for _ in 0..n {
+            for h in &mut self.agents {
+                h.engine.turn().unwrap();
+            }
+        }
+    }
+}
+
 impl Job {
     fn start() -> Job {
         let ports = [free_port(), free_port()];
         let fabric = Fabric::new(11);
         let mut agents = Vec::new();
         for me in [OWNER, ASKER] {
-            let mut h = harness_with(&peers_toml(me, ports), false, &[("fake", 0)]);
+            let mut h = harness_with(&job_toml(me, ports), false, &[("fake", 0)]);
             h.auto(true);
             let f = fabric.clone();
             let open: OpenNic = Arc::new(move || Ok(Box::new(f.add_host()) as Nic));
@@ -79,24 +68,6 @@ impl Job {
                 .all(|h| h.engine.peers.as_ref().unwrap().fingerprint_of(0).is_some())
         });
         job
-    }
-
-    fn turns(&mut self, n: usize) {
-        for _ in 0..n {
-            for h in &mut self.agents {
-                h.engine.turn().unwrap();
-            }
-        }
-    }
-
-    /// Turns both engines until `done` or 10 s.
-    fn until(&mut self, what: &str, mut done: impl FnMut(&mut Job) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !done(self) {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            self.turns(1);
-            std::thread::sleep(Duration::from_micros(500));
-        }
     }
 
     fn asker(&mut self) -> &mut Engine {

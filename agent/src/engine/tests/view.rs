@@ -188,23 +188,8 @@ fn the_engine_serves_and_beats_while_a_large_views_directory_is_computed() {
     assert_eq!(held_epoch(&h), Some(1));
     // A locality query waits for the directory.
     let query = OpenSession {
-        dataset: "fake".into(),
         seed: 3,
-        rank: 0,
-        world_size: 1,
-        batch_size: 4,
-        drop_last: false,
-        first_epoch: 0,
-        epoch_count: 1,
-        ready_capacity: 0,
-        release_capacity: 0,
-        client_abi: 1,
-        locality: None,
-        first_batch: 0,
-        worker: 0,
-        workers: 1,
-        catalog: None,
-        wants_catalog: false,
+        ..OpenSession::new("fake", 4)
     };
     h.engine.assignment_query(h.next_conn, query);
     assert_eq!(h.engine.directories.waiting.len(), 1, "the query waits");

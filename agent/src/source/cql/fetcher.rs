@@ -189,18 +189,13 @@ impl CqlFetcher {
             return Err(Full(req));
         }
         if req.dest.len() < req.len as usize {
-            let err = FetchError {
-                target: format!("cql://{}/{}", self.table, req.id),
-                attempts: 0,
-                retryable: false,
-                message: format!(
-                    "destination of {} bytes for a blob of {}",
-                    req.dest.len(),
-                    req.len
-                ),
-            };
-            self.queue
-                .reject(req.tag, io::Error::new(io::ErrorKind::InvalidInput, err));
+            let target = format!("cql://{}/{}", self.table, req.id);
+            let why = format!(
+                "destination of {} bytes for a blob of {}",
+                req.dest.len(),
+                req.len
+            );
+            self.queue.reject(req.tag, FetchError::refused(target, why));
             return Ok(());
         }
         let job = Job {

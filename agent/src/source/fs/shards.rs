@@ -143,11 +143,7 @@ pub fn index_mds(
         action: "read the MDS index",
         source,
     })?;
-    let stats = IndexStats {
-        reads: 1,
-        bytes_read: text.len() as u64,
-        ..IndexStats::default()
-    };
+    let stats = IndexStats::one_read(text.len());
     let shards = mds::parse_index(
         &text,
         &index_path.display().to_string(),

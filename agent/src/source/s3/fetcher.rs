@@ -258,14 +258,9 @@ impl S3Fetcher {
         let bad = req.dest.len() < req.len as usize
             || req.offset.checked_add(u64::from(req.len)).is_none();
         if bad {
-            let err = FetchError {
-                target: target(req.key.as_ref(), None),
-                attempts: 0,
-                retryable: false,
-                message: "destination shorter than the length, or a range past u64::MAX".to_owned(),
-            };
-            self.queue
-                .reject(req.tag, io::Error::new(io::ErrorKind::InvalidInput, err));
+            let why = "destination shorter than the length, or a range past u64::MAX";
+            let err = FetchError::refused(target(req.key.as_ref(), None), why.to_owned());
+            self.queue.reject(req.tag, err);
             return Ok(());
         }
         let store = self.store.clone();
@@ -292,14 +287,8 @@ impl S3Fetcher {
         if self.queue.is_full() {
             return Err(Full(tag));
         }
-        let err = FetchError {
-            target: target(&key, None),
-            attempts: 0,
-            retryable: false,
-            message: why,
-        };
         self.queue
-            .reject(tag, io::Error::new(io::ErrorKind::InvalidInput, err));
+            .reject(tag, FetchError::refused(target(&key, None), why));
         Ok(())
     }
 

@@ -16,36 +16,6 @@ use std::collections::HashMap;
 /// Shards walked at once.
 pub const PARALLEL_SHARDS: usize = 64;
 
-/// Indexes the `.tar` objects below `prefix` (in the order of the `files`
-/// listing), each sample labelled by its `label_ext` member. Every GET of
-/// a shard names the ETag of the listing (`If-Match`).
-pub(crate) async fn index(
-    store: &dyn ObjectStore,
-    bucket: &Bucket,
-    prefix: &str,
-    label_ext: &str,
-) -> Result<(S3Catalog, IndexStats), S3Error> {
-    index_listed(store, bucket, prefix, is_shard, |url, size| {
-        TarWalker::new(url, size, label_ext)
-    })
-    .await
-}
-
-/// Indexes the `.parquet` objects below `prefix` (in the order of the
-/// `files` listing).
-pub(crate) async fn index_parquet(
-    store: &dyn ObjectStore,
-    bucket: &Bucket,
-    prefix: &str,
-    sample_field: &str,
-    label_field: &str,
-) -> Result<(S3Catalog, IndexStats), S3Error> {
-    index_listed(store, bucket, prefix, is_parquet, |url, size| {
-        ParquetWalker::new(url, size, sample_field, label_field)
-    })
-    .await
-}
-
 /// Walks every object below `prefix` whose name passes `keep` with the
 /// walker `walker(url, size)` makes.
 async fn index_listed<W: ShardWalk>(
@@ -64,7 +34,7 @@ async fn index_listed<W: ShardWalk>(
 
 /// Indexes the MDS dataset below `prefix`: its `index.json`, then the
 /// shards it lists (their sizes and ETags from a listing of the prefix).
-pub(crate) async fn index_mds(
+async fn index_mds(
     store: &dyn ObjectStore,
     bucket: &Bucket,
     prefix: &str,
@@ -85,11 +55,7 @@ pub(crate) async fn index_mds(
             retryable: classify(&source).retryable,
             source,
         })?;
-    let stats = IndexStats {
-        reads: 1,
-        bytes_read: text.len() as u64,
-        ..IndexStats::default()
-    };
+    let stats = IndexStats::one_read(text.len());
     let shards =
         mds::parse_index(&text, &url, sample_field, label_field).map_err(S3Error::Shard)?;
     let all = listed(store, bucket, prefix, |_| true).await?;
@@ -217,11 +183,22 @@ pub(crate) async fn index_dataset(
 ) -> Result<(S3Catalog, IndexStats), S3Error> {
     match format {
         ShardFormat::Mds => index_mds(store, bucket, prefix, sample_field, label_field).await,
+        // The `.parquet` objects below `prefix`, in the order of the
+        // `files` listing.
         ShardFormat::Parquet => {
-            index_parquet(store, bucket, prefix, sample_field, label_field).await
+            index_listed(store, bucket, prefix, is_parquet, |url, size| {
+                ParquetWalker::new(url, size, sample_field, label_field)
+            })
+            .await
         }
+        // The `.tar` objects below `prefix`, in the order of the `files`
+        // listing, each sample labelled by its `label_field` member. Every
+        // GET of a shard names the ETag of the listing (`If-Match`).
         ShardFormat::Webdataset | ShardFormat::Files => {
-            index(store, bucket, prefix, label_field).await
+            index_listed(store, bucket, prefix, is_shard, |url, size| {
+                TarWalker::new(url, size, label_field)
+            })
+            .await
         }
     }
 }

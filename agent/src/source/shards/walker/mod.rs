@@ -40,6 +40,16 @@ pub struct IndexStats {
 }
 
 impl IndexStats {
+    /// The counts of one read of `bytes` bytes (an index file), no shard
+    /// walked yet.
+    pub fn one_read(bytes: usize) -> IndexStats {
+        IndexStats {
+            reads: 1,
+            bytes_read: bytes as u64,
+            ..IndexStats::default()
+        }
+    }
+
     /// Adds another build's counts.
     pub fn add(&mut self, o: &IndexStats) {
         self.shards += o.shards;
