@@ -23,6 +23,11 @@
 #   GRANARY_SESSION_FUZZ_RUNS  random loader scripts
 #   GRANARY_NEIGHBOUR_SECONDS  seconds next to each kind of misbehaving loader
 #   FUZZ_SECONDS               seconds per cargo-fuzz target
+#
+# Every cargo command selects the whole workspace and filters with
+# nextest's -E, as scripts/test.sh does: `-p granary-agent` alone resolves
+# the agent's features without the benchmarks' (`sim`) and would compile
+# the agent and its tests a second time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,22 +55,22 @@ echo "soak: kill-loop rounds $GRANARY_SOAK_KILL_ROUNDS, configuration files" \
     "$([ "$ci" = 1 ] && echo "not run here (scripts/test.sh fuzz step)" || echo "${FUZZ_SECONDS} s per target")"
 
 t=$SECONDS
-cargo nextest run --release -p granary-agent --test kill_loop --no-capture 2>&1 \
+cargo nextest run --release --workspace -E 'package(granary-agent) & binary(kill_loop)' --no-capture 2>&1 \
     | grep -E '^kill_loop:|PASS|FAIL|Summary'
 echo "soak: kill loop done in $((SECONDS - t)) s"
 
 t=$SECONDS
-cargo nextest run --release -p granary-agent --lib -E 'test(/config::fuzz_tests/)' --no-capture 2>&1 \
+cargo nextest run --release --workspace -E 'package(granary-agent) & kind(lib) & test(/config::fuzz_tests/)' --no-capture 2>&1 \
     | grep -E '^config |PASS|FAIL|Summary'
 echo "soak: configuration fuzzing done in $((SECONDS - t)) s"
 
 t=$SECONDS
-cargo nextest run --release -p granary-agent --lib -E 'test(/random_loader_scripts/)' --no-capture 2>&1 \
+cargo nextest run --release --workspace -E 'package(granary-agent) & kind(lib) & test(/random_loader_scripts/)' --no-capture 2>&1 \
     | grep -E '^session fuzz|PASS|FAIL|Summary'
 echo "soak: loader scripts done in $((SECONDS - t)) s"
 
 t=$SECONDS
-cargo nextest run --release -p granary-agent --test neighbours --no-capture 2>&1 \
+cargo nextest run --release --workspace -E 'package(granary-agent) & binary(neighbours)' --no-capture 2>&1 \
     | grep -E '^neighbours:|PASS|FAIL|Summary|panicked'
 echo "soak: neighbours done in $((SECONDS - t)) s"
 

@@ -86,3 +86,12 @@ impl Args {
         }
     }
 }
+
+/// A clap value parser: an integer, underscores allowed (`20_000`), as
+/// [`Args::u64`] reads it.
+pub fn num<T: std::str::FromStr>(v: &str) -> Result<T, String> {
+    v.trim()
+        .replace('_', "")
+        .parse()
+        .map_err(|_| format!("not a number (or too large): {v}"))
+}

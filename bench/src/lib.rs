@@ -1,9 +1,15 @@
 //! # granary-bench: Granary's benchmarks
 //!
 //! Every benchmark is one binary under `src/bin/` and runs as
-//! `bench/run NAME [args]`. Each prints human-readable lines and, as its last
-//! line, one JSON object (see [`report::Json`]). Benchmarks that need a second
-//! process re-execute their own binary in a peer role ([`peer`]).
+//! `bench/run NAME [args]`. Those moved to the folder layout keep their code
+//! in `src/NAME/` (`scenario`, `measure`, `report`, and more files where a
+//! concept needs one) behind a small clap binary: [`warm`], [`cold`],
+//! [`ring`], [`latency`], [`cluster`] (with its node and store roles and
+//! its network namespaces, [`cluster::netns`]), [`why`], [`policy`],
+//! [`assign`], [`channel`] and [`attacks`]. Each prints human-readable lines
+//! and, as its last line, one JSON object (see [`report::Json`]).
+//! Benchmarks that need a second process re-execute their own binary in a
+//! peer role ([`peer`]).
 //!
 //! Shared pieces:
 //! * [`peer`]: spawn the current binary as a peer process that receives a
@@ -34,12 +40,8 @@
 //! * [`sys`]: dropping the page cache, root or not, CPU load.
 //! * [`smoke`]: running a benchmark's smoke variant from a test, bounded.
 //! * [`cli`]: `--name value` options.
-//! * [`netns`]: network namespaces, a bridge and `tbf`-shaped links for the
-//!   cluster benchmark, removed on drop and on Ctrl-C.
 //! * [`corrupt_proxy`]: a peer-frame-aware TCP proxy corrupting chosen
 //!   blocks (from granary-testkit).
-//! * [`cluster_node`], [`cluster_store`]: the node and store roles of the
-//!   cluster benchmark.
 //! * [`attack_agent`], [`attack_loader`], [`peer_client`], [`switch_proxy`],
 //!   [`sample_windows`], [`floods`]: the pieces of the attacks benchmark:
 //!   real `granaryd` processes, loaders checking every byte, a peer client
@@ -50,22 +52,26 @@
 pub use granary_testkit::{corrupt_proxy, delay_proxy, local_s3, seaweed};
 
 pub mod agent;
+pub mod assign;
 pub mod attack_agent;
 pub mod attack_loader;
+pub mod attacks;
 pub mod baseline;
+pub mod channel;
 pub mod cli;
-pub mod cluster_node;
-pub mod cluster_store;
+pub mod cluster;
+pub mod cold;
 pub mod cpu;
 pub mod data;
 pub mod floods;
 pub mod latency;
 pub mod light_store;
 pub mod loader;
-pub mod netns;
 pub mod peer;
 pub mod peer_client;
+pub mod policy;
 pub mod report;
+pub mod ring;
 pub mod s3_data;
 pub mod sample_windows;
 pub mod smoke;
@@ -77,3 +83,4 @@ pub mod sys;
 pub mod touch;
 pub mod uring_read;
 pub mod warm;
+pub mod why;

@@ -38,7 +38,7 @@
 //! (`replayed`): the consumer sees each planned batch once.
 
 use crate::corrupt_proxy::{Corrupt, CorruptingProxy};
-use granary::{Client, ErrorCode, SessionOptions};
+use granary::{Batch, Client, ErrorCode, SessionOptions};
 use granary_agent::metrics::{parse_text, scrape};
 use granary_agent::planner::{EpochPlan, PlanParams};
 use granary_tools::synth::{self, SynthSpec};
@@ -237,6 +237,72 @@ fn sample_ok(spec: &SynthSpec, id: u64, label: i32, bytes: &[u8]) -> bool {
     }
 }
 
+/// A batch just delivered to a rank, where its plan stood.
+struct Delivered<'a> {
+    /// The rank's plan of the epoch.
+    plan: &'a [Vec<u64>],
+    /// Batches consumed before it.
+    consumed: usize,
+    /// The batch's sample ids.
+    ids: &'a [u64],
+    /// The job's agreement, in locality order.
+    locality: Option<[u8; 32]>,
+}
+
+impl Delivered<'_> {
+    /// Checks the batch against the plan and counts it into `r`: batches
+    /// skipped before it, samples missing or extra (exact order; in
+    /// locality order only the size, the step is checked job-wide), its
+    /// step hash, and every sample's bytes.
+    fn check(&self, a: &NodeArgs, r: &mut RankEpoch, rank: u32, b: &Batch) {
+        let Delivered {
+            plan,
+            consumed,
+            ids,
+            locality,
+        } = *self;
+        let idx = b.index() as usize;
+        let want = plan.get(idx).map_or(&[][..], Vec::as_slice);
+        if idx > consumed {
+            // Batches skipped: their samples never reached the consumer.
+            r.lost += plan[consumed..idx.min(plan.len())]
+                .iter()
+                .map(|b| b.len() as u64)
+                .sum::<u64>();
+        }
+        if locality.is_none() {
+            let (missing, extra) = diff(ids, want);
+            r.lost += missing;
+            r.duplicated += extra;
+        } else if ids.len() != want.len() {
+            // Every rank's batch of a step has the exact order's
+            // size; which samples is checked per step, job-wide.
+            r.error = Some(format!(
+                "rank {rank}: batch {idx} holds {} samples, the step gives each rank {}",
+                ids.len(),
+                want.len()
+            ));
+        }
+        if r.steps.len() <= idx {
+            r.steps.resize(idx + 1, 0);
+        }
+        r.steps[idx] = ids
+            .iter()
+            .fold(0u64, |h, &id| h.wrapping_add(step_term(id)));
+        for smp in b.samples() {
+            // SAFETY: the agent never writes a sample's extent while
+            // the batch holding it is on loan; the slice is dropped here,
+            // before the caller releases the batch.
+            let bytes = unsafe { smp.bytes() };
+            if smp.status() != 0 || !sample_ok(&a.spec, smp.id(), smp.label(), bytes) {
+                r.bad += 1;
+            }
+            r.samples += 1;
+            r.bytes += bytes.len() as u64;
+        }
+    }
+}
+
 /// Runs epoch `epoch` of `rank` to its end (or to a failure it reports).
 fn run_rank(a: &NodeArgs, rank: u32, epoch: u32, part: &Part, progress: &AtomicU64) -> RankEpoch {
     let locality = part.locality;
@@ -316,43 +382,13 @@ fn run_rank(a: &NodeArgs, rank: u32, epoch: u32, part: &Part, progress: &AtomicU
                 }
             } else {
                 let got = Instant::now();
-                if idx > consumed {
-                    // Batches skipped: their samples never reached the consumer.
-                    r.lost += plan[consumed..idx.min(plan.len())]
-                        .iter()
-                        .map(|b| b.len() as u64)
-                        .sum::<u64>();
-                }
-                if locality.is_none() {
-                    let (missing, extra) = diff(&ids, want);
-                    r.lost += missing;
-                    r.duplicated += extra;
-                } else if ids.len() != want.len() {
-                    // Every rank's batch of a step has the exact order's
-                    // size; which samples is checked per step, job-wide.
-                    r.error = Some(format!(
-                        "rank {rank}: batch {idx} holds {} samples, the step gives each rank {}",
-                        ids.len(),
-                        want.len()
-                    ));
-                }
-                if r.steps.len() <= idx {
-                    r.steps.resize(idx + 1, 0);
-                }
-                r.steps[idx] = ids
-                    .iter()
-                    .fold(0u64, |h, &id| h.wrapping_add(step_term(id)));
-                for smp in b.samples() {
-                    // SAFETY: the agent never writes a sample's extent while
-                    // the batch holding it is on loan; the slice is dropped
-                    // before the batch is released below.
-                    let bytes = unsafe { smp.bytes() };
-                    if smp.status() != 0 || !sample_ok(&a.spec, smp.id(), smp.label(), bytes) {
-                        r.bad += 1;
-                    }
-                    r.samples += 1;
-                    r.bytes += bytes.len() as u64;
-                }
+                let at = Delivered {
+                    plan: &plan,
+                    consumed,
+                    ids: &ids,
+                    locality,
+                };
+                at.check(a, &mut r, rank, &b);
                 r.waits_us
                     .push(got.duration_since(ready_at).as_micros() as u64);
                 consumed = idx + 1;
