@@ -36,7 +36,7 @@
 //!
 //! The sides alternate (`--reps` times each, the order reversing every
 //! repetition); medians are reported. `ratio_equal_depth` is Granary's
-//! median (its default, buffered reads) over the best reader's median (goal
+//! median (with its defaults) over the best reader's median (goal
 //! ≥ 0.95); `granary-direct` is reported beside it, against `uring-direct`. `--sweep` also runs
 //! the agent with other `prefetch.max_inflight_reads` and window settings.
 //!
