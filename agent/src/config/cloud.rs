@@ -5,7 +5,7 @@
 //! struct that rejects the keys of the others, like the kinds of
 //! `dataset.rs`.
 
-use super::dataset::dataset_kind;
+use super::dataset_kind::dataset_kind;
 use super::values::Secret;
 use std::path::PathBuf;
 

@@ -34,6 +34,7 @@ mod arena;
 mod cache;
 mod cloud;
 mod dataset;
+mod dataset_kind;
 mod document;
 mod error;
 mod machine;

@@ -1,7 +1,7 @@
 //! The benchmark issue's goals, each judged from the scenarios' results.
 
 use super::options::{Kind, Opts};
-use super::report::pct;
+use super::pct;
 use super::results::ScenarioResult;
 use super::scenario::{layout, predicted_moved};
 

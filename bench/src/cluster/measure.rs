@@ -11,7 +11,9 @@ use super::netns::{self, Net};
 use super::node::{self, parse_line};
 use super::options::{Kind, Opts};
 use super::procs::{cpu_secs, AgentProc, Proc};
-use super::results::{EpochResult, Monotone, NodeEpoch, Point, Relaunch, ScenarioResult};
+use super::results::{
+    add_steps, EpochResult, Monotone, NodeEpoch, Point, Relaunch, ScenarioResult,
+};
 use super::scenario::{
     agent_toml, arena_mib, batches_per_epoch, hand_view, layout, node_arena, planned_step_ids,
     planned_steps, relaunch_layout, spec_args, Env,
@@ -707,16 +709,6 @@ pub fn scrape_deltas(
         prev[k] = now;
     }
     Ok(out)
-}
-
-/// Adds per-step hashes into `into` (wrapping, index by index).
-pub fn add_steps(into: &mut Vec<u64>, steps: &[u64]) {
-    if into.len() < steps.len() {
-        into.resize(steps.len(), 0);
-    }
-    for (g, &h) in into.iter_mut().zip(steps) {
-        *g = g.wrapping_add(h);
-    }
 }
 
 /// `relaunch`'s step checks for epoch `e`, the job changed at global step

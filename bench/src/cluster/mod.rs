@@ -85,6 +85,11 @@ mod results;
 mod roles;
 mod scenario;
 pub mod store;
+/// A fraction as a percentage with one decimal, e.g. `12.5 %`.
+pub fn pct(x: f64) -> String {
+    format!("{:.1} %", 100.0 * x)
+}
+
 #[cfg(test)]
 mod tests;
 

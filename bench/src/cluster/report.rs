@@ -8,12 +8,8 @@ use std::process::Command;
 use super::goals::Verdict;
 use super::options::{Kind, Opts};
 use super::results::{EpochResult, NodeEpoch, Relaunch, ScenarioResult};
-use super::Result;
+use super::{pct, Result};
 use crate::report::{percentile, Json};
-
-pub fn pct(x: f64) -> String {
-    format!("{:.1} %", 100.0 * x)
-}
 
 pub fn print_scenario(o: &Opts, r: &ScenarioResult) {
     let n = o.samples as f64;

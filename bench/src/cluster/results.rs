@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use super::measure::add_steps;
 use super::node::{self};
 use super::options::Kind;
 use crate::report::percentile;
@@ -235,5 +234,15 @@ impl Monotone {
             out.insert((*short).into(), *base + v);
         }
         Some(out)
+    }
+}
+
+/// Adds per-step hashes into `into` (wrapping, index by index).
+pub fn add_steps(into: &mut Vec<u64>, steps: &[u64]) {
+    if into.len() < steps.len() {
+        into.resize(steps.len(), 0);
+    }
+    for (g, &h) in into.iter_mut().zip(steps) {
+        *g = g.wrapping_add(h);
     }
 }

@@ -11,7 +11,7 @@ use granary::{Client, SessionOptions};
 use granary_tools::synth;
 
 use super::cpu::{CpuMark, CpuUse};
-use super::measure::Point;
+use super::point::Point;
 use super::scenario::{GranaryKnobs, Windowing};
 use super::{Result, DATASET, PREFIX, STOP_EARLY};
 use crate::agent::{Agent, AgentSettings, S3Dataset};

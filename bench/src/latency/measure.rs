@@ -2,19 +2,16 @@
 //! RTT sweep against one store ([`sweep`]): every loader at every
 //! round-trip time, the repeats' medians kept.
 
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use super::cpu::CpuUse;
 use super::loaders::{measure_dataloader, measure_granary, measure_train};
-use super::report::print_point;
+use super::point::{print_point, Point};
 use super::scenario::{GranaryKnobs, LoaderKind, Plan};
 use super::{Result, CONTENDED};
 use crate::data::Dataset;
 use crate::delay_proxy::DelayProxy;
-use crate::report::Json;
 use crate::store::Store;
 use crate::sys::wait_quiet;
 
@@ -59,112 +56,6 @@ pub fn measured(limit: Duration, retries: u32, mut f: impl FnMut() -> Result<Poi
     p
 }
 
-/// One measured point of one loader.
-#[derive(Clone, Debug, Default)]
-pub struct Point {
-    pub samples_per_s: f64,
-    pub mb_per_s: f64,
-    /// Samples inside the window, and its length.
-    pub samples: u64,
-    pub window_s: f64,
-    /// From the start (session open / process start) to the steady state
-    /// (first batch / every worker busy).
-    pub ramp_s: f64,
-    pub cpu: CpuUse,
-    /// Free-form details for the human-readable lines.
-    pub note: String,
-    /// Extra JSON fields (`"key":value,...`), without braces.
-    pub json_extra: String,
-    pub error: Option<String>,
-    /// How long the run waited for the machine to be quiet before this
-    /// measurement, and whether it was.
-    pub quiet_wait_s: f64,
-    pub started_quiet: bool,
-    /// Every attempt: (samples/s, cores other processes took).
-    pub attempts: Vec<(f64, f64)>,
-    /// Every repeat's samples/s, when the point is the median of several.
-    pub repeats: Vec<f64>,
-}
-
-impl Point {
-    /// Samples per CPU-second SeaweedFS got: the rate with the store's
-    /// share of a contended machine taken out.
-    pub fn per_store_core(&self) -> f64 {
-        if self.cpu.store > 0.0 {
-            self.samples_per_s / self.cpu.store
-        } else {
-            f64::NAN
-        }
-    }
-
-    pub fn failed(e: String) -> Point {
-        Point {
-            samples_per_s: f64::NAN,
-            mb_per_s: f64::NAN,
-            error: Some(e),
-            ..Point::default()
-        }
-    }
-
-    pub fn json(&self) -> String {
-        let num = |v: f64, d: usize| {
-            if v.is_finite() {
-                format!("{v:.d$}")
-            } else {
-                "null".to_owned()
-            }
-        };
-        let mut s = format!(
-            "{{\"samples_per_s\":{},\"mb_per_s\":{},\"samples\":{},\"window_s\":{},\"ramp_s\":{},\"samples_per_store_core_s\":{},\"contended\":{},\"started_quiet\":{},\"quiet_wait_s\":{},\"cpu\":{}",
-            num(self.samples_per_s, 1),
-            num(self.mb_per_s, 2),
-            self.samples,
-            num(self.window_s, 2),
-            num(self.ramp_s, 2),
-            num(self.per_store_core(), 0),
-            self.cpu.rest() > CONTENDED,
-            self.started_quiet,
-            num(self.quiet_wait_s, 1),
-            self.cpu.json()
-        );
-        if self.attempts.len() > 1 {
-            let list: Vec<String> = self
-                .attempts
-                .iter()
-                .map(|(r, c)| format!("[{},{}]", num(*r, 1), num(*c, 2)))
-                .collect();
-            let _ = write!(
-                s,
-                ",\"attempts_rate_and_others_cores\":[{}]",
-                list.join(",")
-            );
-        }
-        if !self.repeats.is_empty() {
-            let list: Vec<String> = self.repeats.iter().map(|r| num(*r, 1)).collect();
-            let _ = write!(s, ",\"repeats_samples_per_s\":[{}]", list.join(","));
-        }
-        let us: Vec<String> = self
-            .cpu
-            .us_per_sample(self.samples_per_s)
-            .iter()
-            .map(|(k, v)| format!("\"{k}\":{}", num(*v, 1)))
-            .collect();
-        let _ = write!(s, ",\"cpu_us_per_sample\":{{{}}}", us.join(","));
-        if !self.json_extra.is_empty() {
-            s.push(',');
-            s.push_str(&self.json_extra);
-        }
-        if let Some(e) = &self.error {
-            let mut j = Json::default();
-            j.str("error", e);
-            let l = j.line();
-            s.push(',');
-            s.push_str(&l[1..l.len() - 1]);
-        }
-        s.push('}');
-        s
-    }
-}
 /// One store's points, one per round-trip time (the median of the
 /// repeats).
 pub struct Sweep {

@@ -96,6 +96,7 @@ mod cpu;
 pub mod format;
 mod loaders;
 mod measure;
+mod point;
 mod report;
 mod scenario;
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! What a sweep prints: each point as it comes, then one store's table,
 //! its goals and its keys of the result line.
 
-use super::measure::{Point, Sweep};
+use super::measure::Sweep;
+use super::point::Point;
 use super::scenario::{granary_config_line, Plan, Setup};
 use super::{
     CONTENDED, GOAL_KEEP, GOAL_LIGHT_CONTENDER, GOAL_LIGHT_RTT, GOAL_W8, STORE_BOTTLENECK,
@@ -349,50 +350,6 @@ fn detail_fields(j: &mut Json, store: &Store, sw: &Sweep, plan: &Plan<'_>) {
         j.raw(&format!("{pre}{}_detail", l.name), &details(&sw.loaders[k]));
     }
     j.str(&format!("{pre}store"), store.describe());
-}
-
-pub fn print_point(who: &str, p: &Point) {
-    if let Some(e) = &p.error {
-        println!("  {who}: FAILED: {e}");
-        return;
-    }
-    println!(
-        "  {who}: {:.1} samples/s ({:.1} MB/s), {} samples in {:.1} s, ramp {:.2} s{}",
-        p.samples_per_s,
-        p.mb_per_s,
-        p.samples,
-        p.window_s,
-        p.ramp_s,
-        if p.note.is_empty() {
-            String::new()
-        } else {
-            format!("; {}", p.note)
-        }
-    );
-    println!(
-        "    CPU (cores): {}; {:.0} samples per store CPU-second; {}",
-        p.cpu.line(),
-        p.per_store_core(),
-        if p.started_quiet {
-            format!("started on a quiet machine after {:.0} s", p.quiet_wait_s)
-        } else {
-            format!("the machine was not quiet ({:.0} s waited)", p.quiet_wait_s)
-        }
-    );
-    let us: Vec<String> = p
-        .cpu
-        .us_per_sample(p.samples_per_s)
-        .iter()
-        .filter(|(_, v)| *v > 0.0)
-        .map(|(k, v)| format!("{k} {v:.0}"))
-        .collect();
-    println!("    CPU µs per delivered sample: {}", us.join(", "));
-    if p.cpu.rest() > CONTENDED {
-        println!(
-            "    contended: other processes took {:.2} cores during this window",
-            p.cpu.rest()
-        );
-    }
 }
 
 /// The run's settings and machine in the result line.

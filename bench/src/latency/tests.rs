@@ -5,7 +5,8 @@ use granary_tools::synth;
 
 use super::cpu::CpuUse;
 use super::loaders::check_header;
-use super::measure::{median_point, Point};
+use super::measure::median_point;
+use super::point::Point;
 use super::scenario::parse_keys;
 
 #[test]

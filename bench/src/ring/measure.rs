@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use granary_shm::layout::{BatchDescriptor, ReleaseDescriptor};
 use granary_shm::ring::Producer;
 
-use super::report;
 use super::scenario::{
     baseline_memory, granary_segment, item, new_epoch, second_ring_offset, Kind, Publish, BASELINE,
 };
@@ -380,7 +379,7 @@ pub fn throughput(o: &Options, modes: &[Publish], kinds: &[Kind], want: u64) -> 
                 tp.run_no += 1;
                 let mut r = throughput_run(kind, publish, o, tp.run_no, want)?;
                 r.near = probe < NEAR_NS;
-                report::print_run(rep, publish, kind, &r);
+                print_run(rep, publish, kind, &r);
                 tp.runs
                     .entry((publish.k(), kind.name()))
                     .or_default()
@@ -415,6 +414,40 @@ pub fn latency(o: &Options, run_no: u64) -> Result<Latency> {
         base_spin: ping_pong(BASELINE, false, o.spin_samples, o, run_no + 2)?,
         parked: ping_pong(Kind::Granary, true, o.parked_samples, o, run_no + 3)?,
     };
-    report::print_latency(&l);
+    print_latency(&l);
     Ok(l)
+}
+
+/// One throughput run.
+pub fn print_run(rep: usize, publish: Publish, kind: Kind, r: &Run) {
+    println!(
+        "  rep {} {:<13} {:<28} {:>8.2} ns/item ({:>6.2} slice median) [{}; producer {}; consumer {}; producer waits (full) {}, consumer waits (empty) {}]",
+        rep + 1,
+        publish.label(),
+        kind.name(),
+        r.ns_per_item,
+        r.slice_ns_per_item,
+        r.placement,
+        r.parent_cpus,
+        r.peer_cpus,
+        r.full_waits,
+        r.empty_polls
+    );
+}
+
+/// The three hand-off latencies.
+pub fn print_latency(l: &Latency) {
+    for (label, pp, unit, div) in [
+        ("granary  spinning", &l.spin, "ns", 1.0),
+        ("baseline spinning", &l.base_spin, "ns", 1.0),
+        ("granary  parked", &l.parked, "us", 1e3),
+    ] {
+        println!(
+            "    {label:<18} p50 {:>8.2} {unit}  p99 {:>8.2} {unit}  [distinct CPUs in {:.0}% of {} sampled hand-offs]",
+            pp.p(50.0) / div,
+            pp.p(99.0) / div,
+            pp.distinct_pct(),
+            pp.pairs
+        );
+    }
 }

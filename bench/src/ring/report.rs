@@ -33,40 +33,6 @@ pub fn print_header(o: &Options, nproc: usize) {
     );
 }
 
-/// One throughput run.
-pub fn print_run(rep: usize, publish: Publish, kind: Kind, r: &Run) {
-    println!(
-        "  rep {} {:<13} {:<28} {:>8.2} ns/item ({:>6.2} slice median) [{}; producer {}; consumer {}; producer waits (full) {}, consumer waits (empty) {}]",
-        rep + 1,
-        publish.label(),
-        kind.name(),
-        r.ns_per_item,
-        r.slice_ns_per_item,
-        r.placement,
-        r.parent_cpus,
-        r.peer_cpus,
-        r.full_waits,
-        r.empty_polls
-    );
-}
-
-/// The three hand-off latencies.
-pub fn print_latency(l: &Latency) {
-    for (label, pp, unit, div) in [
-        ("granary  spinning", &l.spin, "ns", 1.0),
-        ("baseline spinning", &l.base_spin, "ns", 1.0),
-        ("granary  parked", &l.parked, "us", 1e3),
-    ] {
-        println!(
-            "    {label:<18} p50 {:>8.2} {unit}  p99 {:>8.2} {unit}  [distinct CPUs in {:.0}% of {} sampled hand-offs]",
-            pp.p(50.0) / div,
-            pp.p(99.0) / div,
-            pp.distinct_pct(),
-            pp.pairs
-        );
-    }
-}
-
 /// Median ns/item (whole runs and 1 Mi-item slices) of one case.
 #[derive(Clone, Copy)]
 pub struct CaseSummary {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use granary::Session;
 
-use super::scenario::Inject;
+use super::inject::Inject;
 use super::Result;
 use crate::agent::Agent;
 

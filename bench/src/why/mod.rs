@@ -34,6 +34,7 @@
 //! counters), [`report`] (the share naming the cause, the result line);
 //! `bin/why.rs` parses the options.
 
+pub mod inject;
 pub mod measure;
 pub mod report;
 pub mod scenario;

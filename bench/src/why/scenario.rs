@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use granary::{Client, SessionOptions};
 
+pub use super::inject::Inject;
 use super::measure::{self, Counts, Window};
 use super::{Options, Result, BUCKET, DATASET};
 use crate::agent::{Agent, AgentSettings, S3Dataset};
@@ -16,30 +17,6 @@ use crate::light_store::LightStore;
 
 /// The two agents' job secret (a benchmark's, on loopback).
 const PEER_SECRET: &str = "05559021d854d94b51d42d3ca615cd116676dbb10c8917f031268a90eed4ff13";
-
-/// What the loader does per batch.
-#[derive(Clone, Copy, Debug)]
-pub enum Inject {
-    /// Sleep this long per batch (a step that does not need the loader's CPU).
-    Sleep(Duration),
-    /// Spin this long per batch on the loader's thread.
-    Spin(Duration),
-}
-
-impl Inject {
-    /// Does it once.
-    pub fn apply(self) {
-        match self {
-            Inject::Sleep(d) => std::thread::sleep(d),
-            Inject::Spin(d) => {
-                let t = std::time::Instant::now();
-                while t.elapsed() < d {
-                    std::hint::spin_loop();
-                }
-            }
-        }
-    }
-}
 
 /// One single-agent scenario.
 pub struct Scenario {
