@@ -22,6 +22,15 @@ fn get(rs: &[ScenarioResult], k: Kind) -> Option<&ScenarioResult> {
 }
 
 /// A goal whose scenario did not run.
+/// The largest share of the dataset (`n` samples) that one epoch after
+/// epoch 0 read from the store.
+fn worst_later_epoch_reads(r: &ScenarioResult, n: f64) -> f64 {
+    r.epochs[1..]
+        .iter()
+        .map(|e| e.total("reads") / n)
+        .fold(0.0, f64::max)
+}
+
 fn not_run(goal: &'static str, what: &str) -> Verdict {
     Verdict {
         goal,
@@ -58,10 +67,7 @@ fn reads_after_epoch0_150(o: &Opts, rs: &[ScenarioResult], g: &mut Vec<Verdict>)
     const G1: &str = "store reads after epoch 0 <= 1 % of samples, arenas 150 %";
     match get(rs, Kind::Peers150) {
         Some(r) => {
-            let worst = r.epochs[1..]
-                .iter()
-                .map(|e| e.total("reads") / n)
-                .fold(0.0, f64::max);
+            let worst = worst_later_epoch_reads(r, n);
             g.push(Verdict {
                 goal: G1,
                 verdict: met(worst <= 0.01),
@@ -81,10 +87,7 @@ fn reads_after_epoch0_75(o: &Opts, rs: &[ScenarioResult], g: &mut Vec<Verdict>) 
     const G2: &str = "store reads after epoch 0 <= uncached share + 2 points, arenas 75 %";
     match get(rs, Kind::Peers75) {
         Some(r) => {
-            let worst = r.epochs[1..]
-                .iter()
-                .map(|e| e.total("reads") / n)
-                .fold(0.0, f64::max);
+            let worst = worst_later_epoch_reads(r, n);
             g.push(Verdict {
                 goal: G2,
                 verdict: met(worst <= 0.25 + 0.02),
