@@ -24,11 +24,7 @@ workers and exits at once, so no request of this run overlaps the next one.
 """
 
 import argparse
-import json
 import multiprocessing
-import os
-import signal
-import sys
 import threading
 import time
 import warnings
@@ -36,8 +32,10 @@ import warnings
 import boto3
 import botocore
 import torch
-from botocore.config import Config
 from torch.utils.data import DataLoader, Dataset, RandomSampler
+
+from bench_procs import children_cpu_seconds, finish as finish_run
+from s3_samples import ProcessClient, read_keys
 
 MAGIC = b"GRNSYNTH"
 
@@ -46,36 +44,18 @@ class S3Samples(Dataset):
     """Sample i is object keys[i]; one GET each, body read in full."""
 
     def __init__(self, endpoint, bucket, keys, sizes, counts, nbytes):
-        self.endpoint = endpoint
+        self.s3 = ProcessClient(endpoint, pool=4)
         self.bucket = bucket
         self.keys = keys
         self.sizes = sizes
         self.counts = counts
         self.nbytes = nbytes
-        self._client = None
-        self._pid = None
 
     def __len__(self):
         return len(self.keys)
 
-    def client(self):
-        # boto3 clients must not cross a fork: one per worker process.
-        if self._client is None or self._pid != os.getpid():
-            session = boto3.session.Session()
-            self._client = session.client(
-                "s3",
-                endpoint_url=self.endpoint,
-                config=Config(
-                    s3={"addressing_style": "path"},
-                    retries={"max_attempts": 5, "mode": "standard"},
-                    max_pool_connections=4,
-                ),
-            )
-            self._pid = os.getpid()
-        return self._client
-
     def __getitem__(self, i):
-        body = self.client().get_object(Bucket=self.bucket, Key=self.keys[i])["Body"].read()
+        body = self.s3.get().get_object(Bucket=self.bucket, Key=self.keys[i])["Body"].read()
         if len(body) != self.sizes[i] or body[:8] != MAGIC:
             raise RuntimeError(
                 f"{self.keys[i]}: {len(body)} bytes (expected {self.sizes[i]}), starts {body[:8]!r}"
@@ -85,42 +65,6 @@ class S3Samples(Dataset):
         self.counts[w] += 1
         self.nbytes[w] += len(body)
         return len(body)
-
-
-def children_cpu_seconds():
-    """CPU seconds (user + system) of this process and its child processes."""
-    me = os.getpid()
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        pid, ppid = int(name), int(fields[1])
-        if pid == me or ppid == me:
-            total += int(fields[11]) + int(fields[12])
-    return total / tick
-
-
-def child_pids():
-    me = os.getpid()
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if int(stat[stat.rfind(")") + 2 :].split()[1]) == me:
-            out.append(int(name))
-    return out
 
 
 def main():
@@ -141,12 +85,7 @@ def main():
     # More workers than CPUs is the point of the higher worker counts here.
     warnings.filterwarnings("ignore", message=".*worker processes in total.*")
 
-    keys, sizes = [], []
-    with open(a.keys) as f:
-        for line in f:
-            k, s = line.rstrip("\n").split("\t")
-            keys.append(k)
-            sizes.append(int(s))
+    keys, sizes = read_keys(a.keys)
     counts = multiprocessing.RawArray("q", max(a.workers, 1))
     nbytes = multiprocessing.RawArray("q", max(a.workers, 1))
     ds = S3Samples(a.endpoint, a.bucket, keys, sizes, counts, nbytes)
@@ -166,16 +105,7 @@ def main():
 
     def finish(code, message=None, result=None):
         with lock:
-            for pid in child_pids():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            if message:
-                print(f"latency_dataloader: {message}", file=sys.stderr, flush=True)
-            if result is not None:
-                print(json.dumps(result), flush=True)
-            os._exit(code)
+            finish_run("latency_dataloader", code, message, result)
 
     def measure():
         # The window is timed here, not by the main loop: at long round trips

@@ -23,6 +23,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
 
+def numbered(r, prefix):
+    """(N, key) of every key `PREFIX<N>` of `r`, by N."""
+    return sorted((int(k[len(prefix):]), k) for k in r if re.fullmatch(re.escape(prefix) + r"\d+", k))
+
+
 def main():
     if len(sys.argv) not in (3, 4):
         print(__doc__, file=sys.stderr)
@@ -36,19 +41,9 @@ def main():
     r = {k[len(pre):]: v for k, v in r.items() if k.startswith(pre)} | {"rtt_ms": rtt, **{
         k: r[k] for k in ("files", "mean_sample_bytes", "cpus") if k in r}}
     series = [("granary", "Granary (agent + libgranary loader)", "o-", "C0")]
-    more = sorted(
-        (int(k[len("granary_inflight_"):]), k)
-        for k in r
-        if re.fullmatch(r"granary_inflight_\d+", k)
-    )
-    for i, (n, k) in enumerate(more):
+    for i, (n, k) in enumerate(numbered(r, "granary_inflight_")):
         series.append((k, f"Granary, max_inflight_reads={n}", "o:", f"C{i + 4}"))
-    workers = sorted(
-        (int(k[len("dataloader_w"):]), k)
-        for k in r
-        if re.fullmatch(r"dataloader_w\d+", k)
-    )
-    for i, (w, k) in enumerate(workers):
+    for i, (w, k) in enumerate(numbered(r, "dataloader_w")):
         series.append((k, f"PyTorch DataLoader + boto3, num_workers={w}", "s--", f"C{i + 1}"))
     labels = {
         "boto3_threads": "DataLoader + boto3, 4 workers × 16 threads",

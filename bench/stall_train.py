@@ -67,10 +67,8 @@ exits at once.
 """
 
 import argparse
-import json
 import os
 import random
-import signal
 import sys
 import time
 import warnings
@@ -80,20 +78,13 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
+from bench_procs import finish as finish_run
+from s3_samples import ProcessClient, read_keys
+
 MAGIC = b"GRNSYNTH"
 REPO = Path(__file__).resolve().parent.parent
 #: --decode: the side every sample is decoded and resized to (0: bytes).
 DECODE = [0]
-
-
-def read_keys(path):
-    keys, sizes = [], []
-    with open(path) as f:
-        for line in f:
-            k, s = line.rstrip("\n").split("\t")
-            keys.append(k)
-            sizes.append(int(s))
-    return keys, sizes
 
 
 def label_of(key):
@@ -142,33 +133,14 @@ class Boto3Samples(Dataset):
     """Sample i is object keys[i]: one get_object, body read whole."""
 
     def __init__(self, endpoint, bucket, keys, sizes, pool):
-        self.endpoint, self.bucket, self.keys, self.sizes, self.pool = endpoint, bucket, keys, sizes, pool
-        self._client = None
-        self._pid = None
+        self.s3 = ProcessClient(endpoint, pool)
+        self.bucket, self.keys, self.sizes = bucket, keys, sizes
 
     def __len__(self):
         return len(self.keys)
 
-    def client(self):
-        # boto3 clients must not cross a fork: one per worker process.
-        if self._client is None or self._pid != os.getpid():
-            import boto3
-            from botocore.config import Config
-
-            self._client = boto3.session.Session().client(
-                "s3",
-                endpoint_url=self.endpoint,
-                config=Config(
-                    s3={"addressing_style": "path"},
-                    retries={"max_attempts": 5, "mode": "standard"},
-                    max_pool_connections=self.pool,
-                ),
-            )
-            self._pid = os.getpid()
-        return self._client
-
     def __getitem__(self, i):
-        body = self.client().get_object(Bucket=self.bucket, Key=self.keys[i])["Body"].read()
+        body = self.s3.get().get_object(Bucket=self.bucket, Key=self.keys[i])["Body"].read()
         return as_sample(body, self.sizes[i], self.keys[i]), label_of(self.keys[i])
 
 
@@ -186,7 +158,7 @@ class Boto3ThreadedSamples(Boto3Samples):
         from concurrent.futures import ThreadPoolExecutor
 
         if self._pool is None or self._pool_pid != os.getpid():
-            self.client()
+            self.s3.get()
             self._pool = ThreadPoolExecutor(max_workers=self.threads)
             self._pool_pid = os.getpid()
         return list(self._pool.map(self.__getitem__, indices))
@@ -456,33 +428,8 @@ def make_gpu_step(model_name, batch):
     return step, str(dev)
 
 
-def child_pids():
-    me = os.getpid()
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if int(stat[stat.rfind(")") + 2:].split()[1]) == me:
-            out.append(int(name))
-    return out
-
-
 def finish(code, message=None, result=None):
-    for pid in child_pids():
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    if message:
-        print(f"stall_train: {message}", file=sys.stderr, flush=True)
-    if result is not None:
-        print(json.dumps(result), flush=True)
-    os._exit(code)
+    finish_run("stall_train", code, message, result)
 
 
 def percentile(sorted_values, p):
