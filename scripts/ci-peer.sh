@@ -16,16 +16,9 @@ cd "$(dirname "$0")/.."
 
 FUZZ_TARGETS=(frame handshake records)
 
-log() { printf '%s\n' "$*" >&2; }
-
-step() {
-    local name=$1
-    shift
-    local t0=$SECONDS
-    log "==> ci-peer: $name"
-    "$@"
-    log "<== ci-peer: $name done in $((SECONDS - t0)) s"
-}
+CI_NAME=ci-peer
+# shellcheck source=scripts/ci-steps.sh
+. scripts/ci-steps.sh
 
 fuzz_smoke() {
     FUZZ_SECONDS="${FUZZ_SECONDS:-20}" scripts/fuzz.sh "${FUZZ_TARGETS[@]/#/peer/}"

@@ -24,17 +24,9 @@ FUZZ_TARGETS=(validate handshake)
 # under Miri in their modules).
 MIRI_FILTERS=(ring:: validate:: lease:: segment:: region:: layout:: error::)
 
-log() { printf '%s\n' "$*" >&2; }
-
-# Runs one named step and reports its wall time.
-step() {
-    local name=$1
-    shift
-    local t0=$SECONDS
-    log "==> ci-shm: $name"
-    "$@"
-    log "<== ci-shm: $name passed in $((SECONDS - t0)) s"
-}
+CI_NAME=ci-shm
+# shellcheck source=scripts/ci-steps.sh
+. scripts/ci-steps.sh
 
 # True when a nightly toolchain is usable; tries to add the components named.
 have_nightly() {

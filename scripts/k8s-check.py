@@ -62,27 +62,27 @@ def bad(msg: str) -> None:
     problems.append(msg)
 
 
+#: The client's scalar type strings: the Python types a value may have, and
+#: what the value is said not to be otherwise.
+SCALARS = {
+    **{t: ((str,), "a string") for t in ("str", "datetime", "date", "bytes")},
+    "int": ((int,), "an integer"),
+    "float": ((int, float), "a number"),
+    "bool": ((bool,), "a boolean"),
+}
+
+
 def check_type(value, typ: str, path: str) -> None:
     """`value` against the client's type string `typ`."""
     if value is None:
         return
     if typ == "object":
         return
-    if typ in ("str", "datetime", "date", "bytes"):
-        if not isinstance(value, str):
-            bad(f"{path}: {value!r} is not a string")
-        return
-    if typ == "int":
-        if not isinstance(value, int) or isinstance(value, bool):
-            bad(f"{path}: {value!r} is not an integer")
-        return
-    if typ == "float":
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            bad(f"{path}: {value!r} is not a number")
-        return
-    if typ == "bool":
-        if not isinstance(value, bool):
-            bad(f"{path}: {value!r} is not a boolean")
+    if typ in SCALARS:
+        types, what = SCALARS[typ]
+        # A bool is an int to isinstance, not to the API.
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            bad(f"{path}: {value!r} is not {what}")
         return
     m = re.fullmatch(r"[Ll]ist\[(.+)\]", typ)
     if m:

@@ -54,25 +54,19 @@ echo "soak: kill-loop rounds $GRANARY_SOAK_KILL_ROUNDS, configuration files" \
     "${GRANARY_NEIGHBOUR_SECONDS} s next to each kind of misbehaving loader, cargo-fuzz" \
     "$([ "$ci" = 1 ] && echo "not run here (scripts/test.sh fuzz step)" || echo "${FUZZ_SECONDS} s per target")"
 
-t=$SECONDS
-cargo nextest run --release --workspace -E 'package(granary-agent) & binary(kill_loop)' --no-capture 2>&1 \
-    | grep -E '^kill_loop:|PASS|FAIL|Summary'
-echo "soak: kill loop done in $((SECONDS - t)) s"
+# agent_tests WHAT FILTER LINES: the agent's tests that FILTER selects, with
+# their output lines matching LINES and the verdicts, timed.
+agent_tests() {
+    local t=$SECONDS
+    cargo nextest run --release --workspace -E "package(granary-agent) & $2" --no-capture 2>&1 \
+        | grep -E "$3|PASS|FAIL|Summary"
+    echo "soak: $1 done in $((SECONDS - t)) s"
+}
 
-t=$SECONDS
-cargo nextest run --release --workspace -E 'package(granary-agent) & kind(lib) & test(/config::fuzz_tests/)' --no-capture 2>&1 \
-    | grep -E '^config |PASS|FAIL|Summary'
-echo "soak: configuration fuzzing done in $((SECONDS - t)) s"
-
-t=$SECONDS
-cargo nextest run --release --workspace -E 'package(granary-agent) & kind(lib) & test(/random_loader_scripts/)' --no-capture 2>&1 \
-    | grep -E '^session fuzz|PASS|FAIL|Summary'
-echo "soak: loader scripts done in $((SECONDS - t)) s"
-
-t=$SECONDS
-cargo nextest run --release --workspace -E 'package(granary-agent) & binary(neighbours)' --no-capture 2>&1 \
-    | grep -E '^neighbours:|PASS|FAIL|Summary|panicked'
-echo "soak: neighbours done in $((SECONDS - t)) s"
+agent_tests "kill loop" 'binary(kill_loop)' '^kill_loop:'
+agent_tests "configuration fuzzing" 'kind(lib) & test(/config::fuzz_tests/)' '^config '
+agent_tests "loader scripts" 'kind(lib) & test(/random_loader_scripts/)' '^session fuzz'
+agent_tests "neighbours" 'binary(neighbours)' '^neighbours:|panicked'
 
 if [ "$ci" = 0 ]; then
     t=$SECONDS

@@ -54,27 +54,28 @@ python3 scripts/k8s-check.py --granaryd target/release/granaryd --granary target
 
 # #[ignore]d tests that can run here after all.
 ran_ignored=()
+# ignored_test FILTER NAME: runs the #[ignore]d tests FILTER selects; NAME
+# counts as run.
+ignored_test() {
+    cargo nextest run --release --workspace --run-ignored only -E "$1"
+    ran_ignored+=("$2")
+}
 if [ "$(id -u)" -eq 0 ]; then
     step "tests that need root"
-    cargo nextest run --release --workspace --run-ignored only \
-        -E 'package(granary-agent) & binary(bad_input) & test(=a_uid_outside_the_allowlist_gets_no_fds)'
-    ran_ignored+=(a_uid_outside_the_allowlist_gets_no_fds)
-    cargo nextest run --release --workspace --run-ignored only \
-        -E 'package(granary-agent) & binary(view_owner) & test(=another_uid_joins_the_view_but_cannot_replace_it)'
-    ran_ignored+=(another_uid_joins_the_view_but_cannot_replace_it)
+    ignored_test 'package(granary-agent) & binary(bad_input) & test(=a_uid_outside_the_allowlist_gets_no_fds)' \
+        a_uid_outside_the_allowlist_gets_no_fds
+    ignored_test 'package(granary-agent) & binary(view_owner) & test(=another_uid_joins_the_view_but_cannot_replace_it)' \
+        another_uid_joins_the_view_but_cannot_replace_it
     # membership = "dns": three granaryd, each in a mount namespace whose
     # resolv.conf names the test's DNS responder.
-    cargo nextest run --release --workspace --run-ignored only \
-        -E 'package(granary-agent) & binary(dns_membership) & test(=agents_find_each_other_through_a_dns_responder_and_follow_its_records)'
-    ran_ignored+=(agents_find_each_other_through_a_dns_responder_and_follow_its_records)
+    ignored_test 'package(granary-agent) & binary(dns_membership) & test(=agents_find_each_other_through_a_dns_responder_and_follow_its_records)' \
+        agents_find_each_other_through_a_dns_responder_and_follow_its_records
     # A ramfs, whose files refuse O_DIRECT: the reader falls back to the page cache.
-    cargo nextest run --release --workspace --run-ignored only \
-        -E 'package(granary-agent) & kind(lib) & test(=source::fs::reader::tests::a_filesystem_that_refuses_direct_io_is_read_through_the_page_cache)'
-    ran_ignored+=(a_filesystem_that_refuses_direct_io_is_read_through_the_page_cache)
+    ignored_test 'package(granary-agent) & kind(lib) & test(=source::fs::reader::tests::a_filesystem_that_refuses_direct_io_is_read_through_the_page_cache)' \
+        a_filesystem_that_refuses_direct_io_is_read_through_the_page_cache
     # The cluster benchmark's smoke variant: network namespaces, tc, two
     # granaryd (built by the workspace build above) over a SeaweedFS.
-    cargo nextest run --release --workspace --run-ignored only -E 'package(granary-bench) & binary(cluster_smoke)'
-    ran_ignored+=(two_nodes_lose_nothing_and_read_the_store_once)
+    ignored_test 'package(granary-bench) & binary(cluster_smoke)' two_nodes_lose_nothing_and_read_the_store_once
 fi
 if [ -n "${GRANARY_TEST_SCYLLA:-}" ]; then
     step "tests against a real ScyllaDB/Cassandra ($GRANARY_TEST_SCYLLA)"

@@ -107,18 +107,27 @@ def _visible(name):
     return not name.startswith(b".")
 
 
+def _entries(folder):
+    """(name, is a directory) of the directories and regular files in
+    `folder` (links followed, dot names skipped)."""
+    for name in os.listdir(folder):
+        if not _visible(name):
+            continue
+        mode = os.stat(os.path.join(folder, name)).st_mode
+        if stat.S_ISDIR(mode):
+            yield name, True
+        elif stat.S_ISREG(mode):
+            yield name, False
+
+
 def _files_below(folder):
     """Regular files at any depth below `folder` (links followed, dot names
     skipped), as tuples of path components below it."""
     found = []
-    for name in os.listdir(folder):
-        if not _visible(name):
-            continue
-        path = os.path.join(folder, name)
-        st = os.stat(path)
-        if stat.S_ISDIR(st.st_mode):
-            found += [(name,) + rest for rest in _files_below(path)]
-        elif stat.S_ISREG(st.st_mode):
+    for name, is_dir in _entries(folder):
+        if is_dir:
+            found += [(name,) + rest for rest in _files_below(os.path.join(folder, name))]
+        else:
             found.append((name,))
     return found
 
@@ -131,14 +140,10 @@ def fs_catalog(root):
     component."""
     root_b = os.fsencode(root)
     loose, classes = [], []
-    for name in os.listdir(root_b):
-        if not _visible(name):
-            continue
-        path = os.path.join(root_b, name)
-        st = os.stat(path)
-        if stat.S_ISDIR(st.st_mode):
+    for name, is_dir in _entries(root_b):
+        if is_dir:
             classes.append(name)
-        elif stat.S_ISREG(st.st_mode):
+        else:
             loose.append((name,))
     paths = [os.path.join(root_b, *p) for p in sorted(loose)]
     for c in sorted(classes):
