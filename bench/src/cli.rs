@@ -1,7 +1,11 @@
 //! A small command-line parser for `--name value` options and `--flag`
-//! switches, shared by the end-to-end benchmarks.
+//! switches, shared by the end-to-end benchmarks, and the `main` of the
+//! benchmark binaries whose options are one clap struct.
 
 use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fmt::Display;
+use std::process::ExitCode;
 
 /// Parsed options.
 pub struct Args {
@@ -94,4 +98,37 @@ pub fn num<T: std::str::FromStr>(v: &str) -> Result<T, String> {
         .replace('_', "")
         .parse()
         .map_err(|_| format!("not a number (or too large): {v}"))
+}
+
+/// Parses `args` (the program's name first) as the options `O` of the
+/// benchmark command `name` (`bench/run NAME`).
+pub fn parse_args<O: clap::Args>(
+    name: &'static str,
+    args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
+) -> Result<O, clap::Error> {
+    // About after the options: their struct's doc comment would replace it.
+    let mut command = O::augment_args(clap::Command::new(name))
+        .about(env!("CARGO_PKG_DESCRIPTION"))
+        .long_about(None);
+    let matches = command.try_get_matches_from_mut(args)?;
+    O::from_arg_matches(&matches).map_err(|e| e.format(&mut command))
+}
+
+/// The whole `main` of a benchmark binary whose options are one clap
+/// [`clap::Args`] struct `O`: parses them as the command `name`
+/// (`bench/run NAME`), runs `run` and reports its error on stderr as
+/// `NAME: error` with a failing exit status.
+pub fn bench_main<O: clap::Args, E: Display>(
+    name: &'static str,
+    run: impl FnOnce(&O) -> Result<(), E>,
+) -> ExitCode {
+    let options = parse_args(name, std::env::args_os()).unwrap_or_else(|e| e.exit());
+    match run(&options) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let short = name.strip_prefix("bench/run ").unwrap_or(name);
+            eprintln!("{short}: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

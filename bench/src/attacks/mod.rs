@@ -348,18 +348,12 @@ fn retire(ctx: &mut Ctx, pair: &mut Pair) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        options: Options,
-    }
 
     fn opts(args: &[&str]) -> Result<Opts> {
-        let cli = Cli::try_parse_from(std::iter::once("attacks").chain(args.iter().copied()))
-            .map_err(|e| e.to_string())?;
-        cli.options.opts()
+        let args = std::iter::once("attacks").chain(args.iter().copied());
+        crate::cli::parse_args::<Options>("bench/run attacks", args)
+            .map_err(|e| e.to_string())?
+            .opts()
     }
 
     #[test]

@@ -5,23 +5,8 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use granary_bench::assign;
-
-/// bench/run assign [options]
-#[derive(Parser, Debug)]
-#[command(name = "bench/run assign", about, long_about = None)]
-struct Cli {
-    #[command(flatten)]
-    options: assign::Options,
-}
+use granary_bench::{assign, cli};
 
 fn main() -> ExitCode {
-    match assign::run(&Cli::parse().options) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("assign: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    cli::bench_main("bench/run assign", assign::run)
 }

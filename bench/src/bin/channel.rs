@@ -5,23 +5,8 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use granary_bench::channel;
-
-/// bench/run channel [options]
-#[derive(Parser, Debug)]
-#[command(name = "bench/run channel", about, long_about = None)]
-struct Cli {
-    #[command(flatten)]
-    options: channel::Options,
-}
+use granary_bench::{channel, cli};
 
 fn main() -> ExitCode {
-    match channel::run(&Cli::parse().options) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("channel: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    cli::bench_main("bench/run channel", channel::run)
 }

@@ -5,23 +5,8 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use granary_bench::latency::{self, Options};
-
-/// bench/run latency [options]
-#[derive(Parser, Debug)]
-#[command(name = "bench/run latency", about, long_about = None)]
-struct Cli {
-    #[command(flatten)]
-    options: Options,
-}
+use granary_bench::{cli, latency};
 
 fn main() -> ExitCode {
-    match latency::run(&Cli::parse().options) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("latency: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    cli::bench_main("bench/run latency", latency::run)
 }

@@ -5,23 +5,8 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use granary_bench::policy;
-
-/// bench/run policy [options]
-#[derive(Parser, Debug)]
-#[command(name = "bench/run policy", about, long_about = None)]
-struct Cli {
-    #[command(flatten)]
-    options: policy::Options,
-}
+use granary_bench::{cli, policy};
 
 fn main() -> ExitCode {
-    match policy::run(&Cli::parse().options) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("policy: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    cli::bench_main("bench/run policy", policy::run)
 }

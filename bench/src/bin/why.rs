@@ -5,23 +5,8 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use granary_bench::why;
-
-/// bench/run why [options]
-#[derive(Parser, Debug)]
-#[command(name = "bench/run why", about, long_about = None)]
-struct Cli {
-    #[command(flatten)]
-    options: why::Options,
-}
+use granary_bench::{cli, why};
 
 fn main() -> ExitCode {
-    match why::run(&Cli::parse().options) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("why: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    cli::bench_main("bench/run why", why::run)
 }

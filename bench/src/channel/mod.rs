@@ -239,17 +239,10 @@ pub fn run(options: &Options) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        options: Options,
-    }
 
     fn config(args: &[&str]) -> Result<Config> {
-        let cli = Cli::try_parse_from(std::iter::once("channel").chain(args.iter().copied()))?;
-        cli.options.config()
+        let args = std::iter::once("channel").chain(args.iter().copied());
+        crate::cli::parse_args::<Options>("bench/run channel", args)?.config()
     }
 
     #[test]

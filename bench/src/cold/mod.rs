@@ -48,6 +48,7 @@ pub mod measure;
 pub mod report;
 pub mod scenario;
 
+use crate::cli::num;
 use crate::report::{median, Goal};
 use crate::sys;
 use measure::Knobs;
@@ -61,31 +62,47 @@ type Result<T> = std::result::Result<T, String>;
 pub const GOAL: Goal = Goal::at_least("goal", 0.95);
 
 /// The benchmark's options (`bench/run cold --help`).
-#[derive(Debug, Clone)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct Options {
     /// Files in the synthetic dataset.
+    #[arg(long, default_value_t = 20_000, value_parser = num::<u64>)]
     pub files: u64,
     /// Mean file size in bytes.
+    #[arg(long, default_value_t = 110_000, value_parser = num::<u64>)]
     pub mean_size: u64,
     /// Runs of each side.
+    #[arg(long, default_value_t = 3, value_parser = num::<u32>)]
     pub reps: u32,
     /// Samples per batch.
+    #[arg(long, default_value_t = granary::DEFAULT_BATCH_SIZE, value_parser = num::<u32>)]
     pub batch: u32,
-    /// `prefetch.max_inflight_reads`, and every reader's depth.
+    /// prefetch.max_inflight_reads, and the depth of every reader (the
+    /// agent's default).
+    #[arg(long, default_value_t = 256, value_parser = num::<u32>)]
     pub inflight: u32,
-    /// `prefetch.window_batches`.
+    /// prefetch.window_batches (the agent's default).
+    #[arg(long, default_value_t = 16, value_parser = num::<u32>)]
     pub window: u32,
-    /// fio block settings, comma-separated.
+    /// fio block settings, comma-separated: a size (4k, 128k) or a range
+    /// MIN-MAX (unaligned sizes).
+    #[arg(long, default_value = "4k,512-128k")]
     pub fio_bs: String,
     /// The loader reads every byte of every sample.
+    #[arg(long)]
     pub touch: bool,
-    /// Also run the agent with other settings.
+    /// Also run the agent with other in-flight / window settings.
+    #[arg(long)]
     pub sweep: bool,
     /// Skip fio.
+    #[arg(long)]
     pub no_fio: bool,
-    /// Skip the io_uring reader.
+    /// Skip the io_uring whole-file reader.
+    #[arg(long)]
     pub no_uring: bool,
-    /// Read every file before each run instead of dropping the page cache.
+    /// Read every file once before each run instead of dropping the page
+    /// cache: NOT a cold read (every read is served from the page cache), for
+    /// comparing read paths on cached files; the goal is not judged.
+    #[arg(long)]
     pub warm_page_cache: bool,
 }
 

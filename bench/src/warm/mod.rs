@@ -60,34 +60,48 @@ pub const GOAL: Goal = Goal::at_least("goal", 0.95);
 pub const WAIT_REPORTS_GOAL: Goal = Goal::at_least("goal_wait_reports", 0.98);
 
 /// The benchmark's options (`bench/run warm --help`).
-#[derive(Debug, Clone)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct Options {
     /// Files in the synthetic dataset.
+    #[arg(long, default_value_t = 20_000)]
     pub files: u64,
     /// Mean file size in bytes.
+    #[arg(long, default_value_t = 110_000)]
     pub mean_size: u64,
     /// Timed epochs after the warm-up epoch.
+    #[arg(long, default_value_t = 5)]
     pub epochs: u32,
-    /// Samples per batch.
+    /// Samples per batch (the client's default).
+    #[arg(long, default_value_t = granary::DEFAULT_BATCH_SIZE)]
     pub batch: u32,
-    /// `prefetch.window_batches`.
+    /// prefetch.window_batches (the agent's default).
+    #[arg(long, default_value_t = 16)]
     pub window: u32,
-    /// `sessions.ready_ring_capacity`.
+    /// sessions.ready_ring_capacity.
+    #[arg(long, default_value_t = 64)]
     pub ready: u32,
-    /// `arena.hugepages`: try, off or required.
+    /// arena.hugepages: try, off or required; the baseline mapping tries 2 MiB
+    /// pages unless off, and as root both are reserved in nr_hugepages.
+    #[arg(long, default_value = "try")]
     pub hugepages: String,
-    /// The loader polls instead of blocking.
+    /// The loader polls try_next_batch instead of blocking.
+    #[arg(long)]
     pub spin: bool,
-    /// Also run the tuning configurations.
+    /// Also run the tuning configurations; report the best.
+    #[arg(long)]
     pub sweep: bool,
-    /// Runs of the main configuration.
+    /// Runs of the main configuration; the median run is reported.
+    #[arg(long, default_value_t = 3)]
     pub reps: u32,
-    /// Skip the memory baselines.
+    /// Skip the memory baselines (for profiling the agent alone).
+    #[arg(long)]
     pub no_baseline: bool,
-    /// Each run again with the loader's full CRC check on (off by
-    /// default, as in libgranary).
+    /// After each run, run it again with the loader-side full CRC check on
+    /// (verify_crc; off by default).
+    #[arg(long)]
     pub crc_compare: bool,
-    /// Each run again without the loader's wait reports.
+    /// After each run, run it again with the loader's wait reports off.
+    #[arg(long)]
     pub wait_compare: bool,
 }
 
@@ -118,32 +132,41 @@ pub fn run(options: &Options) -> Result<()> {
     };
     println!("warm: {}", sys::regime());
     let sc = Scenario::prepare(opts)?;
+    // The comparisons asked for, each run after every main run: whether it
+    // is, its knobs and how its runs are named.
+    let variants = [
+        (
+            opts.crc_compare,
+            Knobs {
+                crc: true,
+                ..main_knobs
+            },
+            "with the full check",
+        ),
+        (
+            opts.wait_compare,
+            Knobs {
+                waits: false,
+                ..main_knobs
+            },
+            "without wait reports",
+        ),
+    ];
     let mut runs = Vec::new();
-    let mut full_crc = Vec::new();
-    let mut no_waits = Vec::new();
+    let mut variant_gbps: [Vec<f64>; 2] = Default::default();
     for rep in 0..reps {
         let o = sc.measure(main_knobs)?;
         report::print_outcome(&format!("run {}/{reps}", rep + 1), &o);
         runs.push(o);
-        if opts.crc_compare {
-            let k = Knobs {
-                crc: true,
-                ..main_knobs
-            };
-            let o = sc.measure(k)?;
-            report::print_outcome(&format!("run {}/{reps} with the full check", rep + 1), &o);
-            full_crc.push(o.gbps);
-        }
-        if opts.wait_compare {
-            let k = Knobs {
-                waits: false,
-                ..main_knobs
-            };
-            let o = sc.measure(k)?;
-            report::print_outcome(&format!("run {}/{reps} without wait reports", rep + 1), &o);
-            no_waits.push(o.gbps);
+        for (&(on, k, what), gbps) in variants.iter().zip(&mut variant_gbps) {
+            if on {
+                let o = sc.measure(k)?;
+                report::print_outcome(&format!("run {}/{reps} {what}", rep + 1), &o);
+                gbps.push(o.gbps);
+            }
         }
     }
+    let [full_crc, no_waits] = variant_gbps;
     // The median run by ratio_shuffled (by throughput without baselines).
     let key = |x: &Outcome| rank_key(x, sc.mem.is_some());
     runs.sort_by(|a, b| key(a).total_cmp(&key(b)));

@@ -55,6 +55,13 @@ pub(super) fn print_outcome(what: &str, o: &Outcome) {
     }
 }
 
+/// The middle value of `values` (the upper one of an even count).
+fn middle(values: &[f64]) -> Option<f64> {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
+
 /// The comparisons' medians, the best configuration of a sweep and the
 /// result line.
 pub(super) struct Summary<'a> {
@@ -74,12 +81,10 @@ pub(super) struct Summary<'a> {
 
 impl Summary<'_> {
     /// Prints the verdict and returns the result line.
-    pub fn print(mut self) -> Json {
+    pub fn print(self) -> Json {
         let (runs, main, tuned, reps) = (self.runs, self.main, self.tuned, self.reps);
         let mem = self.scenario.mem.as_ref();
         let key = |o: &Outcome| super::rank_key(o, mem.is_some());
-        let mut full_crc = std::mem::take(&mut self.full_crc);
-        let mut no_waits = std::mem::take(&mut self.no_waits);
         let ratios: Vec<f64> = runs.iter().map(Outcome::ratio_shuffled).collect();
         let rs = main.ratio_shuffled();
         let met = GOAL.verdict(rs);
@@ -121,23 +126,20 @@ impl Summary<'_> {
         }
         println!("after: {}", sys::regime());
 
-        full_crc.sort_by(f64::total_cmp);
-        let full_crc_median = full_crc.get(full_crc.len() / 2).copied();
+        // The default configuration's rate, beside its two variants'.
+        let runs_gbps: Vec<f64> = runs.iter().map(|o| o.gbps).collect();
+        let runs_median = middle(&runs_gbps).unwrap_or(f64::NAN);
+        let full_crc_median = middle(&self.full_crc);
         if let Some(f) = full_crc_median {
-            let mut without: Vec<f64> = runs.iter().map(|o| o.gbps).collect();
-            without.sort_by(f64::total_cmp);
-            let n = without[without.len() / 2];
+            let n = runs_median;
             println!(
                 "loader-side full CRC check (verify_crc): {f:.2} GB/s with it, {n:.2} GB/s without, the default (medians of {reps} interleaved runs each): {:.3} of the default rate",
                 f / n
             );
         }
-        no_waits.sort_by(f64::total_cmp);
-        let no_waits_median = no_waits.get(no_waits.len() / 2).copied();
+        let no_waits_median = middle(&self.no_waits);
         if let Some(n) = no_waits_median {
-            let mut with: Vec<f64> = runs.iter().map(|o| o.gbps).collect();
-            with.sort_by(f64::total_cmp);
-            let w = with[with.len() / 2];
+            let w = runs_median;
             println!(
                 "loader wait reports: {w:.2} GB/s with them, {n:.2} GB/s without (medians of {reps} interleaved runs each): {:.3} of the rate without (goal >= 0.98: {})",
                 w / n,
