@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 /// The settings a benchmark varies; everything else keeps its default.
 #[derive(Clone, Debug)]
@@ -65,6 +66,19 @@ pub struct S3Dataset {
 }
 
 impl S3Dataset {
+    /// Dataset `name`: the objects under `prefix` of the bucket that
+    /// `settings` reach, every request given 30 s (a benchmark's delay proxy
+    /// can hold one for long), no extra lines.
+    pub fn new(name: &str, mut settings: S3Settings, prefix: &str) -> S3Dataset {
+        settings.request_timeout = Duration::from_secs(30);
+        S3Dataset {
+            name: name.to_owned(),
+            settings,
+            prefix: prefix.to_owned(),
+            extra: Vec::new(),
+        }
+    }
+
     /// The `[[dataset]]` table.
     fn toml(&self) -> String {
         let st = &self.settings;

@@ -57,6 +57,17 @@ impl Dataset {
         self.catalog.entries().iter().map(|e| e.size).collect()
     }
 
+    /// `N files, G GB, mean M bytes (root)`, as the benchmarks print it.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} files, {:.3} GB, mean {:.0} bytes ({})",
+            self.len(),
+            self.bytes as f64 / 1e9,
+            self.bytes as f64 / self.len().max(1) as f64,
+            self.spec.root.display()
+        )
+    }
+
     /// Bytes the samples take in an arena whose extents are rounded up to
     /// `align`.
     pub fn aligned_bytes(&self, align: u64) -> u64 {

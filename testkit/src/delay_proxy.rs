@@ -135,6 +135,11 @@ impl DelayProxy {
         })
     }
 
+    /// [`DelayProxy::start`] on a free loopback port, with no bandwidth cap.
+    pub fn loopback(upstream: SocketAddr, delay: Duration) -> io::Result<DelayProxy> {
+        DelayProxy::start(SocketAddr::from(([127, 0, 0, 1], 0)), upstream, delay, None)
+    }
+
     /// The address clients connect to.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr

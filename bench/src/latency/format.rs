@@ -18,9 +18,11 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use granary::{Client, SessionOptions};
+use granary::Client;
 use granary_tools::synth;
 
+use super::loaders::first_epoch;
+use super::DATASET;
 use crate::agent::{Agent, AgentSettings, S3Dataset};
 use crate::data::{self, Dataset};
 use crate::delay_proxy::DelayProxy;
@@ -32,7 +34,6 @@ use crate::sys;
 type Result<T> = std::result::Result<T, String>;
 
 const BUCKET: &str = "granary-bench";
-const DATASET: &str = "latency";
 const STOP_EARLY: &str = "window closed";
 
 /// The goal: shards at least 0.9 × one object per sample.
@@ -184,15 +185,10 @@ fn measure(
     plan: &Plan,
     n: u64,
 ) -> Result<Point> {
-    let mut settings = store.settings_via(proxy);
-    settings.request_timeout = Duration::from_secs(30);
+    let format_line = format.map(|f| vec![format!("format = \"{}\"", f.name())]);
     let dataset = S3Dataset {
-        name: DATASET.to_owned(),
-        settings,
-        prefix: prefix.to_owned(),
-        extra: format
-            .map(|f| vec![format!("format = \"{}\"", f.name())])
-            .unwrap_or_default(),
+        extra: format_line.unwrap_or_default(),
+        ..S3Dataset::new(DATASET, store.settings_via(proxy), prefix)
     };
     let mut cfg = AgentSettings::new_s3(plan.arena, dataset);
     cfg.window_batches = plan.window_batches;
@@ -200,11 +196,7 @@ fn measure(
     cfg.max_inflight_reads = plan.inflight;
     let agent = Agent::start(&cfg).map_err(|e| format!("agent: {e}"))?;
     let client = Client::connect(agent.socket()).map_err(|e| format!("connect: {e}"))?;
-    let mut opts = SessionOptions::new(DATASET);
-    opts.seed = 42;
-    opts.batch_size = plan.batch;
-    opts.epoch_count = 1;
-    opts.open_timeout = Duration::from_secs(300);
+    let opts = first_epoch(plan.batch, Duration::from_secs(300));
     let mut first: Option<Instant> = None;
     let mut mark: Option<(Instant, u64, u64)> = None;
     let mut end: Option<(Instant, u64, u64)> = None;
@@ -270,13 +262,8 @@ pub fn run(ds: &Dataset, plan: &Plan) -> Result<Json> {
         store.len(),
         warmed as f64 / 1e9
     );
-    let proxy = DelayProxy::start(
-        SocketAddr::from(([127, 0, 0, 1], 0)),
-        store.addr(),
-        Duration::from_micros(plan.rtt_ms * 1000 / 2),
-        None,
-    )
-    .map_err(|e| format!("delay proxy: {e}"))?;
+    let proxy = DelayProxy::loopback(store.addr(), Duration::from_micros(plan.rtt_ms * 1000 / 2))
+        .map_err(|e| format!("delay proxy: {e}"))?;
     let n = ds.len();
     let (mut files, mut sharded) = (Vec::new(), Vec::new());
     for round in 0..plan.repeat {

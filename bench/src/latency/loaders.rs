@@ -45,21 +45,29 @@ pub fn check_header(id: u64, label: i32, bytes: &[u8]) -> std::result::Result<()
     Ok(())
 }
 
+/// A session's options: the first epoch of [`DATASET`] in batches of
+/// `batch`, shuffled with seed 42.
+pub fn first_epoch(batch: u32, open_timeout: Duration) -> SessionOptions {
+    let mut opts = SessionOptions::new(DATASET);
+    opts.seed = 42;
+    opts.batch_size = batch;
+    opts.epoch_count = 1;
+    opts.open_timeout = open_timeout;
+    opts
+}
+
 /// The agent's settings: the bucket through the proxy as a `kind = "s3"`
 /// dataset, with the knobs and the extra keys.
 fn agent_settings(store: &Store, proxy: &DelayProxy, k: &GranaryKnobs) -> AgentSettings {
-    let mut settings = store.settings_via(proxy.local_addr());
-    settings.request_timeout = Duration::from_secs(30);
+    let dataset_lines = k
+        .extra
+        .iter()
+        .filter(|(s, _)| s == "dataset")
+        .map(|(_, l)| l.clone())
+        .collect();
     let dataset = S3Dataset {
-        name: DATASET.to_owned(),
-        settings,
-        prefix: PREFIX.to_owned(),
-        extra: k
-            .extra
-            .iter()
-            .filter(|(s, _)| s == "dataset")
-            .map(|(_, l)| l.clone())
-            .collect(),
+        extra: dataset_lines,
+        ..S3Dataset::new(DATASET, store.settings_via(proxy.local_addr()), PREFIX)
     };
     let mut cfg = AgentSettings::new_s3(k.arena, dataset);
     cfg.window_batches = k.window;
@@ -140,11 +148,7 @@ pub fn measure_granary(
     let agent = Agent::start(&cfg).map_err(|e| format!("agent: {e}"))?;
     let started = t_start.elapsed();
     let client = Client::connect(agent.socket()).map_err(|e| format!("connect: {e}"))?;
-    let mut opts = SessionOptions::new(DATASET);
-    opts.seed = 42;
-    opts.batch_size = k.batch;
-    opts.epoch_count = 1;
-    opts.open_timeout = Duration::from_secs(120);
+    let opts = first_epoch(k.batch, Duration::from_secs(120));
 
     let n = ds.len();
     let mut w = Window {

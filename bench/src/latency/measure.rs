@@ -2,13 +2,12 @@
 //! RTT sweep against one store ([`sweep`]): every loader at every
 //! round-trip time, the repeats' medians kept.
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
 use super::loaders::{measure_dataloader, measure_granary, measure_train};
 use super::point::{print_point, Point};
-use super::scenario::{GranaryKnobs, LoaderKind, Plan};
+use super::scenario::{GranaryKnobs, Loader, LoaderKind, Setup};
 use super::{Result, CONTENDED};
 use crate::data::Dataset;
 use crate::delay_proxy::DelayProxy;
@@ -69,6 +68,19 @@ pub struct Sweep {
     pub loaders: Vec<Vec<Point>>,
 }
 
+impl Sweep {
+    /// Granary's points (named `granary`), then each of `loaders`' by its
+    /// name.
+    pub fn sides<'a>(
+        &'a self,
+        loaders: &'a [Loader],
+    ) -> impl Iterator<Item = (&'a str, &'a [Point])> {
+        let loaders = loaders.iter().zip(&self.loaders);
+        std::iter::once(("granary", self.granary.as_slice()))
+            .chain(loaders.map(|(l, points)| (l.name.as_str(), points.as_slice())))
+    }
+}
+
 /// The repeat with the median rate (the lower one of an even count;
 /// failed repeats count below every rate), every repeat's rate recorded in
 /// it.
@@ -120,7 +132,7 @@ fn granary_round(
     let reference = |r0: &mut Vec<Point>| {
         proxy.set_delay(Duration::ZERO);
         let p = measured(quiet, retries, || {
-            measure_granary(store, proxy, ds, plan.knobs, win)
+            measure_granary(store, proxy, ds, &plan.knobs, win)
         });
         print_point("granary at 0 ms (reference for this point)", &p);
         r0.push(p);
@@ -131,7 +143,7 @@ fn granary_round(
         reference(r0);
     }
     let p = measured(quiet, retries, || {
-        measure_granary(store, proxy, ds, plan.knobs, win)
+        measure_granary(store, proxy, ds, &plan.knobs, win)
     });
     print_point("granary", &p);
     if paired && !ref_first {
@@ -159,7 +171,7 @@ struct Where<'a> {
     store: &'a Store,
     proxy: &'a DelayProxy,
     ds: &'a Dataset,
-    plan: &'a Plan<'a>,
+    plan: &'a Setup,
 }
 
 /// The proxy's delay each way for a round-trip time in ms.
@@ -171,14 +183,9 @@ fn delay(rtt: u64) -> Duration {
 /// at each round-trip time, `repeat` rounds of Granary (and its 0 ms
 /// reference), then each DataLoader, in that order (A B C A B C …), every
 /// measurement under the same quiet and retry rules.
-pub fn sweep(store: &Store, ds: &Dataset, keys: &Path, plan: &Plan<'_>) -> Result<Sweep> {
-    let proxy = DelayProxy::start(
-        SocketAddr::from(([127, 0, 0, 1], 0)),
-        store.addr(),
-        Duration::ZERO,
-        None,
-    )
-    .map_err(|e| format!("delay proxy: {e}"))?;
+pub fn sweep(store: &Store, ds: &Dataset, keys: &Path, plan: &Setup) -> Result<Sweep> {
+    let proxy = DelayProxy::loopback(store.addr(), Duration::ZERO)
+        .map_err(|e| format!("delay proxy: {e}"))?;
     println!("delay proxy: {} -> {}", proxy.local_addr(), store.addr());
     let (quiet, retries, win) = (plan.quiet, plan.retries, plan.win);
     let mut sw = Sweep {
@@ -220,17 +227,23 @@ pub fn sweep(store: &Store, ds: &Dataset, keys: &Path, plan: &Plan<'_>) -> Resul
                 for (k, l) in plan.loaders.iter().enumerate() {
                     let p = measured(quiet, retries, || match &l.how {
                         LoaderKind::DataLoader(w) => measure_dataloader(
-                            plan.python,
+                            &plan.python,
                             store,
                             &proxy,
                             keys,
                             *w,
-                            plan.batch,
+                            plan.knobs.batch,
                             win,
                         ),
-                        LoaderKind::Train(args) => {
-                            measure_train(plan.python, store, &proxy, keys, args, plan.batch, win)
-                        }
+                        LoaderKind::Train(args) => measure_train(
+                            &plan.python,
+                            store,
+                            &proxy,
+                            keys,
+                            args,
+                            plan.knobs.batch,
+                            win,
+                        ),
                     });
                     print_point(&l.name, &p);
                     dl[k].push(p);

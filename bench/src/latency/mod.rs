@@ -237,24 +237,17 @@ pub fn run(o: &Options) -> Result<()> {
     let t_all = Instant::now();
     let ds = data::ensure(&data::spec(o.files, o.mean_size, 100))
         .map_err(|e| format!("dataset: {e}"))?;
-    println!(
-        "dataset: {} files, {:.3} GB, mean {:.0} bytes ({})",
-        ds.len(),
-        ds.bytes as f64 / 1e9,
-        ds.bytes as f64 / ds.len().max(1) as f64,
-        ds.spec.root.display()
-    );
+    println!("dataset: {}", ds.describe());
     let rtt_f: Vec<f64> = setup.rtts.iter().map(|&r| r as f64).collect();
     let mut j = Json::bench("latency");
     j.nums("rtt_ms", &rtt_f, 0);
-    let plan = setup.plan();
     let mut ingest_s = f64::NAN;
     for which in &setup.stores {
         let (store, keys, ingested) = scenario::start_store(which, &ds, setup.light_threads)?;
         ingest_s = ingested.unwrap_or(ingest_s);
-        let result = measure::sweep(&store, &ds, &keys, &plan);
+        let result = measure::sweep(&store, &ds, &keys, &setup);
         let _ = std::fs::remove_file(&keys);
-        report::summarize(&store, &result?, &plan, &mut j);
+        report::summarize(&store, &result?, &setup, &mut j);
     }
     let regime_after = sys::regime();
     println!("after: {regime_after}");

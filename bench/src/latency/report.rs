@@ -3,7 +3,7 @@
 
 use super::measure::Sweep;
 use super::point::Point;
-use super::scenario::{granary_config_line, Plan, Setup};
+use super::scenario::{granary_config_line, Setup};
 use super::{
     CONTENDED, GOAL_KEEP, GOAL_LIGHT_CONTENDER, GOAL_LIGHT_RTT, GOAL_W8, STORE_BOTTLENECK,
 };
@@ -47,8 +47,8 @@ struct Figures {
 }
 
 impl Figures {
-    fn of(sw: &Sweep, plan: &Plan<'_>) -> Figures {
-        let (rtts, loaders) = (plan.rtts, plan.loaders);
+    fn of(sw: &Sweep, plan: &Setup) -> Figures {
+        let (rtts, loaders) = (&plan.rtts, &plan.loaders);
         let idx = |ms: u64| rtts.iter().position(|&r| r == ms);
         let g0 = idx(0).map_or(f64::NAN, |i| rate(&sw.granary, i));
         let g100 = idx(100).map_or(f64::NAN, |i| rate(&sw.granary, i));
@@ -96,7 +96,7 @@ impl Figures {
 
 /// One store's table: samples/s, client CPU µs per sample and the store's
 /// cores, for every loader at every round-trip time.
-fn print_table(store: &Store, sw: &Sweep, plan: &Plan<'_>) {
+fn print_table(store: &Store, sw: &Sweep, plan: &Setup) {
     println!(
         "\n{}: samples/s (client CPU µs per sample; the store's cores)",
         store.name()
@@ -137,17 +137,11 @@ fn print_table(store: &Store, sw: &Sweep, plan: &Plan<'_>) {
 
 /// The store's cores at 0 ms for every client, and whether it stayed below
 /// [`STORE_BOTTLENECK`] for all of them (`None` without a 0 ms point).
-fn store_at_0(store: &Store, sw: &Sweep, plan: &Plan<'_>) -> Option<&'static str> {
+fn store_at_0(store: &Store, sw: &Sweep, plan: &Setup) -> Option<&'static str> {
     let i = plan.rtts.iter().position(|&r| r == 0)?;
     let mut line = Vec::new();
     let mut worst = 0.0f64;
-    let named = std::iter::once(("granary".to_owned(), &sw.granary)).chain(
-        plan.loaders
-            .iter()
-            .zip(&sw.loaders)
-            .map(|(l, v)| (l.name.clone(), v)),
-    );
-    for (name, v) in named {
+    for (name, v) in sw.sides(&plan.loaders) {
         if let Some(p) = v.get(i).filter(|p| p.error.is_none()) {
             line.push(format!(
                 "{name} {:.2} cores ({:.0} µs per sample)",
@@ -182,7 +176,7 @@ fn store_at_0(store: &Store, sw: &Sweep, plan: &Plan<'_>) -> Option<&'static str
 /// Prints one store's table and goals and adds its keys to the last line:
 /// SeaweedFS's under the names they always had, the light store's with a
 /// `light_` prefix.
-pub fn summarize(store: &Store, sw: &Sweep, plan: &Plan<'_>, j: &mut Json) {
+pub fn summarize(store: &Store, sw: &Sweep, plan: &Setup, j: &mut Json) {
     print_table(store, sw, plan);
     let f = Figures::of(sw, plan);
     println!(
@@ -231,14 +225,8 @@ pub fn summarize(store: &Store, sw: &Sweep, plan: &Plan<'_>, j: &mut Json) {
 
 /// One store's series, one value per round-trip time: every loader's rate,
 /// the client's CPU per sample and the store's cores.
-fn series_fields(
-    j: &mut Json,
-    store: &Store,
-    sw: &Sweep,
-    plan: &Plan<'_>,
-    at0_verdict: Option<&str>,
-) {
-    let (pre, loaders) = (store.key(), plan.loaders);
+fn series_fields(j: &mut Json, store: &Store, sw: &Sweep, plan: &Setup, at0_verdict: Option<&str>) {
+    let (pre, loaders) = (store.key(), &plan.loaders);
     let store_cores = |v: &[Point]| -> Vec<f64> { v.iter().map(|p| p.cpu.store).collect() };
     let rates = |v: &[Point]| -> Vec<f64> { v.iter().map(|p| p.samples_per_s).collect() };
     let cus = |v: &[Point]| -> Vec<f64> { (0..v.len()).map(|i| client_us(v, i)).collect() };
@@ -253,29 +241,15 @@ fn series_fields(
         j.nums(&format!("{pre}{}", l.name), &rates(&sw.loaders[k]), 1);
     }
     j.nums(&format!("{pre}granary_ref0"), &rates(&sw.ref0), 1);
-    j.nums(
-        &format!("{pre}granary_client_us_per_sample"),
-        &cus(&sw.granary),
-        1,
-    );
-    for (k, l) in loaders.iter().enumerate() {
+    for (side, points) in sw.sides(loaders) {
         j.nums(
-            &format!("{pre}{}_client_us_per_sample", l.name),
-            &cus(&sw.loaders[k]),
+            &format!("{pre}{side}_client_us_per_sample"),
+            &cus(points),
             1,
         );
     }
-    j.nums(
-        &format!("{pre}store_cores_granary"),
-        &store_cores(&sw.granary),
-        3,
-    );
-    for (k, l) in loaders.iter().enumerate() {
-        j.nums(
-            &format!("{pre}store_cores_{}", l.name),
-            &store_cores(&sw.loaders[k]),
-            3,
-        );
+    for (side, points) in sw.sides(loaders) {
+        j.nums(&format!("{pre}store_cores_{side}"), &store_cores(points), 3);
     }
 }
 
@@ -312,7 +286,7 @@ fn goals(j: &mut Json, store: &Store, f: &Figures) {
 
 /// Warns about the Granary windows where other processes took more than
 /// [`CONTENDED`] cores.
-fn warn_contended(sw: &Sweep, plan: &Plan<'_>) {
+fn warn_contended(sw: &Sweep, plan: &Setup) {
     let contended: Vec<String> = plan
         .rtts
         .iter()
@@ -331,7 +305,7 @@ fn warn_contended(sw: &Sweep, plan: &Plan<'_>) {
 }
 
 /// Every point's details (`*_detail` arrays) and the store's description.
-fn detail_fields(j: &mut Json, store: &Store, sw: &Sweep, plan: &Plan<'_>) {
+fn detail_fields(j: &mut Json, store: &Store, sw: &Sweep, plan: &Setup) {
     let pre = store.key();
     let details = |v: &[Point]| {
         format!(

@@ -69,23 +69,6 @@ pub fn train_loader(name: &str) -> Result<Loader> {
     })
 }
 
-/// What every store's sweep is run with.
-pub struct Plan<'a> {
-    pub rtts: &'a [u64],
-    pub loaders: &'a [Loader],
-    pub inflights: &'a [u64],
-    pub knobs: &'a GranaryKnobs,
-    pub win: Windowing,
-    pub quiet: Duration,
-    pub retries: u32,
-    pub repeat: u32,
-    pub pair: bool,
-    pub do_granary: bool,
-    pub do_loader: bool,
-    pub python: &'a str,
-    pub batch: u32,
-}
-
 /// `section.key=value;...` into (section, `key = value`) pairs.
 pub fn parse_keys(s: &str) -> Result<Vec<(String, String)>> {
     let mut out = Vec::new();
@@ -119,7 +102,8 @@ pub fn granary_config_line(k: &GranaryKnobs) -> String {
     s
 }
 
-/// The options turned into what the sweep is run with.
+/// The options turned into what the sweep is run with (every store's sweep
+/// alike).
 pub struct Setup {
     pub rtts: Vec<u64>,
     pub loaders: Vec<Loader>,
@@ -211,25 +195,6 @@ impl Setup {
             light_threads,
             bench_dir,
         })
-    }
-
-    /// What every store's sweep is run with.
-    pub fn plan(&self) -> Plan<'_> {
-        Plan {
-            rtts: &self.rtts,
-            loaders: &self.loaders,
-            inflights: &self.inflights,
-            knobs: &self.knobs,
-            win: self.win,
-            quiet: self.quiet,
-            retries: self.retries,
-            repeat: self.repeat,
-            pair: self.pair,
-            do_granary: self.do_granary,
-            do_loader: self.do_loader,
-            python: &self.python,
-            batch: self.knobs.batch,
-        }
     }
 }
 

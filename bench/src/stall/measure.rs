@@ -84,17 +84,8 @@ pub(super) fn start_agent(ctx: &Ctx, c: &Contender) -> Result<Option<Agent>> {
     if !c.agent {
         return Ok(None);
     }
-    let mut settings = ctx.store.settings_via(ctx.proxy.local_addr());
-    settings.request_timeout = Duration::from_secs(30);
-    let mut cfg = AgentSettings::new_s3(
-        1 << 30,
-        S3Dataset {
-            name: DATASET.to_owned(),
-            settings,
-            prefix: PREFIX.to_owned(),
-            extra: Vec::new(),
-        },
-    );
+    let settings = ctx.store.settings_via(ctx.proxy.local_addr());
+    let mut cfg = AgentSettings::new_s3(1 << 30, S3Dataset::new(DATASET, settings, PREFIX));
     if ctx.decode > 0 && c.name == "granary" {
         // The agent decodes and resizes once; every loader then reads
         // prepared samples (docs/prepare.md).

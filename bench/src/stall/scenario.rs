@@ -10,7 +10,6 @@ use crate::s3_data;
 use crate::seaweed::Seaweed;
 use crate::stall_loaders;
 use crate::store::Store;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -344,13 +343,7 @@ pub(super) fn setup(o: &Options, root: &Path) -> Result<(Ctx, Vec<Contender>)> {
     } else {
         data::ensure(&data::spec(o.files, o.mean_size, 100)).map_err(|e| format!("dataset: {e}"))?
     };
-    println!(
-        "dataset: {} files, {:.3} GB, mean {:.0} bytes ({})",
-        ds.len(),
-        ds.bytes as f64 / 1e9,
-        ds.bytes as f64 / ds.len().max(1) as f64,
-        ds.spec.root.display()
-    );
+    println!("dataset: {}", ds.describe());
     let work = std::env::temp_dir().join(format!("granary-stall-{}", std::process::id()));
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
     let keys = work.join("keys.tsv");
@@ -444,13 +437,8 @@ pub(super) fn setup(o: &Options, root: &Path) -> Result<(Ctx, Vec<Contender>)> {
             _ => println!("contender {}: {}", c.name, c.settings),
         }
     }
-    let proxy = DelayProxy::start(
-        SocketAddr::from(([127, 0, 0, 1], 0)),
-        store.addr(),
-        Duration::ZERO,
-        None,
-    )
-    .map_err(|e| format!("delay proxy: {e}"))?;
+    let proxy = DelayProxy::loopback(store.addr(), Duration::ZERO)
+        .map_err(|e| format!("delay proxy: {e}"))?;
     println!(
         "delay proxy: {} -> {} ({})",
         proxy.local_addr(),

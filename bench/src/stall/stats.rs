@@ -307,35 +307,22 @@ pub fn summary_json(rtts: &[u64], columns: &[(String, Vec<Cell>)], goal: &Goal) 
     );
     j.str("goal_idle", verdict(goal.idle_met));
     j.str("goal_cpu", verdict(goal.cpu_met));
+    // Every contender's series after the goals: key suffix, value, decimals.
+    type Series = (&'static str, fn(&Cell) -> f64, usize);
+    let series: [Series; 8] = [
+        ("idle_from_start", |c| c.idle_from_start, 4),
+        ("img_per_s", |c| c.img_per_s, 1),
+        ("p50_ms", |c| c.wait_p50_ms, 2),
+        ("p99_ms", |c| c.wait_p99_ms, 2),
+        ("cpu_us", |c| c.loader_us, 1),
+        ("cpu_us_from_start", |c| c.loader_us_from_start, 1),
+        ("proxy_us", |c| c.proxy_us, 1),
+        ("store_us", |c| c.store_us, 1),
+    ];
     for (name, cells) in columns {
-        j.nums(
-            &format!("{name}_idle_from_start"),
-            &col(&|c| c.idle_from_start, cells),
-            4,
-        );
-        j.nums(
-            &format!("{name}_img_per_s"),
-            &col(&|c| c.img_per_s, cells),
-            1,
-        );
-        j.nums(
-            &format!("{name}_p50_ms"),
-            &col(&|c| c.wait_p50_ms, cells),
-            2,
-        );
-        j.nums(
-            &format!("{name}_p99_ms"),
-            &col(&|c| c.wait_p99_ms, cells),
-            2,
-        );
-        j.nums(&format!("{name}_cpu_us"), &col(&|c| c.loader_us, cells), 1);
-        j.nums(
-            &format!("{name}_cpu_us_from_start"),
-            &col(&|c| c.loader_us_from_start, cells),
-            1,
-        );
-        j.nums(&format!("{name}_proxy_us"), &col(&|c| c.proxy_us, cells), 1);
-        j.nums(&format!("{name}_store_us"), &col(&|c| c.store_us, cells), 1);
+        for (suffix, value, decimals) in series {
+            j.nums(&format!("{name}_{suffix}"), &col(&value, cells), decimals);
+        }
         if cells.iter().any(|c| c.gpu_step_ms.is_finite()) {
             j.nums(
                 &format!("{name}_gpu_step_ms"),

@@ -34,7 +34,6 @@ use crate::light_store::LightStore;
 use crate::report::{json_num, Goal, Json};
 use crate::s3_data;
 use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -201,17 +200,8 @@ fn finish(mut child: Child) -> Result<Job> {
 }
 
 fn run_pair(ctx: &Ctx, balance: &str, slow_first: bool) -> Result<Pair> {
-    let mut s3 = ctx.store.settings_via(ctx.proxy.local_addr());
-    s3.request_timeout = Duration::from_secs(30);
-    let mut cfg = AgentSettings::new_s3(
-        1 << 30,
-        S3Dataset {
-            name: DATASET.to_owned(),
-            settings: s3,
-            prefix: PREFIX.to_owned(),
-            extra: Vec::new(),
-        },
-    );
+    let s3 = ctx.store.settings_via(ctx.proxy.local_addr());
+    let mut cfg = AgentSettings::new_s3(1 << 30, S3Dataset::new(DATASET, s3, PREFIX));
     cfg.window_batches = ctx.s.window_batches;
     cfg.max_inflight_reads = ctx.s.max_inflight;
     cfg.extra
@@ -266,13 +256,8 @@ pub fn run(s: &Settings, c_loader: &Path) -> Result<()> {
     let store = LightStore::start(&ds.spec.root, BUCKET, PREFIX, 2)
         .map_err(|e| format!("light store: {e}"))?;
     s3_data::read_all(&ds)?;
-    let proxy = DelayProxy::start(
-        SocketAddr::from(([127, 0, 0, 1], 0)),
-        store.addr(),
-        Duration::from_micros(s.rtt_ms * 500),
-        None,
-    )
-    .map_err(|e| format!("delay proxy: {e}"))?;
+    let proxy = DelayProxy::loopback(store.addr(), Duration::from_micros(s.rtt_ms * 500))
+        .map_err(|e| format!("delay proxy: {e}"))?;
     let demand = f64::from(s.batch) * (1e3 / s.step_ms + 2e3 / s.step_ms);
     let carry = f64::from(s.max_inflight) / (s.rtt_ms.max(1) as f64 / 1e3);
     println!(

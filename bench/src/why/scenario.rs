@@ -42,21 +42,14 @@ fn session_options(batch: u32, epochs: u32) -> SessionOptions {
 
 /// An S3 dataset on `store` through a proxy at `via`.
 fn dataset(store: &LightStore, via: SocketAddr) -> S3Dataset {
-    let mut settings = store.settings_via(via);
-    settings.request_timeout = Duration::from_secs(30);
-    S3Dataset {
-        name: DATASET.to_owned(),
-        settings,
-        prefix: String::new(),
-        extra: Vec::new(),
-    }
+    S3Dataset::new(DATASET, store.settings_via(via), "")
 }
 
 /// Runs one single-agent scenario: a fresh agent over `store` behind a
 /// proxy adding the scenario's delay, one loader injecting its cause.
 pub fn single(store: &LightStore, sc: &Scenario, batch: u32, window: Window) -> Result<Counts> {
-    let proxy = DelayProxy::start(local(0), store.addr(), sc.delay, None)
-        .map_err(|e| format!("delay proxy: {e}"))?;
+    let proxy =
+        DelayProxy::loopback(store.addr(), sc.delay).map_err(|e| format!("delay proxy: {e}"))?;
     let mut cfg = AgentSettings::new_s3(1 << 30, dataset(store, proxy.local_addr()));
     cfg.max_inflight_reads = sc.inflight;
     let agent = Agent::start(&cfg).map_err(|e| format!("agent: {e}"))?;
@@ -78,13 +71,13 @@ pub fn peer(o: &Options, window: Window) -> Result<Counts> {
     let ds = data::ensure(&ds).map_err(|e| format!("dataset: {e}"))?;
     let store =
         LightStore::start(&ds.spec.root, BUCKET, "", 2).map_err(|e| format!("light store: {e}"))?;
-    let store_proxy = DelayProxy::start(local(0), store.addr(), Duration::ZERO, None)
+    let store_proxy = DelayProxy::loopback(store.addr(), Duration::ZERO)
         .map_err(|e| format!("delay proxy: {e}"))?;
     // Each agent's listener, and a proxy in front of it that the other dials.
     let listen: Vec<SocketAddr> = (0..2).map(|_| local(free_port())).collect();
     let proxies: Vec<DelayProxy> = listen
         .iter()
-        .map(|&l| DelayProxy::start(local(0), l, Duration::ZERO, None))
+        .map(|&l| DelayProxy::loopback(l, Duration::ZERO))
         .collect::<std::io::Result<_>>()
         .map_err(|e| format!("peer proxy: {e}"))?;
     let ids = ["a", "b"];
