@@ -13,8 +13,7 @@
 //! Nothing else: no validation of the peer's index, no parking and no
 //! wake-up, plain (non-volatile) copies of the items. Waits spin, bounded by
 //! a deadline. By default each batch loads the peer's index once;
-//! [`BaseProducer::set_cache_peer`] / [`BaseConsumer::set_cache_peer`] make
-//! an end keep a private copy of the peer's index and load the shared one
+//! [`Tuning::cache_peer`] makes an end keep a private copy of the peer's index and load the shared one
 //! only when the copy says the ring is full (producer) or empty (consumer):
 //! the minimal ring with cached peer indices, which touches the peer's cache
 //! line only when it must.
@@ -118,6 +117,25 @@ pub struct Variant {
     pub read: CopyMode,
     /// Work after each index store.
     pub check: PeerCheck,
+}
+
+/// How one end of a baseline ring works, fixed when it is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tuning {
+    /// The diagnostic extra work.
+    pub variant: Variant,
+    /// The end keeps a private copy of the peer's index, reloaded only when
+    /// the copy says the ring is too full for a batch (producer) or empty
+    /// (consumer).
+    pub cache_peer: bool,
+}
+
+impl Tuning {
+    /// The plain baseline: no extra work, the peer's index loaded every batch.
+    pub const PLAIN: Tuning = Tuning {
+        variant: Variant::PLAIN,
+        cache_peer: false,
+    };
 }
 
 /// Names of the copy-mode pairs that [`Variant::suffix`] knows.
@@ -343,8 +361,7 @@ pub struct BaseProducer<T: RingItem> {
     tail: u64,
     /// Last head loaded (used only with `cache_peer`).
     head_cache: u64,
-    cache_peer: bool,
-    variant: Variant,
+    tuning: Tuning,
     flags_seen: u64,
     full_waits: u64,
 }
@@ -355,8 +372,7 @@ pub struct BaseConsumer<T: RingItem> {
     head: u64,
     /// Last tail loaded (used only with `cache_peer`).
     tail_cache: u64,
-    cache_peer: bool,
-    variant: Variant,
+    tuning: Tuning,
     flags_seen: u64,
 }
 
@@ -381,8 +397,7 @@ pub unsafe fn producer<T: RingItem>(
         raw,
         tail,
         head_cache,
-        cache_peer: false,
-        variant: Variant::PLAIN,
+        tuning: Tuning::PLAIN,
         flags_seen: 0,
         full_waits: 0,
     }
@@ -403,22 +418,15 @@ pub unsafe fn consumer<T: RingItem>(
         raw,
         head,
         tail_cache: head,
-        cache_peer: false,
-        variant: Variant::PLAIN,
+        tuning: Tuning::PLAIN,
         flags_seen: 0,
     }
 }
 
 impl<T: RingItem> BaseProducer<T> {
-    /// Selects the diagnostic extra work.
-    pub fn set_variant(&mut self, variant: Variant) {
-        self.variant = variant;
-    }
-
-    /// Keeps a private copy of the consumer's head, reloaded only when the
-    /// copy says the ring is too full for a batch.
-    pub fn set_cache_peer(&mut self, on: bool) {
-        self.cache_peer = on;
+    /// This end, working as `tuning` says (plain when made).
+    pub fn tuned(self, tuning: Tuning) -> Self {
+        BaseProducer { tuning, ..self }
     }
 
     /// How many times a [`PeerCheck`] load found a flag set (always 0 here).
@@ -447,7 +455,7 @@ impl<T: RingItem> BaseProducer<T> {
         // With a cached head that already shows room, the consumer's line
         // is not touched at all; a head seen earlier is only ever behind
         // the real one, so the room it shows is real.
-        if !(self.cache_peer && fits(self.head_cache)) {
+        if !(self.tuning.cache_peer && fits(self.head_cache)) {
             let mut head = raw.index(HEAD_AT).load(Ordering::Acquire);
             if !fits(head) {
                 self.full_waits += 1;
@@ -470,14 +478,14 @@ impl<T: RingItem> BaseProducer<T> {
             };
         }
         // One loop per mode, so each compiles without a branch inside.
-        match self.variant.write {
+        match self.tuning.variant.write {
             CopyMode::Plain => fill!(CopyMode::Plain),
             CopyMode::Volatile => fill!(CopyMode::Volatile),
             CopyMode::VolatileWords => fill!(CopyMode::VolatileWords),
         }
         self.tail = need;
         self.raw.index(TAIL_AT).store(need, Ordering::Release);
-        if self.raw.after_store(self.variant.check, HEAD_AT) != 0 {
+        if self.raw.after_store(self.tuning.variant.check, HEAD_AT) != 0 {
             self.flags_seen += 1;
         }
         Ok(())
@@ -485,15 +493,9 @@ impl<T: RingItem> BaseProducer<T> {
 }
 
 impl<T: RingItem> BaseConsumer<T> {
-    /// Selects the diagnostic extra work.
-    pub fn set_variant(&mut self, variant: Variant) {
-        self.variant = variant;
-    }
-
-    /// Keeps a private copy of the producer's tail, reloaded only when the
-    /// copy says the ring is empty.
-    pub fn set_cache_peer(&mut self, on: bool) {
-        self.cache_peer = on;
+    /// This end, working as `tuning` says (plain when made).
+    pub fn tuned(self, tuning: Tuning) -> Self {
+        BaseConsumer { tuning, ..self }
     }
 
     /// How many times a [`PeerCheck`] load found a flag set (always 0 here).
@@ -508,7 +510,7 @@ impl<T: RingItem> BaseConsumer<T> {
         // With a cached tail that still shows items, the producer's line is
         // not touched; those items were published before that tail was
         // acquired, so they are visible.
-        let tail = if self.cache_peer && self.tail_cache != self.head {
+        let tail = if self.tuning.cache_peer && self.tail_cache != self.head {
             self.tail_cache
         } else {
             let t = self.raw.index(TAIL_AT).load(Ordering::Acquire);
@@ -528,7 +530,7 @@ impl<T: RingItem> BaseConsumer<T> {
                 }
             };
         }
-        match self.variant.read {
+        match self.tuning.variant.read {
             CopyMode::Plain => drain!(CopyMode::Plain),
             CopyMode::Volatile => drain!(CopyMode::Volatile),
             CopyMode::VolatileWords => drain!(CopyMode::VolatileWords),
@@ -536,7 +538,7 @@ impl<T: RingItem> BaseConsumer<T> {
         if n > 0 {
             self.head += n as u64;
             self.raw.index(HEAD_AT).store(self.head, Ordering::Release);
-            if self.raw.after_store(self.variant.check, TAIL_AT) != 0 {
+            if self.raw.after_store(self.tuning.variant.check, TAIL_AT) != 0 {
                 self.flags_seen += 1;
             }
         }
@@ -577,14 +579,14 @@ mod tests {
     fn move_items(variant: Variant, cache_peer: bool) {
         let cap = 64;
         let region = Arc::new(Region::heap(ring_bytes::<[u64; 8]>(cap)));
+        let tuning = Tuning {
+            variant,
+            cache_peer,
+        };
         // SAFETY: the only producer of a zeroed heap ring.
-        let mut p = unsafe { producer::<[u64; 8]>(region.clone(), 0, cap) };
+        let mut p = unsafe { producer::<[u64; 8]>(region.clone(), 0, cap) }.tuned(tuning);
         // SAFETY: its only consumer.
-        let mut c = unsafe { consumer::<[u64; 8]>(region, 0, cap) };
-        p.set_variant(variant);
-        c.set_variant(variant);
-        p.set_cache_peer(cache_peer);
-        c.set_cache_peer(cache_peer);
+        let mut c = unsafe { consumer::<[u64; 8]>(region, 0, cap) }.tuned(tuning);
         let n = 100_000u64;
         let deadline = Instant::now() + Duration::from_secs(30);
         let h = std::thread::spawn(move || {

@@ -38,7 +38,8 @@
 //! * [`data`]: synthetic datasets generated once under `bench/.data/`.
 //! * [`touch`]: the touch-every-byte loop and the memory-read baseline.
 //! * [`sys`]: dropping the page cache, root or not, CPU load.
-//! * [`smoke`]: running a benchmark's smoke variant from a test, bounded.
+//! * [`smoke`]: running a benchmark's smoke variant from a test, bounded,
+//!   and reading its result line.
 //! * [`cli`]: `--name value` options.
 //! * [`corrupt_proxy`]: a peer-frame-aware TCP proxy corrupting chosen
 //!   blocks (from granary-testkit).

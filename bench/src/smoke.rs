@@ -34,3 +34,14 @@ pub fn run_bounded(mut cmd: Command, limit: Duration) -> (ExitStatus, String) {
     print!("{stdout}");
     (status, stdout)
 }
+
+/// The result line of a benchmark's output: its last line, asserted to be
+/// the JSON object of benchmark `bench` (`{"bench":"BENCH",...`).
+pub fn result_line<'a>(stdout: &'a str, bench: &str) -> &'a str {
+    let last = stdout.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(&format!("{{\"bench\":\"{bench}\"")),
+        "last line is not the result: {last}"
+    );
+    last
+}

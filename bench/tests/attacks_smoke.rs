@@ -15,7 +15,7 @@
 //! granaryd`; the workspace build does it).
 
 use granary_bench::report::json_num;
-use granary_bench::smoke::run_bounded;
+use granary_bench::smoke::{result_line, run_bounded};
 use std::process::Command;
 use std::time::Duration;
 
@@ -30,11 +30,7 @@ fn outsiders_read_nothing_in_clear_and_floods_stay_bounded() {
         matches!(status.code(), Some(0 | 1)),
         "the smoke run failed ({status})"
     );
-    let last = stdout.lines().last().unwrap_or_default();
-    assert!(
-        last.starts_with("{\"bench\":\"attacks-smoke\""),
-        "last line is not the result: {last}"
-    );
+    let last = result_line(&stdout, "attacks-smoke");
     assert!(last.contains("\"error\":\"\""), "{last}");
     assert!(
         last.contains("\"clear\":{\"verdict\":\"met\""),

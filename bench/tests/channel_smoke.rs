@@ -4,6 +4,7 @@
 //! fails otherwise), and the last line is the result with a verdict.
 
 use granary_bench::report::json_num;
+use granary_bench::smoke::result_line;
 use std::process::Command;
 
 #[test]
@@ -25,8 +26,7 @@ fn the_quick_run_moves_every_block_intact_and_judges_the_goal() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    let last = stdout.lines().last().unwrap_or_default();
-    assert!(last.starts_with("{\"bench\":\"channel\""), "{last}");
+    let last = result_line(&stdout, "channel");
     assert!(
         last.contains("\"goal\":\"met\"") || last.contains("\"goal\":\"NOT met\""),
         "the goal was not judged: {last}"

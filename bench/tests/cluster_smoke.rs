@@ -11,7 +11,7 @@
 //! --run-ignored only` (as root, after `cargo build --release -p
 //! granary-agent --bin granaryd`).
 
-use granary_bench::smoke::run_bounded;
+use granary_bench::smoke::{result_line, run_bounded};
 use std::process::Command;
 use std::time::Duration;
 
@@ -34,11 +34,7 @@ fn two_nodes_lose_nothing_and_read_the_store_once() {
         status.success(),
         "the smoke run failed ({status}):\n{stdout}"
     );
-    let last = stdout.lines().last().unwrap_or_default();
-    assert!(
-        last.starts_with("{\"bench\":\"cluster-smoke\""),
-        "last line is not the result: {last}"
-    );
+    let last = result_line(&stdout, "cluster-smoke");
     assert!(last.contains("\"invariants\":\"hold\""), "{last}");
     assert!(
         last.contains("\"lost\":0,\"duplicated\":0,\"bad_bytes\":0,\"errors\":0"),

@@ -78,12 +78,7 @@ pub fn owner_channel(
         if served == blocks {
             break;
         }
-        let buf = conn.input_buffer();
-        let n = stream.read(buf)?;
-        conn.input_written(n, 0);
-        if n == 0 {
-            return Err("owner: the requester hung up".into());
-        }
+        receive(&mut conn, &mut stream, "owner: the requester hung up")?;
         while let Some(e) = conn.poll_event() {
             match e {
                 Event::Established { .. } => start = Some(sys::own_cpu()),
@@ -103,6 +98,17 @@ pub fn owner_channel(
         }
     }
     Ok(sys::own_cpu() - start.ok_or("owner: never established")?)
+}
+
+/// Reads what `stream` has into `conn`'s input; the error `hung_up` when
+/// the peer closed the connection.
+fn receive(conn: &mut Conn, stream: &mut TcpStream, hung_up: &str) -> Result<()> {
+    let n = stream.read(conn.input_buffer())?;
+    conn.input_written(n, 0);
+    if n == 0 {
+        return Err(hung_up.into());
+    }
+    Ok(())
 }
 
 pub fn requester_channel(
@@ -128,12 +134,7 @@ pub fn requester_channel(
         if landing.done == blocks {
             break;
         }
-        let buf = conn.input_buffer();
-        let n = stream.read(buf)?;
-        conn.input_written(n, 0);
-        if n == 0 {
-            return Err("requester: the owner hung up".into());
-        }
+        receive(&mut conn, &mut stream, "requester: the owner hung up")?;
         if start.is_none() && conn.is_established() {
             start = Some(sys::own_cpu());
         }

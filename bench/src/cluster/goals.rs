@@ -21,7 +21,6 @@ fn get(rs: &[ScenarioResult], k: Kind) -> Option<&ScenarioResult> {
     rs.iter().find(|r| r.kind == k)
 }
 
-/// A goal whose scenario did not run.
 /// The largest share of the dataset (`n` samples) that one epoch after
 /// epoch 0 read from the store.
 fn worst_later_epoch_reads(r: &ScenarioResult, n: f64) -> f64 {
@@ -31,11 +30,43 @@ fn worst_later_epoch_reads(r: &ScenarioResult, n: f64) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// The share of the assigned samples, over every epoch of `r`, kept by
+/// another node than the one processing them (the assignment's definition
+/// of moved).
+fn moved_share(r: &ScenarioResult) -> f64 {
+    let (moved, all) = r.epochs.iter().fold((0.0, 0.0), |a, e| {
+        (a.0 + e.total("moved"), a.1 + e.total("assigned"))
+    });
+    moved / all.max(1.0)
+}
+
+/// A goal whose scenario did not run.
 fn not_run(goal: &'static str, what: &str) -> Verdict {
     Verdict {
         goal,
         verdict: "not run",
         detail: format!("scenario {what} was not run"),
+    }
+}
+
+/// Goal `goal` judged on scenario `kind`'s result: `judge` says whether it
+/// is met and on what; not run without that scenario.
+fn judged_on(
+    rs: &[ScenarioResult],
+    kind: Kind,
+    goal: &'static str,
+    judge: impl FnOnce(&ScenarioResult) -> (bool, String),
+) -> Verdict {
+    match get(rs, kind) {
+        Some(r) => {
+            let (ok, detail) = judge(r);
+            Verdict {
+                goal,
+                verdict: met(ok),
+                detail,
+            }
+        }
+        None => not_run(goal, kind.name()),
     }
 }
 
@@ -63,42 +94,43 @@ pub fn goals(o: &Opts, rs: &[ScenarioResult]) -> Vec<Verdict> {
 
 /// G1: store reads after epoch 0, arenas 150 %.
 fn reads_after_epoch0_150(o: &Opts, rs: &[ScenarioResult], g: &mut Vec<Verdict>) {
-    let n = o.samples as f64;
     const G1: &str = "store reads after epoch 0 <= 1 % of samples, arenas 150 %";
-    match get(rs, Kind::Peers150) {
-        Some(r) => {
-            let worst = worst_later_epoch_reads(r, n);
-            g.push(Verdict {
-                goal: G1,
-                verdict: met(worst <= 0.01),
-                detail: format!(
-                    "peers150: worst epoch >= 1 read {} of the dataset",
-                    pct(worst)
-                ),
-            });
-        }
-        None => g.push(not_run(G1, "peers150")),
-    }
+    g.push(later_reads_at_most(o, rs, Kind::Peers150, G1, 0.01, ""));
 }
 
 /// G2: store reads after epoch 0, arenas 75 %.
 fn reads_after_epoch0_75(o: &Opts, rs: &[ScenarioResult], g: &mut Vec<Verdict>) {
-    let n = o.samples as f64;
     const G2: &str = "store reads after epoch 0 <= uncached share + 2 points, arenas 75 %";
-    match get(rs, Kind::Peers75) {
-        Some(r) => {
-            let worst = worst_later_epoch_reads(r, n);
-            g.push(Verdict {
-                goal: G2,
-                verdict: met(worst <= 0.25 + 0.02),
-                detail: format!(
-                    "peers75: worst epoch >= 1 read {} of the dataset; uncached share 25 % (keep areas hold 75 %)",
-                    pct(worst)
-                ),
-            });
-        }
-        None => g.push(not_run(G2, "peers75")),
-    }
+    let note = "; uncached share 25 % (keep areas hold 75 %)";
+    g.push(later_reads_at_most(
+        o,
+        rs,
+        Kind::Peers75,
+        G2,
+        0.25 + 0.02,
+        note,
+    ));
+}
+
+/// Goal `goal` (G1, G2): no epoch after epoch 0 of scenario `kind` read
+/// more than `limit` of the dataset from the store; `note` ends the detail.
+fn later_reads_at_most(
+    o: &Opts,
+    rs: &[ScenarioResult],
+    kind: Kind,
+    goal: &'static str,
+    limit: f64,
+    note: &str,
+) -> Verdict {
+    judged_on(rs, kind, goal, |r| {
+        let worst = worst_later_epoch_reads(r, o.samples as f64);
+        let detail = format!(
+            "{}: worst epoch >= 1 read {} of the dataset{note}",
+            kind.name(),
+            pct(worst)
+        );
+        (worst <= limit, detail)
+    })
 }
 
 /// G3: epoch 0 store reads.
@@ -128,71 +160,51 @@ fn reads_in_epoch0(o: &Opts, rs: &[ScenarioResult], g: &mut Vec<Verdict>) {
 /// G4: samples moved in locality mode against the prediction.
 fn locality_moves(o: &Opts, rs: &[ScenarioResult], g: &mut Vec<Verdict>) {
     const G4: &str = "locality mode: samples moved within 1 point of the assignment's prediction for this layout";
-    match get(rs, Kind::Locality) {
-        Some(r) => {
-            let p = o.nodes as f64;
-            let law = 0.40 * ((p - 1.0) / p).sqrt() / f64::from(o.batch).sqrt();
-            let (moved, all) = r.epochs.iter().fold((0.0, 0.0), |a, e| {
-                (a.0 + e.total("moved"), a.1 + e.total("assigned"))
-            });
-            let got = moved / all.max(1.0);
-            let every = r.epochs.iter().all(|e| e.locality);
-            let uniform: Vec<u32> = (0..o.nodes as u32).collect();
-            let predicted = predicted_moved(o.nodes as u32, &layout(o), o.batch);
-            g.push(Verdict {
-                goal: G4,
-                verdict: met(every && (got - predicted).abs() <= 0.01),
-                detail: format!(
-                    "locality: {} of assigned samples moved (every epoch in locality order: {every}); the assignment \
-                     predicts {} for this layout (node 0 runs {} of the {} ranks but owns 1/{} of the samples: \
-                     ownership weighs nodes by capacity in 32 GiB steps, so every node here weighs the same), \
-                     {} with one rank per node; the uniform law 0.40*sqrt((p-1)/p)/sqrt(b) gives {} (p = {}, b = {})",
-                    pct(got),
-                    pct(predicted),
-                    o.ranks(0).len(),
-                    o.world(),
-                    o.nodes,
-                    pct(predicted_moved(o.nodes as u32, &uniform, o.batch)),
-                    pct(law),
-                    o.nodes,
-                    o.batch,
-                ),
-            });
-        }
-        None => g.push(not_run(G4, "locality")),
-    }
+    g.push(judged_on(rs, Kind::Locality, G4, |r| {
+        let p = o.nodes as f64;
+        let law = 0.40 * ((p - 1.0) / p).sqrt() / f64::from(o.batch).sqrt();
+        let got = moved_share(r);
+        let every = r.epochs.iter().all(|e| e.locality);
+        let uniform: Vec<u32> = (0..o.nodes as u32).collect();
+        let predicted = predicted_moved(o.nodes as u32, &layout(o), o.batch);
+        let detail = format!(
+            "locality: {} of assigned samples moved (every epoch in locality order: {every}); the assignment \
+             predicts {} for this layout (node 0 runs {} of the {} ranks but owns 1/{} of the samples: \
+             ownership weighs nodes by capacity in 32 GiB steps, so every node here weighs the same), \
+             {} with one rank per node; the uniform law 0.40*sqrt((p-1)/p)/sqrt(b) gives {} (p = {}, b = {})",
+            pct(got),
+            pct(predicted),
+            o.ranks(0).len(),
+            o.world(),
+            o.nodes,
+            pct(predicted_moved(o.nodes as u32, &uniform, o.batch)),
+            pct(law),
+            o.nodes,
+            o.batch,
+        );
+        (every && (got - predicted).abs() <= 0.01, detail)
+    }));
 }
 
 /// G5: cached samples moved in exact mode.
 fn exact_moves(o: &Opts, rs: &[ScenarioResult], g: &mut Vec<Verdict>) {
     const G5: &str = "exact mode moves ~(p-1)/p of cached samples (taken as within 5 points)";
-    match get(rs, Kind::Peers150) {
-        Some(r) => {
-            // Moved: planned samples kept by another node than the one
-            // processing them (the assignment's definition).
-            let p = o.nodes as f64;
-            let want = (p - 1.0) / p;
-            let (moved, all) = r.epochs.iter().fold((0.0, 0.0), |a, e| {
-                (a.0 + e.total("moved"), a.1 + e.total("assigned"))
-            });
-            let got = moved / all.max(1.0);
-            let (peer, delivered): (f64, f64) = r.epochs[1..].iter().fold((0.0, 0.0), |a, e| {
-                (a.0 + e.total("peer"), a.1 + e.samples() as f64)
-            });
-            g.push(Verdict {
-                goal: G5,
-                verdict: met((got - want).abs() <= 0.05),
-                detail: format!(
-                    "peers150: {} of assigned samples kept on another node, (p-1)/p = {}; \
-                     epochs >= 1 fetched {} of delivered samples from peers (the rest was cached locally from earlier fetches)",
-                    pct(got),
-                    pct(want),
-                    pct(peer / delivered.max(1.0))
-                ),
-            });
-        }
-        None => g.push(not_run(G5, "peers150")),
-    }
+    g.push(judged_on(rs, Kind::Peers150, G5, |r| {
+        let p = o.nodes as f64;
+        let want = (p - 1.0) / p;
+        let got = moved_share(r);
+        let (peer, delivered): (f64, f64) = r.epochs[1..].iter().fold((0.0, 0.0), |a, e| {
+            (a.0 + e.total("peer"), a.1 + e.samples() as f64)
+        });
+        let detail = format!(
+            "peers150: {} of assigned samples kept on another node, (p-1)/p = {}; \
+             epochs >= 1 fetched {} of delivered samples from peers (the rest was cached locally from earlier fetches)",
+            pct(got),
+            pct(want),
+            pct(peer / delivered.max(1.0))
+        );
+        ((got - want).abs() <= 0.05, detail)
+    }));
 }
 
 /// G6: the same global batch per step in both modes.
@@ -370,24 +382,18 @@ fn relaunch(o: &Opts, rs: &[ScenarioResult], g: &mut Vec<Verdict>) {
 fn corrupt(_o: &Opts, rs: &[ScenarioResult], g: &mut Vec<Verdict>) {
     const G11: &str =
         "corruption: changed records rejected by the channel, no bad sample delivered";
-    match get(rs, Kind::Corrupt) {
-        Some(r) => {
-            let rejected: f64 = r.epochs.iter().map(|e| e.total("rejected_record")).sum();
-            let crc: f64 = r.epochs.iter().map(|e| e.total("crc")).sum();
-            let (_, _, bad, _) = r.broken();
-            g.push(Verdict {
-                goal: G11,
-                verdict: met(r.corrupted > 0 && rejected >= 1.0 && bad == 0),
-                detail: format!(
-                    "{} of {} block records changed on the wire; {rejected:.0} records rejected by the channel \
-                     (each closes its connection: the records behind it on the same connection are never opened), \
-                     {crc:.0} block CRC failures, {bad} bad samples delivered",
-                    r.corrupted, r.proxied_blocks
-                ),
-            });
-        }
-        None => g.push(not_run(G11, "corrupt")),
-    }
+    g.push(judged_on(rs, Kind::Corrupt, G11, |r| {
+        let rejected: f64 = r.epochs.iter().map(|e| e.total("rejected_record")).sum();
+        let crc: f64 = r.epochs.iter().map(|e| e.total("crc")).sum();
+        let (_, _, bad, _) = r.broken();
+        let detail = format!(
+            "{} of {} block records changed on the wire; {rejected:.0} records rejected by the channel \
+             (each closes its connection: the records behind it on the same connection are never opened), \
+             {crc:.0} block CRC failures, {bad} bad samples delivered",
+            r.corrupted, r.proxied_blocks
+        );
+        (r.corrupted > 0 && rejected >= 1.0 && bad == 0, detail)
+    }));
 }
 
 /// G12, G13: a slow link.

@@ -644,27 +644,21 @@ fn run_epoch(a: &NodeArgs, epoch: u32, part: &Part) {
         sum(|r| r.bad),
         sum(|r| r.replayed),
         sum(|r| r.reopens),
-        if waits.is_empty() {
-            "-".into()
-        } else {
-            waits.join(",")
-        },
-        if errors.is_empty() {
-            "-".into()
-        } else {
-            errors.join("|")
-        },
-        if reasons.is_empty() {
-            "-".into()
-        } else {
-            reasons.join("|")
-        },
-        if steps.is_empty() {
-            "-".into()
-        } else {
-            steps.join(",")
-        },
+        list_field(&waits, ","),
+        list_field(&errors, "|"),
+        list_field(&reasons, "|"),
+        list_field(&steps, ","),
     );
+}
+
+/// A list as one value of the `done` line: its items joined by `sep`, or
+/// `-` when it is empty.
+fn list_field(items: &[String], sep: &str) -> String {
+    if items.is_empty() {
+        "-".into()
+    } else {
+        items.join(sep)
+    }
 }
 
 #[cfg(test)]

@@ -272,6 +272,14 @@ fn node_json(r: &ScenarioResult, k: usize) -> String {
         r.epochs.iter().map(|e| f(&e.nodes[k])).collect()
     };
     let g = |key: &'static str| move |ne: &NodeEpoch| ne.m.get(key).copied().unwrap_or(0.0);
+    // The `p`-th percentile of the loader's waits, ms.
+    let wait_ms = |p: f64| {
+        move |ne: &NodeEpoch| {
+            let mut w = ne.waits_us.clone();
+            w.sort_unstable();
+            percentile(&w, p).unwrap_or(0) as f64 / 1e3
+        }
+    };
     let s = r.node_samples(k).max(1) as f64;
     nj.nums("samples", &per(&|ne| ne.samples as f64), 0)
         .nums("bytes", &per(&|ne| ne.bytes as f64), 0)
@@ -283,24 +291,8 @@ fn node_json(r: &ScenarioResult, k: usize) -> String {
         .nums("bytes_peer", &per(&g("peer_b")), 0)
         .nums("bytes_store", &per(&g("store_b")), 0)
         .nums("secs", &per(&|ne| ne.secs), 3)
-        .nums(
-            "p50_wait_ms",
-            &per(&|ne| {
-                let mut w = ne.waits_us.clone();
-                w.sort_unstable();
-                percentile(&w, 50.0).unwrap_or(0) as f64 / 1e3
-            }),
-            3,
-        )
-        .nums(
-            "p99_wait_ms",
-            &per(&|ne| {
-                let mut w = ne.waits_us.clone();
-                w.sort_unstable();
-                percentile(&w, 99.0).unwrap_or(0) as f64 / 1e3
-            }),
-            3,
-        )
+        .nums("p50_wait_ms", &per(&wait_ms(50.0)), 3)
+        .nums("p99_wait_ms", &per(&wait_ms(99.0)), 3)
         .nums("lost", &per(&|ne| ne.lost as f64), 0)
         .nums("duplicated", &per(&|ne| ne.dup as f64), 0)
         .nums("bad_bytes", &per(&|ne| ne.bad as f64), 0)

@@ -95,14 +95,13 @@ pub fn throughput_run(
             (elapsed, done, waits)
         }
         Kind::Baseline(_) | Kind::MinRing => {
-            let (variant, cache_peer) = kind.baseline().ok_or("not a baseline ring")?;
+            let tuning = kind.baseline().ok_or("not a baseline ring")?;
             let cap = o.capacity as usize;
             let (region, fd) = baseline_memory(baseline::ring_bytes::<BatchDescriptor>(cap))?;
             // SAFETY: fresh zeroed memfd; this is the ring's only producer and
             // the peer creates its only consumer.
-            let mut prod = unsafe { baseline::producer::<BatchDescriptor>(region, 0, cap) };
-            prod.set_variant(variant);
-            prod.set_cache_peer(cache_peer);
+            let mut prod =
+                unsafe { baseline::producer::<BatchDescriptor>(region, 0, cap) }.tuned(tuning);
             let mut peer = Peer::spawn(fd, &args)?;
             peer.expect("ready")?;
             marks.mark(0);

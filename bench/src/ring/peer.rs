@@ -10,7 +10,7 @@ use granary_shm::segment::LoaderSegment;
 
 use super::scenario::{absorb, baseline_attach, second_ring_offset, Kind};
 use super::{Result, LONG_SPIN, NO_CPU, PING_CAPACITY, SAMPLE_EVERY, TIMEOUT};
-use crate::baseline::{self, Variant};
+use crate::baseline::{self, Tuning};
 use crate::cpu::{current_cpu, CpuSamples};
 use crate::peer;
 
@@ -31,8 +31,8 @@ pub fn run_peer(args: &[String]) -> Result<()> {
             match kind {
                 Kind::Granary => consume_granary(fd, epoch, n, pop),
                 Kind::Baseline(_) | Kind::MinRing => {
-                    let (variant, cache_peer) = kind.baseline().ok_or("not a baseline ring")?;
-                    consume_baseline(fd, n, pop, arg(args, 5)?.parse()?, variant, cache_peer)
+                    let tuning = kind.baseline().ok_or("not a baseline ring")?;
+                    consume_baseline(fd, n, pop, arg(args, 5)?.parse()?, tuning)
                 }
             }
         }
@@ -69,10 +69,18 @@ pub fn say_done(sum: u64, ok: bool, empty_polls: u64, cpus: &CpuSamples) -> Resu
     Ok(())
 }
 
-// Kept out of line so both rings' loops are compiled on equal terms.
-#[inline(never)]
-pub fn consume_granary(fd: BorrowedFd<'_>, epoch: u64, n: u64, pop: usize) -> Result<()> {
-    let (mut cons, _release) = attach_granary(fd, epoch)?;
+/// The consumer's loop of a throughput run, the same for both rings: says
+/// `ready`, takes up to `pop` descriptors at a time from `cons` with
+/// `pop_into` until `n` have arrived (calling `wait` when none was there),
+/// sampling the CPU every [`SAMPLE_EVERY`], then says `done`.
+#[inline(always)]
+fn consume<C>(
+    n: u64,
+    pop: usize,
+    cons: &mut C,
+    pop_into: impl Fn(&mut C, &mut [BatchDescriptor]) -> Result<usize>,
+    wait: impl Fn(&mut C) -> Result<()>,
+) -> Result<()> {
     let mut buf = vec![BatchDescriptor::default(); pop];
     let mut cpus = CpuSamples::default();
     cpus.sample();
@@ -80,12 +88,10 @@ pub fn consume_granary(fd: BorrowedFd<'_>, epoch: u64, n: u64, pop: usize) -> Re
     let (mut next, mut sum, mut ok, mut polls) = (0u64, 0u64, true, 0u64);
     let mut sample_at = SAMPLE_EVERY;
     while next < n {
-        let got = cons.pop_into(&mut buf)?;
+        let got = pop_into(cons, &mut buf)?;
         if got == 0 {
             polls += 1;
-            if !cons.wait_for_data(Some(TIMEOUT))? {
-                return Err("granary ring: producer stalled".into());
-            }
+            wait(cons)?;
             continue;
         }
         ok &= absorb(&buf[..got], &mut next, &mut sum);
@@ -99,41 +105,41 @@ pub fn consume_granary(fd: BorrowedFd<'_>, epoch: u64, n: u64, pop: usize) -> Re
 
 // Kept out of line so both rings' loops are compiled on equal terms.
 #[inline(never)]
+pub fn consume_granary(fd: BorrowedFd<'_>, epoch: u64, n: u64, pop: usize) -> Result<()> {
+    let (mut cons, _release) = attach_granary(fd, epoch)?;
+    consume(
+        n,
+        pop,
+        &mut cons,
+        |cons, buf| Ok(cons.pop_into(buf)?),
+        |cons| match cons.wait_for_data(Some(TIMEOUT))? {
+            true => Ok(()),
+            false => Err("granary ring: producer stalled".into()),
+        },
+    )
+}
+
+// Kept out of line so both rings' loops are compiled on equal terms.
+#[inline(never)]
 pub fn consume_baseline(
     fd: BorrowedFd<'_>,
     n: u64,
     pop: usize,
     cap: usize,
-    variant: Variant,
-    cache_peer: bool,
+    tuning: Tuning,
 ) -> Result<()> {
     let region = baseline_attach(fd)?;
     // SAFETY: the parent created the zeroed ring and its only producer; this
     // is the only consumer.
-    let mut cons = unsafe { baseline::consumer::<BatchDescriptor>(region, 0, cap) };
-    cons.set_variant(variant);
-    cons.set_cache_peer(cache_peer);
-    let mut buf = vec![BatchDescriptor::default(); pop];
-    let mut cpus = CpuSamples::default();
-    cpus.sample();
-    peer::say(&["ready"])?;
+    let mut cons = unsafe { baseline::consumer::<BatchDescriptor>(region, 0, cap) }.tuned(tuning);
     let deadline = Instant::now() + TIMEOUT * 30;
-    let (mut next, mut sum, mut ok, mut polls) = (0u64, 0u64, true, 0u64);
-    let mut sample_at = SAMPLE_EVERY;
-    while next < n {
-        let got = cons.pop_into(&mut buf);
-        if got == 0 {
-            polls += 1;
-            cons.wait_for_data(deadline)?;
-            continue;
-        }
-        ok &= absorb(&buf[..got], &mut next, &mut sum);
-        if next >= sample_at {
-            cpus.sample();
-            sample_at += SAMPLE_EVERY;
-        }
-    }
-    say_done(sum, ok && next == n, polls, &cpus)
+    consume(
+        n,
+        pop,
+        &mut cons,
+        |cons, buf| Ok(cons.pop_into(buf)),
+        |cons| Ok(cons.wait_for_data(deadline)?),
+    )
 }
 
 pub fn cpu_word() -> u64 {

@@ -11,7 +11,7 @@ use granary_shm::region::Region;
 use granary_shm::segment::{AgentSegment, SegmentSpec};
 
 use super::Result;
-use crate::baseline::{self, Variant};
+use crate::baseline::{self, Tuning, Variant};
 
 /// The `i`-th item: every field depends on `i`, so a lost, duplicated, torn
 /// or reordered item changes the consumer's checks.
@@ -75,13 +75,19 @@ pub enum Kind {
 pub const BASELINE: Kind = Kind::Baseline(Variant::PLAIN);
 
 impl Kind {
-    /// For the baseline code paths: the variant and whether the ends cache
-    /// the peer's index (`None` for granary's ring).
-    pub fn baseline(self) -> Option<(Variant, bool)> {
+    /// For the baseline code paths: how the ends work (`None` for
+    /// granary's ring).
+    pub fn baseline(self) -> Option<Tuning> {
         match self {
             Kind::Granary => None,
-            Kind::Baseline(v) => Some((v, false)),
-            Kind::MinRing => Some((Variant::PLAIN, true)),
+            Kind::Baseline(variant) => Some(Tuning {
+                variant,
+                cache_peer: false,
+            }),
+            Kind::MinRing => Some(Tuning {
+                cache_peer: true,
+                ..Tuning::PLAIN
+            }),
         }
     }
 }
