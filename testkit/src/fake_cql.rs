@@ -653,9 +653,27 @@ fn no_rows() -> Answer {
     Box::new(|_, _, _| (Vec::new(), None))
 }
 
+/// The bound values of a schema read for some keyspaces.
+fn ks_in() -> Cols {
+    vec![("keyspace_name", Ty::List(Box::new(Ty::Text)))]
+}
+
+/// A read of `system_schema.TABLE` (its statement containing `key`) for some
+/// keyspaces, with text columns `columns`, answered with no rows.
+fn no_rows_of_keyspace(key: &'static str, table: &'static str, columns: &[&'static str]) -> Stmt {
+    Stmt {
+        key,
+        table: fixed("system_schema", table),
+        bind: ks_in(),
+        pk: vec![],
+        result: cols(columns.iter().map(|&c| (c, Ty::Text)).collect()),
+        answer: no_rows(),
+        void: false,
+    }
+}
+
 /// Every statement the fake nodes answer, in matching order.
 fn statements() -> Vec<Stmt> {
-    let ks_in = || vec![("keyspace_name", Ty::List(Box::new(Ty::Text)))];
     vec![
         Stmt {
             key: "FROM system.peers",
@@ -710,41 +728,21 @@ fn statements() -> Vec<Stmt> {
             }),
             void: false,
         },
-        Stmt {
-            key: "FROM system_schema.scylla_tables",
-            table: fixed("system_schema", "scylla_tables"),
-            bind: ks_in(),
-            pk: vec![],
-            result: cols(vec![
-                ("keyspace_name", Ty::Text),
-                ("table_name", Ty::Text),
-                ("partitioner", Ty::Text),
-            ]),
-            answer: no_rows(),
-            void: false,
-        },
-        Stmt {
-            key: "FROM system_schema.tables",
-            table: fixed("system_schema", "tables"),
-            bind: ks_in(),
-            pk: vec![],
-            result: cols(vec![("keyspace_name", Ty::Text), ("table_name", Ty::Text)]),
-            answer: no_rows(),
-            void: false,
-        },
-        Stmt {
-            key: "FROM system_schema.views",
-            table: fixed("system_schema", "views"),
-            bind: ks_in(),
-            pk: vec![],
-            result: cols(vec![
-                ("keyspace_name", Ty::Text),
-                ("view_name", Ty::Text),
-                ("base_table_name", Ty::Text),
-            ]),
-            answer: no_rows(),
-            void: false,
-        },
+        no_rows_of_keyspace(
+            "FROM system_schema.scylla_tables",
+            "scylla_tables",
+            &["keyspace_name", "table_name", "partitioner"],
+        ),
+        no_rows_of_keyspace(
+            "FROM system_schema.tables",
+            "tables",
+            &["keyspace_name", "table_name"],
+        ),
+        no_rows_of_keyspace(
+            "FROM system_schema.views",
+            "views",
+            &["keyspace_name", "view_name", "base_table_name"],
+        ),
         Stmt {
             key: "FROM system_schema.scylla_keyspaces",
             table: fixed("system_schema", "scylla_keyspaces"),

@@ -39,6 +39,12 @@ pub fn label<'a>(key: &'a str, name: &str) -> Option<&'a str> {
     Some(&rest[..rest.find('"')?])
 }
 
+/// Where label `name`'s value stands in `values`, when it is one of them.
+fn label_index(key: &str, name: &str, values: &[&str]) -> Option<usize> {
+    let value = label(key, name)?;
+    values.iter().position(|v| *v == value)
+}
+
 /// The rows by (dataset, rank), from parsed series.
 pub fn rows(series: &[(String, f64)]) -> BTreeMap<(String, u32), Row> {
     let mut out: BTreeMap<(String, u32), Row> = BTreeMap::new();
@@ -58,32 +64,22 @@ pub fn rows(series: &[(String, f64)]) -> BTreeMap<(String, u32), Row> {
                 row.verdict = label(k, "verdict").map(String::from)
             }
             "granary_rank_verdicts_total" => {
-                if let Some(i) =
-                    label(k, "verdict").and_then(|x| VERDICTS.iter().position(|y| *y == x))
-                {
+                if let Some(i) = label_index(k, "verdict", &VERDICTS) {
                     row.verdicts[i] = v;
                 }
             }
             "granary_rank_wait_ratio" => row.wait_ratio = v,
             "granary_rank_busy_ratio" => row.busy_ratio = v,
             "granary_rank_wait_quantile_seconds" => {
-                let i = match label(k, "quantile") {
-                    Some("0.5") => 0,
-                    Some("0.95") => 1,
-                    Some("0.99") => 2,
-                    _ => continue,
-                };
-                row.quantiles[i] = Some(v);
+                if let Some(i) = label_index(k, "quantile", &["0.5", "0.95", "0.99"]) {
+                    row.quantiles[i] = Some(v);
+                }
             }
             "granary_rank_wait_seconds_count" => row.batches = v,
             "granary_rank_stall_seconds_total" => {
-                let i = match label(k, "cause") {
-                    Some("store") => 0,
-                    Some("peer") => 1,
-                    Some("arena") => 2,
-                    _ => continue,
-                };
-                row.stall[i] = v;
+                if let Some(i) = label_index(k, "cause", &["store", "peer", "arena"]) {
+                    row.stall[i] = v;
+                }
             }
             _ => {}
         }

@@ -13,6 +13,13 @@ fn granary(args: &[&str]) -> Output {
         .expect("run granary")
 }
 
+/// `granary ARGS`, which must fail saying `why`.
+fn fails_saying(args: &[&str], why: &str) {
+    let out = granary(args);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains(why), "{}", text(&out));
+}
+
 /// The version and the commit the binary was built from (`GRANARY_COMMIT`
 /// at build time; the test is built in the same cargo run).
 fn expected_version() -> String {
@@ -41,18 +48,14 @@ fn help_version_and_bad_arguments() {
     ] {
         assert!(help.contains(word), "{word} missing from:\n{help}");
     }
-    let out = granary(&["ingest", "/nonexistent"]);
-    assert!(!out.status.success());
-    assert!(text(&out).contains("--to <URL>"), "{}", text(&out));
-    let out = granary(&["ingest", "/x", "--to", "s3://b/p", "--concurrency", "0"]);
-    assert!(!out.status.success());
-    assert!(text(&out).contains("--concurrency"), "{}", text(&out));
-    let out = granary(&["status", "--metrics", "not-an-address"]);
-    assert!(!out.status.success());
-    assert!(
-        text(&out).contains("--metrics not-an-address"),
-        "{}",
-        text(&out)
+    fails_saying(&["ingest", "/nonexistent"], "--to <URL>");
+    fails_saying(
+        &["ingest", "/x", "--to", "s3://b/p", "--concurrency", "0"],
+        "--concurrency",
+    );
+    fails_saying(
+        &["status", "--metrics", "not-an-address"],
+        "--metrics not-an-address",
     );
 }
 
@@ -78,12 +81,9 @@ fn status_prints_the_agents_counters() {
     assert_eq!(line("granary_arena_size_bytes"), "1073741824");
     assert!(!t.contains("_bucket"), "{t}");
     drop(srv);
-    let out = granary(&["status", "--metrics", "127.0.0.1:1"]);
-    assert!(!out.status.success());
-    assert!(
-        text(&out).contains("cannot reach the agent's metrics"),
-        "{}",
-        text(&out)
+    fails_saying(
+        &["status", "--metrics", "127.0.0.1:1"],
+        "cannot reach the agent's metrics",
     );
 }
 
@@ -104,9 +104,7 @@ fn secret_new_writes_a_private_strong_secret_and_keeps_an_existing_one() {
     assert_eq!(mode & 0o777, 0o600);
     let first = std::fs::read_to_string(&p).unwrap();
     granary_agent::config::peer_secret::check(first.trim_end().as_bytes()).unwrap();
-    let out = granary(&["secret", "new", path]);
-    assert!(!out.status.success());
-    assert!(text(&out).contains("--force"), "{}", text(&out));
+    fails_saying(&["secret", "new", path], "--force");
     assert_eq!(std::fs::read_to_string(&p).unwrap(), first);
     let out = granary(&["secret", "new", "--force", path]);
     assert!(out.status.success(), "{}", text(&out));

@@ -44,13 +44,35 @@ fn settings(host: &str) -> CqlSettings {
     s
 }
 
-/// Drops the test's keyspace when the test ends, however it ends.
-struct DropKeyspace(CqlSettings);
+/// A test's own keyspace on the cluster, dropped when the test ends
+/// however it ends, and a synthetic dataset in a temporary folder.
+struct Fresh {
+    host: String,
+    s: CqlSettings,
+    spec: SynthSpec,
+    _dir: tempfile::TempDir,
+}
 
-impl Drop for DropKeyspace {
+impl Fresh {
+    /// A fresh keyspace, and a dataset of `files` files.
+    fn new(files: u64) -> Fresh {
+        let host = cluster();
+        let s = settings(&host);
+        let dir = tempfile::tempdir().unwrap();
+        let spec = synth_dir(dir.path(), files);
+        Fresh {
+            host,
+            s,
+            spec,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Fresh {
     fn drop(&mut self) {
-        if let Ok(src) = CqlSource::connect(&self.0) {
-            let cql = format!("DROP KEYSPACE IF EXISTS {}", self.0.keyspace);
+        if let Ok(src) = CqlSource::connect(&self.s) {
+            let cql = format!("DROP KEYSPACE IF EXISTS {}", self.s.keyspace);
             let _ = src.block_on(src.session().query_unpaged(cql, ()));
         }
     }
@@ -118,11 +140,8 @@ fn granary(args: &[&str]) -> (bool, String) {
 #[test]
 #[ignore = "needs a real ScyllaDB/Cassandra: set GRANARY_TEST_SCYLLA=host:port (docs/scylla.md)"]
 fn cql_real_ingest_serve_verify_and_resume() {
-    let host = cluster();
-    let s = settings(&host);
-    let _drop = DropKeyspace(s.clone());
-    let dir = tempfile::tempdir().unwrap();
-    let spec = synth_dir(dir.path(), 400);
+    let fresh = Fresh::new(400);
+    let (host, s, spec) = (&fresh.host, &fresh.s, &fresh.spec);
     let root = spec.root.to_str().unwrap();
     let to = format!("cql://{host}/{}", s.keyspace);
     let mut args = vec!["ingest", root, "--to", &to, "--verify"];
@@ -136,7 +155,7 @@ fn cql_real_ingest_serve_verify_and_resume() {
         "{out}"
     );
 
-    let mut ds: Box<dyn SampleSource> = Box::new(CqlDataset::connect(&s).unwrap());
+    let mut ds: Box<dyn SampleSource> = Box::new(CqlDataset::connect(s).unwrap());
     let fs = Catalog::from_dir(&spec.root).unwrap();
     assert_eq!(ds.len(), 400);
     assert_eq!(ds.total_bytes(), fs.total_bytes());
@@ -163,16 +182,13 @@ fn cql_real_ingest_serve_verify_and_resume() {
 #[test]
 #[ignore = "needs a real ScyllaDB/Cassandra: set GRANARY_TEST_SCYLLA=host:port (docs/scylla.md)"]
 fn cql_real_missing_rows_wrong_sizes_and_a_table_without_size() {
-    let host = cluster();
-    let s = settings(&host);
-    let _drop = DropKeyspace(s.clone());
-    let dir = tempfile::tempdir().unwrap();
-    let spec = synth_dir(dir.path(), 20);
+    let fresh = Fresh::new(20);
+    let (s, spec) = (&fresh.s, &fresh.spec);
     let mut opts = CqlIngestOptions::new(&spec.root, s.clone());
     opts.verify = true;
     ingest_cql::ingest(&opts, |_, _, _, _| {}).unwrap();
 
-    let src = CqlSource::connect(&s).unwrap();
+    let src = CqlSource::connect(s).unwrap();
     let catalog = src.catalog().unwrap();
     let (gone, grown) = (catalog.entries()[3].id, catalog.entries()[5].id);
     run_ddl(
@@ -183,7 +199,7 @@ fn cql_real_missing_rows_wrong_sizes_and_a_table_without_size() {
         &src,
         &format!("UPDATE {} SET data = 0x00 WHERE id = {grown}", s.data_ref()),
     );
-    let mut ds: Box<dyn SampleSource> = Box::new(CqlDataset::connect(&s).unwrap());
+    let mut ds: Box<dyn SampleSource> = Box::new(CqlDataset::connect(s).unwrap());
     let results = fetch_all(&mut *ds);
     let err_of = |id: Uuid| {
         let i = (0..ds.len())

@@ -12,26 +12,31 @@ use std::time::Instant;
 
 #[test]
 fn the_s3_ingest_command_uploads_verifies_resumes_and_fails_clearly() {
-    let granary = env!("CARGO_BIN_EXE_granary");
     let weed = Seaweed::start();
     let tmp = tempfile::tempdir().unwrap();
     let spec = synth(tmp.path(), 300, 7, 20_000);
+    // `granary ingest` of the dataset to `to` through SeaweedFS, with
+    // `extra` arguments and `env` over SeaweedFS's credentials.
+    let ingest = |to: &str, extra: &[&str], env: &[(&str, &str)]| {
+        Command::new(env!("CARGO_BIN_EXE_granary"))
+            .arg("ingest")
+            .arg(&spec.root)
+            .args(["--to", to, "--endpoint"])
+            .arg(weed.endpoint())
+            .args(extra)
+            .envs(weed.env())
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    };
 
     // `granary ingest --verify` uploads everything and reads it back.
     let t0 = Instant::now();
-    let out = Command::new(granary)
-        .arg("ingest")
-        .arg(&spec.root)
-        .args([
-            "--to",
-            &format!("s3://{BUCKET}/datasets/synth"),
-            "--endpoint",
-        ])
-        .arg(weed.endpoint())
-        .args(["--concurrency", "16", "--verify"])
-        .envs(weed.env())
-        .output()
-        .unwrap();
+    let out = ingest(
+        &format!("s3://{BUCKET}/datasets/synth"),
+        &["--concurrency", "16", "--verify"],
+        &[],
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -49,19 +54,11 @@ fn the_s3_ingest_command_uploads_verifies_resumes_and_fails_clearly() {
     );
 
     // `--resume` finds everything in place.
-    let out = Command::new(granary)
-        .arg("ingest")
-        .arg(&spec.root)
-        .args([
-            "--to",
-            &format!("s3://{BUCKET}/datasets/synth/"),
-            "--endpoint",
-        ])
-        .arg(weed.endpoint())
-        .arg("--resume")
-        .envs(weed.env())
-        .output()
-        .unwrap();
+    let out = ingest(
+        &format!("s3://{BUCKET}/datasets/synth/"),
+        &["--resume"],
+        &[],
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(
@@ -70,15 +67,11 @@ fn the_s3_ingest_command_uploads_verifies_resumes_and_fails_clearly() {
     );
 
     // Bad credentials: a clear failure, non-zero exit.
-    let out = Command::new(granary)
-        .arg("ingest")
-        .arg(&spec.root)
-        .args(["--to", &format!("s3://{BUCKET}/other"), "--endpoint"])
-        .arg(weed.endpoint())
-        .envs(weed.env())
-        .env("AWS_SECRET_ACCESS_KEY", "wrong")
-        .output()
-        .unwrap();
+    let out = ingest(
+        &format!("s3://{BUCKET}/other"),
+        &[],
+        &[("AWS_SECRET_ACCESS_KEY", "wrong")],
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
@@ -90,11 +83,7 @@ fn the_s3_ingest_command_uploads_verifies_resumes_and_fails_clearly() {
 #[test]
 fn the_ingest_command_writes_verifies_resumes_and_names_bad_input() {
     let dir = tempfile::tempdir().unwrap();
-    let mut spec = granary_tools::synth::SynthSpec::new(dir.path().join("synth"));
-    spec.num_files = 30;
-    spec.num_classes = 3;
-    spec.mean_size = 1200;
-    granary_tools::synth::generate(&spec, |_, _| {}).unwrap();
+    let spec = synth(dir.path(), 30, 3, 1200);
     let fake = FakeCluster::start(Tables::empty());
     let to = format!("cql://{}/{}", fake.addrs[0], fake_cql::KS);
     let run = |extra: &[&str]| {
