@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The quick start: build everything, make a synthetic ImageNet-like dataset
+# The quick start: build the agent, the CLI and libgranary, make a synthetic ImageNet-like dataset
 # (20,000 files in 100 class folders, ~110 KB each, in .granary-data/), start
 # granaryd on it, run two C loaders (client-c/examples/consume.c, two ranks of
 # one job) for 3 epochs, verify every byte, and print a summary.
@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 # The commit `granaryd --version` and `granary --version` print.
 export GRANARY_COMMIT="${GRANARY_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || true)}"
 scripts/setup.sh build
-cargo build --release --workspace --bins --lib
+# Only what the demo runs: granaryd, the granary CLI and libgranary (the
+# benchmarks and the test kit are built by scripts/test.sh).
+cargo build --release -p granary-agent -p granary-tools -p granary-client --bins --lib
 # The loaders are the C example, linked statically against libgranary.
 cc -O2 -std=c11 -Wall -Wextra -Werror -Iclient-c/include -o target/release/consume \
     client-c/examples/consume.c target/release/libgranary.a -lpthread -ldl -lm

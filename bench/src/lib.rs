@@ -52,6 +52,11 @@
 
 pub use granary_testkit::{corrupt_proxy, delay_proxy, local_s3, seaweed};
 
+/// Every benchmark binary runs on granaryd's allocator, so that an engine
+/// hosted in a benchmark's process costs what it costs in granaryd.
+#[global_allocator]
+static ALLOCATOR: granary_agent::Allocator = granary_agent::Allocator;
+
 pub mod agent;
 pub mod assign;
 pub mod attack_agent;

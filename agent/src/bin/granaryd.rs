@@ -6,6 +6,9 @@ use granary_agent::logging::{self, LogFormat};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+#[global_allocator]
+static ALLOCATOR: granary_agent::Allocator = granary_agent::Allocator;
+
 /// The Granary agent: a per-node cache that streams training samples to
 /// data loaders through shared memory.
 #[derive(Debug, Parser)]

@@ -16,7 +16,7 @@ use granary_shm::ErrorCode;
 use handin::{Budget, Intake, Kind, Outcome, Rules};
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::path::Path;
 
 /// Identifies a loader connection.
@@ -73,6 +73,10 @@ pub(crate) struct Server {
     handin: Rules,
     /// Bytes each uid's hand-ins in progress announced.
     handin_budget: Budget,
+    /// The descriptors [`Server::poll`] asks about, and those ready (kept
+    /// between turns for their allocations).
+    fds: Vec<RawFd>,
+    ready: Vec<RawFd>,
 }
 
 impl Server {
@@ -106,6 +110,8 @@ impl Server {
             allow: cfg.clone(),
             handin: Rules::new(peers),
             handin_budget: Budget::default(),
+            fds: Vec::new(),
+            ready: Vec::new(),
         })
     }
 
@@ -116,9 +122,30 @@ impl Server {
 
     /// Accepts new loaders and reads pending messages; appends events.
     pub fn poll(&mut self, metrics: &Metrics, out: &mut Vec<ConnEvent>) {
-        self.accept(metrics, out);
+        // One poll(2) finds what has something to read: a non-blocking
+        // accept4 or recvmsg that finds nothing still costs a system call
+        // (accept4 allocates a socket first), every engine turn.
+        let mut fds = std::mem::take(&mut self.fds);
+        let mut ready = std::mem::take(&mut self.ready);
+        fds.clear();
+        ready.clear();
+        fds.push(self.listener.as_raw_fd());
+        fds.extend(self.conns.values().map(|c| c.sock.as_raw_fd()));
+        if crate::sys::ready_now(&fds, &mut ready).is_err() {
+            // Cannot tell: try everything, as a readable descriptor would.
+            ready.extend_from_slice(&fds);
+        }
+        ready.sort_unstable();
+        let known = self.next_id;
+        if ready.binary_search(&fds[0]).is_ok() {
+            self.accept(metrics, out);
+        }
         let mut gone = Vec::new();
         for (&id, conn) in &mut self.conns {
+            // Connections accepted just now are read at once.
+            if id < known && ready.binary_search(&conn.sock.as_raw_fd()).is_err() {
+                continue;
+            }
             loop {
                 match conn.sock.recv_message() {
                     Ok((msg, fds)) => {
@@ -222,6 +249,8 @@ impl Server {
             self.forget(id);
             out.push(ConnEvent::Gone(id));
         }
+        self.fds = fds;
+        self.ready = ready;
     }
 
     fn accept(&mut self, metrics: &Metrics, out: &mut Vec<ConnEvent>) {

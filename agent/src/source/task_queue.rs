@@ -78,7 +78,7 @@ struct Counters {
 struct Shared {
     /// Finished requests: (internal id, completion).
     done: Mutex<Vec<(u64, IoCompletion)>>,
-    /// An eventfd, signalled after every push to `done`.
+    /// An eventfd, signalled by the push that makes `done` non-empty.
     event: File,
     /// Tasks whose future has not been dropped yet.
     live: Mutex<usize>,
@@ -317,12 +317,18 @@ impl TaskQueue {
                 Ok(n) => c.bytes.fetch_add(u64::from(*n), Ordering::Relaxed),
                 Err(_) => c.failures.fetch_add(1, Ordering::Relaxed),
             };
-            shared
-                .done
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push((id, IoCompletion { tag, result }));
-            shared.signal();
+            // Only the push into an empty queue signals: the owner clears
+            // the eventfd before it takes the whole queue, so a queue that is
+            // not empty always has a signal pending (one wake-up per drain,
+            // not per completion).
+            let first = {
+                let mut done = shared.done.lock().unwrap_or_else(|p| p.into_inner());
+                done.push((id, IoCompletion { tag, result }));
+                done.len() == 1
+            };
+            if first {
+                shared.signal();
+            }
         };
         let handle = self.runtime.spawn(run);
         self.running.insert(id, handle.abort_handle());

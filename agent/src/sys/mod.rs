@@ -78,6 +78,22 @@ pub(crate) fn pages_in_page_cache(file: &std::fs::File, len: usize) -> io::Resul
 /// Waits until one of `fds` is readable or `timeout` has passed. The
 /// caller keeps the descriptors open for the call.
 pub(crate) fn poll_readable(fds: &[RawFd], timeout: Duration) -> io::Result<()> {
+    let ms = libc::c_int::try_from(timeout.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
+    poll_in(fds, ms).map(|_| ())
+}
+
+/// The descriptors of `fds` that are readable now, closed at the other end
+/// or in error (a poll(2) that does not wait), appended to `out` in the
+/// order of `fds`. The caller keeps the descriptors open for the call.
+pub(crate) fn ready_now(fds: &[RawFd], out: &mut Vec<RawFd>) -> io::Result<()> {
+    let pfds = poll_in(fds, 0)?;
+    out.extend(pfds.iter().filter(|p| p.revents != 0).map(|p| p.fd));
+    Ok(())
+}
+
+/// poll(2) for `POLLIN` on `fds` for up to `ms` milliseconds (an
+/// interrupted wait counts as a wait with nothing ready).
+fn poll_in(fds: &[RawFd], ms: libc::c_int) -> io::Result<Vec<libc::pollfd>> {
     let mut pfds: Vec<libc::pollfd> = fds
         .iter()
         .map(|&fd| libc::pollfd {
@@ -86,7 +102,6 @@ pub(crate) fn poll_readable(fds: &[RawFd], timeout: Duration) -> io::Result<()> 
             revents: 0,
         })
         .collect();
-    let ms = libc::c_int::try_from(timeout.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
     // SAFETY: `pfds` is a live, initialised array of `pfds.len()` pollfd
     // structs that poll(2) may write `revents` into.
     let rc = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
@@ -95,8 +110,9 @@ pub(crate) fn poll_readable(fds: &[RawFd], timeout: Duration) -> io::Result<()> 
         if e.kind() != io::ErrorKind::Interrupted {
             return Err(e);
         }
+        pfds.iter_mut().for_each(|p| p.revents = 0);
     }
-    Ok(())
+    Ok(pfds)
 }
 
 /// The supplementary groups of the process at the other end of the Unix
