@@ -1376,15 +1376,22 @@ mod tests {
         pair_with(cfg("a", sa), cfg("b", sb))
     }
 
+    /// The configurations of a dialer "a" and a listener "b" sharing
+    /// `secret`, both asking for `protection`.
+    fn cfgs(secret: &[u8], protection: Protection) -> (ConnConfig, ConnConfig) {
+        let mut ca = cfg("a", secret);
+        ca.protection = protection;
+        let mut cb = cfg("b", secret);
+        cb.protection = protection;
+        (ca, cb)
+    }
+
     #[test]
     fn handshake_establishes_with_the_right_secret() {
         for protection in [Protection::Encrypted, Protection::Authenticated] {
             for suite in Suite::ALL {
-                let mut ca = cfg("a", b"s3cret");
-                ca.protection = protection;
+                let (mut ca, cb) = cfgs(b"s3cret", protection);
                 ca.suite = suite;
-                let mut cb = cfg("b", b"s3cret");
-                cb.protection = protection;
                 let (mut a, mut b) = pair_with(ca, cb);
                 assert!(a.is_established() && b.is_established());
                 assert_eq!(a.channel(), Some((suite, protection)));
@@ -1509,10 +1516,7 @@ mod tests {
     #[test]
     fn a_flipped_byte_on_the_wire_closes_and_delivers_nothing() {
         for protection in [Protection::Encrypted, Protection::Authenticated] {
-            let mut ca = cfg("a", b"k");
-            ca.protection = protection;
-            let mut cb = cfg("b", b"k");
-            cb.protection = protection;
+            let (ca, cb) = cfgs(b"k", protection);
             let (mut a, mut b) = pair_with(ca, cb);
             events(&mut a);
             events(&mut b);
@@ -1530,10 +1534,7 @@ mod tests {
     #[test]
     fn encrypted_records_hide_payloads_and_authenticated_ones_do_not() {
         for protection in [Protection::Encrypted, Protection::Authenticated] {
-            let mut ca = cfg("a", b"k");
-            ca.protection = protection;
-            let mut cb = cfg("b", b"k");
-            cb.protection = protection;
+            let (ca, cb) = cfgs(b"k", protection);
             let (mut a, mut b) = pair_with(ca, cb);
             events(&mut a);
             a.send_get(get(0), 0).unwrap();
@@ -1815,10 +1816,7 @@ mod tests {
     fn payloads_sealed_from_a_slice_are_the_same_records_and_open_into_the_extent() {
         let len = 2 * MAX_RECORD_PLAINTEXT as u64 + 1001;
         for protection in [Protection::Encrypted, Protection::Authenticated] {
-            let mut ca = cfg("a", b"k");
-            ca.protection = protection;
-            let mut cb = cfg("b", b"k");
-            cb.protection = protection;
+            let (ca, cb) = cfgs(b"k", protection);
             // Two pairs with the same keys (same entropy): one seals with
             // the fill closure into a Vec, the other from a slice.
             let (mut a1, mut b1) = pair_with(ca.clone(), cb.clone());
