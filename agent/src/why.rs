@@ -49,71 +49,43 @@ pub const LOADER_CPU_BUSY: f64 = 0.5;
 /// Most (dataset, rank) rows kept; sessions of other ranks are not counted.
 pub const MAX_RANKS: usize = 4096;
 
-/// What a stalled session's next batch was waiting for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cause {
-    /// Reads from the store in flight.
-    Store = 0,
-    /// Gets from a peer in flight.
-    Peer = 1,
-    /// Not in the arena and not being read.
-    Arena = 2,
-}
-
-impl Cause {
-    /// Every cause, in label order.
-    pub const ALL: [Cause; 3] = [Cause::Store, Cause::Peer, Cause::Arena];
-
-    /// The `cause` label.
-    pub const fn label(self) -> &'static str {
-        match self {
-            Cause::Store => "store",
-            Cause::Peer => "peer",
-            Cause::Arena => "arena",
-        }
+granary_base::code_enum! {
+    /// What a stalled session's next batch was waiting for.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Cause: u8 {
+        /// Reads from the store in flight.
+        Store = 0 => "store",
+        /// Gets from a peer in flight.
+        Peer = 1 => "peer",
+        /// Not in the arena and not being read.
+        Arena = 2 => "arena",
     }
+    /// The `cause` label.
+    pub fn label;
 }
 
-/// An interval's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// No batch and no stall.
-    Idle = 0,
-    /// Not waiting for data; the loader's thread mostly idle between batches.
-    Compute = 1,
-    /// The loader's own CPU work between (or inside) its calls.
-    LoaderCpu = 2,
-    /// Waiting on store reads.
-    Store = 3,
-    /// Waiting on peer gets.
-    Peer = 4,
-    /// Waiting on samples not in the arena and not being read.
-    Arena = 5,
+granary_base::code_enum! {
+    /// An interval's verdict.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Verdict: u8 {
+        /// No batch and no stall.
+        Idle = 0 => "idle",
+        /// Not waiting for data; the loader's thread mostly idle between batches.
+        Compute = 1 => "compute",
+        /// The loader's own CPU work between (or inside) its calls.
+        LoaderCpu = 2 => "loader_cpu",
+        /// Waiting on store reads.
+        Store = 3 => "store",
+        /// Waiting on peer gets.
+        Peer = 4 => "peer",
+        /// Waiting on samples not in the arena and not being read.
+        Arena = 5 => "arena",
+    }
+    /// The `verdict` label.
+    pub fn label;
 }
 
 impl Verdict {
-    /// Every verdict, in label order.
-    pub const ALL: [Verdict; 6] = [
-        Verdict::Idle,
-        Verdict::Compute,
-        Verdict::LoaderCpu,
-        Verdict::Store,
-        Verdict::Peer,
-        Verdict::Arena,
-    ];
-
-    /// The `verdict` label.
-    pub const fn label(self) -> &'static str {
-        match self {
-            Verdict::Idle => "idle",
-            Verdict::Compute => "compute",
-            Verdict::LoaderCpu => "loader_cpu",
-            Verdict::Store => "store",
-            Verdict::Peer => "peer",
-            Verdict::Arena => "arena",
-        }
-    }
-
     const fn of(c: Cause) -> Verdict {
         match c {
             Cause::Store => Verdict::Store,

@@ -11,9 +11,9 @@ mod common_s3;
 
 use common::{epochs, same_epoch_as, store_config, watchdog, Delivered, TestAgent};
 use common_s3::{s3_table, synth, upload, Seaweed};
-use granary_agent::source::open_catalog;
-use granary_tools::ingest::{mds::write_mds, parquet::write_parquet};
-use std::path::Path;
+use granary_agent::source::{open_catalog, Catalog, CatalogError};
+use granary_tools::ingest::{mds::write_mds, parquet::write_parquet, shards::ShardsWritten};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const FILES: u64 = 400;
@@ -126,10 +126,11 @@ fn arena_bytes_per_cached_sample_are_within_1_05_of_the_sample() {
     }
 }
 
-fn catalog_error(root: &Path, format: &str, extra: &str) -> String {
-    let sock = root.join("g.sock");
+/// The catalog of one dataset `d` of `format` at `root`, with `extra`
+/// lines in its table.
+fn catalog(root: &Path, format: &str, extra: &str) -> Result<Catalog, CatalogError> {
     let cfg = store_config(
-        &sock,
+        &root.join("g.sock"),
         "64MiB",
         "",
         &format!(
@@ -138,27 +139,44 @@ fn catalog_error(root: &Path, format: &str, extra: &str) -> String {
         ),
     );
     open_catalog(&cfg.datasets[0])
+}
+
+fn catalog_error(root: &Path, format: &str, extra: &str) -> String {
+    catalog(root, format, extra)
         .map(|c| format!("no error: {} samples", c.len()))
         .unwrap_or_else(|e| e.to_string())
 }
 
-#[test]
-fn corrupt_and_truncated_mds_shards_are_refused_naming_them() {
+/// Writes 40 samples with `write` (a shard writer) into `<tmp>/<format>`,
+/// checks that its catalog opens, then that a copy with `victim` cut short
+/// by 100 bytes is refused with an error naming `victim` and saying
+/// `why`. Returns the temporary folder, the shards' folder, the victim's
+/// path and its original bytes (the victim is left truncated).
+fn truncated_shard_is_refused(
+    format: &str,
+    victim: &str,
+    why: &str,
+    write: fn(&Path, &Path, u64) -> std::io::Result<ShardsWritten>,
+) -> (tempfile::TempDir, PathBuf, PathBuf, Vec<u8>) {
     let dir = tempfile::tempdir().unwrap();
     let spec = synth(dir.path(), 40, 2, 3_000);
-    let root = dir.path().join("mds");
-    write_mds(&spec.root, &root, 40 * 1024).unwrap();
-    let victim = root.join("shard.00001.mds");
-    let original = std::fs::read(&victim).unwrap();
-    let ok = catalog_error(&root, "mds", "");
+    let root = dir.path().join(format);
+    write(&spec.root, &root, 40 * 1024).unwrap();
+    let path = root.join(victim);
+    let original = std::fs::read(&path).unwrap();
+    let ok = catalog_error(&root, format, "");
     assert!(ok.starts_with("no error: 40"), "{ok}");
+    std::fs::write(&path, &original[..original.len() - 100]).unwrap();
+    let e = catalog_error(&root, format, "");
+    assert!(e.contains(victim) && e.contains(why), "{e}");
+    (dir, root, path, original)
+}
+
+#[test]
+fn corrupt_and_truncated_mds_shards_are_refused_naming_them() {
     // Truncated: shorter than index.json says.
-    std::fs::write(&victim, &original[..original.len() - 100]).unwrap();
-    let e = catalog_error(&root, "mds", "");
-    assert!(
-        e.contains("shard.00001.mds") && e.contains("truncated"),
-        "{e}"
-    );
+    let (_dir, root, victim, original) =
+        truncated_shard_is_refused("mds", "shard.00001.mds", "truncated", write_mds);
     // The offset table damaged: a record ends before it starts.
     let mut bad = original.clone();
     bad[8..12].copy_from_slice(&1u32.to_le_bytes());
@@ -236,34 +254,12 @@ fn parquet_file(path: &Path, rows: usize, props: parquet::file::properties::Writ
 #[test]
 fn corrupt_truncated_and_unreadable_parquet_files_are_refused_naming_them() {
     use parquet::file::properties::WriterProperties;
-    let dir = tempfile::tempdir().unwrap();
-    let spec = synth(dir.path(), 40, 2, 3_000);
-    let root = dir.path().join("pq");
-    write_parquet(&spec.root, &root, 40 * 1024).unwrap();
-    let victim = root.join("shard-000001.parquet");
-    let original = std::fs::read(&victim).unwrap();
-    let ok = catalog_error(&root, "parquet", "");
-    assert!(ok.starts_with("no error: 40"), "{ok}");
     // Truncated: the footer is gone.
-    std::fs::write(&victim, &original[..original.len() - 100]).unwrap();
-    let e = catalog_error(&root, "parquet", "");
-    assert!(
-        e.contains("shard-000001.parquet") && e.contains("PAR1"),
-        "{e}"
-    );
+    let (dir, root, victim, original) =
+        truncated_shard_is_refused("parquet", "shard-000001.parquet", "PAR1", write_parquet);
     // A sample page's header damaged (the first sample of the file).
-    let sock = root.join("g.sock");
     std::fs::write(&victim, &original).unwrap();
-    let cfg = store_config(
-        &sock,
-        "64MiB",
-        "",
-        &format!(
-            "[[dataset]]\nname = \"d\"\nroot = \"{}\"\nformat = \"parquet\"\n",
-            root.display()
-        ),
-    );
-    let cat = open_catalog(&cfg.datasets[0]).unwrap();
+    let cat = catalog(&root, "parquet", "").unwrap();
     let first = cat.entries().iter().find(|e| e.path == victim).unwrap();
     let header_at = first.offset as usize - 4 - 20;
     let mut bad = original.clone();
@@ -321,16 +317,7 @@ fn corrupt_truncated_and_unreadable_parquet_files_are_refused_naming_them() {
                 .set_write_batch_size(1),
         ),
     );
-    let cfg = store_config(
-        &sock,
-        "64MiB",
-        "",
-        &format!(
-            "[[dataset]]\nname = \"d\"\nroot = \"{}\"\nformat = \"parquet\"\n",
-            other.display()
-        ),
-    );
-    let cat = open_catalog(&cfg.datasets[0]).unwrap();
+    let cat = catalog(&other, "parquet", "").unwrap();
     assert_eq!(cat.len(), 50);
     for i in [0u64, 17, 49] {
         assert_eq!(cat.entries()[i as usize].label, i as i32);

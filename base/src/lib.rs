@@ -7,6 +7,10 @@
 //!   so there is exactly one definition.
 //! * [`backoff`]: the delay that doubles from a first value up to a cap,
 //!   with or without jitter, for every retry and pause that grows.
+//! * [`code_enum!`]: an enum whose variants stand for fixed codes, with
+//!   the list of its variants and the look-up from a code.
+//! * [`assert_offsets!`]: the offsets of a `#[repr(C)]` type's fields,
+//!   checked at compile time.
 //!
 //! A leaf crate without dependencies, so that granary-shm and granary-peer
 //! (which do not depend on each other) can both use it.
@@ -14,7 +18,9 @@
 #![warn(missing_docs)]
 
 pub mod backoff;
+pub mod code_enum;
 pub mod hash;
+pub mod layout;
 
 pub use backoff::Backoff;
 pub use hash::{mix64, SplitMix64, GAMMA};

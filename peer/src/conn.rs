@@ -777,13 +777,7 @@ impl Conn {
     /// RDMA key or address leaves before the peer proved the job secret,
     /// and only inside the channel.
     pub fn send_rdma_setup(&mut self, bytes: &[u8]) -> Result<(), ConnError> {
-        if self.state != State::Established {
-            return Err(ConnError::NotEstablished);
-        }
-        let f = Frame::RdmaSetup(bytes.to_vec());
-        f.to_bytes().map_err(ConnError::Frame)?;
-        self.push_frame(&f);
-        Ok(())
+        self.push_bounded(Frame::RdmaSetup(bytes.to_vec()))
     }
 
     /// Tells the peer that the block of our request `request` is no longer
@@ -791,9 +785,7 @@ impl Conn {
     /// [`MissReason::Cancelled`] miss, or with the block if it was already
     /// being sent; either returns the request's credit.
     pub fn send_cancel(&mut self, request: u64) -> Result<(), ConnError> {
-        if self.state != State::Established {
-            return Err(ConnError::NotEstablished);
-        }
+        self.check_established()?;
         self.push_frame(&Frame::Cancel(request));
         Ok(())
     }
@@ -802,13 +794,7 @@ impl Conn {
     /// established. Fails, sending nothing, for a status the peer would
     /// refuse (over the frame's bounds).
     pub fn send_job_status(&mut self, status: &crate::status::JobStatus) -> Result<(), ConnError> {
-        if self.state != State::Established {
-            return Err(ConnError::NotEstablished);
-        }
-        let f = Frame::JobStatus(status.clone());
-        f.to_bytes().map_err(ConnError::Frame)?;
-        self.push_frame(&f);
-        Ok(())
+        self.push_bounded(Frame::JobStatus(status.clone()))
     }
 
     /// Answers a request with a miss.
@@ -927,10 +913,26 @@ impl Conn {
         self.decoder.payload_remaining()
     }
 
-    fn ready_to_request(&self, n: u64) -> Result<(), ConnError> {
+    /// `NotEstablished` until the handshake has completed.
+    fn check_established(&self) -> Result<(), ConnError> {
         if self.state != State::Established {
             return Err(ConnError::NotEstablished);
         }
+        Ok(())
+    }
+
+    /// Sends `f`, a frame whose content may be over its bounds, once
+    /// established; sends nothing when it is not, or when `f` does not
+    /// encode.
+    fn push_bounded(&mut self, f: Frame) -> Result<(), ConnError> {
+        self.check_established()?;
+        f.to_bytes().map_err(ConnError::Frame)?;
+        self.push_frame(&f);
+        Ok(())
+    }
+
+    fn ready_to_request(&self, n: u64) -> Result<(), ConnError> {
+        self.check_established()?;
         if self.send_credit < n {
             return Err(ConnError::NoCredit);
         }
@@ -938,9 +940,7 @@ impl Conn {
     }
 
     fn ready_to_answer(&self) -> Result<(), ConnError> {
-        if self.state != State::Established {
-            return Err(ConnError::NotEstablished);
-        }
+        self.check_established()?;
         if self.peer_outstanding == 0 {
             return Err(ConnError::NothingToAnswer);
         }
@@ -995,116 +995,83 @@ impl Conn {
 
     /// The listener's handshake: preamble and message 1 in, message 2 out.
     fn take_message1(&mut self) -> bool {
+        self.handshake_step(Self::try_message1)
+    }
+
+    /// The dialer's handshake: message 2 in.
+    fn take_message2(&mut self) -> bool {
+        self.handshake_step(Self::try_message2)
+    }
+
+    /// Runs a step of the handshake: whether it completed (`false` also
+    /// when its bytes have not all arrived); a failure fails the channel.
+    fn handshake_step(&mut self, step: fn(&mut Self) -> Result<bool, ChannelError>) -> bool {
+        step(self).unwrap_or_else(|e| {
+            self.fail_channel(e);
+            false
+        })
+    }
+
+    fn try_message1(&mut self) -> Result<bool, ChannelError> {
         let have = &self.inbuf.bytes()[self.in_pos..];
         if have.len() < PREAMBLE_LEN + LEN_PREFIX {
             // A stranger is told apart as soon as its bytes differ.
             let n = have.len().min(MAGIC.len());
             if have[..n] != MAGIC[..n] {
-                self.fail_channel(ChannelError::BadPreamble);
+                return Err(ChannelError::BadPreamble);
             }
-            return false;
+            return Ok(false);
         }
         let mut pre = [0u8; PREAMBLE_LEN];
         pre.copy_from_slice(&have[..PREAMBLE_LEN]);
-        let preamble = match Preamble::decode(&pre, self.cfg.protection) {
-            Ok(p) => p,
-            Err(e) => {
-                self.fail_channel(e);
-                return false;
-            }
-        };
+        let preamble = Preamble::decode(&pre, self.cfg.protection)?;
         let n = usize::from(u16::from_be_bytes([
             have[PREAMBLE_LEN],
             have[PREAMBLE_LEN + 1],
         ]));
         if n > MAX_HANDSHAKE_MESSAGE {
-            self.fail_channel(ChannelError::HandshakeLength(n));
-            return false;
+            return Err(ChannelError::HandshakeLength(n));
         }
         let start = PREAMBLE_LEN + LEN_PREFIX;
         if have.len() < start + n {
-            return false;
+            return Ok(false);
         }
         let message = have[start..start + n].to_vec();
         self.in_pos += start + n;
         let entropy = self.entropy.take().unwrap_or_default();
-        let result = Handshake::responder(preamble, &self.psk, entropy).and_then(|mut hs| {
-            let theirs = hs.read(&message)?;
-            Ok((hs, theirs))
-        });
-        let (mut hs, theirs) = match result {
-            Ok(r) => r,
-            Err(e) => {
-                self.fail_channel(e);
-                return false;
-            }
-        };
-        let Some(hello) = parse_hello(&theirs) else {
-            self.fail_channel(ChannelError::BadHello);
-            return false;
-        };
+        let mut hs = Handshake::responder(preamble, &self.psk, entropy)?;
+        let theirs = hs.read(&message)?;
+        let hello = parse_hello(&theirs).ok_or(ChannelError::BadHello)?;
         let mut wire = Vec::new();
-        let ours = match self.our_hello() {
-            Ok(h) => h,
-            Err(_) => {
-                self.fail_channel(ChannelError::Internal);
-                return false;
-            }
-        };
-        let records = hs.write(&ours, &mut wire).and_then(|()| hs.finish());
-        match records {
-            Ok(r) => self.records = Some(r),
-            Err(e) => {
-                self.fail_channel(e);
-                return false;
-            }
-        }
+        let ours = self.our_hello().map_err(|_| ChannelError::Internal)?;
+        let records = hs.write(&ours, &mut wire).and_then(|()| hs.finish())?;
+        self.records = Some(records);
         self.out.push_back(Out::Wire(wire));
         self.last_send = self.now;
         self.established(hello);
-        true
+        Ok(true)
     }
 
-    /// The dialer's handshake: message 2 in.
-    fn take_message2(&mut self) -> bool {
+    fn try_message2(&mut self) -> Result<bool, ChannelError> {
         let have = &self.inbuf.bytes()[self.in_pos..];
         if have.len() < LEN_PREFIX {
-            return false;
+            return Ok(false);
         }
         let n = usize::from(u16::from_be_bytes([have[0], have[1]]));
         if n > MAX_HANDSHAKE_MESSAGE {
-            self.fail_channel(ChannelError::HandshakeLength(n));
-            return false;
+            return Err(ChannelError::HandshakeLength(n));
         }
         if have.len() < LEN_PREFIX + n {
-            return false;
+            return Ok(false);
         }
         let message = have[LEN_PREFIX..LEN_PREFIX + n].to_vec();
         self.in_pos += LEN_PREFIX + n;
-        let Some(mut hs) = self.hs.take() else {
-            self.fail_channel(ChannelError::Internal);
-            return false;
-        };
-        let theirs = match hs.read(&message) {
-            Ok(t) => t,
-            Err(e) => {
-                self.fail_channel(e);
-                return false;
-            }
-        };
-        match hs.finish() {
-            Ok(r) => self.records = Some(r),
-            Err(e) => {
-                self.fail_channel(e);
-                return false;
-            }
-        }
-        let Some(hello) = parse_hello(&theirs) else {
-            self.fail_channel(ChannelError::BadHello);
-            return false;
-        };
+        let mut hs = self.hs.take().ok_or(ChannelError::Internal)?;
+        let theirs = hs.read(&message)?;
+        self.records = Some(hs.finish()?);
+        let hello = parse_hello(&theirs).ok_or(ChannelError::BadHello)?;
         self.established(hello);
-        true
+        Ok(true)
     }
 
     /// Checks the peer's authenticated hello; establishes or says goodbye.
@@ -1376,15 +1343,22 @@ mod tests {
         pair_with(cfg("a", sa), cfg("b", sb))
     }
 
+    /// The configurations of a dialer "a" and a listener "b" sharing
+    /// `secret`, both asking for `protection`.
+    fn cfgs(secret: &[u8], protection: Protection) -> (ConnConfig, ConnConfig) {
+        let mut ca = cfg("a", secret);
+        ca.protection = protection;
+        let mut cb = cfg("b", secret);
+        cb.protection = protection;
+        (ca, cb)
+    }
+
     #[test]
     fn handshake_establishes_with_the_right_secret() {
         for protection in [Protection::Encrypted, Protection::Authenticated] {
             for suite in Suite::ALL {
-                let mut ca = cfg("a", b"s3cret");
-                ca.protection = protection;
+                let (mut ca, cb) = cfgs(b"s3cret", protection);
                 ca.suite = suite;
-                let mut cb = cfg("b", b"s3cret");
-                cb.protection = protection;
                 let (mut a, mut b) = pair_with(ca, cb);
                 assert!(a.is_established() && b.is_established());
                 assert_eq!(a.channel(), Some((suite, protection)));
@@ -1509,10 +1483,7 @@ mod tests {
     #[test]
     fn a_flipped_byte_on_the_wire_closes_and_delivers_nothing() {
         for protection in [Protection::Encrypted, Protection::Authenticated] {
-            let mut ca = cfg("a", b"k");
-            ca.protection = protection;
-            let mut cb = cfg("b", b"k");
-            cb.protection = protection;
+            let (ca, cb) = cfgs(b"k", protection);
             let (mut a, mut b) = pair_with(ca, cb);
             events(&mut a);
             events(&mut b);
@@ -1530,10 +1501,7 @@ mod tests {
     #[test]
     fn encrypted_records_hide_payloads_and_authenticated_ones_do_not() {
         for protection in [Protection::Encrypted, Protection::Authenticated] {
-            let mut ca = cfg("a", b"k");
-            ca.protection = protection;
-            let mut cb = cfg("b", b"k");
-            cb.protection = protection;
+            let (ca, cb) = cfgs(b"k", protection);
             let (mut a, mut b) = pair_with(ca, cb);
             events(&mut a);
             a.send_get(get(0), 0).unwrap();
@@ -1815,10 +1783,7 @@ mod tests {
     fn payloads_sealed_from_a_slice_are_the_same_records_and_open_into_the_extent() {
         let len = 2 * MAX_RECORD_PLAINTEXT as u64 + 1001;
         for protection in [Protection::Encrypted, Protection::Authenticated] {
-            let mut ca = cfg("a", b"k");
-            ca.protection = protection;
-            let mut cb = cfg("b", b"k");
-            cb.protection = protection;
+            let (ca, cb) = cfgs(b"k", protection);
             // Two pairs with the same keys (same entropy): one seals with
             // the fill closure into a Vec, the other from a slice.
             let (mut a1, mut b1) = pair_with(ca.clone(), cb.clone());

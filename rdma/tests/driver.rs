@@ -35,6 +35,18 @@ fn connected(fabric: &Fabric) -> (Driver<FakeNic>, Driver<FakeNic>) {
     (a, b)
 }
 
+/// A driver whose setups time out after 10 ns and whose backoff doubles
+/// from 100 ns up to `backoff_max_ns`.
+fn backing_off(fabric: &Fabric, backoff_max_ns: u64) -> Driver<FakeNic> {
+    let c = DriverConfig {
+        backoff_initial_ns: 100,
+        backoff_max_ns,
+        setup_timeout_ns: 10,
+        ..cfg()
+    };
+    Driver::new(fabric.add_host(), 1 << 20, c).unwrap()
+}
+
 fn pump(a: &mut Driver<FakeNic>, b: &mut Driver<FakeNic>, now: u64) -> (Vec<Event>, Vec<Event>) {
     let (mut ea, mut eb) = (Vec::new(), Vec::new());
     for _ in 0..4 {
@@ -170,13 +182,7 @@ fn misses_and_control_frames_pass_through() {
 #[test]
 fn backoff_doubles_up_to_its_cap_and_close_does_not_back_off() {
     let fabric = Fabric::default();
-    let c = DriverConfig {
-        backoff_initial_ns: 100,
-        backoff_max_ns: 350,
-        setup_timeout_ns: 10,
-        ..cfg()
-    };
-    let mut a = Driver::new(fabric.add_host(), 1 << 20, c).unwrap();
+    let mut a = backing_off(&fabric, 350);
     let mut ev = Vec::new();
     let mut now = 0;
     let mut waits = Vec::new();
@@ -265,38 +271,54 @@ fn in_flight_gets_fall_back_when_the_queue_pair_is_closed() {
     ));
 }
 
-/// A driver connected to a peer that speaks raw verbs, with one get in
-/// flight; the peer sends `bytes` as one message. Returns the driver's
-/// events.
-fn hostile(seed: u64, bytes: &[u8]) -> (Vec<Event>, PeerStatus) {
-    let timing = QpTiming {
-        mtu: Mtu::M4096,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 6,
-        min_rnr_timer: 12,
-    };
+/// Timing of the raw side's queue pair.
+const RAW_TIMING: QpTiming = QpTiming {
+    mtu: Mtu::M4096,
+    timeout: 14,
+    retry_cnt: 7,
+    rnr_retry: 6,
+    min_rnr_timer: 12,
+};
+
+/// A driver (a) connected through queue pair `qp` of a host (raw) that
+/// speaks raw verbs; raw's memory is `buf`.
+struct RawLink {
+    fabric: Fabric,
+    a: Driver<FakeNic>,
+    raw: FakeNic,
+    qp: QpId,
+    buf: Mr,
+}
+
+/// A new driver (a) of a fabric with `seed` connected to a raw host: raw's
+/// queue pair has `caps`, its memory is `buf_len` bytes, `on_init` runs on
+/// raw once its queue pair is in INIT, and raw offers `recv_depth`
+/// receives of 4096 bytes. a's events go to `ev`.
+fn raw_link(
+    seed: u64,
+    caps: QpCaps,
+    buf_len: u64,
+    recv_depth: u16,
+    on_init: impl FnOnce(&mut FakeNic, QpId, &Mr),
+    ev: &mut Vec<Event>,
+) -> RawLink {
     let fabric = Fabric::new(seed);
     let mut a = Driver::new(fabric.add_host(), 1 << 20, cfg()).unwrap();
     let mut raw = fabric.add_host();
-    let mut ev = Vec::new();
-    let pa = a.prepare(A, 0, &mut ev).unwrap();
-    let qp = raw
-        .create_qp(QpCaps {
-            max_send_wr: 4,
-            max_recv_wr: 4,
-        })
-        .unwrap();
-    let buf = raw.register(8192, Access::LOCAL_WRITE).unwrap();
+    let pa = a.prepare(A, 0, ev).unwrap();
+    let qp = raw.create_qp(caps).unwrap();
+    let buf = raw.register(buf_len, Access::LOCAL_WRITE).unwrap();
     raw.modify_qp(qp, Transition::Init).unwrap();
+    on_init(&mut raw, qp, &buf);
     let pr = SetupParams {
         endpoint: raw.endpoint(qp).unwrap(),
         mtu: Mtu::M4096,
-        recv_depth: 4,
+        recv_depth,
         slot_size: 4096,
     };
-    a.connect(A, &SetupParams::decode(&pr.encode()).unwrap(), 0, &mut ev)
+    a.connect(A, &SetupParams::decode(&pr.encode()).unwrap(), 0, ev)
         .unwrap();
+    let timing = RAW_TIMING;
     raw.modify_qp(
         qp,
         Transition::Rtr {
@@ -306,6 +328,31 @@ fn hostile(seed: u64, bytes: &[u8]) -> (Vec<Event>, PeerStatus) {
     )
     .unwrap();
     raw.modify_qp(qp, Transition::Rts { timing }).unwrap();
+    RawLink {
+        fabric,
+        a,
+        raw,
+        qp,
+        buf,
+    }
+}
+
+/// A driver connected to a peer that speaks raw verbs, with one get in
+/// flight; the peer sends `bytes` as one message. Returns the driver's
+/// events.
+fn hostile(seed: u64, bytes: &[u8]) -> (Vec<Event>, PeerStatus) {
+    let mut ev = Vec::new();
+    let caps = QpCaps {
+        max_send_wr: 4,
+        max_recv_wr: 4,
+    };
+    let RawLink {
+        mut a,
+        mut raw,
+        qp,
+        buf,
+        ..
+    } = raw_link(seed, caps, 8192, 4, |_, _, _| {}, &mut ev);
     a.get(A, 1, Extent { offset: 0, len: 16 }, b"g", 0, &mut ev)
         .unwrap();
     for r in 0..4 {
@@ -502,13 +549,7 @@ fn arenas_registered_in_place_carry_blocks_between_mappings() {
 #[test]
 fn a_peer_offer_lifts_the_refusal_but_not_the_backoff() {
     let fabric = Fabric::default();
-    let c = DriverConfig {
-        backoff_initial_ns: 100,
-        backoff_max_ns: 1000,
-        setup_timeout_ns: 10,
-        ..cfg()
-    };
-    let mut a = Driver::new(fabric.add_host(), 1 << 20, c).unwrap();
+    let mut a = backing_off(&fabric, 1000);
     let mut ev = Vec::new();
     a.prepare(A, 0, &mut ev).unwrap();
     a.poll(11, &mut ev).unwrap();
@@ -551,46 +592,24 @@ const RECVS: u64 = 8;
 
 impl RawOwner {
     fn new(seed: u64) -> RawOwner {
-        let timing = QpTiming {
-            mtu: Mtu::M4096,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 6,
-            min_rnr_timer: 12,
+        let caps = QpCaps {
+            max_send_wr: 16,
+            max_recv_wr: RECVS as u32,
         };
-        let fabric = Fabric::new(seed);
-        let mut a = Driver::new(fabric.add_host(), 1 << 20, cfg()).unwrap();
-        a.write_arena(0, &vec![CANARY; 1 << 20]).unwrap();
-        let mut raw = fabric.add_host();
+        let post_recvs = |raw: &mut FakeNic, qp, buf: &Mr| {
+            for r in 0..RECVS {
+                raw.post_recv(qp, r, Self::recv_sge(buf, r)).unwrap();
+            }
+        };
         let mut ev = Vec::new();
-        let pa = a.prepare(A, 0, &mut ev).unwrap();
-        let qp = raw
-            .create_qp(QpCaps {
-                max_send_wr: 16,
-                max_recv_wr: RECVS as u32,
-            })
-            .unwrap();
-        let buf = raw.register(65536, Access::LOCAL_WRITE).unwrap();
-        raw.modify_qp(qp, Transition::Init).unwrap();
-        for r in 0..RECVS {
-            raw.post_recv(qp, r, Self::recv_sge(&buf, r)).unwrap();
-        }
-        let pr = SetupParams {
-            endpoint: raw.endpoint(qp).unwrap(),
-            mtu: Mtu::M4096,
-            recv_depth: RECVS as u16,
-            slot_size: 4096,
-        };
-        a.connect(A, &pr, 0, &mut ev).unwrap();
-        raw.modify_qp(
+        let RawLink {
+            fabric,
+            mut a,
+            raw,
             qp,
-            Transition::Rtr {
-                remote: pa.endpoint,
-                timing,
-            },
-        )
-        .unwrap();
-        raw.modify_qp(qp, Transition::Rts { timing }).unwrap();
+            buf,
+        } = raw_link(seed, caps, 65536, RECVS as u16, post_recvs, &mut ev);
+        a.write_arena(0, &vec![CANARY; 1 << 20]).unwrap();
         RawOwner {
             fabric,
             a,

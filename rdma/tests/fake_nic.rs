@@ -266,22 +266,7 @@ fn queue_pairs_interleave_but_each_keeps_its_order() {
     let src = a.register(4096, Access::LOCAL_WRITE).unwrap();
     let mut qps = Vec::new();
     for b in peers.iter_mut() {
-        let qa = a.create_qp(CAPS).unwrap();
-        let qb = b.create_qp(CAPS).unwrap();
-        let (ea, eb) = (a.endpoint(qa).unwrap(), b.endpoint(qb).unwrap());
-        for (nic, qp, remote) in [(&mut a, qa, eb), (&mut *b, qb, ea)] {
-            nic.modify_qp(qp, Transition::Init).unwrap();
-            nic.modify_qp(
-                qp,
-                Transition::Rtr {
-                    remote,
-                    timing: TIMING,
-                },
-            )
-            .unwrap();
-            nic.modify_qp(qp, Transition::Rts { timing: TIMING })
-                .unwrap();
-        }
+        let (qa, qb) = connect(&mut a, b);
         let dst = b.register(4096, Access::LOCAL_WRITE).unwrap();
         for i in 0..10 {
             b.post_recv(qb, i, sge(&dst, 0, 64)).unwrap();

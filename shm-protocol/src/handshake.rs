@@ -320,33 +320,21 @@ pub struct SessionOpened {
     pub prepared: Option<[u32; 3]>,
 }
 
-/// How an agent learns its job's membership (`peers.membership`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum MembershipMode {
-    /// Peers are off: the agent reads everything from the store.
-    Off = 0,
-    /// A static list in the agent's configuration.
-    Static = 1,
-    /// Slurm's variables.
-    Slurm = 2,
-    /// Views handed in by loaders at session open.
-    Session = 3,
-    /// The addresses of a DNS name, resolved by the agent itself; it takes
-    /// no view from loaders.
-    Dns = 4,
-}
-
-impl MembershipMode {
-    fn from_u8(b: u8) -> Option<MembershipMode> {
-        Some(match b {
-            0 => MembershipMode::Off,
-            1 => MembershipMode::Static,
-            2 => MembershipMode::Slurm,
-            3 => MembershipMode::Session,
-            4 => MembershipMode::Dns,
-            _ => return None,
-        })
+granary_base::code_enum! {
+    /// How an agent learns its job's membership (`peers.membership`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum MembershipMode: u8 {
+        /// Peers are off: the agent reads everything from the store.
+        Off = 0,
+        /// A static list in the agent's configuration.
+        Static = 1,
+        /// Slurm's variables.
+        Slurm = 2,
+        /// Views handed in by loaders at session open.
+        Session = 3,
+        /// The addresses of a DNS name, resolved by the agent itself; it
+        /// takes no view from loaders.
+        Dns = 4,
     }
 }
 
@@ -1174,7 +1162,7 @@ fn decode_body(kind: u16, body: &[u8]) -> Result<Message, ProtocolError> {
         KIND_PEER_IDENTITY => {
             let mode = r.u8()?;
             let membership =
-                MembershipMode::from_u8(mode).ok_or(ProtocolError::BadMembership(mode))?;
+                MembershipMode::from_code(mode).ok_or(ProtocolError::BadMembership(mode))?;
             Message::PeerIdentity(PeerIdentity {
                 membership,
                 node_id: r.string()?,
@@ -1838,7 +1826,7 @@ mod tests {
                 .prop_map(
                     |(m, node_id, addr, capacity, job_id, view_epoch, view_digest, members)| {
                         Message::PeerIdentity(PeerIdentity {
-                            membership: MembershipMode::from_u8(m).unwrap(),
+                            membership: MembershipMode::from_code(m).unwrap(),
                             node_id,
                             addr,
                             capacity,

@@ -320,70 +320,83 @@ impl SegmentGeometry {
 #[cfg(not(feature = "loom"))]
 mod pinned {
     use super::*;
-    use std::mem::{align_of, offset_of, size_of};
+    use std::mem::{align_of, size_of};
 
     const _: () = assert!(size_of::<SegmentHeader>() == SEGMENT_HEADER_SIZE);
-    const _: () = assert!(offset_of!(SegmentHeader, magic) == 0);
-    const _: () = assert!(offset_of!(SegmentHeader, layout_version) == 8);
-    const _: () = assert!(offset_of!(SegmentHeader, header_size) == 12);
-    const _: () = assert!(offset_of!(SegmentHeader, instance_epoch) == 16);
-    const _: () = assert!(offset_of!(SegmentHeader, creator_pid) == 24);
-    const _: () = assert!(offset_of!(SegmentHeader, flags) == 28);
-    const _: () = assert!(offset_of!(SegmentHeader, segment_size) == 32);
-    const _: () = assert!(offset_of!(SegmentHeader, session_id) == 40);
-    const _: () = assert!(offset_of!(SegmentHeader, ready_offset) == 48);
-    const _: () = assert!(offset_of!(SegmentHeader, ready_capacity) == 56);
-    const _: () = assert!(offset_of!(SegmentHeader, ready_item_size) == 60);
-    const _: () = assert!(offset_of!(SegmentHeader, release_offset) == 64);
-    const _: () = assert!(offset_of!(SegmentHeader, release_capacity) == 72);
-    const _: () = assert!(offset_of!(SegmentHeader, release_item_size) == 76);
-    const _: () = assert!(offset_of!(SegmentHeader, arena_size) == 80);
-    const _: () = assert!(offset_of!(SegmentHeader, state) == 88);
-    const _: () = assert!(offset_of!(SegmentHeader, violation) == 92);
-    const _: () = assert!(offset_of!(SegmentHeader, heartbeat_ms) == 96);
-    const _: () = assert!(offset_of!(SegmentHeader, heartbeat_interval_ms) == 104);
-    const _: () = assert!(offset_of!(SegmentHeader, loader_heartbeat) == 112);
-    const _: () = assert!(offset_of!(SegmentHeader, loader_wait_ns) == 120);
-    const _: () = assert!(offset_of!(SegmentHeader, loader_batches) == 128);
-    const _: () = assert!(offset_of!(SegmentHeader, loader_busy_ns) == 136);
-    const _: () = assert!(offset_of!(SegmentHeader, loader_busy_wall_ns) == 144);
-    const _: () = assert!(offset_of!(SegmentHeader, loader_wait_buckets) == 152);
-    const _: () = assert!(offset_of!(SegmentHeader, reserved) == 248);
-
     const _: () = assert!(size_of::<ProducerLine>() == LINE && align_of::<ProducerLine>() == LINE);
     const _: () = assert!(size_of::<ConsumerLine>() == LINE && align_of::<ConsumerLine>() == LINE);
-    const _: () = assert!(offset_of!(ProducerLine, tail) == 0);
-    const _: () = assert!(offset_of!(ProducerLine, data_seq) == 8);
-    const _: () = assert!(offset_of!(ProducerLine, producer_waiting) == 12);
-    const _: () = assert!(offset_of!(ConsumerLine, head) == 0);
-    const _: () = assert!(offset_of!(ConsumerLine, space_seq) == 8);
-    const _: () = assert!(offset_of!(ConsumerLine, consumer_waiting) == 12);
     const _: () = assert!(size_of::<RingControl>() == 2 * LINE);
-    const _: () = assert!(offset_of!(RingControl, consumer) == LINE);
-
     const _: () = assert!(size_of::<BatchDescriptor>() == 64);
-    const _: () = assert!(offset_of!(BatchDescriptor, seq) == 0);
-    const _: () = assert!(offset_of!(BatchDescriptor, token) == 8);
-    const _: () = assert!(offset_of!(BatchDescriptor, table_offset) == 16);
-    const _: () = assert!(offset_of!(BatchDescriptor, batch_index) == 24);
-    const _: () = assert!(offset_of!(BatchDescriptor, total_bytes) == 32);
-    const _: () = assert!(offset_of!(BatchDescriptor, epoch) == 40);
-    const _: () = assert!(offset_of!(BatchDescriptor, sample_count) == 44);
-    const _: () = assert!(offset_of!(BatchDescriptor, status) == 48);
-    const _: () = assert!(offset_of!(BatchDescriptor, flags) == 52);
-    const _: () = assert!(offset_of!(BatchDescriptor, reserved) == 56);
-
     const _: () = assert!(size_of::<ReleaseDescriptor>() == 16);
-    const _: () = assert!(offset_of!(ReleaseDescriptor, seq) == 0);
-    const _: () = assert!(offset_of!(ReleaseDescriptor, token) == 8);
-
     const _: () = assert!(size_of::<SampleEntry>() == 32);
-    const _: () = assert!(offset_of!(SampleEntry, sample_id) == 0);
-    const _: () = assert!(offset_of!(SampleEntry, offset) == 8);
-    const _: () = assert!(offset_of!(SampleEntry, length) == 16);
-    const _: () = assert!(offset_of!(SampleEntry, label) == 20);
-    const _: () = assert!(offset_of!(SampleEntry, crc32c) == 24);
-    const _: () = assert!(offset_of!(SampleEntry, status) == 28);
+
+    granary_base::assert_offsets! {
+        SegmentHeader {
+            magic: 0,
+            layout_version: 8,
+            header_size: 12,
+            instance_epoch: 16,
+            creator_pid: 24,
+            flags: 28,
+            segment_size: 32,
+            session_id: 40,
+            ready_offset: 48,
+            ready_capacity: 56,
+            ready_item_size: 60,
+            release_offset: 64,
+            release_capacity: 72,
+            release_item_size: 76,
+            arena_size: 80,
+            state: 88,
+            violation: 92,
+            heartbeat_ms: 96,
+            heartbeat_interval_ms: 104,
+            loader_heartbeat: 112,
+            loader_wait_ns: 120,
+            loader_batches: 128,
+            loader_busy_ns: 136,
+            loader_busy_wall_ns: 144,
+            loader_wait_buckets: 152,
+            reserved: 248,
+        }
+        ProducerLine {
+            tail: 0,
+            data_seq: 8,
+            producer_waiting: 12,
+        }
+        ConsumerLine {
+            head: 0,
+            space_seq: 8,
+            consumer_waiting: 12,
+        }
+        RingControl {
+            consumer: LINE,
+        }
+        BatchDescriptor {
+            seq: 0,
+            token: 8,
+            table_offset: 16,
+            batch_index: 24,
+            total_bytes: 32,
+            epoch: 40,
+            sample_count: 44,
+            status: 48,
+            flags: 52,
+            reserved: 56,
+        }
+        ReleaseDescriptor {
+            seq: 0,
+            token: 8,
+        }
+        SampleEntry {
+            sample_id: 0,
+            offset: 8,
+            length: 16,
+            label: 20,
+            crc32c: 24,
+            status: 28,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -52,24 +52,31 @@ impl Region {
     /// Maps `len` bytes of `fd` shared and writable, optionally pre-faulting
     /// every page (`MAP_POPULATE`).
     pub fn map_shared_rw(fd: BorrowedFd<'_>, len: usize, populate: bool) -> io::Result<Region> {
-        let mut opts = memmap2::MmapOptions::new();
-        opts.len(len);
-        if populate {
-            opts.populate();
-        }
-        let map = opts.map_raw(fd.as_raw_fd())?;
-        Ok(Self::from_map(map, len, true))
+        Self::map_shared(fd, len, populate, true)
     }
 
     /// Maps `len` bytes of `fd` shared and read-only.
     pub fn map_shared_ro(fd: BorrowedFd<'_>, len: usize, populate: bool) -> io::Result<Region> {
+        Self::map_shared(fd, len, populate, false)
+    }
+
+    fn map_shared(
+        fd: BorrowedFd<'_>,
+        len: usize,
+        populate: bool,
+        writable: bool,
+    ) -> io::Result<Region> {
         let mut opts = memmap2::MmapOptions::new();
         opts.len(len);
         if populate {
             opts.populate();
         }
-        let map = opts.map_raw_read_only(fd.as_raw_fd())?;
-        Ok(Self::from_map(map, len, false))
+        let map = if writable {
+            opts.map_raw(fd.as_raw_fd())
+        } else {
+            opts.map_raw_read_only(fd.as_raw_fd())
+        }?;
+        Ok(Self::from_map(map, len, writable))
     }
 
     fn from_map(map: memmap2::MmapRaw, len: usize, writable: bool) -> Region {

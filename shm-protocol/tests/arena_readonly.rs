@@ -57,6 +57,41 @@ fn errno_of(e: &io::Error) -> Errno {
 /// since hugetlbfs refuses unaligned sizes (EINVAL) before it looks at the
 /// seals. hugetlbfs implements no write(2) at all (EINVAL), so with
 /// `hugetlb` that refusal is accepted as well.
+/// Tries to write through `fd` (named `name`) of a `size`-byte file of
+/// `page`-byte pages, `len` bytes mapped: a shared writable mapping,
+/// write(2), ftruncate(2) one page smaller and one page larger. Each
+/// attempt with what it was.
+fn write_attempts(
+    fd: &OwnedFd,
+    name: &str,
+    len: usize,
+    size: u64,
+    page: u64,
+) -> [(String, Result<(), Errno>); 4] {
+    let smaller = (size - page) as libc::off_t;
+    let larger = (size + page) as libc::off_t;
+    [
+        (
+            format!("mmap(PROT_READ|PROT_WRITE, MAP_SHARED) of {name}"),
+            Region::map_shared_rw(fd.as_fd(), len, false)
+                .map(drop)
+                .map_err(|e| errno_of(&e)),
+        ),
+        (
+            format!("write(2) on {name}"),
+            nix::unistd::write(fd, b"x").map(drop),
+        ),
+        (
+            format!("ftruncate(shrink) on {name}"),
+            nix::unistd::ftruncate(fd, smaller),
+        ),
+        (
+            format!("ftruncate(grow) on {name}"),
+            nix::unistd::ftruncate(fd, larger),
+        ),
+    ]
+}
+
 fn probe_writes(fd: &OwnedFd, size: u64, page: u64, hugetlb: bool) -> (Vec<String>, Vec<String>) {
     let len = usize::try_from(size).unwrap();
     let mut log = Vec::new();
@@ -66,28 +101,11 @@ fn probe_writes(fd: &OwnedFd, size: u64, page: u64, hugetlb: bool) -> (Vec<Strin
         Err(e) => log.push(format!("{what}: refused ({e})")),
     };
 
-    // (a) a shared writable mapping of the loader fd.
-    refused(
-        "mmap(PROT_READ|PROT_WRITE, MAP_SHARED) of the loader fd",
-        Region::map_shared_rw(fd.as_fd(), len, false)
-            .map(drop)
-            .map_err(|e| errno_of(&e)),
-    );
-    // (c) write(2) and (d) ftruncate(2) on the loader fd.
-    refused(
-        "write(2) on the loader fd",
-        nix::unistd::write(fd, b"x").map(drop),
-    );
-    let smaller = (size - page) as libc::off_t;
-    let larger = (size + page) as libc::off_t;
-    refused(
-        "ftruncate(shrink) on the loader fd",
-        nix::unistd::ftruncate(fd, smaller),
-    );
-    refused(
-        "ftruncate(grow) on the loader fd",
-        nix::unistd::ftruncate(fd, larger),
-    );
+    // (a) a shared writable mapping of the loader fd, (c) write(2) and (d)
+    // ftruncate(2) on it.
+    for (what, outcome) in write_attempts(fd, "the loader fd", len, size, page) {
+        refused(&what, outcome);
+    }
 
     // (b) re-open the same file read-write through /proc and try again:
     // only the seals stand in the way now.
@@ -112,31 +130,13 @@ fn probe_writes(fd: &OwnedFd, size: u64, page: u64, hugetlb: bool) -> (Vec<Strin
                     "{what}: refused with {e}, expected EPERM from the seals"
                 )),
             };
-            for r in [
-                seal_refused(
-                    "mmap(PROT_READ|PROT_WRITE, MAP_SHARED) of the O_RDWR re-open",
-                    Region::map_shared_rw(rw.as_fd(), len, false)
-                        .map(drop)
-                        .map_err(|e| errno_of(&e)),
-                ),
-                seal_refused(
-                    "write(2) on the O_RDWR re-open",
-                    nix::unistd::write(&rw, b"x").map(drop),
-                ),
-                seal_refused(
-                    "ftruncate(shrink) on the O_RDWR re-open",
-                    nix::unistd::ftruncate(&rw, smaller),
-                ),
-                seal_refused(
-                    "ftruncate(grow) on the O_RDWR re-open",
-                    nix::unistd::ftruncate(&rw, larger),
-                ),
-                seal_refused(
-                    "F_ADD_SEALS(F_SEAL_WRITE) (seals are sealed)",
-                    fcntl(&rw, FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_WRITE)).map(drop),
-                ),
-            ] {
-                match r {
+            let attempts = write_attempts(&rw, "the O_RDWR re-open", len, size, page);
+            let seal = (
+                "F_ADD_SEALS(F_SEAL_WRITE) (seals are sealed)".to_string(),
+                fcntl(&rw, FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_WRITE)).map(drop),
+            );
+            for (what, outcome) in attempts.into_iter().chain([seal]) {
+                match seal_refused(&what, outcome) {
                     Ok(line) => log.push(line),
                     Err(line) => breaches.push(line),
                 }

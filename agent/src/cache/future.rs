@@ -79,6 +79,28 @@ pub enum FutureError {
     },
 }
 
+impl FutureError {
+    /// Checks that session `id`, at `position` of its `total`, may move to
+    /// `requested`: never backwards, never past its end
+    /// ([`FutureError::BadPosition`] otherwise).
+    pub(crate) fn check_advance(
+        id: SessionId,
+        position: u64,
+        total: u64,
+        requested: u64,
+    ) -> Result<(), FutureError> {
+        if requested < position || requested > total {
+            return Err(FutureError::BadPosition {
+                session: id,
+                position,
+                requested,
+                total,
+            });
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Display for FutureError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -441,14 +463,7 @@ impl FutureIndex {
             .sessions
             .get_mut(&id)
             .ok_or(FutureError::UnknownSession(id))?;
-        if position < s.position || position > s.total {
-            return Err(FutureError::BadPosition {
-                session: id,
-                position: s.position,
-                requested: position,
-                total: s.total,
-            });
-        }
+        FutureError::check_advance(id, s.position, s.total, position)?;
         let mut changed = Changed {
             dataset: s.dataset,
             samples: Vec::new(),
@@ -579,19 +594,7 @@ mod tests {
     use crate::planner::PlanParams;
 
     fn plan(n: u64, seed: u64, rank: u32, ws: u32, epochs: u32) -> SessionPlan {
-        SessionPlan::new(
-            PlanParams {
-                num_samples: n,
-                seed,
-                rank,
-                world_size: ws,
-                batch_size: 4,
-                drop_last: false,
-            },
-            0,
-            epochs,
-        )
-        .unwrap()
+        SessionPlan::for_test(n, seed, rank, ws, 4, epochs)
     }
 
     /// The whole delivery sequence of a session.

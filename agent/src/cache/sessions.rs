@@ -44,15 +44,7 @@ impl Cache {
             .get(&id)
             .copied()
             .ok_or(FutureError::UnknownSession(id))?;
-        if position < record.position || position > record.total {
-            return Err(FutureError::BadPosition {
-                session: id,
-                position: record.position,
-                requested: position,
-                total: record.total,
-            }
-            .into());
-        }
+        FutureError::check_advance(id, record.position, record.total, position)?;
         self.policy.advance_session(id, position)?;
         self.sessions
             .insert(id, SessionRecord { position, ..record });

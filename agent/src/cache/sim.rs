@@ -336,22 +336,9 @@ pub(crate) fn lognormal_sizes(count: usize, median: u64, sigma: f64, seed: u64) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::PlanParams;
 
     fn session(n: u64, seed: u64, rank: u32, ws: u32, batch: u32, epochs: u32) -> SessionPlan {
-        SessionPlan::new(
-            PlanParams {
-                num_samples: n,
-                seed,
-                rank,
-                world_size: ws,
-                batch_size: batch,
-                drop_last: false,
-            },
-            0,
-            epochs,
-        )
-        .unwrap()
+        SessionPlan::for_test(n, seed, rank, ws, batch, epochs)
     }
 
     fn run_all(config: &SimConfig) -> Vec<SimResult> {

@@ -1,6 +1,6 @@
 use super::*;
 use crate::config::MixtureSource;
-use crate::planner::{PlanParams, SessionPlan};
+use crate::planner::SessionPlan;
 use std::sync::Arc;
 
 fn source(name: &str) -> MixtureSource {
@@ -37,16 +37,7 @@ fn counts(order: &MixtureOrder, batch: &[u64]) -> Vec<u64> {
 }
 
 fn plan(order: &Arc<MixtureOrder>, rank: u32, ws: u32, batch: u32, epochs: u32) -> SessionPlan {
-    let params = PlanParams {
-        num_samples: order.epoch_len(),
-        seed: 42,
-        rank,
-        world_size: ws,
-        batch_size: batch,
-        drop_last: false,
-    };
-    SessionPlan::new(params, 0, epochs)
-        .unwrap()
+    SessionPlan::for_test(order.epoch_len(), 42, rank, ws, batch, epochs)
         .with_mixture(Arc::clone(order))
 }
 

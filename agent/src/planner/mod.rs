@@ -401,6 +401,28 @@ impl SessionPlan {
         mine * bs - if last_mine { short } else { 0 }
     }
 
+    /// A test session over epochs `0..epochs` of `num_samples` samples,
+    /// keeping the last, partial batch of each epoch.
+    #[cfg(test)]
+    pub(crate) fn for_test(
+        num_samples: u64,
+        seed: u64,
+        rank: u32,
+        world_size: u32,
+        batch_size: u32,
+        epochs: u32,
+    ) -> SessionPlan {
+        let params = PlanParams {
+            num_samples,
+            seed,
+            rank,
+            world_size,
+            batch_size,
+            drop_last: false,
+        };
+        SessionPlan::new(params, 0, epochs).unwrap()
+    }
+
     /// Batches over the whole session.
     #[cfg(test)]
     pub(crate) fn total_batches(&self) -> u64 {

@@ -28,7 +28,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Union
+from typing import Callable, Union
 
 from . import synth
 
@@ -80,6 +80,22 @@ def _marker_ok(root: Path, name: str, spec: dict) -> bool:
         return False
 
 
+def _write_once(marker: Path, spec: dict, write: Callable[[], int]) -> dict:
+    """Writes a dataset with ``write`` (which returns its total bytes) unless ``marker``
+    says an earlier run wrote this ``spec``; returns the spec with ``total_bytes`` and
+    ``skipped``. A marker of another spec is removed first, and the marker is written
+    last, so an interrupted run writes again."""
+    if marker.exists():
+        old = json.loads(marker.read_text())
+        total = old.pop("total_bytes", None)
+        if old == spec and total is not None:
+            return {**spec, "total_bytes": total, "skipped": True}
+        marker.unlink()
+    total = write()
+    marker.write_text(json.dumps({**spec, "total_bytes": total}))
+    return {**spec, "total_bytes": total, "skipped": False}
+
+
 def make_jpeg(root: Union[str, Path], files: int, classes: int = 10, size: int = 64, seed: int = 0,
               quality: int = 90, progress: bool = False) -> dict:
     """Writes the JPEG dataset; returns the spec with ``total_bytes``."""
@@ -90,29 +106,25 @@ def make_jpeg(root: Union[str, Path], files: int, classes: int = 10, size: int =
     root = Path(root)
     spec = {"generator": "granary-jpeg", "format": 1, "files": files, "classes": classes,
             "size": size, "seed": seed, "quality": quality}
-    marker = root / JPEG_MARKER
-    if marker.exists():
-        old = json.loads(marker.read_text())
-        total = old.pop("total_bytes", None)
-        if old == spec and total is not None:
-            return {**spec, "total_bytes": total, "skipped": True}
-        marker.unlink()
-    root.mkdir(parents=True, exist_ok=True)
-    total = 0
-    t0 = time.monotonic()
-    for i in range(files):
-        path = root / jpeg_relative_path(i, files, classes)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = render_jpeg(i, files, classes, size, seed, quality)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-        total += len(data)
-        if progress and (i + 1) % 1000 == 0:
-            print(f"  {i + 1}/{files} images, {total / 1e6:.1f} MB, {time.monotonic() - t0:.1f} s",
-                  file=sys.stderr)
-    marker.write_text(json.dumps({**spec, "total_bytes": total}))
-    return {**spec, "total_bytes": total, "skipped": False}
+
+    def write() -> int:
+        root.mkdir(parents=True, exist_ok=True)
+        total = 0
+        t0 = time.monotonic()
+        for i in range(files):
+            path = root / jpeg_relative_path(i, files, classes)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            data = render_jpeg(i, files, classes, size, seed, quality)
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+            total += len(data)
+            if progress and (i + 1) % 1000 == 0:
+                print(f"  {i + 1}/{files} images, {total / 1e6:.1f} MB, "
+                      f"{time.monotonic() - t0:.1f} s", file=sys.stderr)
+        return total
+
+    return _write_once(root / JPEG_MARKER, spec, write)
 
 
 def make_synth(root: Union[str, Path], files: int, classes: int = 10, mean_size: int = 16_384,
@@ -121,17 +133,9 @@ def make_synth(root: Union[str, Path], files: int, classes: int = 10, mean_size:
     root = Path(root)
     spec = {"generator": "granary-synth-py", "format": 1, "files": files, "classes": classes,
             "mean_size": mean_size, "sigma": sigma, "seed": seed}
-    marker = root / SYNTH_MARKER
-    if marker.exists():
-        old = json.loads(marker.read_text())
-        total = old.pop("total_bytes", None)
-        if old == spec and total is not None:
-            return {**spec, "total_bytes": total, "skipped": True}
-        marker.unlink()
-    s = synth.Spec(root, files, classes, mean_size, sigma, seed)
-    total = synth.generate(s)
-    marker.write_text(json.dumps({**spec, "total_bytes": total}))
-    return {**spec, "total_bytes": total, "skipped": False}
+    return _write_once(root / SYNTH_MARKER, spec,
+                       lambda: synth.generate(synth.Spec(root, files, classes, mean_size, sigma,
+                                                         seed)))
 
 
 def main(argv=None) -> int:

@@ -84,21 +84,28 @@ def _run(agent, tmp: Path, name: str, **a) -> subprocess.CompletedProcess:
     args = dict(socket=str(agent.socket), batch=BATCH, epochs=EPOCHS, rank=0, world=1, whole=False,
                 out=str(tmp / f"{name}.jsonl"), save=str(tmp / f"{name}.state"))
     args.update(a)
-    # In a process group of its own, its output in a file: a process killed
-    # with SIGKILL leaves its DataLoader workers behind (blocked on a queue
-    # nobody reads), and they would hold a pipe open. They go with the group.
     err = tmp / f"{name}.stderr"
-    with open(err, "w") as f:
-        p = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(args)], stdout=f, stderr=f,
-                             start_new_session=True)
+    argv = [sys.executable, "-c", CHILD, json.dumps(args)]
+    rc = _run_in_group(argv, err, timeout=180)
+    return subprocess.CompletedProcess(argv, rc, "", err.read_text())
+
+
+def _run_in_group(argv: list, log: Path, timeout: float) -> int:
+    """Runs ``argv`` to its end (at most ``timeout`` seconds), its output in
+    ``log``; returns its exit status.
+
+    In a process group of its own, its output in a file: a process killed
+    with SIGKILL leaves its DataLoader workers behind (blocked on a queue
+    nobody reads), and they would hold a pipe open. They go with the group."""
+    with open(log, "w") as f:
+        p = subprocess.Popen(argv, stdout=f, stderr=f, start_new_session=True)
         try:
-            rc = p.wait(timeout=180)
+            return p.wait(timeout=timeout)
         finally:
             try:
                 os.killpg(p.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    return subprocess.CompletedProcess(p.args, rc, "", err.read_text())
 
 
 def _records(path: Path) -> tuple[list, list]:
@@ -350,16 +357,8 @@ def test_lightning_checkpoint_mid_epoch_resumes_every_sample_once(synth_root, tm
     out, ckpt = tmp_path / "ids.jsonl", tmp_path / "mid.ckpt"
     with LocalAgent({"synth": synth_root}) as agent:
         for stop_at in (13, 0):
-            with open(tmp_path / "lightning.stderr", "w") as err:
-                p = subprocess.Popen([sys.executable, "-c", LIGHTNING_CHILD, str(agent.socket), str(out), str(ckpt),
-                                      str(stop_at)], stdout=err, stderr=err, start_new_session=True)
-                try:
-                    rc = p.wait(timeout=300)
-                finally:
-                    try:
-                        os.killpg(p.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+            rc = _run_in_group([sys.executable, "-c", LIGHTNING_CHILD, str(agent.socket), str(out), str(ckpt),
+                                str(stop_at)], tmp_path / "lightning.stderr", timeout=300)
             assert rc == (9 if stop_at else 0), (tmp_path / "lightning.stderr").read_text()[-2000:]
     ids = [i for line in out.read_text().splitlines() for i in json.loads(line)]
     assert sorted(ids) == list(range(SYNTH_FILES)), "every sample of the epoch once across the checkpoint"
@@ -444,9 +443,7 @@ def test_locality_mode_goes_on_with_another_world_size_and_worker_count(synth_ro
 
     from test_peers import _session_agents
 
-    agents = []
-    try:
-        agents = _session_agents(synth_root)
+    with _session_agents(synth_root) as agents:
         sockets = [str(a.socket) for a in agents]
         out = str(tmp_path / "old")
         mp.spawn(_locality_rank, args=(2, sockets, str(tmp_path / "rdv1"), out,
@@ -465,9 +462,6 @@ def test_locality_mode_goes_on_with_another_world_size_and_worker_count(synth_ro
         rest = [i for a in after for i in a["ids"]]
         assert len(rest) == EPOCHS * SYNTH_FILES - 8 * 2 * BATCH
         assert sorted(old[0]["ids"] + old[1]["ids"] + rest) == sorted(list(range(SYNTH_FILES)) * EPOCHS)
-    finally:
-        for a in agents:
-            a.stop()
 
 
 def test_the_exact_twin_of_a_locality_state_is_the_state_without_its_digest(agent):

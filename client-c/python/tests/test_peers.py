@@ -4,6 +4,7 @@ process group, each on its own agent. ``gather_view`` all-gathers the agents'
 identities, hands the view to both agents and waits at a barrier; the
 ranks then read an epoch through ``GranaryDataset(view=...)``."""
 
+import contextlib
 import socket as pysocket
 import time
 
@@ -28,8 +29,10 @@ def _free_port(ip: str) -> int:
         return s.getsockname()[1]
 
 
-def _session_agents(synth_root) -> list:
-    """Two agents on 127.0.0.2 and .3 taking the view their loaders hand in."""
+@contextlib.contextmanager
+def _session_agents(synth_root):
+    """Two agents on 127.0.0.2 and .3 taking the view their loaders hand in;
+    stopped on leaving the block."""
     agents = []
     try:
         for n, ip in enumerate(["127.0.0.2", "127.0.0.3"]):
@@ -43,11 +46,10 @@ def _session_agents(synth_root) -> list:
                     ),
                 ).start()
             )
-    except BaseException:
+        yield agents
+    finally:
         for a in agents:
             a.stop()
-        raise
-    return agents
 
 
 def _rank(rank: int, sockets: list, rdv: str, out: str) -> None:
@@ -77,9 +79,7 @@ def _rank(rank: int, sockets: list, rdv: str, out: str) -> None:
 
 
 def test_ranks_gather_a_view_and_read_through_their_peers(synth_root, tmp_path):
-    agents = []
-    try:
-        agents = _session_agents(synth_root)
+    with _session_agents(synth_root) as agents:
         sockets = [a.socket for a in agents]
         with granary.connect(sockets[0]) as c:
             before = c.peer_identity()
@@ -109,9 +109,6 @@ def test_ranks_gather_a_view_and_read_through_their_peers(synth_root, tmp_path):
         with granary.connect(sockets[0]) as c:
             same = granary.encode_view("pyjob", 7, [c.peer_identity()])
         assert isinstance(same, bytes) and len(same) > 16
-    finally:
-        for a in agents:
-            a.stop()
 
 
 def test_a_stale_view_is_refused_and_the_session_still_opens(synth_root):
@@ -192,9 +189,7 @@ def _locality_rank(rank: int, sockets: list, rdv: str, out: str) -> None:
 def test_locality_mode_keeps_each_global_batch_and_a_differing_rank_means_exact(synth_root, tmp_path):
     import json
 
-    agents = []
-    try:
-        agents = _session_agents(synth_root)
+    with _session_agents(synth_root) as agents:
         sockets = [a.socket for a in agents]
         mp.spawn(_locality_rank, args=(sockets, str(tmp_path / "rdv"), str(tmp_path / "out")), nprocs=RANKS)
         res = [json.loads((tmp_path / f"out.{r}").read_text()) for r in range(RANKS)]
@@ -214,6 +209,3 @@ def test_locality_mode_keeps_each_global_batch_and_a_differing_rank_means_exact(
         assert [r["odd"] for r in res] == ["distributed_sampler"] * RANKS
         for r in res:
             assert any("rank 1's inputs" in m and "exact" in m for m in r["log"]), r["log"]
-    finally:
-        for a in agents:
-            a.stop()

@@ -6,7 +6,7 @@ use std::ptr;
 
 use granary_shm::ErrorCode;
 
-use super::errors::{call, null};
+use super::errors::{call, non_null, null};
 use super::types::{GranaryAssignmentInfo, GranaryClient, GranarySessionOptions, GRANARY_NOTE_MAX};
 use super::{fill_name, invalid, read_options};
 use crate::error::Error;
@@ -43,12 +43,8 @@ pub unsafe extern "C" fn granary_layout_encode(
     len: *mut usize,
 ) -> c_int {
     call("granary_layout_encode", || {
-        if len.is_null() {
-            return Err(null("len"));
-        }
-        if view.is_null() {
-            return Err(null("view"));
-        }
+        non_null(len, "len")?;
+        non_null(view, "view")?;
         if node_ids.is_null() && ranks > 0 {
             return Err(null("node_ids"));
         }

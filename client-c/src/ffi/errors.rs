@@ -85,3 +85,12 @@ pub(crate) fn value<T>(fallback: T, body: impl FnOnce() -> T) -> T {
 pub(crate) fn null(what: &str) -> Error {
     Error::new(ErrorCode::InvalidArgument, format!("{what} is NULL"))
 }
+
+/// Refuses a NULL pointer argument: `Err(null(what))` when `p` is NULL.
+pub(crate) fn non_null<T>(p: *const T, what: &str) -> Result<()> {
+    if p.is_null() {
+        Err(null(what))
+    } else {
+        Ok(())
+    }
+}

@@ -2,7 +2,7 @@
 //! bytes are a tar fragment, split by `granary_shm::tar::fields`, which
 //! checks every header and never reads outside the sample.
 
-use super::errors::{call, null};
+use super::errors::{call, non_null, null};
 use super::types::{GranaryField, GranarySample};
 use crate::error::Error;
 use granary_shm::tar::{fields, Fields};
@@ -64,9 +64,7 @@ pub unsafe extern "C" fn granary_sample_field(
     call("granary_sample_field", || {
         // SAFETY: NULL or filled by granary_batch_sample, per the caller.
         let s = unsafe { sample.as_ref() }.ok_or_else(|| null("sample"))?;
-        if name.is_null() {
-            return Err(null("name"));
-        }
+        non_null(name, "name")?;
         if data.is_null() || length.is_null() {
             return Err(null("data or length"));
         }

@@ -28,7 +28,7 @@ use crate::batch::Batch;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::options::SessionOptions;
-use errors::{call, null, value};
+use errors::{call, non_null, null, value};
 
 fn invalid(message: impl Into<String>) -> Error {
     Error::new(ErrorCode::InvalidArgument, message)
@@ -68,9 +68,7 @@ unsafe fn optional_bytes(
 /// # Safety
 /// `out` is NULL or readable for its first four bytes.
 unsafe fn answer_size<T>(out: *mut T, what: &str) -> Result<usize> {
-    if out.is_null() {
-        return Err(null("out"));
-    }
+    non_null(out, "out")?;
     // SAFETY: non-null and readable per the caller; `struct_size` is the
     // first field.
     let size = unsafe { out.cast::<u32>().cast_const().read_unaligned() } as usize;
@@ -93,9 +91,7 @@ fn timeout(timeout_ms: c_int) -> Option<Duration> {
 /// # Safety
 /// `out` is null or valid for writing one pointer.
 unsafe fn clear_out<T>(out: *mut *mut T, what: &str) -> Result<*mut *mut T> {
-    if out.is_null() {
-        return Err(null(what));
-    }
+    non_null(out, what)?;
     // SAFETY: non-null, and the caller vouches it is writable.
     unsafe { out.write(ptr::null_mut()) };
     Ok(out)
@@ -108,9 +104,7 @@ unsafe fn clear_out<T>(out: *mut *mut T, what: &str) -> Result<*mut *mut T> {
 /// `opts->struct_size` bytes whose `dataset` is null or a NUL-terminated
 /// string.
 unsafe fn read_options(opts: *const GranarySessionOptions) -> Result<SessionOptions> {
-    if opts.is_null() {
-        return Err(null("options"));
-    }
+    non_null(opts, "options")?;
     // SAFETY: `struct_size` is the first field (offset 0) of every version
     // of the struct; the caller vouches the struct is readable.
     let size = unsafe { opts.cast::<u32>().read_unaligned() } as usize;
@@ -136,9 +130,7 @@ unsafe fn read_options(opts: *const GranarySessionOptions) -> Result<SessionOpti
         ));
     }
     let mut s = if o.resume_state.is_null() {
-        if o.dataset.is_null() {
-            return Err(null("options.dataset"));
-        }
+        non_null(o.dataset, "options.dataset")?;
         // SAFETY: non-null, and the caller vouches for a NUL-terminated
         // string.
         let dataset = unsafe { CStr::from_ptr(o.dataset) }
@@ -257,9 +249,7 @@ pub unsafe extern "C" fn granary_connect(
     call("granary_connect", || {
         // SAFETY: forwarded from the caller.
         let out = unsafe { clear_out(out, "out") }?;
-        if socket_path.is_null() {
-            return Err(null("socket_path"));
-        }
+        non_null(socket_path, "socket_path")?;
         // SAFETY: non-null, and the caller vouches for a NUL-terminated string.
         let path = unsafe { CStr::from_ptr(socket_path) };
         let client = Client::connect(Path::new(OsStr::from_bytes(path.to_bytes())))?;
@@ -339,9 +329,7 @@ fn default_options() -> GranarySessionOptions {
 #[no_mangle]
 pub unsafe extern "C" fn granary_session_options_init(opts: *mut GranarySessionOptions) -> c_int {
     call("granary_session_options_init", || {
-        if opts.is_null() {
-            return Err(null("options"));
-        }
+        non_null(opts, "options")?;
         let defaults = default_options();
         // SAFETY: non-null, and the caller vouches it is writable for the
         // struct's size.
@@ -409,9 +397,7 @@ pub unsafe extern "C" fn granary_session_get_info(
     call("granary_session_get_info", || {
         // SAFETY: NULL or a live handle, per the caller.
         let s = unsafe { session.as_ref() }.ok_or_else(|| null("session"))?;
-        if out.is_null() {
-            return Err(null("info"));
-        }
+        non_null(out, "info")?;
         // SAFETY: non-null and readable per the caller; `struct_size` is the
         // first field (offset 0) of every version of the struct.
         let size = unsafe { out.cast::<u32>().cast_const().read_unaligned() };
@@ -469,12 +455,8 @@ pub unsafe extern "C" fn granary_session_arena(
     call("granary_session_arena", || {
         // SAFETY: NULL or a live handle, per the caller.
         let s = unsafe { session.as_ref() }.ok_or_else(|| null("session"))?;
-        if base.is_null() {
-            return Err(null("base"));
-        }
-        if size.is_null() {
-            return Err(null("size"));
-        }
+        non_null(base, "base")?;
+        non_null(size, "size")?;
         let (b, n) = s.session.arena();
         // SAFETY: non-null, and the caller vouches it is writable.
         unsafe { base.write(b) };
@@ -633,9 +615,7 @@ pub unsafe extern "C" fn granary_batch_sample(
     call("granary_batch_sample", || {
         // SAFETY: NULL or a live handle, per the caller.
         let b = unsafe { batch.as_ref() }.ok_or_else(|| null("batch"))?;
-        if out.is_null() {
-            return Err(null("out"));
-        }
+        non_null(out, "out")?;
         let s = b.batch.sample(i).ok_or_else(|| {
             invalid(format!(
                 "sample index {i} is out of range (the batch has {})",
@@ -682,9 +662,7 @@ pub unsafe extern "C" fn granary_batch_release(
     call("granary_batch_release", || {
         // SAFETY: NULL or a live handle used by this thread only, per the caller.
         let s = unsafe { session.as_mut() }.ok_or_else(|| null("session"))?;
-        if batch.is_null() {
-            return Err(null("batch"));
-        }
+        non_null(batch, "batch")?;
         if !s.live.remove(&(batch as usize)) {
             return Err(invalid(
                 "the batch was not lent by this session, or was already released",
@@ -714,9 +692,7 @@ pub unsafe extern "C" fn granary_batch_release(
 #[no_mangle]
 pub unsafe extern "C" fn granary_session_close(session: *mut GranarySession) -> c_int {
     call("granary_session_close", || {
-        if session.is_null() {
-            return Err(null("session"));
-        }
+        non_null(session, "session")?;
         // SAFETY: a live handle from granary_session_open (Box::into_raw),
         // freed exactly once, here.
         let s = unsafe { Box::from_raw(session) };
@@ -877,13 +853,9 @@ pub unsafe extern "C" fn granary_view_encode(
     len: *mut usize,
 ) -> c_int {
     call("granary_view_encode", || {
-        if len.is_null() {
-            return Err(null("len"));
-        }
+        non_null(len, "len")?;
         let text = |p: *const c_char, what: &str| -> Result<String> {
-            if p.is_null() {
-                return Err(null(what));
-            }
+            non_null(p, what)?;
             // SAFETY: non-null, and the caller vouches for a NUL-terminated
             // string.
             unsafe { CStr::from_ptr(p) }
@@ -1068,9 +1040,7 @@ pub unsafe extern "C" fn granary_join_view(
     call("granary_join_view", || {
         // SAFETY: NULL or a live handle, per the caller.
         let client = unsafe { client.as_ref() }.ok_or_else(|| null("client"))?;
-        if view.is_null() {
-            return Err(null("view"));
-        }
+        non_null(view, "view")?;
         if view_len > granary_shm::handshake::MAX_VIEW_BYTES as usize {
             return Err(invalid(format!(
                 "view_len is {view_len}, the limit is {}",

@@ -393,51 +393,71 @@ pub struct GranaryBatch {
 // without a new ABI version.
 #[cfg(target_pointer_width = "64")]
 const _: () = {
-    use std::mem::{offset_of, size_of};
-    assert!(offset_of!(GranarySessionOptions, struct_size) == 0);
-    assert!(offset_of!(GranarySessionOptions, abi_version) == 4);
-    assert!(offset_of!(GranarySessionOptions, dataset) == 8);
-    assert!(offset_of!(GranarySessionOptions, seed) == 16);
-    assert!(offset_of!(GranarySessionOptions, release_capacity) == 52);
-    assert!(offset_of!(GranarySessionOptions, view) == OPTIONS_V1_SIZE);
-    assert!(offset_of!(GranarySessionOptions, view_len) == 64);
-    assert!(offset_of!(GranarySessionOptions, view_required) == 72);
-    assert!(offset_of!(GranarySessionOptions, layout) == OPTIONS_V2_SIZE);
-    assert!(offset_of!(GranarySessionOptions, layout_len) == 88);
-    assert!(offset_of!(GranarySessionOptions, locality) == 96);
-    assert!(offset_of!(GranarySessionOptions, locality_digest) == 104);
-    assert!(offset_of!(GranarySessionOptions, no_crc_check) == OPTIONS_V3_SIZE);
-    assert!(offset_of!(GranarySessionOptions, resume_timeout_ms) == 140);
-    assert!(offset_of!(GranarySessionOptions, first_batch) == 144);
-    assert!(offset_of!(GranarySessionOptions, resume_state) == OPTIONS_V4_SIZE);
-    assert!(offset_of!(GranarySessionOptions, resume_state_len) == 160);
-    assert!(offset_of!(GranarySessionOptions, accept_changed_dataset) == 168);
-    assert!(offset_of!(GranarySessionOptions, workers) == 176);
+    use std::mem::size_of;
     assert!(size_of::<GranarySessionOptions>() == 184);
-    assert!(offset_of!(GranaryAssignmentInfo, digest) == 8);
-    assert!(offset_of!(GranaryAssignmentInfo, note) == 40);
     assert!(size_of::<GranaryAssignmentInfo>() == 40 + GRANARY_NOTE_MAX);
-    assert!(offset_of!(GranaryViewMember, capacity) == 16);
     assert!(size_of::<GranaryViewMember>() == 24);
-    assert!(offset_of!(GranaryJobPosition, step) == 8);
-    assert!(offset_of!(GranaryJobPosition, first_batch) == 24);
-    assert!(offset_of!(GranaryJobPosition, rank_step) == 40);
     assert!(size_of::<GranaryJobPosition>() == 48);
-    assert!(offset_of!(GranaryPeerIdentity, view_digest) == 32);
-    assert!(offset_of!(GranaryPeerIdentity, node_id) == 64);
-    assert!(offset_of!(GranaryPeerIdentity, job_id) == 64 + 2 * GRANARY_NAME_MAX);
     assert!(size_of::<GranaryPeerIdentity>() == 64 + 3 * GRANARY_NAME_MAX);
-    assert!(offset_of!(GranarySessionInfo, struct_size) == 0);
-    assert!(offset_of!(GranarySessionInfo, session_id) == 16);
-    assert!(offset_of!(GranarySessionInfo, rank_batches_per_epoch) == SESSION_INFO_V1_SIZE);
-    assert!(offset_of!(GranarySessionInfo, prepared_height) == SESSION_INFO_V2_SIZE);
-    assert!(offset_of!(GranarySessionInfo, prepared_channels) == 64);
     assert!(size_of::<GranarySessionInfo>() == 72);
-    assert!(offset_of!(GranarySample, length) == 8);
-    assert!(offset_of!(GranarySample, crc32c) == 32);
     assert!(size_of::<GranarySample>() == 40);
-    assert!(offset_of!(GranaryField, name_length) == 8);
-    assert!(offset_of!(GranaryField, data) == 16);
-    assert!(offset_of!(GranaryField, length) == 24);
     assert!(size_of::<GranaryField>() == 32);
 };
+
+#[cfg(target_pointer_width = "64")]
+granary_base::assert_offsets! {
+    GranarySessionOptions {
+        struct_size: 0,
+        abi_version: 4,
+        dataset: 8,
+        seed: 16,
+        release_capacity: 52,
+        view: OPTIONS_V1_SIZE,
+        view_len: 64,
+        view_required: 72,
+        layout: OPTIONS_V2_SIZE,
+        layout_len: 88,
+        locality: 96,
+        locality_digest: 104,
+        no_crc_check: OPTIONS_V3_SIZE,
+        resume_timeout_ms: 140,
+        first_batch: 144,
+        resume_state: OPTIONS_V4_SIZE,
+        resume_state_len: 160,
+        accept_changed_dataset: 168,
+        workers: 176,
+    }
+    GranaryAssignmentInfo {
+        digest: 8,
+        note: 40,
+    }
+    GranaryViewMember {
+        capacity: 16,
+    }
+    GranaryJobPosition {
+        step: 8,
+        first_batch: 24,
+        rank_step: 40,
+    }
+    GranaryPeerIdentity {
+        view_digest: 32,
+        node_id: 64,
+        job_id: 64 + 2 * GRANARY_NAME_MAX,
+    }
+    GranarySessionInfo {
+        struct_size: 0,
+        session_id: 16,
+        rank_batches_per_epoch: SESSION_INFO_V1_SIZE,
+        prepared_height: SESSION_INFO_V2_SIZE,
+        prepared_channels: 64,
+    }
+    GranarySample {
+        length: 8,
+        crc32c: 32,
+    }
+    GranaryField {
+        name_length: 8,
+        data: 16,
+        length: 24,
+    }
+}

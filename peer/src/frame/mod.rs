@@ -126,105 +126,54 @@ pub fn micros(nanos: u64) -> u32 {
     u32::try_from(nanos / 1000).unwrap_or(u32::MAX)
 }
 
-/// Why an owner did not send a sample. The requester reads the store.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum MissReason {
-    /// This node does not own the sample under its view.
-    NotOwner = 1,
-    /// The owner does not keep this sample.
-    NotKept = 2,
-    /// The owner kept it but it is no longer in its arena.
-    Evicted = 3,
-    /// The owner's queue is full.
-    Overloaded = 4,
-    /// The owner is shutting down.
-    ShuttingDown = 5,
-    /// The owner's own store read failed.
-    StoreError = 6,
-    /// The expected length does not match the owner's catalog.
-    LengthMismatch = 7,
-    /// The owner does not know the dataset.
-    UnknownDataset = 8,
-    /// The due time passed before the owner could send it.
-    Late = 9,
-    /// The requester cancelled the request ([`Frame::Cancel`]) before the
-    /// owner began to send its block.
-    Cancelled = 10,
-}
-
-impl MissReason {
-    /// Every reason, in code order.
-    pub const ALL: [MissReason; 10] = [
-        MissReason::NotOwner,
-        MissReason::NotKept,
-        MissReason::Evicted,
-        MissReason::Overloaded,
-        MissReason::ShuttingDown,
-        MissReason::StoreError,
-        MissReason::LengthMismatch,
-        MissReason::UnknownDataset,
-        MissReason::Late,
-        MissReason::Cancelled,
-    ];
-
-    /// The reason with wire code `code`.
-    pub fn from_code(code: u8) -> Option<MissReason> {
-        MissReason::ALL.into_iter().find(|r| *r as u8 == code)
+granary_base::code_enum! {
+    /// Why an owner did not send a sample. The requester reads the store.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum MissReason: u8 {
+        /// This node does not own the sample under its view.
+        NotOwner = 1 => "not_owner",
+        /// The owner does not keep this sample.
+        NotKept = 2 => "not_kept",
+        /// The owner kept it but it is no longer in its arena.
+        Evicted = 3 => "evicted",
+        /// The owner's queue is full.
+        Overloaded = 4 => "overloaded",
+        /// The owner is shutting down.
+        ShuttingDown = 5 => "shutting_down",
+        /// The owner's own store read failed.
+        StoreError = 6 => "store_error",
+        /// The expected length does not match the owner's catalog.
+        LengthMismatch = 7 => "length_mismatch",
+        /// The owner does not know the dataset.
+        UnknownDataset = 8 => "unknown_dataset",
+        /// The due time passed before the owner could send it.
+        Late = 9 => "late",
+        /// The requester cancelled the request ([`Frame::Cancel`]) before the
+        /// owner began to send its block.
+        Cancelled = 10 => "cancelled",
     }
-
     /// A short stable name (for metrics labels).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MissReason::NotOwner => "not_owner",
-            MissReason::NotKept => "not_kept",
-            MissReason::Evicted => "evicted",
-            MissReason::Overloaded => "overloaded",
-            MissReason::ShuttingDown => "shutting_down",
-            MissReason::StoreError => "store_error",
-            MissReason::LengthMismatch => "length_mismatch",
-            MissReason::UnknownDataset => "unknown_dataset",
-            MissReason::Late => "late",
-            MissReason::Cancelled => "cancelled",
-        }
-    }
+    pub fn as_str;
 }
 
-/// Why a connection ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum GoodbyeReason {
-    /// Orderly close.
-    Normal = 0,
-    /// The sender is shutting down.
-    ShuttingDown = 1,
-    /// The two sides hold different views or jobs.
-    ViewMismatch = 2,
-    /// The peer's authentication failed.
-    AuthFailed = 3,
-    /// The peer broke the protocol.
-    ProtocolError = 4,
-    /// The peer was silent too long.
-    Timeout = 5,
-    /// The peer speaks another protocol version.
-    VersionMismatch = 6,
-}
-
-impl GoodbyeReason {
-    /// Every reason, in code order.
-    pub const ALL: [GoodbyeReason; 7] = [
-        GoodbyeReason::Normal,
-        GoodbyeReason::ShuttingDown,
-        GoodbyeReason::ViewMismatch,
-        GoodbyeReason::AuthFailed,
-        GoodbyeReason::ProtocolError,
-        GoodbyeReason::Timeout,
-        GoodbyeReason::VersionMismatch,
-    ];
-
-    /// The reason with wire code `code`.
-    pub fn from_code(code: u8) -> Option<GoodbyeReason> {
-        GoodbyeReason::ALL.into_iter().find(|r| *r as u8 == code)
+granary_base::code_enum! {
+    /// Why a connection ends.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum GoodbyeReason: u8 {
+        /// Orderly close.
+        Normal = 0,
+        /// The sender is shutting down.
+        ShuttingDown = 1,
+        /// The two sides hold different views or jobs.
+        ViewMismatch = 2,
+        /// The peer's authentication failed.
+        AuthFailed = 3,
+        /// The peer broke the protocol.
+        ProtocolError = 4,
+        /// The peer was silent too long.
+        Timeout = 5,
+        /// The peer speaks another protocol version.
+        VersionMismatch = 6,
     }
 }
 
