@@ -16,7 +16,7 @@ use granary_shm::ErrorCode;
 use handin::{Budget, Intake, Kind, Outcome, Rules};
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::Path;
 
 /// Identifies a loader connection.
@@ -73,10 +73,6 @@ pub(crate) struct Server {
     handin: Rules,
     /// Bytes each uid's hand-ins in progress announced.
     handin_budget: Budget,
-    /// The descriptors [`Server::poll`] asks about, and those ready (kept
-    /// between turns for their allocations).
-    fds: Vec<RawFd>,
-    ready: Vec<RawFd>,
 }
 
 impl Server {
@@ -110,8 +106,6 @@ impl Server {
             allow: cfg.clone(),
             handin: Rules::new(peers),
             handin_budget: Budget::default(),
-            fds: Vec::new(),
-            ready: Vec::new(),
         })
     }
 
@@ -125,19 +119,14 @@ impl Server {
         // One poll(2) finds what has something to read: a non-blocking
         // accept4 or recvmsg that finds nothing still costs a system call
         // (accept4 allocates a socket first), every engine turn.
-        let mut fds = std::mem::take(&mut self.fds);
-        let mut ready = std::mem::take(&mut self.ready);
-        fds.clear();
-        ready.clear();
-        fds.push(self.listener.as_raw_fd());
+        let listener = self.listener.as_raw_fd();
+        let mut fds = vec![listener];
         fds.extend(self.conns.values().map(|c| c.sock.as_raw_fd()));
-        if crate::sys::ready_now(&fds, &mut ready).is_err() {
-            // Cannot tell: try everything, as a readable descriptor would.
-            ready.extend_from_slice(&fds);
-        }
+        // Cannot tell: try everything, as a readable descriptor would.
+        let mut ready = crate::sys::ready_now(&fds).unwrap_or(fds);
         ready.sort_unstable();
         let known = self.next_id;
-        if ready.binary_search(&fds[0]).is_ok() {
+        if ready.binary_search(&listener).is_ok() {
             self.accept(metrics, out);
         }
         let mut gone = Vec::new();
@@ -249,8 +238,6 @@ impl Server {
             self.forget(id);
             out.push(ConnEvent::Gone(id));
         }
-        self.fds = fds;
-        self.ready = ready;
     }
 
     fn accept(&mut self, metrics: &Metrics, out: &mut Vec<ConnEvent>) {

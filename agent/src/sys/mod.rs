@@ -83,12 +83,15 @@ pub(crate) fn poll_readable(fds: &[RawFd], timeout: Duration) -> io::Result<()> 
 }
 
 /// The descriptors of `fds` that are readable now, closed at the other end
-/// or in error (a poll(2) that does not wait), appended to `out` in the
-/// order of `fds`. The caller keeps the descriptors open for the call.
-pub(crate) fn ready_now(fds: &[RawFd], out: &mut Vec<RawFd>) -> io::Result<()> {
+/// or in error (a poll(2) that does not wait), in the order of `fds`. The
+/// caller keeps the descriptors open for the call.
+pub(crate) fn ready_now(fds: &[RawFd]) -> io::Result<Vec<RawFd>> {
     let pfds = poll_in(fds, 0)?;
-    out.extend(pfds.iter().filter(|p| p.revents != 0).map(|p| p.fd));
-    Ok(())
+    Ok(pfds
+        .iter()
+        .filter(|p| p.revents != 0)
+        .map(|p| p.fd)
+        .collect())
 }
 
 /// poll(2) for `POLLIN` on `fds` for up to `ms` milliseconds (an
