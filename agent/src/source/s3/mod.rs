@@ -269,7 +269,7 @@ pub enum S3Error {
         location: String,
     },
     /// A shard could not be indexed (`format = "webdataset"`, `"mds"`,
-    /// `"parquet"`).
+    /// `"parquet"`, `"arrow"`).
     Shard(crate::source::shards::WalkError),
     /// A local file could not be read.
     Io {
@@ -440,7 +440,7 @@ pub enum S3Layout {
     /// A manifest file on the local filesystem.
     ManifestFile(std::path::PathBuf),
     /// The shards below a prefix (`format = "webdataset"`, `"mds"`,
-    /// `"parquet"`).
+    /// `"parquet"`, `"arrow"`).
     Shards {
         /// The prefix.
         prefix: String,
@@ -448,7 +448,7 @@ pub enum S3Layout {
         format: ShardFormat,
         /// The label members' extension or the label column.
         label_field: String,
-        /// The sample column (`mds`, `parquet`).
+        /// The sample column (`mds`, `parquet`, `arrow`).
         sample_field: String,
     },
 }

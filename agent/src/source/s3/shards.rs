@@ -3,10 +3,11 @@
 
 use super::{classify, Bucket, S3Catalog, S3Entry, S3Error};
 use crate::config::ShardFormat;
+use crate::source::shards::arrow::ArrowWalker;
 use crate::source::shards::mds::{self, MdsWalker};
 use crate::source::shards::parquet::ParquetWalker;
 use crate::source::shards::{
-    is_parquet, is_shard, IndexStats, ShardSample, ShardWalk, TarWalker, WalkError,
+    is_arrow, is_parquet, is_shard, IndexStats, ShardSample, ShardWalk, TarWalker, WalkError,
 };
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use object_store::path::Path as ObjectPath;
@@ -188,6 +189,14 @@ pub(crate) async fn index_dataset(
         ShardFormat::Parquet => {
             index_listed(store, bucket, prefix, is_parquet, |url, size| {
                 ParquetWalker::new(url, size, sample_field, label_field)
+            })
+            .await
+        }
+        // The `.arrow` (`.arrows`, `.feather`) objects below `prefix`, in
+        // the order of the `files` listing.
+        ShardFormat::Arrow => {
+            index_listed(store, bucket, prefix, is_arrow, |url, size| {
+                ArrowWalker::new(url, size, sample_field, label_field)
             })
             .await
         }

@@ -1,5 +1,5 @@
 //! Datasets stored as shards (`format = "webdataset"`, `"mds"`,
-//! `"parquet"`): the index of the samples inside a dataset's shards, built
+//! `"parquet"`, `"arrow"`): the index of the samples inside a dataset's shards, built
 //! from their headers with ranged reads, without reading the samples' data.
 //!
 //! Each format has a sans-IO walk ([`ShardWalk`]): it says which bytes of
@@ -9,10 +9,14 @@
 //! fields, `granary_shm::tar::fields`); [`mds::MdsWalker`] reads an MDS
 //! shard's offset table and each record's column sizes (a sample is one
 //! column's value); [`parquet::ParquetWalker`] reads a Parquet file's
-//! footer and page headers (a sample is one binary value). [`fs`] drives
+//! footer and page headers (a sample is one binary value);
+//! [`arrow::ArrowWalker`] reads an Arrow IPC file's messages and each
+//! record batch's offsets and labels (a sample is one binary value). [`fs`] drives
 //! the walks with `pread` over files and [`s3`] with ranged GETs, several
 //! shards at once. See `docs/formats.md`.
 
+pub mod arrow;
+mod flatbuf;
 pub mod mds;
 pub mod parquet;
 mod thrift;
@@ -40,6 +44,14 @@ pub(crate) fn is_shard(name: &str) -> bool {
 /// Whether `name` is a Parquet file: it ends in `.parquet`.
 pub(crate) fn is_parquet(name: &str) -> bool {
     name.len() > 8 && name.ends_with(".parquet")
+}
+
+/// Whether `name` is an Arrow IPC file: it ends in `.arrow` (Hugging Face
+/// `datasets`), `.arrows` or `.feather`.
+pub(crate) fn is_arrow(name: &str) -> bool {
+    [".arrow", ".arrows", ".feather"]
+        .iter()
+        .any(|ext| name.len() > ext.len() && name.ends_with(ext))
 }
 
 /// The next read's length in the walks of MDS and Parquet shards, after
