@@ -36,6 +36,24 @@ pub trait ShardWalk {
     fn into_samples(self) -> Vec<ShardSample>;
 }
 
+/// Checks that `data`, read at `at` from `file`, is the read `want` the
+/// walk asked for (at least as long).
+pub(crate) fn check_read(
+    file: &str,
+    want: Option<(u64, u64)>,
+    at: u64,
+    data: &[u8],
+) -> Result<(), WalkError> {
+    match want {
+        Some((a, n)) if a == at && data.len() as u64 >= n => Ok(()),
+        want => Err(WalkError::at(
+            file,
+            at,
+            format!("read {} bytes at {at}, the walk wants {want:?}", data.len()),
+        )),
+    }
+}
+
 /// Whether `name` (a file name or key) is a tar shard: it ends in `.tar`.
 pub(crate) fn is_shard(name: &str) -> bool {
     name.len() > 4 && name.ends_with(".tar")
