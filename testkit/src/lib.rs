@@ -11,6 +11,8 @@
 //!   why) locally and fails it under `CI=1`; [`require_ok!`] for a `Result`.
 //! * [`granaryd`]: [`GranarydProcess::spawn`], the one way tests start the
 //!   real `granaryd`.
+//! * [`docs`]: README.md's and docs/*.md's code blocks and command lines,
+//!   for tests that hold the docs to the code.
 //! * [`agent_toml`]: an agent's TOML, the settings every test agent
 //!   shares written once.
 //!
@@ -25,6 +27,7 @@
 #![warn(missing_docs)]
 
 pub mod agent_toml;
+pub mod docs;
 pub mod granaryd;
 pub mod require;
 pub mod watchdog;

@@ -52,6 +52,8 @@ mod validate;
 mod values;
 
 #[cfg(test)]
+mod doc_examples_tests;
+#[cfg(test)]
 mod field_use_tests;
 #[cfg(test)]
 pub(crate) mod fuzz_tests;

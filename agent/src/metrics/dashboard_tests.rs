@@ -96,3 +96,55 @@ fn names_are_found_and_an_unknown_one_would_fail() {
     assert!(!exported().contains("granary_x"));
     assert!(exported().contains("granary_rank_wait_seconds"));
 }
+
+/// `granary_*` words of the docs that are not metrics: crate paths
+/// (followed by `::`), C API names, a keyspace prefix, and the benchmarks'
+/// contender names and JSON keys.
+fn not_a_metric(name: &str, after: &str) -> bool {
+    const HEADER: &str = include_str!("../../../client-c/include/granary.h");
+    const OTHERS: [&str; 5] = [
+        "granary_c",
+        "granary_w0",
+        "granary_workers",
+        "granary_img_per_s",
+        "granary_test_",
+    ];
+    after.starts_with("::")
+        || OTHERS.contains(&name)
+        || names(HEADER).iter().any(|h| h == name)
+}
+
+#[test]
+fn every_metric_the_docs_name_is_exported() {
+    let exported = exported();
+    let mut checked = 0;
+    for (file, text) in granary_testkit::docs::texts() {
+        if file.starts_with("benchmarks") {
+            continue; // results, with the contenders' and JSON keys' names
+        }
+        for (i, line) in text.lines().enumerate() {
+            let mut rest = line;
+            for n in names(line) {
+                let at = rest.find(&n).map_or(0, |a| a + n.len());
+                let after = &rest[at..];
+                rest = after;
+                if not_a_metric(&n, after) {
+                    continue;
+                }
+                let family = ["_total", "_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| n.strip_suffix(s).filter(|f| exported.contains(*f)))
+                    .unwrap_or(&n);
+                // `granary_peer_*`: a prefix.
+                let prefix = n.ends_with('_') && exported.iter().any(|e| e.starts_with(&n));
+                assert!(
+                    prefix || exported.contains(family),
+                    "{file}:{}: the docs name {n}, which the agent does not export",
+                    i + 1
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 60, "only {checked} metric names found in the docs");
+}
