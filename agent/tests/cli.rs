@@ -174,5 +174,8 @@ fn validate_refuses_a_weak_job_secret_and_takes_a_generated_one() {
 fn documented_command_lines_exist() {
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_granaryd"));
     let checked = granary_testkit::docs::check_documented_command_lines(bin, "granaryd");
-    assert!(checked >= 20, "only {checked} `granaryd` command lines in the docs");
+    assert!(
+        checked >= 20,
+        "only {checked} `granaryd` command lines in the docs"
+    );
 }

@@ -136,7 +136,9 @@ pub fn invocations(name: &str, doc: &str, bin: &str, subcommands: &[&str]) -> Ve
                 continue;
             };
             let tail = &args[sub.len()..];
-            let end = tail.find(['`', '|', ';', '&', ')', '(']).unwrap_or(tail.len());
+            let end = tail
+                .find(['`', '|', ';', '&', ')', '('])
+                .unwrap_or(tail.len());
             let flags = tail[..end]
                 .split_whitespace()
                 .filter(|w| w.starts_with("--") && w.len() > 2)
@@ -169,8 +171,11 @@ fn find_word(s: &str, word: &str) -> Option<usize> {
 }
 
 fn starts_with_word(s: &str, word: &str) -> bool {
-    s.strip_prefix(word)
-        .is_some_and(|r| r.chars().next().is_none_or(|c| !c.is_alphanumeric() && c != '-'))
+    s.strip_prefix(word).is_some_and(|r| {
+        r.chars()
+            .next()
+            .is_none_or(|c| !c.is_alphanumeric() && c != '-')
+    })
 }
 
 /// `bin ARGS --help`'s text.
@@ -180,7 +185,11 @@ fn help(bin: &Path, args: &[String]) -> String {
         .arg("--help")
         .output()
         .unwrap_or_else(|e| panic!("run {}: {e}", bin.display()));
-    assert!(out.status.success(), "{} {args:?} --help failed", bin.display());
+    assert!(
+        out.status.success(),
+        "{} {args:?} --help failed",
+        bin.display()
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 

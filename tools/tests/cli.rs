@@ -122,5 +122,8 @@ fn secret_new_writes_a_private_strong_secret_and_keeps_an_existing_one() {
 fn documented_command_lines_exist() {
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_granary"));
     let checked = granary_testkit::docs::check_documented_command_lines(bin, "granary");
-    assert!(checked >= 20, "only {checked} `granary` command lines in the docs");
+    assert!(
+        checked >= 20,
+        "only {checked} `granary` command lines in the docs"
+    );
 }
