@@ -139,10 +139,17 @@ pub fn invocations(name: &str, doc: &str, bin: &str, subcommands: &[&str]) -> Ve
             let end = tail
                 .find(['`', '|', ';', '&', ')', '('])
                 .unwrap_or(tail.len());
+            // `--flag`, `--flag=V`, `[--flag]`, `[--flag V]`.
             let flags = tail[..end]
                 .split_whitespace()
-                .filter(|w| w.starts_with("--") && w.len() > 2)
-                .map(|w| w.split('=').next().unwrap_or(w).to_owned())
+                .map(|w| w.trim_start_matches('['))
+                .filter_map(|w| {
+                    let name = w.strip_prefix("--")?;
+                    let len = name
+                        .find(|c: char| !(c.is_alphanumeric() || c == '-'))
+                        .unwrap_or(name.len());
+                    (len > 0).then(|| format!("--{}", &name[..len]))
+                })
                 .collect();
             out.push(Invocation {
                 place: format!("{name}:{}", first + 1),
@@ -261,15 +268,19 @@ mod tests {
         assert_eq!(b[1].place, "t.md:8");
         let doc = "Run `granaryd validate --config f` (or `granary-agent run`);\n\
                    granary secret new - | kubectl --dry-run\n\
-                   granary ingest d \\\n  --to s3://b --verify\n";
+                   granary ingest d \\\n  --to s3://b --verify\n\
+                   | `granary secret new PATH [--force]` | `granaryd run [--log-format text\\|json]`\n";
         let v = invocations("t.md", doc, "granaryd", &["run", "validate"]);
-        assert_eq!(v.len(), 1);
-        assert_eq!(v[0].flags, ["--config"]);
-        let v = invocations("t.md", doc, "granary", &["secret", "secret new", "ingest"]);
         assert_eq!(v.len(), 2);
+        assert_eq!(v[0].flags, ["--config"]);
+        assert_eq!(v[1].subcommand, ["run"]);
+        assert_eq!(v[1].flags, ["--log-format"]);
+        let v = invocations("t.md", doc, "granary", &["secret", "secret new", "ingest"]);
+        assert_eq!(v.len(), 3);
         assert_eq!(v[0].subcommand, ["secret", "new"]);
         assert!(v[0].flags.is_empty());
         assert_eq!(v[1].place, "t.md:3");
         assert_eq!(v[1].flags, ["--to", "--verify"]);
+        assert_eq!(v[2].flags, ["--force"]);
     }
 }
