@@ -554,7 +554,10 @@ mod tests {
         }
         assert!(!default_contenders(0).contains(&"granary_w0"));
         assert_eq!(default_contenders(0)[0], "granary");
-        assert!(!default_contenders(0).contains(&"dali"), "dali decodes only");
+        assert!(
+            !default_contenders(0).contains(&"dali"),
+            "dali decodes only"
+        );
         assert!(default_contenders(224).contains(&"dali"));
         let c = contender("boto3_w32", "python3", &none).unwrap();
         match c.launch {

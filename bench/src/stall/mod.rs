@@ -43,9 +43,14 @@
 //! (s3torchconnector, 8 workers), and the shard readers over shards of the
 //! same samples written by `bench/stall_shards.py` into the same store:
 //! `streaming` (mosaicml-streaming, MDS), `litdata` (litdata's
-//! `StreamingDataset`) and `webdataset` (tar shards read with `pipe:curl`).
+//! `StreamingDataset`) and `webdataset` (tar shards read with `pipe:curl`);
+//! with `--decode` only, `dali` (NVIDIA DALI on the CPU: its webdataset
+//! reader over the tar shards, its image decoder and resize).
 //!
-//! `--decode` adds, at the goal's RTT, two `granary` jobs at once on one
+//! `--decode` makes the samples JPEGs, each contender decoding them the
+//! way its own docs recommend (`crate::stall_loaders::decoder`:
+//! torchvision, PIL or DALI; `granary` reads samples its agent prepared),
+//! and adds, at the goal's RTT, two `granary` jobs at once on one
 //! agent ([`jobs2`]); `--two-jobs` is another benchmark on the same
 //! harness: two C loaders with different steps on one agent, prefetch
 //! balanced by time to stall against static windows ([`two_jobs`]).
@@ -146,9 +151,11 @@ impl Options {
         if !["seaweed", "light"].contains(&self.store.as_str()) {
             return Err(format!("--store: {:?} is not seaweed or light", self.store));
         }
-        if let Some(d) = self.contenders.iter().find(|n| {
-            self.decode == 0 && crate::stall_loaders::DECODE_ONLY.contains(&n.as_str())
-        }) {
+        if let Some(d) = self
+            .contenders
+            .iter()
+            .find(|n| self.decode == 0 && crate::stall_loaders::DECODE_ONLY.contains(&n.as_str()))
+        {
             return Err(format!("--contenders: {d} runs with --decode only"));
         }
         if let Some(m) = self

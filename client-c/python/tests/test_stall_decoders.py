@@ -4,7 +4,6 @@ the same shape and nearly the same pixels for one JPEG of
 `granary.make_dataset.make_jpeg`. The DALI case is skipped, loudly, when
 nvidia-dali is not installed."""
 
-import importlib.util
 import sys
 
 import pytest
@@ -32,12 +31,13 @@ MEAN_DIFF = 1.5
 
 
 def _stall_decode():
-    path = REPO / "bench" / "stall_decode.py"
-    spec = importlib.util.spec_from_file_location("stall_decode", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["stall_decode"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """bench/stall_decode.py (the benchmark's folder is no package)."""
+    bench = str(REPO / "bench")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
+    import stall_decode
+
+    return stall_decode
 
 
 @pytest.fixture(scope="module")
