@@ -2,7 +2,9 @@
 //! dataset as files, as MDS shards and as Parquet files (written by
 //! `granary ingest --format mds|parquet`, on the filesystem and uploaded
 //! to SeaweedFS) gives the same epoch through a loader session: the same
-//! ids, labels and order, each sample byte for byte the file. Corrupt,
+//! ids, labels and order, each sample byte for byte the file. Arrow IPC
+//! files as Hugging Face `datasets` writes them (pyarrow wrote the
+//! fixtures) give every row's image bytes and label, on both. Corrupt,
 //! truncated and unreadable shards are refused naming the file and the
 //! reason; the arena holds each cached sample in at most 1.05× its size.
 
@@ -79,6 +81,56 @@ format = "parquet"
     let files = epochs(&agent.sock, "files", 1, || {});
     for name in ["mds-fs", "pq-fs", "mds-s3", "pq-s3"] {
         same_epoch(&files, &epochs(&agent.sock, name, 1, || {}), name);
+    }
+}
+
+/// `make.py`'s rows (agent/src/source/shards/arrow/testdata).
+fn arrow_row(seed: usize, i: usize) -> (i32, Vec<u8>) {
+    let n = 10 + (i * 37) % 300;
+    let bytes = (0..n).map(|k| ((i * 7 + k + seed) % 251) as u8).collect();
+    (i as i32 * 3 - 5, bytes)
+}
+
+#[test]
+fn hugging_face_arrow_files_on_fs_and_s3_give_every_row() {
+    let _w = watchdog("hugging_face_arrow_files_on_fs_and_s3", 240);
+    let weed = Seaweed::start();
+    let dir = tempfile::tempdir().unwrap();
+    let spec = synth(dir.path(), 20, 2, 2_000);
+    let fixtures =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/source/shards/arrow/testdata/hf");
+    let arrow = dir.path().join("arrow");
+    std::fs::create_dir(&arrow).unwrap();
+    for f in ["data-00000-of-00002.arrow", "data-00001-of-00002.arrow"] {
+        std::fs::copy(fixtures.join(f), arrow.join(f)).unwrap();
+    }
+    assert_eq!(upload(&weed, &arrow, "hf").files, 2);
+    let sock = dir.path().join("granary.sock");
+    let tables = format!(
+        "[[dataset]]\nname = \"arrow-fs\"\nroot = \"{}\"\nformat = \"arrow\"\nsample_field = \"image\"\n{}",
+        arrow.display(),
+        s3_table("arrow-s3", &weed.endpoint(), "hf", "format = \"arrow\"\nsample_field = \"image\""),
+    );
+    let cfg = store_config(&sock, "64MiB", "", &tables);
+    let agent = TestAgent::start_on(dir, &spec, sock, cfg);
+    let fs = epochs(&agent.sock, "arrow-fs", 1, || {});
+    let s3 = epochs(&agent.sock, "arrow-s3", 1, || {});
+    assert_eq!(fs.len(), 50);
+    assert!(fs == s3, "the same epoch from the filesystem and from S3");
+    let mut ids: Vec<u64> = fs.iter().map(|d| d.0).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..50).collect::<Vec<u64>>(), "every row once");
+    for (id, label, bytes) in &fs {
+        let (seed, row) = if *id < 25 {
+            (1, *id as usize)
+        } else {
+            (7, *id as usize - 25)
+        };
+        assert_eq!(
+            (*label, bytes),
+            (arrow_row(seed, row).0, &arrow_row(seed, row).1),
+            "row {id}"
+        );
     }
 }
 

@@ -80,6 +80,9 @@ pub enum ShardFormat {
     Mds,
     /// `"parquet"`: Parquet files; one binary column of a row is the sample.
     Parquet,
+    /// `"arrow"`: Arrow IPC files (Hugging Face `datasets`' `.arrow`); one
+    /// binary column of a row is the sample.
+    Arrow,
 }
 
 impl ShardFormat {
@@ -90,20 +93,25 @@ impl ShardFormat {
             ShardFormat::Webdataset => "webdataset",
             ShardFormat::Mds => "mds",
             ShardFormat::Parquet => "parquet",
+            ShardFormat::Arrow => "arrow",
         }
     }
 
     /// Whether the format's samples are columns (`sample_field` applies).
     pub fn has_columns(self) -> bool {
-        matches!(self, ShardFormat::Mds | ShardFormat::Parquet)
+        matches!(
+            self,
+            ShardFormat::Mds | ShardFormat::Parquet | ShardFormat::Arrow
+        )
     }
 }
 
 /// Default `dataset[i].label_field` of a `webdataset` dataset.
 pub(crate) const DEFAULT_LABEL_FIELD: &str = "cls";
-/// Default `dataset[i].label_field` of an `mds` or `parquet` dataset.
+/// Default `dataset[i].label_field` of an `mds`, `parquet` or `arrow` dataset.
 pub(crate) const DEFAULT_LABEL_COLUMN: &str = "label";
-/// Default `dataset[i].sample_field` of an `mds` or `parquet` dataset.
+/// Default `dataset[i].sample_field` of an `mds`, `parquet` or `arrow`
+/// dataset.
 pub(crate) const DEFAULT_SAMPLE_COLUMN: &str = "sample";
 
 /// A dataset's shard settings, defaulted ([`DatasetConfig::shards`]).
@@ -112,9 +120,9 @@ pub struct ShardSettings<'a> {
     /// `format`.
     pub format: ShardFormat,
     /// `label_field`: the label member's extension (`webdataset`) or the
-    /// label column (`mds`, `parquet`).
+    /// label column (`mds`, `parquet`, `arrow`).
     pub label_field: &'a str,
-    /// `sample_field`: the sample column (`mds`, `parquet`).
+    /// `sample_field`: the sample column (`mds`, `parquet`, `arrow`).
     pub sample_field: &'a str,
 }
 

@@ -78,17 +78,18 @@ macro_rules! dataset_kind {
             /// `dataset[i].format`: how samples lie in the store: `"files"`
             /// (the default: one file or object per sample), `"webdataset"`
             /// (tar shards, one sample per key), `"mds"` (Mosaic MDS shards)
-            /// or `"parquet"` (Parquet files). See docs/formats.md.
+            /// `"parquet"` (Parquet files) or `"arrow"` (Arrow IPC files). See
+            /// docs/formats.md.
             #[serde(default)]
             pub format: crate::config::ShardFormat,
             /// `dataset[i].label_field`: the member extension whose data is
             /// the label of a `webdataset` sample (ASCII decimal; default
-            /// `"cls"`), or the integer column of an `mds` / `parquet`
+            /// `"cls"`), or the integer column of an `mds` / `parquet` / `arrow`
             /// sample's label (default `"label"`).
             #[serde(default)]
             pub label_field: Option<String>,
             /// `dataset[i].sample_field`: the column whose value is the
-            /// sample (`mds`, `parquet`). Default `"sample"`.
+            /// sample (`mds`, `parquet`, `arrow`). Default `"sample"`.
             #[serde(default)]
             pub sample_field: Option<String>,
         ] $($rest)*);

@@ -1304,8 +1304,22 @@ fn format_and_label_field_are_checked() {
         ),
         ["dataset[0].label_field"]
     );
-    let e = parse_err("[[dataset]]\nname = \"w\"\nroot = \"/d\"\nformat = \"arrow\"\n").to_string();
-    assert!(e.contains("arrow"), "{e}");
+    let a = Config::from_toml_str(
+        "[[dataset]]\nname = \"a\"\nroot = \"/d\"\nformat = \"arrow\"\nsample_field = \"image\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        a.datasets[0].shards(),
+        settings(ShardFormat::Arrow, "label", "image")
+    );
+    assert_eq!(
+        invalid_fields(
+            "[[dataset]]\nname = \"w\"\nroot = \"/d\"\nformat = \"arrow\"\ndirect_io = true\n"
+        ),
+        ["dataset[0].direct_io"]
+    );
+    let e = parse_err("[[dataset]]\nname = \"w\"\nroot = \"/d\"\nformat = \"lance\"\n").to_string();
+    assert!(e.contains("lance") && e.contains("arrow"), "{e}");
     assert_eq!(
         invalid_fields(
             "[[dataset]]\nname = \"s\"\nkind = \"s3\"\nbucket = \"b\"\nmanifest = \"m.tsv\"\nformat = \"webdataset\"\n"

@@ -188,7 +188,7 @@ fn validate_format(
         if format == ShardFormat::Files {
             p.bad(
                 &field("label_field"),
-                "is for format = \"webdataset\", \"mds\" or \"parquet\"",
+                "is for format = \"webdataset\", \"mds\", \"parquet\" or \"arrow\"",
             );
         } else if l.is_empty() || l.contains('/') || l.chars().any(char::is_control) {
             p.bad(
@@ -203,7 +203,7 @@ fn validate_format(
         if !format.has_columns() {
             p.bad(
                 &field("sample_field"),
-                "is for format = \"mds\" or \"parquet\"",
+                "is for format = \"mds\", \"parquet\" or \"arrow\"",
             );
         } else if s.is_empty() || s.contains('/') || s.chars().any(char::is_control) {
             p.bad(

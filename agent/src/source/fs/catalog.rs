@@ -136,7 +136,7 @@ pub enum CatalogError {
         path: PathBuf,
     },
     /// A shard could not be indexed (`format = "webdataset"`, `"mds"`,
-    /// `"parquet"`).
+    /// `"parquet"`, `"arrow"`).
     Shard(crate::source::shards::WalkError),
     /// A dataset configuration names neither a root nor a manifest.
     NoLocation {

@@ -2,10 +2,11 @@
 
 use super::{Catalog, CatalogEntry, CatalogError};
 use crate::config::{ShardFormat, ShardSettings};
+use crate::source::shards::arrow::ArrowWalker;
 use crate::source::shards::mds::{self, MdsWalker};
 use crate::source::shards::parquet::ParquetWalker;
 use crate::source::shards::{
-    is_parquet, is_shard, IndexStats, ShardSample, ShardWalk, TarWalker, WalkError,
+    is_arrow, is_parquet, is_shard, IndexStats, ShardSample, ShardWalk, TarWalker, WalkError,
 };
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -20,6 +21,7 @@ pub fn index_dataset(
     match settings.format {
         ShardFormat::Mds => index_mds(root, settings.sample_field, settings.label_field),
         ShardFormat::Parquet => index_parquet(root, settings.sample_field, settings.label_field),
+        ShardFormat::Arrow => index_arrow(root, settings.sample_field, settings.label_field),
         ShardFormat::Webdataset | ShardFormat::Files => index(root, settings.label_field),
     }
 }
@@ -158,25 +160,50 @@ pub fn index_mds(
     Ok((Catalog::finish(entries, Vec::new(), root)?, stats))
 }
 
-/// Indexes the `.parquet` files below `root` (in the order of the `files`
-/// format): each row's `sample_field` value a sample, its `label_field`
-/// value the label.
+/// Indexes the files below `root` that `keep` names (`.parquet`,
+/// `.arrow`: `ext`, for the error when there is none), in the order of the
+/// `files` format, each walked by the walk `walker` makes of it (from its
+/// name and size): each row's `sample_field` value a sample, its
+/// `label_field` value the label.
+pub fn index_columns<W: ShardWalk>(
+    root: &Path,
+    keep: fn(&str) -> bool,
+    ext: &str,
+    walker: impl Fn(String, u64) -> W,
+) -> Result<(Catalog, IndexStats), CatalogError> {
+    let shards = shard_files(root, keep)?.into_iter().map(|p| (p, ()));
+    let (entries, stats) = walk_all(shards, IndexStats::default(), |path, size, ()| {
+        Ok(walker(path.display().to_string(), size))
+    })?;
+    if entries.is_empty() && stats.shards == 0 {
+        return Err(CatalogError::Shard(WalkError::whole(
+            root.display().to_string(),
+            format!("no {ext} file below it"),
+        )));
+    }
+    let catalog = Catalog::finish(entries, Vec::new(), root)?;
+    Ok((catalog, stats))
+}
+
+/// Indexes the `.parquet` files below `root` ([`index_columns`]).
 pub fn index_parquet(
     root: &Path,
     sample_field: &str,
     label_field: &str,
 ) -> Result<(Catalog, IndexStats), CatalogError> {
-    let shards = shard_files(root, is_parquet)?.into_iter().map(|p| (p, ()));
-    let (entries, stats) = walk_all(shards, IndexStats::default(), |path, size, ()| {
-        let name = path.display().to_string();
-        Ok(ParquetWalker::new(name, size, sample_field, label_field))
-    })?;
-    if entries.is_empty() && stats.shards == 0 {
-        return Err(CatalogError::Shard(WalkError::whole(
-            root.display().to_string(),
-            "no .parquet file below it",
-        )));
-    }
-    let catalog = Catalog::finish(entries, Vec::new(), root)?;
-    Ok((catalog, stats))
+    index_columns(root, is_parquet, ".parquet", |name, size| {
+        ParquetWalker::new(name, size, sample_field, label_field)
+    })
+}
+
+/// Indexes the Arrow IPC files (`.arrow`, `.arrows`, `.feather`) below
+/// `root` ([`index_columns`]).
+pub fn index_arrow(
+    root: &Path,
+    sample_field: &str,
+    label_field: &str,
+) -> Result<(Catalog, IndexStats), CatalogError> {
+    index_columns(root, is_arrow, ".arrow", |name, size| {
+        ArrowWalker::new(name, size, sample_field, label_field)
+    })
 }

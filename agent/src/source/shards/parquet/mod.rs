@@ -546,15 +546,7 @@ impl ShardWalk for ParquetWalker {
     }
 
     fn feed(&mut self, at: u64, data: &[u8]) -> Result<(), WalkError> {
-        match self.next_read() {
-            Some((a, n)) if a == at && data.len() as u64 >= n => {}
-            want => {
-                return Err(self.at(
-                    at,
-                    format!("read {} bytes at {at}, the walk wants {want:?}", data.len()),
-                ))
-            }
-        }
+        super::check_read(&self.file, self.next_read(), at, data)?;
         match self.step {
             Step::Tail => self.tail(data),
             Step::Meta(m) => self.decode(&data[..m as usize]),
