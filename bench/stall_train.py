@@ -43,7 +43,23 @@ labels; every sample's length and magic are checked):
   webdataset      webdataset.WebDataset over tar shards (--remote), each read
                   with `pipe:curl` on a presigned URL through the proxy,
                   shard shuffle and a 1,000-sample shuffle buffer, batched in
-                  the workers, WebLoader with --workers processes
+                  the workers, WebLoader with --workers processes; with
+                  --decoder pil, its README's pipeline: `.decode("pil")`
+                  (the `x` member renamed `jpg` for its image handler), then
+                  torchvision transforms
+  dali            --decode only: NVIDIA DALI on the CPU (device_id=None),
+                  its `fn.readers.webdataset` over the webdataset
+                  contender's tar shards, downloaded through the proxy into
+                  --cache (a fresh folder per run) at start, random_shuffle
+                  with a 1,000-sample buffer (initial_fill) and the shards in
+                  shuffled order, `fn.decoders.image(device="cpu")` and
+                  `fn.resize` on --workers DALI threads, read through its
+                  PyTorch plugin (DALIGenericIterator)
+
+With --decode SIDE the samples are JPEGs, each decoded and resized to SIDE
+x SIDE RGB by --decoder (torchvision, pil or dali: the one the
+contender's docs recommend; bench/stall_decode.py has each with its
+reference), and every decoded sample's shape is checked.
 
 With --gpu-step MODEL the step is MODEL's forward and backward pass (bf16
 autocast, channels_last, SGD, synthetic labels from the batch's labels)
@@ -85,6 +101,8 @@ MAGIC = b"GRNSYNTH"
 REPO = Path(__file__).resolve().parent.parent
 #: --decode: the side every sample is decoded and resized to (0: bytes).
 DECODE = [0]
+#: --decoder: how the contender decodes (bench/stall_decode.py's DECODERS).
+DECODER = ["torchvision"]
 
 
 def label_of(key):
@@ -97,12 +115,19 @@ def as_sample(body, expected, key):
     if DECODE[0]:
         if len(body) != expected:
             raise RuntimeError(f"{key}: {len(body)} bytes (expected {expected})")
-        from stall_decode import decode
+        from stall_decode import decoder
 
-        return decode(body, DECODE[0])
+        return checked(decoder(DECODER[0])(body, DECODE[0]), key)
     if len(body) != expected or bytes(body[:8]) != MAGIC:
         raise RuntimeError(f"{key}: {len(body)} bytes (expected {expected}), starts {bytes(body[:8])!r}")
     return torch.frombuffer(bytearray(body), dtype=torch.uint8)
+
+
+def checked(x, key):
+    """A decoded sample: flat, 3 x side x side values."""
+    if x.numel() != 3 * DECODE[0] * DECODE[0]:
+        raise RuntimeError(f"{key}: decoded to {x.numel()} values (expected 3 x {DECODE[0]} x {DECODE[0]})")
+    return x
 
 
 def flat_collate(items):
@@ -240,12 +265,12 @@ def build_loader(a):
 
         decode = None
         if DECODE[0]:
-            from stall_decode import decode as decode_jpeg
+            from stall_decode import decoder
 
-            side = DECODE[0]
+            decode_jpeg, side = decoder(DECODER[0]), DECODE[0]
 
             def decode(x):
-                return decode_jpeg(x, side)
+                return checked(decode_jpeg(x, side), "a granary sample")
 
         ds = GranaryDataset(a.dataset, a.socket, batch_size=a.batch, seed=a.seed, batches=True,
                             collate=collate, epochs=a.epochs, timeout=120.0, decode=decode)
@@ -355,11 +380,103 @@ def build_loader(a):
         # workers have none, which is not an error.
         ds = (wds.WebDataset(urls, shardshuffle=len(urls), seed=a.seed, workersplitter=wds.split_by_worker,
                              empty_check=False)
-              .shuffle(1000)
-              .map(sample)
-              .batched(a.batch, collation_fn=flat_collate, partial=False))
+              .shuffle(1000))
+        if DECODE[0] and DECODER[0] == "pil":
+            from stall_decode import from_pil
+
+            def length_checked(s):
+                if len(s["x"]) != int(s["n"]):
+                    raise RuntimeError(f"{s['__key__']}: {len(s['x'])} bytes (expected {int(s['n'])})")
+                return s
+
+            def pil_sample(s):
+                return checked(from_pil(s["jpg"], DECODE[0]), s["__key__"]), int(s["y"])
+
+            # Its README's pipeline: .decode("pil") (an image handler, by
+            # extension: the samples' `x` member is its `jpg`), then
+            # torchvision transforms on the PIL image.
+            ds = ds.map(length_checked).rename(jpg="x").decode("pil").map(pil_sample)
+        else:
+            ds = ds.map(sample)
+        ds = ds.batched(a.batch, collation_fn=flat_collate, partial=False)
         return wds.WebLoader(ds, batch_size=None, num_workers=a.workers, **mp)
+    if c == "dali":
+        return dali_loader(a)
     raise SystemExit(f"stall_train: unknown contender {c!r}")
+
+
+def download_shards(a, suffix):
+    """The shards under --remote whose names end with `suffix`, downloaded
+    through --endpoint (the proxy) into --cache with --workers threads, in
+    an order shuffled by --seed: their local paths."""
+    from concurrent.futures import ThreadPoolExecutor
+    from urllib.parse import urlparse
+
+    import boto3
+    from botocore.config import Config
+
+    remote = urlparse(a.remote)
+    bucket, prefix = remote.netloc, remote.path.strip("/") + "/"
+    s3 = boto3.session.Session().client("s3", endpoint_url=a.endpoint,
+                                        config=Config(s3={"addressing_style": "path"}))
+    names = sorted(o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+                   for o in page.get("Contents", []) if o["Key"].endswith(suffix))
+    if not names:
+        raise RuntimeError(f"no {suffix} shards under {a.remote}")
+    random.Random(a.seed).shuffle(names)
+    os.makedirs(a.cache, exist_ok=True)
+    paths = [os.path.join(a.cache, k.rsplit("/", 1)[-1]) for k in names]
+    with ThreadPoolExecutor(max_workers=max(1, a.workers)) as pool:
+        list(pool.map(lambda kp: s3.download_file(bucket, kp[0], kp[1]), zip(names, paths)))
+    return paths
+
+
+def dali_loader(a):
+    """`--contender dali`: DALI's webdataset reader over the tar shards, its
+    CPU decode and resize, read through DALIGenericIterator; yields what
+    every loader yields (one flat uint8 tensor, lengths, labels)."""
+    if not DECODE[0]:
+        raise SystemExit("stall_train: the dali contender runs with --decode only")
+    from nvidia.dali import fn, pipeline_def
+    from nvidia.dali.plugin.base_iterator import LastBatchPolicy
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+    from stall_decode import dali_images
+
+    side, paths = DECODE[0], download_shards(a, ".tar")
+
+    @pipeline_def(batch_size=a.batch, num_threads=max(1, a.workers), device_id=None, exec_dynamic=True,
+                  seed=a.seed)
+    def pipe():
+        jpegs, y, n = fn.readers.webdataset(paths=paths, ext=["x", "y", "n"], missing_component_behavior="error",
+                                            random_shuffle=True, initial_fill=1000, name="Reader")
+        # The label and length members are decimal text: padded to one
+        # width so that every output is a dense batch.
+        pad = {"axes": (0,), "shape": (20,), "fill_value": 32}
+        return dali_images(jpegs, side), fn.pad(y, **pad), fn.pad(n, **pad), jpegs.shape()
+
+    p = pipe()
+    p.build()
+    it = DALIGenericIterator([p], ["x", "y", "n", "len"], reader_name="Reader", auto_reset=True,
+                             last_batch_policy=LastBatchPolicy.DROP)
+
+    def as_int(row):
+        return int(bytes(row.numpy().tolist()).strip())
+
+    class DaliBatches:
+        def __iter__(self):
+            for (d,) in it:
+                x, n = d["x"], d["n"]
+                lengths = [int(v) for v in d["len"].reshape(-1)]
+                if any(as_int(n[i]) != lengths[i] for i in range(len(lengths))):
+                    raise RuntimeError("dali: a sample whose length is not its `n`")
+                if tuple(x.shape[1:]) != (3, side, side):
+                    raise RuntimeError(f"dali: a batch of shape {tuple(x.shape)}")
+                labels = torch.tensor([as_int(r) for r in d["y"]], dtype=torch.int64)
+                per = torch.full((len(labels),), 3 * side * side, dtype=torch.int64)
+                yield x.reshape(-1), per, labels
+
+    return DaliBatches()
 
 
 def forever(loader):
@@ -460,17 +577,20 @@ def main():
     ap.add_argument("--region", default=os.environ.get("AWS_REGION", "us-east-1"))
     ap.add_argument("--socket")
     ap.add_argument("--dataset")
-    ap.add_argument("--remote", help="streaming, litdata, webdataset: s3://bucket/prefix of the shards")
-    ap.add_argument("--cache", help="streaming, litdata: the local cache folder")
+    ap.add_argument("--remote", help="streaming, litdata, webdataset, dali: s3://bucket/prefix of the shards")
+    ap.add_argument("--cache", help="streaming, litdata, dali: the local cache folder")
     ap.add_argument("--marks", action="store_true")
     ap.add_argument("--limit-s", type=float, default=300.0, help="give up (exit 1) after this long")
     ap.add_argument("--decode", type=int, default=0,
                     help="samples are JPEGs: decode and resize each to this side (granary_main: prepared by the agent)")
+    ap.add_argument("--decoder", choices=("torchvision", "pil", "dali"), default="torchvision",
+                    help="--decode: how the contender decodes (its docs' recommendation; bench/stall_decode.py)")
     ap.add_argument("--epochs", type=int, default=1, help="granary: epochs of the pass")
     ap.add_argument("--gpu-step", choices=("resnet50", "tiny"),
                     help="a real forward and backward pass instead of the sleep (CUDA when present)")
     a = ap.parse_args()
     DECODE[0] = a.decode
+    DECODER[0] = a.decoder
     import threading
 
     guard = threading.Timer(a.limit_s, lambda: finish(1, f"{a.contender}: gave up after {a.limit_s} s"))
@@ -541,7 +661,7 @@ def main():
     wall = t1 - t0
     w = sorted(waits)
     versions = {"torch": torch.__version__}
-    for mod in ("boto3", "s3torchconnector", "streaming", "litdata", "webdataset"):
+    for mod in ("boto3", "s3torchconnector", "streaming", "litdata", "webdataset", "nvidia.dali"):
         if mod in sys.modules:
             versions[mod] = getattr(sys.modules[mod], "__version__", "?")
     finish(0, result={

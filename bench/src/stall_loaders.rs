@@ -17,7 +17,11 @@ pub const CONTENDERS: &[&str] = &[
     "streaming",
     "litdata",
     "webdataset",
+    "dali",
 ];
+
+/// The contenders that run with `--decode` only (DALI is a decoder).
+pub const DECODE_ONLY: &[&str] = &["dali"];
 
 /// The `stall_train.py` arguments of contender `name`, if it is one of
 /// its loaders (the C loader is not).
@@ -43,8 +47,30 @@ pub fn args(name: &str) -> Option<&'static [&'static str]> {
         "streaming" => &["--contender", "streaming", "--workers", "8"],
         "litdata" => &["--contender", "litdata", "--workers", "8"],
         "webdataset" => &["--contender", "webdataset", "--workers", "8"],
+        // DALI's own thread pool (`num_threads`), in the training process.
+        "dali" => &["--contender", "dali", "--workers", "8"],
         _ => return None,
     })
+}
+
+/// With `--decode`, how contender `name` decodes and resizes its JPEGs
+/// (`stall_train.py --decoder`): the way its own docs recommend
+/// (`bench/stall_decode.py` has each with its reference). None: it does
+/// not decode (`granary` reads samples the agent prepared; the C loader
+/// does not run with `--decode`).
+pub fn decoder(name: &str) -> Option<&'static str> {
+    match name {
+        "granary" | "granary_c" => None,
+        // webdataset's README: `.decode("pil")` then torchvision transforms;
+        // mosaicml-streaming: its image encodings decode with PIL, its
+        // examples then apply torchvision transforms.
+        "streaming" | "webdataset" => Some("pil"),
+        "dali" => Some("dali"),
+        // Granary without `prepare` (docs/python.md: torchvision's
+        // `decode_jpeg`, as `granary.torch.decode_jpeg`), and the loaders
+        // whose docs recommend no decoder of their own.
+        _ => Some("torchvision"),
+    }
 }
 
 /// The loaders that fetch each sample with its own request, which
@@ -65,5 +91,20 @@ mod tests {
         assert_eq!(args("granary_c"), None, "the C loader is not a script");
         assert_eq!(args("boto3_w32").unwrap()[3], "32");
         assert!(PER_SAMPLE.iter().all(|n| args(n).is_some()));
+    }
+
+    #[test]
+    fn every_decoding_loader_has_its_docs_decoder() {
+        for &name in CONTENDERS {
+            match decoder(name) {
+                None => assert!(["granary", "granary_c"].contains(&name), "{name}"),
+                Some(d) => assert!(["torchvision", "pil", "dali"].contains(&d), "{name}: {d}"),
+            }
+        }
+        assert_eq!(decoder("webdataset"), Some("pil"));
+        assert_eq!(decoder("streaming"), Some("pil"));
+        assert_eq!(decoder("granary_workers"), Some("torchvision"));
+        assert_eq!(decoder("dali"), Some("dali"));
+        assert!(DECODE_ONLY.iter().all(|n| CONTENDERS.contains(n)));
     }
 }

@@ -58,6 +58,11 @@ const VIA: &[(&str, &str, &[&str])] = &[
     ("socket.allowed_gids", "allows", &["allows"]),
     ("metrics.address", "socket_addr", &["socket_addr"]),
     (
+        "cache.shard_index_dir",
+        "shard_index_dir",
+        &["shard_index_dir"],
+    ),
+    (
         "prefetch.read_retries",
         "retry_settings",
         &["retry_for|retry_settings", "decide"],

@@ -308,6 +308,7 @@ fn open_raw(
 ) -> io::Result<Box<dyn SampleSource>> {
     let capacity = cfg.prefetch.max_inflight_reads;
     let read_timeout = Duration::from_millis(cfg.prefetch.read_timeout_ms);
+    let index_cache = cfg.cache.shard_index_dir();
     match dataset {
         DatasetConfig::Fs(fs) => {
             let catalog = open_catalog(dataset).map_err(io::Error::other)?;
@@ -335,16 +336,19 @@ fn open_raw(
             dataset,
             s3.max_inflight.unwrap_or(capacity),
             read_timeout,
+            index_cache.as_deref(),
         )?)),
         DatasetConfig::Gcs(gcs) => Ok(Box::new(s3::S3Dataset::open(
             dataset,
             gcs.max_inflight.unwrap_or(capacity),
             read_timeout,
+            index_cache.as_deref(),
         )?)),
         DatasetConfig::Azure(az) => Ok(Box::new(s3::S3Dataset::open(
             dataset,
             az.max_inflight.unwrap_or(capacity),
             read_timeout,
+            index_cache.as_deref(),
         )?)),
         DatasetConfig::Cql(_) => Ok(Box::new(cql::CqlDataset::open(dataset, read_timeout)?)),
     }

@@ -20,7 +20,7 @@ struct Cli {
     /// Round-trip times in ms, comma-separated [0,10,50,100,200; --two-jobs 100].
     #[arg(long, value_delimiter = ',')]
     rtt: Option<Vec<u64>>,
-    /// Contenders, comma-separated, granary first [every one but granary_w0].
+    /// Contenders, comma-separated, granary first [every one but granary_w0; dali with --decode only].
     #[arg(long, value_delimiter = ',')]
     contenders: Option<Vec<String>>,
     /// Interleaved runs per contender and RTT [3; --quick 2; --two-jobs 2].
@@ -105,7 +105,7 @@ fn main() -> ExitCode {
 
 fn options(c: Cli, root: PathBuf) -> Options {
     let q = |full: u64, short: u64| if c.quick { short } else { full };
-    let default_contenders = stall::default_contenders()
+    let default_contenders = stall::default_contenders(c.decode)
         .iter()
         .map(|s| s.to_string())
         .collect();

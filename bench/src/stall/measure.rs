@@ -162,6 +162,9 @@ pub(super) fn loader_command(
             if ctx.decode > 0 {
                 cmd.args(["--decode", &ctx.decode.to_string()])
                     .args(["--epochs", &ctx.epochs().to_string()]);
+                if let Some(d) = crate::stall_loaders::decoder(&c.name) {
+                    cmd.args(["--decoder", d]);
+                }
             }
             if c.agent {
                 cmd.args(["--socket", &socket, "--dataset", DATASET]);
@@ -546,11 +549,16 @@ mod tests {
         assert!(contender("nope", "python3", &none).is_err());
         let c = contender("granary_c", "python3", &none).unwrap();
         assert!(matches!(c.launch, Launch::Missing(_)));
-        for name in default_contenders() {
+        for name in default_contenders(224) {
             assert!(contender(name, "python3", &none).is_ok(), "{name}");
         }
-        assert!(!default_contenders().contains(&"granary_w0"));
-        assert_eq!(default_contenders()[0], "granary");
+        assert!(!default_contenders(0).contains(&"granary_w0"));
+        assert_eq!(default_contenders(0)[0], "granary");
+        assert!(
+            !default_contenders(0).contains(&"dali"),
+            "dali decodes only"
+        );
+        assert!(default_contenders(224).contains(&"dali"));
         let c = contender("boto3_w32", "python3", &none).unwrap();
         match c.launch {
             Launch::Python(a) => assert!(a.windows(2).any(|w| w == ["--workers", "32"])),

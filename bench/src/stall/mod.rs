@@ -43,9 +43,14 @@
 //! (s3torchconnector, 8 workers), and the shard readers over shards of the
 //! same samples written by `bench/stall_shards.py` into the same store:
 //! `streaming` (mosaicml-streaming, MDS), `litdata` (litdata's
-//! `StreamingDataset`) and `webdataset` (tar shards read with `pipe:curl`).
+//! `StreamingDataset`) and `webdataset` (tar shards read with `pipe:curl`);
+//! with `--decode` only, `dali` (NVIDIA DALI on the CPU: its webdataset
+//! reader over the tar shards, its image decoder and resize).
 //!
-//! `--decode` adds, at the goal's RTT, two `granary` jobs at once on one
+//! `--decode` makes the samples JPEGs, each contender decoding them the
+//! way its own docs recommend (`crate::stall_loaders::decoder`:
+//! torchvision, PIL or DALI; `granary` reads samples its agent prepared),
+//! and adds, at the goal's RTT, two `granary` jobs at once on one
 //! agent ([`jobs2`]); `--two-jobs` is another benchmark on the same
 //! harness: two C loaders with different steps on one agent, prefetch
 //! balanced by time to stall against static windows ([`two_jobs`]).
@@ -146,6 +151,13 @@ impl Options {
         if !["seaweed", "light"].contains(&self.store.as_str()) {
             return Err(format!("--store: {:?} is not seaweed or light", self.store));
         }
+        if let Some(d) = self
+            .contenders
+            .iter()
+            .find(|n| self.decode == 0 && crate::stall_loaders::DECODE_ONLY.contains(&n.as_str()))
+        {
+            return Err(format!("--contenders: {d} runs with --decode only"));
+        }
         if let Some(m) = self
             .gpu_step
             .as_deref()
@@ -205,4 +217,41 @@ pub fn run_two_jobs(s: &two_jobs::Settings) -> Result<()> {
     let out = scenario::build_c_loader(&root, &work).and_then(|c| two_jobs::run(s, &c));
     let _ = std::fs::remove_dir_all(&work);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(contenders: &[&str], decode: u32) -> Options {
+        Options {
+            rtts: vec![100],
+            contenders: contenders.iter().map(|s| (*s).to_owned()).collect(),
+            reps: 1,
+            files: 3000,
+            mean_size: 110_000,
+            batch: 32,
+            batches: 5,
+            window_s: 10.0,
+            warmup: 5,
+            step_ms: Some(40.0),
+            gpu_step: None,
+            store: "light".into(),
+            light_threads: 2,
+            decode,
+            jpeg_side: 448,
+            with_jobs2: false,
+            quiet_s: 0.0,
+            plot: None,
+            python: "python3".into(),
+        }
+    }
+
+    #[test]
+    fn dali_runs_with_decode_only() {
+        let err = options(&["granary", "dali"], 0).check().unwrap_err();
+        assert!(err.contains("dali runs with --decode only"), "{err}");
+        assert!(options(&["granary", "dali"], 224).check().is_ok());
+        assert!(options(&["granary", "webdataset"], 0).check().is_ok());
+    }
 }

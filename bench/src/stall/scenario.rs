@@ -29,6 +29,8 @@ pub(super) const SHARD_READERS: &[(&str, &str)] = &[
     ("streaming", "mds"),
     ("litdata", "litdata"),
     ("webdataset", "wds"),
+    // DALI's `fn.readers.webdataset` reads the webdataset contender's shards.
+    ("dali", "wds"),
 ];
 pub(super) static RUN_NO: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 /// Every contender, in the default order (Granary first).
@@ -69,9 +71,23 @@ pub fn repo_root() -> Result<PathBuf> {
 
 /// Every contender but `granary_w0`, which is run on request only: the same
 /// agent read in the training process, where its per-batch work is not
-/// hidden behind the GPU step (docs/benchmarks.md has a run of it).
-pub fn default_contenders() -> Vec<&'static str> {
-    ALL.iter().copied().filter(|&n| n != "granary_w0").collect()
+/// hidden behind the GPU step (docs/benchmarks.md has a run of it); the
+/// decode-only ones (`dali`) with `--decode` (`decode` > 0) only.
+pub fn default_contenders(decode: u32) -> Vec<&'static str> {
+    ALL.iter()
+        .copied()
+        .filter(|&n| n != "granary_w0")
+        .filter(|n| decode > 0 || !stall_loaders::DECODE_ONLY.contains(n))
+        .collect()
+}
+
+/// How contender `name` decodes with `--decode` (its description line's end).
+pub(super) fn decoder_note(name: &str) -> String {
+    match (name, stall_loaders::decoder(name)) {
+        ("granary", _) => "samples prepared by the agent (decodes nothing)".to_owned(),
+        (_, Some(d)) => format!("decoder {d}"),
+        (_, None) => "does not decode".to_owned(),
+    }
 }
 
 /// How one contender is started.
@@ -170,6 +186,11 @@ pub(super) fn contender(name: &str, python: &str, c_loader: &Result<PathBuf>) ->
             script(Some(("webdataset", "webdataset"))),
             false,
             "webdataset WebDataset over 64 MiB tar shards in the same store, each read by `pipe:curl` on a presigned URL, shard shuffle + shuffle(1000), batched(32) in the workers; WebLoader(batch_size=None, num_workers=8)",
+        ),
+        "dali" => (
+            script(Some(("nvidia.dali", "nvidia-dali-cuda120"))),
+            false,
+            "NVIDIA DALI on the CPU (device_id=None): fn.readers.webdataset over the webdataset contender's tar shards (downloaded through the proxy into a fresh local cache at start, in shuffled order), random_shuffle with initial_fill 1000, batch 32, 8 DALI threads, DALIGenericIterator in the training process",
         ),
         other => {
             return Err(format!(
@@ -358,11 +379,17 @@ pub(super) fn setup(o: &Options, root: &Path) -> Result<(Ctx, Vec<Contender>)> {
         .iter()
         .map(|n| contender(n, &o.python, &c_loader))
         .collect::<Result<Vec<_>>>()?;
-    let formats: Vec<&str> = contenders
+    let mut formats: Vec<&str> = Vec::new();
+    for format in contenders
         .iter()
         .filter(|c| matches!(c.launch, Launch::Python(_)))
         .filter_map(|c| SHARD_READERS.iter().find(|r| r.0 == c.name).map(|r| r.1))
-        .collect();
+    {
+        // webdataset and dali read the same shards: written once.
+        if !formats.contains(&format) {
+            formats.push(format);
+        }
+    }
     let mut shard_errors = Vec::new();
     let store = if o.store == "light" {
         let mut mounts = vec![(ds.spec.root.clone(), PREFIX.to_owned())];
@@ -434,6 +461,12 @@ pub(super) fn setup(o: &Options, root: &Path) -> Result<(Ctx, Vec<Contender>)> {
     for c in &contenders {
         match &c.launch {
             Launch::Missing(e) => println!("contender {}: NOT RUN: {e}", c.name),
+            _ if o.decode > 0 => println!(
+                "contender {}: {}; {}",
+                c.name,
+                c.settings,
+                decoder_note(&c.name)
+            ),
             _ => println!("contender {}: {}", c.name, c.settings),
         }
     }

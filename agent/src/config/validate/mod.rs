@@ -39,6 +39,17 @@ impl Config {
                 format!("{addr:?} is not IP:PORT (e.g. \"127.0.0.1:9464\"); use \"\" to disable metrics"),
             );
         }
+        if let Some(dir) = &self.cache.shard_index_dir {
+            if !dir.as_os_str().is_empty() && !dir.is_absolute() {
+                p.bad(
+                    "cache.shard_index_dir",
+                    format!(
+                        "{:?} is not an absolute path (use \"\" to keep no shard index)",
+                        dir.display().to_string()
+                    ),
+                );
+            }
+        }
         self.validate_datasets(&mut p);
         let names: Vec<&str> = self.datasets.iter().map(DatasetConfig::name).collect();
         for (field, why) in super::mixture::problems(&self.mixtures, &names) {

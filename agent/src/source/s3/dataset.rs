@@ -36,17 +36,30 @@ impl S3Dataset {
     /// fetcher with `capacity` requests in flight. Blocking.
     /// Each request is one attempt (the engine's retry policy is the only
     /// retry layer), limited to `read_timeout` or the dataset's
-    /// `request_timeout_ms`, whichever is shorter.
+    /// `request_timeout_ms`, whichever is shorter. Shard indexes go
+    /// through the shard-index cache in `index_cache` when given
+    /// (`cache.shard_index_dir`).
     pub fn open(
         ds: &DatasetConfig,
         capacity: u32,
         read_timeout: Duration,
+        index_cache: Option<&std::path::Path>,
     ) -> io::Result<S3Dataset> {
         let mut settings = StoreSettings::from_dataset(ds).map_err(io::Error::other)?;
         settings.set_retries(0);
         settings.set_request_timeout(settings.request_timeout().min(read_timeout));
         let layout = S3Layout::from_dataset(ds).map_err(io::Error::other)?;
-        let source = S3Source::connect_store(&settings, capacity).map_err(io::Error::other)?;
+        let mut source = S3Source::connect_store(&settings, capacity).map_err(io::Error::other)?;
+        if let (Some(dir), S3Layout::Shards { .. }) = (index_cache, &layout) {
+            match super::index_cache::ShardIndexCache::open(dir) {
+                Ok(cache) => source = source.with_index_cache(cache, settings.identity()),
+                Err(e) => tracing::warn!(
+                    dataset = %ds.name(),
+                    "shard index cache {}: {e}; indexing without it",
+                    dir.display()
+                ),
+            }
+        }
         let catalog = source.catalog(&layout).map_err(|e| match e {
             S3Error::Request {
                 retryable: true, ..

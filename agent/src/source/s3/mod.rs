@@ -33,6 +33,7 @@ pub mod catalog;
 pub mod dataset;
 pub mod fault;
 pub mod fetcher;
+pub mod index_cache;
 pub mod shards;
 pub mod stores;
 
@@ -507,6 +508,8 @@ pub struct S3Source {
     store: Arc<dyn ObjectStore>,
     bucket: Bucket,
     options: FetchOptions,
+    /// The shard-index cache and the store's identity in its keys.
+    index_cache: Option<(index_cache::ShardIndexCache, String)>,
 }
 
 impl fmt::Debug for S3Source {
@@ -565,7 +568,19 @@ impl S3Source {
             store,
             bucket,
             options,
+            index_cache: None,
         })
+    }
+
+    /// Shard indexes ([`S3Layout::Shards`]) go through `cache`; `store` is
+    /// the store's identity in its keys ([`StoreSettings::identity`]).
+    pub fn with_index_cache(
+        mut self,
+        cache: index_cache::ShardIndexCache,
+        store: String,
+    ) -> S3Source {
+        self.index_cache = Some((cache, store));
+        self
     }
 
     /// The client.
@@ -598,6 +613,10 @@ impl S3Source {
     pub fn catalog(&self, layout: &S3Layout) -> Result<S3Catalog, S3Error> {
         let store = &*self.store;
         let bucket = &self.bucket;
+        let cache = self
+            .index_cache
+            .as_ref()
+            .map(|(cache, store)| shards::IndexCacheUse { cache, store });
         self.block_on(async move {
             match layout {
                 S3Layout::Prefix(p) => S3Catalog::list(store, bucket, p).await,
@@ -618,6 +637,7 @@ impl S3Source {
                         *format,
                         sample_field,
                         label_field,
+                        cache,
                     )
                     .await?;
                     tracing::info!(

@@ -1,6 +1,7 @@
 //! The index of an S3 dataset's shards, read with ranged GETs, several
 //! shards at once.
 
+use super::index_cache::ShardIndexCache;
 use super::{classify, Bucket, S3Catalog, S3Entry, S3Error};
 use crate::config::ShardFormat;
 use crate::source::shards::arrow::ArrowWalker;
@@ -17,6 +18,24 @@ use std::collections::HashMap;
 /// Shards walked at once.
 pub const PARALLEL_SHARDS: usize = 64;
 
+/// Where an index build keeps and finds each shard's samples
+/// ([`ShardIndexCache`]), and what the shards' samples depend on beyond
+/// the shard itself: the store, the format and its fields.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IndexCacheUse<'a> {
+    pub cache: &'a ShardIndexCache,
+    /// The store's identity (kind, endpoint, region or account).
+    pub store: &'a str,
+}
+
+/// What one shard's walk depends on: the key of its cache entry.
+fn cache_key(store: &str, url: &str, size: u64, etag: &str, walk: &str) -> String {
+    format!(
+        "{store}|{url}|{size}|{etag}|{walk}|walk version {}",
+        crate::source::shards::WALK_VERSION
+    )
+}
+
 /// Walks every object below `prefix` whose name passes `keep` with the
 /// walker `walker(url, size)` makes.
 async fn index_listed<W: ShardWalk>(
@@ -24,13 +43,14 @@ async fn index_listed<W: ShardWalk>(
     bucket: &Bucket,
     prefix: &str,
     keep: fn(&str) -> bool,
+    cache: Option<(IndexCacheUse<'_>, &str)>,
     walker: impl Fn(String, u64) -> W,
 ) -> Result<(S3Catalog, IndexStats), S3Error> {
     let shards = listed(store, bucket, prefix, keep).await?;
     let walks = shards
         .iter()
         .map(|e| Ok((e, walker(format!("s3://{bucket}/{}", e.key), e.size))));
-    walk_all(store, bucket, prefix, walks, IndexStats::default()).await
+    walk_all(store, bucket, prefix, walks, IndexStats::default(), cache).await
 }
 
 /// Indexes the MDS dataset below `prefix`: its `index.json`, then the
@@ -41,6 +61,7 @@ async fn index_mds(
     prefix: &str,
     sample_field: &str,
     label_field: &str,
+    cache: Option<(IndexCacheUse<'_>, &str)>,
 ) -> Result<(S3Catalog, IndexStats), S3Error> {
     let folder = prefix.trim_matches('/');
     let key_of = |name: &str| match folder {
@@ -72,7 +93,7 @@ async fn index_mds(
         })?;
         Ok((*e, MdsWalker::new(url, e.size, s).map_err(S3Error::Shard)?))
     });
-    walk_all(store, bucket, prefix, walks, stats).await
+    walk_all(store, bucket, prefix, walks, stats, cache).await
 }
 
 /// The objects below `prefix` whose names pass `keep`, in the order of the
@@ -93,18 +114,45 @@ async fn listed(
 }
 
 /// Runs the walks, [`PARALLEL_SHARDS`] at once, and makes the catalog of
-/// their samples in shard order.
+/// their samples in shard order. With a cache (and `walk`, what the
+/// samples depend on beyond the shard), a shard whose samples it holds for
+/// its ETag is not walked, and every shard walked is kept in it.
 async fn walk_all<'a, W: ShardWalk>(
     store: &dyn ObjectStore,
     bucket: &Bucket,
     prefix: &str,
     walks: impl Iterator<Item = Result<(&'a S3Entry, W), S3Error>>,
     mut stats: IndexStats,
+    cache: Option<(IndexCacheUse<'_>, &str)>,
 ) -> Result<(S3Catalog, IndexStats), S3Error> {
     let walks: Vec<(&S3Entry, W)> = walks.collect::<Result<_, _>>()?;
     let shards: Vec<&S3Entry> = walks.iter().map(|(e, _)| *e).collect();
+    let key = |e: &S3Entry| {
+        let (c, walk) = cache?;
+        let etag = e.etag.as_deref()?;
+        let url = format!("s3://{bucket}/{}", e.key);
+        Some((c.cache, cache_key(c.store, &url, e.size, etag, walk)))
+    };
     let walked: Vec<(Vec<ShardSample>, IndexStats)> = stream::iter(walks)
-        .map(|(e, w)| walk(store, bucket, e, w))
+        .map(|(e, w)| {
+            let key = key(e);
+            async move {
+                if let Some(samples) = key.as_ref().and_then(|(c, k)| c.get(k, e.size)) {
+                    let cached = IndexStats {
+                        shards: 1,
+                        shard_bytes: e.size,
+                        cached: 1,
+                        ..IndexStats::default()
+                    };
+                    return Ok((samples, cached));
+                }
+                let (samples, stats) = walk(store, bucket, e, w).await?;
+                if let Some((c, k)) = &key {
+                    c.put(k, &samples);
+                }
+                Ok((samples, stats))
+            }
+        })
         .buffered(PARALLEL_SHARDS)
         .try_collect()
         .await?;
@@ -173,7 +221,8 @@ async fn walk<W: ShardWalk>(
     Ok((walk.into_samples(), stats))
 }
 
-/// The index of the shards below `prefix` in `format` (not `files`).
+/// The index of the shards below `prefix` in `format` (not `files`),
+/// through `cache` when given.
 pub(crate) async fn index_dataset(
     store: &dyn ObjectStore,
     bucket: &Bucket,
@@ -181,13 +230,21 @@ pub(crate) async fn index_dataset(
     format: ShardFormat,
     sample_field: &str,
     label_field: &str,
+    cache: Option<IndexCacheUse<'_>>,
 ) -> Result<(S3Catalog, IndexStats), S3Error> {
+    let walk = format!(
+        "{} sample {sample_field:?} label {label_field:?}",
+        format.keyword()
+    );
+    let cache = cache.map(|c| (c, walk.as_str()));
     match format {
-        ShardFormat::Mds => index_mds(store, bucket, prefix, sample_field, label_field).await,
+        ShardFormat::Mds => {
+            index_mds(store, bucket, prefix, sample_field, label_field, cache).await
+        }
         // The `.parquet` objects below `prefix`, in the order of the
         // `files` listing.
         ShardFormat::Parquet => {
-            index_listed(store, bucket, prefix, is_parquet, |url, size| {
+            index_listed(store, bucket, prefix, is_parquet, cache, |url, size| {
                 ParquetWalker::new(url, size, sample_field, label_field)
             })
             .await
@@ -195,7 +252,7 @@ pub(crate) async fn index_dataset(
         // The `.arrow` (`.arrows`, `.feather`) objects below `prefix`, in
         // the order of the `files` listing.
         ShardFormat::Arrow => {
-            index_listed(store, bucket, prefix, is_arrow, |url, size| {
+            index_listed(store, bucket, prefix, is_arrow, cache, |url, size| {
                 ArrowWalker::new(url, size, sample_field, label_field)
             })
             .await
@@ -204,7 +261,7 @@ pub(crate) async fn index_dataset(
         // listing, each sample labelled by its `label_field` member. Every
         // GET of a shard names the ETag of the listing (`If-Match`).
         ShardFormat::Webdataset | ShardFormat::Files => {
-            index_listed(store, bucket, prefix, is_shard, |url, size| {
+            index_listed(store, bucket, prefix, is_shard, cache, |url, size| {
                 TarWalker::new(url, size, label_field)
             })
             .await

@@ -324,6 +324,25 @@ impl StoreSettings {
         })
     }
 
+    /// Which store this is, for the shard-index cache's keys: the kind,
+    /// the endpoint and the region or account (no credential).
+    pub fn identity(&self) -> String {
+        let or_default = |e: &Option<String>| e.clone().unwrap_or_else(|| "default".to_owned());
+        match self {
+            StoreSettings::S3(s) => format!(
+                "s3 endpoint {} region {}",
+                or_default(&s.endpoint),
+                or_default(&s.region)
+            ),
+            StoreSettings::Gcs(s) => format!("gcs endpoint {}", or_default(&s.endpoint)),
+            StoreSettings::Azure(s) => format!(
+                "azure endpoint {} account {}",
+                or_default(&s.endpoint),
+                s.account
+            ),
+        }
+    }
+
     /// The kind of store.
     pub fn kind(&self) -> StoreKind {
         match self {

@@ -633,3 +633,87 @@ fn dropping_a_busy_fetcher_cancels_and_returns() {
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     assert!(bufs.iter().all(|b| b.bytes() == [0u8; 8]));
 }
+
+/// The shard-index cache over an in-memory store: a second index walks
+/// nothing, a shard put again (a new ETag) is walked again alone, damaged
+/// cache files and other walk settings are walked, the catalog the same.
+#[test]
+fn shard_indexes_are_kept_by_etag_and_walked_again_when_a_shard_changes() {
+    use super::index_cache::ShardIndexCache;
+    use super::shards::{index_dataset, IndexCacheUse};
+    use crate::config::ShardFormat;
+    use object_store::memory::InMemory;
+    use object_store::ObjectStoreExt;
+
+    let mem = Arc::new(InMemory::new());
+    let source = S3Source::with_store(mem.clone(), "b", FetchOptions::default()).unwrap();
+    let files: [&[u8]; 2] = [
+        include_bytes!("../shards/arrow/testdata/hf/data-00000-of-00002.arrow"),
+        include_bytes!("../shards/arrow/testdata/hf/data-00001-of-00002.arrow"),
+    ];
+    let put = |i: usize| {
+        let key = object_store::path::Path::from(format!("hf/data-0000{i}-of-00002.arrow"));
+        source
+            .block_on(mem.put(&key, files[i].to_vec().into()))
+            .unwrap();
+    };
+    put(0);
+    put(1);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = ShardIndexCache::open(dir.path()).unwrap();
+    let bucket = Bucket::s3("b");
+    let index = |sample_field: &str| {
+        let use_ = IndexCacheUse {
+            cache: &cache,
+            store: "memory",
+        };
+        let (catalog, stats) = source
+            .block_on(index_dataset(
+                &*mem,
+                &bucket,
+                "hf",
+                ShardFormat::Arrow,
+                sample_field,
+                "label",
+                Some(use_),
+            ))
+            .unwrap();
+        let rows: Vec<(String, u64, u64, i32)> = catalog
+            .entries()
+            .iter()
+            .map(|e| (e.key.to_string(), e.offset, e.size, e.label))
+            .collect();
+        (rows, stats)
+    };
+    let (first, s) = index("image");
+    assert_eq!(first.len(), 50);
+    assert!(s.cached == 0 && s.reads > 0, "{s:?}");
+    let (again, s) = index("image");
+    assert_eq!(again, first);
+    assert_eq!(
+        (s.cached, s.reads, s.shards),
+        (2, 0, 2),
+        "nothing walked: {s:?}"
+    );
+    assert!(
+        s.to_string()
+            .contains("2 shards from the shard-index cache"),
+        "{s}"
+    );
+    put(1); // the same bytes, a new ETag
+    let (changed, s) = index("image");
+    assert_eq!(changed, first);
+    assert!(
+        s.cached == 1 && s.reads > 0,
+        "the changed shard walked alone: {s:?}"
+    );
+    for f in std::fs::read_dir(dir.path()).unwrap() {
+        std::fs::write(f.unwrap().path(), b"GRNSHIX1 damaged").unwrap();
+    }
+    let (damaged, s) = index("image");
+    assert_eq!(damaged, first);
+    assert_eq!(s.cached, 0, "damaged files are walked again: {s:?}");
+    let (other, s) = index("image.bytes");
+    assert_eq!(other, first, "image stands for image.bytes");
+    assert_eq!(s.cached, 0, "other walk settings, other keys: {s:?}");
+}

@@ -36,6 +36,11 @@ pub trait ShardWalk {
     fn into_samples(self) -> Vec<ShardSample>;
 }
 
+/// The walks' version: part of every shard-index cache key
+/// (`source::s3::index_cache`), raised whenever a walk's samples for the
+/// same bytes would differ, so that no file of an older walk is used.
+pub const WALK_VERSION: u32 = 1;
+
 /// Checks that `data`, read at `at` from `file`, is the read `want` the
 /// walk asked for (at least as long).
 pub(crate) fn check_read(

@@ -37,6 +37,8 @@ pub struct IndexStats {
     pub reads: u64,
     /// Bytes those reads returned.
     pub bytes_read: u64,
+    /// Shards whose samples came from the shard-index cache (not walked).
+    pub cached: u64,
 }
 
 impl IndexStats {
@@ -56,6 +58,7 @@ impl IndexStats {
         self.shard_bytes += o.shard_bytes;
         self.reads += o.reads;
         self.bytes_read += o.bytes_read;
+        self.cached += o.cached;
     }
 }
 
@@ -70,7 +73,11 @@ impl fmt::Display for IndexStats {
             f,
             "{} shards, {} bytes; read {} bytes ({pct:.2} %) in {} reads",
             self.shards, self.shard_bytes, self.bytes_read, self.reads
-        )
+        )?;
+        if self.cached > 0 {
+            write!(f, "; {} shards from the shard-index cache", self.cached)?;
+        }
+        Ok(())
     }
 }
 
