@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import granary
 from granary.agent import LocalAgent
 from granary.make_dataset import make_jpeg, make_synth
 
@@ -30,6 +31,23 @@ def planner_reference():
     sys.modules["planner_reference"] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def format_table(name, root, fmt, keys=""):
+    """A ``[[dataset]]`` table serving ``root`` as dataset ``name`` in
+    ``format = fmt``, then the lines ``keys``."""
+    return f'[[dataset]]\nname = "{name}"\nroot = "{root}"\nformat = "{fmt}"\n{keys}'
+
+
+def read_epoch(sock, name):
+    """One epoch of dataset ``name`` (batches of 16, seed 3) from the agent
+    at ``sock``: ``{sample id: (bytes, label)}``."""
+    seen = {}
+    with granary.open_session(name, sock, batch_size=16, seed=3, epochs=1) as s:
+        for batch in s:
+            for smp in batch:
+                seen[smp.id] = (smp.tobytes(), smp.label)
+    return seen
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ import tarfile
 import numpy as np
 
 import granary
+from conftest import format_table
 from granary.agent import LocalAgent
 
 
@@ -38,8 +39,7 @@ def epoch(sock, name, fields):
 def test_fields_are_the_members_without_a_copy(synth_root, tmp_path):
     shards = tmp_path / "wds"
     n = write_shards(synth_root, shards)
-    extra = f'[[dataset]]\nname = "wds"\nroot = "{shards}"\nformat = "webdataset"\n'
-    with LocalAgent({"synth": synth_root}, extra_config=extra) as a:
+    with LocalAgent({"synth": synth_root}, extra_config=format_table("wds", shards, "webdataset")) as a:
         files = epoch(a.socket, "synth", lambda smp: smp.tobytes())
 
         def check(smp):

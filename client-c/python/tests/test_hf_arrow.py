@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-import granary
+from conftest import format_table, read_epoch
 from granary.agent import LocalAgent
 
 if os.environ.get("CI") in ("1", "true"):
@@ -20,6 +20,11 @@ Image = pytest.importorskip("PIL.Image")
 np = pytest.importorskip("numpy")
 
 ROWS = 90
+
+
+def hf_table(root):
+    """The dataset table of `save_to_disk` output at `root`: its images are the samples."""
+    return format_table("hf", root, "arrow", 'sample_field = "image"\n')
 
 
 def jpeg(i):
@@ -52,13 +57,8 @@ def test_save_to_disk_rows_are_read_value_by_value(tmp_path):
     ds = saved(root, [{"bytes": jpeg(i), "path": None} for i in range(ROWS)])
     files = sorted(p.name for p in root.iterdir() if p.suffix == ".arrow")
     assert len(files) >= 2, files
-    extra = f'[[dataset]]\nname = "hf"\nroot = "{root}"\nformat = "arrow"\nsample_field = "image"\n'
-    seen = {}
-    with LocalAgent({"files": root}, extra_config=extra) as a:
-        with granary.open_session("hf", a.socket, batch_size=16, seed=3, epochs=1) as s:
-            for batch in s:
-                for smp in batch:
-                    seen[smp.id] = (smp.tobytes(), smp.label)
+    with LocalAgent({"files": root}, extra_config=hf_table(root)) as a:
+        seen = read_epoch(a.socket, "hf")
     assert sorted(seen) == list(range(ROWS))
     rows = ds.cast_column("image", datasets.Image(decode=False))
     for i in range(ROWS):
@@ -82,8 +82,7 @@ def test_images_stored_by_path_are_refused_naming_the_file(tmp_path):
     with ArrowWriter(features=features, path=str(root / "data-00000-of-00001.arrow")) as w:
         w.write_batch({"image": [features["image"].encode_example(p) for p in paths], "label": [0] * ROWS})
         w.finalize()
-    extra = f'[[dataset]]\nname = "hf"\nroot = "{root}"\nformat = "arrow"\nsample_field = "image"\n'
     with pytest.raises(Exception) as e:
-        with LocalAgent({"files": pics}, extra_config=extra):
+        with LocalAgent({"files": pics}, extra_config=hf_table(root)):
             pass
     assert "data-00000-of-" in str(e.value) and "stored by path" in str(e.value), str(e.value)

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-import granary
+from conftest import format_table, read_epoch
 from granary.agent import LocalAgent
 
 if os.environ.get("CI") in ("1", "true"):
@@ -51,13 +51,8 @@ def test_pyarrow_files_are_read_value_by_value(tmp_path, page_version):
     data = rows(7) + rows(11)
     write(root / "part-000.parquet", data[:ROWS], data_page_version=page_version, **PER_SAMPLE)
     write(root / "part-001.parquet", data[ROWS:], data_page_version=page_version, **PER_SAMPLE)
-    extra = f'[[dataset]]\nname = "pq"\nroot = "{root}"\nformat = "parquet"\n'
-    seen = {}
-    with LocalAgent({"files": root}, extra_config=extra) as a:
-        with granary.open_session("pq", a.socket, batch_size=16, seed=3, epochs=1) as s:
-            for batch in s:
-                for smp in batch:
-                    seen[smp.id] = (smp.tobytes(), smp.label)
+    with LocalAgent({"files": root}, extra_config=format_table("pq", root, "parquet")) as a:
+        seen = read_epoch(a.socket, "pq")
     assert len(seen) == 2 * ROWS
     for i, (b, lbl) in enumerate(data):
         assert seen[i] == (b, lbl), f"row {i}: the file's bytes and label"
@@ -67,8 +62,7 @@ def test_pyarrow_defaults_are_refused_naming_the_file(tmp_path):
     root = tmp_path / "pq"
     root.mkdir()
     write(root / "defaults.parquet", rows(5))
-    extra = f'[[dataset]]\nname = "pq"\nroot = "{root}"\nformat = "parquet"\n'
     with pytest.raises(Exception) as e:
-        with LocalAgent({"files": root}, extra_config=extra):
+        with LocalAgent({"files": root}, extra_config=format_table("pq", root, "parquet")):
             pass
     assert "defaults.parquet" in str(e.value), str(e.value)
