@@ -52,9 +52,20 @@ def _session_agents(synth_root):
             a.stop()
 
 
-def _rank(rank: int, sockets: list, rdv: str, out: str) -> None:
+@contextlib.contextmanager
+def _process_group(rank: int, rdv: str):
+    """Rank ``rank`` of the job's gloo process group (rendezvous at the
+    file ``rdv``); on leaving, a barrier, then the group's teardown."""
     dist.init_process_group("gloo", init_method=f"file://{rdv}", rank=rank, world_size=RANKS)
     try:
+        yield
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _rank(rank: int, sockets: list, rdv: str, out: str) -> None:
+    with _process_group(rank, rdv):
         view = gather_view(sockets[rank], job_id="pyjob", epoch=7)
         assert view is not None
         ds = GranaryDataset(
@@ -73,9 +84,6 @@ def _rank(rank: int, sockets: list, rdv: str, out: str) -> None:
             ids.extend(int(i) for i in batch_ids)
         with open(f"{out}.{rank}", "w") as f:
             f.write(" ".join(map(str, ids)))
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
 
 
 def test_ranks_gather_a_view_and_read_through_their_peers(synth_root, tmp_path):
@@ -149,7 +157,6 @@ def _locality_rank(rank: int, sockets: list, rdv: str, out: str) -> None:
     import json
     import logging
 
-    dist.init_process_group("gloo", init_method=f"file://{rdv}", rank=rank, world_size=RANKS)
     seen: list = []
 
     class Keep(logging.Handler):
@@ -157,7 +164,7 @@ def _locality_rank(rank: int, sockets: list, rdv: str, out: str) -> None:
             seen.append(record.getMessage())
 
     logging.getLogger("granary").addHandler(Keep())
-    try:
+    with _process_group(rank, rdv):
         view = gather_view(sockets[rank], job_id="locjob", epoch=9)
 
         def dataset(**kw):
@@ -181,9 +188,6 @@ def _locality_rank(rank: int, sockets: list, rdv: str, out: str) -> None:
                 {"mode": mode, "mode1": mode1, "loc": loc_steps, "exact": exact_steps, "odd": odd_mode, "log": seen},
                 f,
             )
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
 
 
 def test_locality_mode_keeps_each_global_batch_and_a_differing_rank_means_exact(synth_root, tmp_path):
