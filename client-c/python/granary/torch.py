@@ -378,16 +378,7 @@ class GranaryDataset(IterableDataset):
             self._layout = encode_layout(view, self._node_ids, w)
             with Client(self.socket) as client:
                 info = client.assignment(
-                    self.dataset,
-                    batch_size=self.batch_size,
-                    seed=self.seed,
-                    first_epoch=self.epoch,
-                    epochs=self.epochs,
-                    rank=rank * w,
-                    world_size=world * w,
-                    drop_last=self.drop_last,
-                    view=view,
-                    layout=self._layout,
+                    self.dataset, view=view, layout=self._layout, **self._plan_options(rank * w, world * w)
                 )
         except GranaryError as e:
             from .core import AssignmentInfo
@@ -551,17 +542,24 @@ class GranaryDataset(IterableDataset):
             world_size=world,
         )
 
+    def _plan_options(self, rank: int, world: int) -> dict:
+        """The session options that say which plan ``rank`` of ``world``
+        reads from this pass on."""
+        return dict(
+            batch_size=self.batch_size,
+            seed=self.seed,
+            first_epoch=self.epoch,
+            epochs=self.epochs,
+            rank=rank,
+            world_size=world,
+            drop_last=self.drop_last,
+        )
+
     def _open(self, rank: int, world: int, assignment: dict, first_batch: int, worker: int, workers: int, **extra):
         with Client(self.socket) as client:
             session = client.open_session(
                 self.dataset,
-                batch_size=self.batch_size,
-                seed=self.seed,
-                first_epoch=self.epoch,
-                epochs=self.epochs,
-                rank=rank,
-                world_size=world,
-                drop_last=self.drop_last,
+                **self._plan_options(rank, world),
                 timeout=self.timeout,
                 view=self.view,
                 verify_crc=self.verify_crc,
