@@ -18,7 +18,7 @@
 //! * `verify`: afterwards every metadata row is compared with its file's
 //!   label and size, and every blob read back and compared byte for byte.
 
-use super::{drive, retry, walk, IngestError, IngestReport, Item, Items, Phase, Target};
+use super::{drive, retry, walk, IngestError, IngestReport, Item, Items, Phase, Step, Target};
 use futures_util::TryStreamExt;
 use granary_agent::source::cql::{
     AttemptError, CqlCatalog, CqlSettings, CqlSource, CATALOG_PAGE_SIZE,
@@ -28,7 +28,6 @@ use scylla::serialize::row::SerializeRow;
 use scylla::statement::prepared::PreparedStatement;
 use scylla::statement::{Consistency, Statement};
 use std::collections::HashMap;
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -395,11 +394,7 @@ impl Target for Writer {
         Ok(rows_match(items, &rows))
     }
 
-    fn write(
-        &self,
-        it: Arc<Item<Uuid>>,
-        seed: u64,
-    ) -> impl Future<Output = Result<(), String>> + Send + 'static {
+    fn write(&self, it: Arc<Item<Uuid>>, seed: u64) -> impl Step {
         let w = self.clone();
         async move {
             let data = it.read()?;
@@ -456,11 +451,7 @@ impl Target for Writer {
             .collect())
     }
 
-    fn verify(
-        &self,
-        it: Arc<Item<Uuid>>,
-        seed: u64,
-    ) -> impl Future<Output = Result<(), String>> + Send + 'static {
+    fn verify(&self, it: Arc<Item<Uuid>>, seed: u64) -> impl Step {
         let w = self.clone();
         async move {
             let url = w.settings.url_of(&it.key);

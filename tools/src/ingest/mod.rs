@@ -222,6 +222,12 @@ pub(crate) type Items<K> = [Arc<Item<K>>];
 
 /// What an ingest does that depends on its store; [`drive`] does the rest.
 /// A target is cloned into every task.
+/// One file's write or read-back, spawned on the runtime; its error is one
+/// line naming the file.
+pub(crate) trait Step: Future<Output = Result<(), String>> + Send + 'static {}
+
+impl<F: Future<Output = Result<(), String>> + Send + 'static> Step for F {}
+
 pub(crate) trait Target: Clone + Send + Sync + 'static {
     /// How the store names a file.
     type Key: Send + Sync + 'static;
@@ -232,11 +238,7 @@ pub(crate) trait Target: Clone + Send + Sync + 'static {
 
     /// Writes one item (`seed` spreads its retries); the error is one line
     /// naming the file and where it was going.
-    fn write(
-        &self,
-        item: Arc<Item<Self::Key>>,
-        seed: u64,
-    ) -> impl Future<Output = Result<(), String>> + Send + 'static;
+    fn write(&self, item: Arc<Item<Self::Key>>, seed: u64) -> impl Step;
 
     /// Before the verification reads: the items that fail already (index in
     /// `items`, message), in the order of `items`. None by default.
@@ -246,11 +248,7 @@ pub(crate) trait Target: Clone + Send + Sync + 'static {
     }
 
     /// Reads one item back and compares it with its file.
-    fn verify(
-        &self,
-        item: Arc<Item<Self::Key>>,
-        seed: u64,
-    ) -> impl Future<Output = Result<(), String>> + Send + 'static;
+    fn verify(&self, item: Arc<Item<Self::Key>>, seed: u64) -> impl Step;
 }
 
 /// Moves `items` into `target` — skipping what it holds already when
@@ -382,7 +380,7 @@ async fn run_bounded<T, Fut>(
     mut on_done: impl FnMut(bool, &T),
 ) -> Vec<(usize, String)>
 where
-    Fut: Future<Output = Result<(), String>> + Send + 'static,
+    Fut: Step,
 {
     let mut set: JoinSet<(usize, Result<(), String>)> = JoinSet::new();
     let mut failures = Vec::new();
@@ -505,11 +503,7 @@ mod tests {
             Ok(items.iter().map(|i| self.stored.contains(&i.key)).collect())
         }
 
-        fn write(
-            &self,
-            item: Arc<Item<u32>>,
-            _: u64,
-        ) -> impl Future<Output = Result<(), String>> + Send + 'static {
+        fn write(&self, item: Arc<Item<u32>>, _: u64) -> impl Step {
             let f = self.clone();
             async move {
                 if f.bad_write.contains(&item.key) {
@@ -529,11 +523,7 @@ mod tests {
                 .collect())
         }
 
-        fn verify(
-            &self,
-            item: Arc<Item<u32>>,
-            _: u64,
-        ) -> impl Future<Output = Result<(), String>> + Send + 'static {
+        fn verify(&self, item: Arc<Item<u32>>, _: u64) -> impl Step {
             let bad = self.bad_read.contains(&item.key);
             async move {
                 tokio::task::yield_now().await;

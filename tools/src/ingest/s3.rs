@@ -17,13 +17,12 @@
 //!   its file.
 
 use super::retry;
-use super::{drive, walk, IngestError, IngestReport, Item, Items, Phase, Target};
+use super::{drive, walk, IngestError, IngestReport, Item, Items, Phase, Step, Target};
 use futures_util::StreamExt;
 use granary_agent::source::s3::{classify, StoreKind, StoreSettings};
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, ObjectStore, PutOptions, PutPayload};
 use std::collections::HashMap;
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -191,11 +190,7 @@ impl Target for Bucket {
             .collect())
     }
 
-    fn write(
-        &self,
-        it: Arc<Item<ObjectPath>>,
-        seed: u64,
-    ) -> impl Future<Output = Result<(), String>> + Send + 'static {
+    fn write(&self, it: Arc<Item<ObjectPath>>, seed: u64) -> impl Step {
         let Bucket {
             store, settings, ..
         } = self.clone();
@@ -217,11 +212,7 @@ impl Target for Bucket {
         }
     }
 
-    fn verify(
-        &self,
-        it: Arc<Item<ObjectPath>>,
-        seed: u64,
-    ) -> impl Future<Output = Result<(), String>> + Send + 'static {
+    fn verify(&self, it: Arc<Item<ObjectPath>>, seed: u64) -> impl Step {
         let Bucket {
             store, settings, ..
         } = self.clone();
