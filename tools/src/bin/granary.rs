@@ -637,12 +637,7 @@ fn ingest(args: &IngestArgs) -> Result<(), String> {
     let mut opts = IngestOptions::new(src, settings, &prefix);
     opts.concurrency = concurrency(args).unwrap_or(opts.concurrency);
     (opts.verify, opts.resume) = (args.verify, args.resume);
-    let words = IngestWords {
-        wrote: "uploaded",
-        same: "size",
-        items: "objects",
-    };
-    let r = run_ingest(src, to, opts.verify, words, |progress| {
+    let r = run_ingest(src, to, opts.verify, TO_OBJECTS, |progress| {
         ingest::ingest(&opts, progress)
     });
     drop(staging);
@@ -685,6 +680,20 @@ struct IngestWords {
     /// What was read back: `objects`, `rows`.
     items: &'static str,
 }
+
+/// The words of an upload to an object store.
+const TO_OBJECTS: IngestWords = IngestWords {
+    wrote: "uploaded",
+    same: "size",
+    items: "objects",
+};
+
+/// The words of an ingest into CQL tables.
+const TO_ROWS: IngestWords = IngestWords {
+    wrote: "written",
+    same: "label and size",
+    items: "rows",
+};
 
 /// Runs `ingest` (given the progress callback) with progress bars, and
 /// prints its summary.
@@ -775,12 +784,7 @@ fn ingest_cql(args: &IngestArgs) -> Result<(), String> {
     }
     opts.concurrency = concurrency(args).unwrap_or(opts.concurrency);
     (opts.verify, opts.resume) = (args.verify, args.resume);
-    let words = IngestWords {
-        wrote: "written",
-        same: "label and size",
-        items: "rows",
-    };
-    run_ingest(src, to, opts.verify, words, |progress| {
+    run_ingest(src, to, opts.verify, TO_ROWS, |progress| {
         cql::ingest(&opts, progress)
     })
 }
