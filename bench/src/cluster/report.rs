@@ -176,19 +176,22 @@ fn print_relaunch(o: &Opts, x: &Relaunch) {
         x.batch.1,
         x.change_secs
     );
+    let Relaunch {
+        epoch,
+        differing,
+        twice,
+        missing,
+        wrong_side,
+        union_extra,
+        union_missing,
+        padding,
+        planner_differing,
+        steps,
+        ..
+    } = x;
     println!(
-        "  relaunch: epoch {} steps differing from the planner {}, delivered twice {}, missing {}, on the wrong side of the change {}; \
-         the plan's union {} extra copies, {} samples missing (padding {}); the planner's steps differ between the two worlds in {} of {}",
-        x.epoch,
-        x.differing,
-        x.twice,
-        x.missing,
-        x.wrong_side,
-        x.union_extra,
-        x.union_missing,
-        x.padding,
-        x.planner_differing,
-        x.steps
+        "  relaunch: epoch {epoch} steps differing from the planner {differing}, delivered twice {twice}, missing {missing}, on the wrong side of the change {wrong_side}; \
+         the plan's union {union_extra} extra copies, {union_missing} samples missing (padding {padding}); the planner's steps differ between the two worlds in {planner_differing} of {steps}"
     );
     let later: Vec<String> = x.reads_later.iter().map(|v| format!("{v:.0}")).collect();
     println!(
