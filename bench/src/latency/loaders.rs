@@ -271,17 +271,7 @@ impl WindowFacts {
     /// The human-readable note, and the extra JSON fields (`"key":value,...`,
     /// without braces).
     fn describe(&self, series: &[(String, f64)], per_second: &[u64]) -> (String, String) {
-        let WindowFacts {
-            started,
-            first_batch,
-            epoch_s,
-            waited,
-            seen,
-            n,
-            hits,
-            hugepages,
-            ..
-        } = *self;
+        let (epoch_s, n, seen, hits) = (self.epoch_s, self.n, self.seen, self.hits);
         let s3: Vec<String> = series
             .iter()
             .filter(|(name, v)| {
@@ -303,15 +293,15 @@ impl WindowFacts {
                 "epoch {:.1} s = {:.0} samples/s overall; loader waited {:.0}% of the epoch",
                 epoch_s,
                 n as f64 / epoch_s.max(1e-9),
-                waited / epoch_s.max(1e-9) * 100.0
+                self.waited / epoch_s.max(1e-9) * 100.0
             )
         } else {
             format!("stopped after the window, {seen} of {n} samples read")
         };
         let note = format!(
             "agent up in {:.2} s (catalog listing included), first batch {:.2} s after asking; {epoch_line}; {hits} arena hits; per second: {rates}{}",
-            started.as_secs_f64(),
-            first_batch.as_secs_f64(),
+            self.started.as_secs_f64(),
+            self.first_batch.as_secs_f64(),
             if s3.is_empty() {
                 String::new()
             } else {
@@ -320,14 +310,17 @@ impl WindowFacts {
         );
         let mut extra = Json::default();
         extra
-            .num("agent_start_s", started.as_secs_f64(), 2)
-            .num("first_batch_s", first_batch.as_secs_f64(), 3)
+            .num("agent_start_s", self.started.as_secs_f64(), 2)
+            .num("first_batch_s", self.first_batch.as_secs_f64(), 3)
             .num("epoch_s", epoch_s, 2)
             .num("epoch_samples_per_s", n as f64 / epoch_s, 1)
-            .num("loader_waited", waited / epoch_s, 3)
+            .num("loader_waited", self.waited / epoch_s, 3)
             .int("samples_read", seen)
             .int("arena_hits", hits)
-            .str("arena_pages", if hugepages { "2 MiB" } else { "4 KiB" })
+            .str(
+                "arena_pages",
+                if self.hugepages { "2 MiB" } else { "4 KiB" },
+            )
             .nums(
                 "per_second",
                 &per_second.iter().map(|&c| c as f64).collect::<Vec<_>>(),
