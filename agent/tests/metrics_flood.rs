@@ -5,6 +5,7 @@
 
 use granary_agent::metrics::{parse_text, scrape};
 use granary_testkit::dataset::synth;
+use granary_testkit::procfs::status_bytes;
 use granary_testkit::{GranarydConfig, GranarydProcess, Log};
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -48,13 +49,7 @@ fn start(dir: &Path) -> (GranarydProcess, SocketAddr) {
 /// arena, shared memory the agent faults in at its own pace, is not in
 /// it), bytes.
 fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kb * 1024
+    status_bytes(&pid.to_string(), "RssAnon")
 }
 
 #[test]

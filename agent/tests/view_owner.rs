@@ -280,13 +280,7 @@ fn view_chunks_under_static_membership_are_refused_once_and_not_buffered() {
 
 /// This process's resident set, in bytes.
 fn rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kb * 1024
+    granary_testkit::procfs::status_bytes("self", "VmRSS")
 }
 
 #[test]

@@ -15,6 +15,7 @@
 //!   for tests that hold the docs to the code.
 //! * [`agent_toml`]: an agent's TOML, the settings every test agent
 //!   shares written once.
+//! * [`procfs`]: a process's sizes from `/proc` (its resident memory).
 //!
 //! Behind features:
 //! * `dataset`: [`dataset`], synthetic datasets and a `granaryd`'s directory.
@@ -29,6 +30,7 @@
 pub mod agent_toml;
 pub mod docs;
 pub mod granaryd;
+pub mod procfs;
 pub mod require;
 pub mod watchdog;
 
