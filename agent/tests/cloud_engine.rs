@@ -10,7 +10,8 @@ mod common;
 mod common_cloud;
 
 use common::{
-    honest, honest_loader_of, store_config, store_outage, watchdog, Outage, TestAgent, RETRYING,
+    honest, honest_loader_of, store_config, store_outage, watchdog, watchdog_fn, Outage, TestAgent,
+    RETRYING,
 };
 use common_cloud::{Emulator, Kind};
 use granary_agent::source::queue::changed;
@@ -154,18 +155,12 @@ fn gcs_serves_every_sample_once_byte_for_byte() {
 
 #[test]
 fn azure_store_dies_mid_run_loaders_get_error_batches_then_recover() {
-    let _w = watchdog(
-        "azure_store_dies_mid_run_loaders_get_error_batches_then_recover",
-        240,
-    );
+    let _w = watchdog_fn!(240);
     store_dies_mid_run(Kind::Azurite);
 }
 
 #[test]
 fn gcs_store_dies_mid_run_loaders_get_error_batches_then_recover() {
-    let _w = watchdog(
-        "gcs_store_dies_mid_run_loaders_get_error_batches_then_recover",
-        240,
-    );
+    let _w = watchdog_fn!(240);
     store_dies_mid_run(Kind::FakeGcs);
 }

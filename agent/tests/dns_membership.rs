@@ -16,7 +16,7 @@
 mod common;
 mod common_dns;
 
-use common::{next_or_end, verify, watchdog};
+use common::{next_or_end, verify, watchdog_fn};
 use common_dns::DnsStub;
 use granary::{
     encode_view, Client, ErrorCode, MembershipMode, PeerIdentity, SessionOptions, ViewMember,
@@ -204,10 +204,7 @@ fn read_epoch(sock: &Path, spec: &SynthSpec, rank: u32, world: u32) -> Vec<u64> 
 
 #[test]
 fn an_agent_named_localhost_takes_its_own_view_and_refuses_loaders_views() {
-    let _w = watchdog(
-        "an_agent_named_localhost_takes_its_own_view_and_refuses_loaders_views",
-        300,
-    );
+    let _w = watchdog_fn!(300);
     let tmp = tempfile::tempdir().unwrap();
     let spec = dataset(tmp.path());
     let port = free_port("127.0.0.1");
@@ -275,10 +272,7 @@ fn is_root() -> bool {
 #[ignore = "needs root: mount namespaces whose /etc/resolv.conf names the test's DNS responder; scripts/test.sh runs it when it runs as root"]
 fn agents_find_each_other_through_a_dns_responder_and_follow_its_records() {
     assert!(is_root(), "this test needs root (unshare --mount)");
-    let _w = watchdog(
-        "agents_find_each_other_through_a_dns_responder_and_follow_its_records",
-        600,
-    );
+    let _w = watchdog_fn!(600);
     let tmp = tempfile::tempdir().unwrap();
     let spec = dataset(tmp.path());
     // The responder on a loopback address of its own, port 53 (the only

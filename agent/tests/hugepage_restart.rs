@@ -80,10 +80,7 @@ fn start_agent(config: &Path, sock: &Path, log: &Path) -> Result<GranarydProcess
 
 #[test]
 fn a_restarted_agent_gets_its_hugepages_back_from_a_resuming_loader() {
-    let _w = watchdog(
-        "a_restarted_agent_gets_its_hugepages_back_from_a_resuming_loader",
-        180,
-    );
+    let _w = watchdog_fn!(180);
     let page_kib = meminfo("Hugepagesize");
     let arena_pages = ARENA_MIB * 1024 / page_kib;
     // One arena and a half: never two.

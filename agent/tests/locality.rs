@@ -20,7 +20,7 @@
 mod common;
 mod common_peers;
 
-use common::{next_or_end, verify, watchdog};
+use common::{next_or_end, verify, watchdog_fn};
 use common_peers::SessionJob;
 use granary::{agree, encode_layout, Agreement, Client, ErrorCode, SessionOptions};
 use std::time::Duration;
@@ -158,10 +158,7 @@ fn odd_layout(r: u32) -> usize {
 
 #[test]
 fn locality_mode_keeps_every_global_step_and_moves_what_the_law_says() {
-    let _w = watchdog(
-        "locality_mode_keeps_every_global_step_and_moves_what_the_law_says",
-        600,
-    );
+    let _w = watchdog_fn!(600);
     let job = start_job();
     let Agreement::Locality(d0) = job.agree(0, None) else {
         panic!("the job should agree on locality mode");

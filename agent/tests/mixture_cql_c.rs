@@ -8,7 +8,9 @@
 mod common;
 mod common_kassandra;
 
-use common::{assert_two_source_batches, bytes_by_id, epochs, store_config, watchdog, TestAgent};
+use common::{
+    assert_two_source_batches, bytes_by_id, epochs, store_config, watchdog_fn, TestAgent,
+};
 use common_kassandra::Kassandra;
 use granary_agent::source::cql::CqlSettings;
 use granary_testkit::require;
@@ -54,10 +56,7 @@ fn build_consume(lib: &Path, out: &Path) -> PathBuf {
 
 #[test]
 fn a_mixture_of_cql_and_files_opens_by_name_from_rust_and_from_c() {
-    let _w = watchdog(
-        "a_mixture_of_cql_and_files_opens_by_name_from_rust_and_from_c",
-        180,
-    );
+    let _w = watchdog_fn!(180);
     let lib = lib_dir();
     require!(
         lib.is_some(),

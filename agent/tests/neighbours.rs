@@ -233,10 +233,7 @@ fn an_honest_loader_keeps_its_throughput_next_to_any_misbehaving_one() {
     let rounds = (secs / 10).max(3);
     let phase = Duration::from_secs(secs).div_f64(rounds as f64);
     let long = secs >= 30;
-    let _w = watchdog(
-        "an_honest_loader_keeps_its_throughput_next_to_any_misbehaving_one",
-        120 + secs * 2 * KINDS.len() as u64 * 2,
-    );
+    let _w = watchdog_fn!(120 + secs * 2 * KINDS.len() as u64 * 2);
     let g = start_granaryd();
     let agent_pid = g.process.pid();
     // Warm the arena: one epoch read into the cache before any phase.

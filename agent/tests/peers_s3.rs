@@ -18,7 +18,7 @@ mod common;
 mod common_peers;
 mod common_s3;
 
-use common::{verify, watchdog};
+use common::{verify, watchdog, watchdog_fn};
 use common_peers::{free_port, identity, member, Agent};
 use common_s3::{s3_table, synth, upload, Seaweed};
 use granary::{encode_view, Client, ErrorCode, MembershipMode, SessionOptions, ViewMember};
@@ -395,10 +395,7 @@ fn a_wrong_job_secret_gets_nothing_served() {
 
 #[test]
 fn bytes_changed_on_the_wire_are_rejected_and_read_from_the_store() {
-    let _w = watchdog(
-        "bytes_changed_on_the_wire_are_rejected_and_read_from_the_store",
-        600,
-    );
+    let _w = watchdog_fn!(600);
     // A proxy changes one byte in every block record n1 sends. The channel
     // rejects the record (it fails its tag), closes the connection, and
     // the requests on it are read from the store: nothing wrong reaches a
@@ -468,10 +465,7 @@ fn a_slow_peer_is_hedged_by_the_store() {
 
 #[test]
 fn a_connection_cut_in_the_middle_of_a_block_fails_over_to_the_store() {
-    let _w = watchdog(
-        "a_connection_cut_in_the_middle_of_a_block_fails_over_to_the_store",
-        600,
-    );
+    let _w = watchdog_fn!(600);
     // Every connection carrying n1's blocks is cut one byte into its first
     // block. The requesters' half-received samples go to the store; nothing
     // hangs, nothing is lost.
@@ -539,10 +533,7 @@ fn view_options(view: &[u8], required: bool, epochs: u32) -> SessionOptions {
 
 #[test]
 fn views_handed_in_at_session_open_share_the_cache_and_a_relaunch_ends_the_old_view() {
-    let _w = watchdog(
-        "views_handed_in_at_session_open_share_the_cache_and_a_relaunch_ends_the_old_view",
-        600,
-    );
+    let _w = watchdog_fn!(600);
     let mut c = session_cluster("job7");
     let sock0 = c.agents[0].sock.clone();
     let before = Client::connect(&sock0)

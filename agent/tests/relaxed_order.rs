@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{honest_loader_of, next_or_end, verify, watchdog, Honest, TestAgent};
+use common::{honest_loader_of, next_or_end, verify, watchdog, watchdog_fn, Honest, TestAgent};
 use granary::{Client, SessionOptions};
 use granary_agent::config::Config;
 use granary_agent::dataset::Dataset;
@@ -139,10 +139,7 @@ fn params(batch: u32) -> PlanParams {
 
 #[test]
 fn strict_order_waits_for_late_samples_and_keeps_the_plan() {
-    let _w = watchdog(
-        "strict_order_waits_for_late_samples_and_keeps_the_plan",
-        120,
-    );
+    let _w = watchdog_fn!(120);
     let (agent, spec) = start(false);
     let h = Honest {
         seed: 5,

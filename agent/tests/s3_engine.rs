@@ -8,8 +8,8 @@ mod common;
 mod common_s3;
 
 use common::{
-    honest, honest_loader_of, next_or_end, store_config, store_outage, wait_for, watchdog, Honest,
-    Outage, TestAgent, RETRYING,
+    honest, honest_loader_of, next_or_end, store_config, store_outage, wait_for, watchdog,
+    watchdog_fn, Honest, Outage, TestAgent, RETRYING,
 };
 use common_s3::{s3_table, synth, upload, Seaweed, BUCKET};
 use granary::{Client, ErrorCode, SessionOptions};
@@ -97,10 +97,7 @@ fn engine_serves_an_ingested_bucket_byte_for_byte() {
 
 #[test]
 fn store_killed_and_restarted_mid_epoch_the_epoch_completes() {
-    let _w = watchdog(
-        "store_killed_and_restarted_mid_epoch_the_epoch_completes",
-        300,
-    );
+    let _w = watchdog_fn!(300);
     let mut weed = Seaweed::start();
     let dir = tempfile::tempdir().unwrap();
     let spec = dataset_in(dir.path(), "a");
@@ -141,10 +138,7 @@ fn store_killed_and_restarted_mid_epoch_the_epoch_completes() {
 
 #[test]
 fn five_percent_of_gets_failing_and_a_replaced_object_lose_nothing_else() {
-    let _w = watchdog(
-        "five_percent_of_gets_failing_and_a_replaced_object_lose_nothing_else",
-        240,
-    );
+    let _w = watchdog_fn!(240);
     let weed = Seaweed::start();
     let dir = tempfile::tempdir().unwrap();
     let spec = dataset_in(dir.path(), "a");
@@ -240,10 +234,7 @@ fn dead_endpoint() -> String {
 
 #[test]
 fn unreachable_store_is_a_clear_error_and_the_other_datasets_serve() {
-    let _w = watchdog(
-        "unreachable_store_is_a_clear_error_and_the_other_datasets_serve",
-        120,
-    );
+    let _w = watchdog_fn!(120);
     let dir = tempfile::tempdir().unwrap();
     let local = dataset_in(dir.path(), "local");
     let sock = dir.path().join("granary.sock");
@@ -294,10 +285,7 @@ fn unreachable_store_is_a_clear_error_and_the_other_datasets_serve() {
 
 #[test]
 fn store_dies_mid_run_loaders_get_error_batches_then_recover() {
-    let _w = watchdog(
-        "store_dies_mid_run_loaders_get_error_batches_then_recover",
-        300,
-    );
+    let _w = watchdog_fn!(300);
     let weed = Seaweed::start();
     let dir = tempfile::tempdir().unwrap();
     let spec = dataset_in(dir.path(), "a");

@@ -231,10 +231,7 @@ fn granaryd_serves_an_epoch_under_systemd_run_with_the_units_settings() {
          (the unit files are checked by the other tests of this file)",
         unavailable.unwrap_or_default()
     );
-    let _w = watchdog(
-        "granaryd_serves_an_epoch_under_systemd_run_with_the_units_settings",
-        180,
-    );
+    let _w = watchdog_fn!(180);
     // Not under /tmp: the unit has PrivateTmp=yes.
     let d = AgentDir::new(Some(Path::new(env!("CARGO_TARGET_TMPDIR"))), 300, 4_000);
     d.write_config("64MiB", "off", "[metrics]\naddress = \"\"");

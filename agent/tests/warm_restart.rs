@@ -15,7 +15,7 @@ mod common;
 mod common_peers;
 mod common_s3;
 
-use common::{resuming_loader, watchdog, AgentDir, DATASET};
+use common::{resuming_loader, watchdog, watchdog_fn, AgentDir, DATASET};
 use common_peers::{free_port, Agent};
 use common_s3::{s3_table, synth, upload, Seaweed};
 use granary_agent::warm::{Files, Index};
@@ -350,10 +350,7 @@ impl Drop for RemoveOnDrop {
 
 #[test]
 fn a_corrupted_sample_and_a_changed_dataset_are_dropped_alone() {
-    let _w = watchdog(
-        "a_corrupted_sample_and_a_changed_dataset_are_dropped_alone",
-        180,
-    );
+    let _w = watchdog_fn!(180);
     let d = AgentDir::new(None, FILES, MEAN);
     let other_files = 100;
     let mut other = SynthSpec::new(d.dir.path().join("other"));

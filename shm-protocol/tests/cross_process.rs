@@ -319,10 +319,7 @@ fn scribble(fd: BorrowedFd<'_>, seed: u64, run: Duration) {
 #[test]
 fn ten_million_descriptors_cross_process() {
     let total = env_u64(ITEMS_ENV).unwrap_or(DEFAULT_ITEMS);
-    let _w = granary_testkit::watchdog(
-        "ten_million_descriptors_cross_process",
-        CHILD_DEADLINE + Duration::from_secs(30),
-    );
+    let _w = granary_testkit::watchdog_fn!(CHILD_DEADLINE + Duration::from_secs(30));
     let mut seg = AgentSegment::create_memfd(spec(1, 1024, 1024)).expect("create segment");
     let (mut ready, mut release) = seg.take_endpoints().expect("agent endpoints");
     let fd = seg.fd().expect("memfd segment has an fd");
@@ -397,10 +394,7 @@ fn ten_million_descriptors_cross_process() {
 /// and the scribbles are detected on both rings.
 #[test]
 fn hostile_child_scribbling_the_segment() {
-    let _w = granary_testkit::watchdog(
-        "hostile_child_scribbling_the_segment",
-        Duration::from_secs(60),
-    );
+    let _w = granary_testkit::watchdog_fn!(Duration::from_secs(60));
     let seed = common::fresh_seed();
     eprintln!("hostile seed {seed:#x}");
     let mut seg = AgentSegment::create_memfd(spec(2, 8, 8)).expect("create segment");

@@ -6,7 +6,8 @@
 //! compiled into another crate's tests from this crate's source files.
 //!
 //! Always there (std only, so granary-shm's loom and Miri runs can use it):
-//! * [`watchdog`]: aborts a hanging test process, naming the test.
+//! * [`watchdog`]: aborts a hanging test process, naming the test
+//!   ([`watchdog_fn!`]: named after the test function).
 //! * [`require!`]: a precondition that skips a test loudly (`SKIPPED` and
 //!   why) locally and fails it under `CI=1`; [`require_ok!`] for a `Result`.
 //! * [`granaryd`]: [`GranarydProcess::spawn`], the one way tests start the

@@ -70,6 +70,28 @@ pub fn watchdog(name: &str, limit: impl Limit) -> Watchdog {
     }
 }
 
+/// [`watchdog()`] named after the function it is called in (a test's
+/// name): `let _w = watchdog_fn!(300);` in `fn a_test()` is
+/// `let _w = watchdog("a_test", 300);`.
+#[macro_export]
+macro_rules! watchdog_fn {
+    ($limit:expr) => {{
+        fn here() {}
+        $crate::watchdog::watchdog(
+            $crate::watchdog::enclosing_fn(::std::any::type_name_of_val(&here)),
+            $limit,
+        )
+    }};
+}
+
+/// The name of the function that `here_path` (the type name of a function
+/// `here` declared in it) stands in.
+#[doc(hidden)]
+pub fn enclosing_fn(here_path: &str) -> &str {
+    let path = here_path.strip_suffix("::here").unwrap_or(here_path);
+    path.rsplit("::").next().unwrap_or(path)
+}
+
 impl Drop for Watchdog {
     fn drop(&mut self) {
         let (lock, cvar) = &*self.done;
@@ -100,6 +122,18 @@ mod tests {
         );
         std::thread::sleep(Duration::from_millis(400));
         assert_eq!(Limit::limit(3u64), Duration::from_secs(3));
+    }
+
+    #[test]
+    fn watchdog_fn_is_named_after_its_function() {
+        fn here() {}
+        let path = std::any::type_name_of_val(&here);
+        assert_eq!(
+            enclosing_fn(path),
+            "watchdog_fn_is_named_after_its_function",
+            "{path}"
+        );
+        drop(crate::watchdog_fn!(1u64));
     }
 
     const CHILD_VAR: &str = "GRANARY_TESTKIT_WATCHDOG_CHILD";

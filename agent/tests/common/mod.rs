@@ -36,7 +36,7 @@ pub use store_suites::*;
 #[allow(unused_imports)] // not every suite uses each
 pub use granary_testkit::{
     dataset::{AgentDir, DATASET},
-    watchdog,
+    watchdog, watchdog_fn,
 };
 
 /// A small deterministic generator (SplitMix64) for "random-ish" choices
