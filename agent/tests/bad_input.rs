@@ -447,15 +447,7 @@ fn a_uid_outside_the_allowlist_gets_no_fds() {
 
     // The agent's own uid still gets a session.
     let stop = std::sync::atomic::AtomicBool::new(true);
-    let h = Honest {
-        seed: 1,
-        rank: 0,
-        world_size: 1,
-        batch_size: 8,
-        min_epochs: 1,
-        max_epochs: 1,
-        pause: Duration::ZERO,
-    };
+    let h = Honest::epochs(1, 8, 1);
     assert_eq!(honest_loader(&agent.sock, &agent.spec, h, &stop), 1);
     agent.wait_idle(Duration::from_secs(10)).assert_balanced();
     agent.stop();

@@ -63,18 +63,7 @@ fn a_hoarding_loader_cannot_starve_an_honest_one() {
     let honest_stop = Arc::new(AtomicBool::new(true));
     let started = Instant::now();
     let epochs = agent
-        .spawn_honest(
-            Honest {
-                seed: 7,
-                rank: 0,
-                world_size: 1,
-                batch_size: 32,
-                min_epochs: 3,
-                max_epochs: 3,
-                pause: Duration::ZERO,
-            },
-            &honest_stop,
-        )
+        .spawn_honest(Honest::epochs(7, 32, 3), &honest_stop)
         .join()
         .expect("the honest loader finished");
     assert_eq!(epochs, 3, "the honest loader read its epochs");

@@ -355,18 +355,7 @@ fn hostile_loaders_are_fenced_and_nobody_else_notices() {
     let fds_before = fd_kinds(&open_fds());
 
     let stop = Arc::new(AtomicBool::new(false));
-    let honest = agent.spawn_honest(
-        Honest {
-            seed: 5,
-            rank: 0,
-            world_size: 1,
-            batch_size: 8,
-            min_epochs: 1,
-            max_epochs: 1000,
-            pause: Duration::from_millis(1),
-        },
-        &stop,
-    );
+    let honest = agent.spawn_honest(Honest::until_stopped(5, 8, Duration::from_millis(1)), &stop);
 
     let m = &agent.metrics;
     let mut fenced_expected = 0;
@@ -459,13 +448,9 @@ fn hostile_loaders_are_fenced_and_nobody_else_notices() {
     // The agent still serves: a new session reads a whole verified epoch.
     let now = AtomicBool::new(true);
     let h = Honest {
-        seed: 77,
         rank: 1,
         world_size: 2,
-        batch_size: 10,
-        min_epochs: 1,
-        max_epochs: 1,
-        pause: Duration::ZERO,
+        ..Honest::epochs(77, 10, 1)
     };
     assert_eq!(honest_loader(&agent.sock, &agent.spec, h, &now), 1);
 

@@ -112,13 +112,9 @@ fn kill_minus_nine_loop_leaks_nothing() {
     let stop = Arc::new(AtomicBool::new(false));
     let honest = agent.spawn_honest(
         Honest {
-            seed: 7,
             rank: 1,
             world_size: 2,
-            batch_size: 16,
-            min_epochs: 1,
-            max_epochs: 1000,
-            pause: Duration::from_millis(1),
+            ..Honest::until_stopped(7, 16, Duration::from_millis(1))
         },
         &stop,
     );
@@ -198,13 +194,8 @@ fn kill_minus_nine_loop_leaks_nothing() {
     // Still serving: a fresh session gets a full, verified epoch.
     let stop_now = AtomicBool::new(true);
     let h = Honest {
-        seed: 99,
-        rank: 0,
         world_size: 3,
-        batch_size: 32,
-        min_epochs: 1,
-        max_epochs: 1,
-        pause: Duration::ZERO,
+        ..Honest::epochs(99, 32, 1)
     };
     assert_eq!(honest_loader(&agent.sock, &agent.spec, h, &stop_now), 1);
     agent.wait_idle(Duration::from_secs(10)).assert_balanced();

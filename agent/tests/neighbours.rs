@@ -121,13 +121,8 @@ fn honest_rate(g: &Granaryd, secs: Duration, seed: u64) -> f64 {
                 &sock,
                 &spec,
                 Honest {
-                    seed,
-                    rank: 0,
-                    world_size: 1,
-                    batch_size: 32,
-                    min_epochs: 1,
                     max_epochs: 1_000_000,
-                    pause: Duration::ZERO,
+                    ..Honest::until_stopped(seed, 32, Duration::ZERO)
                 },
                 &stop,
             )

@@ -7,34 +7,23 @@ mod common;
 
 use common::*;
 use granary::SessionOptions;
+use granary_agent::planner::PlanParams;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-#[derive(Clone, Copy, Debug)]
-struct Params {
-    seed: u64,
-    rank: u32,
-    world_size: u32,
-    batch_size: u32,
-    drop_last: bool,
-}
 
 /// One epoch as delivered: its batches' sample ids, in order.
 type Epoch = Vec<Vec<u64>>;
 
 /// Runs a session of `epoch_count` epochs from `first_epoch` and records
 /// every batch, checking indices, epochs and end-of-epoch flags on the way.
-fn delivered(agent: &TestAgent, p: Params, first_epoch: u32, epoch_count: u32) -> Vec<Epoch> {
+fn delivered(agent: &TestAgent, p: PlanParams, first_epoch: u32, epoch_count: u32) -> Vec<Epoch> {
     let client = agent.client();
-    let mut o = SessionOptions::new(DATASET);
-    o.seed = p.seed;
-    o.rank = p.rank;
-    o.world_size = p.world_size;
-    o.batch_size = p.batch_size;
-    o.drop_last = p.drop_last;
-    o.first_epoch = first_epoch;
-    o.epoch_count = epoch_count;
+    let o = SessionOptions {
+        first_epoch,
+        epoch_count,
+        ..plan_options(DATASET, &p)
+    };
     let mut s = client.open_session(&o).expect("open");
     let per_epoch = s.info().batches_per_epoch;
     let mut epochs: Vec<Epoch> = vec![Vec::new(); epoch_count as usize];
@@ -68,7 +57,7 @@ fn reference_script() -> PathBuf {
 }
 
 /// What the Python reference prints for one epoch.
-fn reference(p: Params, epoch: u32, n: u64) -> Epoch {
+fn reference(p: PlanParams, epoch: u32) -> Epoch {
     let mut cmd = Command::new("python3");
     cmd.arg(reference_script()).args([
         "--seed",
@@ -76,7 +65,7 @@ fn reference(p: Params, epoch: u32, n: u64) -> Epoch {
         "--epoch",
         &epoch.to_string(),
         "--n",
-        &n.to_string(),
+        &p.num_samples.to_string(),
         "--rank",
         &p.rank.to_string(),
         "--world-size",
@@ -120,28 +109,32 @@ fn delivered_order_equals_the_python_reference() {
     });
     let n = agent.spec.num_files;
     let cases = [
-        Params {
+        PlanParams {
+            num_samples: n,
             seed: 20_240_601,
             rank: 1,
             world_size: 3,
             batch_size: 7,
             drop_last: false,
         },
-        Params {
+        PlanParams {
+            num_samples: n,
             seed: 20_240_601,
             rank: 1,
             world_size: 3,
             batch_size: 7,
             drop_last: true,
         },
-        Params {
+        PlanParams {
+            num_samples: n,
             seed: 0xDEAD_BEEF_0000_0001,
             rank: 0,
             world_size: 1,
             batch_size: 32,
             drop_last: false,
         },
-        Params {
+        PlanParams {
+            num_samples: n,
             seed: 42,
             rank: 3,
             world_size: 4,
@@ -152,7 +145,7 @@ fn delivered_order_equals_the_python_reference() {
     for p in cases {
         let run = delivered(&agent, p, 0, 2);
         for (epoch, got) in run.iter().enumerate() {
-            let want = reference(p, epoch as u32, n);
+            let want = reference(p, epoch as u32);
             assert_eq!(got.len(), want.len(), "{p:?} epoch {epoch}: batch count");
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                 assert_eq!(
@@ -183,7 +176,7 @@ fn delivered_order_equals_the_python_reference() {
     let a = delivered(&agent, cases[0], 0, 1);
     let b = delivered(
         &agent,
-        Params {
+        PlanParams {
             seed: 7,
             ..cases[0]
         },

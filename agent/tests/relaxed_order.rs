@@ -141,15 +141,7 @@ fn params(batch: u32) -> PlanParams {
 fn strict_order_waits_for_late_samples_and_keeps_the_plan() {
     let _w = watchdog_fn!(120);
     let (agent, spec) = start(false);
-    let h = Honest {
-        seed: 5,
-        rank: 0,
-        world_size: 1,
-        batch_size: 16,
-        min_epochs: 2,
-        max_epochs: 2,
-        pause: Duration::ZERO,
-    };
+    let h = Honest::epochs(5, 16, 2);
     // Checks every batch against the plan, byte for byte.
     assert_eq!(
         honest_loader_of(&agent.sock, "laggy", &spec, h, &AtomicBool::new(true)),

@@ -132,15 +132,7 @@ fn a_stopped_loader_loses_its_session_and_its_pins_come_back() {
     // An honest loader that keeps reading throughout.
     let stop = Arc::new(AtomicBool::new(false));
     let honest = agent.spawn_honest(
-        Honest {
-            seed: 11,
-            rank: 0,
-            world_size: 1,
-            batch_size: 16,
-            min_epochs: 1,
-            max_epochs: 1000,
-            pause: Duration::from_millis(2),
-        },
+        Honest::until_stopped(11, 16, Duration::from_millis(2)),
         &stop,
     );
 

@@ -556,6 +556,46 @@ pub struct Honest {
     pub pause: Duration,
 }
 
+impl Honest {
+    /// Rank 0 of 1 reading exactly `epochs` epochs of `batch_size` in the
+    /// order of `seed`, without pausing.
+    pub fn epochs(seed: u64, batch_size: u32, epochs: u32) -> Honest {
+        Honest {
+            seed,
+            rank: 0,
+            world_size: 1,
+            batch_size,
+            min_epochs: epochs,
+            max_epochs: epochs,
+            pause: Duration::ZERO,
+        }
+    }
+
+    /// Rank 0 of 1 reading epochs of `batch_size` in the order of `seed`
+    /// (at least one, at most 1000) until told to stop, pausing `pause`
+    /// after each batch.
+    pub fn until_stopped(seed: u64, batch_size: u32, pause: Duration) -> Honest {
+        Honest {
+            max_epochs: 1000,
+            pause,
+            ..Honest::epochs(seed, batch_size, 1)
+        }
+    }
+}
+
+/// Session options for `dataset` in the planner's order that `p`
+/// describes (its `num_samples` is the dataset's).
+pub fn plan_options(dataset: &str, p: &PlanParams) -> SessionOptions {
+    SessionOptions {
+        seed: p.seed,
+        rank: p.rank,
+        world_size: p.world_size,
+        batch_size: p.batch_size,
+        drop_last: p.drop_last,
+        ..SessionOptions::new(dataset)
+    }
+}
+
 /// Runs an honest loader: every batch of every epoch must be exactly the
 /// planner's (so every sample of the share exactly once), every sample
 /// verified byte for byte. Stops at an epoch boundary once `stop` is set
@@ -582,14 +622,6 @@ pub fn honest_loader_of(
     stop: &AtomicBool,
 ) -> u32 {
     let client = Client::connect(sock).expect("honest loader: connect");
-    let mut o = SessionOptions::new(dataset);
-    o.seed = h.seed;
-    o.rank = h.rank;
-    o.world_size = h.world_size;
-    o.batch_size = h.batch_size;
-    o.epoch_count = h.max_epochs;
-    let mut s = client.open_session(&o).expect("honest loader: open");
-    drop(client);
     let params = PlanParams {
         num_samples: spec.num_files,
         seed: h.seed,
@@ -598,6 +630,12 @@ pub fn honest_loader_of(
         batch_size: h.batch_size,
         drop_last: false,
     };
+    let o = SessionOptions {
+        epoch_count: h.max_epochs,
+        ..plan_options(dataset, &params)
+    };
+    let mut s = client.open_session(&o).expect("honest loader: open");
+    drop(client);
     let mut epoch_batches: Vec<Vec<u64>> = Vec::new();
     let mut epoch = 0u32;
     let mut done = 0u32;
