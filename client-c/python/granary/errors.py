@@ -10,11 +10,22 @@ from __future__ import annotations
 
 from . import _lib
 
+#: The class of each ``GRANARY_E_*`` code, filled as they are defined.
+_BY_CODE: dict = {}
+
 
 class GranaryError(Exception):
     """A libgranary call failed; ``code`` is the ``GRANARY_E_*`` value."""
 
     code: int = _lib.E_INTERNAL
+
+    def __init_subclass__(cls, code: int | None = None, **kwargs):
+        """``class X(GranaryError, code=...)``: the class of that code, the
+        one :func:`error_for` raises for it."""
+        super().__init_subclass__(**kwargs)
+        if code is not None:
+            cls.code = code
+            _BY_CODE[code] = cls
 
     def __init__(self, code: int | str | None = None, detail: str = "", context: str = ""):
         if isinstance(code, str):
@@ -43,133 +54,87 @@ class GranaryError(Exception):
         super().__init__(text)
 
 
-class InvalidArgument(GranaryError, ValueError):
-    code = _lib.E_INVALID_ARGUMENT
+class InvalidArgument(GranaryError, ValueError, code=_lib.E_INVALID_ARGUMENT):
+    """An argument or option the library or the agent refused."""
 
 
-class Timeout(GranaryError, TimeoutError):
+class Timeout(GranaryError, TimeoutError, code=_lib.E_TIMEOUT):
     """No batch arrived within the timeout (the session goes on); for a
     sample: reading it timed out on every attempt."""
 
-    code = _lib.E_TIMEOUT
+
+class WouldBlock(GranaryError, code=_lib.E_WOULD_BLOCK):
+    """No batch is ready (a call that does not wait)."""
 
 
-class WouldBlock(GranaryError):
-    code = _lib.E_WOULD_BLOCK
-
-
-class Disconnected(GranaryError, ConnectionError):
+class Disconnected(GranaryError, ConnectionError, code=_lib.E_DISCONNECTED):
     """The agent is gone (not listening, exited, crashed), closed the session,
     or stopped beating its heartbeat ("agent unresponsive")."""
 
-    code = _lib.E_DISCONNECTED
+
+class ProtocolError(GranaryError, code=_lib.E_PROTOCOL):
+    """A malformed message."""
 
 
-class ProtocolError(GranaryError):
-    code = _lib.E_PROTOCOL
+class VersionMismatch(GranaryError, code=_lib.E_VERSION):
+    """The protocol, ABI or layout version differs from the agent's."""
 
 
-class VersionMismatch(GranaryError):
-    code = _lib.E_VERSION
+class PermissionDenied(GranaryError, PermissionError, code=_lib.E_PERMISSION):
+    """The agent's allowlist refused this user."""
 
 
-class PermissionDenied(GranaryError, PermissionError):
-    code = _lib.E_PERMISSION
-
-
-class NotFound(GranaryError, LookupError):
+class NotFound(GranaryError, LookupError, code=_lib.E_NOT_FOUND):
     """No such dataset; for a sample: it is gone from the source."""
 
-    code = _lib.E_NOT_FOUND
+
+class Fenced(GranaryError, code=_lib.E_FENCED):
+    """The agent fenced the session after a protocol violation."""
 
 
-class Fenced(GranaryError):
-    code = _lib.E_FENCED
-
-
-class EndOfStream(GranaryError):
+class EndOfStream(GranaryError, code=_lib.E_END_OF_STREAM):
     """Every batch of the requested epochs was delivered."""
 
-    code = _lib.E_END_OF_STREAM
 
-
-class SourceError(GranaryError):
+class SourceError(GranaryError, code=_lib.E_IO):
     """The data source failed to read a sample (per batch or per sample): a
     transient failure persisted through every retry."""
 
-    code = _lib.E_IO
+
+class NoMemory(GranaryError, code=_lib.E_NO_MEMORY):
+    """Out of memory."""
 
 
-class NoMemory(GranaryError):
-    code = _lib.E_NO_MEMORY
-
-
-class Corrupt(GranaryError):
+class Corrupt(GranaryError, code=_lib.E_CORRUPT):
     """A descriptor failed validation; for a sample: its bytes failed a check."""
 
-    code = _lib.E_CORRUPT
+
+class Busy(GranaryError, code=_lib.E_BUSY):
+    """The agent is busy (its session limit is reached)."""
 
 
-class Busy(GranaryError):
-    code = _lib.E_BUSY
+class InternalError(GranaryError, code=_lib.E_INTERNAL):
+    """An internal error."""
 
 
-class InternalError(GranaryError):
-    code = _lib.E_INTERNAL
-
-
-class ReleasedError(GranaryError, ValueError):
+class ReleasedError(GranaryError, ValueError, code=_lib.E_CLOSED):
     """A sample, batch or session was used after its release or close."""
 
-    code = _lib.E_CLOSED
 
-
-class ShortRead(GranaryError):
+class ShortRead(GranaryError, code=_lib.E_SHORT_READ):
     """A sample is shorter or longer than catalogued: it changed in the
     source since the catalog was made."""
 
-    code = _lib.E_SHORT_READ
 
-
-class DatasetChanged(GranaryError):
+class DatasetChanged(GranaryError, code=_lib.E_DATASET_CHANGED):
     """The dataset's catalog is not the one a saved session state was
     taken against: an object was replaced, added or removed since. The
     message names the dataset and the objects."""
 
-    code = _lib.E_DATASET_CHANGED
 
-
-class DecodeError(GranaryError):
+class DecodeError(GranaryError, code=_lib.E_DECODE):
     """The agent's prepare stage could not decode the sample (not a JPEG,
     corrupt data, or more pixels or bytes than the agent allows)."""
-
-    code = _lib.E_DECODE
-
-
-_BY_CODE = {
-    cls.code: cls
-    for cls in (
-        InvalidArgument,
-        Timeout,
-        WouldBlock,
-        Disconnected,
-        ProtocolError,
-        VersionMismatch,
-        PermissionDenied,
-        NotFound,
-        Fenced,
-        EndOfStream,
-        SourceError,
-        NoMemory,
-        Corrupt,
-        Busy,
-        InternalError,
-        ReleasedError,
-        ShortRead,
-        DatasetChanged,
-        DecodeError,
-    )
-}
 
 
 def failure_kind(status: int) -> str | None:
