@@ -2,7 +2,7 @@
 //! formats of `run` (a real process, stopped with SIGTERM).
 
 use granary_testkit::dataset::synth;
-use granary_testkit::granaryd::output_text as text;
+use granary_testkit::granaryd::{assert_version, output_text as text};
 use granary_testkit::{GranarydConfig, GranarydProcess, Log};
 use std::path::Path;
 use std::process::Output;
@@ -19,12 +19,7 @@ fn expected_version() -> String {
 
 #[test]
 fn help_version_and_bad_arguments() {
-    let out = granaryd(&["--version"]);
-    assert!(out.status.success());
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        format!("granaryd {}", expected_version())
-    );
+    assert_version(&granaryd(&["--version"]), "granaryd", &expected_version());
     let out = granaryd(&["--help"]);
     assert!(out.status.success());
     let help = text(&out);

@@ -235,17 +235,9 @@ impl GranarydProcess {
 
     /// Sends signal `name` (`TERM`, `STOP`, `CONT`, …) with kill(1).
     pub fn signal(&self, name: &str) {
-        let out = Command::new("kill")
-            .arg("-s")
-            .arg(name)
-            .arg(self.pid().to_string())
-            .output()
-            .expect("run kill");
-        assert!(
-            out.status.success(),
-            "kill -s {name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let mut kill = Command::new("kill");
+        kill.arg("-s").arg(name).arg(self.pid().to_string());
+        run_ok(&mut kill, &format!("kill -s {name}"));
     }
 
     /// Waits for the process to exit.
@@ -306,6 +298,33 @@ impl Drop for GranarydProcess {
 /// test of a command line's messages reads.
 pub fn output_text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// Runs `cmd` to its end and returns its stdout as text. Not starting, an
+/// unsuccessful exit (its stderr is in the message) and output that is not
+/// UTF-8 panic, naming `what`.
+#[track_caller]
+pub fn run_ok(cmd: &mut Command, what: &str) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap_or_else(|e| panic!("{what}: output not UTF-8: {e}"))
+}
+
+/// Asserts that `out`, a `--version` run of the binary `name`, succeeded
+/// and printed `name` then `version`.
+#[track_caller]
+pub fn assert_version(out: &Output, name: &str, version: &str) {
+    assert!(out.status.success(), "{}", output_text(out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("{name} {version}")
+    );
 }
 
 #[cfg(test)]

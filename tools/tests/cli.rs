@@ -2,7 +2,7 @@
 //! metrics endpoint.
 
 use granary_agent::metrics::{Metrics, MetricsServer};
-use granary_testkit::granaryd::output_text as text;
+use granary_testkit::granaryd::{assert_version, output_text as text};
 use std::process::{Command, Output};
 use std::sync::Arc;
 
@@ -28,12 +28,7 @@ fn expected_version() -> String {
 
 #[test]
 fn help_version_and_bad_arguments() {
-    let out = granary(&["--version"]);
-    assert!(out.status.success());
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        format!("granary {}", expected_version())
-    );
+    assert_version(&granary(&["--version"]), "granary", &expected_version());
     let help = text(&granary(&["--help"]));
     for word in ["status", "demo", "ingest", "secret"] {
         assert!(help.contains(word), "{word} missing from:\n{help}");

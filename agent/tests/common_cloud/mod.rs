@@ -20,6 +20,7 @@
 #![allow(dead_code)]
 
 use granary_agent::source::s3::{AzureSettings, StoreSettings};
+use granary_testkit::granaryd::run_ok;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -202,17 +203,12 @@ impl Emulator {
 
     fn python(&self, args: &[&str]) -> String {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/common_cloud/emulators.py");
-        let out = Command::new("python3")
-            .arg(script)
-            .args(args)
-            .output()
-            .expect("python3 (scripts/setup.sh test)");
-        assert!(
-            out.status.success(),
-            "emulators.py {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        let mut python = Command::new("python3");
+        python.arg(script).args(args);
+        run_ok(
+            &mut python,
+            &format!("emulators.py {args:?} (python3: scripts/setup.sh test)"),
+        )
     }
 
     /// Waits until what was written is on disk, so that a restart after
