@@ -4,12 +4,11 @@
 //! seed gives the same order again; different epochs give different orders.
 
 mod common;
+mod common_reference;
 
 use common::*;
 use granary::SessionOptions;
 use granary_agent::planner::PlanParams;
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// One epoch as delivered: its batches' sample ids, in order.
@@ -52,49 +51,6 @@ fn delivered(agent: &TestAgent, p: PlanParams, first_epoch: u32, epoch_count: u3
     epochs
 }
 
-fn reference_script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/planner_reference.py")
-}
-
-/// What the Python reference prints for one epoch.
-fn reference(p: PlanParams, epoch: u32) -> Epoch {
-    let mut cmd = Command::new("python3");
-    cmd.arg(reference_script()).args([
-        "--seed",
-        &p.seed.to_string(),
-        "--epoch",
-        &epoch.to_string(),
-        "--n",
-        &p.num_samples.to_string(),
-        "--rank",
-        &p.rank.to_string(),
-        "--world-size",
-        &p.world_size.to_string(),
-        "--batch-size",
-        &p.batch_size.to_string(),
-    ]);
-    if p.drop_last {
-        cmd.arg("--drop-last");
-    }
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run python3 (needed by this test): {e}"));
-    assert!(
-        out.status.success(),
-        "planner_reference.py failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .expect("UTF-8")
-        .lines()
-        .map(|l| {
-            l.split_ascii_whitespace()
-                .map(|x| x.parse().expect("integers"))
-                .collect()
-        })
-        .collect()
-}
-
 #[test]
 fn delivered_order_equals_the_python_reference() {
     let _wd = watchdog("order_reference", 240);
@@ -108,44 +64,40 @@ fn delivered_order_equals_the_python_reference() {
         ..AgentOptions::default()
     });
     let n = agent.spec.num_files;
+    let first = PlanParams {
+        num_samples: n,
+        seed: 20_240_601,
+        rank: 1,
+        world_size: 3,
+        batch_size: 7,
+        drop_last: false,
+    };
     let cases = [
+        first,
         PlanParams {
-            num_samples: n,
-            seed: 20_240_601,
-            rank: 1,
-            world_size: 3,
-            batch_size: 7,
-            drop_last: false,
-        },
-        PlanParams {
-            num_samples: n,
-            seed: 20_240_601,
-            rank: 1,
-            world_size: 3,
-            batch_size: 7,
             drop_last: true,
+            ..first
         },
         PlanParams {
-            num_samples: n,
             seed: 0xDEAD_BEEF_0000_0001,
             rank: 0,
             world_size: 1,
             batch_size: 32,
-            drop_last: false,
+            ..first
         },
         PlanParams {
-            num_samples: n,
             seed: 42,
             rank: 3,
             world_size: 4,
             batch_size: 16,
             drop_last: true,
+            ..first
         },
     ];
     for p in cases {
         let run = delivered(&agent, p, 0, 2);
         for (epoch, got) in run.iter().enumerate() {
-            let want = reference(p, epoch as u32);
+            let want = common_reference::batches(&p, epoch as u32);
             assert_eq!(got.len(), want.len(), "{p:?} epoch {epoch}: batch count");
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                 assert_eq!(

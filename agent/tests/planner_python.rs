@@ -1,64 +1,17 @@
 //! The Python reference (`tests/planner_reference.py`) reproduces the
 //! planner's order exactly: permutations, shards and batches.
 
-use std::path::PathBuf;
+mod common_reference;
+
 use std::process::Command;
 
+use common_reference::{batches, run as run_reference, script as reference_script};
 use granary_agent::planner::{epoch_permutation, EpochPlan, PlanParams};
-
-fn reference_script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/planner_reference.py")
-}
-
-/// Runs the reference with `args` and returns its lines, each parsed as
-/// space-separated integers.
-fn run_reference(args: &[String]) -> Vec<Vec<u64>> {
-    let output = Command::new("python3")
-        .arg(reference_script())
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run python3 (needed by this test): {e}"));
-    assert!(
-        output.status.success(),
-        "planner_reference.py {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let stdout = String::from_utf8(output.stdout).expect("reference output is UTF-8");
-    stdout
-        .lines()
-        .map(|line| {
-            line.split_ascii_whitespace()
-                .map(|x| x.parse().expect("reference prints integers"))
-                .collect()
-        })
-        .collect()
-}
-
-fn batch_args(p: &PlanParams, epoch: u32) -> Vec<String> {
-    let mut args = vec![
-        "--seed".to_string(),
-        p.seed.to_string(),
-        "--epoch".to_string(),
-        epoch.to_string(),
-        "--n".to_string(),
-        p.num_samples.to_string(),
-        "--rank".to_string(),
-        p.rank.to_string(),
-        "--world-size".to_string(),
-        p.world_size.to_string(),
-        "--batch-size".to_string(),
-        p.batch_size.to_string(),
-    ];
-    if p.drop_last {
-        args.push("--drop-last".to_string());
-    }
-    args
-}
 
 fn check_batches(p: PlanParams, epoch: u32) {
     let plan = EpochPlan::new(&p, epoch).expect("valid parameters");
     let ours: Vec<Vec<u64>> = plan.batches().map(<[u64]>::to_vec).collect();
-    let theirs = run_reference(&batch_args(&p, epoch));
+    let theirs = batches(&p, epoch);
     assert_eq!(
         ours.len(),
         theirs.len(),
