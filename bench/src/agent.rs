@@ -367,16 +367,22 @@ impl EpochLookups {
     }
 }
 
+/// The labelled series of `metric` among parsed series: each one's labels
+/// (`k="v",...`, without the braces) and value.
+pub fn labelled<'a>(
+    series: &'a [(String, f64)],
+    metric: &'a str,
+) -> impl Iterator<Item = (&'a str, f64)> + 'a {
+    series.iter().filter_map(move |(name, value)| {
+        let labels = name.strip_prefix(metric)?.strip_prefix('{')?;
+        Some((labels.strip_suffix('}')?, *value))
+    })
+}
+
 /// Picks `granary_epoch_lookups_total` of `dataset` out of parsed series.
 pub fn epoch_lookups(series: &[(String, f64)], dataset: &str) -> Vec<EpochLookups> {
     let mut out: Vec<EpochLookups> = Vec::new();
-    for (name, value) in series {
-        let Some(labels) = name
-            .strip_prefix("granary_epoch_lookups_total{")
-            .and_then(|l| l.strip_suffix('}'))
-        else {
-            continue;
-        };
+    for (labels, value) in labelled(series, "granary_epoch_lookups_total") {
         let (mut ds, mut epoch, mut result) = (None, None, None);
         for pair in labels.split(',') {
             match pair.split_once('=') {
@@ -403,8 +409,8 @@ pub fn epoch_lookups(series: &[(String, f64)], dataset: &str) -> Vec<EpochLookup
             }
         };
         match result {
-            "hit" => out[slot].hits += *value as u64,
-            "miss" => out[slot].misses += *value as u64,
+            "hit" => out[slot].hits += value as u64,
+            "miss" => out[slot].misses += value as u64,
             _ => {}
         }
     }

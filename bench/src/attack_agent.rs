@@ -202,16 +202,10 @@ pub fn sum_of(series: &[(String, f64)], name: &str, with: &str) -> f64 {
 /// `granary_peer_rejected_total` by reason, from parsed series.
 pub fn rejected(series: &[(String, f64)]) -> Vec<(String, f64)> {
     let mut out = Vec::new();
-    for (k, v) in series {
-        let Some(labels) = k
-            .strip_prefix("granary_peer_rejected_total{")
-            .and_then(|l| l.strip_suffix('}'))
-        else {
-            continue;
-        };
+    for (labels, v) in crate::agent::labelled(series, "granary_peer_rejected_total") {
         for pair in labels.split(',') {
             if let Some(("reason", r)) = pair.split_once('=') {
-                out.push((r.trim_matches('"').to_owned(), *v));
+                out.push((r.trim_matches('"').to_owned(), v));
             }
         }
     }
