@@ -63,6 +63,14 @@ fn pair() -> Pair {
     }
 }
 
+impl Pair {
+    /// A 4 KiB region each end registers for local writes: (a's, b's).
+    fn local_regions(&mut self) -> (Mr, Mr) {
+        let a = self.a.register(4096, Access::LOCAL_WRITE).unwrap();
+        (a, self.b.register(4096, Access::LOCAL_WRITE).unwrap())
+    }
+}
+
 fn sge(mr: &Mr, off: u64, len: u32) -> Sge {
     Sge {
         addr: mr.addr + off,
@@ -116,8 +124,7 @@ fn write_then_send_lands_in_order() {
 #[test]
 fn region_without_remote_write_rejects_writes_and_breaks_both_ends() {
     let mut p = pair();
-    let src = p.a.register(4096, Access::LOCAL_WRITE).unwrap();
-    let dst = p.b.register(4096, Access::LOCAL_WRITE).unwrap();
+    let (src, dst) = p.local_regions();
     p.b.post_recv(p.qb, 9, sge(&dst, 0, 64)).unwrap();
     let remote = RemoteAddr {
         addr: dst.addr,
@@ -179,8 +186,7 @@ fn send_without_receive_is_receiver_not_ready() {
 #[test]
 fn short_receive_is_a_length_error() {
     let mut p = pair();
-    let src = p.a.register(4096, Access::LOCAL_WRITE).unwrap();
-    let dst = p.b.register(4096, Access::LOCAL_WRITE).unwrap();
+    let (src, dst) = p.local_regions();
     p.b.post_recv(p.qb, 3, sge(&dst, 0, 4)).unwrap();
     p.a.post_send(p.qa, 1, sge(&src, 0, 8)).unwrap();
     assert_eq!(poll(&mut p.a)[0].status, WcStatus::RemoteInvalidRequest);
@@ -209,8 +215,7 @@ fn injected_errors_fire_once_on_the_matching_request() {
         WcStatus::Flushed,
     ] {
         let mut p = pair();
-        let src = p.a.register(4096, Access::LOCAL_WRITE).unwrap();
-        let dst = p.b.register(4096, Access::LOCAL_WRITE).unwrap();
+        let (src, dst) = p.local_regions();
         for i in 0..3 {
             p.b.post_recv(p.qb, i, sge(&dst, 64 * i, 64)).unwrap();
         }
