@@ -12,8 +12,9 @@ mod common;
 mod common_s3;
 
 use common::{epochs, same_epoch_as, store_config, watchdog, Delivered, TestAgent};
-use common_s3::{s3_table, synth, upload, Seaweed};
+use common_s3::{s3_table, synth, upload, weed_and_synth};
 use granary_agent::source::{open_catalog, Catalog, CatalogError};
+use granary_testkit::agent_toml::fs_dataset;
 use granary_tools::ingest::{mds::write_mds, parquet::write_parquet, shards::ShardsWritten};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -29,9 +30,7 @@ fn same_epoch(files: &[Delivered], other: &[Delivered], what: &str) {
 #[test]
 fn files_mds_and_parquet_on_fs_and_s3_give_the_same_epoch() {
     let _w = watchdog("files_mds_and_parquet_on_fs_and_s3", 300);
-    let weed = Seaweed::start();
-    let dir = tempfile::tempdir().unwrap();
-    let spec = synth(dir.path(), FILES, 5, 6_000);
+    let (weed, dir, spec) = weed_and_synth(FILES, 5, 6_000);
     let mds = dir.path().join("mds");
     let pq = dir.path().join("pq");
     let m = write_mds(&spec.root, &mds, 256 * 1024).unwrap();
@@ -54,28 +53,14 @@ fn files_mds_and_parquet_on_fs_and_s3_give_the_same_epoch() {
             &format!("format = \"{format}\"\nsample_field = \"sample\"\nlabel_field = \"label\""),
         )
     };
-    let tables = format!(
-        r#"
-[[dataset]]
-name = "files"
-root = "{root}"
-[[dataset]]
-name = "mds-fs"
-root = "{mds}"
-format = "mds"
-[[dataset]]
-name = "pq-fs"
-root = "{pq}"
-format = "parquet"
-{mds_s3}
-{pq_s3}
-"#,
-        root = spec.root.display(),
-        mds = mds.display(),
-        pq = pq.display(),
-        mds_s3 = s3("mds-s3", "mds", "mds"),
-        pq_s3 = s3("pq-s3", "pq", "parquet"),
-    );
+    let tables = [
+        fs_dataset("files", &spec.root, ""),
+        fs_dataset("mds-fs", &mds, "format = \"mds\""),
+        fs_dataset("pq-fs", &pq, "format = \"parquet\""),
+        s3("mds-s3", "mds", "mds"),
+        s3("pq-s3", "pq", "parquet"),
+    ]
+    .concat();
     let cfg = store_config(&sock, "64MiB", "", &tables);
     let agent = TestAgent::start_on(dir, &spec, sock, cfg);
     let files = epochs(&agent.sock, "files", 1, || {});
@@ -94,9 +79,7 @@ fn arrow_row(seed: usize, i: usize) -> (i32, Vec<u8>) {
 #[test]
 fn hugging_face_arrow_files_on_fs_and_s3_give_every_row() {
     let _w = watchdog("hugging_face_arrow_files_on_fs_and_s3", 240);
-    let weed = Seaweed::start();
-    let dir = tempfile::tempdir().unwrap();
-    let spec = synth(dir.path(), 20, 2, 2_000);
+    let (weed, dir, spec) = weed_and_synth(20, 2, 2_000);
     let fixtures =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("src/source/shards/arrow/testdata/hf");
     let arrow = dir.path().join("arrow");

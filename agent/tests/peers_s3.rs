@@ -20,7 +20,7 @@ mod common_s3;
 
 use common::{verify, watchdog, watchdog_fn};
 use common_peers::{free_port, identity, member, Agent};
-use common_s3::{s3_table, synth, upload, Seaweed};
+use common_s3::{s3_table, upload, weed_and_synth, Seaweed};
 use granary::{encode_view, Client, ErrorCode, MembershipMode, SessionOptions, ViewMember};
 use granary_testkit::agent_toml::static_peers;
 use granary_testkit::corrupt_proxy::{Corrupt, CorruptingProxy, Senders};
@@ -106,9 +106,7 @@ fn cluster_with(
     fault: Option<Corrupt>,
     hedge_after_ms: u64,
 ) -> Cluster {
-    let weed = Seaweed::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let spec = synth(tmp.path(), FILES, 10, MEAN);
+    let (weed, tmp, spec) = weed_and_synth(FILES, 10, MEAN);
     let report = upload(&weed, &spec.root, name);
     assert_eq!(report.files, FILES);
     let peer_ports: Vec<u16> = (0..NODES).map(|n| free_port(&Agent::ip(n))).collect();

@@ -6,7 +6,7 @@
 mod common_s3;
 
 use common_s3::delay_proxy::DelayProxy;
-use common_s3::{synth, upload, Seaweed, BUCKET};
+use common_s3::{upload, weed_and_synth, Seaweed, BUCKET};
 use granary_agent::source::queue::IoCompletion as Completion;
 use granary_agent::source::s3::fault::FaultyStore;
 use granary_agent::source::s3::{
@@ -151,9 +151,7 @@ fn options(capacity: u32) -> FetchOptions {
 
 #[test]
 fn ingest_list_fetch_and_resume() {
-    let weed = Seaweed::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let spec = synth(tmp.path(), 300, 7, 20_000);
+    let (weed, tmp, spec) = weed_and_synth(300, 7, 20_000);
     // Upload with read-back (the command line's own test is in
     // tools/tests/ingest_cli.rs).
     let t0 = Instant::now();
@@ -274,9 +272,7 @@ fn ingest_list_fetch_and_resume() {
 
 #[test]
 fn five_percent_injected_failures_still_deliver_every_sample() {
-    let weed = Seaweed::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let spec = synth(tmp.path(), 300, 5, 8_000);
+    let (weed, _tmp, spec) = weed_and_synth(300, 5, 8_000);
     upload(&weed, &spec.root, "faulty");
     let settings = weed.settings();
     let faulty = Arc::new(FaultyStore::new(settings.build_store().unwrap(), 0.05, 7));
@@ -301,9 +297,7 @@ fn five_percent_injected_failures_still_deliver_every_sample() {
 
 #[test]
 fn server_killed_and_restarted_mid_fetch_loses_nothing() {
-    let mut weed = Seaweed::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let spec = synth(tmp.path(), 600, 6, 8_000);
+    let (mut weed, _tmp, spec) = weed_and_synth(600, 6, 8_000);
     upload(&weed, &spec.root, "restart");
     let mut settings = weed.settings();
     settings.request_timeout = Duration::from_secs(2);
@@ -382,9 +376,7 @@ fn missing_keys_and_bad_credentials_fail_at_once_naming_the_key() {
 fn an_object_replaced_after_cataloguing_is_a_clear_per_sample_error() {
     use granary_agent::source::queue::changed;
     use object_store::ObjectStoreExt;
-    let weed = Seaweed::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let spec = synth(tmp.path(), 6, 1, 3_000);
+    let (weed, _tmp, spec) = weed_and_synth(6, 1, 3_000);
     upload(&weed, &spec.root, "versions");
     let source = S3Source::connect(&weed.settings(), 8).unwrap();
     let catalog = source
@@ -427,9 +419,7 @@ fn an_object_replaced_after_cataloguing_is_a_clear_per_sample_error() {
 
 #[test]
 fn a_request_slower_than_the_timeout_fails_then_succeeds_without_the_delay() {
-    let weed = Seaweed::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let spec = synth(tmp.path(), 4, 1, 4_000);
+    let (weed, _tmp, spec) = weed_and_synth(4, 1, 4_000);
     upload(&weed, &spec.root, "slow");
     let proxy = DelayProxy::start(
         "127.0.0.1:0".parse().unwrap(),
@@ -472,9 +462,7 @@ fn a_request_slower_than_the_timeout_fails_then_succeeds_without_the_delay() {
 #[test]
 #[ignore = "measurement; run by hand"]
 fn fetch_throughput() {
-    let weed = Seaweed::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let spec = synth(tmp.path(), 2000, 20, 110_000);
+    let (weed, _tmp, spec) = weed_and_synth(2000, 20, 110_000);
     let t0 = Instant::now();
     let mut opts = IngestOptions::new(&spec.root, weed.settings(), "tput");
     opts.concurrency = 64;

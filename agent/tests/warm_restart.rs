@@ -17,7 +17,7 @@ mod common_s3;
 
 use common::{resuming_loader, watchdog, watchdog_fn, AgentDir, DATASET};
 use common_peers::{free_port, Agent};
-use common_s3::{s3_table, synth, upload, Seaweed};
+use common_s3::{s3_table, upload, weed_and_synth};
 use granary_agent::warm::{Files, Index};
 use granary_tools::synth::SynthSpec;
 use std::net::SocketAddr;
@@ -304,9 +304,7 @@ fn a_stopped_agent_restarts_warm_mid_epoch() {
 #[test]
 fn a_killed_agent_on_an_s3_dataset_restarts_warm() {
     let _w = watchdog("a_killed_agent_on_an_s3_dataset_restarts_warm", 300);
-    let weed = Seaweed::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let spec = synth(tmp.path(), FILES, 10, MEAN);
+    let (weed, tmp, spec) = weed_and_synth(FILES, 10, MEAN);
     let prefix = "warm";
     let report = upload(&weed, &spec.root, prefix);
     assert_eq!(report.files, FILES);

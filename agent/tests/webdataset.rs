@@ -9,7 +9,8 @@ mod common;
 mod common_s3;
 
 use common::{epochs, same_epoch_as, store_config, watchdog, Delivered, TestAgent};
-use common_s3::{s3_table, synth, upload, Seaweed};
+use common_s3::{s3_table, synth, upload, weed_and_synth};
+use granary_testkit::agent_toml::fs_dataset;
 use granary_tools::ingest::shards::write_webdataset;
 
 const FILES: u64 = 400;
@@ -35,9 +36,7 @@ fn same_epoch(files: &[Delivered], wds: &[Delivered], what: &str) {
 #[test]
 fn files_and_webdataset_shards_on_fs_and_s3_give_the_same_epoch() {
     let _w = watchdog("files_and_webdataset_shards_on_fs_and_s3", 240);
-    let weed = Seaweed::start();
-    let dir = tempfile::tempdir().unwrap();
-    let spec = synth(dir.path(), FILES, 5, 6_000);
+    let (weed, dir, spec) = weed_and_synth(FILES, 5, 6_000);
     let shards = dir.path().join("wds");
     let w = write_webdataset(&spec.root, &shards, 256 * 1024).unwrap();
     assert_eq!(w.samples, FILES);
@@ -45,25 +44,17 @@ fn files_and_webdataset_shards_on_fs_and_s3_give_the_same_epoch() {
     let report = upload(&weed, &shards, "wds");
     assert_eq!(report.files, w.shards.len() as u64);
     let sock = dir.path().join("granary.sock");
-    let tables = format!(
-        r#"
-[[dataset]]
-name = "files"
-root = "{root}"
-[[dataset]]
-name = "wds-fs"
-root = "{shards}"
-format = "webdataset"
-{s3}"#,
-        root = spec.root.display(),
-        shards = shards.display(),
-        s3 = s3_table(
+    let tables = [
+        fs_dataset("files", &spec.root, ""),
+        fs_dataset("wds-fs", &shards, "format = \"webdataset\""),
+        s3_table(
             "wds-s3",
             &weed.endpoint(),
             "wds",
-            "format = \"webdataset\"\nlabel_field = \"cls\""
+            "format = \"webdataset\"\nlabel_field = \"cls\"",
         ),
-    );
+    ]
+    .concat();
     let cfg = store_config(&sock, "64MiB", "", &tables);
     let agent = TestAgent::start_on(dir, &spec, sock, cfg);
     let files = epochs(&agent.sock, "files", 1, || {});

@@ -14,7 +14,19 @@ pub use granary_testkit::{delay_proxy, local_s3, seaweed};
 
 use granary_testkit::seaweed::{ACCESS_KEY, REGION, SECRET_KEY};
 use granary_tools::ingest::{self, IngestOptions, IngestReport};
+use granary_tools::synth::SynthSpec;
 use std::path::Path;
+use tempfile::TempDir;
+
+/// A SeaweedFS server, then in a temporary folder a synthetic dataset of
+/// `files` files in `classes` classes of about `mean_size` bytes.
+#[allow(dead_code)] // not every S3 suite starts with a synthetic dataset
+pub fn weed_and_synth(files: u64, classes: u32, mean_size: u64) -> (Seaweed, TempDir, SynthSpec) {
+    let weed = Seaweed::start();
+    let dir = tempfile::tempdir().unwrap();
+    let spec = synth(dir.path(), files, classes, mean_size);
+    (weed, dir, spec)
+}
 
 /// Uploads the folder `src` to `prefix` of the test server's bucket
 /// through the ingest library.
