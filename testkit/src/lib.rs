@@ -17,6 +17,7 @@
 //! * [`agent_toml`]: an agent's TOML, the settings every test agent
 //!   shares written once.
 //! * [`procfs`]: a process's sizes from `/proc` (its resident memory).
+//! * [`worker`]: a test server's thread, stopped and joined on drop.
 //!
 //! Behind features:
 //! * `dataset`: [`dataset`], synthetic datasets and a `granaryd`'s directory.
@@ -34,6 +35,7 @@ pub mod granaryd;
 pub mod procfs;
 pub mod require;
 pub mod watchdog;
+pub mod worker;
 
 #[cfg(feature = "s3")]
 pub mod corrupt_proxy;

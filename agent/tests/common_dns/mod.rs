@@ -6,18 +6,17 @@
 //! test needs do not justify a DNS server crate in the dependency tree
 //! (docs/testing.md).
 
+use granary_testkit::worker::Worker;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// The responder; stopped when dropped.
 pub struct DnsStub {
     records: Arc<Mutex<Vec<Ipv4Addr>>>,
     queries: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _thread: Worker,
 }
 
 impl DnsStub {
@@ -28,14 +27,9 @@ impl DnsStub {
         sock.set_read_timeout(Some(Duration::from_millis(50)))?;
         let records = Arc::new(Mutex::new(records.to_vec()));
         let queries = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (r, q, s) = (
-            Arc::clone(&records),
-            Arc::clone(&queries),
-            Arc::clone(&stop),
-        );
+        let (r, q) = (Arc::clone(&records), Arc::clone(&queries));
         let name = name.trim_end_matches('.').to_ascii_lowercase();
-        let thread = std::thread::spawn(move || {
+        let thread = Worker::spawn("dns-stub", move |s| {
             let mut buf = [0u8; 512];
             while !s.load(Ordering::Relaxed) {
                 let Ok((n, from)) = sock.recv_from(&mut buf) else {
@@ -51,8 +45,7 @@ impl DnsStub {
         Ok(DnsStub {
             records,
             queries,
-            stop,
-            thread: Some(thread),
+            _thread: thread,
         })
     }
 
@@ -64,15 +57,6 @@ impl DnsStub {
     /// Queries received so far.
     pub fn queries(&self) -> u64 {
         self.queries.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for DnsStub {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

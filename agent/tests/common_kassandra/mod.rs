@@ -22,6 +22,7 @@
 #![allow(dead_code)]
 
 use futures_util::{SinkExt, StreamExt};
+use granary_testkit::worker::Worker;
 use kassandra::cql::value::CqlValue;
 use kassandra::frame::request::query::Query;
 use kassandra::frame::request::Request;
@@ -37,9 +38,8 @@ use std::sync::{Arc, Mutex};
 pub struct Kassandra {
     /// Where it listens (127.0.0.1, a free port).
     pub addr: SocketAddr,
-    stop: Arc<AtomicBool>,
     requests: Arc<AtomicU64>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _thread: Worker,
 }
 
 impl Kassandra {
@@ -54,33 +54,19 @@ impl Kassandra {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
         let requests = Arc::new(AtomicU64::new(0));
-        let (s, r) = (stop.clone(), requests.clone());
-        let thread = std::thread::Builder::new()
-            .name("kassandra".into())
-            .spawn(move || serve(listener, session, s, r))
-            .unwrap();
+        let r = requests.clone();
+        let thread = Worker::spawn("kassandra", move |s| serve(listener, session, s, r));
         Kassandra {
             addr,
-            stop,
             requests,
-            thread: Some(thread),
+            _thread: thread,
         }
     }
 
     /// Requests answered so far.
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for Kassandra {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
