@@ -128,7 +128,6 @@ mod tests {
     #[test]
     fn shards_index_back_to_the_files_in_order() {
         let (_d, spec, out, w) = crate::ingest::ninety_files_written("mds", write_mds);
-        assert!(w.shards.len() >= 4, "{} shards", w.shards.len());
         for s in &w.shards {
             assert!(std::fs::metadata(s).unwrap().len() <= 64 * 1024);
         }

@@ -413,8 +413,9 @@ where
 
 /// 90 synthetic files (3 classes, about 4 kB each) under a temporary
 /// directory, written by `write` into its folder `name` in shards of at
-/// most 64 KiB: where each format's round-trip test starts. Returns the
-/// directory, the files' spec, the folder and what was written.
+/// most 64 KiB (at least 4 of them): where each format's round-trip test
+/// starts. Returns the directory, the files' spec, the folder and what was
+/// written.
 #[cfg(test)]
 pub(crate) fn ninety_files_written(
     name: &str,
@@ -432,6 +433,7 @@ pub(crate) fn ninety_files_written(
     let out = d.path().join(name);
     let w = write(&spec.root, &out, 64 * 1024).unwrap();
     assert_eq!(w.samples, 90);
+    assert!(w.shards.len() >= 4, "{name}: {} shards", w.shards.len());
     (d, spec, out, w)
 }
 
