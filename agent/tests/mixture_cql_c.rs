@@ -13,6 +13,7 @@ use common::{
 };
 use common_kassandra::Kassandra;
 use granary_agent::source::cql::CqlSettings;
+use granary_testkit::cc::cc_against_libgranary;
 use granary_testkit::require;
 use granary_tools::ingest::cql::{self as ingest_cql, CqlIngestOptions};
 use std::path::{Path, PathBuf};
@@ -38,18 +39,16 @@ fn lib_dir() -> Option<PathBuf> {
 fn build_consume(lib: &Path, out: &Path) -> PathBuf {
     let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("../client-c");
     let exe = out.join("consume");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = Command::new(&cc)
-        .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"])
-        .arg(format!("-I{}", client.join("include").display()))
-        .arg(client.join("examples/consume.c"))
-        .arg("-o")
-        .arg(&exe)
-        .arg(format!("-L{}", lib.display()))
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .args(["-lgranary", "-lpthread", "-ldl", "-lm"])
+    let mut cc = cc_against_libgranary(
+        &client.join("include"),
+        &client.join("examples/consume.c"),
+        lib,
+        &exe,
+    );
+    let status = cc
+        .args(["-lpthread", "-ldl", "-lm"])
         .status()
-        .unwrap_or_else(|e| panic!("{cc}: {e}"));
+        .unwrap_or_else(|e| panic!("{:?}: {e}", cc.get_program()));
     assert!(status.success(), "building consume.c: {status}");
     exe
 }

@@ -17,6 +17,7 @@
 //! * [`agent_toml`]: an agent's TOML, the settings every test agent
 //!   shares written once.
 //! * [`procfs`]: a process's sizes from `/proc` (its resident memory).
+//! * [`cc`]: a C program's build against libgranary.
 //! * [`worker`]: a test server's thread, stopped and joined on drop.
 //!
 //! Behind features:
@@ -30,6 +31,7 @@
 #![warn(missing_docs)]
 
 pub mod agent_toml;
+pub mod cc;
 pub mod docs;
 pub mod granaryd;
 pub mod procfs;

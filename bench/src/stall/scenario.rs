@@ -10,6 +10,7 @@ use crate::s3_data;
 use crate::seaweed::Seaweed;
 use crate::stall_loaders;
 use crate::store::Store;
+use granary_testkit::cc::cc_against_libgranary;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -221,22 +222,18 @@ pub(super) fn build_c_loader(root: &Path, dir: &Path) -> Result<PathBuf> {
         ));
     }
     let out = dir.join("stall_consume");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
-    let status = Command::new(&cc)
-        .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"])
-        .arg(format!("-I{}", root.join("client-c/include").display()))
-        .arg(root.join("bench/stall_consume.c"))
-        .arg("-o")
-        .arg(&out)
-        .arg(format!("-L{}", target.display()))
-        .arg(format!("-Wl,-rpath,{}", target.display()))
-        .arg("-lgranary")
-        .status()
-        .map_err(|e| format!("{cc}: {e}"))?;
+    let mut cc = cc_against_libgranary(
+        &root.join("client-c/include"),
+        &root.join("bench/stall_consume.c"),
+        &target,
+        &out,
+    );
+    let cc_name = cc.get_program().to_string_lossy().into_owned();
+    let status = cc.status().map_err(|e| format!("{cc_name}: {e}"))?;
     if status.success() {
         Ok(out)
     } else {
-        Err(format!("{cc} bench/stall_consume.c: {status}"))
+        Err(format!("{cc_name} bench/stall_consume.c: {status}"))
     }
 }
 
