@@ -114,6 +114,19 @@ fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// consume.c (`bin`) run with the options `opts`, the agent's socket
+/// `sock`, then `args` (the dataset and the numbers).
+fn consume(bin: &Path, opts: &[&str], sock: &Path, args: &[&str]) -> Output {
+    run(Command::new(bin).args(opts).arg(sock).args(args))
+}
+
+/// Asserts that the summary line `out` printed passes `ok`.
+#[track_caller]
+fn assert_summary(out: &Output, ok: impl Fn(&str) -> bool) {
+    let summary = stdout(out);
+    assert!(ok(&summary), "{summary}");
+}
+
 /// The summary line consume prints for a clean run.
 #[allow(clippy::too_many_arguments)]
 fn expected_summary(
@@ -158,10 +171,7 @@ fn c_example_reads_and_verifies_every_sample() {
     let sock = fx.socket_path().to_owned();
 
     for bin in [&static_bin, &shared_bin] {
-        let out = run(Command::new(bin)
-            .arg("-f")
-            .arg(&sock)
-            .args(["c-example", "16", "2", "42"]));
+        let out = consume(bin, &["-f"], &sock, &["c-example", "16", "2", "42"]);
         check("consume", &out);
         assert_eq!(stdout(&out), expected_summary(&ds, 16, 2, 42, 0, 1));
     }
@@ -171,50 +181,30 @@ fn c_example_reads_and_verifies_every_sample() {
     );
 
     // Rank 1 of 3, one epoch.
-    let out = run(Command::new(&static_bin).arg("-f").arg(&sock).args([
-        "c-example",
-        "10",
-        "1",
-        "9",
-        "1",
-        "3",
-    ]));
+    let out = consume(
+        &static_bin,
+        &["-f"],
+        &sock,
+        &["c-example", "10", "1", "9", "1", "3"],
+    );
     check("consume rank 1 of 3", &out);
     assert_eq!(stdout(&out), expected_summary(&ds, 10, 1, 9, 1, 3));
 
     // A batch the agent could not fill is counted, released, and fails the run.
-    let out = run(Command::new(&static_bin)
-        .arg("-f")
-        .arg(&sock)
-        .args(["c-flaky", "8"]));
+    let out = consume(&static_bin, &["-f"], &sock, &["c-flaky", "8"]);
     assert_eq!(
         out.status.code(),
         Some(1),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        stdout(&out).starts_with("batches=5 samples=32 "),
-        "{}",
-        stdout(&out)
-    );
-    assert!(
-        stdout(&out).contains(" errors=1 mismatches=0"),
-        "{}",
-        stdout(&out)
-    );
+    assert_summary(&out, |s| s.starts_with("batches=5 samples=32 "));
+    assert_summary(&out, |s| s.contains(" errors=1 mismatches=0"));
 
     // Each failed sample reports its own kind: code and text.
-    let out = run(Command::new(&static_bin)
-        .arg("-f")
-        .arg(&sock)
-        .args(["c-kinds", "6"]));
+    let out = consume(&static_bin, &["-f"], &sock, &["c-kinds", "6"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stdout(&out).contains(" errors=6 mismatches=0"),
-        "{}",
-        stdout(&out)
-    );
+    assert_summary(&out, |s| s.contains(" errors=6 mismatches=0"));
     let err = String::from_utf8_lossy(&out.stderr);
     for kind in ErrorCode::SAMPLE_FAILURES {
         let line = format!("failed: {} ({})", kind.message(), kind.as_i32());
@@ -223,33 +213,19 @@ fn c_example_reads_and_verifies_every_sample() {
 
     // The checks are real: a wrong byte under a matching CRC fails the
     // content check, a wrong CRC fails even without it.
-    let out = run(Command::new(&static_bin)
-        .arg("-f")
-        .arg(&sock)
-        .args(["c-scribbled", "8"]));
+    let out = consume(&static_bin, &["-f"], &sock, &["c-scribbled", "8"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stdout(&out).ends_with(" errors=0 mismatches=1\n"),
-        "{}",
-        stdout(&out)
-    );
+    assert_summary(&out, |s| s.ends_with(" errors=0 mismatches=1\n"));
     assert!(String::from_utf8_lossy(&out.stderr).contains("sample 17 "));
-    let out = run(Command::new(&static_bin)
-        .arg(&sock)
-        .args(["c-scribbled", "8"]));
+    let out = consume(&static_bin, &[], &sock, &["c-scribbled", "8"]);
     check("consume without the content check", &out);
     // A wrong CRC: libgranary's own check turns every sample into a
     // CORRUPT failure (each batch says so)...
-    let out = run(Command::new(&static_bin)
-        .arg(&sock)
-        .args(["c-bad-crc", "4"]));
+    let out = consume(&static_bin, &[], &sock, &["c-bad-crc", "4"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stdout(&out).starts_with("batches=3 samples=0 bytes=0 ")
-            && stdout(&out).ends_with(" errors=3 mismatches=0\n"),
-        "{}",
-        stdout(&out)
-    );
+    assert_summary(&out, |s| {
+        s.starts_with("batches=3 samples=0 bytes=0 ") && s.ends_with(" errors=3 mismatches=0\n")
+    });
     assert!(
         String::from_utf8_lossy(&out.stderr).contains(ErrorCode::Corrupt.message()),
         "{}",
@@ -257,26 +233,19 @@ fn c_example_reads_and_verifies_every_sample() {
     );
     // ... and with that check off (-n), the program's own CRC check
     // catches every sample.
-    let out = run(Command::new(&static_bin)
-        .arg("-n")
-        .arg(&sock)
-        .args(["c-bad-crc", "4"]));
+    let out = consume(&static_bin, &["-n"], &sock, &["c-bad-crc", "4"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stdout(&out).ends_with(" errors=0 mismatches=12\n"),
-        "{}",
-        stdout(&out)
-    );
+    assert_summary(&out, |s| s.ends_with(" errors=0 mismatches=12\n"));
 
     // An unknown dataset is a session error with the agent's words.
-    let out = run(Command::new(&static_bin).arg(&sock).arg("imagenet"));
+    let out = consume(&static_bin, &[], &sock, &["imagenet"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no such dataset"), "{err}");
     assert!(err.contains("\"imagenet\""), "{err}");
 
     // Bad usage.
-    let out = run(Command::new(&static_bin).arg(&sock));
+    let out = consume(&static_bin, &[], &sock, &[]);
     assert_eq!(out.status.code(), Some(2));
 }
 
