@@ -58,18 +58,12 @@ use std::time::{Duration, UNIX_EPOCH};
 
 /// The name of the store's threads (`/proc/*/task/*/comm`).
 pub const THREAD_NAME: &str = "light-store";
-/// Placeholder credentials for clients that insist on signing.
-pub const ACCESS_KEY: &str = "light-store";
-/// Secret of [`ACCESS_KEY`].
-pub const SECRET_KEY: &str = "light-store-secret";
-/// The region clients sign for.
-pub const REGION: &str = "us-east-1";
-
-/// The light store's credentials and region, for clients.
+/// The light store's credentials and region, for clients: placeholder keys
+/// for clients that insist on signing, and the region they sign for.
 const CREDENTIALS: Credentials = Credentials {
-    access_key: ACCESS_KEY,
-    secret_key: SECRET_KEY,
-    region: REGION,
+    access_key: "light-store",
+    secret_key: "light-store-secret",
+    region: "us-east-1",
 };
 /// The most keys one ListObjectsV2 page returns (S3's limit).
 const MAX_KEYS: usize = 1000;
