@@ -6,7 +6,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use granary::{agent_silence_limit, Client, ErrorCode};
-use support::{open, options, sample_failure, watchdog, Behaviour, Dataset, Fixture, WATCHDOG};
+use support::{
+    open, options, sample_failure, watchdog, watchdog_fn, Behaviour, Dataset, Fixture, WATCHDOG,
+};
 
 /// The fixture's counter for session `i`, once the fixture has it.
 fn loader_heartbeat(fx: &Fixture, i: usize) -> u64 {
@@ -188,7 +190,7 @@ fn sessions_opened_after_fork_beat_from_their_own_thread() {
 
 #[test]
 fn each_sample_failure_kind_reaches_the_loader() {
-    let _w = watchdog("each_sample_failure_kind", WATCHDOG);
+    let _w = watchdog_fn!(WATCHDOG);
     let ds = Dataset::new("kinds", 40)
         .max_len(512)
         .with(Behaviour::SampleFailuresAt(1));

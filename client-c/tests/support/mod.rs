@@ -35,7 +35,8 @@ use granary_shm::{BatchDescriptor, ReleaseDescriptor, SampleEntry, Violation};
 // ---------------------------------------------------------------------------
 // Watchdog
 
-pub use granary_testkit::watchdog;
+#[allow(unused_imports)] // not every suite uses each
+pub use granary_testkit::{watchdog, watchdog_fn};
 
 /// The default watchdog limit.
 pub const WATCHDOG: Duration = Duration::from_secs(120);
