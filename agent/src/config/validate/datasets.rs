@@ -67,6 +67,7 @@ impl Config {
                         fs.format,
                         &fs.label_field,
                         &fs.sample_field,
+                        &fs.wids_index,
                         fs.manifest.is_some(),
                         &field,
                         p,
@@ -85,6 +86,7 @@ impl Config {
                         s3.format,
                         &s3.label_field,
                         &s3.sample_field,
+                        &s3.wids_index,
                         s3.manifest.is_some(),
                         &field,
                         p,
@@ -168,12 +170,13 @@ impl Config {
     }
 }
 
-/// The rules of `format`, `label_field` and `sample_field` (fs and s3
-/// datasets).
+/// The rules of `format`, `label_field`, `sample_field` and `wids_index`
+/// (fs and s3 datasets).
 fn validate_format(
     format: ShardFormat,
     label_field: &Option<String>,
     sample_field: &Option<String>,
+    wids_index: &Option<String>,
     manifest: bool,
     field: &dyn Fn(&str) -> String,
     p: &mut Problems,
@@ -195,6 +198,22 @@ fn validate_format(
                 &field("label_field"),
                 format!(
                     "{l:?} is not a member extension or column name (non-empty, no '/' or control characters)"
+                ),
+            );
+        }
+    }
+    if let Some(w) = wids_index {
+        if format != ShardFormat::Webdataset {
+            p.bad(&field("wids_index"), "is for format = \"webdataset\"");
+        } else if w.starts_with('/')
+            || w.split('/').any(|c| c == "..")
+            || w.chars().any(char::is_control)
+        {
+            p.bad(
+                &field("wids_index"),
+                format!(
+                    "{w:?} is not a file name in the dataset's root or prefix (relative, no '..' \
+                     or control characters; \"\" for none)"
                 ),
             );
         }
