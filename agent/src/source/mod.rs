@@ -48,7 +48,7 @@ pub use fs::{open_catalog, Catalog, CatalogEntry, CatalogError, FsSource};
 pub(crate) use queue::Landing;
 pub use samples::{EntryMeta, SampleList};
 
-use crate::config::{AzureConfig, Config, DatasetConfig, GcsConfig, S3Config, ShardFormat};
+use crate::config::{Config, DatasetConfig, ShardFormat};
 use granary_shm::arena::ArenaSlice;
 use granary_shm::ErrorCode;
 use std::fmt;
@@ -332,17 +332,24 @@ fn open_raw(
                 FsSource::new(catalog, capacity, read_timeout)?.with_direct_io(direct),
             ))
         }
-        // The object stores: one source, each through its own client.
-        DatasetConfig::S3(S3Config { max_inflight, .. })
-        | DatasetConfig::Gcs(GcsConfig { max_inflight, .. })
-        | DatasetConfig::Azure(AzureConfig { max_inflight, .. }) => {
-            Ok(Box::new(s3::S3Dataset::open(
-                dataset,
-                max_inflight.unwrap_or(capacity),
-                read_timeout,
-                index_cache.as_deref(),
-            )?))
-        }
+        DatasetConfig::S3(s3) => Ok(Box::new(s3::S3Dataset::open(
+            dataset,
+            s3.max_inflight.unwrap_or(capacity),
+            read_timeout,
+            index_cache.as_deref(),
+        )?)),
+        DatasetConfig::Gcs(gcs) => Ok(Box::new(s3::S3Dataset::open(
+            dataset,
+            gcs.max_inflight.unwrap_or(capacity),
+            read_timeout,
+            index_cache.as_deref(),
+        )?)),
+        DatasetConfig::Azure(az) => Ok(Box::new(s3::S3Dataset::open(
+            dataset,
+            az.max_inflight.unwrap_or(capacity),
+            read_timeout,
+            index_cache.as_deref(),
+        )?)),
         DatasetConfig::Cql(_) => Ok(Box::new(cql::CqlDataset::open(dataset, read_timeout)?)),
     }
 }
