@@ -12,7 +12,7 @@ t_start=$SECONDS
 lap() { printf '[python] %-34s %4d s\n' "$1" "$(( SECONDS - $2 ))"; }
 
 t=$SECONDS
-"$py" -m pip install -q --disable-pip-version-check torch torchvision torchdata lightning numpy Pillow pytest pyarrow datasets
+"$py" -m pip install -q --disable-pip-version-check torch torchvision torchdata lightning numpy Pillow pytest pyarrow datasets wids==0.1.11
 lap "pip install torch torchvision ..." "$t"
 
 t=$SECONDS

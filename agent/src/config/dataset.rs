@@ -124,7 +124,38 @@ pub struct ShardSettings<'a> {
     pub label_field: &'a str,
     /// `sample_field`: the sample column (`mds`, `parquet`, `arrow`).
     pub sample_field: &'a str,
+    /// `wids_index`: where a `webdataset` dataset's shard list is looked
+    /// for ([`WidsIndex::Off`] for the other formats).
+    pub wids_index: WidsIndex<'a>,
 }
+
+/// `dataset[i].wids_index`, defaulted: the `wids` shard index that gives a
+/// `webdataset` dataset its shards (`source::shards::wids`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WidsIndex<'a> {
+    /// `""`, or a format other than `webdataset`: the shards are the
+    /// `.tar` files listed.
+    Off,
+    /// Unset: this file (`shardindex.json`) in the root or prefix when it
+    /// is there, else the `.tar` files listed.
+    IfPresent(&'a str),
+    /// Set: this file in the root or prefix, which must exist.
+    Required(&'a str),
+}
+
+impl<'a> WidsIndex<'a> {
+    /// The file to look for, and whether it must exist; `None`: none.
+    pub fn lookup(self) -> Option<(&'a str, bool)> {
+        match self {
+            WidsIndex::Off => None,
+            WidsIndex::IfPresent(name) => Some((name, false)),
+            WidsIndex::Required(name) => Some((name, true)),
+        }
+    }
+}
+
+/// The default `dataset[i].wids_index`: the name `widsindex create` writes.
+pub(crate) const DEFAULT_WIDS_INDEX: &str = "shardindex.json";
 
 dataset_kind! {
     /// A `kind = "fs"` dataset.
@@ -335,9 +366,9 @@ impl DatasetConfig {
     /// `dataset[i].format`, `label_field` and `sample_field` (defaulted):
     /// `None` for kinds without shards (`cql`, `gcs`, `azure`).
     pub(crate) fn shards(&self) -> Option<ShardSettings<'_>> {
-        let (format, label, sample) = match self {
-            DatasetConfig::Fs(d) => (d.format, &d.label_field, &d.sample_field),
-            DatasetConfig::S3(d) => (d.format, &d.label_field, &d.sample_field),
+        let (format, label, sample, wids) = match self {
+            DatasetConfig::Fs(d) => (d.format, &d.label_field, &d.sample_field, &d.wids_index),
+            DatasetConfig::S3(d) => (d.format, &d.label_field, &d.sample_field, &d.wids_index),
             DatasetConfig::Cql(_) | DatasetConfig::Gcs(_) | DatasetConfig::Azure(_) => return None,
         };
         let default_label = if format.has_columns() {
@@ -349,6 +380,12 @@ impl DatasetConfig {
             format,
             label_field: label.as_deref().unwrap_or(default_label),
             sample_field: sample.as_deref().unwrap_or(DEFAULT_SAMPLE_COLUMN),
+            wids_index: match wids.as_deref() {
+                _ if format != ShardFormat::Webdataset => WidsIndex::Off,
+                None => WidsIndex::IfPresent(DEFAULT_WIDS_INDEX),
+                Some("") => WidsIndex::Off,
+                Some(name) => WidsIndex::Required(name),
+            },
         })
     }
 }

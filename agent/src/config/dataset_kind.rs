@@ -92,6 +92,13 @@ macro_rules! dataset_kind {
             /// sample (`mds`, `parquet`, `arrow`). Default `"sample"`.
             #[serde(default)]
             pub sample_field: Option<String>,
+            /// `dataset[i].wids_index`: the `wids` shard index (the JSON
+            /// `widsindex create` writes) in the root or prefix that gives a
+            /// `webdataset` dataset its shards and their order. Unset:
+            /// `shardindex.json`, used when present; a name: that file,
+            /// which must exist; `""`: none, the `.tar` files listed.
+            #[serde(default)]
+            pub wids_index: Option<String>,
         ] $($rest)*);
     };
     (@fields $head:tt [$($out:tt)*] $(#[$($a:tt)*])* pub $field:ident: $ty:ty, $($rest:tt)*) => {

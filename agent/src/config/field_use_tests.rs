@@ -53,6 +53,8 @@ const VIA: &[(&str, &str, &[&str])] = &[
     ("dataset.s3.label_field", "shards", &["shards"]),
     ("dataset.fs.sample_field", "shards", &["shards"]),
     ("dataset.s3.sample_field", "shards", &["shards"]),
+    ("dataset.fs.wids_index", "shards", &["shards"]),
+    ("dataset.s3.wids_index", "shards", &["shards"]),
     ("dataset.fs.manifest", "location", &["location"]),
     ("socket.allowed_uids", "allows", &["allows"]),
     ("socket.allowed_gids", "allows", &["allows"]),

@@ -67,7 +67,7 @@ pub(crate) use dataset::DatasetLocation;
 pub use dataset::{is_cql_name, parse_cql_host};
 pub use dataset::{
     CqlConfig, DatasetConfig, DeliveryOrder, FsConfig, S3Config, Secret, ShardFormat,
-    ShardSettings, SourceKind,
+    ShardSettings, SourceKind, WidsIndex,
 };
 pub use error::{ConfigError, Problem};
 pub use metrics::MetricsConfig;

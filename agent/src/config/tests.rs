@@ -56,6 +56,7 @@ fn default_toml_parses_validates_and_matches_defaults() {
             format: ShardFormat::Files,
             label_field: None,
             sample_field: None,
+            wids_index: None,
         })]
     );
 }
@@ -1239,6 +1240,10 @@ fn format_and_label_field_are_checked() {
             format,
             label_field,
             sample_field,
+            wids_index: match format {
+                ShardFormat::Webdataset => WidsIndex::IfPresent("shardindex.json"),
+                _ => WidsIndex::Off,
+            },
         })
     };
     assert_eq!(
@@ -1317,6 +1322,36 @@ fn format_and_label_field_are_checked() {
             "[[dataset]]\nname = \"w\"\nroot = \"/d\"\nformat = \"arrow\"\ndirect_io = true\n"
         ),
         ["dataset[0].direct_io"]
+    );
+    // wids_index: a webdataset dataset's shard list, by default
+    // shardindex.json when present.
+    let w = |line: &str| {
+        let c = Config::from_toml_str(&format!(
+            "[[dataset]]\nname = \"w\"\nroot = \"/d\"\nformat = \"webdataset\"\n{line}\n"
+        ))
+        .unwrap();
+        format!("{:?}", c.datasets[0].shards().unwrap().wids_index)
+    };
+    assert_eq!(w(""), "IfPresent(\"shardindex.json\")");
+    assert_eq!(w("wids_index = \"\""), "Off");
+    assert_eq!(
+        w("wids_index = \"meta/train.json\""),
+        "Required(\"meta/train.json\")"
+    );
+    for bad in ["/abs.json", "../up.json", "a/../../b.json"] {
+        assert_eq!(
+            invalid_fields(&format!(
+                "[[dataset]]\nname = \"w\"\nroot = \"/d\"\nformat = \"webdataset\"\nwids_index = \"{bad}\"\n"
+            )),
+            ["dataset[0].wids_index"],
+            "{bad}"
+        );
+    }
+    assert_eq!(
+        invalid_fields(
+            "[[dataset]]\nname = \"w\"\nroot = \"/d\"\nformat = \"mds\"\nwids_index = \"i.json\"\n"
+        ),
+        ["dataset[0].wids_index"]
     );
     let e = parse_err("[[dataset]]\nname = \"w\"\nroot = \"/d\"\nformat = \"lance\"\n").to_string();
     assert!(e.contains("lance") && e.contains("arrow"), "{e}");

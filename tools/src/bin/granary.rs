@@ -126,6 +126,11 @@ struct IngestArgs {
     #[arg(long, value_name = "BYTES", default_value_t = granary_tools::ingest::shards::DEFAULT_SHARD_SIZE,
           value_parser = clap::value_parser!(u64).range(1024..))]
     shard_size: u64,
+    /// webdataset: also write shardindex.json, the wids shard index of the
+    /// shards (what `widsindex create` writes), for wids.ShardListDataset;
+    /// a Granary dataset then takes its shards from it.
+    #[arg(long)]
+    wids_index: bool,
     /// Files written at once (default: the store's own).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     concurrency: Option<u64>,
@@ -555,6 +560,9 @@ fn ingest(args: &IngestArgs) -> Result<(), String> {
     use granary_agent::source::s3::{AzureSettings, GcsSettings, StoreKind};
     use granary_tools::ingest::{self, IngestOptions};
     let (src, to) = (args.src.as_str(), args.to.as_str());
+    if args.wids_index && args.format != "webdataset" {
+        return Err("--wids-index is for --format webdataset".into());
+    }
     // Shards are written to a folder: `--to` itself, or one that is then
     // uploaded like any folder.
     let mut staging = None;
@@ -581,6 +589,10 @@ fn ingest(args: &IngestArgs) -> Result<(), String> {
         };
         let w = write(Path::new(src), &dir, args.shard_size)
             .map_err(|e| format!("ingest {src} as {}: {e}", args.format))?;
+        if args.wids_index {
+            ingest::shards::write_wids_index(&dir, &w)
+                .map_err(|e| format!("write the wids index of {}: {e}", dir.display()))?;
+        }
         println!(
             "{}: {} samples, {:.1} MB in {} shards in {}",
             args.format,

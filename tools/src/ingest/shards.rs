@@ -128,6 +128,46 @@ pub fn write_webdataset(src: &Path, out: &Path, shard_size: u64) -> io::Result<S
     Ok(written)
 }
 
+/// The name [`write_wids_index`] writes: `widsindex create`'s default,
+/// the one a `webdataset` dataset looks for.
+pub const WIDS_INDEX: &str = "shardindex.json";
+
+/// Writes `out/shardindex.json`, the `wids` shard index of the shards `w`
+/// wrote into `out` (as `widsindex create` writes it, without the MD5
+/// sums): each shard by its name, its sample count and its size. Then
+/// `wids.ShardListDataset` reads the folder, and a Granary `webdataset`
+/// dataset takes its shards from it (docs/formats.md). The counts come from
+/// indexing the shards written.
+pub fn write_wids_index(out: &Path, w: &ShardsWritten) -> io::Result<PathBuf> {
+    let (catalog, _) = granary_agent::source::fs::shards::index(out, "cls")
+        .map_err(|e| bad(format!("index the shards written: {e}")))?;
+    let mut shardlist = Vec::with_capacity(w.shards.len());
+    for shard in &w.shards {
+        let name = relative(out, shard)?;
+        let nsamples = catalog
+            .entries()
+            .iter()
+            .filter(|e| &e.path == shard)
+            .count();
+        let filesize = std::fs::metadata(shard)?.len();
+        shardlist
+            .push(serde_json::json!({"url": name, "nsamples": nsamples, "filesize": filesize}));
+    }
+    let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("shards");
+    let index = serde_json::json!({
+        "__kind__": "wids-shard-index-v1",
+        "wids_version": 1,
+        "name": name,
+        "shardlist": shardlist,
+    });
+    let path = out.join(WIDS_INDEX);
+    std::fs::write(
+        &path,
+        serde_json::to_vec_pretty(&index).map_err(io::Error::other)?,
+    )?;
+    Ok(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +201,31 @@ mod written {
             let got = granary_shm::tar::fields(&bytes).find(b"bin").unwrap();
             assert_eq!(got, Some(std::fs::read(&f.path).unwrap().as_slice()));
         }
+        // The wids index of the shards: each with its count and size; the
+        // dataset read through it is the same.
+        let path = write_wids_index(&out, &w).unwrap();
+        let index: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        let list = index["shardlist"].as_array().unwrap();
+        assert_eq!(list.len(), w.shards.len());
+        assert_eq!(
+            list.iter()
+                .map(|s| s["nsamples"].as_u64().unwrap())
+                .sum::<u64>(),
+            90
+        );
+        assert_eq!(list[0]["url"], "shard-000000.tar");
+        assert_eq!(
+            list[0]["filesize"],
+            std::fs::metadata(&w.shards[0]).unwrap().len()
+        );
+        let (by_index, _) = granary_agent::source::fs::shards::index_webdataset(
+            &out,
+            "cls",
+            Some((WIDS_INDEX, true)),
+        )
+        .unwrap();
+        assert_eq!(by_index.entries(), wds.entries());
         // Two files with one key are refused, naming the second.
         std::fs::write(spec.root.join("class_000/img_00000000.png"), b"x").unwrap();
         let e = write_webdataset(&spec.root, &d.path().join("w2"), 64 * 1024).unwrap_err();

@@ -68,8 +68,17 @@ impl Config {
                 DatasetConfig::Azure(az) => validate_azure(az, &field, p),
                 DatasetConfig::Cql(cql) => validate_cql(cql, &field, p),
             }
-            if let Some((format, label_field, sample_field, manifest)) = shard_keys(ds) {
-                validate_format(format, label_field, sample_field, manifest, &field, p);
+            if let Some((format, label_field, sample_field, wids_index, manifest)) = shard_keys(ds)
+            {
+                validate_format(
+                    format,
+                    label_field,
+                    sample_field,
+                    wids_index,
+                    manifest,
+                    &field,
+                    p,
+                );
             }
             if let DatasetConfig::Fs(fs) = ds {
                 if fs.direct_io == Some(true) && fs.format != ShardFormat::Files {
@@ -123,24 +132,47 @@ impl Config {
     }
 }
 
-/// A sharded kind's `format`, `label_field` and `sample_field`, and
-/// whether it names a manifest.
-fn shard_keys(ds: &DatasetConfig) -> Option<(ShardFormat, &Option<String>, &Option<String>, bool)> {
+/// A sharded kind's `format`, `label_field`, `sample_field` and
+/// `wids_index`, and whether it names a manifest.
+type ShardKeys<'a> = (
+    ShardFormat,
+    &'a Option<String>,
+    &'a Option<String>,
+    &'a Option<String>,
+    bool,
+);
+
+/// The [`ShardKeys`] of a sharded kind (`fs`, `s3`).
+fn shard_keys(ds: &DatasetConfig) -> Option<ShardKeys<'_>> {
     match ds {
         DatasetConfig::Fs(FsConfig {
             format,
             label_field,
             sample_field,
+            wids_index,
             manifest,
             ..
-        }) => Some((*format, label_field, sample_field, manifest.is_some())),
+        }) => Some((
+            *format,
+            label_field,
+            sample_field,
+            wids_index,
+            manifest.is_some(),
+        )),
         DatasetConfig::S3(S3Config {
             format,
             label_field,
             sample_field,
+            wids_index,
             manifest,
             ..
-        }) => Some((*format, label_field, sample_field, manifest.is_some())),
+        }) => Some((
+            *format,
+            label_field,
+            sample_field,
+            wids_index,
+            manifest.is_some(),
+        )),
         DatasetConfig::Gcs(_) | DatasetConfig::Azure(_) | DatasetConfig::Cql(_) => None,
     }
 }
@@ -173,12 +205,13 @@ fn remote_keys(ds: &DatasetConfig) -> Option<(u64, u32, Option<u32>)> {
     }
 }
 
-/// The rules of `format`, `label_field` and `sample_field` (fs and s3
-/// datasets).
+/// The rules of `format`, `label_field`, `sample_field` and `wids_index`
+/// (fs and s3 datasets).
 fn validate_format(
     format: ShardFormat,
     label_field: &Option<String>,
     sample_field: &Option<String>,
+    wids_index: &Option<String>,
     manifest: bool,
     field: &dyn Fn(&str) -> String,
     p: &mut Problems,
@@ -200,6 +233,22 @@ fn validate_format(
                 &field("label_field"),
                 format!(
                     "{l:?} is not a member extension or column name (non-empty, no '/' or control characters)"
+                ),
+            );
+        }
+    }
+    if let Some(w) = wids_index {
+        if format != ShardFormat::Webdataset {
+            p.bad(&field("wids_index"), "is for format = \"webdataset\"");
+        } else if w.starts_with('/')
+            || w.split('/').any(|c| c == "..")
+            || w.chars().any(char::is_control)
+        {
+            p.bad(
+                &field("wids_index"),
+                format!(
+                    "{w:?} is not a file name in the dataset's root or prefix (relative, no '..' \
+                     or control characters; \"\" for none)"
                 ),
             );
         }

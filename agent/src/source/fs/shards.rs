@@ -5,9 +5,11 @@ use crate::config::{ShardFormat, ShardSettings};
 use crate::source::shards::arrow::ArrowWalker;
 use crate::source::shards::mds::{self, MdsWalker};
 use crate::source::shards::parquet::ParquetWalker;
+use crate::source::shards::wids::{self, Place};
 use crate::source::shards::{
     is_arrow, is_parquet, is_shard, IndexStats, ShardSample, ShardWalk, TarWalker, WalkError,
 };
+use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -22,7 +24,9 @@ pub fn index_dataset(
         ShardFormat::Mds => index_mds(root, settings.sample_field, settings.label_field),
         ShardFormat::Parquet => index_parquet(root, settings.sample_field, settings.label_field),
         ShardFormat::Arrow => index_arrow(root, settings.sample_field, settings.label_field),
-        ShardFormat::Webdataset | ShardFormat::Files => index(root, settings.label_field),
+        ShardFormat::Webdataset | ShardFormat::Files => {
+            index_webdataset(root, settings.label_field, settings.wids_index.lookup())
+        }
     }
 }
 
@@ -107,6 +111,59 @@ pub fn index(root: &Path, label_ext: &str) -> Result<(Catalog, IndexStats), Cata
     let (entries, stats) = walk_all(shards, IndexStats::default(), |path, size, ()| {
         Ok(TarWalker::new(path.display().to_string(), size, label_ext))
     })?;
+    Ok((Catalog::finish(entries, Vec::new(), root)?, stats))
+}
+
+/// Indexes the `webdataset` dataset in `root`: the shards its `wids`
+/// index lists when `wids` (the index's file name, and whether it must
+/// exist) finds one, else every `.tar` file below it ([`index`]).
+pub fn index_webdataset(
+    root: &Path,
+    label_ext: &str,
+    wids: Option<(&str, bool)>,
+) -> Result<(Catalog, IndexStats), CatalogError> {
+    let Some((name, required)) = wids else {
+        return index(root, label_ext);
+    };
+    let index_path = root.join(name);
+    let text = match std::fs::read(&index_path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
+            return index(root, label_ext)
+        }
+        Err(source) => {
+            return Err(CatalogError::Io {
+                path: index_path,
+                action: "read the wids index",
+                source,
+            })
+        }
+    };
+    let what = index_path.display().to_string();
+    let place = Place::Root(root.to_str().unwrap_or(""));
+    let listed = wids::parse(&text, name, &what, place).map_err(CatalogError::Shard)?;
+    let shards = listed.iter().map(|s| (root.join(&s.path), s));
+    let stats = IndexStats::one_read(text.len());
+    let (entries, stats) = walk_all(shards, stats, |path, size, s| {
+        wids::check(&what, &path.display().to_string(), s, Some(size), None)
+            .map_err(CatalogError::Shard)?;
+        Ok(TarWalker::new(path.display().to_string(), size, label_ext))
+    })?;
+    let mut counts: HashMap<&Path, u64> = HashMap::new();
+    for e in &entries {
+        *counts.entry(e.path.as_path()).or_default() += 1;
+    }
+    for s in &listed {
+        let path = root.join(&s.path);
+        let n = counts.get(path.as_path()).copied().unwrap_or(0);
+        wids::check(&what, &path.display().to_string(), s, None, Some(n))
+            .map_err(CatalogError::Shard)?;
+    }
+    tracing::info!(
+        "webdataset shards of {}: the {} that the wids index {what} lists, in its order",
+        root.display(),
+        listed.len()
+    );
     Ok((Catalog::finish(entries, Vec::new(), root)?, stats))
 }
 

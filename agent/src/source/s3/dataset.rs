@@ -50,7 +50,7 @@ impl S3Dataset {
         settings.set_request_timeout(settings.request_timeout().min(read_timeout));
         let layout = S3Layout::from_dataset(ds).map_err(io::Error::other)?;
         let mut source = S3Source::connect_store(&settings, capacity).map_err(io::Error::other)?;
-        if let (Some(dir), S3Layout::Shards { .. }) = (index_cache, &layout) {
+        if let (Some(dir), S3Layout::Shards(_)) = (index_cache, &layout) {
             match super::index_cache::ShardIndexCache::open(dir) {
                 Ok(cache) => source = source.with_index_cache(cache, settings.identity()),
                 Err(e) => tracing::warn!(

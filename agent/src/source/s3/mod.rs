@@ -442,16 +442,7 @@ pub enum S3Layout {
     ManifestFile(std::path::PathBuf),
     /// The shards below a prefix (`format = "webdataset"`, `"mds"`,
     /// `"parquet"`, `"arrow"`).
-    Shards {
-        /// The prefix.
-        prefix: String,
-        /// Their format.
-        format: ShardFormat,
-        /// The label members' extension or the label column.
-        label_field: String,
-        /// The sample column (`mds`, `parquet`, `arrow`).
-        sample_field: String,
-    },
+    Shards(shards::ShardLayout),
 }
 
 impl S3Layout {
@@ -475,12 +466,16 @@ impl S3Layout {
         match (prefix, manifest) {
             (Some(p), None) => match shards {
                 Some(s) if s.format != ShardFormat::Files && format != ShardFormat::Files => {
-                    Ok(S3Layout::Shards {
+                    Ok(S3Layout::Shards(shards::ShardLayout {
                         prefix: p.clone(),
                         format: s.format,
                         label_field: s.label_field.to_owned(),
                         sample_field: s.sample_field.to_owned(),
-                    })
+                        wids_index: s
+                            .wids_index
+                            .lookup()
+                            .map(|(name, required)| (name.to_owned(), required)),
+                    }))
                 }
                 _ => Ok(S3Layout::Prefix(p.clone())),
             },
@@ -624,25 +619,13 @@ impl S3Source {
                     S3Catalog::from_manifest_object(store, bucket, k).await
                 }
                 S3Layout::ManifestFile(f) => S3Catalog::from_manifest_file(store, bucket, f).await,
-                S3Layout::Shards {
-                    prefix,
-                    format,
-                    label_field,
-                    sample_field,
-                } => {
-                    let (catalog, stats) = shards::index_dataset(
-                        store,
-                        bucket,
-                        prefix,
-                        *format,
-                        sample_field,
-                        label_field,
-                        cache,
-                    )
-                    .await?;
+                S3Layout::Shards(layout) => {
+                    let (catalog, stats) =
+                        shards::index_dataset(store, bucket, layout, cache).await?;
                     tracing::info!(
-                        "{} index of s3://{bucket}/{prefix}: {} samples from {stats}",
-                        format.keyword(),
+                        "{} index of s3://{bucket}/{}: {} samples from {stats}",
+                        layout.format.keyword(),
+                        layout.prefix,
                         catalog.len()
                     );
                     Ok(catalog)

@@ -7,6 +7,7 @@ use crate::config::ShardFormat;
 use crate::source::shards::arrow::ArrowWalker;
 use crate::source::shards::mds::{self, MdsWalker};
 use crate::source::shards::parquet::ParquetWalker;
+use crate::source::shards::wids::{self, Place};
 use crate::source::shards::{
     is_arrow, is_parquet, is_shard, IndexStats, ShardSample, ShardWalk, TarWalker, WalkError,
 };
@@ -63,27 +64,16 @@ async fn index_mds(
     label_field: &str,
     cache: Option<(IndexCacheUse<'_>, &str)>,
 ) -> Result<(S3Catalog, IndexStats), S3Error> {
-    let folder = prefix.trim_matches('/');
-    let key_of = |name: &str| match folder {
-        "" => name.to_owned(),
-        f => format!("{f}/{name}"),
-    };
-    let index_key = ObjectPath::from(key_of(crate::source::shards::MDS_INDEX));
+    let index_key = key_in(prefix, crate::source::shards::MDS_INDEX);
     let url = format!("s3://{bucket}/{index_key}");
-    let text = async { store.get(&index_key).await?.bytes().await }
-        .await
-        .map_err(|source| S3Error::Request {
-            what: format!("read the MDS index {url}"),
-            retryable: classify(&source).retryable,
-            source,
-        })?;
+    let text = get_whole(store, &index_key, &format!("read the MDS index {url}")).await?;
     let stats = IndexStats::one_read(text.len());
     let shards =
         mds::parse_index(&text, &url, sample_field, label_field).map_err(S3Error::Shard)?;
     let all = listed(store, bucket, prefix, |_| true).await?;
     let by_key: HashMap<&str, &S3Entry> = all.iter().map(|e| (e.key.as_ref(), e)).collect();
     let walks = shards.iter().map(|s| {
-        let key = key_of(&s.basename);
+        let key = key_in(prefix, &s.basename);
         let url = format!("s3://{bucket}/{key}");
         let e = by_key.get(key.as_str()).ok_or_else(|| {
             S3Error::Shard(WalkError::whole(
@@ -94,6 +84,117 @@ async fn index_mds(
         Ok((*e, MdsWalker::new(url, e.size, s).map_err(S3Error::Shard)?))
     });
     walk_all(store, bucket, prefix, walks, stats, cache).await
+}
+
+/// The key of `name` (a `/`-separated path) below `prefix`.
+fn key_in(prefix: &str, name: &str) -> String {
+    match prefix.trim_matches('/') {
+        "" => name.to_owned(),
+        f => format!("{f}/{name}"),
+    }
+}
+
+/// The whole object `key` (an index file); `what` says what failed.
+async fn get_whole(
+    store: &dyn ObjectStore,
+    key: &str,
+    what: &str,
+) -> Result<bytes::Bytes, S3Error> {
+    let key = ObjectPath::from(key);
+    async { store.get(&key).await?.bytes().await }
+        .await
+        .map_err(|source| S3Error::Request {
+            what: what.to_owned(),
+            retryable: classify(&source).retryable,
+            source,
+        })
+}
+
+/// Indexes the `webdataset` dataset below `prefix`: the shards its `wids`
+/// index lists when `wids` (the index's name below the prefix, and
+/// whether it must exist) finds it in the listing, else every `.tar`
+/// object listed. The index's shards must be listed, with the sizes it
+/// says, and hold the samples it says once walked.
+async fn index_webdataset(
+    store: &dyn ObjectStore,
+    bucket: &Bucket,
+    prefix: &str,
+    label_field: &str,
+    wids: Option<(&str, bool)>,
+    cache: Option<(IndexCacheUse<'_>, &str)>,
+) -> Result<(S3Catalog, IndexStats), S3Error> {
+    let tar = |e: &S3Entry| TarWalker::new(format!("s3://{bucket}/{}", e.key), e.size, label_field);
+    let all = listed(store, bucket, prefix, |_| true).await?;
+    let index = wids.and_then(|(name, _)| {
+        let key = key_in(prefix, name);
+        all.iter()
+            .find(|e| e.key.as_ref() == key)
+            .map(|e| (name, e))
+    });
+    let Some((name, index)) = index else {
+        if let Some((name, true)) = wids {
+            return Err(S3Error::Shard(WalkError::whole(
+                format!("s3://{bucket}/{}", key_in(prefix, name)),
+                "no such object: the wids index that wids_index names is not in the bucket",
+            )));
+        }
+        let walks = all
+            .iter()
+            .filter(|e| is_shard(e.key.filename().unwrap_or("")))
+            .map(|e| Ok((e, tar(e))));
+        return walk_all(store, bucket, prefix, walks, IndexStats::default(), cache).await;
+    };
+    let url = format!("s3://{bucket}/{}", index.key);
+    let text = get_whole(
+        store,
+        index.key.as_ref(),
+        &format!("read the wids index {url}"),
+    )
+    .await?;
+    let place = Place::Bucket {
+        bucket: &bucket.name,
+        prefix: prefix.trim_matches('/'),
+    };
+    let shards = wids::parse(&text, name, &url, place).map_err(S3Error::Shard)?;
+    let by_key: HashMap<&str, &S3Entry> = all.iter().map(|e| (e.key.as_ref(), e)).collect();
+    let walks = shards.iter().map(|s| {
+        let shard = format!("s3://{bucket}/{}", key_in(prefix, &s.path));
+        let e = by_key
+            .get(key_in(prefix, &s.path).as_str())
+            .ok_or_else(|| {
+                S3Error::Shard(WalkError::whole(
+                    shard.clone(),
+                    format!("listed by the wids index {url}, not in the bucket"),
+                ))
+            })?;
+        wids::check(&url, &shard, s, Some(e.size), None).map_err(S3Error::Shard)?;
+        Ok((*e, tar(e)))
+    });
+    let (catalog, stats) = walk_all(
+        store,
+        bucket,
+        prefix,
+        walks,
+        IndexStats::one_read(text.len()),
+        cache,
+    )
+    .await?;
+    let mut counts: HashMap<&str, u64> = HashMap::new();
+    for e in catalog.entries() {
+        *counts.entry(e.key.as_ref()).or_default() += 1;
+    }
+    for s in &shards {
+        let key = key_in(prefix, &s.path);
+        let n = counts.get(key.as_str()).copied().unwrap_or(0);
+        wids::check(&url, &format!("s3://{bucket}/{key}"), s, None, Some(n))
+            .map_err(S3Error::Shard)?;
+    }
+    tracing::info!(
+        "webdataset shards of s3://{bucket}/{}: the {} that the wids index {url} lists, in its order",
+        prefix.trim_matches('/'),
+        shards.len()
+    );
+    Ok((catalog, stats))
 }
 
 /// The objects below `prefix` whose names pass `keep`, in the order of the
@@ -221,17 +322,33 @@ async fn walk<W: ShardWalk>(
     Ok((walk.into_samples(), stats))
 }
 
-/// The index of the shards below `prefix` in `format` (not `files`),
-/// through `cache` when given.
+/// What an S3 dataset's shard index is built from: its prefix and shard
+/// settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardLayout {
+    /// The prefix.
+    pub prefix: String,
+    /// The shards' format.
+    pub format: ShardFormat,
+    /// The label members' extension or the label column.
+    pub label_field: String,
+    /// The sample column (`mds`, `parquet`, `arrow`).
+    pub sample_field: String,
+    /// The `wids` index to look for below the prefix, and whether it must
+    /// exist (`webdataset`).
+    pub wids_index: Option<(String, bool)>,
+}
+
+/// The index of the shards `layout` describes (not `files`), through
+/// `cache` when given.
 pub(crate) async fn index_dataset(
     store: &dyn ObjectStore,
     bucket: &Bucket,
-    prefix: &str,
-    format: ShardFormat,
-    sample_field: &str,
-    label_field: &str,
+    layout: &ShardLayout,
     cache: Option<IndexCacheUse<'_>>,
 ) -> Result<(S3Catalog, IndexStats), S3Error> {
+    let (prefix, format) = (layout.prefix.as_str(), layout.format);
+    let (sample_field, label_field) = (layout.sample_field.as_str(), layout.label_field.as_str());
     let walk = format!(
         "{} sample {sample_field:?} label {label_field:?}",
         format.keyword()
@@ -257,14 +374,13 @@ pub(crate) async fn index_dataset(
             })
             .await
         }
-        // The `.tar` objects below `prefix`, in the order of the `files`
-        // listing, each sample labelled by its `label_field` member. Every
-        // GET of a shard names the ETag of the listing (`If-Match`).
+        // The `.tar` objects the wids index lists, or below `prefix` in
+        // the order of the `files` listing, each sample labelled by its
+        // `label_field` member. Every GET of a shard names the ETag of
+        // the listing (`If-Match`).
         ShardFormat::Webdataset | ShardFormat::Files => {
-            index_listed(store, bucket, prefix, is_shard, cache, |url, size| {
-                TarWalker::new(url, size, label_field)
-            })
-            .await
+            let wids = layout.wids_index.as_ref().map(|(n, r)| (n.as_str(), *r));
+            index_webdataset(store, bucket, prefix, label_field, wids, cache).await
         }
     }
 }

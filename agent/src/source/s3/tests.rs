@@ -640,7 +640,7 @@ fn dropping_a_busy_fetcher_cancels_and_returns() {
 #[test]
 fn shard_indexes_are_kept_by_etag_and_walked_again_when_a_shard_changes() {
     use super::index_cache::ShardIndexCache;
-    use super::shards::{index_dataset, IndexCacheUse};
+    use super::shards::{index_dataset, IndexCacheUse, ShardLayout};
     use crate::config::ShardFormat;
     use object_store::memory::InMemory;
     use object_store::ObjectStoreExt;
@@ -667,16 +667,15 @@ fn shard_indexes_are_kept_by_etag_and_walked_again_when_a_shard_changes() {
             cache: &cache,
             store: "memory",
         };
+        let layout = ShardLayout {
+            prefix: "hf".into(),
+            format: ShardFormat::Arrow,
+            label_field: "label".into(),
+            sample_field: sample_field.into(),
+            wids_index: None,
+        };
         let (catalog, stats) = source
-            .block_on(index_dataset(
-                &*mem,
-                &bucket,
-                "hf",
-                ShardFormat::Arrow,
-                sample_field,
-                "label",
-                Some(use_),
-            ))
+            .block_on(index_dataset(&*mem, &bucket, &layout, Some(use_)))
             .unwrap();
         let rows: Vec<(String, u64, u64, i32)> = catalog
             .entries()
@@ -716,4 +715,91 @@ fn shard_indexes_are_kept_by_etag_and_walked_again_when_a_shard_changes() {
     let (other, s) = index("image.bytes");
     assert_eq!(other, first, "image stands for image.bytes");
     assert_eq!(s.cached, 0, "other walk settings, other keys: {s:?}");
+}
+
+#[test]
+fn a_wids_index_in_the_prefix_gives_the_shards_and_their_order() {
+    use super::shards::{index_dataset, ShardLayout};
+    use crate::config::ShardFormat;
+    use object_store::memory::InMemory;
+    use object_store::ObjectStoreExt;
+
+    let mem = Arc::new(InMemory::new());
+    let source = S3Source::with_store(mem.clone(), "b", FetchOptions::default()).unwrap();
+    let put = |key: &str, bytes: Vec<u8>| {
+        let key = object_store::path::Path::from(key);
+        source.block_on(mem.put(&key, bytes.into())).unwrap();
+    };
+    for name in ["a-shard.tar", "b-shard.tar", "c-shard.tar"] {
+        let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/source/shards/wids/testdata")
+            .join(name);
+        put(&format!("wds/{name}"), std::fs::read(data).unwrap());
+    }
+    let bucket = Bucket::s3("b");
+    let index = |wids: Option<(&str, bool)>| {
+        let layout = ShardLayout {
+            prefix: "wds".into(),
+            format: ShardFormat::Webdataset,
+            label_field: "cls".into(),
+            sample_field: "sample".into(),
+            wids_index: wids.map(|(n, r)| (n.to_owned(), r)),
+        };
+        source
+            .block_on(index_dataset(&*mem, &bucket, &layout, None))
+            .map(|(catalog, _)| {
+                catalog
+                    .entries()
+                    .iter()
+                    .map(|e| (e.key.filename().unwrap().to_owned(), e.label))
+                    .collect::<Vec<_>>()
+            })
+            .map_err(|e| e.to_string())
+    };
+    let default = Some(("shardindex.json", false));
+    let listed = index(default).unwrap();
+    assert_eq!(listed.len(), 12, "no index: every .tar object");
+    // Relative, by key, by absolute path: in the index's order.
+    put(
+        "wds/shardindex.json",
+        br#"{"__kind__": "wids-shard-index-v1", "wids_version": 1, "shardlist": [
+            {"url": "c-shard.tar", "nsamples": 4, "filesize": 10240},
+            {"url": "s3://b/wds/a-shard.tar", "nsamples": 5},
+            {"url": "/wds/b-shard.tar", "nsamples": 3}]}"#
+            .to_vec(),
+    );
+    let got = index(default).unwrap();
+    let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(&names[..4], ["c-shard.tar"; 4]);
+    assert_eq!(&names[4..9], ["a-shard.tar"; 5]);
+    assert_eq!(got[4].1, 20, "a-shard's first label");
+    assert_eq!(got.len(), 12);
+    assert_eq!(
+        index(None).unwrap(),
+        listed,
+        "wids_index = \"\": the listing"
+    );
+    let e = index(Some(("train.json", true))).unwrap_err();
+    assert!(
+        e.contains("s3://b/wds/train.json") && e.contains("not in the bucket"),
+        "{e}"
+    );
+    put(
+        "wds/shardindex.json",
+        br#"{"wids_version": 1, "shardlist": [{"url": "b-shard.tar", "nsamples": 2}]}"#.to_vec(),
+    );
+    let e = index(default).unwrap_err();
+    assert!(
+        e.contains("s3://b/wds/b-shard.tar") && e.contains("says 2 samples, the shard holds 3"),
+        "{e}"
+    );
+    put(
+        "wds/shardindex.json",
+        br#"{"wids_version": 1, "shardlist": [{"url": "gone.tar", "nsamples": 2}]}"#.to_vec(),
+    );
+    let e = index(default).unwrap_err();
+    assert!(
+        e.contains("gone.tar") && e.contains("not in the bucket"),
+        "{e}"
+    );
 }

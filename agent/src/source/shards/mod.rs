@@ -21,6 +21,7 @@ pub mod mds;
 pub mod parquet;
 mod thrift;
 mod walker;
+pub mod wids;
 
 pub use walker::{IndexStats, ShardSample, TarWalker, WalkError};
 
