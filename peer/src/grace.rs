@@ -412,6 +412,26 @@ mod tests {
         out
     }
 
+    /// [`polled`], in token order.
+    fn polled_by_token(g: &mut Grace<u64>, now: Nanos) -> Vec<Release<u64>> {
+        let mut out = polled(g, now);
+        out.sort_by_key(|r| match r {
+            Release::Store { token, .. } | Release::Ask { token, .. } => *token,
+        });
+        out
+    }
+
+    /// Member `member`'s samples `(token, asked)` sent to the store as `why`.
+    fn to_store(member: usize, why: GraceEnd, tokens: &[(u64, bool)]) -> Vec<Release<u64>> {
+        let store = |&(token, asked)| Release::Store {
+            token,
+            member,
+            asked,
+            why,
+        };
+        tokens.iter().map(store).collect()
+    }
+
     #[test]
     fn a_dropped_owner_is_awaited_within_the_grace_and_read_from_the_store_after() {
         let mut g: Grace<u64> = Grace::new(cfg(), 3);
@@ -427,18 +447,9 @@ mod tests {
         }
         assert_eq!(g.len(), 2);
         // The grace ends 3 s after the drop, for both.
-        let mut out = polled(&mut g, 4000 * MS);
-        out.sort_by_key(|r| match r {
-            Release::Store { token, .. } | Release::Ask { token, .. } => *token,
-        });
         assert_eq!(
-            out,
-            [(7, true), (8, false)].map(|(token, asked)| Release::Store {
-                token,
-                member: 1,
-                asked,
-                why: GraceEnd::Expired
-            })
+            polled_by_token(&mut g, 4000 * MS),
+            to_store(1, GraceEnd::Expired, &[(7, true), (8, false)])
         );
         assert!(!g.awaits(1, 4000 * MS) && !g.within(1, 4000 * MS));
         // A later drop starts a new grace.
@@ -497,18 +508,9 @@ mod tests {
         // a grace, and the grace ends.
         assert_eq!(g.back(1, 5, 200 * MS), Back::Rejoined);
         assert!(!g.within(1, 200 * MS));
-        let mut out = polled(&mut g, 200 * MS);
-        out.sort_by_key(|r| match r {
-            Release::Store { token, .. } | Release::Ask { token, .. } => *token,
-        });
         assert_eq!(
-            out,
-            [(1, true), (2, false)].map(|(token, asked)| Release::Store {
-                token,
-                member: 1,
-                asked,
-                why: GraceEnd::Rejoined
-            })
+            polled_by_token(&mut g, 200 * MS),
+            to_store(1, GraceEnd::Rejoined, &[(1, true), (2, false)])
         );
         // Member 2's sample still waits; it comes back restarted.
         assert_eq!(g.len(), 1);
@@ -535,21 +537,11 @@ mod tests {
         assert!(polled(&mut g, 599 * MS).is_empty());
         assert_eq!(
             polled(&mut g, 600 * MS),
-            [Release::Store {
-                token: 1,
-                member: 1,
-                asked: false,
-                why: GraceEnd::Blocked
-            }]
+            to_store(1, GraceEnd::Blocked, &[(1, false)])
         );
         assert_eq!(
             polled(&mut g, 800 * MS),
-            [Release::Store {
-                token: 2,
-                member: 1,
-                asked: false,
-                why: GraceEnd::Blocked
-            }]
+            to_store(1, GraceEnd::Blocked, &[(2, false)])
         );
         // A bound of 0: at once.
         let mut g: Grace<u64> = Grace::new(

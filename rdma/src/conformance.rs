@@ -256,6 +256,19 @@ fn issue<T: Transport>(t: &mut T, tally: &mut Tally, owner: usize, sample: u64) 
     t.get(owner, request, sample);
 }
 
+/// Asks owner 0 for `samples` and checks every one is delivered: where a
+/// fault scenario starts from.
+fn delivered_by_owner_0<T: Transport>(t: &mut T, samples: std::ops::Range<u64>) -> Tally {
+    let mut tally = Tally::default();
+    let n = samples.end - samples.start;
+    for s in samples {
+        issue(t, &mut tally, 0, s);
+    }
+    drain(t, &mut tally, STEP_NS, 1000);
+    assert_eq!(tally.good.len() as u64, n);
+    tally
+}
+
 /// Steps in `dt_ns` increments until every request resolved or `budget`
 /// steps passed.
 fn drain<T: Transport>(t: &mut T, tally: &mut Tally, dt_ns: u64, budget: usize) {
@@ -366,12 +379,7 @@ pub fn corrupted_block<T: Transport>(t: &mut T) -> Ran {
 /// before the loss, or fallen back), none is lost or corrupt, and later
 /// gets to it fall back at once.
 pub fn peer_loss_mid_transfer<T: Transport>(t: &mut T) -> Ran {
-    let mut tally = Tally::default();
-    for s in 0..10 {
-        issue(t, &mut tally, 0, 500 + s);
-    }
-    drain(t, &mut tally, STEP_NS, 1000);
-    assert_eq!(tally.good.len(), 10);
+    let mut tally = delivered_by_owner_0(t, 500..510);
     for s in 10..40 {
         issue(t, &mut tally, 0, 500 + s);
     }
@@ -408,12 +416,7 @@ pub fn peer_loss_mid_transfer<T: Transport>(t: &mut T) -> Ran {
 /// flight on that link fall back, the rest verify, and after the backoff
 /// the link works again.
 pub fn error_completion<T: Transport>(t: &mut T, kind: ErrorKind) -> Ran {
-    let mut tally = Tally::default();
-    for s in 0..5 {
-        issue(t, &mut tally, 0, 2000 + s);
-    }
-    drain(t, &mut tally, STEP_NS, 1000);
-    assert_eq!(tally.good.len(), 5);
+    let mut tally = delivered_by_owner_0(t, 2000..2005);
     if !t.inject(Fault::ErrorCompletion { owner: 0, kind }) {
         return Ran::Unsupported;
     }
@@ -440,21 +443,7 @@ pub fn error_completion<T: Transport>(t: &mut T, kind: ErrorKind) -> Ran {
         "{kind:?}: refused during backoff"
     );
     // Usable again after it.
-    let mut out = Vec::new();
-    t.step(t.retry_after_ns() + STEP_NS, &mut out);
-    for o in out.drain(..) {
-        tally.record(o);
-    }
-    let good = tally.good.len();
-    for s in 0..10 {
-        issue(t, &mut tally, 0, 5000 + s);
-    }
-    drain(t, &mut tally, STEP_NS, 1000);
-    assert_eq!(
-        tally.good.len(),
-        good + 10,
-        "{kind:?}: link back: {tally:?}"
-    );
+    blocks_go_through_again(t, &mut tally, 5000, 10);
     Ran::Yes
 }
 
@@ -463,12 +452,7 @@ pub fn error_completion<T: Transport>(t: &mut T, kind: ErrorKind) -> Ran {
 /// nothing is written outside the extents the requester named and no
 /// delivered block changes, and afterwards blocks go through again.
 pub fn write_outside_extent<T: Transport>(t: &mut T, shift: i64) -> Ran {
-    let mut tally = Tally::default();
-    for s in 0..3 {
-        issue(t, &mut tally, 0, 7000 + s);
-    }
-    drain(t, &mut tally, STEP_NS, 1000);
-    assert_eq!(tally.good.len(), 3);
+    let mut tally = delivered_by_owner_0(t, 7000..7003);
     match t.memory_as_delivered() {
         None => return Ran::Unsupported,
         Some(ok) => assert!(ok, "memory as delivered before the fault"),
@@ -490,7 +474,7 @@ pub fn write_outside_extent<T: Transport>(t: &mut T, shift: i64) -> Ran {
         Some(true),
         "shift {shift}: nothing written outside the extents named"
     );
-    blocks_go_through_again(t, &mut tally, 7200);
+    blocks_go_through_again(t, &mut tally, 7200, 5);
     assert_eq!(t.memory_as_delivered(), Some(true), "shift {shift}");
     Ran::Yes
 }
@@ -499,10 +483,7 @@ pub fn write_outside_extent<T: Transport>(t: &mut T, shift: i64) -> Ran {
 /// the key or handle of that get: it does not land, and the block stays
 /// as delivered; afterwards blocks go through again.
 pub fn write_with_a_dead_key<T: Transport>(t: &mut T) -> Ran {
-    let mut tally = Tally::default();
-    issue(t, &mut tally, 0, 7300);
-    drain(t, &mut tally, STEP_NS, 1000);
-    assert_eq!(tally.good.len(), 1);
+    let mut tally = delivered_by_owner_0(t, 7300..7301);
     match t.memory_as_delivered() {
         None => return Ran::Unsupported,
         Some(ok) => assert!(ok, "memory as delivered before the fault"),
@@ -520,23 +501,27 @@ pub fn write_with_a_dead_key<T: Transport>(t: &mut T) -> Ran {
         Some(true),
         "the delivered block is unchanged"
     );
-    blocks_go_through_again(t, &mut tally, 7400);
+    blocks_go_through_again(t, &mut tally, 7400, 5);
     assert_eq!(t.memory_as_delivered(), Some(true));
     Ran::Yes
 }
 
-/// Once the owner may be tried again, five blocks from it verify.
-fn blocks_go_through_again<T: Transport>(t: &mut T, tally: &mut Tally, first: u64) {
+/// Once the owner may be tried again, `n` blocks from it verify.
+fn blocks_go_through_again<T: Transport>(t: &mut T, tally: &mut Tally, first: u64, n: u64) {
     let mut out = Vec::new();
     t.step(t.retry_after_ns() + STEP_NS, &mut out);
     for o in out.drain(..) {
         tally.record(o);
     }
     let good = tally.good.len();
-    for s in 0..5 {
-        issue(t, tally, 0, first + s);
+    for s in first..first + n {
+        issue(t, tally, 0, s);
     }
     let p = patience(t);
     drain(t, tally, STEP_NS, p);
-    assert_eq!(tally.good.len(), good + 5, "blocks go through: {tally:?}");
+    assert_eq!(
+        tally.good.len(),
+        good + n as usize,
+        "blocks go through: {tally:?}"
+    );
 }

@@ -728,17 +728,21 @@ impl<V: Verbs> Driver<V> {
         }
     }
 
-    fn message_fits(
-        &self,
-        conn_peer_slot: u32,
+    /// The connection to `peer`, when a message of `fields` bytes of
+    /// fields and a `frame`-byte frame fits its slots and ours.
+    fn fitting(
+        &mut self,
+        peer: PeerId,
         fields: usize,
         frame: usize,
-    ) -> Result<(), DriverError> {
+    ) -> Result<&mut Conn, DriverError> {
         let n = crate::msg::ENVELOPE_LEN + fields + frame;
-        if n > conn_peer_slot as usize || n > self.cfg.slot_size as usize {
+        let ours = self.cfg.slot_size as usize;
+        let conn = self.connected(peer)?;
+        if n > conn.peer_slot as usize || n > ours {
             return Err(DriverError::MessageTooLong(n));
         }
-        Ok(())
+        Ok(conn)
     }
 
     /// Asks `peer` for a block to be written into `extent` of the arena;
@@ -753,9 +757,7 @@ impl<V: Verbs> Driver<V> {
         events: &mut Vec<Event>,
     ) -> Result<(), DriverError> {
         self.check_extent(extent)?;
-        let slot = self.connected(peer)?.peer_slot;
-        self.message_fits(slot, 24, frame.len())?;
-        let conn = self.connected(peer)?;
+        let conn = self.fitting(peer, 24, frame.len())?;
         if conn.gets.contains_key(&request) {
             return Err(DriverError::DuplicateRequest(request));
         }
@@ -790,9 +792,7 @@ impl<V: Verbs> Driver<V> {
         events: &mut Vec<Event>,
     ) -> Result<(), DriverError> {
         self.check_extent(src)?;
-        let slot = self.connected(peer)?.peer_slot;
-        self.message_fits(slot, 16, header.len())?;
-        let conn = self.connected(peer)?;
+        let conn = self.fitting(peer, 16, header.len())?;
         let &(remote, len) = conn
             .asked
             .get(&request)
@@ -824,9 +824,7 @@ impl<V: Verbs> Driver<V> {
         now: u64,
         events: &mut Vec<Event>,
     ) -> Result<(), DriverError> {
-        let slot = self.connected(peer)?.peer_slot;
-        self.message_fits(slot, 8, frame.len())?;
-        let conn = self.connected(peer)?;
+        let conn = self.fitting(peer, 8, frame.len())?;
         conn.asked
             .remove(&request)
             .ok_or(DriverError::UnknownRequest(request))?;
@@ -846,11 +844,11 @@ impl<V: Verbs> Driver<V> {
         now: u64,
         events: &mut Vec<Event>,
     ) -> Result<(), DriverError> {
-        let slot = self.connected(peer)?.peer_slot;
-        self.message_fits(slot, 0, frame.len())?;
-        self.connected(peer)?.pending.push_back(Outgoing::Control {
-            frame: frame.to_vec(),
-        });
+        self.fitting(peer, 0, frame.len())?
+            .pending
+            .push_back(Outgoing::Control {
+                frame: frame.to_vec(),
+            });
         self.pump(peer, now, events);
         Ok(())
     }

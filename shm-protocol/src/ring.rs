@@ -44,7 +44,7 @@ use crate::barrier::Barriers;
 use crate::error::{Violation, WaitError};
 use crate::futex;
 use crate::layout::{RingControl, RingItem};
-use crate::sync::{spin_hint, AtomicU32, Ordering};
+use crate::sync::{spin_hint, AtomicU32, AtomicU64, Ordering};
 use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -169,6 +169,16 @@ impl<T> RawRing<T> {
     #[inline]
     fn mask(&self) -> u64 {
         self.capacity - 1
+    }
+
+    /// The peer's index `theirs` does not fit with `ours`.
+    fn violation(&self, ours: u64, theirs: u64) -> Violation {
+        Violation::RingIndex {
+            ring: self.name,
+            ours,
+            theirs,
+            capacity: self.capacity,
+        }
     }
 }
 
@@ -455,23 +465,146 @@ where
     }
 }
 
+/// Bumps the sequence word `seq` and wakes every waiter parked on it.
+fn wake(seq: &AtomicU32) {
+    seq.fetch_add(1, Ordering::Release);
+    futex::wake_all(seq);
+}
+
+/// Stores our index `value` into `index` for the peer (pair (A) or (B),
+/// release) unless `published` says it is there already, then (protocol
+/// (C)) wakes the peer through `seq` if its `waiting` flag is set.
+#[inline]
+fn publish_index(
+    barriers: Barriers,
+    (index, waiting, seq): (&AtomicU64, &AtomicU32, &AtomicU32),
+    value: u64,
+    published: &mut u64,
+) {
+    if value == *published {
+        return;
+    }
+    index.store(value, Ordering::Release); // (A) or (B) release
+    *published = value;
+    barriers.after_publish(); // (C)
+    if waiting.load(Ordering::Relaxed) != 0 {
+        wake(seq);
+    }
+}
+
+/// Which end of the ring: which words of the control block it publishes
+/// to, wakes the peer through and parks on.
+#[derive(Clone, Copy)]
+enum Side {
+    Producer,
+    Consumer,
+}
+
+impl Side {
+    /// The index this end publishes, the peer's waiting flag and the
+    /// sequence word that wakes the peer.
+    #[inline]
+    fn publish_words(self, c: &RingControl) -> (&AtomicU64, &AtomicU32, &AtomicU32) {
+        match self {
+            Side::Producer => (
+                &c.producer.tail,
+                &c.consumer.consumer_waiting,
+                &c.producer.data_seq,
+            ),
+            Side::Consumer => (
+                &c.consumer.head,
+                &c.producer.producer_waiting,
+                &c.consumer.space_seq,
+            ),
+        }
+    }
+
+    /// The sequence word this end parks on and its own waiting flag.
+    fn wait_words(self, c: &RingControl) -> (&AtomicU32, &AtomicU32) {
+        match self {
+            Side::Producer => (&c.consumer.space_seq, &c.producer.producer_waiting),
+            Side::Consumer => (&c.producer.data_seq, &c.consumer.consumer_waiting),
+        }
+    }
+}
+
+/// One end of a ring, as the waits below see it.
+trait RingEnd {
+    /// Which end it is.
+    const SIDE: Side;
+    /// The control block, the spin and the barriers.
+    fn wait_setup(&self) -> (NonNull<RingControl>, Duration, Barriers);
+}
+
+/// Spins, then parks on `E`'s wait words until `ready(end)` holds or the
+/// deadline passes ([`wait_until`]).
+fn wait_end<E: RingEnd>(
+    end: &mut E,
+    deadline: Option<Instant>,
+    mut ready: impl FnMut(&mut E) -> Result<bool, Violation>,
+) -> Result<bool, Violation> {
+    let (ctrl, spin, barriers) = end.wait_setup();
+    // SAFETY: the control block outlives this call (kept alive by the end's
+    // ring); it holds only atomics, so a shared reference beside `&mut E`
+    // aliases nothing `ready` mutates.
+    let ctrl = unsafe { ctrl.as_ref() };
+    let (seq, waiting) = E::SIDE.wait_words(ctrl);
+    wait_until(barriers, spin, seq, waiting, deadline, || ready(end))
+}
+
+/// Tries `attempt` until it gives a value, waiting with `wait` in between,
+/// for up to `timeout` in all.
+fn retry_blocking<E, R>(
+    end: &mut E,
+    timeout: Option<Duration>,
+    mut attempt: impl FnMut(&mut E) -> Result<Option<R>, Violation>,
+    mut wait: impl FnMut(&mut E, Option<Duration>) -> Result<bool, Violation>,
+) -> Result<R, WaitError> {
+    let deadline = deadline_after(timeout);
+    loop {
+        if let Some(r) = attempt(end)? {
+            return Ok(r);
+        }
+        if !wait(end, remaining(deadline))? {
+            return Err(WaitError::Timeout);
+        }
+    }
+}
+
+/// What both ends share: the waits' view of them and their settings.
+macro_rules! ring_end {
+    ($end:ident, $side:expr) => {
+        impl<T: RingItem> RingEnd for $end<T> {
+            const SIDE: Side = $side;
+            fn wait_setup(&self) -> (NonNull<RingControl>, Duration, Barriers) {
+                (self.ring.ctrl, self.spin, self.barriers)
+            }
+        }
+
+        impl<T: RingItem> $end<T> {
+            /// Capacity in items.
+            pub fn capacity(&self) -> usize {
+                self.ring.capacity as usize
+            }
+
+            /// Sets how long blocking waits spin before parking (zero: park at once).
+            pub fn set_spin(&mut self, spin: Duration) {
+                self.spin = spin;
+            }
+
+            /// Chooses the barriers of the wake-up protocol ([`Barriers`]); both ends
+            /// of a ring must agree (the segment header says which to use).
+            pub fn set_barriers(&mut self, barriers: Barriers) {
+                self.barriers = barriers;
+            }
+        }
+    };
+}
+
+ring_end!(Producer, Side::Producer);
+ring_end!(Consumer, Side::Consumer);
+
 impl<T: RingItem> Producer<T> {
-    /// Capacity in items.
-    pub fn capacity(&self) -> usize {
-        self.ring.capacity as usize
-    }
-
-    /// Sets how long blocking waits spin before parking (zero: park at once).
-    pub fn set_spin(&mut self, spin: Duration) {
-        self.spin = spin;
-    }
-
-    /// Chooses the barriers of the wake-up protocol ([`Barriers`]); both ends
-    /// of a ring must agree (the segment header says which to use).
-    pub fn set_barriers(&mut self, barriers: Barriers) {
-        self.barriers = barriers;
-    }
-
     /// Items written (staged or published) so far: the private tail.
     pub fn tail(&self) -> u64 {
         self.tail
@@ -489,12 +622,7 @@ impl<T: RingItem> Producer<T> {
         let advanced = head.wrapping_sub(self.cached_head);
         let outstanding = self.published.wrapping_sub(self.cached_head);
         if advanced > outstanding {
-            return Err(Violation::RingIndex {
-                ring: self.ring.name,
-                ours: self.published,
-                theirs: head,
-                capacity: self.ring.capacity,
-            });
+            return Err(self.ring.violation(self.published, head));
         }
         self.cached_head = head;
         Ok(())
@@ -565,17 +693,8 @@ impl<T: RingItem> Producer<T> {
     /// Publishes every staged item with one store, and wakes a parked consumer.
     #[inline]
     pub fn publish(&mut self) {
-        if self.tail == self.published {
-            return;
-        }
-        let ctrl = self.ring.ctrl();
-        ctrl.producer.tail.store(self.tail, Ordering::Release); // (A) release
-        self.published = self.tail;
-        self.barriers.after_publish(); // (C)
-        if ctrl.consumer.consumer_waiting.load(Ordering::Relaxed) != 0 {
-            ctrl.producer.data_seq.fetch_add(1, Ordering::Release);
-            futex::wake_all(&ctrl.producer.data_seq);
-        }
+        let words = Self::SIDE.publish_words(self.ring.ctrl());
+        publish_index(self.barriers, words, self.tail, &mut self.published); // (A) release
     }
 
     /// Stages and publishes one item; `Ok(false)` when full.
@@ -592,66 +711,26 @@ impl<T: RingItem> Producer<T> {
     /// Publishes staged items first so the consumer can make progress.
     pub fn wait_for_space(&mut self, timeout: Option<Duration>) -> Result<bool, Violation> {
         self.publish();
-        let deadline = deadline_after(timeout);
-        let spin = self.spin;
-        let barriers = self.barriers;
-        let ctrl = self.ring.ctrl;
-        // SAFETY: the control block outlives this call (kept alive by
-        // `self.ring`); it holds only atomics, so a shared reference beside
-        // `&mut self` aliases nothing the closure mutates.
-        let ctrl = unsafe { ctrl.as_ref() };
-        wait_until(
-            barriers,
-            spin,
-            &ctrl.consumer.space_seq,
-            &ctrl.producer.producer_waiting,
-            deadline,
-            || {
-                self.refresh_head()?;
-                Ok(self.tail.wrapping_sub(self.cached_head) < self.ring.capacity)
-            },
-        )
+        wait_end(self, deadline_after(timeout), |p| {
+            p.refresh_head()?;
+            Ok(p.tail.wrapping_sub(p.cached_head) < p.ring.capacity)
+        })
     }
 
     /// Pushes one item, waiting (spin, then park) for space up to `timeout`.
     pub fn push_blocking(&mut self, item: T, timeout: Option<Duration>) -> Result<(), WaitError> {
-        let deadline = deadline_after(timeout);
-        loop {
-            if self.try_push(item)? {
-                return Ok(());
-            }
-            if !self.wait_for_space(remaining(deadline))? {
-                return Err(WaitError::Timeout);
-            }
-        }
+        let attempt = |p: &mut Self| Ok(p.try_push(item)?.then_some(()));
+        retry_blocking(self, timeout, attempt, Self::wait_for_space)
     }
 
     /// Wakes the consumer even if it did not announce itself; used before
     /// shutdown or fencing so a parked peer re-reads the segment state.
     pub fn notify(&self) {
-        let ctrl = self.ring.ctrl();
-        ctrl.producer.data_seq.fetch_add(1, Ordering::Release);
-        futex::wake_all(&ctrl.producer.data_seq);
+        wake(&self.ring.ctrl().producer.data_seq);
     }
 }
 
 impl<T: RingItem> Consumer<T> {
-    /// Capacity in items.
-    pub fn capacity(&self) -> usize {
-        self.ring.capacity as usize
-    }
-
-    /// Sets how long blocking waits spin before parking (zero: park at once).
-    pub fn set_spin(&mut self, spin: Duration) {
-        self.spin = spin;
-    }
-
-    /// Chooses the barriers of the wake-up protocol ([`Barriers`]); both ends
-    /// of a ring must agree (the segment header says which to use).
-    pub fn set_barriers(&mut self, barriers: Barriers) {
-        self.barriers = barriers;
-    }
-
     /// Items consumed so far: the private head.
     pub fn head(&self) -> u64 {
         self.head
@@ -664,12 +743,7 @@ impl<T: RingItem> Consumer<T> {
         let available = tail.wrapping_sub(self.head);
         let moved = tail.wrapping_sub(self.cached_tail);
         if available > self.ring.capacity || moved > self.ring.capacity {
-            return Err(Violation::RingIndex {
-                ring: self.ring.name,
-                ours: self.head,
-                theirs: tail,
-                capacity: self.ring.capacity,
-            });
+            return Err(self.ring.violation(self.head, tail));
         }
         self.cached_tail = tail;
         Ok(())
@@ -704,17 +778,8 @@ impl<T: RingItem> Consumer<T> {
     /// Publishes our head (freeing every slot taken so far) and wakes a parked producer.
     #[inline]
     pub fn commit(&mut self) {
-        if self.head == self.published {
-            return;
-        }
-        let ctrl = self.ring.ctrl();
-        ctrl.consumer.head.store(self.head, Ordering::Release); // (B) release
-        self.published = self.head;
-        self.barriers.after_publish(); // (C)
-        if ctrl.producer.producer_waiting.load(Ordering::Relaxed) != 0 {
-            ctrl.consumer.space_seq.fetch_add(1, Ordering::Release);
-            futex::wake_all(&ctrl.consumer.space_seq);
-        }
+        let words = Self::SIDE.publish_words(self.ring.ctrl());
+        publish_index(self.barriers, words, self.head, &mut self.published); // (B) release
     }
 
     /// Takes and commits one item.
@@ -752,42 +817,17 @@ impl<T: RingItem> Consumer<T> {
     /// Commits taken items first so the producer can make progress.
     pub fn wait_for_data(&mut self, timeout: Option<Duration>) -> Result<bool, Violation> {
         self.commit();
-        let deadline = deadline_after(timeout);
-        let spin = self.spin;
-        let barriers = self.barriers;
-        let ctrl = self.ring.ctrl;
-        // SAFETY: the control block outlives this call (kept alive by
-        // `self.ring`); it holds only atomics, so a shared reference beside
-        // `&mut self` aliases nothing the closure mutates.
-        let ctrl = unsafe { ctrl.as_ref() };
-        wait_until(
-            barriers,
-            spin,
-            &ctrl.producer.data_seq,
-            &ctrl.consumer.consumer_waiting,
-            deadline,
-            || Ok(self.available()? > 0),
-        )
+        wait_end(self, deadline_after(timeout), |c| Ok(c.available()? > 0))
     }
 
     /// Pops one item, waiting (spin, then park) up to `timeout`.
     pub fn pop_blocking(&mut self, timeout: Option<Duration>) -> Result<T, WaitError> {
-        let deadline = deadline_after(timeout);
-        loop {
-            if let Some(item) = self.try_pop()? {
-                return Ok(item);
-            }
-            if !self.wait_for_data(remaining(deadline))? {
-                return Err(WaitError::Timeout);
-            }
-        }
+        retry_blocking(self, timeout, Self::try_pop, Self::wait_for_data)
     }
 
     /// Wakes the producer even if it did not announce itself.
     pub fn notify(&self) {
-        let ctrl = self.ring.ctrl();
-        ctrl.consumer.space_seq.fetch_add(1, Ordering::Release);
-        futex::wake_all(&ctrl.consumer.space_seq);
+        wake(&self.ring.ctrl().consumer.space_seq);
     }
 }
 

@@ -403,17 +403,24 @@ impl SeqPacket {
     }
 }
 
-impl AsFd for SeqPacket {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
+/// `AsFd` and `AsRawFd` for socket types that own their descriptor in `fd`.
+macro_rules! lend_fd {
+    ($($socket:ty),*) => {$(
+        impl AsFd for $socket {
+            fn as_fd(&self) -> BorrowedFd<'_> {
+                self.fd.as_fd()
+            }
+        }
+
+        impl AsRawFd for $socket {
+            fn as_raw_fd(&self) -> RawFd {
+                self.fd.as_raw_fd()
+            }
+        }
+    )*};
 }
 
-impl AsRawFd for SeqPacket {
-    fn as_raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
-    }
-}
+lend_fd!(SeqPacket, SeqPacketListener);
 
 impl From<SeqPacket> for OwnedFd {
     fn from(s: SeqPacket) -> OwnedFd {
@@ -564,18 +571,6 @@ impl SeqPacketListener {
     /// The path the listener is bound to.
     pub fn local_path(&self) -> &Path {
         &self.path
-    }
-}
-
-impl AsFd for SeqPacketListener {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-}
-
-impl AsRawFd for SeqPacketListener {
-    fn as_raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
     }
 }
 
@@ -738,22 +733,16 @@ mod tests {
         // A raw sendmsg with 9 fds reaches the receiver, which closes the
         // descriptors that arrived and reports the rejection.
         let raw: Vec<RawFd> = (0..MAX_FDS + 1).map(|_| w.as_raw_fd()).collect();
-        socket::sendmsg::<()>(
-            a.as_raw_fd(),
-            &[IoSlice::new(b"many")],
-            &[ControlMessage::ScmRights(&raw)],
-            MsgFlags::empty(),
-            None,
-        )
-        .unwrap();
-        socket::sendmsg::<()>(
-            a.as_raw_fd(),
-            &[IoSlice::new(b"many again")],
-            &[ControlMessage::ScmRights(&raw)],
-            MsgFlags::empty(),
-            None,
-        )
-        .unwrap();
+        for message in [&b"many"[..], b"many again"] {
+            socket::sendmsg::<()>(
+                a.as_raw_fd(),
+                &[IoSlice::new(message)],
+                &[ControlMessage::ScmRights(&raw)],
+                MsgFlags::empty(),
+                None,
+            )
+            .unwrap();
+        }
         let mut buf = [0u8; 16];
         let e = b.recv(&mut buf).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData);

@@ -283,13 +283,11 @@ mod tests {
     #[test]
     fn a_required_hugepage_arena_larger_than_the_pool_is_refused_with_the_numbers() {
         let pool = HugePool::from_meminfo(MEMINFO).unwrap();
+        let required =
+            |size: &str, pool: &HugePool| config_with(size, "required").check_hugepages(pool);
         // 256 pages of 2 MiB = 512 MiB available.
-        assert!(config_with("512MiB", "required")
-            .check_hugepages(&pool)
-            .is_ok());
-        let e = config_with("514MiB", "required")
-            .check_hugepages(&pool)
-            .unwrap_err();
+        assert!(required("512MiB", &pool).is_ok());
+        let e = required("514MiB", &pool).unwrap_err();
         assert_eq!(e.field(), Some("arena.size"));
         let text = e.to_string();
         for want in [
@@ -311,12 +309,8 @@ mod tests {
             overcommit_left: 2048,
             ..pool
         };
-        assert!(config_with("4GiB", "required")
-            .check_hugepages(&grown)
-            .is_ok());
-        let e = config_with("8GiB", "required")
-            .check_hugepages(&grown)
-            .unwrap_err();
+        assert!(required("4GiB", &grown).is_ok());
+        let e = required("8GiB", &grown).unwrap_err();
         assert!(e.to_string().contains("nr_overcommit_hugepages"), "{e}");
     }
 

@@ -162,6 +162,15 @@ impl Loader {
         got
     }
 
+    /// Takes every published batch ([`Loader::take`]) and gives each back.
+    pub(crate) fn take_and_give_back(&mut self) -> Vec<(BatchDescriptor, Vec<SampleEntry>)> {
+        let got = self.take();
+        for (d, _) in &got {
+            self.give_back(d);
+        }
+        got
+    }
+
     pub(crate) fn give_back(&mut self, d: &BatchDescriptor) {
         let rel = ReleaseDescriptor {
             seq: d.seq,

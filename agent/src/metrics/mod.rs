@@ -379,6 +379,13 @@ mod tests {
         series.iter().find(|(n, _)| n == k).map(|(_, v)| *v)
     }
 
+    /// Checks that every `(name, value)` of `want` is in `series`.
+    fn assert_series(series: &[(String, f64)], want: &[(&str, f64)]) {
+        for &(k, v) in want {
+            assert_eq!(get(series, k), Some(v), "{k}");
+        }
+    }
+
     #[test]
     fn histogram_quantiles_and_render() {
         let m = Metrics::new();
@@ -394,14 +401,13 @@ mod tests {
         assert_eq!(h.quantile(0.5), Some(0.000_1));
         assert_eq!(h.quantile(0.99), Some(0.05));
         let s = parse_text(&m.render());
-        assert_eq!(
-            get(&s, "granary_read_latency_seconds_bucket{le=\"+Inf\"}"),
-            Some(101.0)
-        );
-        assert_eq!(get(&s, "granary_read_latency_seconds_count"), Some(101.0));
-        assert_eq!(
-            get(&s, "granary_read_latency_seconds_bucket{le=\"1.0\"}"),
-            Some(100.0)
+        assert_series(
+            &s,
+            &[
+                ("granary_read_latency_seconds_bucket{le=\"+Inf\"}", 101.0),
+                ("granary_read_latency_seconds_count", 101.0),
+                ("granary_read_latency_seconds_bucket{le=\"1.0\"}", 100.0),
+            ],
         );
     }
 
@@ -420,29 +426,22 @@ mod tests {
         let body = scrape(srv.addr(), Duration::from_secs(5)).unwrap();
         assert!(body.ends_with("# EOF\n"), "{body}");
         let s = parse_text(&body);
-        assert_eq!(get(&s, "granary_samples_served_total"), Some(42.0));
-        assert_eq!(
-            get(
-                &s,
-                "granary_cache_lookups_total{result=\"hit\",tier=\"arena\"}"
-            ),
-            Some(3.0)
-        );
-        assert_eq!(
-            get(&s, "granary_arena_bytes{state=\"pinned\"}"),
-            Some(4096.0)
-        );
-        assert_eq!(get(&s, "granary_loader_wait_seconds_total"), Some(1.5));
-        assert_eq!(
-            get(&s, "granary_dataset_ready{dataset=\"a\\\"b\",kind=\"fs\"}"),
-            Some(1.0)
-        );
-        assert_eq!(
-            get(
-                &s,
-                "granary_dataset_load_attempts_total{dataset=\"remote\"}"
-            ),
-            Some(2.0)
+        assert_series(
+            &s,
+            &[
+                ("granary_samples_served_total", 42.0),
+                (
+                    "granary_cache_lookups_total{result=\"hit\",tier=\"arena\"}",
+                    3.0,
+                ),
+                ("granary_arena_bytes{state=\"pinned\"}", 4096.0),
+                ("granary_loader_wait_seconds_total", 1.5),
+                ("granary_dataset_ready{dataset=\"a\\\"b\",kind=\"fs\"}", 1.0),
+                (
+                    "granary_dataset_load_attempts_total{dataset=\"remote\"}",
+                    2.0,
+                ),
+            ],
         );
         assert!((m.hit_ratio() - 0.75).abs() < 1e-9);
     }

@@ -2,7 +2,7 @@
 //! waits as a histogram and as recent quantiles, the shares of the last
 //! interval, the agent's stall time by cause and the verdicts.
 
-use crate::why::{Cause, RankTable, Verdict, QUANTILES};
+use crate::why::{Cause, RankRow, RankTable, Verdict, QUANTILES};
 use granary_shm::layout::{WAIT_BUCKETS, WAIT_BUCKET_BOUNDS_US};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -59,23 +59,20 @@ impl Collector for RankCollector {
                 None,
             )?;
         }
-        let mut e = enc.encode_descriptor(
-            "granary_rank_wait_quantile_seconds",
-            "Quantiles of next_batch times over the last 10 intervals, by dataset and rank.",
-            None,
-            MetricType::Gauge,
+        per_rank(
+            &mut enc,
+            &rows,
+            (
+                "granary_rank_wait_quantile_seconds",
+                "Quantiles of next_batch times over the last 10 intervals, by dataset and rank.",
+                MetricType::Gauge,
+            ),
+            "quantile",
+            |row| {
+                let quantiles = QUANTILES.iter().zip(row.quantiles());
+                quantiles.filter_map(|(&(_, q), v)| Some((q, ConstGauge::new(v?))))
+            },
         )?;
-        for (d, r, row) in &rows {
-            for ((_, q), v) in QUANTILES.iter().zip(row.quantiles()) {
-                if let Some(v) = v {
-                    ConstGauge::new(v).encode(e.encode_family(&[
-                        ("dataset", *d),
-                        ("rank", r.as_str()),
-                        ("quantile", q),
-                    ])?)?;
-                }
-            }
-        }
         for (name, help, pick) in [
             (
                 "granary_rank_wait_ratio",
@@ -94,55 +91,64 @@ impl Collector for RankCollector {
                     .encode(e.encode_family(&[("dataset", *d), ("rank", r.as_str())])?)?;
             }
         }
-        let mut e = enc.encode_descriptor(
-            "granary_rank_stall_seconds",
-            "Time the rank's sessions had an empty ready ring and a next batch not ready, by what it waited on.",
-            None,
-            MetricType::Counter,
+        per_rank(
+            &mut enc,
+            &rows,
+            (
+                "granary_rank_stall_seconds",
+                "Time the rank's sessions had an empty ready ring and a next batch not ready, by what it waited on.",
+                MetricType::Counter,
+            ),
+            "cause",
+            |row| {
+                Cause::ALL.map(|c| {
+                    let secs = row.total.stall_ns[c as usize] as f64 / 1e9;
+                    (c.label(), ConstCounter::new(secs))
+                })
+            },
         )?;
-        for (d, r, row) in &rows {
-            for c in Cause::ALL {
-                ConstCounter::new(row.total.stall_ns[c as usize] as f64 / 1e9).encode(
-                    e.encode_family(&[
-                        ("dataset", *d),
-                        ("rank", r.as_str()),
-                        ("cause", c.label()),
-                    ])?,
-                )?;
-            }
-        }
-        let mut e = enc.encode_descriptor(
-            "granary_rank_verdict",
-            "The last interval's verdict on why the rank waits (1 for the verdict, 0 for the others).",
-            None,
-            MetricType::Gauge,
+        per_rank(
+            &mut enc,
+            &rows,
+            (
+                "granary_rank_verdict",
+                "The last interval's verdict on why the rank waits (1 for the verdict, 0 for the others).",
+                MetricType::Gauge,
+            ),
+            "verdict",
+            |row| Verdict::ALL.map(|v| (v.label(), ConstGauge::new(i64::from(row.verdict == Some(v))))),
         )?;
-        for (d, r, row) in &rows {
-            for v in Verdict::ALL {
-                ConstGauge::new(i64::from(row.verdict == Some(v))).encode(e.encode_family(
-                    &[
-                        ("dataset", *d),
-                        ("rank", r.as_str()),
-                        ("verdict", v.label()),
-                    ],
-                )?)?;
-            }
-        }
-        let mut e = enc.encode_descriptor(
-            "granary_rank_verdicts",
-            "Intervals by verdict, by dataset and rank.",
-            None,
-            MetricType::Counter,
+        per_rank(
+            &mut enc,
+            &rows,
+            (
+                "granary_rank_verdicts",
+                "Intervals by verdict, by dataset and rank.",
+                MetricType::Counter,
+            ),
+            "verdict",
+            |row| Verdict::ALL.map(|v| (v.label(), ConstCounter::new(row.verdicts[v as usize]))),
         )?;
-        for (d, r, row) in &rows {
-            for v in Verdict::ALL {
-                ConstCounter::new(row.verdicts[v as usize]).encode(e.encode_family(&[
-                    ("dataset", *d),
-                    ("rank", r.as_str()),
-                    ("verdict", v.label()),
-                ])?)?;
-            }
-        }
         Ok(())
     }
+}
+
+/// Encodes the family `name` of `kind`: for each rank, the series
+/// `series(row)` gives, each labelled with the dataset, the rank and
+/// `label` = the series' value.
+fn per_rank<'a, M: EncodeMetric, S: IntoIterator<Item = (&'a str, M)>>(
+    enc: &mut DescriptorEncoder,
+    rows: &[(&str, String, &RankRow)],
+    (name, help, kind): (&str, &str, MetricType),
+    label: &str,
+    series: impl Fn(&RankRow) -> S,
+) -> Result<(), fmt::Error> {
+    let mut e = enc.encode_descriptor(name, help, None, kind)?;
+    for (d, r, row) in rows {
+        for (value, metric) in series(row) {
+            let labels = [("dataset", *d), ("rank", r.as_str()), (label, value)];
+            metric.encode(e.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
 }

@@ -2,7 +2,7 @@
 //! derived families (collected at scrape time), the warm-restart outcomes,
 //! and the parser of the text the endpoint serves.
 
-use super::dataset::{epoch_label, DatasetTable};
+use super::dataset::{epoch_label, DatasetStats, DatasetTable};
 use super::primitives::{Counter, Gauge};
 use super::violations::ViolationKind;
 use prometheus_client::collector::Collector;
@@ -11,7 +11,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use std::fmt;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The outcomes of `granary_warm_restart_samples_total`, in the order of
 /// [`Metrics::warm_restart`]: put back in the cache; dropped because the
@@ -99,26 +99,20 @@ impl Collector for Derived {
             let v = ConstGauge::new(i64::from(d.ready.load(Ordering::Relaxed)));
             v.encode(e.encode_family(&[("dataset", &*d.name), ("kind", d.kind)])?)?;
         }
-        let mut e = enc.encode_descriptor(
+        per_dataset(
+            &mut enc,
+            datasets,
             "granary_dataset_load_attempts",
             "Attempts to load a dataset's catalog.",
-            None,
-            MetricType::Counter,
+            |d| &d.load_attempts,
         )?;
-        for d in datasets.iter() {
-            let v = ConstCounter::new(d.load_attempts.load(Ordering::Relaxed));
-            v.encode(e.encode_family(&[("dataset", &*d.name)])?)?;
-        }
-        let mut e = enc.encode_descriptor(
+        per_dataset(
+            &mut enc,
+            datasets,
             "granary_dataset_read_errors",
             "Sample reads of a dataset that failed for good.",
-            None,
-            MetricType::Counter,
+            |d| &d.read_errors,
         )?;
-        for d in datasets.iter() {
-            let v = ConstCounter::new(d.read_errors.load(Ordering::Relaxed));
-            v.encode(e.encode_family(&[("dataset", &*d.name)])?)?;
-        }
         let mut e = enc.encode_descriptor(
             "granary_dataset_lookups",
             "Samples sessions needed per dataset, by where they were found (hit: in the arena or already being read; miss: read from the source).",
@@ -151,6 +145,23 @@ impl Collector for Derived {
         }
         Ok(())
     }
+}
+
+/// Encodes the counter family `name`: one series per dataset, of the
+/// counter `count` picks.
+fn per_dataset(
+    enc: &mut DescriptorEncoder,
+    datasets: &[DatasetStats],
+    name: &str,
+    help: &str,
+    count: fn(&DatasetStats) -> &AtomicU64,
+) -> Result<(), fmt::Error> {
+    let mut e = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for d in datasets {
+        let v = ConstCounter::new(count(d).load(Ordering::Relaxed));
+        v.encode(e.encode_family(&[("dataset", &*d.name)])?)?;
+    }
+    Ok(())
 }
 
 /// Parses Prometheus or OpenMetrics text into (series, value) pairs,

@@ -241,13 +241,25 @@ mod tests {
         .unwrap()
     }
 
+    /// A static view of job `j1` seen from member `b`, with `members`.
+    fn static_cfg(members: &str) -> Config {
+        cfg(&format!(
+            "membership = \"static\"\njob_id = \"j1\"\nnode_id = \"b\"\nsecret = \"$S\"\nmembers = [{members}]"
+        ))
+    }
+
+    /// A Slurm job seen from node `gpu02`, with the `extra` keys.
+    fn slurm_cfg(extra: &str) -> Config {
+        cfg(&format!(
+            "membership = \"slurm\"\nnode_id = \"gpu02\"\nsecret = \"$S\"\n{extra}"
+        ))
+    }
+
     #[test]
     fn static_view_takes_keep_defaults_and_overrides() {
-        let c = cfg(r#"membership = "static"
-job_id = "j1"
-node_id = "b"
-secret = "$S"
-members = [{ id = "a", addr = "127.0.0.2:7170" }, { id = "b", addr = "127.0.0.3:7170", keep = "1GiB" }]"#);
+        let c = static_cfg(
+            r#"{ id = "a", addr = "127.0.0.2:7170" }, { id = "b", addr = "127.0.0.3:7170", keep = "1GiB" }"#,
+        );
         let v = view_from_config(&c.peers, 4096, &HashMap::new()).unwrap();
         assert_eq!(v.job_id(), "j1");
         assert_eq!(v.len(), 2);
@@ -259,10 +271,7 @@ members = [{ id = "a", addr = "127.0.0.2:7170" }, { id = "b", addr = "127.0.0.3:
 
     #[test]
     fn slurm_view_comes_from_the_variables() {
-        let c = cfg(r#"membership = "slurm"
-node_id = "gpu02"
-port = 7300
-secret = "$S""#);
+        let c = slurm_cfg("port = 7300");
         let env: HashMap<String, String> = [
             ("SLURM_JOB_ID", "4242"),
             ("SLURM_JOB_NODELIST", "gpu[01-03]"),
@@ -279,10 +288,7 @@ secret = "$S""#);
         let e = view_from_config(&c.peers, 10, &HashMap::new()).unwrap_err();
         assert!(e.to_string().contains("SLURM_JOB_ID"), "{e}");
         // More nodes than peers.max_members: refused, naming the setting.
-        let small = cfg(r#"membership = "slurm"
-node_id = "gpu02"
-max_members = 2
-secret = "c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23""#);
+        let small = slurm_cfg("max_members = 2");
         let e = view_from_config(&small.peers, 10, &env).unwrap_err();
         assert!(
             matches!(e, MembershipError::TooManyMembers { members: 3, max: 2 }),
@@ -293,32 +299,28 @@ secret = "c5c64913cdf6c5268fb4da6deb8e09a0d04bcf1ff53244dbd5dd0c9bddaead23""#);
 
     #[test]
     fn endpoints_come_from_the_view_or_the_settings() {
-        let c = cfg(r#"membership = "static"
-job_id = "j1"
-node_id = "b"
-secret = "$S"
-members = [{ id = "a", addr = "127.0.0.2:7170" }, { id = "b", addr = "127.0.0.3:7171" }]"#);
+        let c = static_cfg(
+            r#"{ id = "a", addr = "127.0.0.2:7170" }, { id = "b", addr = "127.0.0.3:7171" }"#,
+        );
         let v = view_from_config(&c.peers, 1, &HashMap::new()).unwrap();
         let e = endpoint(&c.peers, Some(&v)).unwrap();
         assert_eq!(e.listen, "0.0.0.0:7171".parse().unwrap());
         assert_eq!(e.advertise, "127.0.0.3:7171");
-        let s = cfg(r#"membership = "session"
-node_id = "n7"
-port = 7300
-secret = "$S""#);
+        let session = |keys: &str| {
+            cfg(&format!(
+                "membership = \"session\"\nsecret = \"$S\"\n{keys}"
+            ))
+        };
+        let s = session("node_id = \"n7\"\nport = 7300");
         let e = endpoint(&s.peers, None).unwrap();
         assert_eq!(e.listen, "0.0.0.0:7300".parse().unwrap());
         assert_eq!(e.advertise, "n7:7300");
-        let s = cfg(r#"membership = "session"
-listen = "127.0.0.4:7400"
-secret = "$S""#);
+        let s = session(r#"listen = "127.0.0.4:7400""#);
         assert_eq!(
             endpoint(&s.peers, None).unwrap().advertise,
             "127.0.0.4:7400"
         );
-        let s = cfg(r#"membership = "session"
-advertise = "gpu7.example:7170"
-secret = "$S""#);
+        let s = session(r#"advertise = "gpu7.example:7170""#);
         assert_eq!(
             endpoint(&s.peers, None).unwrap().advertise,
             "gpu7.example:7170"

@@ -142,43 +142,47 @@ pub fn label(name: &str, value: &str) -> Labels {
     vec![(name.to_string(), value.to_string())]
 }
 
+/// Counts one in `family`'s series labelled `name` = `value`.
+fn count_one(family: &Family<Labels, Counter>, name: &str, value: &str) {
+    family.get_or_create(&label(name, value)).inc();
+}
+
+/// The labels of the views refused for `reason`.
+fn refused(reason: &str) -> Labels {
+    let mut l = label("outcome", "refused");
+    l.push(("reason".to_string(), reason.to_string()));
+    l
+}
+
 impl PeerMetrics {
     /// Counts a request that failed for `reason`.
     pub fn get_failed(&self, reason: &str) {
-        self.gets_failed
-            .get_or_create(&label("reason", reason))
-            .inc();
+        count_one(&self.gets_failed, "reason", reason);
     }
 
     /// Counts something refused or cut off, for `reason`.
     pub fn reject(&self, reason: &str) {
-        self.rejected.get_or_create(&label("reason", reason)).inc();
+        count_one(&self.rejected, "reason", reason);
     }
 
     /// Counts a miss this agent answered, for `reason`.
     pub fn served_miss(&self, reason: &str) {
-        self.served_misses
-            .get_or_create(&label("reason", reason))
-            .inc();
+        count_one(&self.served_misses, "reason", reason);
     }
 
     /// Counts a view handed in, by `outcome`.
     pub fn view(&self, outcome: &str) {
-        self.views.get_or_create(&label("outcome", outcome)).inc();
+        count_one(&self.views, "outcome", outcome);
     }
 
     /// Counts a view refused, for `reason`.
     pub fn view_refused(&self, reason: &str) {
-        let mut l = label("outcome", "refused");
-        l.push(("reason".to_string(), reason.to_string()));
-        self.views.get_or_create(&l).inc();
+        self.views.get_or_create(&refused(reason)).inc();
     }
 
     /// Views refused for `reason` so far.
     pub fn views_refused(&self, reason: &str) -> u64 {
-        let mut l = label("outcome", "refused");
-        l.push(("reason".to_string(), reason.to_string()));
-        self.views.get_or_create(&l).get()
+        self.views.get_or_create(&refused(reason)).get()
     }
 
     /// Counts the `[local, peer, uncached]` samples a `mode` session just

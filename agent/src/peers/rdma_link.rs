@@ -166,18 +166,15 @@ fn decode(bytes: &[u8]) -> Option<Frame> {
 
 impl<V: Verbs> RdmaLinks<V> {
     /// Registers an arena of `arena_len` bytes of the backend's own once,
-    /// for `members` peers.
+    /// for a job of two members (the tests').
     #[cfg(test)]
     pub(crate) fn new(
         verbs: V,
         arena_len: u64,
         cfg: DriverConfig,
-        members: usize,
     ) -> Result<RdmaLinks<V>, LinkError> {
-        Ok(RdmaLinks::over(
-            Driver::new(verbs, arena_len, cfg)?,
-            members,
-        ))
+        let driver = Driver::new(verbs, arena_len, cfg)?;
+        Ok(RdmaLinks::over(driver, 2))
     }
 
     /// Registers `arena`, the agent's shared arena, in place, for
@@ -321,9 +318,7 @@ impl<V: Verbs> RdmaLinks<V> {
         if self.channel(member) != Some(conn) {
             return false;
         }
-        let mut ev = Vec::new();
-        self.driver.close(Self::peer(member), now, &mut ev);
-        self.held.append(&mut ev);
+        self.driver.close(Self::peer(member), now, &mut self.held);
         if let Some(c) = self.channel.get_mut(member) {
             *c = None;
         }
@@ -338,11 +333,8 @@ impl<V: Verbs> RdmaLinks<V> {
         now: u64,
     ) -> Result<(), LinkError> {
         let p = SetupParams::decode(bytes).map_err(|e| LinkError::BadSetup(e.to_string()))?;
-        let mut ev = Vec::new();
-        let r = self.driver.connect(Self::peer(member), &p, now, &mut ev);
-        self.held.append(&mut ev);
-        r?;
-        Ok(())
+        let peer = Self::peer(member);
+        Ok(self.driver.connect(peer, &p, now, &mut self.held)?)
     }
 
     /// How blocks travel to `member` now.
@@ -376,17 +368,9 @@ impl<V: Verbs> RdmaLinks<V> {
         now: u64,
     ) -> Result<(), LinkError> {
         let frame = frame_bytes(&Frame::Get(get))?;
-        let mut ev = Vec::new();
-        let r = self.driver.get(
-            Self::peer(member),
-            get.request,
-            extent,
-            &frame,
-            now,
-            &mut ev,
-        );
-        self.held.append(&mut ev);
-        r?;
+        let peer = Self::peer(member);
+        self.driver
+            .get(peer, get.request, extent, &frame, now, &mut self.held)?;
         self.asked.insert(
             get.request,
             Asked {
@@ -412,13 +396,10 @@ impl<V: Verbs> RdmaLinks<V> {
             length: u64::from(src.len),
             ..header
         }))?;
-        let mut ev = Vec::new();
-        let r = self
+        let peer = Self::peer(member);
+        Ok(self
             .driver
-            .serve(Self::peer(member), request, src, &header, now, &mut ev);
-        self.held.append(&mut ev);
-        r?;
-        Ok(())
+            .serve(peer, request, src, &header, now, &mut self.held)?)
     }
 
     /// Owner: answers `get` with a miss.
@@ -434,13 +415,10 @@ impl<V: Verbs> RdmaLinks<V> {
             sample: get.sample,
             reason,
         })?;
-        let mut ev = Vec::new();
-        let r = self
+        let peer = Self::peer(member);
+        Ok(self
             .driver
-            .answer(Self::peer(member), get.request, &frame, now, &mut ev);
-        self.held.append(&mut ev);
-        r?;
-        Ok(())
+            .answer(peer, get.request, &frame, now, &mut self.held)?)
     }
 
     /// Polls the completions; appends what happened to `out`.
@@ -577,6 +555,36 @@ mod tests {
             .collect()
     }
 
+    /// A request for `sample`'s whole block, with no due time.
+    fn get_block(request: u64, sample: u64) -> Get {
+        Get {
+            request,
+            fingerprint: FP,
+            sample,
+            length: block(sample).len() as u64,
+            due: u64::MAX,
+        }
+    }
+
+    /// Owner: writes `get`'s block at `offset` of the arena and serves it
+    /// from there.
+    fn serve_block(
+        links: &mut RdmaLinks<FakeNic>,
+        member: usize,
+        get: &Get,
+        offset: u64,
+        now: u64,
+    ) -> Result<(), LinkError> {
+        let bytes = block(get.sample);
+        let src = Extent {
+            offset,
+            len: bytes.len() as u32,
+        };
+        links.driver_mut().write_arena(offset, &bytes).unwrap();
+        let crc = block_crc(FP, get.sample, &bytes);
+        links.serve(member, DataHeader::answering(get, crc, 0), src, now)
+    }
+
     /// Two agents' links on one fake fabric: member 0 asks, member 1 owns.
     struct Pair {
         fabric: Fabric,
@@ -593,8 +601,8 @@ mod tests {
                 transfer_timeout_ns: 100_000_000,
                 ..DriverConfig::default()
             };
-            let a = RdmaLinks::new(fabric.add_host(), ARENA, cfg, 2).unwrap();
-            let b = RdmaLinks::new(fabric.add_host(), ARENA, cfg, 2).unwrap();
+            let a = RdmaLinks::new(fabric.add_host(), ARENA, cfg).unwrap();
+            let b = RdmaLinks::new(fabric.add_host(), ARENA, cfg).unwrap();
             let mut p = Pair {
                 fabric,
                 a,
@@ -615,19 +623,15 @@ mod tests {
         }
 
         fn get(&mut self, request: u64, sample: u64, due: u64) -> Result<Extent, LinkError> {
-            let len = block(sample).len() as u64;
+            let get = Get {
+                due,
+                ..get_block(request, sample)
+            };
             let extent = Extent {
                 offset: self.next,
-                len: len as u32,
+                len: get.length as u32,
             };
-            self.next += len.next_multiple_of(64);
-            let get = Get {
-                request,
-                fingerprint: FP,
-                sample,
-                length: len,
-                due,
-            };
+            self.next += get.length.next_multiple_of(64);
             self.a.get(1, get, extent, self.now).map(|()| extent)
         }
 
@@ -644,19 +648,8 @@ mod tests {
                             let _ = self.b.miss(member, get, MissReason::NotKept, self.now);
                             continue;
                         }
-                        let bytes = block(get.sample);
-                        let src = Extent {
-                            offset: ARENA / 2 + get.sample * 4096,
-                            len: bytes.len() as u32,
-                        };
-                        self.b.driver_mut().write_arena(src.offset, &bytes).unwrap();
-                        let crc = block_crc(FP, get.sample, &bytes);
-                        let _ = self.b.serve(
-                            member,
-                            DataHeader::answering(&get, crc, 0),
-                            src,
-                            self.now,
-                        );
+                        let offset = ARENA / 2 + get.sample * 4096;
+                        let _ = serve_block(&mut self.b, member, &get, offset, self.now);
                     }
                 }
                 self.a.poll(self.now, &mut got);
@@ -826,7 +819,7 @@ mod tests {
             .collect();
         let fabric = Fabric::new(3);
         let mut links: Vec<RdmaLinks<FakeNic>> = (0..2)
-            .map(|_| RdmaLinks::new(fabric.add_host(), ARENA, DriverConfig::default(), 2).unwrap())
+            .map(|_| RdmaLinks::new(fabric.add_host(), ARENA, DriverConfig::default()).unwrap())
             .collect();
         // A first TCP request opens the connection (the owner answers it
         // with a miss).
@@ -881,17 +874,10 @@ mod tests {
             }
             if !asked && links[0].link(1) == LinkTransport::Rdma {
                 assert_eq!(links[1].link(0), LinkTransport::Rdma);
-                let bytes = block(42);
-                let get = Get {
-                    request: 2,
-                    fingerprint: FP,
-                    sample: 42,
-                    length: bytes.len() as u64,
-                    due: u64::MAX,
-                };
+                let get = get_block(2, 42);
                 let extent = Extent {
                     offset: 4096,
-                    len: bytes.len() as u32,
+                    len: get.length as u32,
                 };
                 links[0].get(1, get, extent, now).unwrap();
                 asked = true;
@@ -900,16 +886,7 @@ mod tests {
             links[1].poll(now, &mut ev);
             for e in ev {
                 if let LinkEvent::Request { member, get, .. } = e {
-                    let bytes = block(get.sample);
-                    let src = Extent {
-                        offset: 0,
-                        len: bytes.len() as u32,
-                    };
-                    links[1].driver_mut().write_arena(0, &bytes).unwrap();
-                    let crc = block_crc(FP, get.sample, &bytes);
-                    links[1]
-                        .serve(member, DataHeader::answering(&get, crc, 0), src, now)
-                        .unwrap();
+                    serve_block(&mut links[1], member, &get, 0, now).unwrap();
                 }
             }
             let mut ev = Vec::new();
@@ -937,8 +914,8 @@ mod tests {
     fn offers_go_from_the_lower_index_and_are_always_answered() {
         let fabric = Fabric::new(9);
         let cfg = DriverConfig::default();
-        let mut a = RdmaLinks::new(fabric.add_host(), ARENA, cfg, 2).unwrap();
-        let mut b = RdmaLinks::new(fabric.add_host(), ARENA, cfg, 2).unwrap();
+        let mut a = RdmaLinks::new(fabric.add_host(), ARENA, cfg).unwrap();
+        let mut b = RdmaLinks::new(fabric.add_host(), ARENA, cfg).unwrap();
         // a is member 0, b member 1.
         assert!(a.to_offer(0, 1, 1));
         assert!(!b.to_offer(1, 0, 1), "the higher index waits");
@@ -1000,17 +977,10 @@ mod tests {
             (LinkTransport::Rdma, LinkTransport::Rdma)
         );
         // The connected pair carries a block.
-        let bytes = block(5);
-        let get = Get {
-            request: 2,
-            fingerprint: FP,
-            sample: 5,
-            length: bytes.len() as u64,
-            due: u64::MAX,
-        };
+        let get = get_block(2, 5);
         let e = Extent {
             offset: 8192,
-            len: bytes.len() as u32,
+            len: get.length as u32,
         };
         a.get(1, get, e, 5).unwrap();
         let mut landed = false;
@@ -1019,14 +989,7 @@ mod tests {
             b.poll(5, &mut ev);
             for x in ev {
                 if let LinkEvent::Request { member, get, .. } = x {
-                    b.driver_mut().write_arena(0, &bytes).unwrap();
-                    let src = Extent {
-                        offset: 0,
-                        len: bytes.len() as u32,
-                    };
-                    let crc = block_crc(FP, get.sample, &bytes);
-                    b.serve(member, DataHeader::answering(&get, crc, 0), src, 5)
-                        .unwrap();
+                    serve_block(&mut b, member, &get, 0, 5).unwrap();
                 }
             }
             let mut ev = Vec::new();
@@ -1045,7 +1008,7 @@ mod tests {
     #[test]
     fn bad_setup_bytes_are_refused() {
         let fabric = Fabric::new(1);
-        let mut a = RdmaLinks::new(fabric.add_host(), ARENA, DriverConfig::default(), 2).unwrap();
+        let mut a = RdmaLinks::new(fabric.add_host(), ARENA, DriverConfig::default()).unwrap();
         a.offer(1, A_CONN, 1).unwrap();
         assert!(matches!(
             a.accept(1, b"short", 1),
@@ -1067,7 +1030,7 @@ mod tests {
         // A queue pair of a third host's offered on another connection
         // authenticated as b, and a's own answer replayed there.
         let mut rogue =
-            RdmaLinks::new(p.fabric.add_host(), ARENA, DriverConfig::default(), 2).unwrap();
+            RdmaLinks::new(p.fabric.add_host(), ARENA, DriverConfig::default()).unwrap();
         let offer = rogue.offer(0, 1, p.now).unwrap();
         let qps = p.fabric.qp_count(0);
         for _ in 0..3 {

@@ -5,14 +5,21 @@ fn total_samples(cfg: &SimConfig) -> u64 {
     cfg.samples / per_step * per_step
 }
 
+/// Runs the fault-free small cluster of `seed` with arenas of `arena_pct`
+/// percent of the dataset: the report and the samples of an epoch.
+fn run_small(seed: u64, arena_pct: u64) -> (Report, u64) {
+    let cfg = SimConfig {
+        arena_pct,
+        ..SimConfig::small(seed)
+    };
+    (run(&cfg).unwrap(), total_samples(&cfg))
+}
+
 #[test]
 fn fault_free_reads_each_sample_once_per_cluster() {
-    let mut cfg = SimConfig::small(1);
     // Headroom for ownership imbalance: every owner keeps all it owns.
-    cfg.arena_pct = 125;
-    let r = run(&cfg).unwrap();
-    let n = total_samples(&cfg);
-    assert_eq!(n, cfg.samples);
+    let (r, n) = run_small(1, 125);
+    assert_eq!(n, SimConfig::small(1).samples);
     assert_eq!(r.steps, 2 * (n / 64) as usize);
     // The first epoch reads each sample from the store exactly once
     // across the cluster (by its owner); the second not at all.
@@ -29,9 +36,7 @@ fn fault_free_reads_each_sample_once_per_cluster() {
 
 #[test]
 fn arenas_just_holding_the_dataset_reread_little() {
-    let cfg = SimConfig::small(9);
-    let r = run(&cfg).unwrap();
-    let n = total_samples(&cfg);
+    let (r, n) = run_small(9, 100);
     assert_eq!(r.store_reads[0], n, "{r:?}");
     // Owners holding more than a quarter of the bytes cannot keep it all.
     assert!(r.store_reads[1] <= n * 3 / 100, "{r:?}");
@@ -39,10 +44,7 @@ fn arenas_just_holding_the_dataset_reread_little() {
 
 #[test]
 fn half_the_dataset_in_arenas_reads_the_rest_each_epoch() {
-    let mut cfg = SimConfig::small(2);
-    cfg.arena_pct = 50;
-    let r = run(&cfg).unwrap();
-    let n = total_samples(&cfg);
+    let (r, n) = run_small(2, 50);
     assert!(
         r.store_reads[1] > n / 3 && r.store_reads[1] < 2 * n / 3,
         "{r:?}"

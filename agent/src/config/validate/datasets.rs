@@ -60,75 +60,37 @@ impl Config {
                     p.bad(&field(&format!("prepare.{key}")), message);
                 }
             }
+            // The kind's own keys, then the key groups it shares.
             match ds {
-                DatasetConfig::Fs(fs) => {
-                    validate_fs(fs, &field, p);
-                    validate_format(
-                        fs.format,
-                        &fs.label_field,
-                        &fs.sample_field,
-                        &fs.wids_index,
-                        fs.manifest.is_some(),
-                        &field,
-                        p,
-                    );
-                    if fs.direct_io == Some(true) && fs.format != ShardFormat::Files {
-                        p.bad(
-                            &field("direct_io"),
-                            "is for format = \"files\": samples inside shards start at offsets \
-                             that are no multiple of a block",
-                        );
-                    }
-                }
-                DatasetConfig::S3(s3) => {
-                    validate_s3(s3, &field, p);
-                    validate_format(
-                        s3.format,
-                        &s3.label_field,
-                        &s3.sample_field,
-                        &s3.wids_index,
-                        s3.manifest.is_some(),
-                        &field,
-                        p,
-                    );
-                    self.validate_remote(
-                        s3.request_timeout_ms,
-                        s3.retries,
-                        s3.max_inflight,
-                        &field,
-                        p,
+                DatasetConfig::Fs(fs) => validate_fs(fs, &field, p),
+                DatasetConfig::S3(s3) => validate_s3(s3, &field, p),
+                DatasetConfig::Gcs(gcs) => validate_gcs(gcs, &field, p),
+                DatasetConfig::Azure(az) => validate_azure(az, &field, p),
+                DatasetConfig::Cql(cql) => validate_cql(cql, &field, p),
+            }
+            if let Some((format, label_field, sample_field, wids_index, manifest)) = shard_keys(ds)
+            {
+                validate_format(
+                    format,
+                    label_field,
+                    sample_field,
+                    wids_index,
+                    manifest,
+                    &field,
+                    p,
+                );
+            }
+            if let DatasetConfig::Fs(fs) = ds {
+                if fs.direct_io == Some(true) && fs.format != ShardFormat::Files {
+                    p.bad(
+                        &field("direct_io"),
+                        "is for format = \"files\": samples inside shards start at offsets \
+                         that are no multiple of a block",
                     );
                 }
-                DatasetConfig::Gcs(gcs) => {
-                    validate_gcs(gcs, &field, p);
-                    self.validate_remote(
-                        gcs.request_timeout_ms,
-                        gcs.retries,
-                        gcs.max_inflight,
-                        &field,
-                        p,
-                    );
-                }
-                DatasetConfig::Azure(az) => {
-                    validate_azure(az, &field, p);
-                    self.validate_remote(
-                        az.request_timeout_ms,
-                        az.retries,
-                        az.max_inflight,
-                        &field,
-                        p,
-                    );
-                }
-                DatasetConfig::Cql(cql) => {
-                    validate_cql(cql, &field, p);
-                    self.validate_remote(
-                        cql.request_timeout_ms,
-                        cql.retries,
-                        Some(cql.max_inflight),
-                        &field,
-                        p,
-                    );
-                }
+            }
+            if let Some((request_timeout_ms, retries, max_inflight)) = remote_keys(ds) {
+                self.validate_remote(request_timeout_ms, retries, max_inflight, &field, p);
             }
         }
     }
@@ -167,6 +129,79 @@ impl Config {
                 );
             }
         }
+    }
+}
+
+/// A sharded kind's `format`, `label_field`, `sample_field` and
+/// `wids_index`, and whether it names a manifest.
+type ShardKeys<'a> = (
+    ShardFormat,
+    &'a Option<String>,
+    &'a Option<String>,
+    &'a Option<String>,
+    bool,
+);
+
+/// The [`ShardKeys`] of a sharded kind (`fs`, `s3`).
+fn shard_keys(ds: &DatasetConfig) -> Option<ShardKeys<'_>> {
+    match ds {
+        DatasetConfig::Fs(FsConfig {
+            format,
+            label_field,
+            sample_field,
+            wids_index,
+            manifest,
+            ..
+        }) => Some((
+            *format,
+            label_field,
+            sample_field,
+            wids_index,
+            manifest.is_some(),
+        )),
+        DatasetConfig::S3(S3Config {
+            format,
+            label_field,
+            sample_field,
+            wids_index,
+            manifest,
+            ..
+        }) => Some((
+            *format,
+            label_field,
+            sample_field,
+            wids_index,
+            manifest.is_some(),
+        )),
+        DatasetConfig::Gcs(_) | DatasetConfig::Azure(_) | DatasetConfig::Cql(_) => None,
+    }
+}
+
+/// A remote kind's `request_timeout_ms`, `retries` and `max_inflight`.
+fn remote_keys(ds: &DatasetConfig) -> Option<(u64, u32, Option<u32>)> {
+    match ds {
+        DatasetConfig::S3(S3Config {
+            request_timeout_ms,
+            retries,
+            max_inflight,
+            ..
+        })
+        | DatasetConfig::Gcs(GcsConfig {
+            request_timeout_ms,
+            retries,
+            max_inflight,
+            ..
+        })
+        | DatasetConfig::Azure(AzureConfig {
+            request_timeout_ms,
+            retries,
+            max_inflight,
+            ..
+        }) => Some((*request_timeout_ms, *retries, *max_inflight)),
+        DatasetConfig::Cql(cql) => {
+            Some((cql.request_timeout_ms, cql.retries, Some(cql.max_inflight)))
+        }
+        DatasetConfig::Fs(_) => None,
     }
 }
 

@@ -23,9 +23,7 @@ fn contend(balance: &str) -> (usize, usize) {
     // learnt), then stops: its window fills with 4 ready batches.
     for _ in 0..30 {
         h.turns(1);
-        for (d, _) in la.take() {
-            la.give_back(&d);
-        }
+        la.take_and_give_back();
         h.clock.advance(Duration::from_millis(10));
     }
     h.turns(20);

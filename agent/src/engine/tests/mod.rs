@@ -19,6 +19,16 @@ mod rdma;
 mod two_peers;
 mod view;
 
+/// A harness with one session of `batch`-sample batches over `epochs`
+/// epochs whose reads complete on their own: the harness, the session's
+/// id and its loader.
+fn auto_session(batch: u32, epochs: u32) -> (Harness, u64, Loader) {
+    let mut h = harness("", false);
+    let (sid, loader) = h.open(batch, epochs);
+    h.auto(true);
+    (h, sid, loader)
+}
+
 #[test]
 fn request_phase_grows_the_window_by_slow_start() {
     let mut h = harness("", false);
@@ -37,9 +47,7 @@ fn request_phase_grows_the_window_by_slow_start() {
     h.auto(true);
     for _ in 0..6 {
         h.turns(1);
-        for (d, _) in loader.take() {
-            loader.give_back(&d);
-        }
+        loader.take_and_give_back();
     }
     let s = &h.engine.sessions.values().next().unwrap();
     assert_eq!(s.window(), 4, "capped at prefetch.window_batches");
@@ -47,21 +55,15 @@ fn request_phase_grows_the_window_by_slow_start() {
 
 #[test]
 fn publish_phase_keeps_plan_order_whatever_the_completion_order() {
-    let mut h = harness("", false);
-    let (_, mut loader) = h.open(4, 1);
-    h.auto(true);
+    let (mut h, _, mut loader) = auto_session(4, 1);
     for _ in 0..4 {
         h.turns(1);
-        for (d, _) in loader.take() {
-            loader.give_back(&d);
-        }
+        loader.take_and_give_back();
     }
     // Hold back one sample of the front batch: nothing behind it may pass.
     h.auto(false);
     h.turns(1);
-    for (d, _) in loader.take() {
-        loader.give_back(&d);
-    }
+    loader.take_and_give_back();
     h.turns(1);
     assert!(h.submitted().len() > 4, "several batches in flight");
     let pending = h.engine.sessions.values().next().unwrap().pending();
@@ -90,9 +92,7 @@ fn publish_phase_keeps_plan_order_whatever_the_completion_order() {
 
 #[test]
 fn every_sample_arrives_once_per_epoch_byte_for_byte() {
-    let mut h = harness("", false);
-    let (_, mut loader) = h.open(5, 2);
-    h.auto(true);
+    let (mut h, _, mut loader) = auto_session(5, 2);
     let all = drain(&mut h, &mut loader);
     let (last, rest) = all.split_last().unwrap();
     assert_eq!(last.0.flags & BATCH_END_OF_STREAM, BATCH_END_OF_STREAM);
@@ -130,9 +130,7 @@ fn every_sample_arrives_once_per_epoch_byte_for_byte() {
 /// counted across epochs; a first batch past the session is refused.
 #[test]
 fn a_session_can_start_at_a_given_batch() {
-    let mut h = harness("", false);
-    let (_, mut whole) = h.open(5, 2);
-    h.auto(true);
+    let (mut h, _, mut whole) = auto_session(5, 2);
     let reference = drain(&mut h, &mut whole);
     let per_epoch = SAMPLES.div_ceil(5);
     let (_, mut resumed) = h.open_at("fake", 5, 2, 3);
@@ -304,17 +302,11 @@ fn relaxed_order_lets_ready_samples_pass_a_late_one() {
     h.auto(true);
     for _ in 0..4 {
         h.turns(1);
-        for (d, t) in loader.take() {
-            loader.give_back(&d);
-            got.push((d, t));
-        }
+        got.extend(loader.take_and_give_back());
     }
     h.auto(false);
     h.turns(1);
-    for (d, t) in loader.take() {
-        loader.give_back(&d);
-        got.push((d, t));
-    }
+    got.extend(loader.take_and_give_back());
     h.turns(1);
     let late = h.engine.sessions.values().next().unwrap().pending()[0].slots[0].sample;
     {
@@ -325,10 +317,7 @@ fn relaxed_order_lets_ready_samples_pass_a_late_one() {
     let before = got.len();
     for _ in 0..30 {
         h.turns(1);
-        for (d, t) in loader.take() {
-            loader.give_back(&d);
-            got.push((d, t));
-        }
+        got.extend(loader.take_and_give_back());
     }
     assert!(got.len() > before, "batches flow past the late sample");
     assert!(h.engine.metrics.relaxed_swaps.get() > 0);
@@ -344,9 +333,7 @@ fn relaxed_order_lets_ready_samples_pass_a_late_one() {
 
 #[test]
 fn a_silent_loader_loses_its_session_and_its_pins() {
-    let mut h = harness("", false);
-    let (sid, mut loader) = h.open(4, 1);
-    h.auto(true);
+    let (mut h, sid, mut loader) = auto_session(4, 1);
     h.turns(5);
     let held = loader.take();
     assert!(!held.is_empty());
@@ -368,15 +355,11 @@ fn a_silent_loader_loses_its_session_and_its_pins() {
 
 #[test]
 fn releases_count_as_signs_of_life() {
-    let mut h = harness("", false);
-    let (sid, mut loader) = h.open(4, 3);
-    h.auto(true);
+    let (mut h, sid, mut loader) = auto_session(4, 3);
     let limit = h.engine.cfg.sessions.client_timeout_ms;
     for _ in 0..5 {
         h.turns(2);
-        for (d, _) in loader.take() {
-            loader.give_back(&d);
-        }
+        loader.take_and_give_back();
         h.clock.advance(Duration::from_millis(limit / 2));
     }
     assert!(h.engine.sessions.contains_key(&sid));
@@ -470,9 +453,7 @@ fn a_failed_sample_read_again_stays_pinned_by_every_batch_that_publishes_it() {
 /// session on the same agent reads its epoch meanwhile.
 #[test]
 fn batches_on_loan_count_towards_the_window() {
-    let mut h = harness("", false);
-    let (hoarder, mut greedy) = h.open(4, 8);
-    h.auto(true);
+    let (mut h, hoarder, mut greedy) = auto_session(4, 8);
     let mut taken = 0;
     for _ in 0..200 {
         h.turns(1);

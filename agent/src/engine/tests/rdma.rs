@@ -323,7 +323,7 @@ fn a_queue_pair_lives_and_dies_with_the_connection_it_was_set_up_over() {
     let qps = job.fabric.qp_count(ASKER_HOST);
 
     let mut stranger =
-        RdmaLinks::new(job.fabric.add_host(), 1 << 20, DriverConfig::default(), 2).unwrap();
+        RdmaLinks::new(job.fabric.add_host(), 1 << 20, DriverConfig::default()).unwrap();
     let offer = stranger.offer(ASKER, 1, 1).unwrap();
     for _ in 0..5 {
         job.asker_tier().rdma_setup(other, OWNER, &offer);

@@ -308,19 +308,18 @@ async fn check_schema(session: &Session, settings: &CqlSettings) -> Result<Colum
             )))
         }
     };
-    match column(meta, "label").as_deref() {
-        Some("int") => {}
-        Some(other) => {
-            return Err(CqlError::Schema(format!(
-                "{meta_ref}: column `label` is of type {other}; it must be int"
-            )))
-        }
-        None => {
-            return Err(CqlError::Schema(format!(
-                "{meta_ref} has no `label` column (label int)"
-            )))
-        }
-    }
+    // A column that must be there, of type `ty`.
+    let require =
+        |table: &str, cols: &[(&str, &str, &str)], name: &str, ty: &str| match column(cols, name) {
+            Some(t) if t == ty => Ok(()),
+            Some(other) => Err(CqlError::Schema(format!(
+                "{table}: column `{name}` is of type {other}; it must be {ty}"
+            ))),
+            None => Err(CqlError::Schema(format!(
+                "{table} has no `{name}` column ({name} {ty})"
+            ))),
+        };
+    require(&meta_ref, meta, "label", "int")?;
     let crc = match column(meta, "crc").as_deref() {
         Some("int") => true,
         Some(other) => {
@@ -330,19 +329,7 @@ async fn check_schema(session: &Session, settings: &CqlSettings) -> Result<Colum
         }
         None => false,
     };
-    match column(data, "data").as_deref() {
-        Some("blob") => {}
-        Some(other) => {
-            return Err(CqlError::Schema(format!(
-                "{data_ref}: column `data` is of type {other}; it must be blob"
-            )))
-        }
-        None => {
-            return Err(CqlError::Schema(format!(
-                "{data_ref} has no `data` column (data blob)"
-            )))
-        }
-    }
+    require(&data_ref, data, "data", "blob")?;
     Ok(Columns {
         size: size_type,
         crc,

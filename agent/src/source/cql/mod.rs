@@ -355,14 +355,21 @@ pub struct Failure {
     pub what: String,
 }
 
+impl Failure {
+    /// A failure reported as `kind`, described as `what`.
+    pub fn new(kind: io::ErrorKind, retryable: bool, what: &str) -> Failure {
+        Failure {
+            kind,
+            retryable,
+            what: what.to_owned(),
+        }
+    }
+}
+
 /// Classifies a driver error (see [`Failure::retryable`]).
 pub fn classify(err: &ExecutionError) -> Failure {
     use io::ErrorKind as K;
-    let fail = |kind, retryable, what: &str| Failure {
-        kind,
-        retryable,
-        what: what.to_owned(),
-    };
+    let fail = Failure::new;
     match err {
         ExecutionError::RequestTimeout(_) => fail(K::TimedOut, true, "timed out"),
         ExecutionError::ConnectionPoolError(_) => {
@@ -385,11 +392,7 @@ pub fn classify(err: &ExecutionError) -> Failure {
 /// Classifies the error of one attempt.
 pub(crate) fn classify_attempt(err: &RequestAttemptError) -> Failure {
     use io::ErrorKind as K;
-    let fail = |kind, retryable, what: &str| Failure {
-        kind,
-        retryable,
-        what: what.to_owned(),
-    };
+    let fail = Failure::new;
     match err {
         RequestAttemptError::DbError(db, _) => classify_db(db),
         RequestAttemptError::BrokenConnectionError(_) => {
@@ -435,11 +438,7 @@ pub(crate) fn classify_db(db: &DbError) -> Failure {
         DbError::ProtocolError => (K::InvalidData, false, "protocol error"),
         _ => (K::Other, false, "server error"),
     };
-    Failure {
-        kind,
-        retryable,
-        what: what.to_owned(),
-    }
+    Failure::new(kind, retryable, what)
 }
 
 /// One failed attempt of a request, judged ([`classify`]) and described.
@@ -475,11 +474,7 @@ impl AttemptError {
     /// A failure Granary finds itself (a missing row, a wrong length).
     pub fn fatal(kind: io::ErrorKind, message: String) -> AttemptError {
         AttemptError {
-            failure: Failure {
-                kind,
-                retryable: false,
-                what: message.clone(),
-            },
+            failure: Failure::new(kind, false, &message),
             message,
             changed: None,
         }
@@ -507,16 +502,14 @@ impl From<RequestError> for AttemptError {
     fn from(e: RequestError) -> AttemptError {
         let f = match &e {
             RequestError::LastAttemptError(a) => classify_attempt(a),
-            RequestError::RequestTimeout(_) => Failure {
-                kind: io::ErrorKind::TimedOut,
-                retryable: true,
-                what: "timed out".to_owned(),
-            },
-            _ => Failure {
-                kind: io::ErrorKind::NotConnected,
-                retryable: true,
-                what: "no connection to the node".to_owned(),
-            },
+            RequestError::RequestTimeout(_) => {
+                Failure::new(io::ErrorKind::TimedOut, true, "timed out")
+            }
+            _ => Failure::new(
+                io::ErrorKind::NotConnected,
+                true,
+                "no connection to the node",
+            ),
         };
         AttemptError::new(f, e)
     }
@@ -528,11 +521,7 @@ impl From<PagerExecutionError> for AttemptError {
             PagerExecutionError::PrepareError(p) => p.into(),
             PagerExecutionError::NextPageError(NextPageError::RequestFailure(r)) => r.into(),
             other => AttemptError::new(
-                Failure {
-                    kind: io::ErrorKind::Other,
-                    retryable: false,
-                    what: "request failed".to_owned(),
-                },
+                Failure::new(io::ErrorKind::Other, false, "request failed"),
                 other,
             ),
         }
@@ -543,14 +532,10 @@ impl From<NextRowError> for AttemptError {
     fn from(e: NextRowError) -> AttemptError {
         match e {
             NextRowError::NextPageError(NextPageError::RequestFailure(r)) => r.into(),
-            other => AttemptError::new(
-                Failure {
-                    kind: io::ErrorKind::InvalidData,
-                    retryable: false,
-                    what: "cannot read the rows".to_owned(),
-                },
-                other,
-            ),
+            other => {
+                let f = Failure::new(io::ErrorKind::InvalidData, false, "cannot read the rows");
+                AttemptError::new(f, other)
+            }
         }
     }
 }
