@@ -144,35 +144,31 @@ type ShardKeys<'a> = (
 
 /// The [`ShardKeys`] of a sharded kind (`fs`, `s3`).
 fn shard_keys(ds: &DatasetConfig) -> Option<ShardKeys<'_>> {
+    let manifest = matches!(
+        ds,
+        DatasetConfig::Fs(FsConfig {
+            manifest: Some(_),
+            ..
+        }) | DatasetConfig::S3(S3Config {
+            manifest: Some(_),
+            ..
+        })
+    );
     match ds {
         DatasetConfig::Fs(FsConfig {
             format,
             label_field,
             sample_field,
             wids_index,
-            manifest,
             ..
-        }) => Some((
-            *format,
-            label_field,
-            sample_field,
-            wids_index,
-            manifest.is_some(),
-        )),
-        DatasetConfig::S3(S3Config {
+        })
+        | DatasetConfig::S3(S3Config {
             format,
             label_field,
             sample_field,
             wids_index,
-            manifest,
             ..
-        }) => Some((
-            *format,
-            label_field,
-            sample_field,
-            wids_index,
-            manifest.is_some(),
-        )),
+        }) => Some((*format, label_field, sample_field, wids_index, manifest)),
         DatasetConfig::Gcs(_) | DatasetConfig::Azure(_) | DatasetConfig::Cql(_) => None,
     }
 }
