@@ -514,20 +514,53 @@ class Session:
         client: "Client",
         dataset: str,
         *,
+        batch_size: int = 32,
+        seed: int = 0,
+        first_epoch: int = 0,
+        epochs: int = 1,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+        ready_capacity: int = 0,
+        release_capacity: int = 0,
         timeout: Optional[float] = DEFAULT_TIMEOUT,
-        **options,
+        view: Optional[bytes] = None,
+        view_required: bool = False,
+        layout: Optional[bytes] = None,
+        locality: Optional[bytes] = None,
+        verify_crc: bool = False,
+        first_batch: int = 0,
+        resume_timeout: Optional[float] = DEFAULT_RESUME_TIMEOUT,
+        worker: int = 0,
+        workers: int = 1,
+        state: Optional[bytes] = None,
+        accept_changed: bool = False,
     ):
-        """``options`` are the keywords of :func:`_options` (``batch_size``,
-        ``seed``, ``first_epoch``, ``epochs``, ``rank``, ``world_size``,
-        ``drop_last``, ``ready_capacity``, ``release_capacity``, ``view``,
-        ``view_required``, ``layout``, ``locality``, ``verify_crc``,
-        ``first_batch``, ``resume_timeout``, ``worker``, ``workers``,
-        ``state``, ``accept_changed``), with the same defaults."""
         if client._handle is None:
             raise ReleasedError(detail="the client was closed", context="granary.Session")
-        opts, keep = _options(dataset, **options)
-        view = options.get("view")
-        locality = options.get("locality")
+        opts, keep = _options(
+            dataset,
+            batch_size=batch_size,
+            seed=seed,
+            first_epoch=first_epoch,
+            epochs=epochs,
+            rank=rank,
+            world_size=world_size,
+            drop_last=drop_last,
+            ready_capacity=ready_capacity,
+            release_capacity=release_capacity,
+            view=view,
+            view_required=view_required,
+            layout=layout,
+            locality=locality,
+            verify_crc=verify_crc,
+            first_batch=first_batch,
+            resume_timeout=resume_timeout,
+            worker=worker,
+            workers=workers,
+            state=state,
+            accept_changed=accept_changed,
+        )
         _timeout_ms(timeout)  # validate early
         self.dataset = dataset
         self.timeout = timeout
